@@ -1,14 +1,10 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
-}
+//! airlock: carry machine-learning models across an air gap with every byte verified.
+//!
+//! The library holds all the logic; the `airlock` binary parses arguments, prints and maps
+//! errors to exit codes. Data flows one way: scan → manifest → bundle write, and bundle read →
+//! verify → install. See `docs/ARCHITECTURE.md`.
+#![forbid(unsafe_code)]
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
-    }
-}
+pub mod manifest;
+pub mod paths;
+pub mod tar;

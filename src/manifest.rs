@@ -1,0 +1,568 @@
+//! The signed manifest: what a bundle must contain, byte for byte.
+//!
+//! The signature covers the exact bytes of `manifest.json`, so the JSON layout needs no
+//! canonical form to be verified; the writer still emits one deterministic layout so the same
+//! model packs to the same manifest. Parsing is strict (unknown fields refused, size capped) and
+//! [`Manifest::validate`] checks every internal consistency rule before anything trusts a
+//! number in it: a valid signature only says who wrote the manifest, not that they were honest.
+
+use serde::{Deserialize, Serialize};
+
+use crate::paths::{self, CollisionSet};
+use crate::tar;
+
+/// The `format` field of every manifest.
+pub const FORMAT_ID: &str = "airlock-bundle";
+/// The format version this build reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+/// Largest manifest accepted, in bytes.
+pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
+/// File name of the manifest inside a bundle.
+pub const MANIFEST_NAME: &str = "manifest.json";
+/// File name of the manifest's minisign signature inside a bundle.
+pub const SIGNATURE_NAME: &str = "manifest.json.minisig";
+/// Default chunk size for the per-volume chunk digests.
+pub const DEFAULT_CHUNK_SIZE: u64 = 64 << 20;
+
+/// The bundle manifest (format version 1). `docs/FORMAT.md` is normative.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// Always [`FORMAT_ID`].
+    pub format: String,
+    /// Always [`FORMAT_VERSION`].
+    pub format_version: u32,
+    /// Bundle name (the model's name).
+    pub name: String,
+    /// Bundle version number; installs refuse to go down unless told to.
+    pub version: u64,
+    /// Creation time, RFC 3339 UTC (`SOURCE_DATE_EPOCH` when set).
+    pub created: String,
+    /// The program that wrote it.
+    pub tool: String,
+    /// How the tar stream is compressed.
+    pub compression: Compression,
+    /// The uncompressed tar stream.
+    pub stream: Stream,
+    /// Size of the chunks each volume's `chunks` digests cover.
+    pub chunk_size: u64,
+    /// The volumes, in stream order.
+    pub volumes: Vec<Volume>,
+    /// Directories, in stream order.
+    pub directories: Vec<String>,
+    /// Regular files, in stream order.
+    pub files: Vec<FileEntry>,
+    /// Sums, repeated so a reader can check them before streaming.
+    pub totals: Totals,
+    /// Warnings the model checks raised when packing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<Warning>,
+    /// Where the model came from, when packed from a Hugging Face cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<HfSource>,
+}
+
+/// Compression of the tar stream.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Compression {
+    /// `zstd` or `none`.
+    pub algorithm: String,
+    /// The zstd level used (informative).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<i32>,
+}
+
+/// The uncompressed tar stream.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Stream {
+    /// Exact size in bytes, end-of-archive marker included.
+    pub size: u64,
+}
+
+/// One volume file.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Volume {
+    /// File name inside the bundle (`data.000`, ...).
+    pub name: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// SHA-256 of the whole volume, lowercase hex.
+    pub sha256: String,
+    /// SHA-256 of each `chunk_size` piece of the volume, in order (the last may be shorter).
+    pub chunks: Vec<String>,
+}
+
+/// One regular file.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FileEntry {
+    /// Relative `/`-separated path.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// SHA-256 of the content, lowercase hex.
+    pub sha256: String,
+    /// Whether the file is installed executable (mode 755 instead of 644).
+    pub executable: bool,
+}
+
+/// Sums over the manifest.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Totals {
+    /// Number of files.
+    pub files: u64,
+    /// Number of directories.
+    pub directories: u64,
+    /// Sum of file sizes.
+    pub file_bytes: u64,
+    /// Sum of volume sizes.
+    pub volume_bytes: u64,
+}
+
+/// A model-check warning recorded at pack time.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Warning {
+    /// File the warning is about.
+    pub path: String,
+    /// Stable finding code.
+    pub code: String,
+    /// What was found.
+    pub problem: String,
+}
+
+/// Provenance of a model packed from a Hugging Face cache.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HfSource {
+    /// Repository id, `org/name`.
+    pub repo_id: String,
+    /// `model`, `dataset` or `space`.
+    pub repo_type: String,
+    /// The revision asked for (branch, tag or commit).
+    pub revision: String,
+    /// The 40-hex commit the revision resolved to.
+    pub commit: String,
+    /// Etag (blob name) of each file, in `files` order.
+    pub etags: Vec<String>,
+}
+
+/// One entry in stream order, as the tar stream must present it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Expected<'a> {
+    /// A directory.
+    Dir(&'a str),
+    /// A file.
+    File(&'a FileEntry),
+}
+
+impl Expected<'_> {
+    /// The entry's path.
+    pub fn path(&self) -> &str {
+        match self {
+            Expected::Dir(p) => p,
+            Expected::File(f) => &f.path,
+        }
+    }
+}
+
+fn is_hex64(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Name of volume `index` when the bundle has `count` volumes.
+pub fn volume_name(index: usize, count: usize) -> String {
+    let width = count.saturating_sub(1).to_string().len().max(3);
+    format!("data.{index:0width$}")
+}
+
+/// Bytes the tar writer emits for one entry (headers, PAX records, data, padding).
+pub fn entry_stream_size(path: &str, is_dir: bool, size: u64) -> u64 {
+    let mut stored_len = path.len();
+    if is_dir {
+        stored_len += 1;
+    }
+    let block = tar::BLOCK as u64;
+    let mut pax_len = 0u64;
+    let fits = stored_len <= 100 || {
+        let bytes = if is_dir { format!("{path}/") } else { path.to_string() };
+        tar::split_ustar_fits(bytes.as_bytes())
+    };
+    if !fits {
+        pax_len += tar::pax_record_len("path", stored_len) as u64;
+    }
+    if size > tar::USTAR_MAX_SIZE {
+        pax_len += tar::pax_record_len("size", size.to_string().len()) as u64;
+    }
+    let mut total = block + size.div_ceil(block) * block;
+    if pax_len > 0 {
+        total += block + pax_len.div_ceil(block) * block;
+    }
+    total
+}
+
+impl Manifest {
+    /// Parses manifest bytes strictly (unknown fields are an error) and validates them.
+    pub fn parse(bytes: &[u8]) -> Result<Manifest, String> {
+        if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+            return Err(format!("is larger than {MAX_MANIFEST_BYTES} bytes"));
+        }
+        let m: Manifest = serde_json::from_slice(bytes).map_err(|e| format!("is not a valid manifest: {e}"))?;
+        m.validate()?;
+        Ok(m)
+    }
+
+    /// Serialises the manifest in its one layout: pretty JSON, fields in declaration order,
+    /// trailing newline.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = serde_json::to_vec_pretty(self).expect("manifest serialises");
+        v.push(b'\n');
+        v
+    }
+
+    /// Entries in the order the tar stream holds them: directories and files merged by
+    /// [`paths::bundle_order`].
+    pub fn expected_entries(&self) -> Vec<Expected<'_>> {
+        let mut out = Vec::with_capacity(self.directories.len() + self.files.len());
+        let (mut d, mut f) = (0, 0);
+        while d < self.directories.len() || f < self.files.len() {
+            let take_dir = match (self.directories.get(d), self.files.get(f)) {
+                (Some(dir), Some(file)) => paths::bundle_order(dir, &file.path).is_lt(),
+                (Some(_), None) => true,
+                _ => false,
+            };
+            if take_dir {
+                out.push(Expected::Dir(&self.directories[d]));
+                d += 1;
+            } else {
+                out.push(Expected::File(&self.files[f]));
+                f += 1;
+            }
+        }
+        out
+    }
+
+    /// Checks every rule of `docs/FORMAT.md` that the manifest alone can be held to.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.format != FORMAT_ID {
+            return Err(format!("has format {:?}, not {FORMAT_ID:?}", self.format));
+        }
+        if self.format_version != FORMAT_VERSION {
+            return Err(format!(
+                "has format version {}, this airlock reads version {FORMAT_VERSION}",
+                self.format_version
+            ));
+        }
+        check_name(&self.name)?;
+        match (self.compression.algorithm.as_str(), self.compression.level) {
+            ("zstd", _) | ("none", None) => {}
+            (other, _) => return Err(format!("names an unknown compression {other:?}")),
+        }
+        if !(4096..=(1 << 30)).contains(&self.chunk_size) || !self.chunk_size.is_power_of_two() {
+            return Err(format!("has an invalid chunk_size {}", self.chunk_size));
+        }
+        if self.volumes.is_empty() {
+            return Err("lists no volumes".into());
+        }
+        let count = self.volumes.len();
+        let mut volume_bytes: u64 = 0;
+        for (i, v) in self.volumes.iter().enumerate() {
+            if v.name != volume_name(i, count) {
+                return Err(format!(
+                    "names volume {} {:?}, expected {:?}",
+                    i + 1,
+                    v.name,
+                    volume_name(i, count)
+                ));
+            }
+            if v.size == 0 {
+                return Err(format!("lists volume {} with size 0", v.name));
+            }
+            if !is_hex64(&v.sha256) || !v.chunks.iter().all(|c| is_hex64(c)) {
+                return Err(format!("has a malformed sha256 for volume {}", v.name));
+            }
+            if v.chunks.len() as u64 != v.size.div_ceil(self.chunk_size) {
+                return Err(format!(
+                    "lists {} chunk digests for volume {}, its size needs {}",
+                    v.chunks.len(),
+                    v.name,
+                    v.size.div_ceil(self.chunk_size)
+                ));
+            }
+            volume_bytes = volume_bytes
+                .checked_add(v.size)
+                .ok_or("has volume sizes that overflow")?;
+        }
+        if volume_bytes != self.totals.volume_bytes {
+            return Err(format!(
+                "says the volumes total {} bytes but lists {volume_bytes}",
+                self.totals.volume_bytes
+            ));
+        }
+        let mut collisions = CollisionSet::default();
+        let mut previous: Option<&str> = None;
+        let mut dirs = std::collections::HashSet::new();
+        for d in &self.directories {
+            paths::check_relative(d).map_err(|why| format!("lists the unsafe path {d:?}: it {why}"))?;
+            if let Some(p) = previous {
+                if !paths::bundle_order(p, d).is_lt() {
+                    return Err(format!("lists directory {d:?} out of order or twice"));
+                }
+            }
+            previous = Some(d);
+            dirs.insert(d.as_str());
+        }
+        let mut file_bytes: u64 = 0;
+        let mut stream: u64 = 2 * tar::BLOCK as u64;
+        let mut previous: Option<&str> = None;
+        for f in &self.files {
+            let p = f.path.as_str();
+            paths::check_relative(p).map_err(|why| format!("lists the unsafe path {p:?}: it {why}"))?;
+            if let Some(prev) = previous {
+                if !paths::bundle_order(prev, p).is_lt() {
+                    return Err(format!("lists file {p:?} out of order or twice"));
+                }
+            }
+            previous = Some(p);
+            if dirs.contains(p) {
+                return Err(format!("lists {p:?} as both a file and a directory"));
+            }
+            if !is_hex64(&f.sha256) {
+                return Err(format!("has a malformed sha256 for {p:?}"));
+            }
+            file_bytes = file_bytes.checked_add(f.size).ok_or("has file sizes that overflow")?;
+            stream = stream
+                .checked_add(entry_stream_size(p, false, f.size))
+                .ok_or("has file sizes that overflow")?;
+        }
+        for entry in self.expected_entries() {
+            let p = entry.path();
+            if let Some(earlier) = collisions.insert(p) {
+                return Err(format!(
+                    "lists {p:?} and {earlier:?}, which are the same name on a case-insensitive or normalising filesystem"
+                ));
+            }
+            if let Some((parent, _)) = p.rsplit_once('/') {
+                if !dirs.contains(parent) {
+                    return Err(format!("lists {p:?} without its directory {parent:?}"));
+                }
+            }
+        }
+        for d in &self.directories {
+            stream += entry_stream_size(d, true, 0);
+        }
+        if self.totals.files != self.files.len() as u64
+            || self.totals.directories != self.directories.len() as u64
+            || self.totals.file_bytes != file_bytes
+        {
+            return Err("has totals that disagree with its lists".into());
+        }
+        if self.stream.size != stream {
+            return Err(format!(
+                "declares a tar stream of {} bytes, its entries make {stream}",
+                self.stream.size
+            ));
+        }
+        if self.compression.algorithm == "none" && self.stream.size != volume_bytes {
+            return Err(format!(
+                "is uncompressed but its volumes hold {volume_bytes} bytes for a {}-byte stream",
+                self.stream.size
+            ));
+        }
+        if let Some(src) = &self.source {
+            if src.etags.len() != self.files.len() {
+                return Err("lists a different number of etags than files".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks a bundle name: printable, at most 200 bytes, no line breaks.
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 200 || name.chars().any(|c| c.is_control()) {
+        return Err(format!(
+            "has the bundle name {name:?}; names are 1 to 200 printable characters"
+        ));
+    }
+    Ok(())
+}
+
+/// The trusted comment airlock signs alongside the manifest.
+pub fn trusted_comment(name: &str, version: u64, manifest_sha256: &str) -> String {
+    format!("airlock manifest_sha256={manifest_sha256} version={version} name={name}")
+}
+
+/// Fields parsed back out of a trusted comment written by [`trusted_comment`].
+#[derive(Debug, PartialEq, Eq)]
+pub struct TrustedComment {
+    /// SHA-256 of the manifest bytes.
+    pub manifest_sha256: String,
+    /// Bundle version.
+    pub version: u64,
+    /// Bundle name.
+    pub name: String,
+}
+
+/// Parses a trusted comment; `None` if it is not in airlock's form.
+pub fn parse_trusted_comment(text: &str) -> Option<TrustedComment> {
+    let rest = text.strip_prefix("airlock manifest_sha256=")?;
+    let (sha, rest) = rest.split_once(" version=")?;
+    let (version, name) = rest.split_once(" name=")?;
+    Some(TrustedComment {
+        manifest_sha256: sha.to_string(),
+        version: version.parse().ok()?,
+        name: name.to_string(),
+    })
+}
+
+/// Formats seconds since the epoch as RFC 3339 UTC.
+pub fn rfc3339(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Manifest {
+        let files = vec![
+            FileEntry { path: "a/x.bin".into(), size: 5, sha256: "0".repeat(64), executable: false },
+            FileEntry { path: "config.json".into(), size: 600, sha256: "1".repeat(64), executable: true },
+        ];
+        let directories = vec!["a".to_string()];
+        let stream = 1024
+            + entry_stream_size("a", true, 0)
+            + entry_stream_size("a/x.bin", false, 5)
+            + entry_stream_size("config.json", false, 600);
+        Manifest {
+            format: FORMAT_ID.into(),
+            format_version: 1,
+            name: "m".into(),
+            version: 3,
+            created: rfc3339(0),
+            tool: "airlock test".into(),
+            compression: Compression { algorithm: "none".into(), level: None },
+            stream: Stream { size: stream },
+            chunk_size: 4096,
+            volumes: vec![Volume {
+                name: "data.000".into(),
+                size: stream,
+                sha256: "2".repeat(64),
+                chunks: vec!["3".repeat(64); stream.div_ceil(4096) as usize],
+            }],
+            directories,
+            files,
+            totals: Totals { files: 2, directories: 1, file_bytes: 605, volume_bytes: stream },
+            warnings: vec![],
+            source: None,
+        }
+    }
+
+    #[test]
+    fn round_trips_and_validates() {
+        let m = sample();
+        let bytes = m.to_bytes();
+        assert_eq!(Manifest::parse(&bytes).unwrap(), m);
+    }
+
+    #[test]
+    fn refuses_unknown_fields_and_inconsistency() {
+        let bytes = sample().to_bytes();
+        let mut v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        v["extra"] = serde_json::json!(1);
+        assert!(Manifest::parse(&serde_json::to_vec(&v).unwrap()).is_err());
+
+        let cases: Vec<(&str, Box<dyn Fn(&mut Manifest)>)> = vec![
+            ("unsafe path", Box::new(|m| m.files[0].path = "../x".into())),
+            ("out of order", Box::new(|m| m.files.swap(0, 1))),
+            ("without its directory", Box::new(|m| m.directories.clear())),
+            ("totals", Box::new(|m| m.totals.file_bytes += 1)),
+            ("volumes total", Box::new(|m| m.totals.volume_bytes += 1)),
+            ("expected", Box::new(|m| m.volumes[0].name = "../data.000".into())),
+            ("tar stream", Box::new(|m| m.stream.size += 512)),
+            ("chunk", Box::new(|m| m.volumes[0].chunks.pop().map(drop).unwrap_or(()))),
+            ("case-insensitive", Box::new(|m| {
+                m.files[1].path = "A".into();
+                m.directories[0] = "a".into();
+                m.files.swap(0, 1);
+                m.files[0].path = "A".into();
+                m.files[1].path = "a/x.bin".into();
+            })),
+            ("format version", Box::new(|m| m.format_version = 2)),
+        ];
+        for (want, mutate) in cases {
+            let mut m = sample();
+            mutate(&mut m);
+            let err = m.validate().unwrap_err();
+            assert!(err.contains(want), "{want}: {err}");
+        }
+    }
+
+    #[test]
+    fn expected_entries_merge_in_stream_order() {
+        let m = sample();
+        let order: Vec<_> = m.expected_entries().iter().map(|e| e.path().to_string()).collect();
+        assert_eq!(order, ["a", "a/x.bin", "config.json"]);
+    }
+
+    #[test]
+    fn stream_size_matches_writer() {
+        for (path, is_dir, size) in [
+            ("a", true, 0u64),
+            ("f", false, 0),
+            ("f", false, 513),
+            (&*"x/".repeat(80), true, 0),
+            (&*format!("x/{}", "y".repeat(150)), false, 10),
+            (&*"é".repeat(60), false, 1),
+        ] {
+            let path = path.trim_end_matches('/');
+            let mut w = tar::Writer::new(Vec::new());
+            if is_dir {
+                w.append_dir(path).unwrap();
+            } else {
+                w.begin_file(path, size, false).unwrap();
+                w.write_data(&vec![0; size as usize]).unwrap();
+                w.end_file().unwrap();
+            }
+            assert_eq!(w.offset(), entry_stream_size(path, is_dir, size), "{path}");
+        }
+        assert_eq!(
+            entry_stream_size("big", false, tar::USTAR_MAX_SIZE + 1),
+            3 * 512 + (tar::USTAR_MAX_SIZE + 1).div_ceil(512) * 512
+        );
+    }
+
+    #[test]
+    fn trusted_comment_round_trip_and_dates() {
+        let c = trusted_comment("org/model name", 7, &"a".repeat(64));
+        let p = parse_trusted_comment(&c).unwrap();
+        assert_eq!(p.version, 7);
+        assert_eq!(p.name, "org/model name");
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_796_204_780), "2026-12-02T09:46:20Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+    }
+}

@@ -1,0 +1,167 @@
+//! The one definition of a path a bundle may carry.
+//!
+//! The packer refuses to write, and the reader refuses to accept, any path that fails
+//! [`check_relative`]. Keeping both sides on one function means airlock never makes a bundle it
+//! would refuse to unpack, and a hostile bundle cannot use a name the packer would not produce.
+//! [`CollisionSet`] catches names that are distinct on Linux but the same file on a
+//! case-insensitive or normalising filesystem (macOS, Windows, exFAT media).
+
+use std::collections::HashMap;
+use unicode_normalization::UnicodeNormalization;
+
+/// Longest path accepted, in bytes.
+pub const MAX_PATH: usize = 4096;
+/// Longest single component accepted, in bytes (the common filesystem limit).
+pub const MAX_COMPONENT: usize = 255;
+/// Top-level name reserved for the receipt an unpack leaves behind.
+pub const RECEIPT_DIR: &str = ".airlock";
+
+const WINDOWS_DEVICES: &[&str] = &[
+    "CON", "PRN", "AUX", "NUL", "COM0", "COM1", "COM2", "COM3", "COM4", "COM5", "COM6", "COM7",
+    "COM8", "COM9", "LPT0", "LPT1", "LPT2", "LPT3", "LPT4", "LPT5", "LPT6", "LPT7", "LPT8", "LPT9",
+    "CONIN$", "CONOUT$",
+];
+
+/// Checks that `path` is a safe, portable, relative `/`-separated path.
+///
+/// Returns the reason it is not, phrased to follow the path in an error message.
+pub fn check_relative(path: &str) -> Result<(), String> {
+    if path.is_empty() {
+        return Err("is an empty name".into());
+    }
+    if path.len() > MAX_PATH {
+        return Err(format!("is longer than {MAX_PATH} bytes"));
+    }
+    if path.starts_with('/') {
+        return Err("is an absolute path".into());
+    }
+    if let Some(c) = path.chars().find(|c| c.is_control()) {
+        return Err(format!("contains the control character {:?}", c));
+    }
+    if path.contains('\\') {
+        return Err("contains a backslash (a Windows path separator)".into());
+    }
+    if path.contains(':') {
+        return Err("contains ':' (a drive letter or alternate data stream on Windows)".into());
+    }
+    for component in path.split('/') {
+        match component {
+            "" => return Err("has an empty component ('//' or a trailing '/')".into()),
+            "." => return Err("has a '.' component".into()),
+            ".." => return Err("has a '..' component".into()),
+            _ => {}
+        }
+        if component.len() > MAX_COMPONENT {
+            return Err(format!("has a component longer than {MAX_COMPONENT} bytes"));
+        }
+        let stem = component.split('.').next().unwrap_or("");
+        let stem = stem.trim_end_matches(' ');
+        if WINDOWS_DEVICES.iter().any(|d| d.eq_ignore_ascii_case(stem)) {
+            return Err(format!("has the Windows device name {component:?}"));
+        }
+        if component.ends_with(' ') || component.ends_with('.') {
+            return Err(format!(
+                "has the component {component:?} ending in a space or dot, which Windows strips"
+            ));
+        }
+    }
+    if path == RECEIPT_DIR || path.starts_with(".airlock/") {
+        return Err(format!("uses the name {RECEIPT_DIR:?}, reserved for airlock's receipt"));
+    }
+    Ok(())
+}
+
+/// Remembers every path seen and reports a second one that folds to the same name.
+#[derive(Default)]
+pub struct CollisionSet {
+    seen: HashMap<String, String>,
+}
+
+impl CollisionSet {
+    /// Adds `path`; returns the earlier path it collides with, if any.
+    pub fn insert(&mut self, path: &str) -> Option<String> {
+        let folded: String = path.nfc().collect::<String>().to_lowercase();
+        let folded: String = folded.nfc().collect();
+        match self.seen.get(&folded) {
+            Some(earlier) => Some(earlier.clone()),
+            None => {
+                self.seen.insert(folded, path.to_string());
+                None
+            }
+        }
+    }
+}
+
+/// Orders paths the way a bundle stores them: component by component, as bytes, so that a
+/// directory comes right before its contents (`a`, `a/b`, `a.txt`).
+pub fn bundle_order(a: &str, b: &str) -> std::cmp::Ordering {
+    a.split('/').cmp(b.split('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_ordinary_model_paths() {
+        for p in [
+            "config.json",
+            "model-00001-of-00002.safetensors",
+            "tokenizer/special_tokens_map.json",
+            "a b/ü.txt",
+            ".gitattributes",
+        ] {
+            assert_eq!(check_relative(p), Ok(()), "{p}");
+        }
+    }
+
+    #[test]
+    fn refuses_every_unsafe_shape() {
+        for p in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../../x",
+            "a/..",
+            "./a",
+            "a//b",
+            "a/",
+            "a\\b",
+            "C:/x",
+            "c:x",
+            "\\\\?\\C:\\x",
+            "NUL",
+            "sub/com1.txt",
+            "Lpt9",
+            "a\nb",
+            "a\rb",
+            "a\0b",
+            "a\x7fb",
+            "x.",
+            "x ",
+            ".airlock",
+            ".airlock/manifest.json",
+        ] {
+            assert!(check_relative(p).is_err(), "{p:?} should be refused");
+        }
+        assert!(check_relative(&"a".repeat(256)).is_err());
+        assert!(check_relative(&format!("{}/x", "a/".repeat(2100))).is_err());
+    }
+
+    #[test]
+    fn collisions_fold_case_and_normalisation() {
+        let mut set = CollisionSet::default();
+        assert_eq!(set.insert("Model.bin"), None);
+        assert_eq!(set.insert("model.BIN"), Some("Model.bin".into()));
+        assert_eq!(set.insert("caf\u{e9}"), None);
+        assert_eq!(set.insert("cafe\u{301}"), Some("caf\u{e9}".into()));
+        assert_eq!(set.insert("other"), None);
+    }
+
+    #[test]
+    fn order_puts_directory_before_contents() {
+        let mut v = vec!["a.txt", "a/b", "a", "b", "a/a/z", "a-b"];
+        v.sort_by(|a, b| bundle_order(a, b));
+        assert_eq!(v, ["a", "a/a/z", "a/b", "a-b", "a.txt", "b"]);
+    }
+}
