@@ -5,6 +5,16 @@
 //! verify → install. See `docs/ARCHITECTURE.md`.
 #![forbid(unsafe_code)]
 
+pub mod bundle;
+pub mod error;
+pub mod inspect;
+pub mod install;
+pub mod keys;
+pub mod lock;
 pub mod manifest;
 pub mod paths;
+pub mod progress;
+pub mod receipt;
+pub mod scan;
+pub mod size;
 pub mod tar;

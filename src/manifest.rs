@@ -171,7 +171,9 @@ impl Expected<'_> {
 }
 
 fn is_hex64(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Name of volume `index` when the bundle has `count` volumes.
@@ -189,7 +191,11 @@ pub fn entry_stream_size(path: &str, is_dir: bool, size: u64) -> u64 {
     let block = tar::BLOCK as u64;
     let mut pax_len = 0u64;
     let fits = stored_len <= 100 || {
-        let bytes = if is_dir { format!("{path}/") } else { path.to_string() };
+        let bytes = if is_dir {
+            format!("{path}/")
+        } else {
+            path.to_string()
+        };
         tar::split_ustar_fits(bytes.as_bytes())
     };
     if !fits {
@@ -211,7 +217,8 @@ impl Manifest {
         if bytes.len() as u64 > MAX_MANIFEST_BYTES {
             return Err(format!("is larger than {MAX_MANIFEST_BYTES} bytes"));
         }
-        let m: Manifest = serde_json::from_slice(bytes).map_err(|e| format!("is not a valid manifest: {e}"))?;
+        let m: Manifest =
+            serde_json::from_slice(bytes).map_err(|e| format!("is not a valid manifest: {e}"))?;
         m.validate()?;
         Ok(m)
     }
@@ -307,7 +314,8 @@ impl Manifest {
         let mut previous: Option<&str> = None;
         let mut dirs = std::collections::HashSet::new();
         for d in &self.directories {
-            paths::check_relative(d).map_err(|why| format!("lists the unsafe path {d:?}: it {why}"))?;
+            paths::check_relative(d)
+                .map_err(|why| format!("lists the unsafe path {d:?}: it {why}"))?;
             if let Some(p) = previous {
                 if !paths::bundle_order(p, d).is_lt() {
                     return Err(format!("lists directory {d:?} out of order or twice"));
@@ -321,7 +329,8 @@ impl Manifest {
         let mut previous: Option<&str> = None;
         for f in &self.files {
             let p = f.path.as_str();
-            paths::check_relative(p).map_err(|why| format!("lists the unsafe path {p:?}: it {why}"))?;
+            paths::check_relative(p)
+                .map_err(|why| format!("lists the unsafe path {p:?}: it {why}"))?;
             if let Some(prev) = previous {
                 if !paths::bundle_order(prev, p).is_lt() {
                     return Err(format!("lists file {p:?} out of order or twice"));
@@ -334,7 +343,9 @@ impl Manifest {
             if !is_hex64(&f.sha256) {
                 return Err(format!("has a malformed sha256 for {p:?}"));
             }
-            file_bytes = file_bytes.checked_add(f.size).ok_or("has file sizes that overflow")?;
+            file_bytes = file_bytes
+                .checked_add(f.size)
+                .ok_or("has file sizes that overflow")?;
             stream = stream
                 .checked_add(entry_stream_size(p, false, f.size))
                 .ok_or("has file sizes that overflow")?;
@@ -449,8 +460,18 @@ mod tests {
 
     fn sample() -> Manifest {
         let files = vec![
-            FileEntry { path: "a/x.bin".into(), size: 5, sha256: "0".repeat(64), executable: false },
-            FileEntry { path: "config.json".into(), size: 600, sha256: "1".repeat(64), executable: true },
+            FileEntry {
+                path: "a/x.bin".into(),
+                size: 5,
+                sha256: "0".repeat(64),
+                executable: false,
+            },
+            FileEntry {
+                path: "config.json".into(),
+                size: 600,
+                sha256: "1".repeat(64),
+                executable: true,
+            },
         ];
         let directories = vec!["a".to_string()];
         let stream = 1024
@@ -464,7 +485,10 @@ mod tests {
             version: 3,
             created: rfc3339(0),
             tool: "airlock test".into(),
-            compression: Compression { algorithm: "none".into(), level: None },
+            compression: Compression {
+                algorithm: "none".into(),
+                level: None,
+            },
             stream: Stream { size: stream },
             chunk_size: 4096,
             volumes: vec![Volume {
@@ -475,7 +499,12 @@ mod tests {
             }],
             directories,
             files,
-            totals: Totals { files: 2, directories: 1, file_bytes: 605, volume_bytes: stream },
+            totals: Totals {
+                files: 2,
+                directories: 1,
+                file_bytes: 605,
+                volume_bytes: stream,
+            },
             warnings: vec![],
             source: None,
         }
@@ -501,16 +530,25 @@ mod tests {
             ("without its directory", Box::new(|m| m.directories.clear())),
             ("totals", Box::new(|m| m.totals.file_bytes += 1)),
             ("volumes total", Box::new(|m| m.totals.volume_bytes += 1)),
-            ("expected", Box::new(|m| m.volumes[0].name = "../data.000".into())),
+            (
+                "expected",
+                Box::new(|m| m.volumes[0].name = "../data.000".into()),
+            ),
             ("tar stream", Box::new(|m| m.stream.size += 512)),
-            ("chunk", Box::new(|m| m.volumes[0].chunks.pop().map(drop).unwrap_or(()))),
-            ("case-insensitive", Box::new(|m| {
-                m.files[1].path = "A".into();
-                m.directories[0] = "a".into();
-                m.files.swap(0, 1);
-                m.files[0].path = "A".into();
-                m.files[1].path = "a/x.bin".into();
-            })),
+            (
+                "chunk",
+                Box::new(|m| m.volumes[0].chunks.pop().map(drop).unwrap_or(())),
+            ),
+            (
+                "case-insensitive",
+                Box::new(|m| {
+                    m.files[1].path = "A".into();
+                    m.directories[0] = "a".into();
+                    m.files.swap(0, 1);
+                    m.files[0].path = "A".into();
+                    m.files[1].path = "a/x.bin".into();
+                }),
+            ),
             ("format version", Box::new(|m| m.format_version = 2)),
         ];
         for (want, mutate) in cases {
@@ -524,7 +562,11 @@ mod tests {
     #[test]
     fn expected_entries_merge_in_stream_order() {
         let m = sample();
-        let order: Vec<_> = m.expected_entries().iter().map(|e| e.path().to_string()).collect();
+        let order: Vec<_> = m
+            .expected_entries()
+            .iter()
+            .map(|e| e.path().to_string())
+            .collect();
         assert_eq!(order, ["a", "a/x.bin", "config.json"]);
     }
 

@@ -66,7 +66,9 @@ pub fn check_relative(path: &str) -> Result<(), String> {
         }
     }
     if path == RECEIPT_DIR || path.starts_with(".airlock/") {
-        return Err(format!("uses the name {RECEIPT_DIR:?}, reserved for airlock's receipt"));
+        return Err(format!(
+            "uses the name {RECEIPT_DIR:?}, reserved for airlock's receipt"
+        ));
     }
     Ok(())
 }

@@ -148,7 +148,12 @@ pub struct Writer<W: Write> {
 impl<W: Write> Writer<W> {
     /// Starts a stream on `inner`.
     pub fn new(inner: W) -> Self {
-        Writer { inner, remaining: 0, pad: 0, offset: 0 }
+        Writer {
+            inner,
+            remaining: 0,
+            pad: 0,
+            offset: 0,
+        }
     }
 
     fn emit(&mut self, bytes: &[u8]) -> io::Result<()> {
@@ -218,7 +223,9 @@ impl<W: Write> Writer<W> {
     /// Writes content of the current file.
     pub fn write_data(&mut self, data: &[u8]) -> io::Result<()> {
         if data.len() as u64 > self.remaining {
-            return Err(io::Error::other("tar writer: more data than the declared size"));
+            return Err(io::Error::other(
+                "tar writer: more data than the declared size",
+            ));
         }
         self.remaining -= data.len() as u64;
         self.emit(data)
@@ -479,11 +486,28 @@ impl<R: Read> Reader<R> {
                         "GNU long-name record: bundles use PAX for long names, never GNU records",
                     ));
                 }
-                b'1' => return Err(self.bad("hard link entry: bundles carry regular files and directories only")),
-                b'2' => return Err(self.bad("symbolic link entry: bundles carry regular files and directories only")),
-                b'3' | b'4' => return Err(self.bad("device entry: bundles carry regular files and directories only")),
-                b'6' => return Err(self.bad("FIFO entry: bundles carry regular files and directories only")),
-                b'S' => return Err(self.bad("GNU sparse entry: bundles carry plain regular files only")),
+                b'1' => {
+                    return Err(self
+                        .bad("hard link entry: bundles carry regular files and directories only"));
+                }
+                b'2' => {
+                    return Err(self.bad(
+                        "symbolic link entry: bundles carry regular files and directories only",
+                    ));
+                }
+                b'3' | b'4' => {
+                    return Err(
+                        self.bad("device entry: bundles carry regular files and directories only")
+                    );
+                }
+                b'6' => {
+                    return Err(
+                        self.bad("FIFO entry: bundles carry regular files and directories only")
+                    );
+                }
+                b'S' => {
+                    return Err(self.bad("GNU sparse entry: bundles carry plain regular files only"));
+                }
                 b'g' => return Err(self.bad("PAX global header: not part of the bundle format")),
                 other => {
                     return Err(self.bad(format!(
@@ -499,7 +523,11 @@ impl<R: Read> Reader<R> {
         let stored = self.parse_octal(&h[148..156], "checksum")?;
         let mut sum: u64 = 0;
         for (i, &b) in h.iter().enumerate() {
-            sum += if (148..156).contains(&i) { u64::from(b' ') } else { u64::from(b) };
+            sum += if (148..156).contains(&i) {
+                u64::from(b' ')
+            } else {
+                u64::from(b)
+            };
         }
         if stored != sum {
             return Err(self.bad(format!(
@@ -527,8 +555,8 @@ impl<R: Read> Reader<R> {
             ustar_path.push(b'/');
         }
         ustar_path.extend_from_slice(name);
-        let ustar_path = String::from_utf8(ustar_path)
-            .map_err(|_| self.bad("entry name is not UTF-8"))?;
+        let ustar_path =
+            String::from_utf8(ustar_path).map_err(|_| self.bad("entry name is not UTF-8"))?;
         let (pax_path, pax_size) = pax.unwrap_or((None, None));
         let raw_path = match pax_path {
             Some(p) => {
@@ -609,7 +637,12 @@ impl<R: Read> Reader<R> {
             self.remaining = size;
             self.pad = (BLOCK as u64 - size % BLOCK as u64) % BLOCK as u64;
         }
-        Ok(Entry { path, kind, size, executable: kind == Kind::File && mode == 0o755 })
+        Ok(Entry {
+            path,
+            kind,
+            size,
+            executable: kind == Kind::File && mode == 0o755,
+        })
     }
 
     /// Reads content of the current file entry; returns 0 at its end.
@@ -617,7 +650,9 @@ impl<R: Read> Reader<R> {
         if self.remaining == 0 {
             return Ok(0);
         }
-        let want = buf.len().min(usize::try_from(self.remaining).unwrap_or(usize::MAX));
+        let want = buf
+            .len()
+            .min(usize::try_from(self.remaining).unwrap_or(usize::MAX));
         let n = loop {
             match self.inner.read(&mut buf[..want]) {
                 Ok(n) => break n,
@@ -708,7 +743,18 @@ mod tests {
         assert_eq!(bytes.len() % BLOCK, 0);
         let got = read_all(&bytes).unwrap();
         let names: Vec<_> = got.iter().map(|(e, _)| e.path.as_str()).collect();
-        assert_eq!(names, ["a", "a/empty", "a/run.sh", &long_dir, &long_file, "x", &unsplittable]);
+        assert_eq!(
+            names,
+            [
+                "a",
+                "a/empty",
+                "a/run.sh",
+                &long_dir,
+                &long_file,
+                "x",
+                &unsplittable
+            ]
+        );
         assert!(got[2].0.executable);
         assert_eq!(got[6].1, vec![7u8; 1000]);
     }
@@ -738,7 +784,12 @@ mod tests {
     fn refuses_trailing_garbage_and_short_streams() {
         let mut bytes = write(&[("f", Some(b"hello"), false)]);
         bytes.push(1);
-        assert!(read_all(&bytes).unwrap_err().to_string().contains("trailing data"));
+        assert!(
+            read_all(&bytes)
+                .unwrap_err()
+                .to_string()
+                .contains("trailing data")
+        );
         let bytes = write(&[("f", Some(b"hello"), false)]);
         for cut in [0, 100, 512, 515, 1024, 1500] {
             assert!(read_all(&bytes[..cut]).is_err(), "cut at {cut}");
@@ -772,11 +823,21 @@ mod tests {
         h[0] = b'y';
         let mut bytes = h.to_vec();
         bytes.extend([0u8; 1024]);
-        assert!(read_all(&bytes).unwrap_err().to_string().contains("checksum"));
+        assert!(
+            read_all(&bytes)
+                .unwrap_err()
+                .to_string()
+                .contains("checksum")
+        );
         for name in [&b"../x"[..], b"/etc/x", b"a//b", b"a/./b", b".airlock/x"] {
             let mut bytes = raw_header(name, 0o644, 0, b'0').to_vec();
             bytes.extend([0u8; 1024]);
-            assert!(read_all(&bytes).unwrap_err().to_string().contains("unsafe path"));
+            assert!(
+                read_all(&bytes)
+                    .unwrap_err()
+                    .to_string()
+                    .contains("unsafe path")
+            );
         }
     }
 
@@ -790,7 +851,12 @@ mod tests {
         bytes.extend(data);
         bytes.extend(raw_header(b"innocent", 0o644, 0, b'0'));
         bytes.extend([0u8; 1024]);
-        assert!(read_all(&bytes).unwrap_err().to_string().contains("disagrees"));
+        assert!(
+            read_all(&bytes)
+                .unwrap_err()
+                .to_string()
+                .contains("disagrees")
+        );
         // A PAX size alongside a non-zero ustar size.
         let rec = pax_record("size", "9000000000");
         let mut bytes = raw_header(b"././@PaxHeader", 0o644, rec.len() as u64, b'x').to_vec();
@@ -799,16 +865,31 @@ mod tests {
         bytes.extend(data);
         bytes.extend(raw_header(b"f", 0o644, 5, b'0'));
         bytes.extend([0u8; 1024]);
-        assert!(read_all(&bytes).unwrap_err().to_string().contains("disagrees"));
+        assert!(
+            read_all(&bytes)
+                .unwrap_err()
+                .to_string()
+                .contains("disagrees")
+        );
         // Malformed records and unknown keys.
-        for rec in [&b"99 path=x\n"[..], b"5 path=x\n", b"12 path=abc", b"11 mtime=1\n", b"09 path=ab\n"] {
+        for rec in [
+            &b"99 path=x\n"[..],
+            b"5 path=x\n",
+            b"12 path=abc",
+            b"11 mtime=1\n",
+            b"09 path=ab\n",
+        ] {
             let mut bytes = raw_header(b"././@PaxHeader", 0o644, rec.len() as u64, b'x').to_vec();
             let mut data = rec.to_vec();
             data.resize(BLOCK, 0);
             bytes.extend(data);
             bytes.extend(raw_header(b"x", 0o644, 0, b'0'));
             bytes.extend([0u8; 1024]);
-            assert!(read_all(&bytes).is_err(), "{:?}", String::from_utf8_lossy(rec));
+            assert!(
+                read_all(&bytes).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(rec)
+            );
         }
     }
 
@@ -838,7 +919,10 @@ mod tests {
         assert_eq!(std::fs::read(out.join("sub/a.txt")).unwrap(), b"alpha");
         assert_eq!(std::fs::read(out.join(&long)).unwrap(), b"long name");
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(out.join("sub/run")).unwrap().permissions().mode();
+        let mode = std::fs::metadata(out.join("sub/run"))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o111, 0o111);
     }
 

@@ -1,0 +1,735 @@
+//! Reading a bundle: the signature first, then volumes → zstd → tar, checked against the
+//! manifest entry by entry.
+//!
+//! Nothing in a volume is read before the manifest's signature has been verified against the
+//! trust set and the manifest has passed [`Manifest::validate`]. The stream is then held to the
+//! manifest exactly: entries in order with the declared types, sizes and digests, decompressed
+//! output capped at the declared stream size (no decompression bombs), and nothing after the
+//! end-of-archive marker or the last compressed frame.
+
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::keys::{self, PublicKey, Signature};
+use crate::manifest::{self, Expected, FileEntry, Manifest};
+use crate::progress::Progress;
+use crate::tar::{self, TarError};
+
+/// A bundle whose manifest signature has been verified.
+#[derive(Debug)]
+pub struct Opened {
+    /// The bundle directory.
+    pub dir: PathBuf,
+    /// The parsed, validated manifest.
+    pub manifest: Manifest,
+    /// The exact signed bytes.
+    pub manifest_bytes: Vec<u8>,
+    /// SHA-256 of the manifest bytes.
+    pub manifest_sha256: String,
+    /// The signature file's text.
+    pub signature_text: String,
+    /// The key that signed it.
+    pub signer: PublicKey,
+    /// Non-fatal observations (trusted comment disagreements).
+    pub warnings: Vec<String>,
+}
+
+fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>> {
+    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let len = f.metadata().map_err(|e| Error::io(path, e))?.len();
+    if len > cap {
+        return Err(Error::BadManifest {
+            path: path.to_path_buf(),
+            reason: format!("is {len} bytes, more than the {cap}-byte limit"),
+        });
+    }
+    let mut out = Vec::with_capacity(len as usize);
+    f.take(cap + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| Error::io(path, e))?;
+    Ok(out)
+}
+
+/// Reads the manifest and signature of `dir` without checking the signature (for `inspect`).
+pub fn read_unverified(dir: &Path) -> Result<(Manifest, Vec<u8>, Option<Signature>)> {
+    let mpath = dir.join(manifest::MANIFEST_NAME);
+    let bytes = read_capped(&mpath, manifest::MAX_MANIFEST_BYTES)?;
+    let m = Manifest::parse(&bytes).map_err(|reason| Error::BadManifest {
+        path: mpath.clone(),
+        reason,
+    })?;
+    let spath = dir.join(manifest::SIGNATURE_NAME);
+    let sig = match std::fs::read_to_string(&spath) {
+        Ok(text) => Some(Signature::parse(&text).map_err(|e| Error::Key {
+            path: spath,
+            source: e,
+        })?),
+        Err(_) => None,
+    };
+    Ok((m, bytes, sig))
+}
+
+/// Verifies the signature of a manifest against `trust` and parses it. Used for bundles and
+/// for receipts alike: `manifest_path` and `sig_path` name the two files.
+pub fn verify_signed(
+    manifest_path: &Path,
+    sig_path: &Path,
+    trust: &[PublicKey],
+) -> Result<(Manifest, Vec<u8>, String, PublicKey, Vec<String>)> {
+    let bytes = read_capped(manifest_path, manifest::MAX_MANIFEST_BYTES)?;
+    let text = match std::fs::read(sig_path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(Error::MissingSignature {
+                path: sig_path.to_path_buf(),
+            });
+        }
+        Err(e) => return Err(Error::io(sig_path, e)),
+    };
+    if text.len() > 64 * 1024 {
+        return Err(Error::BadSignature {
+            path: sig_path.to_path_buf(),
+            reason: "is too large to be a signature".into(),
+        });
+    }
+    let text = String::from_utf8(text).map_err(|_| Error::BadSignature {
+        path: sig_path.to_path_buf(),
+        reason: "is not UTF-8 text".into(),
+    })?;
+    let sig = Signature::parse(&text).map_err(|e| Error::BadSignature {
+        path: sig_path.to_path_buf(),
+        reason: format!("is not a valid minisign signature: {e}"),
+    })?;
+    let Some(signer) = trust.iter().find(|k| k.key_id == sig.key_id) else {
+        let trusted: Vec<String> = trust.iter().map(|k| k.key_id_hex()).collect();
+        return Err(Error::UntrustedKey {
+            path: sig_path.to_path_buf(),
+            key_id: sig.key_id_hex(),
+            trusted: trusted.join(", "),
+        });
+    };
+    keys::verify(signer, &sig, &bytes).map_err(|e| Error::BadSignature {
+        path: manifest_path.to_path_buf(),
+        reason: format!(
+            "does not match its signature from key {}: {e}",
+            signer.key_id_hex()
+        ),
+    })?;
+    let manifest = Manifest::parse(&bytes).map_err(|reason| Error::BadManifest {
+        path: manifest_path.to_path_buf(),
+        reason,
+    })?;
+    let sha = hex::encode(Sha256::digest(&bytes));
+    let mut warnings = Vec::new();
+    match manifest::parse_trusted_comment(&sig.trusted_comment) {
+        Some(tc) => {
+            if tc.manifest_sha256 != sha {
+                warnings.push(format!(
+                    "the signature's trusted comment names manifest sha256 {}, the manifest is {sha}",
+                    tc.manifest_sha256
+                ));
+            }
+            if tc.name != manifest.name || tc.version != manifest.version {
+                warnings.push(format!(
+                    "the signature's trusted comment says {:?} version {}, the manifest says {:?} version {}",
+                    tc.name, tc.version, manifest.name, manifest.version
+                ));
+            }
+        }
+        None => warnings.push(format!(
+            "the signature's trusted comment {:?} is not in airlock's form",
+            sig.trusted_comment
+        )),
+    }
+    Ok((manifest, bytes, text, signer.clone(), warnings))
+}
+
+/// Opens `dir` and verifies its manifest signature against `trust`. No volume is read.
+pub fn open(dir: &Path, trust: &[PublicKey]) -> Result<Opened> {
+    let (manifest, manifest_bytes, signature_text, signer, warnings) = verify_signed(
+        &dir.join(manifest::MANIFEST_NAME),
+        &dir.join(manifest::SIGNATURE_NAME),
+        trust,
+    )?;
+    let manifest_sha256 = hex::encode(Sha256::digest(&manifest_bytes));
+    Ok(Opened {
+        dir: dir.to_path_buf(),
+        manifest,
+        manifest_bytes,
+        manifest_sha256,
+        signature_text,
+        signer,
+        warnings,
+    })
+}
+
+/// What is wrong with one volume.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct VolumeProblem {
+    /// Volume file name.
+    pub volume: String,
+    /// Position, 1-based, and count, for messages ("3 of 7").
+    pub index: usize,
+    /// What is wrong.
+    pub problem: String,
+    /// Byte ranges `[start, end)` whose chunk digests fail.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub bad_ranges: Vec<(u64, u64)>,
+}
+
+/// Checks every volume's size and chunk digests, all chunks in parallel. The chunk digests are
+/// signed, so all of them matching proves the volume's content as well as the whole-volume
+/// digest would. Reads only.
+pub fn check_volumes(opened: &Opened, progress: &dyn Progress) -> Vec<VolumeProblem> {
+    let m = &opened.manifest;
+    let count = m.volumes.len();
+    progress.start("verify volumes", m.totals.volume_bytes);
+    let mut problems = Vec::new();
+    let mut jobs = Vec::new();
+    for (i, v) in m.volumes.iter().enumerate() {
+        let path = opened.dir.join(&v.name);
+        match std::fs::metadata(&path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => problems.push(VolumeProblem {
+                volume: v.name.clone(),
+                index: i + 1,
+                problem: format!("is missing (volume {} of {count})", i + 1),
+                bad_ranges: vec![],
+            }),
+            Err(e) => problems.push(VolumeProblem {
+                volume: v.name.clone(),
+                index: i + 1,
+                problem: format!("cannot be read: {e}"),
+                bad_ranges: vec![],
+            }),
+            Ok(meta) if !meta.is_file() => problems.push(VolumeProblem {
+                volume: v.name.clone(),
+                index: i + 1,
+                problem: "is not a regular file".into(),
+                bad_ranges: vec![],
+            }),
+            Ok(meta) if meta.len() != v.size => problems.push(VolumeProblem {
+                volume: v.name.clone(),
+                index: i + 1,
+                problem: format!(
+                    "is {} bytes, the manifest says {} ({})",
+                    meta.len(),
+                    v.size,
+                    if meta.len() < v.size {
+                        "truncated"
+                    } else {
+                        "extended"
+                    }
+                ),
+                bad_ranges: vec![],
+            }),
+            Ok(_) => {
+                for c in 0..v.chunks.len() {
+                    jobs.push((i, c));
+                }
+            }
+        }
+    }
+    let results: Vec<(usize, usize, std::result::Result<bool, String>)> = jobs
+        .par_iter()
+        .map(|&(i, c)| {
+            let v = &m.volumes[i];
+            let start = c as u64 * m.chunk_size;
+            let end = (start + m.chunk_size).min(v.size);
+            let r = hash_range(&opened.dir.join(&v.name), start, end, progress)
+                .map(|h| h == v.chunks[c])
+                .map_err(|e| e.to_string());
+            (i, c, r)
+        })
+        .collect();
+    let mut per_volume: std::collections::BTreeMap<usize, (Vec<(u64, u64)>, Option<String>)> =
+        Default::default();
+    for (i, c, r) in results {
+        let v = &m.volumes[i];
+        let start = c as u64 * m.chunk_size;
+        let end = (start + m.chunk_size).min(v.size);
+        match r {
+            Ok(true) => {}
+            Ok(false) => per_volume.entry(i).or_default().0.push((start, end)),
+            Err(e) => per_volume.entry(i).or_default().1 = Some(e),
+        }
+    }
+    for (i, (mut ranges, err)) in per_volume {
+        ranges.sort();
+        let v = &m.volumes[i];
+        let problem = match err {
+            Some(e) => format!("cannot be read: {e}"),
+            None => format!(
+                "fails its sha256 (volume {} of {count}; bad byte ranges: {})",
+                i + 1,
+                ranges
+                    .iter()
+                    .map(|(a, b)| format!("{a}-{b}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        problems.push(VolumeProblem {
+            volume: v.name.clone(),
+            index: i + 1,
+            problem,
+            bad_ranges: ranges,
+        });
+    }
+    problems.sort_by_key(|p| p.index);
+    let extra = extra_files(opened);
+    for name in extra {
+        problems.push(VolumeProblem {
+            volume: name.clone(),
+            index: 0,
+            problem:
+                "is not listed in the manifest (an extra or duplicated volume?); it is ignored"
+                    .into(),
+            bad_ranges: vec![],
+        });
+    }
+    progress.finish();
+    problems
+}
+
+/// Files in the bundle directory that the manifest does not account for.
+pub fn extra_files(opened: &Opened) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(&opened.dir) else {
+        return vec![];
+    };
+    let mut out: Vec<String> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| {
+            n != manifest::MANIFEST_NAME
+                && n != manifest::SIGNATURE_NAME
+                && !opened.manifest.volumes.iter().any(|v| &v.name == n)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn hash_range(path: &Path, start: u64, end: u64, progress: &dyn Progress) -> io::Result<String> {
+    let f = File::open(path)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut pos = start;
+    while pos < end {
+        let want = ((end - pos) as usize).min(buf.len());
+        let n = f.read_at(&mut buf[..want], pos)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "volume ended early",
+            ));
+        }
+        h.update(&buf[..n]);
+        pos += n as u64;
+        progress.advance(n as u64);
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+/// How the stream reader treats content mismatches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The first problem of any kind is an error (unpack).
+    Strict,
+    /// Volume and file digest mismatches are collected and reading goes on (verify --deep);
+    /// structural problems still stop it.
+    Collect,
+}
+
+/// Receives the entries of a verified stream (the installer; nothing for verify --deep).
+pub trait EntrySink {
+    /// A directory entry.
+    fn dir(&mut self, path: &str) -> Result<()>;
+    /// A file entry begins.
+    fn begin_file(&mut self, file: &FileEntry) -> Result<()>;
+    /// File content.
+    fn data(&mut self, bytes: &[u8]) -> Result<()>;
+    /// The file's content ended and matched its size and digest.
+    fn end_file(&mut self, file: &FileEntry) -> Result<()>;
+}
+
+/// Discards everything.
+pub struct NullSink;
+
+impl EntrySink for NullSink {
+    fn dir(&mut self, _: &str) -> Result<()> {
+        Ok(())
+    }
+    fn begin_file(&mut self, _: &FileEntry) -> Result<()> {
+        Ok(())
+    }
+    fn data(&mut self, _: &[u8]) -> Result<()> {
+        Ok(())
+    }
+    fn end_file(&mut self, _: &FileEntry) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The typed failure a volume reader raises inside the io::Error chain.
+#[derive(Debug)]
+struct VolumeFailure(VolumeProblem);
+
+impl std::fmt::Display for VolumeFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.0.volume, self.0.problem)
+    }
+}
+impl std::error::Error for VolumeFailure {}
+
+/// Reads the volumes in order as one stream, hashing each and checking its size.
+struct VolumeReader<'a> {
+    opened: &'a Opened,
+    mode: Mode,
+    index: usize,
+    file: Option<File>,
+    read_in_volume: u64,
+    hasher: Sha256,
+    problems: Vec<VolumeProblem>,
+    progress: &'a dyn Progress,
+}
+
+impl VolumeReader<'_> {
+    fn fail(&mut self, problem: String) -> io::Result<()> {
+        let count = self.opened.manifest.volumes.len();
+        let v = &self.opened.manifest.volumes[self.index];
+        let p = VolumeProblem {
+            volume: v.name.clone(),
+            index: self.index + 1,
+            problem: format!("{problem} (volume {} of {count})", self.index + 1),
+            bad_ranges: vec![],
+        };
+        match self.mode {
+            Mode::Strict => Err(io::Error::other(VolumeFailure(p))),
+            Mode::Collect => {
+                self.problems.push(p);
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Read for VolumeReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let volumes = &self.opened.manifest.volumes;
+            if self.index >= volumes.len() {
+                return Ok(0);
+            }
+            let v = &volumes[self.index];
+            if self.file.is_none() {
+                let path = self.opened.dir.join(&v.name);
+                let f = match File::open(&path) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        let msg = if e.kind() == io::ErrorKind::NotFound {
+                            "is missing".to_string()
+                        } else {
+                            format!("cannot be opened: {e}")
+                        };
+                        self.fail(msg)?;
+                        // Collect mode: the stream cannot go on without the volume's bytes.
+                        return Err(io::Error::other(format!("{} is missing", v.name)));
+                    }
+                };
+                self.progress.item(&v.name);
+                self.file = Some(f);
+                self.read_in_volume = 0;
+                self.hasher = Sha256::new();
+            }
+            let remaining = v.size - self.read_in_volume;
+            let want = (buf.len() as u64).min(remaining) as usize;
+            let file = self.file.as_mut().expect("opened above");
+            let n = if want == 0 {
+                // At the declared end: anything more means the volume was extended.
+                let mut probe = [0u8; 1];
+                if file.read(&mut probe)? != 0 {
+                    let msg = format!(
+                        "is longer than the {} bytes the manifest says (extended)",
+                        v.size
+                    );
+                    self.fail(msg)?;
+                }
+                0
+            } else {
+                file.read(&mut buf[..want])?
+            };
+            if n == 0 {
+                if self.read_in_volume < v.size {
+                    let msg = format!(
+                        "ends after {} of its {} bytes (truncated)",
+                        self.read_in_volume, v.size
+                    );
+                    self.fail(msg)?;
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("{} is truncated", v.name),
+                    ));
+                }
+                let digest = hex::encode(std::mem::take(&mut self.hasher).finalize());
+                if digest != v.sha256 {
+                    self.fail("fails its sha256: copy it again from the staging host".to_string())?;
+                }
+                self.file = None;
+                self.index += 1;
+                continue;
+            }
+            self.hasher.update(&buf[..n]);
+            self.read_in_volume += n as u64;
+            self.progress.advance(n as u64);
+            return Ok(n);
+        }
+    }
+}
+
+/// Stops the decompressed stream at the declared size.
+struct Capped<R> {
+    inner: R,
+    left: u64,
+}
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.left == 0 {
+            let mut probe = [0u8; 1];
+            return match self.inner.read(&mut probe)? {
+                0 => Ok(0),
+                _ => Err(io::Error::other(
+                    "the decompressed stream is longer than the manifest declares (decompression bomb?)",
+                )),
+            };
+        }
+        let want = (buf.len() as u64).min(self.left) as usize;
+        let n = self.inner.read(&mut buf[..want])?;
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+/// What a streamed read found (in [`Mode::Collect`]; in strict mode any problem is an error).
+#[derive(Debug, Default, serde::Serialize)]
+pub struct StreamReport {
+    /// Volumes that failed while streaming.
+    pub volume_problems: Vec<VolumeProblem>,
+    /// Files whose content failed their digest.
+    pub bad_files: Vec<String>,
+}
+
+fn stream_error(e: TarError) -> Error {
+    match e {
+        TarError::Io(io) => io_to_error(io),
+        TarError::Malformed { .. } => Error::BadStream {
+            volume: "tar stream".into(),
+            reason: e.to_string(),
+        },
+    }
+}
+
+fn io_to_error(e: io::Error) -> Error {
+    if e.get_ref().is_some_and(|inner| inner.is::<VolumeFailure>()) {
+        let inner = e
+            .into_inner()
+            .expect("checked")
+            .downcast::<VolumeFailure>()
+            .expect("checked");
+        return Error::BadVolumes {
+            summary: format!("volume {}: {}", inner.0.volume, inner.0.problem),
+        };
+    }
+    Error::BadStream {
+        volume: "data stream".into(),
+        reason: format!("cannot be decoded: {e}"),
+    }
+}
+
+/// Streams the verified bundle through `sink`, checking every entry against the manifest.
+pub fn stream(
+    opened: &Opened,
+    mode: Mode,
+    sink: &mut dyn EntrySink,
+    progress: &dyn Progress,
+) -> Result<StreamReport> {
+    let m = &opened.manifest;
+    progress.start("stream", m.totals.volume_bytes);
+    let volumes = VolumeReader {
+        opened,
+        mode,
+        index: 0,
+        file: None,
+        read_in_volume: 0,
+        hasher: Sha256::new(),
+        problems: Vec::new(),
+        progress,
+    };
+    let mut report = StreamReport::default();
+    let raw = BufReader::with_capacity(1 << 20, volumes);
+    let volumes = match m.compression.algorithm.as_str() {
+        "zstd" => {
+            let mut dec = zstd::stream::read::Decoder::with_buffer(raw).map_err(io_to_error)?;
+            // A window larger than 128 MiB would let a hostile bundle make us allocate it.
+            dec.window_log_max(27).map_err(io_to_error)?;
+            let capped = Capped {
+                inner: dec,
+                left: m.stream.size,
+            };
+            let mut tar = tar::Reader::new(capped);
+            check_entries(m, mode, &mut tar, sink, &mut report)?;
+            let capped = tar.into_inner();
+            let mut raw = capped.inner.finish();
+            drain_trailing(&mut raw)?;
+            raw.into_inner()
+        }
+        _ => {
+            let capped = Capped {
+                inner: raw,
+                left: m.stream.size,
+            };
+            let mut tar = tar::Reader::new(capped);
+            check_entries(m, mode, &mut tar, sink, &mut report)?;
+            let mut raw = tar.into_inner().inner;
+            drain_trailing(&mut raw)?;
+            raw.into_inner()
+        }
+    };
+    report.volume_problems = volumes.problems;
+    progress.finish();
+    Ok(report)
+}
+
+fn drain_trailing(raw: &mut impl Read) -> Result<()> {
+    let mut probe = [0u8; 1];
+    match raw.read(&mut probe) {
+        Ok(0) => Ok(()),
+        Ok(_) => Err(Error::BadStream {
+            volume: "data stream".into(),
+            reason: "trailing data after the end of the compressed stream".into(),
+        }),
+        Err(e) => Err(io_to_error(e)),
+    }
+}
+
+fn check_entries<R: Read>(
+    m: &Manifest,
+    mode: Mode,
+    tar: &mut tar::Reader<R>,
+    sink: &mut dyn EntrySink,
+    report: &mut StreamReport,
+) -> Result<()> {
+    let expected = m.expected_entries();
+    let mut seen = std::collections::HashSet::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut i = 0;
+    while let Some(entry) = tar.next_entry().map_err(stream_error)? {
+        let bad = |reason: String| Error::BadStream {
+            volume: "tar stream".into(),
+            reason,
+        };
+        let Some(want) = expected.get(i) else {
+            return Err(bad(format!(
+                "entry {:?} is not in the manifest (extra entry after the last one)",
+                entry.path
+            )));
+        };
+        if entry.path != want.path() {
+            let reason = if seen.contains(entry.path.as_str()) {
+                format!("entry {:?} appears twice", entry.path)
+            } else if expected.iter().any(|e| e.path() == entry.path) {
+                format!(
+                    "entry {:?} is out of manifest order (expected {:?})",
+                    entry.path,
+                    want.path()
+                )
+            } else {
+                format!(
+                    "entry {:?} is not in the manifest (expected {:?})",
+                    entry.path,
+                    want.path()
+                )
+            };
+            return Err(bad(reason));
+        }
+        seen.insert(want.path());
+        match (*want, entry.kind) {
+            (Expected::Dir(p), tar::Kind::Dir) => sink.dir(p)?,
+            (Expected::File(f), tar::Kind::File) => {
+                if entry.size != f.size {
+                    return Err(bad(format!(
+                        "entry {:?} is {} bytes in the stream, the manifest says {}",
+                        f.path, entry.size, f.size
+                    )));
+                }
+                if entry.executable != f.executable {
+                    return Err(bad(format!(
+                        "entry {:?} has a mode that disagrees with the manifest",
+                        f.path
+                    )));
+                }
+                sink.begin_file(f)?;
+                let mut h = Sha256::new();
+                loop {
+                    let n = tar.read_data(&mut buf).map_err(stream_error)?;
+                    if n == 0 {
+                        break;
+                    }
+                    h.update(&buf[..n]);
+                    sink.data(&buf[..n])?;
+                }
+                let digest = hex::encode(h.finalize());
+                if digest != f.sha256 {
+                    match mode {
+                        Mode::Strict => {
+                            return Err(Error::BadFile {
+                                path: f.path.clone(),
+                                reason: format!(
+                                    "content fails its sha256 (got {digest}, manifest says {})",
+                                    f.sha256
+                                ),
+                            });
+                        }
+                        Mode::Collect => report.bad_files.push(f.path.clone()),
+                    }
+                } else {
+                    sink.end_file(f)?;
+                }
+            }
+            (want, _) => {
+                return Err(bad(format!(
+                    "entry {:?} is a {}, the manifest says it is a {}",
+                    entry.path,
+                    if entry.kind == tar::Kind::Dir {
+                        "directory"
+                    } else {
+                        "file"
+                    },
+                    if matches!(want, Expected::Dir(_)) {
+                        "directory"
+                    } else {
+                        "file"
+                    }
+                )));
+            }
+        }
+        i += 1;
+    }
+    if let Some(missing) = expected.get(i) {
+        return Err(Error::BadStream {
+            volume: "tar stream".into(),
+            reason: format!(
+                "ends before {:?} and {} more manifest entries (missing from the stream)",
+                missing.path(),
+                expected.len() - i - 1
+            ),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,522 @@
+//! Packing: source files → tar → zstd → volumes, with every byte hashed once on the way.
+//!
+//! Two threads share the work. The calling thread reads each source file once, hashes it and
+//! hands the buffers over; the writer thread frames them as tar, compresses, cuts volumes and
+//! hashes each volume and each chunk of it. Buffers travel back for reuse, so memory stays at a
+//! few megabytes whatever the model size. Everything is written under `BUNDLE.partial/` and
+//! renamed to `BUNDLE` only once the signature is on disk.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use crossbeam_channel::{Receiver, Sender, bounded};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::keys::{self, SecretKey};
+use crate::lock::{self, DirLock};
+use crate::manifest::{
+    self, Compression, FileEntry, HfSource, Manifest, Stream, Totals, Volume, Warning,
+};
+use crate::progress::Progress;
+use crate::scan::ScanEntry;
+use crate::tar;
+
+/// Size of the buffers that carry file data between the threads.
+pub const BUFFER_SIZE: usize = 1 << 20;
+const BUFFERS: usize = 8;
+
+/// How to compress the stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compress {
+    /// Store the tar stream as is.
+    None,
+    /// zstd at this level with this many worker threads (0 = single-threaded).
+    Zstd {
+        /// zstd level (1..=19).
+        level: i32,
+        /// zstd worker threads.
+        workers: u32,
+    },
+}
+
+/// Everything `pack` needs, resolved.
+pub struct PackOptions<'a> {
+    /// Entries from [`crate::scan::scan`].
+    pub entries: Vec<ScanEntry>,
+    /// The bundle directory to create.
+    pub out: PathBuf,
+    /// Signing key.
+    pub key: &'a SecretKey,
+    /// Bundle name.
+    pub name: String,
+    /// Bundle version.
+    pub version: u64,
+    /// Compression.
+    pub compress: Compress,
+    /// Largest volume, bytes.
+    pub volume_size: u64,
+    /// Chunk size for per-chunk digests.
+    pub chunk_size: u64,
+    /// Creation time, seconds since the epoch.
+    pub created_unix: i64,
+    /// Model-check warnings to record.
+    pub warnings: Vec<Warning>,
+    /// Hugging Face provenance, with etags to fill in file order.
+    pub source: Option<HfSource>,
+}
+
+enum Msg {
+    Dir(String),
+    Begin {
+        path: String,
+        size: u64,
+        executable: bool,
+    },
+    Data(Vec<u8>, usize),
+    End,
+}
+
+/// Writes volumes, cutting at `volume_size` and hashing each volume and chunk.
+struct VolumeWriter {
+    dir: PathBuf,
+    volume_size: u64,
+    chunk_size: u64,
+    file: Option<File>,
+    in_volume: u64,
+    in_chunk: u64,
+    hasher: Sha256,
+    chunk_hasher: Sha256,
+    chunks: Vec<String>,
+    done: Vec<Volume>,
+}
+
+fn temp_volume_name(index: usize) -> String {
+    format!("volume-{index}.tmp")
+}
+
+impl VolumeWriter {
+    fn close_volume(&mut self) -> io::Result<()> {
+        let Some(file) = self.file.take() else {
+            return Ok(());
+        };
+        if self.in_chunk > 0 {
+            let h = std::mem::take(&mut self.chunk_hasher).finalize();
+            self.chunks.push(hex::encode(h));
+        }
+        file.sync_all()?;
+        let index = self.done.len();
+        self.done.push(Volume {
+            name: temp_volume_name(index),
+            size: self.in_volume,
+            sha256: hex::encode(std::mem::take(&mut self.hasher).finalize()),
+            chunks: std::mem::take(&mut self.chunks),
+        });
+        self.in_volume = 0;
+        self.in_chunk = 0;
+        Ok(())
+    }
+
+    fn finish(mut self) -> io::Result<Vec<Volume>> {
+        self.close_volume()?;
+        let count = self.done.len();
+        for (i, v) in self.done.iter_mut().enumerate() {
+            let name = manifest::volume_name(i, count);
+            std::fs::rename(self.dir.join(&v.name), self.dir.join(&name))?;
+            v.name = name;
+        }
+        Ok(self.done)
+    }
+}
+
+impl Write for VolumeWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if self.file.is_none() {
+            let path = self.dir.join(temp_volume_name(self.done.len()));
+            self.file = Some(File::create_new(&path)?);
+        }
+        let room_volume = self.volume_size - self.in_volume;
+        let room_chunk = self.chunk_size - self.in_chunk;
+        let n = (buf.len() as u64).min(room_volume).min(room_chunk) as usize;
+        let part = &buf[..n];
+        self.file.as_mut().expect("opened above").write_all(part)?;
+        self.hasher.update(part);
+        self.chunk_hasher.update(part);
+        self.in_volume += n as u64;
+        self.in_chunk += n as u64;
+        if self.in_chunk == self.chunk_size {
+            let h = std::mem::take(&mut self.chunk_hasher).finalize();
+            self.chunks.push(hex::encode(h));
+            self.in_chunk = 0;
+        }
+        if self.in_volume == self.volume_size {
+            self.close_volume()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+enum Sink {
+    Plain(BufWriter<VolumeWriter>),
+    Zstd(zstd::stream::write::Encoder<'static, VolumeWriter>),
+}
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Sink::Plain(w) => w.write(buf),
+            Sink::Zstd(w) => w.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Sink::Plain(w) => w.flush(),
+            Sink::Zstd(w) => w.flush(),
+        }
+    }
+}
+
+impl Sink {
+    fn finish(self) -> io::Result<VolumeWriter> {
+        match self {
+            Sink::Plain(w) => w.into_inner().map_err(|e| e.into_error()),
+            Sink::Zstd(w) => w.finish(),
+        }
+    }
+}
+
+/// The writer thread: tar framing, compression, volumes. Returns the volumes and stream size.
+fn write_stream(
+    rx: Receiver<Msg>,
+    recycle: Sender<Vec<u8>>,
+    sink: Sink,
+) -> io::Result<(Vec<Volume>, u64)> {
+    let mut tar = tar::Writer::new(sink);
+    for msg in rx {
+        match msg {
+            Msg::Dir(path) => tar.append_dir(&path)?,
+            Msg::Begin {
+                path,
+                size,
+                executable,
+            } => tar.begin_file(&path, size, executable)?,
+            Msg::Data(buf, n) => {
+                tar.write_data(&buf[..n])?;
+                let _ = recycle.send(buf);
+            }
+            Msg::End => tar.end_file()?,
+        }
+    }
+    let size = tar.offset() + 2 * tar::BLOCK as u64;
+    let sink = tar.finish()?;
+    let volumes = sink.finish()?.finish()?;
+    Ok((volumes, size))
+}
+
+/// Reads one source file once: hashes it, sends its buffers, and checks it did not change.
+fn read_file(
+    source: &Path,
+    size: u64,
+    tx: &Sender<Msg>,
+    pool: &Receiver<Vec<u8>>,
+    progress: &dyn Progress,
+) -> Result<Option<String>> {
+    let mut file = File::open(source).map_err(|e| Error::io(source, e))?;
+    let before = file.metadata().map_err(|e| Error::io(source, e))?;
+    if before.len() != size {
+        return Err(Error::SourceChanged {
+            path: source.to_path_buf(),
+            what: format!(
+                "size went from {size} to {} bytes since the scan",
+                before.len()
+            ),
+        });
+    }
+    let mut hasher = Sha256::new();
+    let mut total: u64 = 0;
+    loop {
+        let mut buf = pool.recv().unwrap_or_else(|_| vec![0u8; BUFFER_SIZE]);
+        let want = (BUFFER_SIZE as u64).min(size - total) as usize;
+        let n = if want == 0 {
+            // Probe for growth past the declared size.
+            let mut probe = [0u8; 1];
+            let n = file.read(&mut probe).map_err(|e| Error::io(source, e))?;
+            if n != 0 {
+                return Err(Error::SourceChanged {
+                    path: source.to_path_buf(),
+                    what: format!("grew past {size} bytes while being read"),
+                });
+            }
+            break;
+        } else {
+            file.read(&mut buf[..want])
+                .map_err(|e| Error::io(source, e))?
+        };
+        if n == 0 {
+            return Err(Error::SourceChanged {
+                path: source.to_path_buf(),
+                what: format!("ended after {total} of {size} bytes"),
+            });
+        }
+        hasher.update(&buf[..n]);
+        total += n as u64;
+        progress.advance(n as u64);
+        if tx.send(Msg::Data(buf, n)).is_err() {
+            // The writer thread failed; its error is reported by the caller.
+            return Ok(None);
+        }
+    }
+    let after = file.metadata().map_err(|e| Error::io(source, e))?;
+    if after.len() != before.len()
+        || after.mtime() != before.mtime()
+        || after.mtime_nsec() != before.mtime_nsec()
+        || after.ino() != before.ino()
+    {
+        return Err(Error::SourceChanged {
+            path: source.to_path_buf(),
+            what: "its size or modification time changed while it was read".into(),
+        });
+    }
+    Ok(Some(hex::encode(hasher.finalize())))
+}
+
+/// Result of a pack.
+pub struct Packed {
+    /// The manifest written.
+    pub manifest: Manifest,
+    /// SHA-256 of manifest.json.
+    pub manifest_sha256: String,
+}
+
+/// Packs `opts.entries` into the bundle directory `opts.out`.
+pub fn pack(opts: PackOptions<'_>, progress: &dyn Progress) -> Result<Packed> {
+    let out = &opts.out;
+    if std::fs::symlink_metadata(out).is_ok() {
+        return Err(Error::Usage(format!(
+            "{} already exists; choose a new bundle directory",
+            out.display()
+        )));
+    }
+    let mut partial = out.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    if std::fs::symlink_metadata(&partial).is_ok() && !lock::remove_if_stale(&partial)? {
+        return Err(Error::Usage(format!(
+            "{} exists and is not a stale airlock pack (another pack may be running); remove it or choose another name",
+            partial.display()
+        )));
+    }
+    std::fs::create_dir(&partial).map_err(|e| Error::io(&partial, e))?;
+    let guard = RemoveOnDrop(Some(partial.clone()));
+    let lock = DirLock::create(&partial)?;
+
+    let result = pack_into(&opts, &partial, progress)?;
+
+    lock.remove_file()?;
+    let dir = File::open(&partial).map_err(|e| Error::io(&partial, e))?;
+    dir.sync_all().map_err(|e| Error::io(&partial, e))?;
+    rustix::fs::renameat_with(
+        rustix::fs::CWD,
+        &partial,
+        rustix::fs::CWD,
+        out,
+        rustix::fs::RenameFlags::NOREPLACE,
+    )
+    .map_err(|e| Error::io(out, e.into()))?;
+    std::mem::forget(guard);
+    drop(lock);
+    let parent = parent_dir(out);
+    File::open(&parent)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(&parent, e))?;
+    Ok(result)
+}
+
+/// The parent directory of `path` (`.` for a bare name).
+pub fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+struct RemoveOnDrop(Option<PathBuf>);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = std::fs::remove_dir_all(p);
+        }
+    }
+}
+
+fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Result<Packed> {
+    let volumes_writer = VolumeWriter {
+        dir: dir.to_path_buf(),
+        volume_size: opts.volume_size,
+        chunk_size: opts.chunk_size,
+        file: None,
+        in_volume: 0,
+        in_chunk: 0,
+        hasher: Sha256::new(),
+        chunk_hasher: Sha256::new(),
+        chunks: Vec::new(),
+        done: Vec::new(),
+    };
+    let sink = match opts.compress {
+        Compress::None => Sink::Plain(BufWriter::with_capacity(BUFFER_SIZE, volumes_writer)),
+        Compress::Zstd { level, workers } => {
+            let mut enc = zstd::stream::write::Encoder::new(volumes_writer, level)
+                .map_err(|e| Error::io(dir, e))?;
+            if workers > 0 {
+                enc.multithread(workers).map_err(|e| Error::io(dir, e))?;
+            }
+            Sink::Zstd(enc)
+        }
+    };
+    let total: u64 = opts
+        .entries
+        .iter()
+        .map(|e| match e {
+            ScanEntry::File { size, .. } => *size,
+            ScanEntry::Dir { .. } => 0,
+        })
+        .sum();
+    progress.start("pack", total);
+
+    let (tx, rx) = bounded::<Msg>(BUFFERS);
+    let (recycle_tx, pool) = bounded::<Vec<u8>>(BUFFERS + 2);
+    for _ in 0..BUFFERS {
+        let _ = recycle_tx.send(vec![0u8; BUFFER_SIZE]);
+    }
+    let mut files = Vec::new();
+    let mut directories = Vec::new();
+    let (read_result, write_result) = std::thread::scope(|s| {
+        let writer = s.spawn(move || write_stream(rx, recycle_tx, sink));
+        let read_result = (|| -> Result<()> {
+            for entry in &opts.entries {
+                match entry {
+                    ScanEntry::Dir { path } => {
+                        directories.push(path.clone());
+                        if tx.send(Msg::Dir(path.clone())).is_err() {
+                            return Ok(());
+                        }
+                    }
+                    ScanEntry::File {
+                        path,
+                        source,
+                        size,
+                        executable,
+                    } => {
+                        progress.item(path);
+                        let begin = Msg::Begin {
+                            path: path.clone(),
+                            size: *size,
+                            executable: *executable,
+                        };
+                        if tx.send(begin).is_err() {
+                            return Ok(());
+                        }
+                        let Some(sha256) = read_file(source, *size, &tx, &pool, progress)? else {
+                            return Ok(());
+                        };
+                        if tx.send(Msg::End).is_err() {
+                            return Ok(());
+                        }
+                        files.push(FileEntry {
+                            path: path.clone(),
+                            size: *size,
+                            sha256,
+                            executable: *executable,
+                        });
+                    }
+                }
+            }
+            Ok(())
+        })();
+        drop(tx);
+        let write_result = writer.join().expect("writer thread panicked");
+        (read_result, write_result)
+    });
+    read_result?;
+    let (volumes, stream_size) = write_result.map_err(|e| Error::io(dir, e))?;
+    progress.finish();
+
+    let totals = Totals {
+        files: files.len() as u64,
+        directories: directories.len() as u64,
+        file_bytes: files.iter().map(|f| f.size).sum(),
+        volume_bytes: volumes.iter().map(|v| v.size).sum(),
+    };
+    let compression = match opts.compress {
+        Compress::None => Compression {
+            algorithm: "none".into(),
+            level: None,
+        },
+        Compress::Zstd { level, .. } => Compression {
+            algorithm: "zstd".into(),
+            level: Some(level),
+        },
+    };
+    let manifest = Manifest {
+        format: manifest::FORMAT_ID.into(),
+        format_version: manifest::FORMAT_VERSION,
+        name: opts.name.clone(),
+        version: opts.version,
+        created: manifest::rfc3339(opts.created_unix),
+        tool: format!("airlock {}", env!("CARGO_PKG_VERSION")),
+        compression,
+        stream: Stream { size: stream_size },
+        chunk_size: opts.chunk_size,
+        volumes,
+        directories,
+        files,
+        totals,
+        warnings: opts.warnings.clone(),
+        source: opts.source.clone(),
+    };
+    // The packer holds itself to the same rules as the reader.
+    manifest.validate().map_err(|why| {
+        Error::io(
+            dir,
+            io::Error::other(format!("internal error: the new manifest {why}")),
+        )
+    })?;
+    let bytes = manifest.to_bytes();
+    let manifest_sha256 = hex::encode(Sha256::digest(&bytes));
+    let sig = keys::sign(
+        opts.key,
+        &bytes,
+        "signature from airlock secret key",
+        &manifest::trusted_comment(&manifest.name, manifest.version, &manifest_sha256),
+    )
+    .map_err(|e| Error::Key {
+        path: dir.join(manifest::SIGNATURE_NAME),
+        source: e,
+    })?;
+    write_synced(&dir.join(manifest::MANIFEST_NAME), &bytes)?;
+    write_synced(
+        &dir.join(manifest::SIGNATURE_NAME),
+        sig.to_file_text().as_bytes(),
+    )?;
+    Ok(Packed {
+        manifest,
+        manifest_sha256,
+    })
+}
+
+/// Writes a new file and syncs it.
+pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = File::create_new(path).map_err(|e| Error::io(path, e))?;
+    f.write_all(bytes).map_err(|e| Error::io(path, e))?;
+    f.sync_all().map_err(|e| Error::io(path, e))
+}

@@ -1,0 +1,190 @@
+//! Command-line definitions (clap derive). The doc comments are the `--help` text.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Carry machine-learning models across an air gap with every byte verified.
+///
+/// Exit codes: 0 success; 1 operational error (I/O, no space, wrong password); 2 usage error;
+/// 3 the bundle or model failed verification.
+#[derive(Parser, Debug)]
+#[command(name = "airlock", version, max_term_width = 100)]
+pub struct Cli {
+    /// Print exactly one JSON document on stdout describing the result (also on failure).
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Print nothing but errors.
+    #[arg(long, short, global = true)]
+    pub quiet: bool,
+    /// Progress display on stderr: a live bar, plain log lines, or none.
+    #[arg(long, global = true, value_enum, default_value_t = ProgressArg::Auto)]
+    pub progress: ProgressArg,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// `--progress` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ProgressArg {
+    /// A bar when stderr is a terminal, nothing otherwise.
+    Auto,
+    /// Always a bar.
+    Bar,
+    /// A plain log line every few seconds.
+    Plain,
+    /// No progress output.
+    None,
+}
+
+/// `--compress` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CompressArg {
+    /// zstd (the default).
+    Zstd,
+    /// No compression: volumes hold the plain tar stream.
+    None,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Generate a minisign-compatible signing key pair (PREFIX.pub, PREFIX.key).
+    Keygen(KeygenArgs),
+    /// Pack a model directory into a signed bundle.
+    Pack(PackArgs),
+    /// Verify a bundle in place, read-only: signature, then every volume.
+    Verify(VerifyArgs),
+    /// Verify and install a bundle into a directory, atomically.
+    Unpack(UnpackArgs),
+    /// Show what a bundle holds without hashing anything.
+    Inspect(InspectArgs),
+    /// Re-verify an installed model against its receipt and lint its files.
+    Check(CheckArgs),
+    /// Print a shell completion script.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) on stdout.
+    Man,
+}
+
+/// `airlock keygen`.
+#[derive(Args, Debug)]
+pub struct KeygenArgs {
+    /// Write PREFIX.pub and PREFIX.key.
+    #[arg(long, short)]
+    pub out: PathBuf,
+    /// Store the secret key without a password (like `minisign -G -W`).
+    #[arg(long)]
+    pub unencrypted: bool,
+    /// Read the password from the first line of this file instead of asking on the terminal.
+    #[arg(long, value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
+    /// Overwrite existing key files.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Where the trusted public keys come from.
+#[derive(Args, Debug)]
+pub struct TrustArgs {
+    /// A trusted .pub file or a directory of them; repeatable. Default: $AIRLOCK_TRUST.
+    #[arg(long, value_name = "PUBKEY")]
+    pub trust: Vec<PathBuf>,
+}
+
+/// `airlock pack`.
+#[derive(Args, Debug)]
+pub struct PackArgs {
+    /// The model directory to pack.
+    pub model_dir: PathBuf,
+    /// The bundle directory to create (must not exist).
+    #[arg(long, short)]
+    pub output: PathBuf,
+    /// The secret key to sign with.
+    #[arg(long, value_name = "SECRET_KEY")]
+    pub key: PathBuf,
+    /// Read the key's password from the first line of this file.
+    #[arg(long, value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
+    /// Bundle name (default: the model directory's name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Bundle version number; unpack refuses to install a lower one over a higher one.
+    #[arg(long = "version", value_name = "N", default_value_t = 1)]
+    pub bundle_version: u64,
+    /// Compression of the tar stream.
+    #[arg(long, value_enum, default_value_t = CompressArg::Zstd)]
+    pub compress: CompressArg,
+    /// zstd level (1-19).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=19))]
+    pub level: i32,
+    /// Cut the stream into volumes of at most SIZE bytes: 700M, 4G, 4GiB, 1000MB, or `fat32`
+    /// (4 GiB - 1). K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024; KB/MB/GB/TB of 1000.
+    #[arg(long, value_name = "SIZE")]
+    pub volume_size: Option<String>,
+    /// Compression worker threads (default: the number of cores).
+    #[arg(long)]
+    pub threads: Option<u32>,
+    /// Pack even if the model checks find errors (they are still recorded as warnings).
+    #[arg(long)]
+    pub no_model_checks: bool,
+}
+
+/// `airlock verify`.
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    /// The bundle directory.
+    pub bundle: PathBuf,
+    /// Trusted keys.
+    #[command(flatten)]
+    pub trust: TrustArgs,
+    /// Also decompress and check every entry's path, type, size and sha256.
+    #[arg(long)]
+    pub deep: bool,
+}
+
+/// `airlock unpack`.
+#[derive(Args, Debug)]
+pub struct UnpackArgs {
+    /// The bundle directory.
+    pub bundle: PathBuf,
+    /// Trusted keys.
+    #[command(flatten)]
+    pub trust: TrustArgs,
+    /// The directory to install into (must not exist unless --replace).
+    #[arg(long)]
+    pub dest: PathBuf,
+    /// Atomically replace an existing destination.
+    #[arg(long)]
+    pub replace: bool,
+    /// Allow installing a lower version over a higher one.
+    #[arg(long)]
+    pub allow_downgrade: bool,
+}
+
+/// `airlock inspect`.
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    /// The bundle directory.
+    pub bundle: PathBuf,
+    /// Print `sha256sum -c` lines for the unpacked model instead.
+    #[arg(long)]
+    pub sha256sums: bool,
+}
+
+/// `airlock check`.
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// The model directory (installed by unpack, or any model directory).
+    pub dir: PathBuf,
+    /// Also verify the receipt's signature against these keys.
+    #[arg(long, value_name = "PUBKEY")]
+    pub trust: Vec<PathBuf>,
+    /// Compare sizes against the receipt only (fast); skip hashing.
+    #[arg(long)]
+    pub sizes_only: bool,
+}

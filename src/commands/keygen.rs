@@ -1,0 +1,130 @@
+//! `airlock keygen`: a minisign-compatible key pair.
+
+use std::io::{IsTerminal, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use airlock::error::{Error, Result};
+use airlock::keys::SecretKey;
+use zeroize::Zeroizing;
+
+use super::{Output, password_from_file};
+use crate::cli::KeygenArgs;
+
+fn with_suffix(prefix: &Path, suffix: &str) -> PathBuf {
+    let mut s = prefix.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+fn ask_twice() -> Result<Zeroizing<Vec<u8>>> {
+    if !std::io::stdin().is_terminal() && !std::io::stderr().is_terminal() {
+        return Err(Error::Usage(
+            "no terminal to ask for a password: pass --password-file FILE, or --unencrypted".into(),
+        ));
+    }
+    let first = Zeroizing::new(
+        rpassword::prompt_password("Password for the new secret key: ")
+            .map_err(|e| Error::io("/dev/tty", e))?,
+    );
+    let second = Zeroizing::new(
+        rpassword::prompt_password("Password (again): ").map_err(|e| Error::io("/dev/tty", e))?,
+    );
+    if *first != *second {
+        return Err(Error::Usage(
+            "the two passwords differ; nothing was written".into(),
+        ));
+    }
+    if first.is_empty() {
+        return Err(Error::Usage(
+            "empty password; use --unencrypted to store the key without one".into(),
+        ));
+    }
+    Ok(Zeroizing::new(first.as_bytes().to_vec()))
+}
+
+fn write_new(path: &Path, bytes: &[u8], mode: u32, force: bool) -> Result<()> {
+    if force {
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(path, e)),
+        }
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    f.write_all(bytes).map_err(|e| Error::io(path, e))?;
+    f.sync_all().map_err(|e| Error::io(path, e))
+}
+
+pub fn run(a: KeygenArgs) -> Result<Output> {
+    let pub_path = with_suffix(&a.out, ".pub");
+    let key_path = with_suffix(&a.out, ".key");
+    if !a.force {
+        for p in [&pub_path, &key_path] {
+            if std::fs::symlink_metadata(p).is_ok() {
+                return Err(Error::Usage(format!(
+                    "{} already exists; pass --force to overwrite it",
+                    p.display()
+                )));
+            }
+        }
+    }
+    if a.unencrypted && a.password_file.is_some() {
+        return Err(Error::Usage(
+            "--unencrypted and --password-file contradict each other".into(),
+        ));
+    }
+    let password = if a.unencrypted {
+        None
+    } else if let Some(f) = &a.password_file {
+        let p = password_from_file(f)?;
+        if p.is_empty() {
+            return Err(Error::Usage(format!(
+                "{}: the password file's first line is empty",
+                f.display()
+            )));
+        }
+        Some(p)
+    } else {
+        Some(ask_twice()?)
+    };
+    let sk = SecretKey::generate().map_err(|e| Error::Key {
+        path: key_path.clone(),
+        source: e,
+    })?;
+    let pk = sk.public_key();
+    let sk_text = Zeroizing::new(
+        sk.to_file_text(password.as_deref().map(|p| p.as_slice()))
+            .map_err(|e| Error::Key {
+                path: key_path.clone(),
+                source: e,
+            })?,
+    );
+    write_new(&key_path, sk_text.as_bytes(), 0o600, a.force)?;
+    write_new(&pub_path, pk.to_file_text().as_bytes(), 0o644, a.force)?;
+    let mut out = Output::default();
+    out.set("key_id", pk.key_id_hex());
+    out.set("public_key", &pub_path);
+    out.set("secret_key", &key_path);
+    out.set("encrypted", password.is_some());
+    out.line(format!("key id:     {}", pk.key_id_hex()));
+    out.line(format!(
+        "public key: {} (give this to the targets' trust directories)",
+        pub_path.display()
+    ));
+    out.line(format!(
+        "secret key: {} (mode 0600, {}; keep it on the staging host)",
+        key_path.display(),
+        if password.is_some() {
+            "password-protected"
+        } else {
+            "NOT encrypted"
+        }
+    ));
+    Ok(out)
+}

@@ -1,0 +1,370 @@
+//! One function per subcommand. This layer, and only this layer, prints: a command returns an
+//! [`Output`] (JSON fields, human lines, warnings, maybe an error) and [`run`] renders it.
+
+mod check;
+mod keygen;
+mod pack;
+mod ui;
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value, json};
+
+use airlock::bundle::read::{self, Mode, NullSink};
+use airlock::error::{EXIT_OK, Error, Result, human};
+use airlock::install::{self, UnpackOptions};
+use airlock::keys::{self, PublicKey};
+
+use crate::cli::{Cli, Command, TrustArgs};
+use ui::Ui;
+
+/// What a command produced.
+#[derive(Default)]
+pub struct Output {
+    /// Fields of the JSON document.
+    pub json: Map<String, Value>,
+    /// Lines for stdout in human mode.
+    pub lines: Vec<String>,
+    /// Warnings (stderr in human mode, `warnings` in JSON).
+    pub warnings: Vec<String>,
+    /// The error that ends the command, if any.
+    pub error: Option<Error>,
+}
+
+impl Output {
+    fn set(&mut self, key: &str, value: impl serde::Serialize) {
+        self.json.insert(
+            key.to_string(),
+            serde_json::to_value(value).expect("serialisable"),
+        );
+    }
+    fn line(&mut self, s: impl Into<String>) {
+        self.lines.push(s.into());
+    }
+}
+
+/// Runs the parsed command line and returns the exit code.
+pub fn run(cli: Cli) -> u8 {
+    let ui = Ui::new(
+        cli.progress,
+        cli.quiet
+            || (cli.json
+                && cli.progress == crate::cli::ProgressArg::Auto
+                && !std::io::stderr().is_terminal()),
+    );
+    let (name, result) = match cli.command {
+        Command::Keygen(a) => ("keygen", keygen::run(a)),
+        Command::Pack(a) => ("pack", pack::run(a, &ui)),
+        Command::Verify(a) => ("verify", verify(a.bundle, &a.trust, a.deep, &ui)),
+        Command::Unpack(a) => (
+            "unpack",
+            unpack(
+                &a.bundle,
+                &a.trust,
+                UnpackOptions {
+                    dest: a.dest,
+                    replace: a.replace,
+                    allow_downgrade: a.allow_downgrade,
+                },
+                &ui,
+            ),
+        ),
+        Command::Inspect(a) => ("inspect", inspect(&a.bundle, a.sha256sums)),
+        Command::Check(a) => ("check", check::run(a, &ui)),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "airlock", &mut std::io::stdout());
+            return EXIT_OK;
+        }
+        Command::Man => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            let man = clap_mangen::Man::new(cmd);
+            if let Err(e) = man.render(&mut std::io::stdout()) {
+                eprintln!("airlock: error: {e}");
+                return airlock::error::EXIT_OPERATIONAL;
+            }
+            return EXIT_OK;
+        }
+    };
+    let out = result.unwrap_or_else(|e| Output {
+        error: Some(e),
+        ..Output::default()
+    });
+    render(name, out, cli.json, cli.quiet)
+}
+
+fn render(command: &str, out: Output, json: bool, quiet: bool) -> u8 {
+    let code = out.error.as_ref().map_or(EXIT_OK, Error::exit_code);
+    if json {
+        let mut doc = Map::new();
+        doc.insert("command".into(), json!(command));
+        doc.insert("ok".into(), json!(code == EXIT_OK));
+        doc.insert("exit_code".into(), json!(code));
+        for (k, v) in out.json {
+            doc.insert(k, v);
+        }
+        doc.insert("warnings".into(), json!(out.warnings));
+        if let Some(e) = &out.error {
+            doc.insert(
+                "error".into(),
+                json!({ "kind": e.kind(), "message": e.to_string(), "hint": e.hint() }),
+            );
+        }
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&Value::Object(doc)).expect("json")
+        );
+    } else {
+        if !quiet {
+            for l in &out.lines {
+                println!("{l}");
+            }
+            for w in &out.warnings {
+                eprintln!("airlock: warning: {w}");
+            }
+        }
+        if let Some(e) = &out.error {
+            eprintln!("airlock: error: {e}");
+            if let Some(h) = e.hint() {
+                eprintln!("airlock: hint: {h}");
+            }
+        }
+    }
+    code
+}
+
+/// Loads the trust set from `--trust` (or `AIRLOCK_TRUST`).
+pub fn load_trust(args: &TrustArgs) -> Result<Vec<PublicKey>> {
+    let mut paths = args.trust.clone();
+    if paths.is_empty() {
+        if let Some(env) = std::env::var_os("AIRLOCK_TRUST") {
+            paths.push(PathBuf::from(env));
+        }
+    }
+    if paths.is_empty() {
+        return Err(Error::Usage(
+            "no trusted keys: pass --trust KEY.pub (or a directory of .pub files), or set AIRLOCK_TRUST".into(),
+        ));
+    }
+    let mut out: Vec<PublicKey> = Vec::new();
+    for p in &paths {
+        let keys = keys::load_trust(p).map_err(|e| Error::Key {
+            path: p.clone(),
+            source: e,
+        })?;
+        for k in keys {
+            if !out.iter().any(|o| o.key_id == k.key_id) {
+                out.push(k);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Reads a password from the first line of a file.
+pub fn password_from_file(path: &Path) -> Result<zeroize::Zeroizing<Vec<u8>>> {
+    let text = zeroize::Zeroizing::new(std::fs::read(path).map_err(|e| Error::io(path, e))?);
+    let line = text.split(|&b| b == b'\n').next().unwrap_or(&[]);
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    Ok(zeroize::Zeroizing::new(line.to_vec()))
+}
+
+fn volume_summary(problems: &[read::VolumeProblem], count: usize) -> String {
+    let bad: Vec<String> = problems
+        .iter()
+        .map(|p| format!("{} {}", p.volume, p.problem))
+        .collect();
+    let good = count.saturating_sub(problems.iter().filter(|p| p.index > 0).count());
+    format!(
+        "{}; the other {good} of {count} volumes are good",
+        bad.join("; ")
+    )
+}
+
+fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Output> {
+    let trust = load_trust(trust)?;
+    let mut out = Output::default();
+    let opened = read::open(&bundle, &trust)?;
+    out.warnings.extend(opened.warnings.iter().cloned());
+    let m = &opened.manifest;
+    out.set("bundle", &bundle);
+    out.set("name", &m.name);
+    out.set("version", m.version);
+    out.set("signer", opened.signer.key_id_hex());
+    out.set("manifest_sha256", &opened.manifest_sha256);
+    out.set("deep", deep);
+    let problems = read::check_volumes(&opened, ui);
+    let (fatal, extra): (Vec<_>, Vec<_>) = problems.into_iter().partition(|p| p.index > 0);
+    for p in &extra {
+        out.warnings.push(format!("{}: {}", p.volume, p.problem));
+    }
+    out.set("volumes_checked", m.volumes.len());
+    out.set("bad_volumes", &fatal);
+    let mut bad_files = Vec::new();
+    if deep {
+        match read::stream(&opened, Mode::Collect, &mut NullSink, ui) {
+            Ok(report) => bad_files = report.bad_files,
+            Err(e) if fatal.is_empty() => {
+                out.set("bad_files", &bad_files);
+                out.error = Some(e);
+                return Ok(out);
+            }
+            Err(e) => out.warnings.push(format!("deep check stopped: {e}")),
+        }
+        out.set("files_checked", m.files.len());
+        out.set("bad_files", &bad_files);
+    }
+    if !fatal.is_empty() {
+        for p in &fatal {
+            out.line(format!("BAD  {}: {}", p.volume, p.problem));
+        }
+        for f in &bad_files {
+            out.line(format!("BAD  file {f}: content fails its sha256"));
+        }
+        out.error = Some(Error::BadVolumes {
+            summary: volume_summary(&fatal, m.volumes.len()),
+        });
+        return Ok(out);
+    }
+    if !bad_files.is_empty() {
+        for f in &bad_files {
+            out.line(format!("BAD  file {f}: content fails its sha256"));
+        }
+        out.error = Some(Error::BadFile {
+            path: bad_files.join(", "),
+            reason: format!(
+                "{} file(s) fail their sha256 although every volume matches",
+                bad_files.len()
+            ),
+        });
+        return Ok(out);
+    }
+    out.line(format!(
+        "OK   {} version {}: signature by {}, {} volume(s), {}{}",
+        m.name,
+        m.version,
+        opened.signer.key_id_hex(),
+        m.volumes.len(),
+        human(m.totals.volume_bytes),
+        if deep {
+            format!(", {} files checked", m.files.len())
+        } else {
+            String::new()
+        }
+    ));
+    Ok(out)
+}
+
+fn unpack(bundle: &Path, trust: &TrustArgs, opts: UnpackOptions, ui: &Ui) -> Result<Output> {
+    let trust = load_trust(trust)?;
+    let mut out = Output::default();
+    let opened = read::open(bundle, &trust)?;
+    out.warnings.extend(opened.warnings.iter().cloned());
+    let m = &opened.manifest;
+    out.set("name", &m.name);
+    out.set("version", m.version);
+    out.set("signer", opened.signer.key_id_hex());
+    let installed = install::unpack(&opened, &opts, ui)?;
+    for p in &installed.cleaned_stale {
+        out.warnings.push(format!(
+            "removed stale staging directory {} left by an interrupted unpack",
+            p.display()
+        ));
+    }
+    out.set("dest", &installed.dest);
+    out.set("replaced", installed.replaced);
+    out.set("previous_version", installed.previous_version);
+    out.set("files", m.totals.files);
+    out.set("bytes", m.totals.file_bytes);
+    out.line(format!(
+        "OK   installed {} version {} into {} ({} files, {})",
+        m.name,
+        m.version,
+        installed.dest.display(),
+        m.totals.files,
+        human(m.totals.file_bytes)
+    ));
+    Ok(out)
+}
+
+fn inspect(bundle: &Path, sha256sums: bool) -> Result<Output> {
+    let (m, bytes, sig) = read::read_unverified(bundle)?;
+    let mut out = Output::default();
+    if sha256sums {
+        for f in &m.files {
+            out.line(format!("{}  {}", f.sha256, f.path));
+        }
+        out.set("sha256sums", out.lines.clone());
+        return Ok(out);
+    }
+    use sha2::Digest;
+    out.set("name", &m.name);
+    out.set("version", m.version);
+    out.set("created", &m.created);
+    out.set("signer", sig.as_ref().map(|s| s.key_id_hex()));
+    out.set("signature_verified", false);
+    out.set("manifest_sha256", hex::encode(sha2::Sha256::digest(&bytes)));
+    out.set("compression", &m.compression);
+    out.set("totals", &m.totals);
+    out.set(
+        "volumes",
+        m.volumes
+            .iter()
+            .map(|v| json!({"name": v.name, "size": v.size, "sha256": v.sha256}))
+            .collect::<Vec<_>>(),
+    );
+    out.set("directories", &m.directories);
+    out.set("files", &m.files);
+    if let Some(src) = &m.source {
+        out.set("source", src);
+    }
+    out.warnings.extend(
+        m.warnings
+            .iter()
+            .map(|w| format!("recorded at pack time: {}: {}", w.path, w.problem)),
+    );
+    out.line(format!("name:        {}", m.name));
+    out.line(format!("version:     {}", m.version));
+    out.line(format!("created:     {}", m.created));
+    out.line(format!(
+        "signer:      {} (not verified; use `airlock verify`)",
+        sig.as_ref()
+            .map_or("NONE (no manifest.json.minisig)".into(), |s| s.key_id_hex())
+    ));
+    out.line(format!(
+        "compression: {}{}",
+        m.compression.algorithm,
+        m.compression
+            .level
+            .map(|l| format!(" level {l}"))
+            .unwrap_or_default()
+    ));
+    out.line(format!(
+        "contents:    {} files, {} directories, {}",
+        m.totals.files,
+        m.totals.directories,
+        human(m.totals.file_bytes)
+    ));
+    out.line(format!(
+        "volumes:     {} ({})",
+        m.volumes.len(),
+        human(m.totals.volume_bytes)
+    ));
+    for v in &m.volumes {
+        out.line(format!("  {}  {:>14}  {}", v.name, v.size, v.sha256));
+    }
+    out.line("files:".to_string());
+    for f in &m.files {
+        out.line(format!(
+            "  {:>14}  {}{}",
+            f.size,
+            f.path,
+            if f.executable { " (executable)" } else { "" }
+        ));
+    }
+    if m.files.is_empty() {
+        out.line("  (none)".to_string());
+    }
+    Ok(out)
+}

@@ -1,0 +1,1017 @@
+//! Minisign-compatible key and signature files.
+//!
+//! `airlock` signs the manifests it carries across an air gap. The far side
+//! of the gap may have nothing but a stock `minisign` binary, and the near
+//! side may already hold keys made by `minisign -G`, so rather than invent a
+//! format this module reads and writes minisign's own files, byte for byte:
+//!
+//! * public keys (`minisign.pub`): an untrusted comment line, then base64 of
+//!   `"Ed"` ‖ key id (8 bytes) ‖ Ed25519 public key (32 bytes);
+//! * secret keys (`minisign.key`): an untrusted comment line, then base64 of
+//!   `"Ed"` ‖ kdf (`"Sc"` = scrypt, or two zero bytes = unencrypted) ‖
+//!   `"B2"` ‖ salt (32) ‖ opslimit (u64 LE) ‖ memlimit (u64 LE) ‖
+//!   key id (8) ‖ Ed25519 secret key (64) ‖ BLAKE2b-256 checksum (32), the
+//!   last 104 bytes XORed with scrypt output when encrypted;
+//! * signatures (`.minisig`): untrusted comment, base64 of algorithm ‖ key id
+//!   ‖ signature, trusted comment, base64 of the "global" signature over
+//!   signature ‖ trusted comment.
+//!
+//! We only ever *write* prehashed (`"ED"`) signatures, i.e. Ed25519 over
+//! BLAKE2b-512 of the message, so multi-gigabyte model files can be signed
+//! and verified by streaming ([`prehash`], [`sign_prehashed`],
+//! [`verify_prehashed`]); legacy `"Ed"` signatures over the raw message are
+//! still verified by [`verify`] because minisign accepts them by default.
+//!
+//! Every limit and quirk here was checked against minisign's C sources
+//! (0.11 and 0.12) and against the real binary; the tests embed vectors made
+//! with `/usr/bin/minisign` and shell out to it to prove that it accepts what
+//! we write. Secret material is zeroized: decoded key bytes and scrypt output
+//! live in [`Zeroizing`] buffers, [`SecretKey`] holds an
+//! [`ed25519_dalek::SigningKey`] (which zeroizes itself on drop), and no
+//! error message ever contains key bytes.
+
+use std::fmt;
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use blake2::digest::consts::U32;
+use blake2::{Blake2b, Blake2b512, Digest};
+use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
+use zeroize::{ZeroizeOnDrop, Zeroizing};
+
+/// Prefix of the first line of every minisign file.
+pub const UNTRUSTED_COMMENT_PREFIX: &str = "untrusted comment: ";
+/// Prefix of the third line of a signature file.
+pub const TRUSTED_COMMENT_PREFIX: &str = "trusted comment: ";
+/// Comment minisign writes into secret key files (even unencrypted ones).
+pub const SECRET_KEY_COMMENT: &str = "minisign encrypted secret key";
+/// Longest untrusted comment minisign can read back: it reads the line with
+/// `fgets` into 1024 bytes and fails unless the newline fits as well.
+pub const UNTRUSTED_COMMENT_MAX_BYTES: usize = 1024 - 1 - 1 - UNTRUSTED_COMMENT_PREFIX.len();
+/// Longest trusted comment minisign writes or reads (8192-byte buffer,
+/// prefix, newline and NUL).
+pub const TRUSTED_COMMENT_MAX_BYTES: usize = 8192 - 1 - 1 - TRUSTED_COMMENT_PREFIX.len();
+/// Longest password `minisign` can read (`PASSWORDMAXBYTES` - NUL).
+pub const PASSWORD_MAX_BYTES: usize = 1023;
+/// libsodium's `crypto_pwhash_scryptsalsa208sha256_OPSLIMIT_SENSITIVE`,
+/// which `minisign -G` uses.
+pub const KDF_OPSLIMIT_SENSITIVE: u64 = 33_554_432;
+/// libsodium's `crypto_pwhash_scryptsalsa208sha256_MEMLIMIT_SENSITIVE`
+/// (1 GiB), which `minisign -G` uses.
+pub const KDF_MEMLIMIT_SENSITIVE: u64 = 1_073_741_824;
+
+/// Largest scrypt memory (128·r·N bytes) we agree to spend decrypting a key.
+/// minisign never writes more than its 1 GiB "sensitive" limit; a file
+/// asking for more is hostile or from another tool.
+const KDF_MAX_MEMORY: u128 = KDF_MEMLIMIT_SENSITIVE as u128;
+/// Largest scrypt work (N·r·p) we agree to spend: twice minisign's 2^23.
+const KDF_MAX_WORK: u128 = 1 << 24;
+
+const SIGALG: [u8; 2] = *b"Ed";
+const SIGALG_HASHED: [u8; 2] = *b"ED";
+const KDFALG: [u8; 2] = *b"Sc";
+const KDFNONE: [u8; 2] = [0, 0];
+const CHKALG: [u8; 2] = *b"B2";
+
+const KEYNUM_BYTES: usize = 8;
+const PUBKEY_STRUCT_BYTES: usize = 2 + KEYNUM_BYTES + 32;
+const SIG_STRUCT_BYTES: usize = 2 + KEYNUM_BYTES + 64;
+const SALT_BYTES: usize = 32;
+const CHK_BYTES: usize = 32;
+const KEYNUM_SK_BYTES: usize = KEYNUM_BYTES + 64 + CHK_BYTES;
+// Offsets inside the 158-byte secret key structure.
+const SK_KDF_ALG: usize = 2;
+const SK_CHK_ALG: usize = 4;
+const SK_SALT: usize = 6;
+const SK_OPSLIMIT: usize = SK_SALT + SALT_BYTES;
+const SK_MEMLIMIT: usize = SK_OPSLIMIT + 8;
+const SK_KEYNUM: usize = SK_MEMLIMIT + 8;
+const SK_SECRET: usize = SK_KEYNUM + KEYNUM_BYTES;
+const SK_CHK: usize = SK_SECRET + 64;
+const SECKEY_STRUCT_BYTES: usize = SK_CHK + CHK_BYTES;
+
+// SigningKey must wipe itself: SecretKey relies on it instead of a Drop impl.
+const _: () = {
+    const fn zeroizes_on_drop<T: ZeroizeOnDrop>() {}
+    zeroizes_on_drop::<SigningKey>();
+};
+
+/// Everything that can go wrong reading, writing or checking keys and
+/// signatures. Match on [`KeyError::kind`] to see through [`KeyError::File`].
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    /// The text is not a well-formed minisign file; `line` is 1-based.
+    #[error("malformed {what}, line {line}: {reason}")]
+    Malformed {
+        what: &'static str,
+        line: usize,
+        reason: String,
+    },
+    /// A well-formed file names a signature, KDF or checksum algorithm we do not implement.
+    #[error("unsupported {what} algorithm {found}")]
+    UnsupportedAlgorithm { what: &'static str, found: String },
+    /// The password did not decrypt the secret key (its checksum did not match).
+    #[error("wrong password for this secret key")]
+    WrongPassword,
+    /// The secret key is encrypted and no password was given.
+    #[error("this secret key is encrypted; a password is required")]
+    PasswordRequired,
+    /// The password could not be typed into `minisign` (NUL, CR or LF, or too long).
+    #[error("password unusable with minisign: {reason}")]
+    UnusablePassword { reason: &'static str },
+    /// The key file asks for scrypt parameters we refuse (too costly, or invalid).
+    #[error("unsupported scrypt limits in secret key (opslimit {opslimit}, memlimit {memlimit})")]
+    KdfLimits { opslimit: u64, memlimit: u64 },
+    /// The signature was made by a different key than the one checking it.
+    #[error("signature key id is {found} but the public key id is {expected}")]
+    KeyIdMismatch { expected: String, found: String },
+    /// The signature over the message (or its digest) does not verify.
+    #[error("signature verification failed")]
+    BadSignature,
+    /// The signature over the trusted comment does not verify.
+    #[error("trusted comment signature verification failed")]
+    BadGlobalSignature,
+    /// A comment cannot be put in a signature minisign would accept.
+    #[error("invalid {which} comment: {reason}")]
+    InvalidComment { which: &'static str, reason: String },
+    /// The operating system's random number generator failed.
+    #[error("random number generator failed: {reason}")]
+    Random { reason: String },
+    /// Reading or listing a file or directory failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// A trust directory holds no `*.pub` file.
+    #[error("{}: no *.pub public key files in this directory", dir.display())]
+    NoPublicKeys { dir: PathBuf },
+    /// Two different public keys in a trust directory share a key id.
+    #[error("key id {key_id} is used by two different keys: {} and {}", first.display(), second.display())]
+    ConflictingKeyId {
+        key_id: String,
+        first: PathBuf,
+        second: PathBuf,
+    },
+    /// Another error, found while reading the file at `path`.
+    #[error("{}: {source}", path.display())]
+    File {
+        path: PathBuf,
+        #[source]
+        source: Box<KeyError>,
+    },
+}
+
+impl KeyError {
+    /// The underlying error, looking through any [`KeyError::File`] wrappers.
+    pub fn kind(&self) -> &KeyError {
+        match self {
+            KeyError::File { source, .. } => source.kind(),
+            other => other,
+        }
+    }
+
+    fn in_file(self, path: &Path) -> KeyError {
+        match self {
+            // I/O errors already name their path.
+            e @ KeyError::Io { .. } => e,
+            e => KeyError::File {
+                path: path.to_path_buf(),
+                source: Box::new(e),
+            },
+        }
+    }
+}
+
+fn malformed(what: &'static str, line: usize, reason: impl Into<String>) -> KeyError {
+    KeyError::Malformed {
+        what,
+        line,
+        reason: reason.into(),
+    }
+}
+
+fn io_err(path: &Path, source: io::Error) -> KeyError {
+    KeyError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn random_bytes(buf: &mut [u8]) -> Result<(), KeyError> {
+    getrandom::getrandom(buf).map_err(|e| KeyError::Random {
+        reason: e.to_string(),
+    })
+}
+
+/// Minisign key ids print as the little-endian u64 in uppercase hex.
+fn key_id_to_hex(id: &[u8; 8]) -> String {
+    format!("{:016X}", u64::from_le_bytes(*id))
+}
+
+/// Two algorithm bytes, shown without leaking anything but those bytes.
+fn show_alg(bytes: &[u8]) -> String {
+    if bytes.iter().all(|b| b.is_ascii_graphic()) {
+        format!("\"{}\"", String::from_utf8_lossy(bytes))
+    } else {
+        format!("0x{}", hex::encode(bytes))
+    }
+}
+
+/// Splits `text` into exactly `expected` lines. A final newline is optional;
+/// CRLF line ends are accepted (as minisign does) but a CR anywhere else is
+/// not (minisign 0.12 rejects it, 0.11 silently truncates there).
+fn split_lines<'a>(
+    text: &'a str,
+    what: &'static str,
+    expected: usize,
+) -> Result<Vec<&'a str>, KeyError> {
+    let body = text.strip_suffix('\n').unwrap_or(text);
+    let mut lines = Vec::with_capacity(expected);
+    for (i, raw) in body.split('\n').enumerate() {
+        let line_no = i + 1;
+        if line_no > expected {
+            return Err(malformed(
+                what,
+                line_no,
+                format!("unexpected extra line (a {what} file has {expected} lines)"),
+            ));
+        }
+        let line = raw.strip_suffix('\r').unwrap_or(raw);
+        if line.contains('\r') {
+            return Err(malformed(what, line_no, "carriage return inside line"));
+        }
+        if line.contains('\0') {
+            return Err(malformed(what, line_no, "NUL byte inside line"));
+        }
+        lines.push(line);
+    }
+    if lines.len() < expected {
+        return Err(malformed(
+            what,
+            lines.len() + 1,
+            format!(
+                "missing line (a {what} file has {expected} lines, found {})",
+                lines.len()
+            ),
+        ));
+    }
+    Ok(lines)
+}
+
+/// Base64-decodes `s`, which must encode exactly `N` bytes, into `out`.
+/// Error messages give lengths and offsets only, never content.
+fn decode_exact(s: &str, out: &mut [u8], what: &'static str, line: usize) -> Result<(), KeyError> {
+    let want_chars = out.len().div_ceil(3) * 4;
+    if s.len() != want_chars {
+        return Err(malformed(
+            what,
+            line,
+            format!(
+                "expected {want_chars} base64 characters ({} bytes), found {}",
+                out.len(),
+                s.len()
+            ),
+        ));
+    }
+    // The decoder wants room for its over-estimate; decode into a wiped scratch
+    // buffer so secret key bytes never sit in an unzeroized allocation.
+    let mut buf = Zeroizing::new(vec![0u8; base64::decoded_len_estimate(s.len())]);
+    let n = B64.decode_slice(s, &mut buf[..]).map_err(|e| {
+        let reason = match e {
+            base64::DecodeSliceError::DecodeError(base64::DecodeError::InvalidByte(off, _)) => {
+                format!("invalid base64 character at column {}", off + 1)
+            }
+            base64::DecodeSliceError::DecodeError(base64::DecodeError::InvalidLastSymbol(
+                off,
+                _,
+            )) => format!("non-canonical base64 ending at column {}", off + 1),
+            base64::DecodeSliceError::DecodeError(base64::DecodeError::InvalidPadding) => {
+                "invalid base64 padding".to_string()
+            }
+            _ => "invalid base64".to_string(),
+        };
+        malformed(what, line, reason)
+    })?;
+    if n != out.len() {
+        return Err(malformed(
+            what,
+            line,
+            format!("base64 decodes to {n} bytes, expected {}", out.len()),
+        ));
+    }
+    out.copy_from_slice(&buf[..n]);
+    Ok(())
+}
+
+fn strip_prefix_checked<'a>(
+    line: &'a str,
+    prefix: &str,
+    what: &'static str,
+    line_no: usize,
+) -> Result<&'a str, KeyError> {
+    line.strip_prefix(prefix)
+        .ok_or_else(|| malformed(what, line_no, format!("line must start with \"{prefix}\"")))
+}
+
+fn read_text(path: &Path, what: &'static str) -> Result<Zeroizing<String>, KeyError> {
+    let bytes = Zeroizing::new(fs::read(path).map_err(|e| io_err(path, e))?);
+    match std::str::from_utf8(&bytes) {
+        Ok(s) => Ok(Zeroizing::new(s.to_owned())),
+        Err(e) => {
+            let line = bytes[..e.valid_up_to()]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count()
+                + 1;
+            Err(malformed(what, line, "not valid UTF-8").in_file(path))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Public keys
+// ---------------------------------------------------------------------------
+
+/// A minisign public key: key id and Ed25519 verifying key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicKey {
+    pub key_id: [u8; 8],
+    pub key: VerifyingKey,
+}
+
+impl PublicKey {
+    const WHAT: &'static str = "public key";
+
+    /// Parses a `.pub` file (comment line + base64 line), or a bare base64
+    /// line as printed by `minisign -G` for `minisign -P`. The comment's
+    /// content is untrusted and ignored, like minisign does.
+    pub fn parse(text: &str) -> Result<Self, KeyError> {
+        let body = text.strip_suffix('\n').unwrap_or(text);
+        let (b64, line_no) = if body.contains('\n') || body.starts_with(UNTRUSTED_COMMENT_PREFIX) {
+            let lines = split_lines(text, Self::WHAT, 2)?;
+            strip_prefix_checked(lines[0], UNTRUSTED_COMMENT_PREFIX, Self::WHAT, 1)?;
+            (lines[1], 2)
+        } else {
+            (body.trim(), 1)
+        };
+        Self::from_base64_line(b64, line_no)
+    }
+
+    fn from_base64_line(b64: &str, line: usize) -> Result<Self, KeyError> {
+        let mut raw = [0u8; PUBKEY_STRUCT_BYTES];
+        decode_exact(b64, &mut raw, Self::WHAT, line)?;
+        if raw[..2] != SIGALG {
+            return Err(KeyError::UnsupportedAlgorithm {
+                what: "public key signature",
+                found: show_alg(&raw[..2]),
+            });
+        }
+        let mut key_id = [0u8; 8];
+        key_id.copy_from_slice(&raw[2..10]);
+        let mut pk = [0u8; 32];
+        pk.copy_from_slice(&raw[10..]);
+        let key = VerifyingKey::from_bytes(&pk)
+            .map_err(|_| malformed(Self::WHAT, line, "not a valid Ed25519 public key"))?;
+        Ok(PublicKey { key_id, key })
+    }
+
+    /// The bare base64 form, as accepted by `minisign -P`.
+    pub fn to_base64(&self) -> String {
+        let mut raw = [0u8; PUBKEY_STRUCT_BYTES];
+        raw[..2].copy_from_slice(&SIGALG);
+        raw[2..10].copy_from_slice(&self.key_id);
+        raw[10..].copy_from_slice(self.key.as_bytes());
+        B64.encode(raw)
+    }
+
+    /// The `.pub` file exactly as `minisign -G` writes it.
+    pub fn to_file_text(&self) -> String {
+        format!(
+            "{UNTRUSTED_COMMENT_PREFIX}minisign public key {}\n{}\n",
+            self.key_id_hex(),
+            self.to_base64()
+        )
+    }
+
+    /// The key id as minisign shows it: the little-endian u64 in 16
+    /// uppercase hex digits (minisign 0.12's `%016X`; 0.11 omitted leading
+    /// zeros).
+    pub fn key_id_hex(&self) -> String {
+        key_id_to_hex(&self.key_id)
+    }
+
+    /// Reads and parses a `.pub` file; errors name the path.
+    pub fn load(path: &Path) -> Result<Self, KeyError> {
+        let text = read_text(path, Self::WHAT)?;
+        Self::parse(&text).map_err(|e| e.in_file(path))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Secret keys
+// ---------------------------------------------------------------------------
+
+/// A minisign secret key. The Ed25519 key is wiped when this is dropped.
+pub struct SecretKey {
+    key_id: [u8; 8],
+    signing: SigningKey,
+}
+
+impl fmt::Debug for SecretKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SecretKey")
+            .field("key_id", &key_id_to_hex(&self.key_id))
+            .finish_non_exhaustive()
+    }
+}
+
+/// The fields of a decoded secret key file that are not secret.
+struct SecretKeyHeader {
+    encrypted: bool,
+}
+
+impl SecretKey {
+    const WHAT: &'static str = "secret key";
+
+    /// A fresh key pair: Ed25519 seed and key id from the OS RNG.
+    pub fn generate() -> Result<Self, KeyError> {
+        let mut seed = Zeroizing::new([0u8; 32]);
+        random_bytes(&mut seed[..])?;
+        let mut key_id = [0u8; 8];
+        random_bytes(&mut key_id)?;
+        Ok(SecretKey {
+            key_id,
+            signing: SigningKey::from_bytes(&seed),
+        })
+    }
+
+    /// The matching public key.
+    pub fn public_key(&self) -> PublicKey {
+        PublicKey {
+            key_id: self.key_id,
+            key: self.signing.verifying_key(),
+        }
+    }
+
+    /// The 8-byte key id.
+    pub fn key_id(&self) -> [u8; 8] {
+        self.key_id
+    }
+
+    /// Whether a secret key file is password-protected (without decrypting).
+    pub fn is_encrypted(text: &str) -> Result<bool, KeyError> {
+        let mut raw = Zeroizing::new([0u8; SECKEY_STRUCT_BYTES]);
+        let header = Self::decode(text, &mut raw)?;
+        Ok(header.encrypted)
+    }
+
+    /// Decodes the file into `raw` and checks its algorithms.
+    fn decode(
+        text: &str,
+        raw: &mut [u8; SECKEY_STRUCT_BYTES],
+    ) -> Result<SecretKeyHeader, KeyError> {
+        let lines = split_lines(text, Self::WHAT, 2)?;
+        strip_prefix_checked(lines[0], UNTRUSTED_COMMENT_PREFIX, Self::WHAT, 1)?;
+        decode_exact(lines[1], raw, Self::WHAT, 2)?;
+        if raw[..2] != SIGALG {
+            return Err(KeyError::UnsupportedAlgorithm {
+                what: "secret key signature",
+                found: show_alg(&raw[..2]),
+            });
+        }
+        if raw[SK_CHK_ALG..SK_CHK_ALG + 2] != CHKALG {
+            return Err(KeyError::UnsupportedAlgorithm {
+                what: "secret key checksum",
+                found: show_alg(&raw[SK_CHK_ALG..SK_CHK_ALG + 2]),
+            });
+        }
+        let kdf = &raw[SK_KDF_ALG..SK_KDF_ALG + 2];
+        let encrypted = if kdf == KDFALG {
+            true
+        } else if kdf == KDFNONE {
+            false
+        } else {
+            return Err(KeyError::UnsupportedAlgorithm {
+                what: "secret key derivation",
+                found: show_alg(kdf),
+            });
+        };
+        Ok(SecretKeyHeader { encrypted })
+    }
+
+    /// Parses a secret key file. `password` is needed only if the key is
+    /// encrypted (it is ignored otherwise); it is used byte for byte, as
+    /// minisign uses the line typed at its prompt. Costs one scrypt run
+    /// (about 1 GiB and a few seconds for minisign's keys) when encrypted.
+    pub fn parse(text: &str, password: Option<&[u8]>) -> Result<Self, KeyError> {
+        let mut raw = Zeroizing::new([0u8; SECKEY_STRUCT_BYTES]);
+        let header = Self::decode(text, &mut raw)?;
+        let stored_chk_was_zero;
+        if header.encrypted {
+            let password = password.ok_or(KeyError::PasswordRequired)?;
+            let opslimit = le64(&raw[SK_OPSLIMIT..SK_OPSLIMIT + 8]);
+            let memlimit = le64(&raw[SK_MEMLIMIT..SK_MEMLIMIT + 8]);
+            let mut salt = [0u8; SALT_BYTES];
+            salt.copy_from_slice(&raw[SK_SALT..SK_SALT + SALT_BYTES]);
+            let stream = derive_stream(password, &salt, opslimit, memlimit)?;
+            for (b, s) in raw[SK_KEYNUM..].iter_mut().zip(stream.iter()) {
+                *b ^= s;
+            }
+            stored_chk_was_zero = false;
+        } else {
+            // `minisign -G -W` never computes the checksum and leaves it zero;
+            // `minisign -C -W` keeps the real one. Accept both.
+            stored_chk_was_zero = raw[SK_CHK..].iter().all(|&b| b == 0);
+        }
+        let mut key_id = [0u8; 8];
+        key_id.copy_from_slice(&raw[SK_KEYNUM..SK_KEYNUM + KEYNUM_BYTES]);
+        let chk = Zeroizing::new(checksum(key_id, &raw[SK_SECRET..SK_SECRET + 64]));
+        if !stored_chk_was_zero && !ct_eq(&chk[..], &raw[SK_CHK..]) {
+            return Err(if header.encrypted {
+                KeyError::WrongPassword
+            } else {
+                malformed(
+                    Self::WHAT,
+                    2,
+                    "checksum does not match the key (corrupted file)",
+                )
+            });
+        }
+        let mut keypair = Zeroizing::new([0u8; 64]);
+        keypair.copy_from_slice(&raw[SK_SECRET..SK_SECRET + 64]);
+        let signing = SigningKey::from_keypair_bytes(&keypair).map_err(|_| {
+            malformed(
+                Self::WHAT,
+                2,
+                "public half of the secret key does not match its seed",
+            )
+        })?;
+        Ok(SecretKey { key_id, signing })
+    }
+
+    /// Reads and parses a secret key file; errors name the path.
+    pub fn load(path: &Path, password: Option<&[u8]>) -> Result<Self, KeyError> {
+        let text = read_text(path, Self::WHAT)?;
+        Self::parse(&text, password).map_err(|e| e.in_file(path))
+    }
+
+    /// The secret key file text. `None` writes it unencrypted with the same
+    /// layout as `minisign -G -W` (kdf bytes, salt and limits all zero), but
+    /// with a real checksum where minisign leaves zeros. `Some` encrypts it
+    /// as `minisign -G` does: fresh salt, scrypt with libsodium's
+    /// "sensitive" limits (about 1 GiB and a few seconds).
+    pub fn to_file_text(&self, password: Option<&[u8]>) -> Result<String, KeyError> {
+        self.to_file_text_with_kdf_limits(password, KDF_OPSLIMIT_SENSITIVE, KDF_MEMLIMIT_SENSITIVE)
+    }
+
+    /// Like [`SecretKey::to_file_text`] with explicit libsodium-style scrypt
+    /// limits (minisign itself halves both when memory is short). The
+    /// limits are ignored when `password` is `None`.
+    pub fn to_file_text_with_kdf_limits(
+        &self,
+        password: Option<&[u8]>,
+        opslimit: u64,
+        memlimit: u64,
+    ) -> Result<String, KeyError> {
+        let mut raw = Zeroizing::new([0u8; SECKEY_STRUCT_BYTES]);
+        raw[..2].copy_from_slice(&SIGALG);
+        raw[SK_CHK_ALG..SK_CHK_ALG + 2].copy_from_slice(&CHKALG);
+        raw[SK_KEYNUM..SK_KEYNUM + KEYNUM_BYTES].copy_from_slice(&self.key_id);
+        let keypair = Zeroizing::new(self.signing.to_keypair_bytes());
+        raw[SK_SECRET..SK_SECRET + 64].copy_from_slice(&keypair[..]);
+        let chk = Zeroizing::new(checksum(self.key_id, &keypair[..]));
+        raw[SK_CHK..].copy_from_slice(&chk[..]);
+        match password {
+            None => raw[SK_KDF_ALG..SK_KDF_ALG + 2].copy_from_slice(&KDFNONE),
+            Some(password) => {
+                check_password_usable(password)?;
+                raw[SK_KDF_ALG..SK_KDF_ALG + 2].copy_from_slice(&KDFALG);
+                let mut salt = [0u8; SALT_BYTES];
+                random_bytes(&mut salt)?;
+                raw[SK_SALT..SK_SALT + SALT_BYTES].copy_from_slice(&salt);
+                raw[SK_OPSLIMIT..SK_OPSLIMIT + 8].copy_from_slice(&opslimit.to_le_bytes());
+                raw[SK_MEMLIMIT..SK_MEMLIMIT + 8].copy_from_slice(&memlimit.to_le_bytes());
+                let stream = derive_stream(password, &salt, opslimit, memlimit)?;
+                for (b, s) in raw[SK_KEYNUM..].iter_mut().zip(stream.iter()) {
+                    *b ^= s;
+                }
+            }
+        }
+        let b64 = Zeroizing::new(B64.encode(&raw[..]));
+        Ok(format!(
+            "{UNTRUSTED_COMMENT_PREFIX}{SECRET_KEY_COMMENT}\n{}\n",
+            b64.as_str()
+        ))
+    }
+}
+
+fn le64(bytes: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(bytes);
+    u64::from_le_bytes(b)
+}
+
+/// BLAKE2b-256 over sig_alg ‖ key id ‖ secret key, as `seckey_compute_chk`.
+fn checksum(key_id: [u8; 8], sk: &[u8]) -> [u8; CHK_BYTES] {
+    let mut h = Blake2b::<U32>::new();
+    h.update(SIGALG);
+    h.update(key_id);
+    h.update(sk);
+    h.finalize().into()
+}
+
+fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Rejects passwords that could never be typed at minisign's prompt, which
+/// reads one line with `fgets` into 1024 bytes and stops at NUL.
+fn check_password_usable(password: &[u8]) -> Result<(), KeyError> {
+    if password.len() > PASSWORD_MAX_BYTES {
+        return Err(KeyError::UnusablePassword {
+            reason: "longer than 1023 bytes",
+        });
+    }
+    if password.iter().any(|&b| b == b'\n' || b == b'\r' || b == 0) {
+        return Err(KeyError::UnusablePassword {
+            reason: "contains a NUL, CR or LF byte",
+        });
+    }
+    Ok(())
+}
+
+/// libsodium's `pickparams`: (log2 N, r, p) from opslimit and memlimit, as
+/// `crypto_pwhash_scryptsalsa208sha256` computes them.
+fn pick_params(opslimit: u64, memlimit: u64) -> (u32, u32, u32) {
+    let opslimit = opslimit.max(32_768);
+    let r: u32 = 8;
+    let n_log2_for = |max_n: u64| {
+        let mut n_log2 = 1u32;
+        while n_log2 < 63 {
+            if (1u64 << n_log2) > max_n / 2 {
+                break;
+            }
+            n_log2 += 1;
+        }
+        n_log2
+    };
+    if opslimit < memlimit / 32 {
+        let max_n = opslimit / (u64::from(r) * 4);
+        (n_log2_for(max_n), r, 1)
+    } else {
+        let max_n = memlimit / (u64::from(r) * 128);
+        let n_log2 = n_log2_for(max_n);
+        let max_rp = ((opslimit / 4) / (1u64 << n_log2)).min(0x3fff_ffff);
+        // max_rp <= 0x3fff_ffff, so this cannot truncate.
+        (n_log2, r, (max_rp as u32) / r)
+    }
+}
+
+/// The 104-byte scrypt keystream minisign XORs over key id ‖ sk ‖ checksum.
+fn derive_stream(
+    password: &[u8],
+    salt: &[u8; SALT_BYTES],
+    opslimit: u64,
+    memlimit: u64,
+) -> Result<Zeroizing<[u8; KEYNUM_SK_BYTES]>, KeyError> {
+    let limits = KeyError::KdfLimits { opslimit, memlimit };
+    let (n_log2, r, p) = pick_params(opslimit, memlimit);
+    let n = 1u128 << n_log2;
+    if p == 0
+        || 128 * u128::from(r) * n > KDF_MAX_MEMORY
+        || n * u128::from(r) * u128::from(p) > KDF_MAX_WORK
+    {
+        return Err(limits);
+    }
+    // `len` only matters for scrypt's PHC-string API; the raw function fills
+    // whatever buffer it is given.
+    let n_log2 = u8::try_from(n_log2).map_err(|_| KeyError::KdfLimits { opslimit, memlimit })?;
+    let params = scrypt::Params::new(n_log2, r, p, 64)
+        .map_err(|_| KeyError::KdfLimits { opslimit, memlimit })?;
+    let mut out = Zeroizing::new([0u8; KEYNUM_SK_BYTES]);
+    scrypt::scrypt(password, salt, &params, &mut out[..]).map_err(|_| limits)?;
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------
+// Signatures
+// ---------------------------------------------------------------------------
+
+/// Which message a signature covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SigAlgorithm {
+    /// `"ED"`: Ed25519 over BLAKE2b-512 of the message (minisign's default).
+    Prehashed,
+    /// `"Ed"`: Ed25519 over the raw message (`minisign -S -l`).
+    Legacy,
+}
+
+impl SigAlgorithm {
+    fn tag(self) -> [u8; 2] {
+        match self {
+            SigAlgorithm::Prehashed => SIGALG_HASHED,
+            SigAlgorithm::Legacy => SIGALG,
+        }
+    }
+}
+
+/// A parsed `.minisig` file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signature {
+    pub algorithm: SigAlgorithm,
+    pub key_id: [u8; 8],
+    pub signature: [u8; 64],
+    pub untrusted_comment: String,
+    pub trusted_comment: String,
+    pub global_signature: [u8; 64],
+}
+
+impl Signature {
+    const WHAT: &'static str = "signature";
+
+    /// Parses a `.minisig` file strictly: exactly four lines (final newline
+    /// optional, CRLF accepted), both prefixes, exact base64 lengths, and
+    /// comments minisign itself would accept.
+    pub fn parse(text: &str) -> Result<Self, KeyError> {
+        let w = Self::WHAT;
+        let lines = split_lines(text, w, 4)?;
+        let untrusted = strip_prefix_checked(lines[0], UNTRUSTED_COMMENT_PREFIX, w, 1)?;
+        if untrusted.len() > UNTRUSTED_COMMENT_MAX_BYTES {
+            return Err(malformed(
+                w,
+                1,
+                format!("untrusted comment longer than {UNTRUSTED_COMMENT_MAX_BYTES} bytes"),
+            ));
+        }
+        let mut raw = [0u8; SIG_STRUCT_BYTES];
+        decode_exact(lines[1], &mut raw, w, 2)?;
+        let algorithm = match [raw[0], raw[1]] {
+            SIGALG_HASHED => SigAlgorithm::Prehashed,
+            SIGALG => SigAlgorithm::Legacy,
+            _ => {
+                return Err(KeyError::UnsupportedAlgorithm {
+                    what: "signature",
+                    found: show_alg(&raw[..2]),
+                });
+            }
+        };
+        let trusted = strip_prefix_checked(lines[2], TRUSTED_COMMENT_PREFIX, w, 3)?;
+        check_trusted_comment(trusted).map_err(|reason| malformed(w, 3, reason))?;
+        let mut global_signature = [0u8; 64];
+        decode_exact(lines[3], &mut global_signature, w, 4)?;
+        let mut key_id = [0u8; 8];
+        key_id.copy_from_slice(&raw[2..10]);
+        let mut signature = [0u8; 64];
+        signature.copy_from_slice(&raw[10..]);
+        Ok(Signature {
+            algorithm,
+            key_id,
+            signature,
+            untrusted_comment: untrusted.to_owned(),
+            trusted_comment: trusted.to_owned(),
+            global_signature,
+        })
+    }
+
+    /// The `.minisig` text exactly as `minisign -S` writes it. Comments are
+    /// written as they are; [`sign`] is what guarantees they are valid.
+    pub fn to_file_text(&self) -> String {
+        let mut raw = [0u8; SIG_STRUCT_BYTES];
+        raw[..2].copy_from_slice(&self.algorithm.tag());
+        raw[2..10].copy_from_slice(&self.key_id);
+        raw[10..].copy_from_slice(&self.signature);
+        format!(
+            "{UNTRUSTED_COMMENT_PREFIX}{}\n{}\n{TRUSTED_COMMENT_PREFIX}{}\n{}\n",
+            self.untrusted_comment,
+            B64.encode(raw),
+            self.trusted_comment,
+            B64.encode(self.global_signature)
+        )
+    }
+
+    /// The key id in minisign's hex form.
+    pub fn key_id_hex(&self) -> String {
+        key_id_to_hex(&self.key_id)
+    }
+
+    /// Reads and parses a `.minisig` file; errors name the path.
+    pub fn load(path: &Path) -> Result<Self, KeyError> {
+        let text = read_text(path, Self::WHAT)?;
+        Self::parse(&text).map_err(|e| e.in_file(path))
+    }
+}
+
+/// A trusted comment must fit minisign's buffer and pass minisign 0.12's
+/// `is_printable` (no control characters except TAB).
+fn check_trusted_comment(c: &str) -> Result<(), String> {
+    if c.len() > TRUSTED_COMMENT_MAX_BYTES {
+        return Err(format!(
+            "trusted comment longer than {TRUSTED_COMMENT_MAX_BYTES} bytes"
+        ));
+    }
+    if c.chars().any(|ch| ch != '\t' && ch.is_control()) {
+        return Err("trusted comment contains a control character".to_string());
+    }
+    Ok(())
+}
+
+fn check_untrusted_comment(c: &str) -> Result<(), String> {
+    if c.len() > UNTRUSTED_COMMENT_MAX_BYTES {
+        return Err(format!(
+            "untrusted comment longer than {UNTRUSTED_COMMENT_MAX_BYTES} bytes"
+        ));
+    }
+    if c.contains(['\r', '\n', '\0']) {
+        return Err("untrusted comment contains CR, LF or NUL".to_string());
+    }
+    Ok(())
+}
+
+/// BLAKE2b-512 of everything `reader` yields: the message a prehashed
+/// (`"ED"`) signature covers. Reads in 64 KiB chunks.
+pub fn prehash(mut reader: impl Read) -> io::Result<[u8; 64]> {
+    let mut h = Blake2b512::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => h.update(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(h.finalize().into())
+}
+
+/// [`prehash`] of a file; errors name the path.
+pub fn prehash_file(path: &Path) -> Result<[u8; 64], KeyError> {
+    let file = fs::File::open(path).map_err(|e| io_err(path, e))?;
+    prehash(file).map_err(|e| io_err(path, e))
+}
+
+/// Signs `message` the way `minisign -S` does (prehashed, `"ED"`). Fails if
+/// a comment contains CR/LF (or, for the trusted comment, any control
+/// character but TAB) or is longer than minisign can read back.
+pub fn sign(
+    sk: &SecretKey,
+    message: &[u8],
+    untrusted_comment: &str,
+    trusted_comment: &str,
+) -> Result<Signature, KeyError> {
+    let digest: [u8; 64] = Blake2b512::digest(message).into();
+    sign_prehashed(sk, &digest, untrusted_comment, trusted_comment)
+}
+
+/// [`sign`] given the message's [`prehash`] digest.
+pub fn sign_prehashed(
+    sk: &SecretKey,
+    digest: &[u8; 64],
+    untrusted_comment: &str,
+    trusted_comment: &str,
+) -> Result<Signature, KeyError> {
+    check_untrusted_comment(untrusted_comment).map_err(|reason| KeyError::InvalidComment {
+        which: "untrusted",
+        reason,
+    })?;
+    check_trusted_comment(trusted_comment).map_err(|reason| KeyError::InvalidComment {
+        which: "trusted",
+        reason,
+    })?;
+    let signature = sk.signing.sign(digest).to_bytes();
+    let global_signature = sk
+        .signing
+        .sign(&global_message(&signature, trusted_comment))
+        .to_bytes();
+    Ok(Signature {
+        algorithm: SigAlgorithm::Prehashed,
+        key_id: sk.key_id,
+        signature,
+        untrusted_comment: untrusted_comment.to_owned(),
+        trusted_comment: trusted_comment.to_owned(),
+        global_signature,
+    })
+}
+
+fn global_message(signature: &[u8; 64], trusted_comment: &str) -> Vec<u8> {
+    let mut m = Vec::with_capacity(64 + trusted_comment.len());
+    m.extend_from_slice(signature);
+    m.extend_from_slice(trusted_comment.as_bytes());
+    m
+}
+
+/// Verifies like `minisign -V`: key id first, then the signature over the
+/// message (prehashed or legacy), then the signature over the trusted comment.
+pub fn verify(pk: &PublicKey, sig: &Signature, message: &[u8]) -> Result<(), KeyError> {
+    check_key_id(pk, sig)?;
+    match sig.algorithm {
+        SigAlgorithm::Prehashed => {
+            let digest: [u8; 64] = Blake2b512::digest(message).into();
+            check_ed25519(pk, &digest, &sig.signature).map_err(|_| KeyError::BadSignature)?;
+        }
+        SigAlgorithm::Legacy => {
+            check_ed25519(pk, message, &sig.signature).map_err(|_| KeyError::BadSignature)?;
+        }
+    }
+    check_global(pk, sig)
+}
+
+/// [`verify`] given the message's [`prehash`] digest. A legacy signature
+/// needs the whole message, so it is refused with `UnsupportedAlgorithm`.
+pub fn verify_prehashed(
+    pk: &PublicKey,
+    sig: &Signature,
+    digest: &[u8; 64],
+) -> Result<(), KeyError> {
+    check_key_id(pk, sig)?;
+    if sig.algorithm != SigAlgorithm::Prehashed {
+        return Err(KeyError::UnsupportedAlgorithm {
+            what: "signature (legacy, not prehashed)",
+            found: show_alg(&SIGALG),
+        });
+    }
+    check_ed25519(pk, digest, &sig.signature).map_err(|_| KeyError::BadSignature)?;
+    check_global(pk, sig)
+}
+
+fn check_key_id(pk: &PublicKey, sig: &Signature) -> Result<(), KeyError> {
+    if sig.key_id != pk.key_id {
+        return Err(KeyError::KeyIdMismatch {
+            expected: pk.key_id_hex(),
+            found: sig.key_id_hex(),
+        });
+    }
+    Ok(())
+}
+
+fn check_global(pk: &PublicKey, sig: &Signature) -> Result<(), KeyError> {
+    check_ed25519(
+        pk,
+        &global_message(&sig.signature, &sig.trusted_comment),
+        &sig.global_signature,
+    )
+    .map_err(|_| KeyError::BadGlobalSignature)
+}
+
+/// Strict Ed25519 verification (canonical S, no small-order R or key), the
+/// checks libsodium's `crypto_sign_verify_detached` makes.
+fn check_ed25519(
+    pk: &PublicKey,
+    msg: &[u8],
+    sig: &[u8; 64],
+) -> Result<(), ed25519_dalek::SignatureError> {
+    pk.key
+        .verify_strict(msg, &ed25519_dalek::Signature::from_bytes(sig))
+}
+
+// ---------------------------------------------------------------------------
+// Trust stores
+// ---------------------------------------------------------------------------
+
+/// Loads trusted public keys from a `.pub` file, or from a directory: every
+/// `*.pub` file directly in it, in file name order. A directory without any
+/// is an error naming it, as are two different keys sharing a key id; the
+/// same key in two files is kept once.
+pub fn load_trust(path: &Path) -> Result<Vec<PublicKey>, KeyError> {
+    let meta = fs::metadata(path).map_err(|e| io_err(path, e))?;
+    if !meta.is_dir() {
+        return Ok(vec![PublicKey::load(path)?]);
+    }
+    let mut files = Vec::new();
+    for entry in fs::read_dir(path).map_err(|e| io_err(path, e))? {
+        let entry = entry.map_err(|e| io_err(path, e))?;
+        let p = entry.path();
+        if p.extension().is_some_and(|ext| ext == "pub") {
+            let is_file = fs::metadata(&p).map_err(|e| io_err(&p, e))?.is_file();
+            if is_file {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    if files.is_empty() {
+        return Err(KeyError::NoPublicKeys {
+            dir: path.to_path_buf(),
+        });
+    }
+    let mut keys: Vec<(PublicKey, PathBuf)> = Vec::with_capacity(files.len());
+    for file in files {
+        let pk = PublicKey::load(&file)?;
+        if let Some((seen, first)) = keys.iter().find(|(k, _)| k.key_id == pk.key_id) {
+            if seen.key != pk.key {
+                return Err(KeyError::ConflictingKeyId {
+                    key_id: pk.key_id_hex(),
+                    first: first.clone(),
+                    second: file,
+                });
+            }
+            continue;
+        }
+        keys.push((pk, file));
+    }
+    Ok(keys.into_iter().map(|(k, _)| k).collect())
+}

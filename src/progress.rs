@@ -1,0 +1,19 @@
+//! The progress callbacks the library reports through; the binary decides how to show them.
+
+/// Receives progress from long operations. Implementations must be cheap: `advance` is called
+/// for every buffer (about every megabyte).
+pub trait Progress: Sync {
+    /// A phase starts with `total` bytes of work.
+    fn start(&self, _phase: &str, _total: u64) {}
+    /// `bytes` more are done.
+    fn advance(&self, _bytes: u64) {}
+    /// Work moved on to this file or volume.
+    fn item(&self, _name: &str) {}
+    /// The phase ended.
+    fn finish(&self) {}
+}
+
+/// Reports nothing.
+pub struct Silent;
+
+impl Progress for Silent {}
