@@ -511,7 +511,9 @@ impl SecretKey {
     pub fn parse(text: &str, password: Option<&[u8]>) -> Result<Self, KeyError> {
         let mut raw = Zeroizing::new([0u8; SECKEY_STRUCT_BYTES]);
         let header = Self::decode(text, &mut raw)?;
-        let stored_chk_was_zero;
+        // `minisign -G -W` never computes the checksum and leaves it zero;
+        // `minisign -C -W` keeps the real one. Accept both when unencrypted.
+        let skip_checksum = !header.encrypted && raw[SK_CHK..].iter().all(|&b| b == 0);
         if header.encrypted {
             let password = password.ok_or(KeyError::PasswordRequired)?;
             let opslimit = le64(&raw[SK_OPSLIMIT..SK_OPSLIMIT + 8]);
@@ -522,16 +524,11 @@ impl SecretKey {
             for (b, s) in raw[SK_KEYNUM..].iter_mut().zip(stream.iter()) {
                 *b ^= s;
             }
-            stored_chk_was_zero = false;
-        } else {
-            // `minisign -G -W` never computes the checksum and leaves it zero;
-            // `minisign -C -W` keeps the real one. Accept both.
-            stored_chk_was_zero = raw[SK_CHK..].iter().all(|&b| b == 0);
         }
         let mut key_id = [0u8; 8];
         key_id.copy_from_slice(&raw[SK_KEYNUM..SK_KEYNUM + KEYNUM_BYTES]);
         let chk = Zeroizing::new(checksum(key_id, &raw[SK_SECRET..SK_SECRET + 64]));
-        if !stored_chk_was_zero && !ct_eq(&chk[..], &raw[SK_CHK..]) {
+        if !skip_checksum && !ct_eq(&chk[..], &raw[SK_CHK..]) {
             return Err(if header.encrypted {
                 KeyError::WrongPassword
             } else {
@@ -1014,4 +1011,1073 @@ pub fn load_trust(path: &Path) -> Result<Vec<PublicKey>, KeyError> {
         keys.push((pk, file));
     }
     Ok(keys.into_iter().map(|(k, _)| k).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::io::Write as _;
+    use std::process::{Command, Output, Stdio};
+    use std::sync::{Mutex, MutexGuard};
+
+    // Known-answer vectors made with Debian's /usr/bin/minisign 0.11:
+    //   minisign -G -W -p unenc.pub -s unenc.key
+    //   printf 'correct horse\ncorrect horse\n' | minisign -G -p enc.pub -s enc.key
+    //   cp enc.key enc-decrypted.key
+    //   echo 'correct horse' | minisign -C -W -s enc-decrypted.key
+    //   printf 'airlock known-answer message\nline two\n' > message.txt
+    //   minisign -S -s unenc.key -m message.txt -x unenc.minisig \
+    //     -c "airlock test vector" -t "$(printf 'timestamp:1700000000\tfile:message.txt\thashed')"
+    //   minisign -S -l -s unenc.key -m message.txt -x unenc-legacy.minisig \
+    //     -c "airlock legacy vector" -t "legacy trusted comment"
+    //   echo 'correct horse' | minisign -S -s enc.key -m message.txt -x enc.minisig \
+    //     -t "signed with the encrypted key"
+    const MESSAGE: &[u8] = b"airlock known-answer message\nline two\n";
+    const PASSWORD: &[u8] = b"correct horse";
+
+    const UNENC_PUB: &str = "untrusted comment: minisign public key D497470B34166912\n\
+RWQSaRY0C0eX1GqSglUX97H7IoNm+CzqFGpiHoOd//gVINK4XGhT+k2s\n";
+    const UNENC_KEY: &str = "untrusted comment: minisign encrypted secret key\n\
+RWQAAEIyAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAEmkWNAtHl9RyunyXJlcKq2UMIFxGsutDTAnFRtjsH1LpA3Cz0WCq4WqSglUX97H7IoNm+CzqFGpiHoOd//gVINK4XGhT+k2sAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n";
+    const ENC_PUB: &str = "untrusted comment: minisign public key B5A7E4BE74F66F7F\n\
+RWR/b/Z0vuSntedg2d1tv8Q5sxg+riR1KnHBGzDG232mydLLnbUAZqdU\n";
+    const ENC_KEY: &str = "untrusted comment: minisign encrypted secret key\n\
+RWRTY0IyUba4d04rkPO2+CC5XWxf70pkkr9NH0nh7wIj9zGnLzgAAAACAAAAAAAAAEAAAAAAoyV33CPXG3CHDk5tY5XQ2DYbkgT9D+AkVorEDXI01TBiEfwJtFqNjXtvc2XY1LgbDIUjfuUPivGYdk/H6D2hpcm1rJ5J6NVD0ktKohBnV9Lb1w+7fHltm0k+JqP0aQ349Id12ZCXll0=\n";
+    /// ENC_KEY after `minisign -C -W`: kdf bytes zeroed, salt, limits and
+    /// (real) checksum kept.
+    const ENC_KEY_DECRYPTED: &str = "untrusted comment: minisign encrypted secret key\n\
+RWQAAEIyUba4d04rkPO2+CC5XWxf70pkkr9NH0nh7wIj9zGnLzgAAAACAAAAAAAAAEAAAAAAf2/2dL7kp7UhpUalJ3Z0k60OAlehQNCzsJqwQPSkpwa0kVU6pQIWnedg2d1tv8Q5sxg+riR1KnHBGzDG232mydLLnbUAZqdUO9u/ibTM9M8gzkOnZ5nz5HglXoA78Bi6IvyuT9+f1O4=\n";
+    const UNENC_SIG_UNTRUSTED: &str = "airlock test vector";
+    const UNENC_SIG_TRUSTED: &str = "timestamp:1700000000\tfile:message.txt\thashed";
+    const UNENC_SIG: &str = "untrusted comment: airlock test vector\n\
+RUQSaRY0C0eX1Jjf8RsxUlniO9XQFCKqpuFFUNYAGfAbQ9bw+cQR/z6XGlNmjkpFDA3HwzZKjOXl6CeH66dsqkZx9ljbyvSNwA0=\n\
+trusted comment: timestamp:1700000000\tfile:message.txt\thashed\n\
+7tDhN/aWQtTqvjfApQShxl41U57nCO52kOC/X+s9ZKh37qCLaxjw3auhcg4iBzFAMuIGIx2SbRwmHk+bqLQ/Bg==\n";
+    const UNENC_LEGACY_SIG: &str = "untrusted comment: airlock legacy vector\n\
+RWQSaRY0C0eX1Hfv6c4dehfO4FoxGGEx46YvWa3FEazlpMU7NypmKCZqliunI1NTLkEogpq4cItGIs1bLZ9Wr8vLHP4WaRztDQ8=\n\
+trusted comment: legacy trusted comment\n\
+nvM6GQLLA3cEzHRacPZLyIgN41DumkgPXDEGx/iptBfA4erMrf4xgHwVIoNbvPu0mcc4i+b5lD7b/ua42KGcBQ==\n";
+    const ENC_SIG: &str = "untrusted comment: signature from minisign secret key\n\
+RUR/b/Z0vuSntTzERZlqOxV9fT1WnVfyeviZGvEDqBNSAJkQUqEDlgxsDuVWcaUMSb9Z1X5eCmo+4MSD7Mbzp0ny9OdWxhAdyAI=\n\
+trusted comment: signed with the encrypted key\n\
+4JfL6fLz722cGDzK4JlpjILrWK/03M2MJGkYFDQh+djiuPda9a2wt9Cza8BvW7vaPKw90BIDctD8Vg7ewu/aAg==\n";
+
+    // Cheapest scrypt limits libsodium allows (N = 2^10): for tests that
+    // exercise our own encryption without paying 1 GiB each time.
+    const CHEAP_OPS: u64 = 32_768;
+    const CHEAP_MEM: u64 = 16_777_216;
+
+    /// Full-cost scrypt runs take 1 GiB each; run them one at a time.
+    static SCRYPT_LOCK: Mutex<()> = Mutex::new(());
+    fn heavy() -> MutexGuard<'static, ()> {
+        SCRYPT_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn key_line(text: &str) -> &str {
+        text.lines().nth(1).expect("second line")
+    }
+
+    fn decode_sk(text: &str) -> Vec<u8> {
+        B64.decode(key_line(text)).expect("base64")
+    }
+
+    fn encode_sk(raw: &[u8]) -> String {
+        format!(
+            "untrusted comment: {SECRET_KEY_COMMENT}\n{}\n",
+            B64.encode(raw)
+        )
+    }
+
+    // ---- known-answer vectors -------------------------------------------
+
+    #[test]
+    fn minisign_unencrypted_key_matches_its_public_key() {
+        let sk = SecretKey::parse(UNENC_KEY, None).unwrap();
+        let pk = PublicKey::parse(UNENC_PUB).unwrap();
+        assert_eq!(sk.public_key(), pk);
+        assert_eq!(sk.key_id(), pk.key_id);
+        assert_eq!(pk.key_id_hex(), "D497470B34166912");
+        assert_eq!(pk.key_id, [0x12, 0x69, 0x16, 0x34, 0x0b, 0x47, 0x97, 0xd4]);
+        assert_eq!(pk.to_file_text(), UNENC_PUB);
+        assert!(!SecretKey::is_encrypted(UNENC_KEY).unwrap());
+        // A password for an unencrypted key is ignored, as minisign does.
+        let again = SecretKey::parse(UNENC_KEY, Some(b"ignored")).unwrap();
+        assert_eq!(again.public_key(), pk);
+    }
+
+    #[test]
+    fn unencrypted_output_has_minisign_w_layout() {
+        let sk = SecretKey::parse(UNENC_KEY, None).unwrap();
+        let ours_text = sk.to_file_text(None).unwrap();
+        assert_eq!(ours_text.lines().next(), UNENC_KEY.lines().next());
+        let ours = decode_sk(&ours_text);
+        let theirs = decode_sk(UNENC_KEY);
+        assert_eq!(ours.len(), SECKEY_STRUCT_BYTES);
+        // minisign -G -W: "Ed", 00 00, "B2", zero salt, zero limits ...
+        assert_eq!(&theirs[..6], b"Ed\0\0B2");
+        assert!(theirs[SK_SALT..SK_KEYNUM].iter().all(|&b| b == 0));
+        // ... and it never computes the checksum.
+        assert!(theirs[SK_CHK..].iter().all(|&b| b == 0));
+        assert_eq!(ours[..SK_CHK], theirs[..SK_CHK]);
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&ours[SK_KEYNUM..SK_SECRET]);
+        assert_eq!(ours[SK_CHK..], checksum(id, &ours[SK_SECRET..SK_CHK]));
+        let back = SecretKey::parse(&ours_text, None).unwrap();
+        assert_eq!(back.public_key(), sk.public_key());
+    }
+
+    #[test]
+    fn minisign_c_w_key_parses_and_checksum_is_enforced() {
+        let enc_pub = PublicKey::parse(ENC_PUB).unwrap();
+        let sk = SecretKey::parse(ENC_KEY_DECRYPTED, None).unwrap();
+        assert_eq!(sk.public_key(), enc_pub);
+        // The checksum minisign computed is BLAKE2b-256 over "Ed" || id || sk.
+        let raw = decode_sk(ENC_KEY_DECRYPTED);
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&raw[SK_KEYNUM..SK_SECRET]);
+        assert_eq!(raw[SK_CHK..], checksum(id, &raw[SK_SECRET..SK_CHK]));
+        // Signing with it reproduces minisign's signature made with ENC_KEY.
+        let sig = sign(
+            &sk,
+            MESSAGE,
+            "signature from minisign secret key",
+            "signed with the encrypted key",
+        )
+        .unwrap();
+        assert_eq!(sig.to_file_text(), ENC_SIG);
+        // Corrupting the checksum or the key id is detected.
+        for pos in [SK_CHK, SK_CHK + 31, SK_KEYNUM] {
+            let mut bad = raw.clone();
+            bad[pos] ^= 1;
+            let err = SecretKey::parse(&encode_sk(&bad), None).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    KeyError::Malformed {
+                        what: "secret key",
+                        line: 2,
+                        ..
+                    }
+                ),
+                "{err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn minisign_encrypted_key_needs_the_password() {
+        assert!(SecretKey::is_encrypted(ENC_KEY).unwrap());
+        assert!(matches!(
+            SecretKey::parse(ENC_KEY, None),
+            Err(KeyError::PasswordRequired)
+        ));
+        let raw = decode_sk(ENC_KEY);
+        assert_eq!(&raw[..6], b"EdScB2");
+        assert_eq!(le64(&raw[SK_OPSLIMIT..SK_MEMLIMIT]), KDF_OPSLIMIT_SENSITIVE);
+        assert_eq!(le64(&raw[SK_MEMLIMIT..SK_KEYNUM]), KDF_MEMLIMIT_SENSITIVE);
+
+        let _guard = heavy();
+        let sk = SecretKey::parse(ENC_KEY, Some(PASSWORD)).unwrap();
+        assert_eq!(sk.public_key(), PublicKey::parse(ENC_PUB).unwrap());
+        let sig = sign(
+            &sk,
+            MESSAGE,
+            "signature from minisign secret key",
+            "signed with the encrypted key",
+        )
+        .unwrap();
+        assert_eq!(sig.to_file_text(), ENC_SIG);
+        assert!(matches!(
+            SecretKey::parse(ENC_KEY, Some(b"correct horse ")),
+            Err(KeyError::WrongPassword)
+        ));
+    }
+
+    #[test]
+    fn minisign_signatures_verify_and_round_trip() {
+        let unenc = PublicKey::parse(UNENC_PUB).unwrap();
+        let enc = PublicKey::parse(ENC_PUB).unwrap();
+        for (text, pk, alg) in [
+            (UNENC_SIG, &unenc, SigAlgorithm::Prehashed),
+            (UNENC_LEGACY_SIG, &unenc, SigAlgorithm::Legacy),
+            (ENC_SIG, &enc, SigAlgorithm::Prehashed),
+        ] {
+            let sig = Signature::parse(text).unwrap();
+            assert_eq!(sig.algorithm, alg);
+            assert_eq!(sig.key_id, pk.key_id);
+            verify(pk, &sig, MESSAGE).unwrap();
+            assert_eq!(sig.to_file_text(), text);
+        }
+        let sig = Signature::parse(UNENC_SIG).unwrap();
+        assert_eq!(sig.untrusted_comment, UNENC_SIG_UNTRUSTED);
+        assert_eq!(sig.trusted_comment, UNENC_SIG_TRUSTED);
+        let digest = prehash(MESSAGE).unwrap();
+        verify_prehashed(&unenc, &sig, &digest).unwrap();
+        // A legacy signature cannot be checked against a digest.
+        let legacy = Signature::parse(UNENC_LEGACY_SIG).unwrap();
+        assert!(matches!(
+            verify_prehashed(&unenc, &legacy, &digest),
+            Err(KeyError::UnsupportedAlgorithm { .. })
+        ));
+    }
+
+    #[test]
+    fn our_signature_is_byte_identical_to_minisign() {
+        let sk = SecretKey::parse(UNENC_KEY, None).unwrap();
+        let sig = sign(&sk, MESSAGE, UNENC_SIG_UNTRUSTED, UNENC_SIG_TRUSTED).unwrap();
+        assert_eq!(sig.to_file_text(), UNENC_SIG);
+        let digest = prehash(MESSAGE).unwrap();
+        let sig2 = sign_prehashed(&sk, &digest, UNENC_SIG_UNTRUSTED, UNENC_SIG_TRUSTED).unwrap();
+        assert_eq!(sig2, sig);
+    }
+
+    // ---- tampering ------------------------------------------------------
+
+    #[test]
+    fn tampering_fails_with_the_right_error() {
+        let pk = PublicKey::parse(UNENC_PUB).unwrap();
+        for text in [UNENC_SIG, UNENC_LEGACY_SIG] {
+            let good = Signature::parse(text).unwrap();
+            verify(&pk, &good, MESSAGE).unwrap();
+            // Any bit of the message.
+            for i in 0..MESSAGE.len() {
+                for bit in [0x01u8, 0x80] {
+                    let mut m = MESSAGE.to_vec();
+                    m[i] ^= bit;
+                    assert!(matches!(
+                        verify(&pk, &good, &m),
+                        Err(KeyError::BadSignature)
+                    ));
+                }
+            }
+            let mut longer = MESSAGE.to_vec();
+            longer.push(b'\n');
+            assert!(matches!(
+                verify(&pk, &good, &longer),
+                Err(KeyError::BadSignature)
+            ));
+            assert!(matches!(
+                verify(&pk, &good, &MESSAGE[..MESSAGE.len() - 1]),
+                Err(KeyError::BadSignature)
+            ));
+            // Any byte of the signature.
+            for i in 0..64 {
+                let mut s = good.clone();
+                s.signature[i] ^= 0x04;
+                assert!(matches!(
+                    verify(&pk, &s, MESSAGE),
+                    Err(KeyError::BadSignature)
+                ));
+            }
+            // Any byte of the global signature.
+            for i in 0..64 {
+                let mut s = good.clone();
+                s.global_signature[i] ^= 0x04;
+                assert!(matches!(
+                    verify(&pk, &s, MESSAGE),
+                    Err(KeyError::BadGlobalSignature)
+                ));
+            }
+            // Any byte of the trusted comment, or its length.
+            let tc = good.trusted_comment.clone();
+            for i in 0..tc.len() {
+                let mut bytes = tc.clone().into_bytes();
+                bytes[i] = if bytes[i] == b'x' { b'y' } else { b'x' };
+                let mut s = good.clone();
+                s.trusted_comment = String::from_utf8(bytes).unwrap();
+                assert!(matches!(
+                    verify(&pk, &s, MESSAGE),
+                    Err(KeyError::BadGlobalSignature)
+                ));
+            }
+            for changed in [
+                format!("{tc} "),
+                tc[..tc.len() - 1].to_string(),
+                String::new(),
+            ] {
+                let mut s = good.clone();
+                s.trusted_comment = changed;
+                assert!(matches!(
+                    verify(&pk, &s, MESSAGE),
+                    Err(KeyError::BadGlobalSignature)
+                ));
+            }
+            // Swapping the algorithm changes what was signed.
+            let mut s = good.clone();
+            s.algorithm = match s.algorithm {
+                SigAlgorithm::Prehashed => SigAlgorithm::Legacy,
+                SigAlgorithm::Legacy => SigAlgorithm::Prehashed,
+            };
+            assert!(matches!(
+                verify(&pk, &s, MESSAGE),
+                Err(KeyError::BadSignature)
+            ));
+            // The untrusted comment is not covered.
+            let mut s = good.clone();
+            s.untrusted_comment = "anything at all".into();
+            verify(&pk, &s, MESSAGE).unwrap();
+        }
+    }
+
+    #[test]
+    fn no_edit_of_a_signed_line_still_verifies() {
+        let pk = PublicKey::parse(UNENC_PUB).unwrap();
+        let good = Signature::parse(UNENC_SIG).unwrap();
+        let first_line_end = UNENC_SIG.find('\n').unwrap();
+        let bytes = UNENC_SIG.as_bytes();
+        for i in first_line_end + 1..bytes.len() {
+            for repl in [
+                b'A', b'z', b'0', b'+', b'/', b'=', b' ', b'\t', b'\n', b'\r',
+            ] {
+                if bytes[i] == repl {
+                    continue;
+                }
+                let mut t = bytes.to_vec();
+                t[i] = repl;
+                let t = String::from_utf8(t).unwrap();
+                // An edit may only verify if it changed nothing but line
+                // endings (e.g. the final LF turned into a CR).
+                if let Ok(sig) = Signature::parse(&t)
+                    && verify(&pk, &sig, MESSAGE).is_ok()
+                {
+                    assert_eq!(sig, good, "edit at byte {i} to {repl:#x} still verifies");
+                    assert!(i == bytes.len() - 1, "edit at byte {i} to {repl:#x}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn wrong_key_id_is_reported_first() {
+        let enc = PublicKey::parse(ENC_PUB).unwrap();
+        let sig = Signature::parse(UNENC_SIG).unwrap();
+        match verify(&enc, &sig, b"not even the right message") {
+            Err(KeyError::KeyIdMismatch { expected, found }) => {
+                assert_eq!(expected, "B5A7E4BE74F66F7F");
+                assert_eq!(found, "D497470B34166912");
+            }
+            other => panic!("expected KeyIdMismatch, got {other:?}"),
+        }
+        assert!(matches!(
+            verify_prehashed(&enc, &sig, &[0; 64]),
+            Err(KeyError::KeyIdMismatch { .. })
+        ));
+        // Right id, wrong key: the signature check catches it.
+        let impostor = PublicKey {
+            key_id: sig.key_id,
+            key: enc.key,
+        };
+        assert!(matches!(
+            verify(&impostor, &sig, MESSAGE),
+            Err(KeyError::BadSignature)
+        ));
+    }
+
+    // ---- our own keys ---------------------------------------------------
+
+    #[test]
+    fn generated_keys_round_trip_unencrypted() {
+        let sk = SecretKey::generate().unwrap();
+        let other = SecretKey::generate().unwrap();
+        assert_ne!(sk.key_id(), other.key_id());
+        assert_ne!(sk.public_key().key, other.public_key().key);
+        let text = sk.to_file_text(None).unwrap();
+        assert!(!SecretKey::is_encrypted(&text).unwrap());
+        let back = SecretKey::parse(&text, None).unwrap();
+        assert_eq!(back.public_key(), sk.public_key());
+        let pk_text = sk.public_key().to_file_text();
+        assert_eq!(PublicKey::parse(&pk_text).unwrap(), sk.public_key());
+        assert_eq!(
+            PublicKey::parse(&sk.public_key().to_base64()).unwrap(),
+            sk.public_key()
+        );
+        let sig = sign(&back, b"m", "u", "t").unwrap();
+        verify(&sk.public_key(), &sig, b"m").unwrap();
+        assert_eq!(Signature::parse(&sig.to_file_text()).unwrap(), sig);
+        assert!(!format!("{sk:?}").contains(&B64.encode(sk.signing.to_bytes())));
+    }
+
+    #[test]
+    fn our_encrypted_key_round_trips() {
+        let sk = SecretKey::generate().unwrap();
+        let text = sk
+            .to_file_text_with_kdf_limits(Some(PASSWORD), CHEAP_OPS, CHEAP_MEM)
+            .unwrap();
+        let raw = decode_sk(&text);
+        assert_eq!(&raw[..6], b"EdScB2");
+        assert!(SecretKey::is_encrypted(&text).unwrap());
+        // Neither the key id nor the secret key appear in clear.
+        assert_ne!(raw[SK_KEYNUM..SK_SECRET], sk.key_id());
+        assert_ne!(raw[SK_SECRET..SK_SECRET + 32], sk.signing.to_bytes());
+        let back = SecretKey::parse(&text, Some(PASSWORD)).unwrap();
+        assert_eq!(back.public_key(), sk.public_key());
+        assert_eq!(
+            sign(&back, MESSAGE, "u", "t").unwrap(),
+            sign(&sk, MESSAGE, "u", "t").unwrap()
+        );
+        assert!(matches!(
+            SecretKey::parse(&text, Some(b"correct horsf")),
+            Err(KeyError::WrongPassword)
+        ));
+        assert!(matches!(
+            SecretKey::parse(&text, Some(b"")),
+            Err(KeyError::WrongPassword)
+        ));
+        assert!(matches!(
+            SecretKey::parse(&text, None),
+            Err(KeyError::PasswordRequired)
+        ));
+        // A fresh salt each time.
+        let text2 = sk
+            .to_file_text_with_kdf_limits(Some(PASSWORD), CHEAP_OPS, CHEAP_MEM)
+            .unwrap();
+        assert_ne!(text, text2);
+        // Empty passwords work (minisign accepts them too).
+        let empty = sk
+            .to_file_text_with_kdf_limits(Some(b""), CHEAP_OPS, CHEAP_MEM)
+            .unwrap();
+        assert_eq!(
+            SecretKey::parse(&empty, Some(b"")).unwrap().public_key(),
+            sk.public_key()
+        );
+    }
+
+    #[test]
+    fn passwords_minisign_cannot_type_are_refused() {
+        let sk = SecretKey::generate().unwrap();
+        for pw in [
+            &b"a\nb"[..],
+            b"a\rb",
+            b"a\0b",
+            &[b'x'; PASSWORD_MAX_BYTES + 1],
+        ] {
+            assert!(matches!(
+                sk.to_file_text_with_kdf_limits(Some(pw), CHEAP_OPS, CHEAP_MEM),
+                Err(KeyError::UnusablePassword { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn pick_params_matches_libsodium() {
+        // Values libsodium documents for its presets.
+        assert_eq!(
+            pick_params(KDF_OPSLIMIT_SENSITIVE, KDF_MEMLIMIT_SENSITIVE),
+            (20, 8, 1)
+        );
+        assert_eq!(pick_params(524_288, 16_777_216), (14, 8, 1));
+        assert_eq!(pick_params(CHEAP_OPS, CHEAP_MEM), (10, 8, 1));
+        // minisign's fallback halves both limits.
+        assert_eq!(
+            pick_params(KDF_OPSLIMIT_SENSITIVE / 2, KDF_MEMLIMIT_SENSITIVE / 2),
+            (19, 8, 1)
+        );
+        // opslimit-bound branch, and the opslimit floor.
+        assert_eq!(pick_params(1_000_000, 1 << 30), (14, 8, 1));
+        assert_eq!(pick_params(0, 1 << 30), (10, 8, 1));
+        // memlimit-bound branch with p > 1.
+        assert_eq!(pick_params(1 << 30, 1 << 24), (14, 8, 2048));
+    }
+
+    #[test]
+    fn hostile_kdf_limits_are_refused_before_deriving() {
+        let mut raw = decode_sk(ENC_KEY);
+        for (ops, mem) in [
+            (2 * KDF_OPSLIMIT_SENSITIVE, 2 * KDF_MEMLIMIT_SENSITIVE),
+            (u64::MAX, u64::MAX),
+            (1 << 30, 1 << 24),
+        ] {
+            raw[SK_OPSLIMIT..SK_MEMLIMIT].copy_from_slice(&ops.to_le_bytes());
+            raw[SK_MEMLIMIT..SK_KEYNUM].copy_from_slice(&mem.to_le_bytes());
+            match SecretKey::parse(&encode_sk(&raw), Some(PASSWORD)) {
+                Err(KeyError::KdfLimits { opslimit, memlimit }) => {
+                    assert_eq!((opslimit, memlimit), (ops, mem));
+                }
+                other => panic!("expected KdfLimits, got {other:?}"),
+            }
+        }
+    }
+
+    // ---- strict parsing -------------------------------------------------
+
+    fn malformed_line(r: Result<impl fmt::Debug, KeyError>) -> usize {
+        match r {
+            Err(KeyError::Malformed { line, .. }) => line,
+            other => panic!("expected Malformed, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn signature_parse_is_strict_and_cites_lines() {
+        let lines: Vec<&str> = UNENC_SIG.lines().collect();
+        let join = |ls: &[&str]| ls.join("\n");
+        let good = Signature::parse(UNENC_SIG).unwrap();
+        // Final newline optional; CRLF accepted.
+        assert_eq!(Signature::parse(&join(&lines)).unwrap(), good);
+        assert_eq!(
+            Signature::parse(&UNENC_SIG.replace('\n', "\r\n")).unwrap(),
+            good
+        );
+        // Line count.
+        assert_eq!(malformed_line(Signature::parse("")), 2);
+        assert_eq!(malformed_line(Signature::parse(&join(&lines[..3]))), 4);
+        assert_eq!(
+            malformed_line(Signature::parse(&format!("{UNENC_SIG}\n"))),
+            5
+        );
+        assert_eq!(
+            malformed_line(Signature::parse(&format!("{UNENC_SIG}x\n"))),
+            5
+        );
+        // Prefixes.
+        let mut l = lines.clone();
+        l[0] = "untrusted comment:airlock";
+        assert_eq!(malformed_line(Signature::parse(&join(&l))), 1);
+        let mut l = lines.clone();
+        l[2] = "Trusted comment: x";
+        assert_eq!(malformed_line(Signature::parse(&join(&l))), 3);
+        // Base64 lengths and content.
+        let short = &lines[1][..lines[1].len() - 4];
+        let mut l = lines.clone();
+        l[1] = short;
+        assert_eq!(malformed_line(Signature::parse(&join(&l))), 2);
+        let padded = format!("{}AAAA", lines[3]);
+        let mut l = lines.clone();
+        l[3] = &padded;
+        assert_eq!(malformed_line(Signature::parse(&join(&l))), 4);
+        let bad_char = lines[1].replacen('R', "*", 1);
+        let mut l = lines.clone();
+        l[1] = &bad_char;
+        assert_eq!(malformed_line(Signature::parse(&join(&l))), 2);
+        let spaced = format!(" {}", &lines[3][1..]);
+        let mut l = lines.clone();
+        l[3] = &spaced;
+        assert_eq!(malformed_line(Signature::parse(&join(&l))), 4);
+        // Stray CR, control characters, over-long comments.
+        let cr = UNENC_SIG.replacen("airlock", "air\rlock", 1);
+        assert_eq!(malformed_line(Signature::parse(&cr)), 1);
+        let ctl = UNENC_SIG.replacen("timestamp", "time\x1bstamp", 1);
+        assert_eq!(malformed_line(Signature::parse(&ctl)), 3);
+        let long_u = UNENC_SIG.replacen(
+            UNENC_SIG_UNTRUSTED,
+            &"u".repeat(UNTRUSTED_COMMENT_MAX_BYTES + 1),
+            1,
+        );
+        assert_eq!(malformed_line(Signature::parse(&long_u)), 1);
+        let long_t = UNENC_SIG.replacen(
+            UNENC_SIG_TRUSTED,
+            &"t".repeat(TRUSTED_COMMENT_MAX_BYTES + 1),
+            1,
+        );
+        assert_eq!(malformed_line(Signature::parse(&long_t)), 3);
+        // Unknown algorithm.
+        let mut raw = B64.decode(lines[1]).unwrap();
+        raw[..2].copy_from_slice(b"Xd");
+        let other_alg = B64.encode(&raw);
+        let mut l = lines.clone();
+        l[1] = &other_alg;
+        assert!(matches!(
+            Signature::parse(&join(&l)),
+            Err(KeyError::UnsupportedAlgorithm { .. })
+        ));
+    }
+
+    #[test]
+    fn public_key_parse_forms_and_errors() {
+        let pk = PublicKey::parse(UNENC_PUB).unwrap();
+        let b64 = key_line(UNENC_PUB);
+        assert_eq!(pk.to_base64(), b64);
+        for form in [
+            b64.to_string(),
+            format!("{b64}\n"),
+            format!("  {b64} \n"),
+            UNENC_PUB.trim_end().to_string(),
+            UNENC_PUB.replace('\n', "\r\n"),
+            // Comment content is untrusted and ignored (minisign 0.12 pads ids).
+            format!("untrusted comment: whatever\n{b64}\n"),
+        ] {
+            assert_eq!(PublicKey::parse(&form).unwrap(), pk, "{form:?}");
+        }
+        assert_eq!(malformed_line(PublicKey::parse("")), 1);
+        assert_eq!(
+            malformed_line(PublicKey::parse(&format!("comment\n{b64}\n"))),
+            1
+        );
+        assert_eq!(
+            malformed_line(PublicKey::parse(
+                "untrusted comment: minisign public key 1\n"
+            )),
+            2
+        );
+        assert_eq!(
+            malformed_line(PublicKey::parse(&format!("{UNENC_PUB}{b64}\n"))),
+            3
+        );
+        assert_eq!(malformed_line(PublicKey::parse(&b64[..b64.len() - 4])), 1);
+        let mut raw = B64.decode(b64).unwrap();
+        raw[..2].copy_from_slice(b"ED");
+        assert!(matches!(
+            PublicKey::parse(&B64.encode(&raw)),
+            Err(KeyError::UnsupportedAlgorithm { .. })
+        ));
+    }
+
+    #[test]
+    fn secret_key_parse_errors() {
+        let raw = decode_sk(UNENC_KEY);
+        for (pos, value) in [(0usize, *b"ED"), (SK_KDF_ALG, *b"Sd"), (SK_CHK_ALG, *b"B3")] {
+            let mut bad = raw.clone();
+            bad[pos..pos + 2].copy_from_slice(&value);
+            assert!(matches!(
+                SecretKey::parse(&encode_sk(&bad), None),
+                Err(KeyError::UnsupportedAlgorithm { .. })
+            ));
+            assert!(SecretKey::is_encrypted(&encode_sk(&bad)).is_err());
+        }
+        // The stored public half must belong to the seed.
+        let mut bad = raw.clone();
+        bad[SK_SECRET + 40] ^= 1;
+        assert_eq!(malformed_line(SecretKey::parse(&encode_sk(&bad), None)), 2);
+        assert_eq!(
+            malformed_line(SecretKey::parse(key_line(UNENC_KEY), None)),
+            2
+        );
+        assert_eq!(
+            malformed_line(SecretKey::parse(
+                &UNENC_KEY.replace("untrusted", "trusted"),
+                None
+            )),
+            1
+        );
+        assert_eq!(
+            malformed_line(SecretKey::parse(&format!("{UNENC_KEY}\n"), None)),
+            3
+        );
+        // Error messages never echo key material.
+        let mut bad = raw.clone();
+        bad[SK_CHK] ^= 1;
+        let bad_text = encode_sk(&bad);
+        for text in [bad_text.clone(), bad_text.replacen("AAAA", "A*AA", 1)] {
+            let msg = SecretKey::parse(&text, None).unwrap_err().to_string();
+            let line = key_line(&text);
+            for w in line.as_bytes().windows(8) {
+                assert!(!msg.contains(std::str::from_utf8(w).unwrap()), "{msg}");
+            }
+        }
+    }
+
+    #[test]
+    fn sign_rejects_comments_minisign_cannot_carry() {
+        let sk = SecretKey::parse(UNENC_KEY, None).unwrap();
+        for (u, t) in [
+            ("a\nb", "t"),
+            ("a\rb", "t"),
+            ("u", "a\nb"),
+            ("u", "a\rb"),
+            ("u", "a\0b"),
+            ("u", "bell\x07"),
+            (&*"u".repeat(UNTRUSTED_COMMENT_MAX_BYTES + 1), "t"),
+            ("u", &*"t".repeat(TRUSTED_COMMENT_MAX_BYTES + 1)),
+        ] {
+            assert!(
+                matches!(
+                    sign(&sk, MESSAGE, u, t),
+                    Err(KeyError::InvalidComment { .. })
+                ),
+                "{u:?} {t:?}"
+            );
+        }
+        // The longest comments minisign can read back are fine.
+        let u = "u".repeat(UNTRUSTED_COMMENT_MAX_BYTES);
+        let t = "t".repeat(TRUSTED_COMMENT_MAX_BYTES);
+        let sig = sign(&sk, MESSAGE, &u, &t).unwrap();
+        let parsed = Signature::parse(&sig.to_file_text()).unwrap();
+        verify(&sk.public_key(), &parsed, MESSAGE).unwrap();
+        let sig = sign(&sk, MESSAGE, "", "tab\tand ünïcødé").unwrap();
+        verify(&sk.public_key(), &sig, MESSAGE).unwrap();
+    }
+
+    #[test]
+    fn prehash_streams() {
+        let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        struct Trickle<'a>(&'a [u8], bool);
+        impl Read for Trickle<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                self.1 = !self.1;
+                if self.1 {
+                    return Err(io::ErrorKind::Interrupted.into());
+                }
+                let n = buf.len().min(self.0.len()).min(7777);
+                buf[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        let want: [u8; 64] = Blake2b512::digest(&big).into();
+        assert_eq!(prehash(Trickle(&big, false)).unwrap(), want);
+        assert_eq!(prehash(&big[..]).unwrap(), want);
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("big");
+        fs::write(&p, &big).unwrap();
+        assert_eq!(prehash_file(&p).unwrap(), want);
+        let missing = dir.path().join("missing");
+        match prehash_file(&missing) {
+            Err(KeyError::Io { path, .. }) => assert_eq!(path, missing),
+            other => panic!("expected Io, got {other:?}"),
+        }
+    }
+
+    // ---- files and trust stores ----------------------------------------
+
+    #[test]
+    fn load_functions_name_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope.pub");
+        let err = PublicKey::load(&missing).unwrap_err();
+        assert!(matches!(&err, KeyError::Io { path, .. } if *path == missing));
+        assert!(err.to_string().contains("nope.pub"));
+
+        let bad = dir.path().join("bad.pub");
+        fs::write(&bad, "untrusted comment: x\nnot base64\n").unwrap();
+        let err = PublicKey::load(&bad).unwrap_err();
+        assert!(matches!(&err, KeyError::File { path, .. } if *path == bad));
+        assert!(matches!(err.kind(), KeyError::Malformed { line: 2, .. }));
+        assert!(err.to_string().contains("bad.pub"));
+        assert!(err.to_string().contains("line 2"), "{err}");
+        let cause = std::error::Error::source(&err).unwrap().to_string();
+        assert!(cause.contains("malformed public key, line 2"), "{cause}");
+
+        let latin1 = dir.path().join("latin1.minisig");
+        fs::write(
+            &latin1,
+            b"untrusted comment: ok\nx\ntrusted comment: caf\xe9\n",
+        )
+        .unwrap();
+        let err = Signature::load(&latin1).unwrap_err();
+        assert!(
+            matches!(err.kind(), KeyError::Malformed { line: 3, .. }),
+            "{err:?}"
+        );
+
+        let skp = dir.path().join("k.key");
+        fs::write(&skp, UNENC_KEY).unwrap();
+        assert_eq!(
+            SecretKey::load(&skp, None).unwrap().public_key(),
+            PublicKey::parse(UNENC_PUB).unwrap()
+        );
+        let sigp = dir.path().join("m.minisig");
+        fs::write(&sigp, UNENC_SIG).unwrap();
+        assert_eq!(
+            Signature::load(&sigp).unwrap(),
+            Signature::parse(UNENC_SIG).unwrap()
+        );
+    }
+
+    #[test]
+    fn load_trust_file_and_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let unenc = PublicKey::parse(UNENC_PUB).unwrap();
+        let enc = PublicKey::parse(ENC_PUB).unwrap();
+
+        // Empty directory: error naming it.
+        match load_trust(d) {
+            Err(KeyError::NoPublicKeys { dir }) => assert_eq!(dir, d),
+            other => panic!("expected NoPublicKeys, got {other:?}"),
+        }
+        fs::write(d.join("notes.txt"), "hello").unwrap();
+        fs::write(d.join("b.pub.bak"), UNENC_PUB).unwrap();
+        fs::create_dir(d.join("sub")).unwrap();
+        fs::write(d.join("sub").join("c.pub"), UNENC_PUB).unwrap();
+        fs::create_dir(d.join("dir.pub")).unwrap();
+        assert!(matches!(load_trust(d), Err(KeyError::NoPublicKeys { .. })));
+
+        // Sorted by name, not recursive.
+        fs::write(d.join("b.pub"), UNENC_PUB).unwrap();
+        fs::write(d.join("a.pub"), ENC_PUB).unwrap();
+        assert_eq!(load_trust(d).unwrap(), vec![enc.clone(), unenc.clone()]);
+        // A single file.
+        assert_eq!(load_trust(&d.join("b.pub")).unwrap(), vec![unenc.clone()]);
+        // The same key twice is kept once.
+        fs::write(d.join("c.pub"), key_line(UNENC_PUB)).unwrap();
+        assert_eq!(load_trust(d).unwrap(), vec![enc.clone(), unenc.clone()]);
+        // Two keys claiming one id is an error.
+        let impostor = PublicKey {
+            key_id: unenc.key_id,
+            key: enc.key,
+        };
+        fs::write(d.join("d.pub"), impostor.to_file_text()).unwrap();
+        match load_trust(d) {
+            Err(KeyError::ConflictingKeyId {
+                key_id,
+                first,
+                second,
+            }) => {
+                assert_eq!(key_id, "D497470B34166912");
+                assert_eq!(first, d.join("b.pub"));
+                assert_eq!(second, d.join("d.pub"));
+            }
+            other => panic!("expected ConflictingKeyId, got {other:?}"),
+        }
+        // A broken file is named.
+        fs::write(d.join("d.pub"), "garbage").unwrap();
+        let err = load_trust(d).unwrap_err();
+        assert!(matches!(&err, KeyError::File { path, .. } if *path == d.join("d.pub")));
+        // Missing path.
+        assert!(matches!(
+            load_trust(&d.join("missing")),
+            Err(KeyError::Io { .. })
+        ));
+    }
+
+    // ---- the real minisign ----------------------------------------------
+
+    fn run(cmd: &mut Command, stdin: &[u8]) -> Output {
+        let mut child = match cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+        {
+            Ok(c) => c,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => panic!(
+                "the `minisign` binary is needed for the interoperability tests \
+                 but was not found ({e}); run `apt-get install minisign`"
+            ),
+            Err(e) => panic!("cannot run minisign: {e}"),
+        };
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    fn minisign(args: &[&std::ffi::OsStr], stdin: &[u8]) -> Output {
+        run(Command::new("minisign").args(args), stdin)
+    }
+
+    fn describe(out: &Output) -> String {
+        format!(
+            "status {:?}\nstdout: {}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    }
+
+    #[test]
+    fn real_minisign_accepts_our_files() {
+        use std::ffi::OsStr;
+        let os = |s: &'static str| OsStr::new(s);
+        let dir = tempfile::tempdir().unwrap();
+        let p = |name: &str| dir.path().join(name);
+        let version = minisign(&[os("-v")], b"");
+        assert!(version.status.success(), "{}", describe(&version));
+
+        let sk = SecretKey::generate().unwrap();
+        let pk = sk.public_key();
+        fs::write(p("our.pub"), pk.to_file_text()).unwrap();
+        fs::write(p("our.key"), sk.to_file_text(None).unwrap()).unwrap();
+        let message = b"model.safetensors manifest\n\x00\xff binary tail";
+        fs::write(p("msg"), message).unwrap();
+        let tc = "timestamp:1700000001\tfile:msg\thashed\tünïcødé";
+        let sig = sign(&sk, message, "signed by airlock", tc).unwrap();
+        fs::write(p("msg.minisig"), sig.to_file_text()).unwrap();
+
+        // minisign -V accepts our public key file, signature and comment.
+        let out = minisign(
+            &[
+                os("-V"),
+                os("-H"),
+                os("-p"),
+                p("our.pub").as_os_str(),
+                os("-m"),
+                p("msg").as_os_str(),
+            ],
+            b"",
+        );
+        assert!(out.status.success(), "{}", describe(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains(&format!("Trusted comment: {tc}")),
+            "{}",
+            describe(&out)
+        );
+        // ... and our bare base64 form.
+        let bare = pk.to_base64();
+        let out = minisign(
+            &[
+                os("-V"),
+                os("-P"),
+                OsStr::new(&bare),
+                os("-m"),
+                p("msg").as_os_str(),
+            ],
+            b"",
+        );
+        assert!(out.status.success(), "{}", describe(&out));
+        // Negative control: the harness does notice a failure.
+        fs::write(p("msg"), b"tampered").unwrap();
+        let out = minisign(
+            &[
+                os("-V"),
+                os("-p"),
+                p("our.pub").as_os_str(),
+                os("-m"),
+                p("msg").as_os_str(),
+            ],
+            b"",
+        );
+        assert!(!out.status.success(), "{}", describe(&out));
+        fs::write(p("msg"), message).unwrap();
+
+        // minisign -R derives the same public key from our unencrypted key.
+        let out = minisign(
+            &[
+                os("-R"),
+                os("-s"),
+                p("our.key").as_os_str(),
+                os("-p"),
+                p("recreated.pub").as_os_str(),
+            ],
+            b"",
+        );
+        assert!(out.status.success(), "{}", describe(&out));
+        let recreated = fs::read_to_string(p("recreated.pub")).unwrap();
+        assert_eq!(PublicKey::parse(&recreated).unwrap(), pk);
+        assert_eq!(key_line(&recreated), pk.to_base64());
+
+        // minisign -S with our unencrypted key: byte-identical to ours.
+        let out = minisign(
+            &[
+                os("-S"),
+                os("-s"),
+                p("our.key").as_os_str(),
+                os("-m"),
+                p("msg").as_os_str(),
+                os("-x"),
+                p("theirs.minisig").as_os_str(),
+                os("-c"),
+                os("signed by airlock"),
+                os("-t"),
+                OsStr::new(tc),
+            ],
+            b"",
+        );
+        assert!(out.status.success(), "{}", describe(&out));
+        assert_eq!(
+            fs::read_to_string(p("theirs.minisig")).unwrap(),
+            sig.to_file_text()
+        );
+
+        // minisign -S decrypts a key we encrypted with minisign's own limits.
+        let password = "airlock pass phrase";
+        let enc_text = {
+            let _guard = heavy();
+            sk.to_file_text(Some(password.as_bytes())).unwrap()
+        };
+        let raw = decode_sk(&enc_text);
+        assert_eq!(le64(&raw[SK_OPSLIMIT..SK_MEMLIMIT]), KDF_OPSLIMIT_SENSITIVE);
+        assert_eq!(le64(&raw[SK_MEMLIMIT..SK_KEYNUM]), KDF_MEMLIMIT_SENSITIVE);
+        fs::write(p("enc.key"), &enc_text).unwrap();
+        let sign_with_enc = |password: &str| {
+            let _guard = heavy();
+            minisign(
+                &[
+                    os("-S"),
+                    os("-s"),
+                    p("enc.key").as_os_str(),
+                    os("-m"),
+                    p("msg").as_os_str(),
+                    os("-x"),
+                    p("enc.minisig").as_os_str(),
+                    os("-t"),
+                    os("from our encrypted key"),
+                ],
+                format!("{password}\n").as_bytes(),
+            )
+        };
+        let out = sign_with_enc(password);
+        assert!(out.status.success(), "{}", describe(&out));
+        let theirs = Signature::load(&p("enc.minisig")).unwrap();
+        verify(&pk, &theirs, message).unwrap();
+        let ours = sign(
+            &sk,
+            message,
+            "signature from minisign secret key",
+            "from our encrypted key",
+        )
+        .unwrap();
+        assert_eq!(
+            fs::read_to_string(p("enc.minisig")).unwrap(),
+            ours.to_file_text()
+        );
+    }
+
+    // ---- robustness -----------------------------------------------------
+
+    /// Inputs near valid files: one byte replaced, or lines shuffled.
+    fn near_valid() -> impl Strategy<Value = String> {
+        let files = prop::sample::select(vec![
+            UNENC_PUB,
+            ENC_PUB,
+            UNENC_KEY,
+            ENC_KEY,
+            ENC_KEY_DECRYPTED,
+            UNENC_SIG,
+            UNENC_LEGACY_SIG,
+            ENC_SIG,
+        ]);
+        let mutate =
+            (files.clone(), any::<prop::sample::Index>(), any::<char>()).prop_map(|(f, idx, c)| {
+                let mut chars: Vec<char> = f.chars().collect();
+                let i = idx.index(chars.len());
+                chars[i] = c;
+                chars.into_iter().collect::<String>()
+            });
+        let truncate = (files.clone(), any::<prop::sample::Index>())
+            .prop_map(|(f, idx)| f[..idx.index(f.len() + 1)].to_string());
+        let splice = prop::collection::vec(files, 1..4).prop_map(|fs| {
+            fs.iter()
+                .flat_map(|f| f.lines())
+                .step_by(2)
+                .collect::<Vec<_>>()
+                .join("\n")
+        });
+        prop_oneof![mutate, truncate, splice]
+    }
+
+    proptest! {
+        #[test]
+        fn parsers_never_panic_on_arbitrary_text(s in any::<String>()) {
+            let _ = Signature::parse(&s);
+            let _ = PublicKey::parse(&s);
+            let _ = SecretKey::parse(&s, None);
+            let _ = SecretKey::is_encrypted(&s);
+        }
+
+        #[test]
+        fn parsers_never_panic_on_arbitrary_bytes(b in prop::collection::vec(any::<u8>(), 0..400)) {
+            let s = String::from_utf8_lossy(&b);
+            let _ = Signature::parse(&s);
+            let _ = PublicKey::parse(&s);
+            let _ = SecretKey::parse(&s, None);
+        }
+
+        #[test]
+        fn parsers_never_panic_near_valid_files(s in near_valid()) {
+            let _ = Signature::parse(&s);
+            let _ = PublicKey::parse(&s);
+            let _ = SecretKey::is_encrypted(&s);
+            // Only unencrypted keys get a password here: an encrypted one
+            // would cost a full scrypt run per case.
+            let pw = if SecretKey::is_encrypted(&s).unwrap_or(true) { None } else { Some(PASSWORD) };
+            let _ = SecretKey::parse(&s, pw);
+        }
+
+        #[test]
+        fn parsed_signatures_round_trip(s in near_valid()) {
+            if let Ok(sig) = Signature::parse(&s) {
+                prop_assert_eq!(Signature::parse(&sig.to_file_text()).unwrap(), sig);
+            }
+        }
+    }
 }

@@ -1,0 +1,107 @@
+//! The stable finding codes.
+//!
+//! A code names one kind of damage and never changes meaning: scripts, CI gates and the
+//! `--allow` lists of users match on it, while the problem sentence beside it is free to
+//! improve. The severity of each code is fixed too, and noted here.
+
+// Anywhere in the tree.
+
+/// Error: a Git LFS pointer stands where the file should be.
+pub const LFS_POINTER: &str = "lfs-pointer";
+/// Error: a `*.incomplete` file, an interrupted Hugging Face download.
+pub const INCOMPLETE_DOWNLOAD: &str = "incomplete-download";
+/// Error: a weight file (by extension) with zero bytes.
+pub const EMPTY_WEIGHT_FILE: &str = "empty-weight-file";
+/// Error: a symlink whose target does not exist (or cannot be resolved).
+pub const DANGLING_SYMLINK: &str = "dangling-symlink";
+/// Error: a symlink that resolves outside the checked tree.
+pub const SYMLINK_ESCAPES_TREE: &str = "symlink-escapes-tree";
+
+// safetensors: one code per refusal of the reference reader.
+
+/// Error: under 8 bytes (`HeaderTooSmall`).
+pub const SAFETENSORS_HEADER_TOO_SMALL: &str = "safetensors-header-too-small";
+/// Error: header length over 100,000,000 (`HeaderTooLarge`).
+pub const SAFETENSORS_HEADER_TOO_LARGE: &str = "safetensors-header-too-large";
+/// Error: the declared header runs past the end of the file (`InvalidHeaderLength`).
+pub const SAFETENSORS_HEADER_TRUNCATED: &str = "safetensors-header-truncated";
+/// Error: the header is not UTF-8 (`InvalidHeader`).
+pub const SAFETENSORS_HEADER_NOT_UTF8: &str = "safetensors-header-not-utf8";
+/// Error: the header is not the JSON the reader expects (`InvalidHeaderDeserialization`).
+pub const SAFETENSORS_HEADER_INVALID: &str = "safetensors-header-invalid";
+/// Error: the file starts with zero bytes, a preallocated file never written
+/// (`InvalidHeaderDeserialization`).
+pub const SAFETENSORS_ZERO_FILLED: &str = "safetensors-zero-filled";
+/// Error: sorted data offsets do not start at 0 and run contiguously (`InvalidOffset`).
+pub const SAFETENSORS_INVALID_OFFSET: &str = "safetensors-invalid-offset";
+/// Error: shape × dtype size overflows (`ValidationOverflow`).
+pub const SAFETENSORS_SIZE_OVERFLOW: &str = "safetensors-size-overflow";
+/// Error: a sub-byte dtype tensor does not end on a byte boundary (`MisalignedSlice`).
+pub const SAFETENSORS_MISALIGNED_SUBBYTE: &str = "safetensors-misaligned-subbyte";
+/// Error: byte length ≠ dtype size × product(shape) (`TensorInvalidInfo`).
+pub const SAFETENSORS_TENSOR_INVALID_INFO: &str = "safetensors-tensor-invalid-info";
+/// Error: the file is shorter than the header says (`MetadataIncompleteBuffer`).
+pub const SAFETENSORS_TRUNCATED: &str = "safetensors-truncated";
+/// Error: bytes follow the last tensor (`MetadataIncompleteBuffer`).
+pub const SAFETENSORS_TRAILING_BYTES: &str = "safetensors-trailing-bytes";
+
+// Sharded checkpoints (`*.index.json`).
+
+/// Error: the index is not JSON with a `weight_map` of strings.
+pub const SHARD_INDEX_INVALID: &str = "shard-index-invalid";
+/// Error: a shard name in `weight_map` is absolute or climbs out with `..`.
+pub const SHARD_PATH_INVALID: &str = "shard-path-invalid";
+/// Error: a shard named in `weight_map` is not in the tree.
+pub const SHARD_MISSING: &str = "shard-missing";
+/// Error: a tensor the index assigns to a shard is not in that shard's header.
+pub const SHARD_TENSOR_MISSING: &str = "shard-tensor-missing";
+/// Warning: the shards' tensor bytes do not add up to `metadata.total_size`.
+pub const SHARD_TOTAL_SIZE_MISMATCH: &str = "shard-total-size-mismatch";
+
+// GGUF.
+
+/// Error: a `.gguf` file that does not start with `GGUF`.
+pub const GGUF_BAD_MAGIC: &str = "gguf-bad-magic";
+/// Error: a GGUF version ggml does not read (0, 1, or newer than 3).
+pub const GGUF_UNSUPPORTED_VERSION: &str = "gguf-unsupported-version";
+/// Warning: a big-endian GGUF, which llama.cpp on a little-endian host refuses.
+pub const GGUF_BIG_ENDIAN: &str = "gguf-big-endian";
+/// Error: the file ends inside the header, key/values or tensor infos.
+pub const GGUF_TRUNCATED: &str = "gguf-truncated";
+/// Error: tensor or key/value counts the file cannot hold.
+pub const GGUF_INVALID_HEADER: &str = "gguf-invalid-header";
+/// Error: a key/value ggml refuses (empty or duplicate key, bad type, bad `general.alignment`).
+pub const GGUF_INVALID_KV: &str = "gguf-invalid-kv";
+/// Error: a tensor info ggml refuses (name, dims, type, block size, offset).
+pub const GGUF_INVALID_TENSOR_INFO: &str = "gguf-invalid-tensor-info";
+/// Error: tensor data past the end of the file (llama.cpp: "data is not within the file
+/// bounds").
+pub const GGUF_TENSOR_OUT_OF_BOUNDS: &str = "gguf-tensor-out-of-bounds";
+
+// PyTorch checkpoints (`.bin`, `.pt`, `.pth`, `.ckpt`).
+
+/// Error: a checkpoint file that holds text (an HTML error page, a JSON error, a pointer).
+pub const TORCH_NOT_A_CHECKPOINT: &str = "torch-not-a-checkpoint";
+/// Warning: a `.pt`/`.pth`/`.ckpt` that is neither a zip nor a pickle.
+pub const TORCH_UNRECOGNIZED_FORMAT: &str = "torch-unrecognized-format";
+/// Error: no end-of-central-directory record ("failed finding central directory").
+pub const TORCH_ZIP_NO_EOCD: &str = "torch-zip-no-eocd";
+/// Warning: a zip checkpoint without the ZIP64 records `torch.save` always writes.
+pub const TORCH_ZIP_NOT_ZIP64: &str = "torch-zip-not-zip64";
+/// Error: the ZIP64 locator or ZIP64 end record is missing, misplaced or inconsistent.
+pub const TORCH_ZIP_BAD_ZIP64: &str = "torch-zip-bad-zip64";
+/// Error: the central directory is not where the end records say, or does not parse.
+pub const TORCH_ZIP_BAD_CENTRAL_DIRECTORY: &str = "torch-zip-bad-central-directory";
+/// Error: an entry's local header or data is not where the central directory says.
+pub const TORCH_ZIP_ENTRY_OUT_OF_BOUNDS: &str = "torch-zip-entry-out-of-bounds";
+/// Error: the zip lacks what `torch.load` needs (one top folder, `data.pkl`, `version`).
+pub const TORCH_ZIP_BAD_LAYOUT: &str = "torch-zip-bad-layout";
+
+// config.json and tokenizer_config.json.
+
+/// Error: `config.json` (or `tokenizer_config.json`) is not valid JSON.
+pub const CONFIG_INVALID_JSON: &str = "config-invalid-json";
+/// Warning: `auto_map` loads code from another repository.
+pub const AUTO_MAP_REMOTE_CODE: &str = "auto-map-remote-code";
+/// Error: `auto_map` names a module file of this repository that is not there.
+pub const AUTO_MAP_MODULE_MISSING: &str = "auto-map-module-missing";

@@ -1,0 +1,296 @@
+//! Property test: `check_file` never panics and never allocates much, whatever the bytes.
+//!
+//! The checks read hostile files, so "never trust a length" is a property, not a habit. The
+//! inputs are random bytes, random bytes behind each format's magic, and the real fixtures
+//! with bytes overwritten, 64-bit length fields replaced by huge values, and truncations.
+//!
+//! "Never allocates much" is enforced, not hoped for: the property runs in a child copy of this
+//! test binary whose address space is capped with `setrlimit(RLIMIT_AS)`, so an allocation
+//! sized from a hostile length fails (and the child with it) instead of passing unnoticed on a
+//! machine with memory to spare.
+
+use std::path::Path;
+use std::process::Command;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
+use super::check_file;
+use super::testutil::{fixtures, tree};
+
+const CHILD_ENV: &str = "AIRLOCK_INSPECT_FUZZ_CHILD";
+/// Address space for the child: the test binary and its threads fit easily; a header
+/// allocated from a hostile length (safetensors allows up to 100 MB, gguf strings 1 GiB) does
+/// not, once it exceeds what a small input can justify.
+const ADDRESS_SPACE: u64 = 1 << 30;
+const CASES: u32 = 1500;
+
+const NAMES: &[&str] = &[
+    "model.safetensors",
+    "model.gguf",
+    "pytorch_model.bin",
+    "model.pt",
+    "model.safetensors.index.json",
+    "config.json",
+    "blob",
+];
+
+const PREFIXES: &[&[u8]] = &[
+    b"GGUF\x03\x00\x00\x00",
+    b"GGUF\x00\x00\x00\x03",
+    b"PK\x03\x04",
+    b"PK\x05\x06",
+    b"\x80\x02",
+    b"version https://git-lfs.github.com/spec/v1\noid sha256:",
+    b"{\"weight_map\":{",
+    b"\x40\x00\x00\x00\x00\x00\x00\x00{\"a\":{\"dtype\":\"F32\",",
+];
+
+/// (file name, real bytes) of the valid fixtures.
+fn seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let valid = fixtures().join("valid");
+    [
+        ("model.safetensors", "small.safetensors"),
+        ("model.gguf", "model.gguf"),
+        ("model.gguf", "model-big-endian.gguf"),
+        ("pytorch_model.bin", "pytorch_model.bin"),
+        ("pytorch_model.bin", "pickle-only.bin"),
+    ]
+    .into_iter()
+    .map(|(name, file)| (name, std::fs::read(valid.join(file)).unwrap()))
+    .collect()
+}
+
+#[derive(Debug, Clone)]
+enum Mutation {
+    Byte(usize, u8),
+    /// A 64-bit little- or big-endian length field replaced by a large value.
+    Length(usize, u64, bool),
+    Truncate(usize),
+}
+
+fn apply(mut bytes: Vec<u8>, mutations: &[Mutation]) -> Vec<u8> {
+    for m in mutations {
+        if bytes.is_empty() {
+            break;
+        }
+        match *m {
+            Mutation::Byte(at, v) => {
+                let at = at % bytes.len();
+                bytes[at] = v;
+            }
+            Mutation::Length(at, v, big) => {
+                let at = at % bytes.len();
+                let v = if big {
+                    v.to_be_bytes()
+                } else {
+                    v.to_le_bytes()
+                };
+                for (i, b) in v.iter().enumerate() {
+                    if let Some(slot) = bytes.get_mut(at + i) {
+                        *slot = *b;
+                    }
+                }
+            }
+            Mutation::Truncate(at) => bytes.truncate(at % (bytes.len() + 1)),
+        }
+    }
+    bytes
+}
+
+/// Lengths that probe every boundary: small, the formats' caps and just under them, huge.
+fn length() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        3 => 0u64..64,
+        1 => Just(u64::MAX),
+        1 => Just(i64::MAX as u64),
+        1 => Just(1u64 << 30),
+        1 => Just((1u64 << 30) - 1),
+        1 => Just(100_000_000),
+        1 => Just(99_999_999),
+        2 => 1u64 << 20..1u64 << 40,
+    ]
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    // Half the positions in the first KiB, where the headers are.
+    let position = prop_oneof![0usize..1024, any::<usize>()];
+    prop_oneof![
+        4 => (position.clone(), any::<u8>()).prop_map(|(a, v)| Mutation::Byte(a, v)),
+        3 => (position, length(), any::<bool>()).prop_map(|(a, v, b)| Mutation::Length(a, v, b)),
+        1 => any::<usize>().prop_map(Mutation::Truncate),
+    ]
+}
+
+/// A sequence of plausible header fields: lengths, small u32 type tags, keys, raw bytes.
+fn fields() -> impl Strategy<Value = Vec<u8>> {
+    let field = prop_oneof![
+        3 => length().prop_map(|v| v.to_le_bytes().to_vec()),
+        3 => (0u32..16).prop_map(|v| v.to_le_bytes().to_vec()),
+        1 => Just(b"general.alignment".to_vec()),
+        2 => prop::collection::vec(any::<u8>(), 0..40),
+    ];
+    prop::collection::vec(field, 0..24).prop_map(|fs| fs.concat())
+}
+
+/// Inputs that get past each format's first checks, so the deep paths see hostile numbers.
+fn structured() -> impl Strategy<Value = (&'static str, Vec<u8>)> {
+    let gguf = (0u64..4, 0u64..4, any::<bool>(), fields()).prop_map(|(t, k, big, rest)| {
+        let mut out = b"GGUF".to_vec();
+        if big {
+            out.extend(3u32.to_be_bytes());
+            out.extend(t.to_be_bytes());
+            out.extend(k.to_be_bytes());
+        } else {
+            out.extend(3u32.to_le_bytes());
+            out.extend(t.to_le_bytes());
+            out.extend(k.to_le_bytes());
+        }
+        ("model.gguf", [out, rest].concat())
+    });
+    let templates: &[&str] = &[
+        "{}",
+        r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#,
+        r#"{"a":{"dtype":"F4","shape":[3,1],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[1],"data_offsets":[2,3]}}"#,
+        r#"{"__metadata__":{"format":"pt"},"x":{"dtype":"BF16","shape":[18446744073709551615,2],"data_offsets":[0,4]}}"#,
+    ];
+    let safetensors = (
+        length(),
+        prop::sample::select(templates),
+        prop::collection::vec(any::<u8>(), 0..64),
+    )
+        .prop_map(|(n, header, data)| {
+            let n = if n < 64 { header.len() as u64 } else { n };
+            let bytes = [&n.to_le_bytes()[..], header.as_bytes(), &data].concat();
+            ("model.safetensors", bytes)
+        });
+    let zip = (
+        prop::collection::vec(any::<u8>(), 0..600),
+        prop::collection::vec(length(), 6),
+        any::<bool>(),
+    )
+        .prop_map(|(body, v, zip64)| {
+            let mut out = b"PK\x03\x04".to_vec();
+            out.extend(body);
+            if zip64 {
+                out.extend(0x0606_4b50u32.to_le_bytes());
+                out.extend(44u64.to_le_bytes());
+                out.extend([45, 0, 45, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+                out.extend(v[0].to_le_bytes());
+                out.extend(v[1].to_le_bytes());
+                out.extend(v[2].to_le_bytes());
+                out.extend(v[3].to_le_bytes());
+                out.extend(0x0706_4b50u32.to_le_bytes());
+                out.extend(0u32.to_le_bytes());
+                out.extend(v[4].to_le_bytes());
+                out.extend(1u32.to_le_bytes());
+            }
+            out.extend(0x0605_4b50u32.to_le_bytes());
+            out.extend([0u8; 4]);
+            out.extend((v[5] as u16).to_le_bytes());
+            out.extend((v[5] as u16).to_le_bytes());
+            out.extend((v[2] as u32).to_le_bytes());
+            out.extend((v[3] as u32).to_le_bytes());
+            out.extend([0u8; 2]);
+            ("pytorch_model.bin", out)
+        });
+    prop_oneof![gguf, safetensors, zip]
+}
+
+fn input() -> impl Strategy<Value = (&'static str, Vec<u8>)> {
+    let seeds = seeds();
+    let noise = (
+        prop::sample::select(NAMES),
+        prop::collection::vec(any::<u8>(), 0..3000),
+    );
+    let behind_magic = (
+        prop::sample::select(NAMES),
+        prop::sample::select(PREFIXES),
+        prop::collection::vec(any::<u8>(), 0..3000),
+    )
+        .prop_map(|(name, prefix, rest)| (name, [prefix, &rest[..]].concat()));
+    let mutated = (
+        prop::sample::select(seeds),
+        prop::collection::vec(mutation(), 1..6),
+    )
+        .prop_map(|((name, bytes), ms)| (name, apply(bytes, &ms)));
+    prop_oneof![1 => noise, 1 => behind_magic, 3 => mutated, 3 => structured()]
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn check_file_survives_arbitrary_bytes_in_a_memory_capped_process() {
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new(exe)
+        .args([
+            "--exact",
+            "inspect::fuzz::arbitrary_bytes_child",
+            "--include-ignored",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("1 passed"), "child ran nothing:\n{stdout}");
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+#[ignore = "the body of check_file_survives_arbitrary_bytes_in_a_memory_capped_process, which \
+            runs it in a child process with capped memory"]
+fn arbitrary_bytes_child() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+
+    assert_eq!(
+        std::env::var(CHILD_ENV).as_deref(),
+        Ok("1"),
+        "run through the parent test"
+    );
+    let old = getrlimit(Resource::As);
+    let cap = old.maximum.map_or(ADDRESS_SPACE, |m| m.min(ADDRESS_SPACE));
+    setrlimit(
+        Resource::As,
+        Rlimit {
+            current: Some(cap),
+            maximum: old.maximum,
+        },
+    )
+    .unwrap();
+    // The cap is in force: a 2 GiB reservation fails rather than succeeding lazily.
+    assert!(Vec::<u8>::new().try_reserve_exact(2 << 30).is_err());
+
+    let mut runner = TestRunner::new(Config {
+        cases: CASES,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&input(), |(name, bytes)| {
+            let dir = tree(&[(name, &bytes)]);
+            let findings = check_file(dir.path(), name)
+                .map_err(|e| TestCaseError::fail(format!("I/O error: {e}")))?;
+            for f in &findings {
+                prop_assert_eq!(&f.path, name);
+                prop_assert!(!f.problem.is_empty() && !f.fix.is_empty());
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn mutations_apply_within_bounds() {
+    let bytes = apply(
+        vec![0; 10],
+        &[
+            Mutation::Length(7, u64::MAX, false),
+            Mutation::Byte(23, 9),
+            Mutation::Truncate(9),
+        ],
+    );
+    assert_eq!(bytes, [0, 0, 0, 9, 0, 0, 0, 255, 255]);
+    assert!(Path::new(&fixtures()).is_dir());
+}

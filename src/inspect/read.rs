@@ -1,0 +1,299 @@
+//! Bounded, positioned reads.
+//!
+//! Every check reads a few headers at known offsets of a file that may be 100 GB long, so
+//! nothing here reads "the rest of the file". Reads are positioned (`pread` on Unix) so one
+//! `&File` can serve a sequential header walk and random look-ups at the same time, and every
+//! buffer is sized by the caller from numbers already compared with the file length.
+
+use std::fs::File;
+use std::io;
+
+/// Reads as many bytes as are available at `offset` into `buf`; returns the count (short at
+/// end of file).
+pub(crate) fn read_at(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let Some(at) = offset.checked_add(filled as u64) else {
+            break;
+        };
+        match positioned_read(file, at, &mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
+#[cfg(unix)]
+fn positioned_read(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+    std::os::unix::fs::FileExt::read_at(file, buf, offset)
+}
+
+#[cfg(windows)]
+fn positioned_read(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+    std::os::windows::fs::FileExt::seek_read(file, buf, offset)
+}
+
+/// Reads up to `max` bytes from the start of the file.
+pub(crate) fn read_prefix(file: &File, file_len: u64, max: usize) -> io::Result<Vec<u8>> {
+    let want = usize::try_from(file_len).map_or(max, |len| len.min(max));
+    let mut buf = vec![0; want];
+    let got = read_at(file, 0, &mut buf)?;
+    buf.truncate(got);
+    Ok(buf)
+}
+
+/// A forward-only reader over a positioned file with a small buffer, for walking a sequence of
+/// variable-length records (GGUF key/values, a zip central directory) without trusting any
+/// length before it has been compared with what is left of the file.
+pub(crate) struct PosReader<'a> {
+    file: &'a File,
+    file_len: u64,
+    pos: u64,
+    buf: Vec<u8>,
+    buf_start: u64,
+    buf_len: usize,
+}
+
+/// Why a [`PosReader`] read did not complete.
+#[derive(Debug)]
+pub(crate) enum Short {
+    /// The request runs past the end of the file (or past the limit the caller set).
+    End {
+        needed: u64,
+        available: u64,
+    },
+    Io(io::Error),
+}
+
+impl From<io::Error> for Short {
+    fn from(e: io::Error) -> Self {
+        Short::Io(e)
+    }
+}
+
+const READ_BUF: usize = 64 * 1024;
+
+impl<'a> PosReader<'a> {
+    pub(crate) fn new(file: &'a File, file_len: u64, start: u64) -> Self {
+        PosReader {
+            file,
+            file_len,
+            pos: start.min(file_len),
+            buf: Vec::new(),
+            buf_start: 0,
+            buf_len: 0,
+        }
+    }
+
+    pub(crate) fn pos(&self) -> u64 {
+        self.pos
+    }
+
+    pub(crate) fn remaining(&self) -> u64 {
+        self.file_len - self.pos
+    }
+
+    fn need(&self, n: u64) -> Result<(), Short> {
+        if n > self.remaining() {
+            Err(Short::End {
+                needed: n,
+                available: self.remaining(),
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Fills `out` from the current position, or fails without consuming anything.
+    pub(crate) fn read_exact(&mut self, out: &mut [u8]) -> Result<(), Short> {
+        self.need(out.len() as u64)?;
+        let mut done = 0;
+        while done < out.len() {
+            let in_buf =
+                self.pos >= self.buf_start && self.pos < self.buf_start + self.buf_len as u64;
+            if !in_buf {
+                if self.buf.is_empty() {
+                    self.buf = vec![0; READ_BUF];
+                }
+                self.buf_start = self.pos;
+                self.buf_len = read_at(self.file, self.pos, &mut self.buf)?;
+                if self.buf_len == 0 {
+                    // The file shrank while we were reading it.
+                    return Err(Short::End {
+                        needed: (out.len() - done) as u64,
+                        available: 0,
+                    });
+                }
+            }
+            let at = (self.pos - self.buf_start) as usize;
+            let n = (self.buf_len - at).min(out.len() - done);
+            out[done..done + n].copy_from_slice(&self.buf[at..at + n]);
+            done += n;
+            self.pos += n as u64;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn array<const N: usize>(&mut self) -> Result<[u8; N], Short> {
+        let mut out = [0; N];
+        self.read_exact(&mut out)?;
+        Ok(out)
+    }
+
+    /// Moves forward `n` bytes without reading them.
+    pub(crate) fn skip(&mut self, n: u64) -> Result<(), Short> {
+        self.need(n)?;
+        self.pos += n;
+        Ok(())
+    }
+
+    /// Reads `n` bytes into a new vector; `n` must already be bounded by the caller (it is also
+    /// checked against the bytes left in the file before anything is allocated).
+    pub(crate) fn bytes(&mut self, n: u64) -> Result<Vec<u8>, Short> {
+        self.need(n)?;
+        let mut out = vec![0; n as usize];
+        self.read_exact(&mut out)?;
+        Ok(out)
+    }
+}
+
+/// True when `bytes` look like text a person or a web server wrote: UTF-8 without control
+/// characters other than tab, CR and LF. Weight formats all start with binary (a length, a
+/// magic number, a zip signature, a pickle opcode).
+pub(crate) fn looks_like_text(bytes: &[u8]) -> bool {
+    if bytes.len() < 4 {
+        return false;
+    }
+    let sample = &bytes[..bytes.len().min(512)];
+    let text = match std::str::from_utf8(sample) {
+        Ok(t) => t,
+        // A multi-byte character cut by the sample boundary is still text.
+        Err(e) if e.error_len().is_none() => {
+            std::str::from_utf8(&sample[..e.valid_up_to()]).unwrap_or_default()
+        }
+        Err(_) => return false,
+    };
+    !text.is_empty()
+        && text
+            .chars()
+            .all(|c| !c.is_control() || matches!(c, '\t' | '\n' | '\r'))
+}
+
+/// One phrase naming what a file starts with, for problem sentences: the first line of text,
+/// a run of zero bytes, or the first bytes in hex.
+pub(crate) fn describe_start(bytes: &[u8]) -> String {
+    if bytes.is_empty() {
+        return "is empty".to_string();
+    }
+    if bytes.iter().all(|&b| b == 0) {
+        return format!("starts with {} zero bytes", bytes.len());
+    }
+    if looks_like_text(bytes) {
+        let text = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]);
+        let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+        let mut snippet: String = line.trim().chars().take(60).collect();
+        if snippet.len() < line.trim().len() {
+            snippet.push('…');
+        }
+        return format!("starts with text `{snippet}`");
+    }
+    let hex: Vec<String> = bytes.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("starts with bytes {}", hex.join(" "))
+}
+
+/// A size for people: "4.9 GB (4943852032 bytes)", or "130 bytes" below a kilobyte. Decimal
+/// units, as the Hugging Face Hub shows them.
+pub(crate) fn human_size(n: u64) -> String {
+    if n < 1000 {
+        return if n == 1 {
+            "1 byte".to_string()
+        } else {
+            format!("{n} bytes")
+        };
+    }
+    const UNITS: [&str; 6] = ["kB", "MB", "GB", "TB", "PB", "EB"];
+    let mut value = n as f64;
+    let mut unit = UNITS[0];
+    for u in UNITS {
+        value /= 1000.0;
+        unit = u;
+        if value < 999.95 {
+            break;
+        }
+    }
+    format!("{value:.1} {unit} ({n} bytes)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn temp_with(bytes: &[u8]) -> (tempfile::NamedTempFile, File) {
+        let mut tmp = tempfile::NamedTempFile::new().unwrap();
+        tmp.write_all(bytes).unwrap();
+        let file = File::open(tmp.path()).unwrap();
+        (tmp, file)
+    }
+
+    #[test]
+    fn pos_reader_refuses_reads_past_the_end_without_consuming() {
+        let (_tmp, file) = temp_with(b"0123456789");
+        let mut r = PosReader::new(&file, 10, 2);
+        assert_eq!(r.array::<3>().unwrap(), *b"234");
+        match r.bytes(6) {
+            Err(Short::End { needed, available }) => {
+                assert_eq!((needed, available), (6, 5));
+            }
+            other => panic!("expected End, got {other:?}"),
+        }
+        assert_eq!(r.pos(), 5);
+        r.skip(4).unwrap();
+        assert_eq!(r.array::<1>().unwrap(), *b"9");
+        assert!(r.skip(1).is_err());
+    }
+
+    #[test]
+    fn pos_reader_crosses_buffer_boundaries() {
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let (_tmp, file) = temp_with(&data);
+        let mut r = PosReader::new(&file, data.len() as u64, 65_530);
+        let got = r.bytes(20).unwrap();
+        assert_eq!(got, data[65_530..65_550]);
+    }
+
+    #[test]
+    fn text_and_binary_are_told_apart() {
+        assert!(looks_like_text(b"<!DOCTYPE html>\n<html>"));
+        assert!(looks_like_text(
+            "version https://git-lfs ünïcode".as_bytes()
+        ));
+        assert!(!looks_like_text(b"\x80\x02}q\x00"));
+        assert!(!looks_like_text(b"PK\x03\x04"));
+        assert!(!looks_like_text(b"ab"));
+    }
+
+    #[test]
+    fn start_descriptions() {
+        assert_eq!(describe_start(&[0; 16]), "starts with 16 zero bytes");
+        assert_eq!(
+            describe_start(b"<!DOCTYPE html>\n<html>"),
+            "starts with text `<!DOCTYPE html>`"
+        );
+        assert_eq!(
+            describe_start(b"PK\x03\x04\x00"),
+            "starts with bytes 50 4b 03 04 00"
+        );
+    }
+
+    #[test]
+    fn sizes_read_like_the_hub() {
+        assert_eq!(human_size(1), "1 byte");
+        assert_eq!(human_size(130), "130 bytes");
+        assert_eq!(human_size(4_943_852_032), "4.9 GB (4943852032 bytes)");
+        assert_eq!(human_size(999_999), "1.0 MB (999999 bytes)");
+    }
+}

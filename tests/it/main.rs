@@ -1,0 +1,9 @@
+//! The one integration test binary: drives the real `airlock` executable.
+
+mod cli;
+mod hostile;
+mod interop;
+mod model_checks;
+mod roundtrip;
+mod support;
+mod tamper;
