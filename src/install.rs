@@ -20,6 +20,7 @@ use rustix::fs::{Mode, OFlags, RenameFlags};
 use crate::bundle::read::{self, EntrySink, Mode as ReadMode, Opened};
 use crate::bundle::write::parent_dir;
 use crate::error::{Error, Result};
+use crate::inspect::Finding;
 use crate::lock::{self, DirLock};
 use crate::manifest::{self, FileEntry, Manifest};
 use crate::paths::RECEIPT_DIR;
@@ -49,6 +50,9 @@ pub struct Installed {
     pub previous_version: Option<u64>,
     /// Stale staging directories removed first.
     pub cleaned_stale: Vec<PathBuf>,
+    /// Model-check findings on the installed files (reported, not fatal: the bundle is signed
+    /// and `pack` already refused errors unless told otherwise).
+    pub findings: Vec<Finding>,
 }
 
 /// Reads the receipt manifest of an installed tree without checking its signature.
@@ -80,8 +84,15 @@ pub fn clean_stale(parent: &Path) -> Result<Vec<PathBuf>> {
 
 /// Bytes to reserve for a manifest's files on disk: contents plus a block per entry.
 pub fn space_needed(m: &Manifest, receipt_bytes: u64) -> u64 {
-    let entries = m.totals.files + m.totals.directories + 4;
-    m.totals.file_bytes + entries * 4096 + receipt_bytes
+    let entries = m
+        .totals
+        .files
+        .saturating_add(m.totals.directories)
+        .saturating_add(4);
+    m.totals
+        .file_bytes
+        .saturating_add(entries.saturating_mul(4096))
+        .saturating_add(receipt_bytes)
 }
 
 /// Bytes available to an unprivileged writer on the filesystem holding `dir`.
@@ -319,6 +330,13 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
     drop(dirs);
     drop(root);
 
+    // The model-format checks on exactly the bytes about to become visible.
+    let findings: Vec<Finding> = crate::inspect::check_tree(&tree)
+        .map_err(|e| Error::io(&tree, e))?
+        .into_iter()
+        .filter(|f| f.path != RECEIPT_DIR && !f.path.starts_with(".airlock/"))
+        .collect();
+
     let replaced = existing.is_some();
     if replaced {
         rustix::fs::renameat_with(
@@ -349,5 +367,6 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
         replaced,
         previous_version,
         cleaned_stale,
+        findings,
     })
 }

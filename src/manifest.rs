@@ -182,8 +182,9 @@ pub fn volume_name(index: usize, count: usize) -> String {
     format!("data.{index:0width$}")
 }
 
-/// Bytes the tar writer emits for one entry (headers, PAX records, data, padding).
-pub fn entry_stream_size(path: &str, is_dir: bool, size: u64) -> u64 {
+/// Bytes the tar writer emits for one entry (headers, PAX records, data, padding); `None` if
+/// that overflows a u64.
+pub fn entry_stream_size(path: &str, is_dir: bool, size: u64) -> Option<u64> {
     let mut stored_len = path.len();
     if is_dir {
         stored_len += 1;
@@ -204,11 +205,14 @@ pub fn entry_stream_size(path: &str, is_dir: bool, size: u64) -> u64 {
     if size > tar::USTAR_MAX_SIZE {
         pax_len += tar::pax_record_len("size", size.to_string().len()) as u64;
     }
-    let mut total = block + size.div_ceil(block) * block;
+    let mut total = size
+        .div_ceil(block)
+        .checked_mul(block)?
+        .checked_add(block)?;
     if pax_len > 0 {
-        total += block + pax_len.div_ceil(block) * block;
+        total = total.checked_add(block + pax_len.div_ceil(block) * block)?;
     }
-    total
+    Some(total)
 }
 
 impl Manifest {
@@ -265,6 +269,28 @@ impl Manifest {
             ));
         }
         check_name(&self.name)?;
+        let texts = [("created", &self.created), ("tool", &self.tool)];
+        for (what, text) in texts {
+            check_text(what, text)?;
+        }
+        for w in &self.warnings {
+            check_text("warnings.path", &w.path)?;
+            check_text("warnings.code", &w.code)?;
+            check_text("warnings.problem", &w.problem)?;
+        }
+        if let Some(src) = &self.source {
+            for (what, text) in [
+                ("source.repo_id", &src.repo_id),
+                ("source.repo_type", &src.repo_type),
+                ("source.revision", &src.revision),
+                ("source.commit", &src.commit),
+            ] {
+                check_text(what, text)?;
+            }
+            for e in &src.etags {
+                check_text("source.etags", e)?;
+            }
+        }
         match (self.compression.algorithm.as_str(), self.compression.level) {
             ("zstd", _) | ("none", None) => {}
             (other, _) => return Err(format!("names an unknown compression {other:?}")),
@@ -316,10 +342,10 @@ impl Manifest {
         for d in &self.directories {
             paths::check_relative(d)
                 .map_err(|why| format!("lists the unsafe path {d:?}: it {why}"))?;
-            if let Some(p) = previous {
-                if !paths::bundle_order(p, d).is_lt() {
-                    return Err(format!("lists directory {d:?} out of order or twice"));
-                }
+            if let Some(p) = previous
+                && !paths::bundle_order(p, d).is_lt()
+            {
+                return Err(format!("lists directory {d:?} out of order or twice"));
             }
             previous = Some(d);
             dirs.insert(d.as_str());
@@ -331,10 +357,10 @@ impl Manifest {
             let p = f.path.as_str();
             paths::check_relative(p)
                 .map_err(|why| format!("lists the unsafe path {p:?}: it {why}"))?;
-            if let Some(prev) = previous {
-                if !paths::bundle_order(prev, p).is_lt() {
-                    return Err(format!("lists file {p:?} out of order or twice"));
-                }
+            if let Some(prev) = previous
+                && !paths::bundle_order(prev, p).is_lt()
+            {
+                return Err(format!("lists file {p:?} out of order or twice"));
             }
             previous = Some(p);
             if dirs.contains(p) {
@@ -346,8 +372,8 @@ impl Manifest {
             file_bytes = file_bytes
                 .checked_add(f.size)
                 .ok_or("has file sizes that overflow")?;
-            stream = stream
-                .checked_add(entry_stream_size(p, false, f.size))
+            stream = entry_stream_size(p, false, f.size)
+                .and_then(|n| stream.checked_add(n))
                 .ok_or("has file sizes that overflow")?;
         }
         for entry in self.expected_entries() {
@@ -357,14 +383,16 @@ impl Manifest {
                     "lists {p:?} and {earlier:?}, which are the same name on a case-insensitive or normalising filesystem"
                 ));
             }
-            if let Some((parent, _)) = p.rsplit_once('/') {
-                if !dirs.contains(parent) {
-                    return Err(format!("lists {p:?} without its directory {parent:?}"));
-                }
+            if let Some((parent, _)) = p.rsplit_once('/')
+                && !dirs.contains(parent)
+            {
+                return Err(format!("lists {p:?} without its directory {parent:?}"));
             }
         }
         for d in &self.directories {
-            stream += entry_stream_size(d, true, 0);
+            stream = entry_stream_size(d, true, 0)
+                .and_then(|n| stream.checked_add(n))
+                .ok_or("has directory entries that overflow")?;
         }
         if self.totals.files != self.files.len() as u64
             || self.totals.directories != self.directories.len() as u64
@@ -384,20 +412,30 @@ impl Manifest {
                 self.stream.size
             ));
         }
-        if let Some(src) = &self.source {
-            if src.etags.len() != self.files.len() {
-                return Err("lists a different number of etags than files".into());
-            }
+        if let Some(src) = &self.source
+            && src.etags.len() != self.files.len()
+        {
+            return Err("lists a different number of etags than files".into());
         }
         Ok(())
     }
 }
 
-/// Checks a bundle name: printable, at most 200 bytes, no line breaks.
+/// Checks a bundle name: printable, 1 to 200 bytes of UTF-8.
 pub fn check_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > 200 || name.chars().any(|c| c.is_control()) {
         return Err(format!(
-            "has the bundle name {name:?}; names are 1 to 200 printable characters"
+            "has the bundle name {name:?}; a name is 1 to 200 bytes of UTF-8 without control characters"
+        ));
+    }
+    Ok(())
+}
+
+/// Free text that reaches a terminal must not carry control characters (escape sequences).
+fn check_text(what: &str, text: &str) -> Result<(), String> {
+    if text.len() > 4096 || text.chars().any(|c| c.is_control()) {
+        return Err(format!(
+            "has a {what} field with control characters or over 4096 bytes"
         ));
     }
     Ok(())
@@ -475,9 +513,9 @@ mod tests {
         ];
         let directories = vec!["a".to_string()];
         let stream = 1024
-            + entry_stream_size("a", true, 0)
-            + entry_stream_size("a/x.bin", false, 5)
-            + entry_stream_size("config.json", false, 600);
+            + entry_stream_size("a", true, 0).unwrap()
+            + entry_stream_size("a/x.bin", false, 5).unwrap()
+            + entry_stream_size("config.json", false, 600).unwrap();
         Manifest {
             format: FORMAT_ID.into(),
             format_version: 1,
@@ -524,7 +562,8 @@ mod tests {
         v["extra"] = serde_json::json!(1);
         assert!(Manifest::parse(&serde_json::to_vec(&v).unwrap()).is_err());
 
-        let cases: Vec<(&str, Box<dyn Fn(&mut Manifest)>)> = vec![
+        type Mutation = Box<dyn Fn(&mut Manifest)>;
+        let cases: Vec<(&str, Mutation)> = vec![
             ("unsafe path", Box::new(|m| m.files[0].path = "../x".into())),
             ("out of order", Box::new(|m| m.files.swap(0, 1))),
             ("without its directory", Box::new(|m| m.directories.clear())),
@@ -589,12 +628,27 @@ mod tests {
                 w.write_data(&vec![0; size as usize]).unwrap();
                 w.end_file().unwrap();
             }
-            assert_eq!(w.offset(), entry_stream_size(path, is_dir, size), "{path}");
+            assert_eq!(
+                w.offset(),
+                entry_stream_size(path, is_dir, size).unwrap(),
+                "{path}"
+            );
         }
         assert_eq!(
-            entry_stream_size("big", false, tar::USTAR_MAX_SIZE + 1),
+            entry_stream_size("big", false, tar::USTAR_MAX_SIZE + 1).unwrap(),
             3 * 512 + (tar::USTAR_MAX_SIZE + 1).div_ceil(512) * 512
         );
+    }
+
+    #[test]
+    fn huge_sizes_are_refused_not_wrapped() {
+        assert_eq!(entry_stream_size("f", false, u64::MAX), None);
+        let mut m = sample();
+        m.files[0].size = u64::MAX;
+        assert!(m.validate().unwrap_err().contains("overflow"));
+        let mut m = sample();
+        m.created = "\u{1b}[2J".into();
+        assert!(m.validate().unwrap_err().contains("control"));
     }
 
     #[test]

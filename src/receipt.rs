@@ -21,7 +21,7 @@ use crate::progress::Progress;
 pub struct Drift {
     /// Relative path.
     pub path: String,
-    /// `missing`, `modified`, `size`, `extra`, `type` or `unreadable`.
+    /// `missing`, `modified`, `size`, `mode`, `extra`, `type` or `unreadable`.
     pub kind: &'static str,
     /// Details.
     pub detail: String,
@@ -79,6 +79,23 @@ pub fn compare(
                     detail: "is no longer a regular file".into(),
                 });
             }
+            use std::os::unix::fs::PermissionsExt;
+            let executable = meta.permissions().mode() & 0o111 != 0;
+            if executable != f.executable {
+                return Some(Drift {
+                    path: f.path.clone(),
+                    kind: "mode",
+                    detail: format!(
+                        "is {}executable, the receipt says it is {}",
+                        if executable { "" } else { "not " },
+                        if f.executable {
+                            "executable"
+                        } else {
+                            "not executable"
+                        }
+                    ),
+                });
+            }
             if meta.len() != f.size {
                 return Some(Drift {
                     path: f.path.clone(),
@@ -108,7 +125,7 @@ pub fn compare(
         })
         .collect();
     for d in &manifest.directories {
-        if !dir.join(d).is_dir() {
+        if !std::fs::symlink_metadata(dir.join(d)).is_ok_and(|m| m.is_dir()) {
             drift.push(Drift {
                 path: d.clone(),
                 kind: "missing",

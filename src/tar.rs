@@ -51,7 +51,7 @@ pub enum TarError {
     #[error(transparent)]
     Io(#[from] io::Error),
     /// The stream breaks a rule of the bundle's tar dialect.
-    #[error("tar stream at byte {offset}{}: {reason}", entry.as_ref().map(|e| format!(" (entry {e:?})")).unwrap_or_default())]
+    #[error("{}at byte {offset} of the tar stream: {reason}", entry.as_ref().map(|e| format!("entry {e:?} ")).unwrap_or_default())]
     Malformed {
         /// Header offset in the uncompressed stream.
         offset: u64,
@@ -461,7 +461,22 @@ impl<R: Read> Reader<R> {
             }
             self.check_header(&h)?;
             let typeflag = h[156];
+            if typeflag != b'x' {
+                // Name the entry in every refusal below, whatever its type.
+                let mut name = String::new();
+                let prefix = field_str(&h[345..500]);
+                if !prefix.is_empty() {
+                    name.push_str(&String::from_utf8_lossy(prefix));
+                    name.push('/');
+                }
+                name.push_str(&String::from_utf8_lossy(field_str(&h[0..100])));
+                if let Some((Some(p), _)) = &pax {
+                    name = p.clone();
+                }
+                self.current = Some(name);
+            }
             let size = self.parse_octal(&h[124..136], "size")?;
+            let link = String::from_utf8_lossy(field_str(&h[157..257])).into_owned();
             match typeflag {
                 b'x' => {
                     if pax.is_some() {
@@ -475,6 +490,18 @@ impl<R: Read> Reader<R> {
                     let padded = (size as usize).div_ceil(BLOCK) * BLOCK - size as usize;
                     let mut pad = vec![0u8; padded];
                     self.read_exact_counted(&mut pad, "PAX padding")?;
+                    if pad.iter().any(|&b| b != 0) {
+                        return Err(self.bad("non-zero bytes in the PAX header's padding"));
+                    }
+                    if field_str(&h[0..100]) != PAX_NAME.as_bytes()
+                        || h[345..500].iter().any(|&b| b != 0)
+                    {
+                        return Err(self.bad("PAX header entry has an unexpected name"));
+                    }
+                    if self.parse_octal(&h[100..108], "mode")? != 0o644 {
+                        return Err(self.bad("PAX header entry has an unexpected mode"));
+                    }
+                    self.check_fixed_fields(&h)?;
                     pax = Some(self.parse_pax(&data)?);
                     if pax == Some((None, None)) {
                         return Err(self.bad("empty PAX header"));
@@ -487,13 +514,14 @@ impl<R: Read> Reader<R> {
                     ));
                 }
                 b'1' => {
-                    return Err(self
-                        .bad("hard link entry: bundles carry regular files and directories only"));
+                    return Err(self.bad(format!(
+                        "hard link entry (to {link:?}): bundles carry regular files and directories only"
+                    )));
                 }
                 b'2' => {
-                    return Err(self.bad(
-                        "symbolic link entry: bundles carry regular files and directories only",
-                    ));
+                    return Err(self.bad(format!(
+                        "symbolic link entry (to {link:?}): bundles carry regular files and directories only"
+                    )));
                 }
                 b'3' | b'4' => {
                     return Err(
@@ -506,7 +534,9 @@ impl<R: Read> Reader<R> {
                     );
                 }
                 b'S' => {
-                    return Err(self.bad("GNU sparse entry: bundles carry plain regular files only"));
+                    return Err(
+                        self.bad("GNU sparse entry: bundles carry plain regular files only")
+                    );
                 }
                 b'g' => return Err(self.bad("PAX global header: not part of the bundle format")),
                 other => {
@@ -536,6 +566,30 @@ impl<R: Read> Reader<R> {
         }
         if &h[257..263] != b"ustar\0" || &h[263..265] != b"00" {
             return Err(self.bad("not a POSIX ustar header"));
+        }
+        Ok(())
+    }
+
+    /// Fields every header of the dialect holds at fixed values.
+    fn check_fixed_fields(&self, h: &[u8; BLOCK]) -> Result<(), TarError> {
+        for (range, what) in [(108..116, "uid"), (116..124, "gid"), (136..148, "mtime")] {
+            if self.parse_octal(&h[range], what)? != 0 {
+                return Err(self.bad(format!("{what} is not 0 as the bundle format requires")));
+            }
+        }
+        if h[157..257].iter().any(|&b| b != 0) {
+            return Err(self.bad("link name set on a non-link entry"));
+        }
+        if h[265..329].iter().any(|&b| b != 0) {
+            return Err(self.bad("owner names are set; the bundle format leaves them empty"));
+        }
+        for (range, what) in [(329..337, "device major"), (337..345, "device minor")] {
+            if self.parse_octal(&h[range], what)? != 0 {
+                return Err(self.bad(format!("{what} number is set")));
+            }
+        }
+        if h[500..].iter().any(|&b| b != 0) {
+            return Err(self.bad("bytes set in the header's unused tail"));
         }
         Ok(())
     }
@@ -592,24 +646,12 @@ impl<R: Read> Reader<R> {
             None => ustar_size,
         };
         let mode = self.parse_octal(&h[100..108], "mode")?;
-        for (range, what) in [(108..116, "uid"), (116..124, "gid"), (136..148, "mtime")] {
-            if self.parse_octal(&h[range], what)? != 0 {
-                return Err(self.bad(format!("{what} is not 0 as the bundle format requires")));
+        self.check_fixed_fields(h)?;
+        for (field, what) in [(&h[0..100], "name"), (&h[345..500], "prefix")] {
+            let end = field.iter().position(|&b| b == 0).unwrap_or(field.len());
+            if field[end..].iter().any(|&b| b != 0) {
+                return Err(self.bad(format!("bytes after the end of the {what} field's text")));
             }
-        }
-        if h[157..257].iter().any(|&b| b != 0) {
-            return Err(self.bad("link name set on a non-link entry"));
-        }
-        if h[265..329].iter().any(|&b| b != 0) {
-            return Err(self.bad("owner names are set; the bundle format leaves them empty"));
-        }
-        for (range, what) in [(329..337, "device major"), (337..345, "device minor")] {
-            if self.parse_octal(&h[range], what)? != 0 {
-                return Err(self.bad(format!("{what} number is set")));
-            }
-        }
-        if h[500..].iter().any(|&b| b != 0) {
-            return Err(self.bad("bytes set in the header's unused tail"));
         }
         let (kind, path) = if typeflag == b'5' {
             let Some(p) = raw_path.strip_suffix('/') else {

@@ -41,7 +41,16 @@ pub struct Opened {
 }
 
 fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>> {
-    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(Error::BadManifest {
+                path: path.to_path_buf(),
+                reason: "is missing: this is not a complete bundle".into(),
+            });
+        }
+        Err(e) => return Err(Error::io(path, e)),
+    };
     let len = f.metadata().map_err(|e| Error::io(path, e))?.len();
     if len > cap {
         return Err(Error::BadManifest {
@@ -75,13 +84,23 @@ pub fn read_unverified(dir: &Path) -> Result<(Manifest, Vec<u8>, Option<Signatur
     Ok((m, bytes, sig))
 }
 
+/// A manifest whose signature verified.
+pub struct Signed {
+    /// The parsed, validated manifest.
+    pub manifest: Manifest,
+    /// Its exact bytes.
+    pub bytes: Vec<u8>,
+    /// The signature file's text.
+    pub signature_text: String,
+    /// The trusted key that signed it.
+    pub signer: PublicKey,
+    /// Trusted-comment disagreements.
+    pub warnings: Vec<String>,
+}
+
 /// Verifies the signature of a manifest against `trust` and parses it. Used for bundles and
 /// for receipts alike: `manifest_path` and `sig_path` name the two files.
-pub fn verify_signed(
-    manifest_path: &Path,
-    sig_path: &Path,
-    trust: &[PublicKey],
-) -> Result<(Manifest, Vec<u8>, String, PublicKey, Vec<String>)> {
+pub fn verify_signed(manifest_path: &Path, sig_path: &Path, trust: &[PublicKey]) -> Result<Signed> {
     let bytes = read_capped(manifest_path, manifest::MAX_MANIFEST_BYTES)?;
     let text = match std::fs::read(sig_path) {
         Ok(t) => t,
@@ -147,12 +166,24 @@ pub fn verify_signed(
             sig.trusted_comment
         )),
     }
-    Ok((manifest, bytes, text, signer.clone(), warnings))
+    Ok(Signed {
+        manifest,
+        bytes,
+        signature_text: text,
+        signer: signer.clone(),
+        warnings,
+    })
 }
 
 /// Opens `dir` and verifies its manifest signature against `trust`. No volume is read.
 pub fn open(dir: &Path, trust: &[PublicKey]) -> Result<Opened> {
-    let (manifest, manifest_bytes, signature_text, signer, warnings) = verify_signed(
+    let Signed {
+        manifest,
+        bytes: manifest_bytes,
+        signature_text,
+        signer,
+        warnings,
+    } = verify_signed(
         &dir.join(manifest::MANIFEST_NAME),
         &dir.join(manifest::SIGNATURE_NAME),
         trust,
@@ -247,8 +278,8 @@ pub fn check_volumes(opened: &Opened, progress: &dyn Progress) -> Vec<VolumeProb
             (i, c, r)
         })
         .collect();
-    let mut per_volume: std::collections::BTreeMap<usize, (Vec<(u64, u64)>, Option<String>)> =
-        Default::default();
+    type BadChunks = (Vec<(u64, u64)>, Option<String>);
+    let mut per_volume: std::collections::BTreeMap<usize, BadChunks> = Default::default();
     for (i, c, r) in results {
         let v = &m.volumes[i];
         let start = c as u64 * m.chunk_size;
@@ -287,9 +318,8 @@ pub fn check_volumes(opened: &Opened, progress: &dyn Progress) -> Vec<VolumeProb
         problems.push(VolumeProblem {
             volume: name.clone(),
             index: 0,
-            problem:
-                "is not listed in the manifest (an extra or duplicated volume?); it is ignored"
-                    .into(),
+            problem: "is not listed in the manifest (an extra or duplicated volume?); remove it"
+                .into(),
             bad_ranges: vec![],
         });
     }
@@ -376,6 +406,21 @@ impl EntrySink for NullSink {
     }
 }
 
+/// A read error on a volume (a failing medium), carried up the io::Error chain so the
+/// message names the volume and the exit code says "operational", not "bad bundle".
+#[derive(Debug)]
+struct VolumeIo {
+    path: PathBuf,
+    source: io::Error,
+}
+
+impl std::fmt::Display for VolumeIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.source)
+    }
+}
+impl std::error::Error for VolumeIo {}
+
 /// The typed failure a volume reader raises inside the io::Error chain.
 #[derive(Debug)]
 struct VolumeFailure(VolumeProblem);
@@ -429,7 +474,21 @@ impl Read for VolumeReader<'_> {
             let v = &volumes[self.index];
             if self.file.is_none() {
                 let path = self.opened.dir.join(&v.name);
-                let f = match File::open(&path) {
+                // O_NONBLOCK: a FIFO planted as a volume must not hang the open; the type is
+                // checked right after.
+                use std::os::unix::fs::OpenOptionsExt;
+                let opened_file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+                    .open(&path)
+                    .and_then(|f| {
+                        if f.metadata()?.is_file() {
+                            Ok(f)
+                        } else {
+                            Err(io::Error::other("is not a regular file"))
+                        }
+                    });
+                let f = match opened_file {
                     Ok(f) => f,
                     Err(e) => {
                         let msg = if e.kind() == io::ErrorKind::NotFound {
@@ -462,7 +521,15 @@ impl Read for VolumeReader<'_> {
                 }
                 0
             } else {
-                file.read(&mut buf[..want])?
+                match file.read(&mut buf[..want]) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        return Err(io::Error::other(VolumeIo {
+                            path: self.opened.dir.join(&v.name),
+                            source: e,
+                        }));
+                    }
+                }
             };
             if n == 0 {
                 if self.read_in_volume < v.size {
@@ -505,7 +572,7 @@ impl<R: Read> Read for Capped<R> {
             return match self.inner.read(&mut probe)? {
                 0 => Ok(0),
                 _ => Err(io::Error::other(
-                    "the decompressed stream is longer than the manifest declares (decompression bomb?)",
+                    "the stream goes on past the size the manifest declares (trailing data after the end-of-archive marker, or a decompression bomb); reading stopped there",
                 )),
             };
         }
@@ -536,6 +603,17 @@ fn stream_error(e: TarError) -> Error {
 }
 
 fn io_to_error(e: io::Error) -> Error {
+    if e.get_ref().is_some_and(|inner| inner.is::<VolumeIo>()) {
+        let inner = e
+            .into_inner()
+            .expect("checked")
+            .downcast::<VolumeIo>()
+            .expect("checked");
+        return Error::Io {
+            path: inner.path,
+            source: inner.source,
+        };
+    }
     if e.get_ref().is_some_and(|inner| inner.is::<VolumeFailure>()) {
         let inner = e
             .into_inner()
@@ -559,6 +637,57 @@ pub fn stream(
     sink: &mut dyn EntrySink,
     progress: &dyn Progress,
 ) -> Result<StreamReport> {
+    if mode == Mode::Strict {
+        let extra: Vec<String> = extra_files(opened)
+            .into_iter()
+            .filter(|n| is_volume_like(n))
+            .collect();
+        if !extra.is_empty() {
+            return Err(Error::BadVolumes {
+                summary: format!(
+                    "{}: not listed in the manifest (an extra or duplicated volume); remove it and check the bundle again",
+                    extra.join(", ")
+                ),
+            });
+        }
+    }
+    match stream_inner(opened, mode, sink, progress) {
+        Err(e @ (Error::BadFile { .. } | Error::BadStream { .. })) if mode == Mode::Strict => {
+            // Damage in transit shows up first as a bad file or a broken stream, before the
+            // volume's own digest is reached. Find the volume, so the operator re-copies that
+            // one instead of distrusting the packer.
+            let bad: Vec<VolumeProblem> = check_volumes(opened, &crate::progress::Silent)
+                .into_iter()
+                .filter(|p| p.index > 0)
+                .collect();
+            if bad.is_empty() {
+                Err(e)
+            } else {
+                Err(Error::BadVolumes {
+                    summary: bad
+                        .iter()
+                        .map(|p| format!("{} {}", p.volume, p.problem))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                })
+            }
+        }
+        other => other,
+    }
+}
+
+/// Whether a stray file in a bundle directory looks like a volume (`data.` followed by digits).
+pub fn is_volume_like(name: &str) -> bool {
+    name.strip_prefix("data.")
+        .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()))
+}
+
+fn stream_inner(
+    opened: &Opened,
+    mode: Mode,
+    sink: &mut dyn EntrySink,
+    progress: &dyn Progress,
+) -> Result<StreamReport> {
     let m = &opened.manifest;
     progress.start("stream", m.totals.volume_bytes);
     let volumes = VolumeReader {
@@ -575,7 +704,10 @@ pub fn stream(
     let raw = BufReader::with_capacity(1 << 20, volumes);
     let volumes = match m.compression.algorithm.as_str() {
         "zstd" => {
-            let mut dec = zstd::stream::read::Decoder::with_buffer(raw).map_err(io_to_error)?;
+            // One frame only: skippable or extra frames after it are refused as trailing data.
+            let mut dec = zstd::stream::read::Decoder::with_buffer(raw)
+                .map_err(io_to_error)?
+                .single_frame();
             // A window larger than 128 MiB would let a hostile bundle make us allocate it.
             dec.window_log_max(27).map_err(io_to_error)?;
             let capped = Capped {

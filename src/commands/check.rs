@@ -62,7 +62,12 @@ pub fn model_checks_for_pack(
         .collect())
 }
 
-pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
+pub fn run(mut a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
+    if a.trust.is_empty()
+        && let Some(env) = std::env::var_os("AIRLOCK_TRUST")
+    {
+        a.trust.push(env.into());
+    }
     let dir = &a.dir;
     let meta = std::fs::metadata(dir).map_err(|e| Error::io(dir, e))?;
     if !meta.is_dir() {
@@ -88,7 +93,12 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
             let trust: Vec<PublicKey> = super::load_trust(&TrustArgs {
                 trust: a.trust.clone(),
             })?;
-            let (m, _, _, signer, warnings) = read::verify_signed(
+            let read::Signed {
+                manifest: m,
+                signer,
+                warnings,
+                ..
+            } = read::verify_signed(
                 &manifest_path,
                 &receipt_dir.join(manifest::SIGNATURE_NAME),
                 &trust,

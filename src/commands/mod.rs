@@ -137,29 +137,42 @@ fn render(command: &str, out: Output, json: bool, quiet: bool) -> u8 {
 /// Loads the trust set from `--trust` (or `AIRLOCK_TRUST`).
 pub fn load_trust(args: &TrustArgs) -> Result<Vec<PublicKey>> {
     let mut paths = args.trust.clone();
-    if paths.is_empty() {
-        if let Some(env) = std::env::var_os("AIRLOCK_TRUST") {
-            paths.push(PathBuf::from(env));
-        }
+    if paths.is_empty()
+        && let Some(env) = std::env::var_os("AIRLOCK_TRUST")
+    {
+        paths.push(PathBuf::from(env));
     }
     if paths.is_empty() {
         return Err(Error::Usage(
             "no trusted keys: pass --trust KEY.pub (or a directory of .pub files), or set AIRLOCK_TRUST".into(),
         ));
     }
-    let mut out: Vec<PublicKey> = Vec::new();
+    let mut out: Vec<(PublicKey, PathBuf)> = Vec::new();
     for p in &paths {
         let keys = keys::load_trust(p).map_err(|e| Error::Key {
             path: p.clone(),
             source: e,
         })?;
         for k in keys {
-            if !out.iter().any(|o| o.key_id == k.key_id) {
-                out.push(k);
+            match out.iter().find(|(o, _)| o.key_id == k.key_id) {
+                None => out.push((k, p.clone())),
+                Some((o, _)) if o.key == k.key => {}
+                Some((_, first)) => {
+                    // Two different keys claiming one id: which one "wins" must not depend on
+                    // the order of the flags.
+                    return Err(Error::Key {
+                        path: p.clone(),
+                        source: keys::KeyError::ConflictingKeyId {
+                            key_id: k.key_id_hex(),
+                            first: first.clone(),
+                            second: p.clone(),
+                        },
+                    });
+                }
             }
         }
     }
-    Ok(out)
+    Ok(out.into_iter().map(|(k, _)| k).collect())
 }
 
 /// Reads a password from the first line of a file.
@@ -195,7 +208,9 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
     out.set("manifest_sha256", &opened.manifest_sha256);
     out.set("deep", deep);
     let problems = read::check_volumes(&opened, ui);
-    let (fatal, extra): (Vec<_>, Vec<_>) = problems.into_iter().partition(|p| p.index > 0);
+    let (fatal, extra): (Vec<_>, Vec<_>) = problems
+        .into_iter()
+        .partition(|p| p.index > 0 || read::is_volume_like(&p.volume));
     for p in &extra {
         out.warnings.push(format!("{}: {}", p.volume, p.problem));
     }
@@ -203,16 +218,27 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
     out.set("bad_volumes", &fatal);
     let mut bad_files = Vec::new();
     if deep {
-        match read::stream(&opened, Mode::Collect, &mut NullSink, ui) {
-            Ok(report) => bad_files = report.bad_files,
+        let completed = match read::stream(&opened, Mode::Collect, &mut NullSink, ui) {
+            Ok(report) => {
+                bad_files = report.bad_files;
+                true
+            }
             Err(e) if fatal.is_empty() => {
+                out.set("deep_completed", false);
                 out.set("bad_files", &bad_files);
                 out.error = Some(e);
                 return Ok(out);
             }
-            Err(e) => out.warnings.push(format!("deep check stopped: {e}")),
+            Err(e) => {
+                out.warnings
+                    .push(format!("the deep check stopped at the damage: {e}"));
+                false
+            }
+        };
+        out.set("deep_completed", completed);
+        if completed {
+            out.set("files_checked", m.files.len());
         }
-        out.set("files_checked", m.files.len());
         out.set("bad_files", &bad_files);
     }
     if !fatal.is_empty() {
@@ -272,6 +298,13 @@ fn unpack(bundle: &Path, trust: &TrustArgs, opts: UnpackOptions, ui: &Ui) -> Res
             p.display()
         ));
     }
+    for f in &installed.findings {
+        out.warnings.push(format!(
+            "model check: {}: {} ({})",
+            f.path, f.problem, f.fix
+        ));
+    }
+    out.set("findings", &installed.findings);
     out.set("dest", &installed.dest);
     out.set("replaced", installed.replaced);
     out.set("previous_version", installed.previous_version);

@@ -6,7 +6,16 @@ use std::process::Command;
 fn round_trip(compress: &str, volume_size: Option<&str>) {
     let env = Env::new();
     let model = env.model("m");
-    let mut args = vec!["pack", "m", "-o", "b", "--key", "k.key", "--compress", compress];
+    let mut args = vec![
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--compress",
+        compress,
+    ];
     if let Some(v) = volume_size {
         args.extend(["--volume-size", v]);
     }
@@ -14,7 +23,11 @@ fn round_trip(compress: &str, volume_size: Option<&str>) {
     env.ok(&["verify", "b", "--trust", "k.pub"]);
     env.ok(&["verify", "b", "--trust", "k.pub", "--deep"]);
     env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
-    assert_eq!(tree_without_receipt(&env.path("out")), tree(&model), "{compress} {volume_size:?}");
+    assert_eq!(
+        tree_without_receipt(&env.path("out")),
+        tree(&model),
+        "{compress} {volume_size:?}"
+    );
     assert!(env.path("out/.airlock/manifest.json").is_file());
     assert!(env.path("out/.airlock/manifest.json.minisig").is_file());
     assert!(staging_leftovers(env.dir.path()).is_empty());
@@ -48,14 +61,30 @@ fn round_trip_volume_sizes_across_entry_boundaries() {
 fn volumes_are_cut_at_the_size_and_named_in_order() {
     let env = Env::new();
     env.model("m");
-    env.ok(&["pack", "m", "-o", "b", "--key", "k.key", "--compress", "none", "--volume-size", "100000"]);
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--compress",
+        "none",
+        "--volume-size",
+        "100000",
+    ]);
     let (_, j) = env.json(&["inspect", "b"]);
     let vols = j["volumes"].as_array().unwrap();
     assert_eq!(vols.len(), 5, "{j}");
     for (i, v) in vols.iter().enumerate() {
         assert_eq!(v["name"], format!("data.{i:03}"));
         let size = v["size"].as_u64().unwrap();
-        assert_eq!(std::fs::metadata(env.path(&format!("b/data.{i:03}"))).unwrap().len(), size);
+        assert_eq!(
+            std::fs::metadata(env.path(&format!("b/data.{i:03}")))
+                .unwrap()
+                .len(),
+            size
+        );
         if i + 1 < vols.len() {
             assert_eq!(size, 100000);
         } else {
@@ -68,8 +97,26 @@ fn volumes_are_cut_at_the_size_and_named_in_order() {
 fn pack_is_deterministic() {
     let env = Env::new();
     env.model("m");
-    env.ok(&["pack", "m", "-o", "b1", "--key", "k.key", "--volume-size", "64K"]);
-    env.ok(&["pack", "m", "-o", "b2", "--key", "k.key", "--volume-size", "64K"]);
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b1",
+        "--key",
+        "k.key",
+        "--volume-size",
+        "64K",
+    ]);
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b2",
+        "--key",
+        "k.key",
+        "--volume-size",
+        "64K",
+    ]);
     let list = |b: &str| tree(&env.path(b));
     assert_eq!(list("b1"), list("b2"));
 }
@@ -78,7 +125,16 @@ fn pack_is_deterministic() {
 fn zstd_and_tar_recover_the_model_without_airlock() {
     let env = Env::new();
     let model = env.model("m");
-    env.ok(&["pack", "m", "-o", "b", "--key", "k.key", "--volume-size", "50K"]);
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--volume-size",
+        "50K",
+    ]);
     std::fs::create_dir(env.path("manual")).unwrap();
     let st = Command::new("sh")
         .arg("-c")
@@ -94,7 +150,11 @@ fn zstd_and_tar_recover_the_model_without_airlock() {
         .current_dir(env.dir.path())
         .output()
         .expect("minisign must be installed (apt-get install minisign)");
-    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
     let sums = env.ok(&["inspect", "b", "--sha256sums"]).stdout;
     std::fs::write(env.path("SHA256SUMS"), &sums).unwrap();
     let st = Command::new("sha256sum")
@@ -102,35 +162,98 @@ fn zstd_and_tar_recover_the_model_without_airlock() {
         .current_dir(env.path("manual"))
         .output()
         .unwrap();
-    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stdout));
-    assert_eq!(String::from_utf8_lossy(&st.stdout).matches(": OK").count(), 6);
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stdout)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&st.stdout).matches(": OK").count(),
+        6
+    );
 }
 
 #[test]
 fn replace_swaps_atomically_and_rollback_is_refused() {
     let env = Env::new();
     env.model("m");
-    env.ok(&["pack", "m", "-o", "v1", "--key", "k.key", "--version", "1", "--name", "model"]);
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "v1",
+        "--key",
+        "k.key",
+        "--version",
+        "1",
+        "--name",
+        "model",
+    ]);
     env.write("m/config.json", b"{\"model_type\": \"v2\"}\n");
     env.write("m/new.txt", b"new in v2");
-    env.ok(&["pack", "m", "-o", "v2", "--key", "k.key", "--version", "2", "--name", "model"]);
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "v2",
+        "--key",
+        "k.key",
+        "--version",
+        "2",
+        "--name",
+        "model",
+    ]);
     env.ok(&["unpack", "v1", "--trust", "k.pub", "--dest", "out"]);
     // Existing destination without --replace: refused, untouched.
     let before = tree(&env.path("out"));
     let text = env.fails(2, &["unpack", "v2", "--trust", "k.pub", "--dest", "out"]);
     assert!(text.contains("--replace"), "{text}");
     assert_eq!(tree(&env.path("out")), before);
-    env.ok(&["unpack", "v2", "--trust", "k.pub", "--dest", "out", "--replace"]);
-    assert_eq!(std::fs::read(env.path("out/new.txt")).unwrap(), b"new in v2");
+    env.ok(&[
+        "unpack",
+        "v2",
+        "--trust",
+        "k.pub",
+        "--dest",
+        "out",
+        "--replace",
+    ]);
+    assert_eq!(
+        std::fs::read(env.path("out/new.txt")).unwrap(),
+        b"new in v2"
+    );
     assert_eq!(tree_without_receipt(&env.path("out")), tree(&env.path("m")));
     assert!(staging_leftovers(env.dir.path()).is_empty());
     // Rollback to v1 refused with exit 3, tree unchanged.
     let v2_tree = tree(&env.path("out"));
-    let text = env.fails(3, &["unpack", "v1", "--trust", "k.pub", "--dest", "out", "--replace"]);
-    assert!(text.contains("version 2") && text.contains("older version 1"), "{text}");
+    let text = env.fails(
+        3,
+        &[
+            "unpack",
+            "v1",
+            "--trust",
+            "k.pub",
+            "--dest",
+            "out",
+            "--replace",
+        ],
+    );
+    assert!(
+        text.contains("version 2") && text.contains("older version 1"),
+        "{text}"
+    );
     assert_eq!(tree(&env.path("out")), v2_tree);
     // ... unless asked for.
-    env.ok(&["unpack", "v1", "--trust", "k.pub", "--dest", "out", "--replace", "--allow-downgrade"]);
+    env.ok(&[
+        "unpack",
+        "v1",
+        "--trust",
+        "k.pub",
+        "--dest",
+        "out",
+        "--replace",
+        "--allow-downgrade",
+    ]);
     assert!(!env.path("out/new.txt").exists());
 }
 
@@ -159,7 +282,10 @@ fn pack_refuses_existing_output_and_leaves_nothing_on_failure() {
     env.fails(2, &["pack", "m", "-o", "exists", "--key", "k.key"]);
     std::os::unix::fs::symlink("nowhere", env.path("m/dangling.bin")).unwrap();
     let text = env.fails(1, &["pack", "m", "-o", "b", "--key", "k.key"]);
-    assert!(text.contains("dangling.bin") && text.contains("dangling symlink"), "{text}");
+    assert!(
+        text.contains("dangling.bin") && text.contains("dangling symlink"),
+        "{text}"
+    );
     assert!(!env.path("b").exists());
     assert!(staging_leftovers(env.dir.path()).is_empty());
 }
@@ -191,10 +317,25 @@ fn file_changing_during_pack_fails_the_pack() {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
     });
-    let text = env.fails(1, &["pack", "m", "-o", "b", "--key", "k.key", "--compress", "none"]);
+    let text = env.fails(
+        1,
+        &[
+            "pack",
+            "m",
+            "-o",
+            "b",
+            "--key",
+            "k.key",
+            "--compress",
+            "none",
+        ],
+    );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     writer.join().unwrap();
-    assert!(text.contains("growing.bin") && text.contains("changed while being packed"), "{text}");
+    assert!(
+        text.contains("growing.bin") && text.contains("changed while being packed"),
+        "{text}"
+    );
     assert!(!env.path("b").exists());
     assert!(staging_leftovers(env.dir.path()).is_empty());
 }
@@ -212,7 +353,10 @@ fn file_larger_than_8_gib_round_trips() {
     let (_, j) = env.json(&["inspect", "b"]);
     assert_eq!(j["files"][0]["size"], size);
     env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
-    assert_eq!(std::fs::metadata(env.path("out/huge.bin")).unwrap().len(), size);
+    assert_eq!(
+        std::fs::metadata(env.path("out/huge.bin")).unwrap().len(),
+        size
+    );
     // GNU tar agrees on the size in the header.
     let out = Command::new("sh")
         .arg("-c")
@@ -221,5 +365,8 @@ fn file_larger_than_8_gib_round_trips() {
         .output()
         .unwrap();
     let listing = String::from_utf8_lossy(&out.stdout);
-    assert!(listing.contains(&size.to_string()) && listing.contains("huge.bin"), "{listing}");
+    assert!(
+        listing.contains(&size.to_string()) && listing.contains("huge.bin"),
+        "{listing}"
+    );
 }

@@ -10,7 +10,9 @@ pub struct Env {
 impl Env {
     /// A fresh temp tree with an unencrypted key pair at `k.key` / `k.pub`.
     pub fn new() -> Env {
-        let env = Env { dir: tempfile::tempdir().expect("tempdir") };
+        let env = Env {
+            dir: tempfile::tempdir().expect("tempdir"),
+        };
         env.ok(&["keygen", "--out", "k", "--unencrypted"]);
         env
     }
@@ -46,7 +48,11 @@ impl Env {
     /// Runs airlock and asserts the exit code; returns stderr + stdout as one string.
     pub fn fails(&self, code: i32, args: &[&str]) -> String {
         let out = self.run(args);
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
         assert_eq!(out.status.code(), Some(code), "airlock {args:?}: {text}");
         text
     }
@@ -57,7 +63,10 @@ impl Env {
         a.push("--json");
         let out = self.run(&a);
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!("stdout of {a:?} is not one JSON document ({e}): {}", String::from_utf8_lossy(&out.stdout))
+            panic!(
+                "stdout of {a:?} is not one JSON document ({e}): {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
         });
         (out.status.code().expect("exit code"), v)
     }
@@ -71,15 +80,28 @@ impl Env {
 
     /// A small model with nested directories, an empty file, an executable and an empty dir.
     pub fn model(&self, rel: &str) -> PathBuf {
-        self.write(&format!("{rel}/config.json"), b"{\"model_type\": \"test\"}\n");
-        self.write(&format!("{rel}/weights/part-1.bin"), &pseudo_random(300_000, 1));
-        self.write(&format!("{rel}/weights/part-2.bin"), &pseudo_random(123_457, 2));
+        self.write(
+            &format!("{rel}/config.json"),
+            b"{\"model_type\": \"test\"}\n",
+        );
+        self.write(
+            &format!("{rel}/weights/part-1.bin"),
+            &pseudo_random(300_000, 1),
+        );
+        self.write(
+            &format!("{rel}/weights/part-2.bin"),
+            &pseudo_random(123_457, 2),
+        );
         self.write(&format!("{rel}/tokenizer/deep/er/vocab.txt"), b"a\nb\nc\n");
         self.write(&format!("{rel}/empty.txt"), b"");
         self.write(&format!("{rel}/run.sh"), b"#!/bin/sh\necho hi\n");
         std::fs::create_dir_all(self.path(&format!("{rel}/empty-dir"))).unwrap();
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(self.path(&format!("{rel}/run.sh")), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(
+            self.path(&format!("{rel}/run.sh")),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
         self.path(rel)
     }
 }
@@ -103,9 +125,18 @@ pub fn tree(root: &Path) -> Vec<(String, u32, Option<Vec<u8>>)> {
     let mut out = Vec::new();
     for e in walkdir::WalkDir::new(root).min_depth(1).sort_by_file_name() {
         let e = e.unwrap();
-        let rel = e.path().strip_prefix(root).unwrap().to_string_lossy().into_owned();
+        let rel = e
+            .path()
+            .strip_prefix(root)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
         let meta = e.metadata().unwrap();
-        let content = if meta.is_file() { Some(std::fs::read(e.path()).unwrap()) } else { None };
+        let content = if meta.is_file() {
+            Some(std::fs::read(e.path()).unwrap())
+        } else {
+            None
+        };
         out.push((rel, meta.permissions().mode() & 0o7777, content));
     }
     out
@@ -113,7 +144,10 @@ pub fn tree(root: &Path) -> Vec<(String, u32, Option<Vec<u8>>)> {
 
 /// `tree` without the receipt directory.
 pub fn tree_without_receipt(root: &Path) -> Vec<(String, u32, Option<Vec<u8>>)> {
-    tree(root).into_iter().filter(|(p, _, _)| p != ".airlock" && !p.starts_with(".airlock/")).collect()
+    tree(root)
+        .into_iter()
+        .filter(|(p, _, _)| p != ".airlock" && !p.starts_with(".airlock/"))
+        .collect()
 }
 
 /// Names beginning with the staging prefix in `dir`.

@@ -5,7 +5,18 @@ use crate::support::*;
 fn packed() -> Env {
     let env = Env::new();
     env.model("m");
-    env.ok(&["pack", "m", "-o", "b", "--key", "k.key", "--compress", "none", "--volume-size", "100000"]);
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--compress",
+        "none",
+        "--volume-size",
+        "100000",
+    ]);
     env
 }
 
@@ -15,7 +26,10 @@ fn assert_unpack_refused(env: &Env, code: i32, needles: &[&str]) {
         assert!(text.contains(n), "missing {n:?} in: {text}");
     }
     assert!(!env.path("out").exists(), "destination created");
-    assert!(staging_leftovers(env.dir.path()).is_empty(), "staging left behind");
+    assert!(
+        staging_leftovers(env.dir.path()).is_empty(),
+        "staging left behind"
+    );
 }
 
 #[test]
@@ -26,7 +40,10 @@ fn flipped_bit_in_a_volume_is_named_with_its_byte_range() {
     v[5000] ^= 0x10;
     std::fs::write(&p, v).unwrap();
     let text = env.fails(3, &["verify", "b", "--trust", "k.pub"]);
-    assert!(text.contains("data.002") && text.contains("fails its sha256"), "{text}");
+    assert!(
+        text.contains("data.002") && text.contains("fails its sha256"),
+        "{text}"
+    );
     assert!(text.contains("other 4 of 5 volumes are good"), "{text}");
     let (code, j) = env.json(&["verify", "b", "--trust", "k.pub", "--deep"]);
     assert_eq!(code, 3);
@@ -44,8 +61,14 @@ fn truncated_and_missing_volumes_are_named() {
     std::fs::write(&p, &v[..v.len() - 1]).unwrap();
     std::fs::remove_file(env.path("b/data.003")).unwrap();
     let text = env.fails(3, &["verify", "b", "--trust", "k.pub"]);
-    assert!(text.contains("data.001") && text.contains("truncated"), "{text}");
-    assert!(text.contains("data.003") && text.contains("missing"), "{text}");
+    assert!(
+        text.contains("data.001") && text.contains("truncated"),
+        "{text}"
+    );
+    assert!(
+        text.contains("data.003") && text.contains("missing"),
+        "{text}"
+    );
     assert_unpack_refused(&env, 3, &["data.001"]);
 }
 
@@ -54,10 +77,16 @@ fn edited_manifest_or_signature_is_refused() {
     let env = packed();
     let m = env.path("b/manifest.json");
     let orig = std::fs::read(&m).unwrap();
-    let edited = String::from_utf8(orig.clone()).unwrap().replacen("\"version\": 1", "\"version\": 9", 1);
+    let edited =
+        String::from_utf8(orig.clone())
+            .unwrap()
+            .replacen("\"version\": 1", "\"version\": 9", 1);
     std::fs::write(&m, edited).unwrap();
     let text = env.fails(3, &["verify", "b", "--trust", "k.pub"]);
-    assert!(text.contains("manifest.json") && text.contains("does not match its signature"), "{text}");
+    assert!(
+        text.contains("manifest.json") && text.contains("does not match its signature"),
+        "{text}"
+    );
     assert_unpack_refused(&env, 3, &["manifest.json"]);
     std::fs::write(&m, &orig).unwrap();
     let s = env.path("b/manifest.json.minisig");
@@ -66,10 +95,16 @@ fn edited_manifest_or_signature_is_refused() {
     lines[2] = lines[2].replace("version=1", "version=9");
     std::fs::write(&s, lines.join("\n") + "\n").unwrap();
     let text = env.fails(3, &["verify", "b", "--trust", "k.pub"]);
-    assert!(text.contains("trusted comment") || text.contains("signature"), "{text}");
+    assert!(
+        text.contains("trusted comment") || text.contains("signature"),
+        "{text}"
+    );
     std::fs::remove_file(&s).unwrap();
     let text = env.fails(3, &["verify", "b", "--trust", "k.pub"]);
-    assert!(text.contains("manifest.json.minisig") && text.contains("unsigned"), "{text}");
+    assert!(
+        text.contains("manifest.json.minisig") && text.contains("unsigned"),
+        "{text}"
+    );
     assert_unpack_refused(&env, 3, &["unsigned"]);
 }
 
@@ -92,7 +127,11 @@ fn untrusted_key_and_missing_trust_are_refused() {
         .current_dir(env.dir.path())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -108,9 +147,18 @@ fn bad_file_inside_a_good_volume_set_is_caught_by_receipt_check() {
     let (code, j) = env.json(&["check", "out", "--trust", "k.pub"]);
     assert_eq!(code, 3, "{j}");
     let drift = j["drift"].to_string();
-    assert!(drift.contains("weights/part-1.bin") && drift.contains("modified"), "{drift}");
-    assert!(drift.contains("empty.txt") && drift.contains("missing"), "{drift}");
-    assert!(drift.contains("extra.txt") && drift.contains("extra"), "{drift}");
+    assert!(
+        drift.contains("weights/part-1.bin") && drift.contains("modified"),
+        "{drift}"
+    );
+    assert!(
+        drift.contains("empty.txt") && drift.contains("missing"),
+        "{drift}"
+    );
+    assert!(
+        drift.contains("extra.txt") && drift.contains("extra"),
+        "{drift}"
+    );
     // --sizes-only misses the flipped bit but not the missing file.
     let (code, j) = env.json(&["check", "out", "--sizes-only"]);
     assert_eq!(code, 3);
