@@ -992,17 +992,17 @@ def _():
     return Bundle(ents, honest_tar(ents), after_compress=lambda d: d[:-64])
 
 
-@case("trailing-garbage-after-tar", "stream", "8 bytes of garbage after the end-of-archive marker, inside the signed zstd frame", "longer than the manifest declares")
+@case("trailing-garbage-after-tar", "stream", "8 bytes of garbage after the end-of-archive marker, inside the signed zstd frame", "past the size the manifest declares")
 def _():
     return Bundle(BASE, honest_tar(BASE) + b"GARBAGE!")
 
 
-@case("trailing-zero-blocks", "stream", "GNU-style record padding: 18 more zero blocks after the end-of-archive marker", "longer than the manifest declares")
+@case("trailing-zero-blocks", "stream", "GNU-style record padding: 18 more zero blocks after the end-of-archive marker", "past the size the manifest declares")
 def _():
     return Bundle(BASE, honest_tar(BASE) + b"\0" * (18 * BLOCK))
 
 
-@case("trailing-garbage-after-zstd-frame", "stream", "8 bytes of garbage after the zstd frame (volumes hashed with them)", "cannot be decoded")
+@case("trailing-garbage-after-zstd-frame", "stream", "8 bytes of garbage after the zstd frame (volumes hashed with them)", "trailing data after the end of the compressed stream")
 def _():
     return Bundle(BASE, honest_tar(BASE), after_compress=lambda d: d + b"GARBAGE!")
 
@@ -1054,7 +1054,7 @@ def _():
     "zstd-second-frame-with-data",
     "stream",
     "a second zstd frame after the first, decoding to 1 MiB of 'A' past the declared stream size",
-    "longer than the manifest declares",
+    "trailing data after the end of the compressed stream",
 )
 def _():
     second, _ = compress([b"A" * (1 << 20)], "zstd")
@@ -1065,7 +1065,7 @@ def _():
     "decompression-bomb",
     "stream",
     "1 GiB of zeros after the end-of-archive marker in the same zstd frame (a few KiB compressed); must stop at the declared size",
-    "longer than the manifest declares",
+    "past the size the manifest declares",
 )
 def _():
     def chunks():

@@ -40,9 +40,9 @@ fn json_is_one_document_on_success_and_failure() {
         (0, true.into(), 6.into())
     );
     let (code, j) = env.json(&["verify", "nonexistent", "--trust", "k.pub"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 3);
     assert_eq!(j["ok"], false);
-    assert_eq!(j["error"]["kind"], "io");
+    assert_eq!(j["error"]["kind"], "bad-manifest");
     assert!(
         j["error"]["message"]
             .as_str()

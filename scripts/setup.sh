@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what airlock's demo and tests need on a fresh Debian machine: the real minisign, zstd
+# and GNU tar from Debian, and a Python venv with the pinned safetensors/gguf/numpy/huggingface_hub.
+# Idempotent; safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+for tool in minisign zstd tar sha256sum python3; do
+  command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
+done
+if ((${#need[@]})); then
+  pkgs=()
+  for t in "${need[@]}"; do
+    case "$t" in
+      sha256sum) pkgs+=(coreutils) ;;
+      python3) pkgs+=(python3 python3-venv) ;;
+      *) pkgs+=("$t") ;;
+    esac
+  done
+  echo "setup: installing ${pkgs[*]} with apt-get" >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${pkgs[@]}" >/dev/null
+fi
+python3 scripts/make-fixtures.py --venv-only
