@@ -106,7 +106,7 @@ AL="$BIN --progress none -q"
 
 # ---- the alternating loop -----------------------------------------------------------------
 # bench SIZE KIND  LABEL PREP CMD  [LABEL PREP CMD ...]
-# Appends "size kind label run seconds max_rss_kib" lines to $RESULTS.
+# Appends "size kind label run wall_s cpu_s max_rss_kib" lines to $RESULTS (cpu = user + sys).
 bench() {
     local size=$1 kind=$2
     shift 2
@@ -121,21 +121,23 @@ bench() {
             bash -c "${preps[$i]}" >/dev/null
             sync
             if [ "$COLD" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi
-            if ! /usr/bin/time -f '%e %M' -o "$DIR/time.out" bash -c "${cmds[$i]}" \
+            if ! /usr/bin/time -f '%e %M %U %S' -o "$DIR/time.out" bash -c "${cmds[$i]}" \
                 >"$DIR/cmd.out" 2>&1; then
                 echo "bench.sh: failed: ${cmds[$i]}" >&2
                 cat "$DIR/cmd.out" >&2
                 exit 1
             fi
-            read -r secs rss < <(tail -n 1 "$DIR/time.out")
-            printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$size" "$kind" "${labels[$i]}" "$r" "$secs" "$rss" \
-                >>"$RESULTS"
-            printf '   %-5s %-6s %-28s %6ss %8s KiB\n' "$size" "$kind" "${labels[$i]}" "$secs" "$rss" >&2
+            read -r secs rss user sys < <(tail -n 1 "$DIR/time.out")
+            cpu=$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.2f", u + s }')
+            printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$size" "$kind" "${labels[$i]}" "$r" "$secs" \
+                "$cpu" "$rss" >>"$RESULTS"
+            printf '   %-5s %-6s %-22s %7ss wall %7ss cpu %8s KiB\n' "$size" "$kind" "${labels[$i]}" \
+                "$secs" "$cpu" "$rss" >&2
         done
     done
 }
 
-printf 'size\tkind\tlabel\trun\tseconds\tmax_rss_kib\n' >"$RESULTS"
+printf 'size\tkind\tlabel\trun\twall_s\tcpu_s\tmax_rss_kib\n' >"$RESULTS"
 log "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(date -u +%F), load $(cut -d' ' -f1-3 /proc/loadavg)"
 log "cache: $([ "$COLD" = 1 ] && echo cold || echo warm); runs: $RUNS; results: $RESULTS"
 
@@ -203,10 +205,12 @@ python3 - "$RESULTS" "$COLD" <<'EOF'
 import collections, statistics, sys
 path, cold = sys.argv[1], sys.argv[2] == "1"
 t = collections.defaultdict(list)
+cpu = collections.defaultdict(list)
 rss = collections.defaultdict(list)
 for line in open(path).read().splitlines()[1:]:
-    size, kind, label, run, secs, kib = line.split("\t")
+    size, kind, label, run, secs, cpus, kib = line.split("\t")
     t[size, kind, label].append(float(secs))
+    cpu[size, kind, label].append(float(cpus))
     rss[size, kind, label].append(int(kib))
 rows = [
     ("pack-none", "tar-c", "pack --compress none", "tar -cf", 1.10),
@@ -221,10 +225,13 @@ rows = [
     ("check", "bagit-validate", "check DIR", "bagit.py --validate", 0.70),
 ]
 med = lambda k: statistics.median(t[k])
+cmed = lambda k: statistics.median(cpu[k])
+load = open("/proc/loadavg").read().split()[:3]
 print(f"\nCache: {'cold (page cache dropped before every command)' if cold else 'warm'}; "
-      "times are medians of wall-clock seconds; ratio = airlock / peer.\n")
-print("| GiB | data | airlock | peer | airlock s | peer s | ratio | target | met |")
-print("|---|---|---|---|---|---|---|---|---|")
+      "times are medians of wall-clock seconds; ratio = airlock / peer (wall); "
+      f"cpu ratio = the same for user + sys seconds. Load average at the end: {' '.join(load)}.\n")
+print("| GiB | data | airlock | peer | airlock s | peer s | ratio | target | met | cpu ratio |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 sizes = sorted({k[0] for k in t}, key=float)
 kinds = list(dict.fromkeys(k[1] for k in t))
 for size in sizes:
@@ -234,9 +241,11 @@ for size in sizes:
                 continue
             ma, mp = med((size, kind, a)), med((size, kind, p))
             ratio = ma / mp if mp > 0 else float("inf")
+            cp = cmed((size, kind, p))
+            cratio = cmed((size, kind, a)) / cp if cp > 0 else float("inf")
             met = "" if target is None else ("yes" if ratio <= target else "**no**")
             tg = "" if target is None else f"≤ {target:.2f}"
-            print(f"| {size} | {kind} | `{an}` | `{pn}` | {ma:.2f} | {mp:.2f} | {ratio:.2f} | {tg} | {met} |")
+            print(f"| {size} | {kind} | `{an}` | `{pn}` | {ma:.2f} | {mp:.2f} | {ratio:.2f} | {tg} | {met} | {cratio:.2f} |")
 print("\nPeak RSS of airlock (median of runs, MiB; target < 64):\n")
 labels = ["pack-none", "pack-zstd", "verify", "verify-deep", "unpack-none", "unpack-zstd", "check"]
 print("| GiB | data | " + " | ".join(labels) + " |")
