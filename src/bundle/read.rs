@@ -222,51 +222,7 @@ pub fn check_volumes(opened: &Opened, progress: &dyn Progress) -> Vec<VolumeProb
     let m = &opened.manifest;
     let count = m.volumes.len();
     progress.start("verify volumes", m.totals.volume_bytes);
-    let mut problems = Vec::new();
-    let mut jobs = Vec::new();
-    for (i, v) in m.volumes.iter().enumerate() {
-        let path = opened.dir.join(&v.name);
-        match std::fs::metadata(&path) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => problems.push(VolumeProblem {
-                volume: v.name.clone(),
-                index: i + 1,
-                problem: format!("is missing (volume {} of {count})", i + 1),
-                bad_ranges: vec![],
-            }),
-            Err(e) => problems.push(VolumeProblem {
-                volume: v.name.clone(),
-                index: i + 1,
-                problem: format!("cannot be read: {e}"),
-                bad_ranges: vec![],
-            }),
-            Ok(meta) if !meta.is_file() => problems.push(VolumeProblem {
-                volume: v.name.clone(),
-                index: i + 1,
-                problem: "is not a regular file".into(),
-                bad_ranges: vec![],
-            }),
-            Ok(meta) if meta.len() != v.size => problems.push(VolumeProblem {
-                volume: v.name.clone(),
-                index: i + 1,
-                problem: format!(
-                    "is {} bytes, the manifest says {} ({})",
-                    meta.len(),
-                    v.size,
-                    if meta.len() < v.size {
-                        "truncated"
-                    } else {
-                        "extended"
-                    }
-                ),
-                bad_ranges: vec![],
-            }),
-            Ok(_) => {
-                for c in 0..v.chunks.len() {
-                    jobs.push((i, c));
-                }
-            }
-        }
-    }
+    let (mut problems, jobs) = stat_volumes(opened);
     let results: Vec<(usize, usize, std::result::Result<bool, String>)> = jobs
         .par_iter()
         .map(|&(i, c)| {
@@ -314,18 +270,84 @@ pub fn check_volumes(opened: &Opened, progress: &dyn Progress) -> Vec<VolumeProb
         });
     }
     problems.sort_by_key(|p| p.index);
-    let extra = extra_files(opened);
-    for name in extra {
-        problems.push(VolumeProblem {
-            volume: name.clone(),
+    problems.extend(extra_problems(opened));
+    progress.finish();
+    problems
+}
+
+/// The checks of [`check_volumes`] that need no reading: every listed volume exists, is a
+/// regular file and has its manifest size. Returns the problems found and the (volume, chunk)
+/// pairs of the volumes that passed, to hash.
+fn stat_volumes(opened: &Opened) -> (Vec<VolumeProblem>, Vec<(usize, usize)>) {
+    let m = &opened.manifest;
+    let count = m.volumes.len();
+    let mut problems = Vec::new();
+    let mut jobs = Vec::new();
+    for (i, v) in m.volumes.iter().enumerate() {
+        let path = opened.dir.join(&v.name);
+        match std::fs::metadata(&path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => problems.push(VolumeProblem {
+                volume: v.name.clone(),
+                index: i + 1,
+                problem: format!("is missing (volume {} of {count})", i + 1),
+                bad_ranges: vec![],
+            }),
+            Err(e) => problems.push(VolumeProblem {
+                volume: v.name.clone(),
+                index: i + 1,
+                problem: format!("cannot be read: {e}"),
+                bad_ranges: vec![],
+            }),
+            Ok(meta) if !meta.is_file() => problems.push(VolumeProblem {
+                volume: v.name.clone(),
+                index: i + 1,
+                problem: "is not a regular file".into(),
+                bad_ranges: vec![],
+            }),
+            Ok(meta) if meta.len() != v.size => problems.push(VolumeProblem {
+                volume: v.name.clone(),
+                index: i + 1,
+                problem: format!(
+                    "is {} bytes, the manifest says {} ({})",
+                    meta.len(),
+                    v.size,
+                    if meta.len() < v.size {
+                        "truncated"
+                    } else {
+                        "extended"
+                    }
+                ),
+                bad_ranges: vec![],
+            }),
+            Ok(_) => {
+                for c in 0..v.chunks.len() {
+                    jobs.push((i, c));
+                }
+            }
+        }
+    }
+    (problems, jobs)
+}
+
+/// Whether every listed volume exists, is a regular file and has its manifest size (the
+/// checks of [`check_volumes`] that need no reading).
+pub fn volumes_look_complete(opened: &Opened) -> bool {
+    stat_volumes(opened).0.is_empty()
+}
+
+/// The files of the bundle directory that the manifest does not list, as the problems
+/// [`check_volumes`] reports for them (index 0).
+pub fn extra_problems(opened: &Opened) -> Vec<VolumeProblem> {
+    extra_files(opened)
+        .into_iter()
+        .map(|name| VolumeProblem {
+            volume: name,
             index: 0,
             problem: "is not listed in the manifest (an extra or duplicated volume?); remove it"
                 .into(),
             bad_ranges: vec![],
-        });
-    }
-    progress.finish();
-    problems
+        })
+        .collect()
 }
 
 /// Files in the bundle directory that the manifest does not account for.
