@@ -25,6 +25,7 @@ use crate::lock::{self, DirLock};
 use crate::manifest::{self, FileEntry, Manifest};
 use crate::paths::RECEIPT_DIR;
 use crate::progress::Progress;
+use crate::writeback::{FLUSH_EVERY, Flusher};
 
 /// Prefix of the staging directories unpack creates beside the destination.
 pub const STAGING_PREFIX: &str = ".airlock-staging-";
@@ -129,6 +130,8 @@ struct StagingSink<'a> {
     dirs: HashMap<String, OwnedFd>,
     current: Option<(File, String)>,
     syncer: crossbeam_channel::Sender<(File, String)>,
+    flusher: &'a Flusher,
+    since_flush: u64,
     progress: &'a dyn Progress,
 }
 
@@ -181,13 +184,20 @@ impl EntrySink for StagingSink<'_> {
         rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| self.err(&file.path, e))?;
         self.progress.item(&file.path);
         self.current = Some((File::from(fd), file.path.clone()));
+        self.since_flush = 0;
         Ok(())
     }
 
     fn data(&mut self, bytes: &[u8]) -> Result<()> {
         let (f, path) = self.current.as_mut().expect("begin_file came first");
         f.write_all(bytes)
-            .map_err(|e| Error::io(self.root_path.join(&*path), e))
+            .map_err(|e| Error::io(self.root_path.join(&*path), e))?;
+        self.since_flush += bytes.len() as u64;
+        if self.since_flush >= FLUSH_EVERY {
+            self.flusher.flush(f, self.root_path.join(&*path));
+            self.since_flush = 0;
+        }
+        Ok(())
     }
 
     fn end_file(&mut self, _file: &FileEntry) -> Result<()> {
@@ -290,12 +300,15 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
         }
         first_error.map_or(Ok(()), Err)
     });
+    let flusher = Flusher::new();
     let mut sink = StagingSink {
         root,
         root_path: tree.clone(),
         dirs: HashMap::new(),
         current: None,
         syncer: sync_tx,
+        flusher: &flusher,
+        since_flush: 0,
         progress,
     };
     let streamed = read::stream(opened, ReadMode::Strict, &mut sink, progress);
@@ -309,8 +322,12 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
     drop(current);
     drop(sync_tx);
     let synced = syncer.join().expect("sync thread panicked");
+    let flushed = flusher.finish();
     streamed?;
     synced?;
+    if let Some((path, e)) = flushed {
+        return Err(Error::io(path, e));
+    }
 
     // Receipt: the signed manifest and its signature, so `check` can re-verify later.
     rustix::fs::mkdirat(&root, RECEIPT_DIR, Mode::from_raw_mode(0o755))

@@ -18,3 +18,4 @@ pub mod receipt;
 pub mod scan;
 pub mod size;
 pub mod tar;
+pub mod writeback;

@@ -23,6 +23,7 @@ use crate::manifest::{
 use crate::progress::Progress;
 use crate::scan::ScanEntry;
 use crate::tar;
+use crate::writeback::{FLUSH_EVERY, Flusher};
 
 /// Size of the buffers that carry file data between the threads.
 pub const BUFFER_SIZE: usize = 1 << 20;
@@ -95,6 +96,9 @@ struct VolumeWriter {
     chunk_hasher: ChunkHasher,
     /// Chunks cut in the open volume.
     chunks: usize,
+    /// Early writeback of the open volume.
+    flusher: Flusher,
+    since_flush: u64,
     /// Closed volumes, and how many chunk digests belong to each.
     done: Vec<(Volume, usize)>,
 }
@@ -206,6 +210,7 @@ impl VolumeWriter {
             self.chunks += 1;
         }
         file.sync_all()?;
+        self.since_flush = 0;
         let index = self.done.len();
         self.done.push((
             Volume {
@@ -223,6 +228,9 @@ impl VolumeWriter {
 
     fn finish(mut self) -> io::Result<Vec<Volume>> {
         self.close_volume()?;
+        if let Some((path, e)) = self.flusher.finish() {
+            return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display())));
+        }
         let mut digests = self.chunk_hasher.finish()?.into_iter();
         let count = self.done.len();
         let mut volumes = Vec::with_capacity(count);
@@ -253,7 +261,14 @@ impl Write for VolumeWriter {
         let room_chunk = self.chunk_size - self.in_chunk;
         let n = (buf.len() as u64).min(room_volume).min(room_chunk) as usize;
         let part = &buf[..n];
-        self.file.as_mut().expect("opened above").write_all(part)?;
+        let file = self.file.as_mut().expect("opened above");
+        file.write_all(part)?;
+        self.since_flush += n as u64;
+        if self.since_flush >= FLUSH_EVERY {
+            let path = self.dir.join(temp_volume_name(self.done.len()));
+            self.flusher.flush(file, path);
+            self.since_flush = 0;
+        }
         self.chunk_hasher.update(part)?;
         self.hasher.update(part);
         self.in_volume += n as u64;
@@ -476,6 +491,8 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
         hasher: Sha256::new(),
         chunk_hasher: ChunkHasher::new(),
         chunks: 0,
+        flusher: Flusher::new(),
+        since_flush: 0,
         done: Vec::new(),
     };
     let sink = match opts.compress {
