@@ -84,11 +84,16 @@ pub fn run(a: PackArgs, ui: &dyn Progress) -> Result<Output> {
             .map(|n| n.get() as u32)
             .unwrap_or(1)
     });
+    let zstd = Compress::Zstd {
+        level: a.level,
+        workers,
+    };
     let compress = match a.compress {
         CompressArg::None => Compress::None,
-        CompressArg::Zstd => Compress::Zstd {
-            level: a.level,
-            workers,
+        CompressArg::Zstd => zstd,
+        CompressArg::Auto => match write::estimate_saving(&entries)? {
+            Some(saving) if saving < write::AUTO_MIN_SAVING => Compress::None,
+            _ => zstd,
         },
     };
     let packed = write::pack(
@@ -123,6 +128,7 @@ pub fn run(a: PackArgs, ui: &dyn Progress) -> Result<Output> {
             .collect::<Vec<_>>(),
     );
     out.set("volume_bytes", m.totals.volume_bytes);
+    out.set("compression", &m.compression.algorithm);
     out.line(format!(
         "OK   packed {} version {} into {}: {} files ({}) in {} volume(s) ({}), signed by {}",
         m.name,

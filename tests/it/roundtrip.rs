@@ -397,3 +397,64 @@ fn many_small_and_empty_files_round_trip() {
     env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
     assert_eq!(tree_without_receipt(&env.path("out")), tree(&env.path("m")));
 }
+
+#[test]
+fn compress_auto_stores_incompressible_weights_and_compresses_the_rest() {
+    let env = Env::new();
+    // Quantized-like weights: nothing to gain, so the stream is stored.
+    env.model("noise");
+    env.write("noise/weights/big.bin", &pseudo_random(3 << 20, 9));
+    let (code, v) = env.json(&[
+        "pack",
+        "noise",
+        "-o",
+        "b1",
+        "--key",
+        "k.key",
+        "--compress",
+        "auto",
+    ]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["compression"], "none", "{v}");
+    // Weights whose every other byte repeats: well over 3% to gain.
+    env.model("bf16");
+    let mut half = pseudo_random(3 << 20, 10);
+    for b in half.iter_mut().skip(1).step_by(2) {
+        *b = 0x3c;
+    }
+    env.write("bf16/weights/big.bin", &half);
+    let (code, v) = env.json(&[
+        "pack",
+        "bf16",
+        "-o",
+        "b2",
+        "--key",
+        "k.key",
+        "--compress",
+        "auto",
+    ]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["compression"], "zstd", "{v}");
+    // A model with no file large enough to sample is compressed.
+    env.model("small");
+    let (code, v) = env.json(&[
+        "pack",
+        "small",
+        "-o",
+        "b3",
+        "--key",
+        "k.key",
+        "--compress",
+        "auto",
+    ]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["compression"], "zstd", "{v}");
+    for b in ["b1", "b2", "b3"] {
+        env.ok(&["verify", b, "--trust", "k.pub", "--deep"]);
+    }
+    env.ok(&["unpack", "b1", "--trust", "k.pub", "--dest", "out1"]);
+    assert_eq!(
+        tree_without_receipt(&env.path("out1")),
+        tree(&env.path("noise"))
+    );
+}
