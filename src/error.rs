@@ -148,6 +148,30 @@ pub enum Error {
         /// Offered version.
         offered: u64,
     },
+    /// A Hugging Face cache blob does not hash to its own name (its etag).
+    #[error(
+        "{repo_path}: its blob {} does not hash to its name: etag {etag}, content {actual}",
+        blob.display()
+    )]
+    BlobMismatch {
+        /// The file's path in the repository.
+        repo_path: String,
+        /// The blob file.
+        blob: PathBuf,
+        /// The blob's name: what the hub published for the file.
+        etag: String,
+        /// What the content hashes to, in the same algorithm.
+        actual: String,
+    },
+    /// A Hugging Face cache is damaged or incomplete (missing blob, interrupted download, bad
+    /// ref, a snapshot that disagrees with the hub's listing).
+    #[error("{}: {reason}", path.display())]
+    HfCache {
+        /// The cache entry concerned.
+        path: PathBuf,
+        /// What is wrong, naming the file in the repository.
+        reason: String,
+    },
     /// An installed model differs from its receipt.
     #[error("{}: {count} problem(s) against the receipt; the first: {first}", path.display())]
     ReceiptMismatch {
@@ -192,7 +216,9 @@ impl Error {
             | Error::BadStream { .. }
             | Error::BadFile { .. }
             | Error::Downgrade { .. }
-            | Error::ReceiptMismatch { .. } => EXIT_VERIFY,
+            | Error::ReceiptMismatch { .. }
+            | Error::BlobMismatch { .. }
+            | Error::HfCache { .. } => EXIT_VERIFY,
         }
     }
 
@@ -215,6 +241,8 @@ impl Error {
             Error::BadFile { .. } => "bad-file",
             Error::Downgrade { .. } => "downgrade",
             Error::ReceiptMismatch { .. } => "receipt-mismatch",
+            Error::BlobMismatch { .. } => "blob-mismatch",
+            Error::HfCache { .. } => "hf-cache",
         }
     }
 
@@ -235,6 +263,12 @@ impl Error {
             }
             Error::SourceChanged { .. } => "stop whatever writes to the model directory, then pack again".into(),
             Error::ReceiptMismatch { .. } => "unpack the model again from its bundle".into(),
+            Error::BlobMismatch { .. } => {
+                "the cached file is corrupt: delete the blob and download the file again with huggingface_hub (`hf download ORG/NAME --revision REV`), or unpack it again from its bundle".into()
+            }
+            Error::HfCache { .. } => {
+                "finish or repeat the download with huggingface_hub (`hf download ORG/NAME --revision REV`), or remove what the message names, then try again".into()
+            }
             _ => return None,
         })
     }
