@@ -10,6 +10,7 @@ pub mod error;
 pub mod hfcache;
 pub mod inspect;
 pub mod install;
+pub mod install_hf;
 pub mod keys;
 pub mod lock;
 pub mod manifest;
