@@ -14,9 +14,10 @@ use serde_json::{Map, Value, json};
 use airlock::bundle::read::{self, Mode, NullSink};
 use airlock::error::{EXIT_OK, Error, Result, human};
 use airlock::install::{self, UnpackOptions};
+use airlock::install_hf::{self, HfUnpackOptions, SnapshotState};
 use airlock::keys::{self, PublicKey};
 
-use crate::cli::{Cli, Command, TrustArgs};
+use crate::cli::{Cli, Command, TrustArgs, UnpackArgs};
 use ui::Ui;
 
 /// What a command produced.
@@ -57,19 +58,7 @@ pub fn run(cli: Cli) -> u8 {
         Command::Keygen(a) => ("keygen", keygen::run(a)),
         Command::Pack(a) => ("pack", pack::run(a, &ui)),
         Command::Verify(a) => ("verify", verify(a.bundle, &a.trust, a.deep, &ui)),
-        Command::Unpack(a) => (
-            "unpack",
-            unpack(
-                &a.bundle,
-                &a.trust,
-                UnpackOptions {
-                    dest: a.dest,
-                    replace: a.replace,
-                    allow_downgrade: a.allow_downgrade,
-                },
-                &ui,
-            ),
-        ),
+        Command::Unpack(a) => ("unpack", unpack_command(a, &ui)),
         Command::Inspect(a) => ("inspect", inspect(&a.bundle, a.sha256sums)),
         Command::Check(a) => ("check", check::run(a, &ui)),
         Command::Completions { shell } => {
@@ -132,6 +121,21 @@ fn render(command: &str, out: Output, json: bool, quiet: bool) -> u8 {
         }
     }
     code
+}
+
+/// Refuses flags given without the flag they belong to. clap's `requires` cannot say this
+/// here: it is skipped when the required flag conflicts with another one present
+/// (clap-rs/clap#4520), which is exactly the case for the Hugging Face cache flags.
+pub fn only_with(anchor: &str, anchor_present: bool, flags: &[(&str, bool)]) -> Result<()> {
+    if anchor_present {
+        return Ok(());
+    }
+    match flags.iter().find(|(_, present)| *present) {
+        Some((flag, _)) => Err(Error::Usage(format!(
+            "{flag} can only be used with {anchor}"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Loads the trust set from `--trust` (or `AIRLOCK_TRUST`).
@@ -321,6 +325,109 @@ fn unpack(bundle: &Path, trust: &TrustArgs, opts: UnpackOptions, ui: &Ui) -> Res
     Ok(out)
 }
 
+fn unpack_command(a: UnpackArgs, ui: &Ui) -> Result<Output> {
+    only_with(
+        "--hf-cache",
+        a.hf_cache.is_some(),
+        &[
+            ("--hf-repo", a.hf_repo.is_some()),
+            ("--revision", a.revision.is_some()),
+            ("--repo-type", a.repo_type.is_some()),
+        ],
+    )?;
+    match a.hf_cache {
+        Some(cache) => unpack_hf(
+            &a.bundle,
+            &a.trust,
+            HfUnpackOptions {
+                cache: std::path::absolute(&cache).map_err(|e| Error::io(&cache, e))?,
+                repo_id: a.hf_repo,
+                repo_type: a.repo_type.map(|t| t.as_str().to_string()),
+                revision: a.revision,
+            },
+            ui,
+        ),
+        None => unpack(
+            &a.bundle,
+            &a.trust,
+            UnpackOptions {
+                dest: a.dest.expect("clap requires --dest without --hf-cache"),
+                replace: a.replace,
+                allow_downgrade: a.allow_downgrade,
+            },
+            ui,
+        ),
+    }
+}
+
+fn unpack_hf(bundle: &Path, trust: &TrustArgs, opts: HfUnpackOptions, ui: &Ui) -> Result<Output> {
+    let trust = load_trust(trust)?;
+    let mut out = Output::default();
+    let opened = read::open(bundle, &trust)?;
+    out.warnings.extend(opened.warnings.iter().cloned());
+    let m = &opened.manifest;
+    out.set("name", &m.name);
+    out.set("version", m.version);
+    out.set("signer", opened.signer.key_id_hex());
+    let installed = install_hf::unpack_to_cache(&opened, &opts, ui)?;
+    for p in &installed.cleaned_stale {
+        out.warnings.push(format!(
+            "removed stale staging directory {} left by an interrupted unpack",
+            p.display()
+        ));
+    }
+    for f in &installed.findings {
+        out.warnings.push(format!(
+            "model check: {}: {} ({})",
+            f.path, f.problem, f.fix
+        ));
+    }
+    for b in &installed.blobs_repaired {
+        out.warnings.push(format!(
+            "{} did not hash to its name and was replaced by the verified copy from the bundle",
+            b.display()
+        ));
+    }
+    if installed.commit_derived {
+        out.warnings.push(format!(
+            "the bundle was packed from a directory, so it has no hub commit: installed as commit {} (the first 40 hex digits of its manifest's sha256)",
+            installed.commit
+        ));
+    }
+    if let Some(old) = &installed.previous_commit {
+        out.warnings.push(format!(
+            "refs/{} named commit {old:?}; it now names {}",
+            installed.revision, installed.commit
+        ));
+    }
+    if let Value::Object(fields) = serde_json::to_value(&installed).expect("serialisable") {
+        out.json.extend(fields);
+    }
+    out.set("files", m.totals.files);
+    out.set("bytes", m.totals.file_bytes);
+    let state = match installed.snapshot_state {
+        SnapshotState::Created => "new snapshot",
+        SnapshotState::Merged => "added to the existing snapshot",
+        SnapshotState::Unchanged => "the snapshot already held every file",
+    };
+    out.line(format!(
+        "OK   installed {} version {} into the Hugging Face cache {} as {} {} (revision {}, commit {}): {} files ({}); {}, {} new blob(s), {} reused",
+        m.name,
+        m.version,
+        installed.cache.display(),
+        installed.repo_type,
+        installed.repo_id,
+        installed.revision,
+        installed.commit,
+        m.totals.files,
+        human(m.totals.file_bytes),
+        state,
+        installed.blobs_written,
+        installed.blobs_reused,
+    ));
+    Ok(out)
+}
+
 fn inspect(bundle: &Path, sha256sums: bool) -> Result<Output> {
     let (m, bytes, sig) = read::read_unverified(bundle)?;
     let mut out = Output::default();
@@ -365,6 +472,12 @@ fn inspect(bundle: &Path, sha256sums: bool) -> Result<Output> {
         sig.as_ref()
             .map_or("NONE (no manifest.json.minisig)".into(), |s| s.key_id_hex())
     ));
+    if let Some(src) = &m.source {
+        out.line(format!(
+            "source:      Hugging Face {} {}, revision {}, commit {}",
+            src.repo_type, src.repo_id, src.revision, src.commit
+        ));
+    }
     out.line(format!(
         "compression: {}{}",
         m.compression.algorithm,
