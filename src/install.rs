@@ -120,16 +120,15 @@ fn random_hex() -> String {
 }
 
 /// Writes entries under the staging tree through directory handles.
-struct StagingSink<'a> {
+struct StagingSink {
     root: OwnedFd,
     root_path: PathBuf,
     dirs: HashMap<String, OwnedFd>,
     current: Option<(File, String)>,
     syncer: crossbeam_channel::Sender<(File, String)>,
-    progress: &'a dyn Progress,
 }
 
-impl StagingSink<'_> {
+impl StagingSink {
     fn parent_and_name<'p>(&self, path: &'p str) -> Result<(&OwnedFd, &'p str)> {
         match path.rsplit_once('/') {
             None => Ok((&self.root, path)),
@@ -148,7 +147,7 @@ impl StagingSink<'_> {
     }
 }
 
-impl EntrySink for StagingSink<'_> {
+impl EntrySink for StagingSink {
     fn dir(&mut self, path: &str) -> Result<()> {
         let (parent, name) = self.parent_and_name(path)?;
         rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(0o755))
@@ -176,7 +175,6 @@ impl EntrySink for StagingSink<'_> {
         )
         .map_err(|e| self.err(&file.path, e))?;
         rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| self.err(&file.path, e))?;
-        self.progress.item(&file.path);
         self.current = Some((File::from(fd), file.path.clone()));
         Ok(())
     }
@@ -255,6 +253,7 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
             path: parent.clone(),
             needed,
             available,
+            filesystem: crate::fsinfo::mount_of(&parent),
         });
     }
 
@@ -293,7 +292,6 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
         dirs: HashMap::new(),
         current: None,
         syncer: sync_tx,
-        progress,
     };
     let streamed = read::stream(opened, ReadMode::Strict, &mut sink, progress);
     let StagingSink {

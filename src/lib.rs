@@ -7,6 +7,7 @@
 
 pub mod bundle;
 pub mod error;
+pub mod fsinfo;
 pub mod inspect;
 pub mod install;
 pub mod keys;
