@@ -249,7 +249,7 @@ pub fn volumes_error(problems: &[VolumeProblem], total: usize, checked_all: bool
         )
         .collect();
     let good = total.saturating_sub(listed.len());
-    if checked_all && !listed.is_empty() {
+    if checked_all && !listed.is_empty() && total > 1 {
         parts.push(match good {
             0 => format!("none of the {total} volumes is good"),
             1 => "the other 1 is good".to_string(),

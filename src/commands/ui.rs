@@ -32,7 +32,12 @@ pub struct Ui {
 }
 
 enum Display {
-    Bar(ProgressBar),
+    /// A live bar, a new one for each phase. `forced` draws even where indicatif would hide
+    /// the bar (not a terminal, `TERM=dumb`).
+    Bar {
+        bar: Mutex<Option<ProgressBar>>,
+        forced: bool,
+    },
     Plain(Mutex<Plain>),
     Silent,
 }
@@ -99,39 +104,44 @@ impl Ui {
                 started: Instant::now(),
                 printed: Instant::now(),
             })),
-            Choice::Bar => {
-                // indicatif hides a stderr target that is not a terminal (or is `dumb`); with
-                // `--progress=bar` the operator asked for the bar regardless.
-                let target = if arg == ProgressArg::Bar {
-                    ProgressDrawTarget::term_like_with_hz(
-                        Box::new(console::Term::buffered_stderr()),
-                        BAR_HZ,
-                    )
-                } else {
-                    ProgressDrawTarget::stderr_with_hz(BAR_HZ)
-                };
-                let bar = ProgressBar::with_draw_target(Some(0), target);
-                bar.set_style(
-                    ProgressStyle::with_template(
-                        "{prefix:>10} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta} {wide_msg}",
-                    )
-                    .expect("valid template")
-                    .progress_chars("=> "),
-                );
-                Display::Bar(bar)
-            }
+            Choice::Bar => Display::Bar {
+                bar: Mutex::new(None),
+                forced: arg == ProgressArg::Bar,
+            },
         };
         Ui { display, command }
     }
 
     /// Takes a live bar off the screen; called before the result or error is printed.
     pub fn clear(&self) {
-        if let Display::Bar(bar) = &self.display
-            && !bar.is_finished()
+        if let Display::Bar { bar, .. } = &self.display
+            && let Some(bar) = bar.lock().expect("progress lock").take()
         {
             bar.finish_and_clear();
         }
     }
+}
+
+/// A bar for one phase, fully set up before its first draw.
+fn new_bar(label: String, total: u64, forced: bool) -> ProgressBar {
+    // indicatif hides a stderr target that is not a terminal (or is `dumb`); with
+    // `--progress=bar` the operator asked for the bar regardless.
+    let target = if forced {
+        ProgressDrawTarget::term_like_with_hz(Box::new(console::Term::buffered_stderr()), BAR_HZ)
+    } else {
+        ProgressDrawTarget::stderr_with_hz(BAR_HZ)
+    };
+    // Two lines, each sized to the terminal: the phase and the current file (model paths are
+    // long), then the bar and its numbers. One line would not fit 80 columns, and a line that
+    // wraps breaks the redraw.
+    let style = ProgressStyle::with_template(
+        "{prefix:>10} {wide_msg}\n           [{wide_bar}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
+    )
+    .expect("valid template")
+    .progress_chars("=> ");
+    ProgressBar::with_draw_target(Some(total), target)
+        .with_style(style)
+        .with_prefix(label)
 }
 
 fn plain_line(p: &Plain) -> String {
@@ -174,13 +184,18 @@ impl Progress for Ui {
     fn start(&self, phase: &str, total: u64) {
         let label = label(self.command, phase);
         match &self.display {
-            Display::Bar(bar) => {
-                // A new phase starts from a clean bar: its own length, no file from the last
-                // phase, and a fresh rate and ETA.
-                bar.set_length(total);
-                bar.set_prefix(label);
-                bar.set_message("");
-                bar.reset();
+            Display::Bar { bar, forced } => {
+                // A new phase gets a new bar: its own length, no file from the last phase, a
+                // fresh rate and ETA.
+                // The last phase's bar, if an error cut it short, goes first: two bars
+                // drawing on one terminal would each leave lines the other cannot clear.
+                let mut slot = bar.lock().expect("progress lock");
+                if let Some(old) = slot.take() {
+                    old.finish_and_clear();
+                }
+                let fresh = new_bar(label, total, *forced);
+                fresh.tick();
+                *slot = Some(fresh);
             }
             Display::Plain(state) => {
                 let mut p = state.lock().expect("progress lock");
@@ -200,7 +215,11 @@ impl Progress for Ui {
 
     fn advance(&self, bytes: u64) {
         match &self.display {
-            Display::Bar(bar) => bar.inc(bytes),
+            Display::Bar { bar, .. } => {
+                if let Some(bar) = &*bar.lock().expect("progress lock") {
+                    bar.inc(bytes);
+                }
+            }
             Display::Plain(state) => {
                 let mut p = state.lock().expect("progress lock");
                 p.done += bytes;
@@ -215,7 +234,11 @@ impl Progress for Ui {
 
     fn item(&self, name: &str) {
         match &self.display {
-            Display::Bar(bar) => bar.set_message(name.to_string()),
+            Display::Bar { bar, .. } => {
+                if let Some(bar) = &*bar.lock().expect("progress lock") {
+                    bar.set_message(name.to_string());
+                }
+            }
             Display::Plain(state) => {
                 let mut p = state.lock().expect("progress lock");
                 p.item.clear();
@@ -227,7 +250,7 @@ impl Progress for Ui {
 
     fn finish(&self) {
         match &self.display {
-            Display::Bar(bar) => bar.finish_and_clear(),
+            Display::Bar { .. } => self.clear(),
             Display::Plain(state) => {
                 let p = state.lock().expect("progress lock");
                 let secs = p.started.elapsed().as_secs_f64();
