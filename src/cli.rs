@@ -11,7 +11,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[derive(Parser, Debug)]
 #[command(name = "airlock", version, max_term_width = 100)]
 pub struct Cli {
-    /// Print exactly one JSON document on stdout describing the result (also on failure).
+    /// Print exactly one JSON document on stdout describing the result (also on failure; not
+    /// for completions and man).
     #[arg(long, global = true)]
     pub json: bool,
     /// Print nothing but errors.
@@ -28,11 +29,11 @@ pub struct Cli {
 /// `--progress` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ProgressArg {
-    /// A bar when stderr is a terminal, nothing otherwise.
+    /// A bar when stderr is a terminal (plain lines if TERM is dumb), nothing otherwise.
     Auto,
-    /// Always a bar.
+    /// A bar, even when stderr is not a terminal.
     Bar,
-    /// A plain log line every few seconds.
+    /// Plain log lines: each phase's start and end, and every 5 seconds between.
     Plain,
     /// No progress output.
     None,

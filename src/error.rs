@@ -98,7 +98,11 @@ pub enum Error {
         fix: String,
     },
     /// The bundle has no signature file.
-    #[error("{}: missing; the bundle is unsigned and cannot be trusted", path.display())]
+    #[error(
+        "{}: missing; {}",
+        path.display(),
+        if is_receipt(path) { "this directory has no signed receipt to check" } else { "the bundle is unsigned and cannot be trusted" }
+    )]
     MissingSignature {
         /// Where the signature was expected.
         path: PathBuf,
@@ -277,7 +281,7 @@ impl Error {
             }
             Error::ModelChecks { fix, .. } => fix.clone(),
             Error::MissingSignature { path } if is_receipt(path) => {
-                "this directory has no receipt from `airlock unpack`: unpack the model from its bundle, or run check without --trust".into()
+                "unpack the model from its bundle to get a signed receipt, or run check without --trust to lint the files only".into()
             }
             Error::MissingSignature { .. } => {
                 "copy manifest.json.minisig from the staging host again; without it nothing can be trusted".into()

@@ -492,7 +492,6 @@ struct VolumeReader<'a> {
     read_in_volume: u64,
     hasher: Sha256,
     problems: Vec<VolumeProblem>,
-    progress: &'a dyn Progress,
 }
 
 impl VolumeReader<'_> {
@@ -606,7 +605,6 @@ impl Read for VolumeReader<'_> {
             }
             self.hasher.update(&buf[..n]);
             self.read_in_volume += n as u64;
-            self.progress.advance(n as u64);
             return Ok(n);
         }
     }
@@ -742,7 +740,9 @@ fn stream_inner(
     progress: &dyn Progress,
 ) -> Result<StreamReport> {
     let m = &opened.manifest;
-    progress.start("stream", m.totals.volume_bytes);
+    // Progress counts the model's bytes as they come out of the stream, not the compressed
+    // bytes read: the operator thinks in the size of the model being installed or checked.
+    progress.start("stream", m.totals.file_bytes);
     let volumes = VolumeReader {
         opened,
         mode,
@@ -751,7 +751,6 @@ fn stream_inner(
         read_in_volume: 0,
         hasher: Sha256::new(),
         problems: Vec::new(),
-        progress,
     };
     let mut report = StreamReport::default();
     let raw = BufReader::with_capacity(1 << 20, volumes);
@@ -870,6 +869,7 @@ fn check_entries<R: Read>(
                     }
                     h.update(&buf[..n]);
                     sink.data(&buf[..n])?;
+                    progress.advance(n as u64);
                 }
                 let digest = hex::encode(h.finalize());
                 if digest != f.sha256 {

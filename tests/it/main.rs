@@ -7,3 +7,4 @@ mod model_checks;
 mod roundtrip;
 mod support;
 mod tamper;
+mod ux;
