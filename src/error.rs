@@ -425,3 +425,64 @@ pub fn human(bytes: u64) -> String {
 
 /// Result with the library error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_space_gives_both_numbers_and_the_filesystem() {
+        let e = Error::NoSpace {
+            path: PathBuf::from("/data/models"),
+            needed: 15_249_906_688,
+            available: 3_328_599_654,
+            filesystem: Some(Mount {
+                mount_point: PathBuf::from("/data"),
+                source: "/dev/sdb1".into(),
+                fstype: "xfs".into(),
+            }),
+        };
+        assert_eq!(
+            e.to_string(),
+            "not enough free space in /data/models: the model needs 14.2 GiB (15249906688 bytes), \
+             the filesystem /dev/sdb1 (xfs) mounted at /data has 3.1 GiB (3328599654 bytes) available"
+        );
+        assert_eq!(
+            e.hint().unwrap(),
+            "free at least 11.1 GiB on /data, or unpack onto another filesystem"
+        );
+    }
+
+    #[test]
+    fn key_errors_name_their_file_once() {
+        let e = Error::Key {
+            path: PathBuf::from("trust"),
+            source: KeyError::NoPublicKeys {
+                dir: PathBuf::from("trust"),
+            },
+        };
+        assert_eq!(
+            e.to_string(),
+            "trust: no *.pub public key files in this directory"
+        );
+        let e = Error::Key {
+            path: PathBuf::from("k.key"),
+            source: KeyError::WrongPassword,
+        };
+        assert_eq!(e.to_string(), "k.key: wrong password for this secret key");
+        assert!(e.hint().unwrap().contains("first line"));
+    }
+
+    #[test]
+    fn receipts_get_receipt_hints() {
+        let e = Error::MissingSignature {
+            path: PathBuf::from("m/.airlock/manifest.json.minisig"),
+        };
+        assert!(e.to_string().contains("no signed receipt"), "{e}");
+        assert!(e.hint().unwrap().contains("without --trust"));
+        let e = Error::MissingSignature {
+            path: PathBuf::from("b/manifest.json.minisig"),
+        };
+        assert!(e.to_string().contains("unsigned"), "{e}");
+    }
+}
