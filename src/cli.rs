@@ -165,6 +165,10 @@ pub struct UnpackArgs {
     /// Allow installing a lower version over a higher one.
     #[arg(long)]
     pub allow_downgrade: bool,
+    /// Skip the free-space check (for compressing or network filesystems whose free-space
+    /// figure is meaningless); a disk that fills still fails cleanly.
+    #[arg(long)]
+    pub no_space_check: bool,
 }
 
 /// `airlock inspect`.

@@ -264,7 +264,7 @@ impl Error {
                 filesystem,
                 ..
             } => format!(
-                "free at least {} on {}, or unpack onto another filesystem",
+                "free at least {} on {}, or unpack onto another filesystem (--no-space-check only if that figure is wrong, as on a compressing or network filesystem)",
                 human(needed.saturating_sub(*available)),
                 filesystem
                     .as_ref()
@@ -449,7 +449,8 @@ mod tests {
         );
         assert_eq!(
             e.hint().unwrap(),
-            "free at least 11.1 GiB on /data, or unpack onto another filesystem"
+            "free at least 11.1 GiB on /data, or unpack onto another filesystem \
+             (--no-space-check only if that figure is wrong, as on a compressing or network filesystem)"
         );
     }
 

@@ -37,6 +37,9 @@ pub struct UnpackOptions {
     pub replace: bool,
     /// Allow installing a lower version over a higher one.
     pub allow_downgrade: bool,
+    /// Check free space before writing (on by default; off for filesystems whose free-space
+    /// figure is meaningless, such as compressing or network filesystems).
+    pub check_space: bool,
 }
 
 /// What an unpack did.
@@ -248,7 +251,7 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
     let receipt_bytes = (opened.manifest_bytes.len() + opened.signature_text.len()) as u64;
     let needed = space_needed(m, receipt_bytes);
     let available = space_available(&parent)?;
-    if needed > available {
+    if opts.check_space && needed > available {
         return Err(Error::NoSpace {
             path: parent.clone(),
             needed,

@@ -58,6 +58,7 @@ pub fn run(cli: Cli) -> u8 {
                 dest: a.dest,
                 replace: a.replace,
                 allow_downgrade: a.allow_downgrade,
+                check_space: !a.no_space_check,
             },
             &ui,
         ),

@@ -1,6 +1,7 @@
 //! The one integration test binary: drives the real `airlock` executable.
 
 mod cli;
+mod crash;
 mod hostile;
 mod interop;
 mod model_checks;

@@ -370,3 +370,30 @@ fn file_larger_than_8_gib_round_trips() {
         "{listing}"
     );
 }
+
+#[test]
+fn many_small_and_empty_files_round_trip() {
+    // Regression: each file used to keep one pipeline buffer, so a model with more files than
+    // buffers (8) hung the pack.
+    let env = Env::new();
+    for i in 0..40 {
+        let content = if i % 2 == 0 {
+            Vec::new()
+        } else {
+            pseudo_random(i * 1000, i as u64)
+        };
+        env.write(&format!("m/d{}/f{i:02}.dat", i % 3), &content);
+    }
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--compress",
+        "none",
+    ]);
+    env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
+    assert_eq!(tree_without_receipt(&env.path("out")), tree(&env.path("m")));
+}
