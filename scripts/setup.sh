@@ -15,7 +15,7 @@ if ((${#need[@]})); then
   for t in "${need[@]}"; do
     case "$t" in
       sha256sum) pkgs+=(coreutils) ;;
-      script) pkgs+=(util-linux) ;;
+      script) pkgs+=(bsdutils) ;;
       python3) pkgs+=(python3 python3-venv) ;;
       *) pkgs+=("$t") ;;
     esac

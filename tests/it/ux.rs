@@ -262,7 +262,7 @@ fn on_terminal(env: &Env, args: &[&str]) -> (String, i32) {
     assert!(
         probe.is_ok_and(|o| o.status.success()),
         "`script` from util-linux is needed to test the progress bar on a terminal: \
-         install it (apt-get install util-linux) and run the tests again"
+         install it (Debian: apt-get install bsdutils, or run scripts/setup.sh) and run the tests again"
     );
     let quoted: Vec<String> = std::iter::once(env!("CARGO_BIN_EXE_airlock"))
         .chain(args.iter().copied())
