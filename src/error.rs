@@ -235,6 +235,9 @@ impl Error {
             }
             Error::SourceChanged { .. } => "stop whatever writes to the model directory, then pack again".into(),
             Error::ReceiptMismatch { .. } => "unpack the model again from its bundle".into(),
+            Error::ModelChecks { .. } => {
+                "fix the files named above (each finding says how) and pack again; --no-model-checks packs anyway".into()
+            }
             _ => return None,
         })
     }

@@ -45,7 +45,10 @@ pub fn model_checks_for_pack(
         }
         return Err(Error::ModelChecks {
             count: errors.len(),
-            first: format!("{}: {}", errors[0].path, errors[0].problem),
+            first: format!(
+                "{}: {} Fix: {}",
+                errors[0].path, errors[0].problem, errors[0].fix
+            ),
         });
     }
     for f in &findings {

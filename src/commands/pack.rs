@@ -78,7 +78,15 @@ pub fn run(a: PackArgs, ui: &dyn Progress) -> Result<Output> {
     let key = load_secret_key(&a.key, a.password_file.as_deref())?;
     let entries = scan::scan(&a.model_dir, &a.model_dir)?;
     let mut out = Output::default();
-    let warnings = super::check::model_checks_for_pack(&a.model_dir, a.no_model_checks, &mut out)?;
+    let warnings =
+        match super::check::model_checks_for_pack(&a.model_dir, a.no_model_checks, &mut out) {
+            Ok(w) => w,
+            Err(e) => {
+                // Keep the findings in the output: they say what to fix.
+                out.error = Some(e);
+                return Ok(out);
+            }
+        };
     let workers = a.threads.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get() as u32)

@@ -8,3 +8,4 @@ mod model_checks;
 mod roundtrip;
 mod support;
 mod tamper;
+mod workflow_checks;
