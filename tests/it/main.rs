@@ -9,3 +9,4 @@ mod roundtrip;
 mod support;
 mod tamper;
 mod ux;
+mod workflow_checks;
