@@ -11,7 +11,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[derive(Parser, Debug)]
 #[command(name = "airlock", version, max_term_width = 100)]
 pub struct Cli {
-    /// Print exactly one JSON document on stdout describing the result (also on failure).
+    /// Print exactly one JSON document on stdout describing the result (also on failure; not
+    /// for completions and man).
     #[arg(long, global = true)]
     pub json: bool,
     /// Print nothing but errors.
@@ -28,11 +29,11 @@ pub struct Cli {
 /// `--progress` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ProgressArg {
-    /// A bar when stderr is a terminal, nothing otherwise.
+    /// A bar when stderr is a terminal (plain lines if TERM is dumb), nothing otherwise.
     Auto,
-    /// Always a bar.
+    /// A bar, even when stderr is not a terminal.
     Bar,
-    /// A plain log line every few seconds.
+    /// Plain log lines: each phase's start and end, and every 5 seconds between.
     Plain,
     /// No progress output.
     None,
@@ -128,21 +129,6 @@ pub struct PackArgs {
     /// The model directory to pack (or use --hf-repo).
     #[arg(required_unless_present = "hf_repo", conflicts_with = "hf_repo")]
     pub model_dir: Option<PathBuf>,
-    /// Pack this repository (ORG/NAME) from the Hugging Face cache instead of a directory. Every
-    /// file is checked against its blob name (the hash the hub published) as it is read.
-    #[arg(long, value_name = "ORG/NAME")]
-    pub hf_repo: Option<String>,
-    /// With --hf-repo: the branch, tag or 40-hex commit to pack [default: main].
-    #[arg(long, value_name = "REV", requires = "hf_repo")]
-    pub revision: Option<String>,
-    /// With --hf-repo: the cache directory. Default: as huggingface_hub finds it ($HF_HUB_CACHE,
-    /// $HUGGINGFACE_HUB_CACHE, $HF_HOME/hub, $XDG_CACHE_HOME/huggingface/hub,
-    /// ~/.cache/huggingface/hub).
-    #[arg(long, value_name = "DIR", requires = "hf_repo")]
-    pub hf_cache: Option<PathBuf>,
-    /// With --hf-repo: the repository type [default: model].
-    #[arg(long, value_enum, requires = "hf_repo")]
-    pub repo_type: Option<RepoTypeArg>,
     /// The bundle directory to create (must not exist).
     #[arg(long, short)]
     pub output: PathBuf,
@@ -174,6 +160,21 @@ pub struct PackArgs {
     /// Pack even if the model checks find errors (they are still recorded as warnings).
     #[arg(long)]
     pub no_model_checks: bool,
+    /// Pack this repository (ORG/NAME) from the Hugging Face cache instead of a directory. Every
+    /// file is checked against its blob name (the hash the hub published) as it is read.
+    #[arg(long, value_name = "ORG/NAME")]
+    pub hf_repo: Option<String>,
+    /// With --hf-repo: the branch, tag or 40-hex commit to pack [default: main].
+    #[arg(long, value_name = "REV", requires = "hf_repo")]
+    pub revision: Option<String>,
+    /// With --hf-repo: the cache directory. Default: as huggingface_hub finds it ($HF_HUB_CACHE,
+    /// $HUGGINGFACE_HUB_CACHE, $HF_HOME/hub, $XDG_CACHE_HOME/huggingface/hub,
+    /// ~/.cache/huggingface/hub).
+    #[arg(long, value_name = "DIR", requires = "hf_repo")]
+    pub hf_cache: Option<PathBuf>,
+    /// With --hf-repo: the repository type [default: model].
+    #[arg(long, value_enum, requires = "hf_repo")]
+    pub repo_type: Option<RepoTypeArg>,
 }
 
 /// `airlock verify`.
@@ -210,6 +211,10 @@ pub struct UnpackArgs {
     /// Allow installing a lower version over a higher one.
     #[arg(long, conflicts_with = "hf_cache")]
     pub allow_downgrade: bool,
+    /// Skip the free-space check (for compressing or network filesystems whose free-space
+    /// figure is meaningless); a disk that fills still fails cleanly.
+    #[arg(long)]
+    pub no_space_check: bool,
     /// Install into this Hugging Face cache instead of a directory: blobs named by etag,
     /// snapshots/<commit>/ with relative links, refs/<revision>; created if missing.
     #[arg(long, value_name = "DIR")]

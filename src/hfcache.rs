@@ -390,7 +390,7 @@ pub fn resolve_revision(repo_folder: &Path, revision: &str) -> Result<String> {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let known = list_refs(repo_folder);
-            return Err(Error::Source {
+            return Err(Error::NotCached {
                 path: ref_path,
                 reason: format!(
                     "does not exist: the cache holds no revision {revision:?} of this repository (its refs: {}); pass --revision with a branch, tag or commit it has",
@@ -554,17 +554,15 @@ pub fn open_snapshot(
     match fs::metadata(&repo_folder) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => {
-            return Err(Error::Source {
+            return Err(Error::HfCache {
                 path: repo_folder,
                 reason: "is not a directory".into(),
             });
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(Error::Source {
+            return Err(Error::NotCached {
                 path: repo_folder,
-                reason: format!(
-                    "does not exist: {repo_type} {repo_id} is not in this cache; download it with huggingface_hub first, or check --hf-cache and --repo-type"
-                ),
+                reason: format!("does not exist: {repo_type} {repo_id} is not in this cache"),
             });
         }
         Err(e) => return Err(Error::io(&repo_folder, e)),
@@ -580,7 +578,7 @@ pub fn open_snapshot(
             )
         };
         return Err(if commit == revision {
-            Error::Source { path: dir, reason }
+            Error::NotCached { path: dir, reason }
         } else {
             Error::HfCache { path: dir, reason }
         });
@@ -881,7 +879,7 @@ pub fn check_cache(
             validate_repo_id(repo_id).map_err(Error::Usage)?;
             let folder = cache.join(repo_folder_name(repo_type, repo_id));
             if !folder.is_dir() {
-                return Err(Error::Source {
+                return Err(Error::NotCached {
                     path: folder,
                     reason: format!("does not exist: {repo_type} {repo_id} is not in this cache"),
                 });

@@ -37,6 +37,9 @@ pub struct UnpackOptions {
     pub replace: bool,
     /// Allow installing a lower version over a higher one.
     pub allow_downgrade: bool,
+    /// Check free space before writing (on by default; off for filesystems whose free-space
+    /// figure is meaningless, such as compressing or network filesystems).
+    pub check_space: bool,
 }
 
 /// What an unpack did.
@@ -120,16 +123,15 @@ fn random_hex() -> String {
 }
 
 /// Writes entries under the staging tree through directory handles.
-struct StagingSink<'a> {
+struct StagingSink {
     root: OwnedFd,
     root_path: PathBuf,
     dirs: HashMap<String, OwnedFd>,
     current: Option<(File, String)>,
     syncer: crossbeam_channel::Sender<(File, String)>,
-    progress: &'a dyn Progress,
 }
 
-impl StagingSink<'_> {
+impl StagingSink {
     fn parent_and_name<'p>(&self, path: &'p str) -> Result<(&OwnedFd, &'p str)> {
         match path.rsplit_once('/') {
             None => Ok((&self.root, path)),
@@ -148,7 +150,7 @@ impl StagingSink<'_> {
     }
 }
 
-impl EntrySink for StagingSink<'_> {
+impl EntrySink for StagingSink {
     fn dir(&mut self, path: &str) -> Result<()> {
         let (parent, name) = self.parent_and_name(path)?;
         rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(0o755))
@@ -176,7 +178,6 @@ impl EntrySink for StagingSink<'_> {
         )
         .map_err(|e| self.err(&file.path, e))?;
         rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| self.err(&file.path, e))?;
-        self.progress.item(&file.path);
         self.current = Some((File::from(fd), file.path.clone()));
         Ok(())
     }
@@ -250,11 +251,12 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
     let receipt_bytes = (opened.manifest_bytes.len() + opened.signature_text.len()) as u64;
     let needed = space_needed(m, receipt_bytes);
     let available = space_available(&parent)?;
-    if needed > available {
+    if opts.check_space && needed > available {
         return Err(Error::NoSpace {
             path: parent.clone(),
             needed,
             available,
+            filesystem: crate::fsinfo::mount_of(&parent),
         });
     }
 
@@ -293,7 +295,6 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
         dirs: HashMap::new(),
         current: None,
         syncer: sync_tx,
-        progress,
     };
     let streamed = read::stream(opened, ReadMode::Strict, &mut sink, progress);
     let StagingSink {

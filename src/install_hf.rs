@@ -57,6 +57,8 @@ pub struct HfUnpackOptions {
     /// The ref to point at the commit (default: the manifest's revision, else `main`). A
     /// revision equal to the commit writes no ref, as huggingface_hub does.
     pub revision: Option<String>,
+    /// Refuse to start when the cache's filesystem reports too little free space.
+    pub check_space: bool,
 }
 
 /// What happened to `snapshots/<commit>/`.
@@ -544,11 +546,12 @@ pub fn unpack_to_cache(
     };
     let needed = space_needed(m, 0);
     let available = space_available(cache)?;
-    if needed > available {
+    if opts.check_space && needed > available {
         return Err(Error::NoSpace {
             path: cache.clone(),
             needed,
             available,
+            filesystem: crate::fsinfo::mount_of(cache),
         });
     }
     txn.create_outer(&locks, true)?;

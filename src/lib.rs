@@ -7,6 +7,7 @@
 
 pub mod bundle;
 pub mod error;
+pub mod fsinfo;
 pub mod hfcache;
 pub mod inspect;
 pub mod install;

@@ -273,24 +273,13 @@ fn read_file(
     };
     let mut git = wants_git_sha1.then(|| GitBlobSha1::new(size));
     let mut total: u64 = 0;
-    loop {
+    while total < size {
+        // Take a buffer only when it will be sent: every buffer must travel back to the pool.
         let mut buf = pool.recv().unwrap_or_else(|_| vec![0u8; BUFFER_SIZE]);
         let want = (BUFFER_SIZE as u64).min(size - total) as usize;
-        let n = if want == 0 {
-            // Probe for growth past the declared size.
-            let mut probe = [0u8; 1];
-            let n = file.read(&mut probe).map_err(|e| Error::io(source, e))?;
-            if n != 0 {
-                return Err(Error::SourceChanged {
-                    path: source.to_path_buf(),
-                    what: format!("grew past {size} bytes while being read"),
-                });
-            }
-            break;
-        } else {
-            file.read(&mut buf[..want])
-                .map_err(|e| Error::io(source, e))?
-        };
+        let n = file
+            .read(&mut buf[..want])
+            .map_err(|e| Error::io(source, e))?;
         if n == 0 {
             return Err(Error::SourceChanged {
                 path: source.to_path_buf(),
@@ -307,6 +296,14 @@ fn read_file(
             // The writer thread failed; its error is reported by the caller.
             return Ok(None);
         }
+    }
+    // Probe for growth past the declared size.
+    let mut probe = [0u8; 1];
+    if file.read(&mut probe).map_err(|e| Error::io(source, e))? != 0 {
+        return Err(Error::SourceChanged {
+            path: source.to_path_buf(),
+            what: format!("grew past {size} bytes while being read"),
+        });
     }
     let after = file.metadata().map_err(|e| Error::io(source, e))?;
     if after.len() != before.len()

@@ -57,6 +57,7 @@ pub fn gate_findings(
         return Err(Error::ModelChecks {
             count: errors.len(),
             first: format!("{}: {}", errors[0].path, errors[0].problem),
+            fix: errors[0].fix.clone(),
         });
     }
     for f in &findings {
@@ -234,6 +235,7 @@ pub fn run(mut a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
         out.error = Some(Error::ModelChecks {
             count: errors,
             first: format!("{}: {}", first.path, first.problem),
+            fix: first.fix.clone(),
         });
     }
     Ok(out)

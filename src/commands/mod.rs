@@ -6,7 +6,6 @@ mod keygen;
 mod pack;
 mod ui;
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
@@ -47,20 +46,36 @@ impl Output {
 
 /// Runs the parsed command line and returns the exit code.
 pub fn run(cli: Cli) -> u8 {
-    let ui = Ui::new(
-        cli.progress,
-        cli.quiet
-            || (cli.json
-                && cli.progress == crate::cli::ProgressArg::Auto
-                && !std::io::stderr().is_terminal()),
-    );
-    let (name, result) = match cli.command {
-        Command::Keygen(a) => ("keygen", keygen::run(a)),
-        Command::Pack(a) => ("pack", pack::run(a, &ui)),
-        Command::Verify(a) => ("verify", verify(a.bundle, &a.trust, a.deep, &ui)),
-        Command::Unpack(a) => ("unpack", unpack_command(a, &ui)),
-        Command::Inspect(a) => ("inspect", inspect(&a.bundle, a.sha256sums)),
-        Command::Check(a) => ("check", check::run(a, &ui)),
+    let name = command_name(&cli.command);
+    let ui = Ui::new(cli.progress, cli.quiet, name);
+    let result = match cli.command {
+        Command::Keygen(a) => keygen::run(a),
+        Command::Pack(a) => pack::run(a, &ui),
+        Command::Verify(a) => verify(a.bundle, &a.trust, a.deep, &ui),
+        Command::Unpack(a) => unpack_command(a, &ui),
+        Command::Inspect(a) => inspect(&a.bundle, a.sha256sums),
+        Command::Check(a) => check::run(a, &ui),
+        Command::Completions { .. } | Command::Man if cli.json => {
+            // Their output is a script or a roff page; wrapping it in JSON would serve no one,
+            // and printing it unwrapped would break the one-document promise of --json.
+            let error = Error::Usage(format!(
+                "{name} prints {}, not JSON: run it without --json",
+                if name == "man" {
+                    "a roff man page"
+                } else {
+                    "a shell script"
+                }
+            ));
+            return render(
+                name,
+                Output {
+                    error: Some(error),
+                    ..Output::default()
+                },
+                true,
+                cli.quiet,
+            );
+        }
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut cmd, "airlock", &mut std::io::stdout());
@@ -80,14 +95,34 @@ pub fn run(cli: Cli) -> u8 {
         error: Some(e),
         ..Output::default()
     });
+    ui.clear();
     render(name, out, cli.json, cli.quiet)
 }
 
-fn render(command: &str, out: Output, json: bool, quiet: bool) -> u8 {
+/// The subcommand's name as the JSON `command` field gives it.
+fn command_name(command: &Command) -> &'static str {
+    match command {
+        Command::Keygen(_) => "keygen",
+        Command::Pack(_) => "pack",
+        Command::Verify(_) => "verify",
+        Command::Unpack(_) => "unpack",
+        Command::Inspect(_) => "inspect",
+        Command::Check(_) => "check",
+        Command::Completions { .. } => "completions",
+        Command::Man => "man",
+    }
+}
+
+/// Prints the result: one JSON document on stdout, or human lines on stdout and warnings and
+/// the error on stderr. Returns the exit code. `main` uses it for argument-parsing errors too,
+/// so every `--json` failure has the same shape.
+pub fn render(command: &str, out: Output, json: bool, quiet: bool) -> u8 {
     let code = out.error.as_ref().map_or(EXIT_OK, Error::exit_code);
     if json {
         let mut doc = Map::new();
-        doc.insert("command".into(), json!(command));
+        if !command.is_empty() {
+            doc.insert("command".into(), json!(command));
+        }
         doc.insert("ok".into(), json!(code == EXIT_OK));
         doc.insert("exit_code".into(), json!(code));
         for (k, v) in out.json {
@@ -187,18 +222,6 @@ pub fn password_from_file(path: &Path) -> Result<zeroize::Zeroizing<Vec<u8>>> {
     Ok(zeroize::Zeroizing::new(line.to_vec()))
 }
 
-fn volume_summary(problems: &[read::VolumeProblem], count: usize) -> String {
-    let bad: Vec<String> = problems
-        .iter()
-        .map(|p| format!("{} {}", p.volume, p.problem))
-        .collect();
-    let good = count.saturating_sub(problems.iter().filter(|p| p.index > 0).count());
-    format!(
-        "{}; the other {good} of {count} volumes are good",
-        bad.join("; ")
-    )
-}
-
 fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Output> {
     let trust = load_trust(trust)?;
     let mut out = Output::default();
@@ -252,9 +275,7 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
         for f in &bad_files {
             out.line(format!("BAD  file {f}: content fails its sha256"));
         }
-        out.error = Some(Error::BadVolumes {
-            summary: volume_summary(&fatal, m.volumes.len()),
-        });
+        out.error = Some(read::volumes_error(&fatal, m.volumes.len(), true));
         return Ok(out);
     }
     if !bad_files.is_empty() {
@@ -344,6 +365,7 @@ fn unpack_command(a: UnpackArgs, ui: &Ui) -> Result<Output> {
                 repo_id: a.hf_repo,
                 repo_type: a.repo_type.map(|t| t.as_str().to_string()),
                 revision: a.revision,
+                check_space: !a.no_space_check,
             },
             ui,
         ),
@@ -354,6 +376,7 @@ fn unpack_command(a: UnpackArgs, ui: &Ui) -> Result<Output> {
                 dest: a.dest.expect("clap requires --dest without --hf-cache"),
                 replace: a.replace,
                 allow_downgrade: a.allow_downgrade,
+                check_space: !a.no_space_check,
             },
             ui,
         ),

@@ -94,22 +94,27 @@ pub fn run(a: PackArgs, ui: &dyn Progress) -> Result<Output> {
     };
     manifest::check_name(&name).map_err(|why| Error::Usage(format!("--name {why}")))?;
     let key = load_secret_key(&a.key, a.password_file.as_deref())?;
-    let (entries, warnings, hf) = match source {
-        Some(hf) => match hf_model_checks(&hf.snapshot, a.no_model_checks, &mut out) {
-            Ok(warnings) => (hf.snapshot.entries.clone(), warnings, Some(hf)),
-            Err(e) => {
-                // The findings and their lines stay in the output.
-                out.error = Some(e);
-                return Ok(out);
-            }
-        },
+    let (entries, checked) = match &source {
+        Some(hf) => (
+            hf.snapshot.entries.clone(),
+            hf_model_checks(&hf.snapshot, a.no_model_checks, &mut out),
+        ),
         None => {
             let dir = a.model_dir.as_ref().expect("clap requires MODEL_DIR");
             let entries = scan::scan(dir, dir)?;
-            let warnings = super::check::model_checks_for_pack(dir, a.no_model_checks, &mut out)?;
-            (entries, warnings, None)
+            let checked = super::check::model_checks_for_pack(dir, a.no_model_checks, &mut out);
+            (entries, checked)
         }
     };
+    let warnings = match checked {
+        Ok(w) => w,
+        // The findings already in `out` are the detail behind the error: keep them.
+        Err(e) => {
+            out.error = Some(e);
+            return Ok(out);
+        }
+    };
+    let hf = source;
     let workers = a.threads.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get() as u32)

@@ -1,6 +1,7 @@
 //! The one integration test binary: drives the real `airlock` executable.
 
 mod cli;
+mod crash;
 mod hfcache;
 mod hostile;
 mod interop;
@@ -8,3 +9,5 @@ mod model_checks;
 mod roundtrip;
 mod support;
 mod tamper;
+mod ux;
+mod workflow_checks;

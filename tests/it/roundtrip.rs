@@ -370,3 +370,62 @@ fn file_larger_than_8_gib_round_trips() {
         "{listing}"
     );
 }
+
+#[test]
+fn many_small_and_empty_files_round_trip() {
+    // Regression: each file used to keep one pipeline buffer, so a model with more files than
+    // buffers (8) hung the pack.
+    let env = Env::new();
+    for i in 0..40 {
+        let content = if i % 2 == 0 {
+            Vec::new()
+        } else {
+            pseudo_random(i * 1000, i as u64)
+        };
+        env.write(&format!("m/d{}/f{i:02}.dat", i % 3), &content);
+    }
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--compress",
+        "none",
+    ]);
+    env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
+    assert_eq!(tree_without_receipt(&env.path("out")), tree(&env.path("m")));
+}
+
+#[test]
+fn non_utf8_names_devices_and_escaping_links_are_refused_by_name() {
+    use std::os::unix::ffi::OsStrExt;
+    let env = Env::new();
+    env.model("m");
+    let bad = env
+        .path("m")
+        .join(std::ffi::OsStr::from_bytes(b"bad-\xff.txt"));
+    std::fs::write(&bad, b"x").unwrap();
+    let text = env.fails(1, &["pack", "m", "-o", "b", "--key", "k.key"]);
+    assert!(
+        text.contains("not valid UTF-8") && text.contains("bad-"),
+        "{text}"
+    );
+    std::fs::remove_file(&bad).unwrap();
+    std::os::unix::fs::symlink("../k.pub", env.path("m/escape.pub")).unwrap();
+    let text = env.fails(1, &["pack", "m", "-o", "b", "--key", "k.key"]);
+    assert!(
+        text.contains("escape.pub") && text.contains("outside"),
+        "{text}"
+    );
+    std::fs::remove_file(env.path("m/escape.pub")).unwrap();
+    let st = Command::new("mkfifo")
+        .arg(env.path("m/pipe"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let text = env.fails(1, &["pack", "m", "-o", "b", "--key", "k.key"]);
+    assert!(text.contains("pipe") && text.contains("FIFO"), "{text}");
+    assert!(!env.path("b").exists() && staging_leftovers(env.dir.path()).is_empty());
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs every cargo-fuzz target for SECONDS each (default 60) and prints the executions reached.
+# Needs cargo-fuzz (`cargo install cargo-fuzz --locked`). The stable toolchain is enough: the
+# sanitizer flags cargo-fuzz passes are allowed with RUSTC_BOOTSTRAP=1.
+# Seeds: the hostile bundles and fixtures in testdata/. A crash is saved under
+# fuzz/artifacts/<target>/ and must become a regression test before it is fixed.
+set -euo pipefail
+cd "$(dirname "$0")/../fuzz"
+secs="${1:-60}"
+command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+export RUSTC_BOOTSTRAP=1
+mkdir -p corpus/manifest corpus/keys corpus/stream
+find ../testdata -name manifest.json -exec cp {} corpus/manifest/ \; 2>/dev/null || true
+for f in ../testdata/hostile/*/manifest.json; do cp "$f" "corpus/manifest/$(basename "$(dirname "$f")").json"; done
+for f in ../testdata/keys/*.pub ../testdata/hostile/*/manifest.json.minisig; do
+  cp "$f" "corpus/keys/$(basename "$(dirname "$f")")-$(basename "$f")"
+done
+for f in ../testdata/hostile/*/data.000; do
+  [ "$(stat -c %s "$f")" -le 1048576 ] && cp "$f" "corpus/stream/$(basename "$(dirname "$f")")"
+done
+for t in manifest keys stream; do
+  echo "== $t: ${secs}s"
+  cargo fuzz run "$t" "corpus/$t" -- -max_total_time="$secs" -rss_limit_mb=2048 -max_len=1048576 2>&1 \
+    | grep -E "^#[0-9]+.*(DONE|pulse)|Done [0-9]+ runs|ERROR|SUMMARY" | tail -3
+done

@@ -1,0 +1,220 @@
+//! Killed processes and full disks: the destination is the old tree or the new one, never a
+//! mix, and the next run cleans up.
+
+use crate::support::*;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+fn big_model(env: &Env, rel: &str, seed: u64) {
+    env.model(rel);
+    for i in 0..6 {
+        env.write(
+            &format!("{rel}/shard-{i}.bin"),
+            &pseudo_random(16 << 20, seed + i),
+        );
+    }
+}
+
+fn unpack_cmd(env: &Env, bundle: &str, replace: bool) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_airlock"));
+    c.args([
+        "unpack",
+        bundle,
+        "--trust",
+        "k.pub",
+        "--dest",
+        "out",
+        "--progress",
+        "none",
+    ]);
+    if replace {
+        c.arg("--replace");
+    }
+    c.current_dir(env.dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    c
+}
+
+/// Kills unpack with SIGKILL at evenly spread moments across a normal run and checks after each
+/// kill that the destination is exactly one of the allowed trees.
+fn kill_at_many_points(replace: bool) {
+    let env = Env::new();
+    big_model(&env, "v1", 1);
+    big_model(&env, "v2", 100);
+    env.ok(&[
+        "pack",
+        "v1",
+        "-o",
+        "b1",
+        "--key",
+        "k.key",
+        "--compress",
+        "none",
+        "--version",
+        "1",
+        "--name",
+        "m",
+    ]);
+    env.ok(&[
+        "pack",
+        "v2",
+        "-o",
+        "b2",
+        "--key",
+        "k.key",
+        "--compress",
+        "none",
+        "--version",
+        "2",
+        "--name",
+        "m",
+    ]);
+    let old = tree(&env.path("v1"));
+    let new = tree(&env.path("v2"));
+    // How long an undisturbed run takes here.
+    let start = Instant::now();
+    if replace {
+        env.ok(&["unpack", "b1", "--trust", "k.pub", "--dest", "out"]);
+        env.ok(&[
+            "unpack",
+            "b2",
+            "--trust",
+            "k.pub",
+            "--dest",
+            "out",
+            "--replace",
+        ]);
+    } else {
+        env.ok(&["unpack", "b2", "--trust", "k.pub", "--dest", "out"]);
+    }
+    let full = start.elapsed() / if replace { 2 } else { 1 };
+    let points = 12u32;
+    let mut outcomes = (0, 0);
+    for i in 0..=points {
+        let _ = std::fs::remove_dir_all(env.path("out"));
+        if replace {
+            env.ok(&["unpack", "b1", "--trust", "k.pub", "--dest", "out"]);
+        }
+        let mut child = unpack_cmd(&env, "b2", replace).spawn().unwrap();
+        std::thread::sleep(full * i / points);
+        let _ = child.kill();
+        let _ = child.wait();
+        let out = env.path("out");
+        if out.exists() {
+            let now = tree_without_receipt(&out);
+            if now == new {
+                outcomes.1 += 1;
+            } else {
+                assert!(
+                    replace,
+                    "kill point {i}: a destination appeared that is not the new tree"
+                );
+                assert_eq!(
+                    now, old,
+                    "kill point {i}: the destination is neither the old nor the new tree"
+                );
+                outcomes.0 += 1;
+            }
+        } else {
+            assert!(!replace, "kill point {i}: --replace lost the old tree");
+            outcomes.0 += 1;
+        }
+        // The next run cleans up whatever the kill left and succeeds.
+        let o = unpack_cmd(&env, "b2", true).status().unwrap();
+        assert!(o.success(), "kill point {i}: the run after the kill failed");
+        assert_eq!(tree_without_receipt(&out), new);
+        assert!(
+            staging_leftovers(env.dir.path()).is_empty(),
+            "kill point {i}: leftovers"
+        );
+    }
+    eprintln!(
+        "kill points: {} before the switch, {} after",
+        outcomes.0, outcomes.1
+    );
+    assert!(
+        outcomes.0 > 0,
+        "no kill landed before the rename: the test did not exercise anything"
+    );
+}
+
+#[test]
+fn sigkill_during_unpack_leaves_no_destination() {
+    kill_at_many_points(false);
+}
+
+#[test]
+fn sigkill_during_replace_leaves_the_old_or_new_tree() {
+    kill_at_many_points(true);
+}
+
+/// Runs `script` in a private mount namespace with a tmpfs of `size` mounted at `mnt`.
+fn with_tmpfs(env: &Env, size: &str, script: &str) -> std::process::Output {
+    std::fs::create_dir_all(env.path("mnt")).unwrap();
+    let full = format!("mount -t tmpfs -o size={size} tmpfs mnt && {script}");
+    let out = Command::new("unshare")
+        .args(["-m", "sh", "-c", &full])
+        .env("AIRLOCK", env!("CARGO_BIN_EXE_airlock"))
+        .current_dir(env.dir.path())
+        .output()
+        .expect("unshare (util-linux) must be installed");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("mount: ") && !err.contains("unshare: "),
+        "the tests run as root and must be able to mount a tmpfs in a private namespace: {err}"
+    );
+    out
+}
+
+#[test]
+fn not_enough_space_is_refused_before_writing() {
+    let env = Env::new();
+    env.model("m");
+    env.write("m/big.bin", &pseudo_random(12 << 20, 9));
+    env.ok(&["pack", "m", "-o", "b", "--key", "k.key"]);
+    let out = with_tmpfs(
+        &env,
+        "8m",
+        "mkdir mnt/keep && echo x > mnt/keep/file; \"$AIRLOCK\" unpack b --trust k.pub --dest mnt/model; echo \"rc=$?\"; ls -A mnt",
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stdout.contains("rc=1"), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("not enough free space") && stderr.contains("mnt"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("needs") && stderr.contains("available"),
+        "{stderr}"
+    );
+    // Nothing but what was there before.
+    let listing: Vec<&str> = stdout.lines().filter(|l| !l.starts_with("rc=")).collect();
+    assert_eq!(listing, ["keep"], "{stdout}");
+}
+
+#[test]
+fn disk_filling_during_unpack_fails_cleanly() {
+    let env = Env::new();
+    env.model("m");
+    env.write("m/big.bin", &pseudo_random(12 << 20, 9));
+    env.ok(&["pack", "m", "-o", "b", "--key", "k.key"]);
+    // The old tree must survive a --replace that runs out of space half way.
+    let out = with_tmpfs(
+        &env,
+        "10m",
+        "mkdir mnt/model && echo old > mnt/model/old.txt; \
+         \"$AIRLOCK\" unpack b --trust k.pub --dest mnt/model --replace --no-space-check; echo \"rc=$?\"; \
+         ls -A mnt; cat mnt/model/old.txt; ls -A mnt/model",
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stdout.contains("rc=1"), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("No space left on device") && stderr.contains("big.bin"),
+        "{stderr}"
+    );
+    let lines: Vec<&str> = stdout.lines().filter(|l| !l.starts_with("rc=")).collect();
+    assert_eq!(lines, ["model", "old", "old.txt"], "{stdout}");
+}
