@@ -417,6 +417,11 @@ fn unpack_hf(bundle: &Path, trust: &TrustArgs, opts: HfUnpackOptions, ui: &Ui) -
             installed.commit
         ));
     }
+    if installed.ref_path.is_none() {
+        out.warnings.push(
+            "no ref was written: the revision is the commit itself, so huggingface_hub finds it only by commit id; pass --revision main (or another branch or tag) to name it".to_string(),
+        );
+    }
     if let Some(old) = &installed.previous_commit {
         out.warnings.push(format!(
             "refs/{} named commit {old:?}; it now names {}",

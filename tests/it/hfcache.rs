@@ -126,8 +126,8 @@ if spec.get("listing", True):
 json.dump(out, sys.stdout)
 "#;
 
-/// Resolves a repository with huggingface_hub's offline readers. Input: `{cache, repo_id,
-/// revision, files}`. Output: what `scan_cache_dir` reports, the sha256 of every file
+/// Resolves a repository with huggingface_hub's offline readers. Input: `{cache, repo_type,
+/// repo_id, revision, files}`. Output: what `scan_cache_dir` reports, the sha256 of every file
 /// `hf_hub_download` returns (offline and with local_files_only), the snapshot
 /// `snapshot_download` returns with the sha256 of every file in it, and every warning
 /// huggingface_hub logged or raised.
@@ -163,15 +163,15 @@ with warnings.catch_warnings(record=True) as raised:
     files, errors = {}, {}
     for path in spec["files"]:
         try:
-            p = hf_hub_download(spec["repo_id"], path, revision=spec["revision"], cache_dir=spec["cache"])
-            q = hf_hub_download(spec["repo_id"], path, revision=spec["revision"], cache_dir=spec["cache"], local_files_only=True)
+            p = hf_hub_download(spec["repo_id"], path, revision=spec["revision"], repo_type=spec["repo_type"], cache_dir=spec["cache"])
+            q = hf_hub_download(spec["repo_id"], path, revision=spec["revision"], repo_type=spec["repo_type"], cache_dir=spec["cache"], local_files_only=True)
             assert p == q, (p, q)
             files[path] = sha(p)
         except Exception as e:
             errors[path] = f"{type(e).__name__}: {e}"
     snapshot, snapshot_files = None, {}
     try:
-        snapshot = snapshot_download(spec["repo_id"], revision=spec["revision"], cache_dir=spec["cache"])
+        snapshot = snapshot_download(spec["repo_id"], revision=spec["revision"], repo_type=spec["repo_type"], cache_dir=spec["cache"])
         for root, _, names in os.walk(snapshot):
             for n in names:
                 full = os.path.join(root, n)
@@ -220,9 +220,15 @@ fn build(env: &Env, cache: &str, commit: &str, files: Value, listing: bool) -> V
 }
 
 fn verify(env: &Env, cache: &str, repo_id: &str, files: &[String]) -> Value {
+    verify_at(env, cache, ("model", repo_id, "main"), files)
+}
+
+/// `verify` for `(repo_type, repo_id, revision)`.
+fn verify_at(env: &Env, cache: &str, repo: (&str, &str, &str), files: &[String]) -> Value {
+    let (repo_type, repo_id, revision) = repo;
     python(
         VERIFY,
-        &json!({"cache": env.path(cache), "repo_id": repo_id, "revision": "main", "files": files}),
+        &json!({"cache": env.path(cache), "repo_type": repo_type, "repo_id": repo_id, "revision": revision, "files": files}),
     )
 }
 
@@ -905,6 +911,80 @@ fn snapshot_files_that_are_not_links_are_packed_with_computed_etags() {
     assert_eq!(m["source"]["etags"][i], built["config.json"]["etag"]);
     env.ok(&["unpack", "b", "--trust", "k.pub", "--hf-cache", "dst"]);
     assert_client_resolves(&env, "dst", REPO, &built);
+}
+
+#[test]
+fn a_commit_revision_writes_no_ref_and_unpack_can_name_one() {
+    let env = Env::new();
+    let built = build(&env, "src", COMMIT_A, spec_files(), true);
+    let (code, j) = env.json(&[
+        "pack",
+        "--hf-repo",
+        REPO,
+        "--hf-cache",
+        "src",
+        "--revision",
+        COMMIT_A,
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+    ]);
+    assert_eq!(code, 0, "{j:#}");
+    assert_eq!(j["source"]["revision"], COMMIT_A);
+    // As huggingface_hub does for a commit: a snapshot, no ref.
+    let (code, j) = env.json(&["unpack", "b", "--trust", "k.pub", "--hf-cache", "dst"]);
+    assert_eq!(code, 0, "{j:#}");
+    assert_eq!(j["ref"], Value::Null);
+    assert!(
+        j["warnings"][0].as_str().unwrap().contains("--revision"),
+        "{j:#}"
+    );
+    assert!(!repo_folder(&env, "dst").join("refs").exists());
+    let paths: Vec<String> = built.as_object().unwrap().keys().cloned().collect();
+    let v = verify_at(&env, "dst", ("model", REPO, COMMIT_A), &paths);
+    assert_eq!(v["errors"], json!({}), "{v:#}");
+    assert_eq!(v["scan_warnings"], json!([]), "{v:#}");
+    // Installed under another name, type and ref.
+    let (code, j) = env.json(&[
+        "unpack",
+        "b",
+        "--trust",
+        "k.pub",
+        "--hf-cache",
+        "dst",
+        "--hf-repo",
+        "other/copy",
+        "--repo-type",
+        "dataset",
+        "--revision",
+        "refs/pr/1",
+    ]);
+    assert_eq!(code, 0, "{j:#}");
+    assert_eq!(
+        std::fs::read(env.path("dst/datasets--other--copy/refs/refs/pr/1")).unwrap(),
+        COMMIT_A.as_bytes()
+    );
+    let v = verify_at(&env, "dst", ("dataset", "other/copy", "refs/pr/1"), &paths);
+    assert_eq!(v["errors"], json!({}), "{v:#}");
+    assert_eq!(v["scan_warnings"], json!([]), "{v:#}");
+    for (path, info) in built.as_object().unwrap() {
+        assert_eq!(v["files"][path], info["sha256"], "{path}");
+    }
+    let text = env.fails(
+        2,
+        &[
+            "unpack",
+            "b",
+            "--trust",
+            "k.pub",
+            "--hf-cache",
+            "dst",
+            "--revision",
+            COMMIT_B,
+        ],
+    );
+    assert!(text.contains("commit"), "{text}");
 }
 
 #[test]
