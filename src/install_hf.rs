@@ -511,6 +511,128 @@ fn merge_existing(
     Ok(())
 }
 
+/// Renames a fully staged repository folder (blobs, snapshot and ref) into place.
+fn publish_new_repo(staged_repo: &Path, repo: &Path, plan: &Plan, txn: &mut Txn) -> Result<()> {
+    if plan.revision != plan.commit {
+        let staged_ref = staged_repo.join("refs").join(&plan.revision);
+        let parent = staged_ref.parent().expect("under refs");
+        fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+        crate::bundle::write::write_synced(&staged_ref, plan.commit.as_bytes())?;
+        let mut d = parent.to_path_buf();
+        while d != staged_repo {
+            sync_dir(&d)?;
+            d = d.parent().expect("under the staged repo").to_path_buf();
+        }
+    }
+    sync_dir(staged_repo)?;
+    rename_noreplace(staged_repo, repo).map_err(|e| Error::io(repo, e))?;
+    txn.undo.push(Undo::RemoveTree(repo.to_path_buf()));
+    sync_dir(repo.parent().expect("inside the cache"))
+}
+
+/// What [`place_blobs`] did.
+struct BlobTally {
+    written: u64,
+    reused: u64,
+    repaired: Vec<PathBuf>,
+}
+
+/// Moves the staged blobs into the repository's `blobs/`: a new one by rename, an existing one
+/// kept only if it hashes to its name, and replaced by the verified copy if it does not.
+fn place_blobs(
+    blobs: &Path,
+    staged_blobs: &Path,
+    m: &Manifest,
+    etags: &[String],
+    txn: &mut Txn,
+    progress: &dyn Progress,
+) -> Result<BlobTally> {
+    txn.create_inner(blobs)?;
+    let mut tally = BlobTally {
+        written: 0,
+        reused: 0,
+        repaired: Vec::new(),
+    };
+    let mut seen = HashSet::new();
+    let unique: Vec<&String> = etags.iter().filter(|e| seen.insert(*e)).collect();
+    let check_bytes: u64 = m
+        .files
+        .iter()
+        .zip(etags)
+        .filter(|(_, e)| blobs.join(e).exists())
+        .map(|(f, _)| f.size)
+        .sum();
+    progress.start("check existing blobs", check_bytes);
+    for etag in unique {
+        let staged = staged_blobs.join(etag);
+        let dest = blobs.join(etag);
+        match fs::symlink_metadata(&dest) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                match rename_noreplace(&staged, &dest) {
+                    Ok(()) => {
+                        txn.undo.push(Undo::RemoveFile(dest));
+                        tally.written += 1;
+                        continue;
+                    }
+                    // Another writer got there first: check theirs like any existing blob.
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(Error::io(&dest, e)),
+                }
+            }
+            Err(e) => return Err(Error::io(&dest, e)),
+            Ok(meta) if meta.is_dir() => {
+                return Err(Error::HfCache {
+                    path: dest,
+                    reason: "is a directory where a blob belongs".into(),
+                });
+            }
+            Ok(_) => {}
+        }
+        let kind = EtagKind::of(etag).expect("etags are checked");
+        match hfcache::hash_file(&dest, kind, progress) {
+            Ok(h) if h == *etag => tally.reused += 1,
+            // Damaged, or a link into a shared store whose payload is gone: the verified copy
+            // replaces the entry (the link itself, never the shared payload).
+            Ok(_) => {
+                fs::rename(&staged, &dest).map_err(|e| Error::io(&dest, e))?;
+                tally.repaired.push(dest);
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::rename(&staged, &dest).map_err(|e| Error::io(&dest, e))?;
+                tally.repaired.push(dest);
+            }
+            Err(e) => return Err(Error::io(&dest, e)),
+        }
+    }
+    progress.finish();
+    sync_dir(blobs)?;
+    Ok(tally)
+}
+
+/// Points `ref_path` at `commit` (written in `staging`, renamed over the old ref); returns the
+/// commit it named before, if it differed.
+fn write_ref(
+    ref_path: &Path,
+    commit: &str,
+    staging: &Path,
+    txn: &mut Txn,
+) -> Result<Option<String>> {
+    let old = fs::read(ref_path)
+        .ok()
+        .map(|b| String::from_utf8_lossy(&b).into_owned());
+    if old.as_deref() == Some(commit) {
+        return Ok(None);
+    }
+    let parent = ref_path.parent().expect("under refs");
+    txn.create_inner(parent)?;
+    let tmp = staging.join("ref.tmp");
+    crate::bundle::write::write_synced(&tmp, commit.as_bytes())?;
+    set_mode(&tmp, 0o644)?;
+    fs::rename(&tmp, ref_path).map_err(|e| Error::io(ref_path, e))?;
+    sync_dir(parent)?;
+    Ok(old)
+}
+
 /// Unpacks the verified bundle into the Hugging Face cache `opts.cache`.
 pub fn unpack_to_cache(
     opened: &Opened,
@@ -646,31 +768,16 @@ pub fn unpack_to_cache(
     // 3. Make it visible.
     let snapshot = repo.join("snapshots").join(&plan.commit);
     let ref_path = (plan.revision != plan.commit).then(|| repo.join("refs").join(&plan.revision));
-    let mut previous_commit = None;
-    let mut blobs_written = 0u64;
-    let mut blobs_reused = 0u64;
-    let mut blobs_repaired = Vec::new();
-    let snapshot_state;
-    match fs::symlink_metadata(&repo) {
+    let (tally, snapshot_state, previous_commit) = match fs::symlink_metadata(&repo) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             // A new repository: refs included, it appears in one rename.
-            if ref_path.is_some() {
-                let staged_ref = staged_repo.join("refs").join(&plan.revision);
-                let parent = staged_ref.parent().expect("under refs");
-                fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
-                crate::bundle::write::write_synced(&staged_ref, plan.commit.as_bytes())?;
-                let mut d = parent.to_path_buf();
-                while d != staged_repo {
-                    sync_dir(&d)?;
-                    d = d.parent().expect("under the staged repo").to_path_buf();
-                }
-            }
-            sync_dir(&staged_repo)?;
-            rename_noreplace(&staged_repo, &repo).map_err(|e| Error::io(&repo, e))?;
-            txn.undo.push(Undo::RemoveTree(repo.clone()));
-            sync_dir(cache)?;
-            blobs_written = etags.iter().collect::<HashSet<_>>().len() as u64;
-            snapshot_state = SnapshotState::Created;
+            publish_new_repo(&staged_repo, &repo, &plan, &mut txn)?;
+            let tally = BlobTally {
+                written: etags.iter().collect::<HashSet<_>>().len() as u64,
+                reused: 0,
+                repaired: Vec::new(),
+            };
+            (tally, SnapshotState::Created, None)
         }
         Err(e) => return Err(Error::io(&repo, e)),
         Ok(meta) if !meta.is_dir() => {
@@ -698,65 +805,19 @@ pub fn unpack_to_cache(
             };
 
             // Blobs: new ones renamed in, existing ones reused only if they hash to their name.
-            let blobs = repo.join("blobs");
-            txn.create_inner(&blobs)?;
-            let mut seen = HashSet::new();
-            let unique: Vec<&String> = etags.iter().filter(|e| seen.insert(*e)).collect();
-            let check_bytes: u64 = m
-                .files
-                .iter()
-                .zip(&etags)
-                .filter(|(_, e)| blobs.join(e).exists())
-                .map(|(f, _)| f.size)
-                .sum();
-            progress.start("check existing blobs", check_bytes);
-            for etag in unique {
-                let staged = staged_blobs.join(etag);
-                let dest = blobs.join(etag);
-                let existing_blob = match fs::symlink_metadata(&dest) {
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                        match rename_noreplace(&staged, &dest) {
-                            Ok(()) => {
-                                txn.undo.push(Undo::RemoveFile(dest.clone()));
-                                blobs_written += 1;
-                                continue;
-                            }
-                            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => true,
-                            Err(e) => return Err(Error::io(&dest, e)),
-                        }
-                    }
-                    Err(e) => return Err(Error::io(&dest, e)),
-                    Ok(meta) => !meta.is_dir(),
-                };
-                if !existing_blob {
-                    return Err(Error::HfCache {
-                        path: dest,
-                        reason: "is a directory where a blob belongs".into(),
-                    });
-                }
-                let kind = EtagKind::of(etag).expect("etags are checked");
-                match hfcache::hash_file(&dest, kind, progress) {
-                    Ok(h) if h == *etag => blobs_reused += 1,
-                    Ok(_) => {
-                        // Damaged: the verified copy replaces it (the link, if it is one).
-                        fs::rename(&staged, &dest).map_err(|e| Error::io(&dest, e))?;
-                        blobs_repaired.push(dest);
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                        // A link into a shared store whose payload is gone.
-                        fs::rename(&staged, &dest).map_err(|e| Error::io(&dest, e))?;
-                        blobs_repaired.push(dest);
-                    }
-                    Err(e) => return Err(Error::io(&dest, e)),
-                }
-            }
-            progress.finish();
-            sync_dir(&blobs)?;
+            let tally = place_blobs(
+                &repo.join("blobs"),
+                &staged_blobs,
+                m,
+                &etags,
+                &mut txn,
+                progress,
+            )?;
 
             // The snapshot: renamed in, or merged and swapped in, in one step.
             let snapshots = repo.join("snapshots");
             txn.create_inner(&snapshots)?;
-            snapshot_state = match existing {
+            let snapshot_state = match existing {
                 None => {
                     rename_noreplace(&staged_snapshot, &snapshot)
                         .map_err(|e| Error::io(&snapshot, e))?;
@@ -776,23 +837,13 @@ pub fn unpack_to_cache(
             sync_dir(&snapshots)?;
 
             // Last, the ref.
-            if let Some(r) = &ref_path {
-                let old = fs::read(r)
-                    .ok()
-                    .map(|b| String::from_utf8_lossy(&b).into_owned());
-                if old.as_deref() != Some(plan.commit.as_str()) {
-                    let parent = r.parent().expect("under refs");
-                    txn.create_inner(parent)?;
-                    let tmp = staging.join("ref.tmp");
-                    crate::bundle::write::write_synced(&tmp, plan.commit.as_bytes())?;
-                    set_mode(&tmp, 0o644)?;
-                    fs::rename(&tmp, r).map_err(|e| Error::io(r, e))?;
-                    sync_dir(parent)?;
-                    previous_commit = old;
-                }
-            }
+            let previous_commit = match &ref_path {
+                Some(r) => write_ref(r, &plan.commit, &staging, &mut txn)?,
+                None => None,
+            };
+            (tally, snapshot_state, previous_commit)
         }
-    }
+    };
     txn.committed = true;
     drop(txn);
     Ok(HfInstalled {
@@ -807,9 +858,9 @@ pub fn unpack_to_cache(
         snapshot_state,
         ref_path,
         previous_commit,
-        blobs_written,
-        blobs_reused,
-        blobs_repaired,
+        blobs_written: tally.written,
+        blobs_reused: tally.reused,
+        blobs_repaired: tally.repaired,
         cleaned_stale,
         findings,
     })
