@@ -129,12 +129,14 @@ pub fn run(mut a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
         let cache = std::path::absolute(cache).map_err(|e| Error::io(cache, e))?;
         return run_hf(&cache, &a, ui);
     }
+    let dir = &a.dir.clone().expect("clap requires DIR without --hf-cache");
+    // AIRLOCK_TRUST verifies receipts; a plain directory without one is still just linted.
     if a.trust.is_empty()
+        && dir.join(RECEIPT_DIR).join(manifest::MANIFEST_NAME).exists()
         && let Some(env) = std::env::var_os("AIRLOCK_TRUST")
     {
         a.trust.push(env.into());
     }
-    let dir = &a.dir.clone().expect("clap requires DIR without --hf-cache");
     let meta = std::fs::metadata(dir).map_err(|e| Error::io(dir, e))?;
     if !meta.is_dir() {
         return Err(Error::Usage(format!(

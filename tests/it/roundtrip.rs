@@ -429,3 +429,36 @@ fn non_utf8_names_devices_and_escaping_links_are_refused_by_name() {
     assert!(text.contains("pipe") && text.contains("FIFO"), "{text}");
     assert!(!env.path("b").exists() && staging_leftovers(env.dir.path()).is_empty());
 }
+
+#[test]
+fn thousands_of_directories_do_not_need_thousands_of_descriptors() {
+    let env = Env::new();
+    for i in 0..400 {
+        env.write(&format!("m/d{:03}/sub/f.txt", i), format!("{i}").as_bytes());
+    }
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--compress",
+        "none",
+    ]);
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 256 && exec {} unpack b --trust k.pub --dest out",
+            env!("CARGO_BIN_EXE_airlock")
+        ))
+        .current_dir(env.dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(tree_without_receipt(&env.path("out")), tree(&env.path("m")));
+}
