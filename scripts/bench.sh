@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# Benchmarks airlock against the tools an operator would otherwise use (issue #7).
+#
+#   scripts/bench.sh --quick          # smoke test: 256 MiB models, one run (a minute or two)
+#   scripts/bench.sh                  # 1 GiB and 4 GiB models, 3 runs of each command
+#   scripts/bench.sh --cold           # drop the page cache before every timed command
+#
+# Options: --sizes "1 4" (GiB), --runs N, --kinds "random bf16", --dir DIR (default /tmp/perf,
+# needs ~8x the largest size free), --keep (keep the models for the next run), --no-install
+# (skip apt-get and pip), --results FILE (raw TSV, default DIR/results.tsv), --bin PATH (an
+# airlock binary to measure instead of building one).
+#
+# Every comparison is one alternating loop: each round runs airlock and its peers once, in an
+# order that rotates from round to round, so drift from other load on the machine hits both
+# sides alike. Times are wall-clock medians from /usr/bin/time, which also gives peak RSS. Before
+# every timed command the outputs of the previous one are removed and `sync` runs (outside the
+# timing), so nobody pays for someone else's writeback. Runs are warm (the page cache holds the
+# inputs) unless --cold is given. Not part of CI; never put timing assertions in tests.
+#
+# Peers: tar, sha256sum (coreutils), openssl dgst, zstd, hyperfine (for ad-hoc checks) from
+# Debian; model_signing and bagit from PyPI in DIR/venv, at the versions pinned below.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+DIR=/tmp/perf
+SIZES="1 4"
+KINDS="random bf16"
+RUNS=3
+COLD=0
+KEEP=0
+INSTALL=1
+RESULTS=""
+BIN=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --quick) SIZES="0.25"; RUNS=1 ;;
+        --sizes) SIZES="$2"; shift ;;
+        --kinds) KINDS="$2"; shift ;;
+        --runs) RUNS="$2"; shift ;;
+        --cold) COLD=1 ;;
+        --dir) DIR="$2"; shift ;;
+        --keep) KEEP=1 ;;
+        --no-install) INSTALL=0 ;;
+        --results) RESULTS="$2"; shift ;;
+        --bin) BIN="$2"; shift ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+RESULTS=${RESULTS:-$DIR/results.tsv}
+if [ "$COLD" = 1 ] && [ "$(id -u)" != 0 ]; then
+    echo "bench.sh: --cold drops the page cache and needs root" >&2
+    exit 2
+fi
+
+log() { printf '== %s\n' "$*" >&2; }
+
+# ---- peers -------------------------------------------------------------------------------
+VENV=$DIR/venv
+PY_PINS="model-signing==1.1.1 pyopenssl==26.4.0 bagit==1.9.0"
+mkdir -p "$DIR"
+if [ "$INSTALL" = 1 ]; then
+    missing=""
+    for t in hyperfine openssl zstd tar sha256sum /usr/bin/time; do
+        command -v "$t" >/dev/null || missing="$missing $t"
+    done
+    if [ -n "$missing" ]; then
+        log "installing from Debian:$missing"
+        apt-get update -qq
+        apt-get install -y -qq hyperfine openssl zstd tar coreutils time >/dev/null
+    fi
+    if [ ! -x "$VENV/bin/model_signing" ] || [ ! -x "$VENV/bin/bagit.py" ]; then
+        log "installing $PY_PINS into $VENV"
+        python3 -m venv "$VENV"
+        # shellcheck disable=SC2086
+        "$VENV/bin/pip" install -q $PY_PINS
+    fi
+fi
+
+# The synthetic-model writer lives in the shared bench folder beside the repositories.
+SYNTH=${AIRLOCK_SYNTH:-}
+for c in "$REPO/../shared/bench/synth-model.py" "$REPO/../../shared/bench/synth-model.py" \
+    /work/shared/bench/synth-model.py; do
+    if [ -z "$SYNTH" ] && [ -f "$c" ]; then SYNTH=$c; fi
+done
+if [ -z "$SYNTH" ]; then
+    echo "bench.sh: synth-model.py not found; set AIRLOCK_SYNTH=PATH" >&2
+    exit 2
+fi
+
+# ---- airlock --------------------------------------------------------------------------------
+if [ -z "$BIN" ]; then
+    log "building airlock (release)"
+    (cd "$REPO" && cargo build --release --locked -q)
+    BIN=${CARGO_TARGET_DIR:-$REPO/target}/release/airlock
+fi
+KEYS=$DIR/keys
+mkdir -p "$KEYS"
+[ -f "$KEYS/a.key" ] || "$BIN" -q keygen --out "$KEYS/a" --unencrypted
+if [ ! -f "$KEYS/ms.key" ]; then
+    openssl ecparam -genkey -name prime256v1 -noout -out "$KEYS/ms.key" 2>/dev/null
+    openssl ec -in "$KEYS/ms.key" -pubout -out "$KEYS/ms.pub" 2>/dev/null
+fi
+AL="$BIN --progress none -q"
+
+# ---- the alternating loop -----------------------------------------------------------------
+# bench SIZE KIND  LABEL PREP CMD  [LABEL PREP CMD ...]
+# Appends "size kind label run wall_s cpu_s max_rss_kib" lines to $RESULTS (cpu = user + sys).
+bench() {
+    local size=$1 kind=$2
+    shift 2
+    local labels=() preps=() cmds=()
+    while [ $# -gt 0 ]; do
+        labels+=("$1"); preps+=("$2"); cmds+=("$3"); shift 3
+    done
+    local n=${#labels[@]} r i j
+    for ((r = 0; r < RUNS; r++)); do
+        for ((j = 0; j < n; j++)); do
+            i=$(((j + r) % n))
+            bash -c "${preps[$i]}" >/dev/null
+            sync
+            if [ "$COLD" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi
+            if ! /usr/bin/time -f '%e %M %U %S' -o "$DIR/time.out" bash -c "${cmds[$i]}" \
+                >"$DIR/cmd.out" 2>&1; then
+                echo "bench.sh: failed: ${cmds[$i]}" >&2
+                cat "$DIR/cmd.out" >&2
+                exit 1
+            fi
+            read -r secs rss user sys < <(tail -n 1 "$DIR/time.out")
+            cpu=$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.2f", u + s }')
+            printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$size" "$kind" "${labels[$i]}" "$r" "$secs" \
+                "$cpu" "$rss" >>"$RESULTS"
+            printf '   %-5s %-6s %-22s %7ss wall %7ss cpu %8s KiB\n' "$size" "$kind" "${labels[$i]}" \
+                "$secs" "$cpu" "$rss" >&2
+        done
+    done
+}
+
+printf 'size\tkind\tlabel\trun\twall_s\tcpu_s\tmax_rss_kib\n' >"$RESULTS"
+log "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(date -u +%F), load $(cut -d' ' -f1-3 /proc/loadavg)"
+log "cache: $([ "$COLD" = 1 ] && echo cold || echo warm); runs: $RUNS; results: $RESULTS"
+
+first_kind=${KINDS%% *}
+for size in $SIZES; do
+    for kind in $KINDS; do
+        M=$DIR/model-$size-$kind
+        W=$DIR/work-$size-$kind
+        rm -rf "$W"
+        mkdir -p "$W"
+        if [ ! -f "$M/config.json" ]; then
+            log "making $M"
+            python3 "$SYNTH" "$M" "$size" --kind "$kind" >/dev/null
+        fi
+        # The stored rows do not depend on the data; run them on the first kind only.
+        if [ "$kind" = "$first_kind" ]; then
+            log "$size GiB $kind: pack --compress none"
+            bench "$size" "$kind" \
+                "pack-none" "rm -rf $W/b-none" \
+                "$AL pack $M -o $W/b-none --key $KEYS/a.key --compress none" \
+                "tar-c" "rm -f $W/t.tar" "tar -cf $W/t.tar -C $M ." \
+                "tar-c+sha256sum" "rm -f $W/t.tar $W/sums" \
+                "tar -cf $W/t.tar -C $M . && find $M -type f -exec sha256sum {} + >$W/sums" \
+                "tar-c+sync" "rm -f $W/t.tar" "tar -cf $W/t.tar -C $M . && sync"
+            log "$size GiB $kind: verify"
+            bench "$size" "$kind" \
+                "verify" "true" "$AL verify $W/b-none --trust $KEYS/a.pub" \
+                "verify-deep" "true" "$AL verify --deep $W/b-none --trust $KEYS/a.pub" \
+                "openssl-dgst" "true" "openssl dgst -sha256 $W/b-none/data.* >/dev/null"
+            log "$size GiB $kind: unpack (stored)"
+            bench "$size" "$kind" \
+                "unpack-none" "rm -rf $W/u" "$AL unpack $W/b-none --trust $KEYS/a.pub --dest $W/u" \
+                "tar-x+sync" "rm -rf $W/x && mkdir $W/x" "tar -xf $W/t.tar -C $W/x && sync"
+            rm -rf "$W/x" "$W/t.tar"
+            log "$size GiB $kind: check"
+            "$VENV/bin/model_signing" --log-level ERROR sign key --private_key "$KEYS/ms.key" \
+                --signature "$W/model.sig" "$M" >/dev/null
+            cp -al "$M" "$W/bag"
+            "$VENV/bin/bagit.py" --quiet --sha256 --processes "$(nproc)" "$W/bag"
+            bench "$size" "$kind" \
+                "check" "true" "$AL check $W/u" \
+                "model_signing-verify" "true" \
+                "$VENV/bin/model_signing --log-level ERROR verify key --public_key $KEYS/ms.pub --signature $W/model.sig $M" \
+                "bagit-validate" "true" "$VENV/bin/bagit.py --quiet --validate --processes $(nproc) $W/bag"
+            rm -rf "$W/u" "$W/bag" "$W/b-none"
+        fi
+        log "$size GiB $kind: pack --compress zstd"
+        bench "$size" "$kind" \
+            "pack-zstd" "rm -rf $W/b-zstd" \
+            "$AL pack $M -o $W/b-zstd --key $KEYS/a.key --compress zstd --level 3" \
+            "tar-c|zstd" "rm -f $W/t.tar.zst" "tar -cf - -C $M . | zstd -q -T0 -3 >$W/t.tar.zst"
+        log "$size GiB $kind: unpack (zstd)"
+        bench "$size" "$kind" \
+            "unpack-zstd" "rm -rf $W/u" "$AL unpack $W/b-zstd --trust $KEYS/a.pub --dest $W/u" \
+            "zstd-d|tar-x+sync" "rm -rf $W/x && mkdir $W/x" \
+            "zstd -dc $W/t.tar.zst | tar -xf - -C $W/x && sync"
+        rm -rf "$W"
+        [ "$KEEP" = 1 ] || rm -rf "$M"
+    done
+done
+rm -f "$DIR/time.out" "$DIR/cmd.out"
+
+# ---- the table ------------------------------------------------------------------------------
+python3 - "$RESULTS" "$COLD" <<'EOF'
+import collections, statistics, sys
+path, cold = sys.argv[1], sys.argv[2] == "1"
+t = collections.defaultdict(list)
+cpu = collections.defaultdict(list)
+rss = collections.defaultdict(list)
+for line in open(path).read().splitlines()[1:]:
+    size, kind, label, run, secs, cpus, kib = line.split("\t")
+    t[size, kind, label].append(float(secs))
+    cpu[size, kind, label].append(float(cpus))
+    rss[size, kind, label].append(int(kib))
+rows = [
+    ("pack-none", "tar-c", "pack --compress none", "tar -cf", 1.10),
+    ("pack-none", "tar-c+sha256sum", "pack --compress none", "tar -cf; sha256sum each file", 0.50),
+    ("pack-none", "tar-c+sync", "pack --compress none", "tar -cf; sync (for context)", None),
+    ("pack-zstd", "tar-c|zstd", "pack --compress zstd (3)", "tar -cf - | zstd -T0 -3", 1.10),
+    ("verify", "openssl-dgst", "verify", "openssl dgst -sha256 volumes", 0.65),
+    ("verify-deep", "openssl-dgst", "verify --deep", "openssl dgst -sha256 volumes", 1.10),
+    ("unpack-none", "tar-x+sync", "unpack (stored)", "tar -xf; sync", 1.20),
+    ("unpack-zstd", "zstd-d|tar-x+sync", "unpack (zstd)", "zstd -dc | tar -x; sync", 1.20),
+    ("check", "model_signing-verify", "check DIR", "model_signing verify key", 0.70),
+    ("check", "bagit-validate", "check DIR", "bagit.py --validate", 0.70),
+]
+med = lambda k: statistics.median(t[k])
+cmed = lambda k: statistics.median(cpu[k])
+load = open("/proc/loadavg").read().split()[:3]
+print(f"\nCache: {'cold (page cache dropped before every command)' if cold else 'warm'}; "
+      "times are medians of wall-clock seconds; ratio = airlock / peer (wall); "
+      f"cpu ratio = the same for user + sys seconds. Load average at the end: {' '.join(load)}.\n")
+print("| GiB | data | airlock | peer | airlock s | peer s | ratio | target | met | cpu ratio |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+sizes = sorted({k[0] for k in t}, key=float)
+kinds = list(dict.fromkeys(k[1] for k in t))
+for size in sizes:
+    for kind in kinds:
+        for a, p, an, pn, target in rows:
+            if (size, kind, a) not in t or (size, kind, p) not in t:
+                continue
+            ma, mp = med((size, kind, a)), med((size, kind, p))
+            ratio = ma / mp if mp > 0 else float("inf")
+            cp = cmed((size, kind, p))
+            cratio = cmed((size, kind, a)) / cp if cp > 0 else float("inf")
+            met = "" if target is None else ("yes" if ratio <= target else "**no**")
+            tg = "" if target is None else f"≤ {target:.2f}"
+            print(f"| {size} | {kind} | `{an}` | `{pn}` | {ma:.2f} | {mp:.2f} | {ratio:.2f} | {tg} | {met} | {cratio:.2f} |")
+print("\nPeak RSS of airlock (median of runs, MiB; target < 64):\n")
+labels = ["pack-none", "pack-zstd", "verify", "verify-deep", "unpack-none", "unpack-zstd", "check"]
+print("| GiB | data | " + " | ".join(labels) + " |")
+print("|---|---|" + "---|" * len(labels))
+for size in sizes:
+    for kind in kinds:
+        cells = [f"{statistics.median(rss[size, kind, l]) / 1024:.1f}" if (size, kind, l) in rss else ""
+                 for l in labels]
+        print(f"| {size} | {kind} | " + " | ".join(cells) + " |")
+EOF
