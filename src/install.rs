@@ -25,6 +25,7 @@ use crate::lock::{self, DirLock};
 use crate::manifest::{self, FileEntry, Manifest};
 use crate::paths::RECEIPT_DIR;
 use crate::progress::Progress;
+use crate::writeback::{FLUSH_EVERY, Flusher};
 
 /// Prefix of the staging directories unpack creates beside the destination.
 pub const STAGING_PREFIX: &str = ".airlock-staging-";
@@ -123,7 +124,7 @@ fn random_hex() -> String {
 }
 
 /// Writes entries under the staging tree through directory handles.
-struct StagingSink {
+struct StagingSink<'a> {
     root: OwnedFd,
     root_path: PathBuf,
     /// A few open directory handles; a model with thousands of directories must not need
@@ -134,6 +135,8 @@ struct StagingSink {
     known_set: std::collections::HashSet<String>,
     current: Option<(File, String)>,
     syncer: crossbeam_channel::Sender<(File, String)>,
+    flusher: &'a Flusher,
+    since_flush: u64,
 }
 
 fn err_at(root: &Path, path: &str, e: rustix::io::Errno) -> Error {
@@ -153,7 +156,7 @@ fn open_below(root: &OwnedFd, path: &str) -> rustix::io::Result<OwnedFd> {
     Ok(fd)
 }
 
-impl StagingSink {
+impl StagingSink<'_> {
     fn parent_and_name<'p>(&mut self, path: &'p str) -> Result<(&OwnedFd, &'p str)> {
         let Some((parent, name)) = path.rsplit_once('/') else {
             return Ok((&self.root, path));
@@ -179,7 +182,7 @@ impl StagingSink {
     }
 }
 
-impl EntrySink for StagingSink {
+impl EntrySink for StagingSink<'_> {
     fn dir(&mut self, path: &str) -> Result<()> {
         let root_path = self.root_path.clone();
         let (parent, name) = self.parent_and_name(path)?;
@@ -217,13 +220,20 @@ impl EntrySink for StagingSink {
         rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))
             .map_err(|e| err_at(&root_path, &file.path, e))?;
         self.current = Some((File::from(fd), file.path.clone()));
+        self.since_flush = 0;
         Ok(())
     }
 
     fn data(&mut self, bytes: &[u8]) -> Result<()> {
         let (f, path) = self.current.as_mut().expect("begin_file came first");
         f.write_all(bytes)
-            .map_err(|e| Error::io(self.root_path.join(&*path), e))
+            .map_err(|e| Error::io(self.root_path.join(&*path), e))?;
+        self.since_flush += bytes.len() as u64;
+        if self.since_flush >= FLUSH_EVERY {
+            self.flusher.flush(f, self.root_path.join(&*path));
+            self.since_flush = 0;
+        }
+        Ok(())
     }
 
     fn end_file(&mut self, _file: &FileEntry) -> Result<()> {
@@ -329,6 +339,7 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
         }
         first_error.map_or(Ok(()), Err)
     });
+    let flusher = Flusher::new();
     let mut sink = StagingSink {
         root,
         root_path: tree.clone(),
@@ -337,6 +348,8 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
         known_set: Default::default(),
         current: None,
         syncer: sync_tx,
+        flusher: &flusher,
+        since_flush: 0,
     };
     let streamed = read::stream(opened, ReadMode::Strict, &mut sink, progress);
     let StagingSink {
@@ -351,8 +364,12 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
     drop(current);
     drop(sync_tx);
     let synced = syncer.join().expect("sync thread panicked");
+    let flushed = flusher.finish();
     streamed?;
     synced?;
+    if let Some((path, e)) = flushed {
+        return Err(Error::io(path, e));
+    }
 
     // Receipt: the signed manifest and its signature, so `check` can re-verify later.
     rustix::fs::mkdirat(&root, RECEIPT_DIR, Mode::from_raw_mode(0o755))

@@ -21,3 +21,4 @@ pub mod receipt;
 pub mod scan;
 pub mod size;
 pub mod tar;
+pub mod writeback;

@@ -24,10 +24,13 @@ use crate::manifest::{
 use crate::progress::Progress;
 use crate::scan::ScanEntry;
 use crate::tar;
+use crate::writeback::{FLUSH_EVERY, Flusher};
 
 /// Size of the buffers that carry file data between the threads.
 pub const BUFFER_SIZE: usize = 1 << 20;
 const BUFFERS: usize = 8;
+/// Bytes of input per zstd worker job.
+const ZSTD_JOB_SIZE: u32 = 2 << 20;
 
 /// How to compress the stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,6 +97,10 @@ enum Msg {
 }
 
 /// Writes volumes, cutting at `volume_size` and hashing each volume and chunk.
+///
+/// The writer thread hashes each byte once, for the whole-volume digest; the chunk digests are
+/// computed by a [`ChunkHasher`] thread from copies of the same bytes. Hashing both on one
+/// thread made that thread the bottleneck of a pack (two SHA-256 passes per byte).
 struct VolumeWriter {
     dir: PathBuf,
     volume_size: u64,
@@ -102,9 +109,107 @@ struct VolumeWriter {
     in_volume: u64,
     in_chunk: u64,
     hasher: Sha256,
-    chunk_hasher: Sha256,
-    chunks: Vec<String>,
-    done: Vec<Volume>,
+    chunk_hasher: ChunkHasher,
+    /// Chunks cut in the open volume.
+    chunks: usize,
+    /// Early writeback of the open volume.
+    flusher: Flusher,
+    since_flush: u64,
+    /// Closed volumes, and how many chunk digests belong to each.
+    done: Vec<(Volume, usize)>,
+}
+
+/// Buffers of volume bytes travelling to the chunk-hashing thread (each [`BUFFER_SIZE`]).
+const CHUNK_BUFFERS: usize = 4;
+
+enum ChunkMsg {
+    /// Bytes of the current chunk.
+    Data(Vec<u8>),
+    /// The current chunk ends here.
+    Cut,
+}
+
+/// SHA-256 of each chunk of the volume stream, on a thread of its own. Bytes are copied into
+/// pooled buffers (a copy costs far less than a hash pass) and digests come back in order when
+/// the stream is finished.
+struct ChunkHasher {
+    tx: Option<Sender<ChunkMsg>>,
+    pool: Receiver<Vec<u8>>,
+    current: Vec<u8>,
+    thread: Option<std::thread::JoinHandle<Vec<String>>>,
+}
+
+impl ChunkHasher {
+    fn new() -> Self {
+        let (tx, rx) = bounded::<ChunkMsg>(CHUNK_BUFFERS);
+        let (recycle, pool) = bounded::<Vec<u8>>(CHUNK_BUFFERS);
+        for _ in 1..CHUNK_BUFFERS {
+            let _ = recycle.send(Vec::with_capacity(BUFFER_SIZE));
+        }
+        let thread = std::thread::spawn(move || {
+            let mut digests = Vec::new();
+            let mut h = Sha256::new();
+            for msg in rx {
+                match msg {
+                    ChunkMsg::Data(mut buf) => {
+                        h.update(&buf);
+                        buf.clear();
+                        let _ = recycle.send(buf);
+                    }
+                    ChunkMsg::Cut => digests.push(hex::encode(std::mem::take(&mut h).finalize())),
+                }
+            }
+            digests
+        });
+        ChunkHasher {
+            tx: Some(tx),
+            pool,
+            current: Vec::with_capacity(BUFFER_SIZE),
+            thread: Some(thread),
+        }
+    }
+
+    fn gone() -> io::Error {
+        io::Error::other("internal error: the chunk-hashing thread stopped")
+    }
+
+    fn send(&mut self, msg: ChunkMsg) -> io::Result<()> {
+        let tx = self.tx.as_ref().ok_or_else(Self::gone)?;
+        tx.send(msg).map_err(|_| Self::gone())
+    }
+
+    fn send_current(&mut self) -> io::Result<()> {
+        if self.current.is_empty() {
+            return Ok(());
+        }
+        let next = self.pool.recv().map_err(|_| Self::gone())?;
+        let full = std::mem::replace(&mut self.current, next);
+        self.send(ChunkMsg::Data(full))
+    }
+
+    fn update(&mut self, mut bytes: &[u8]) -> io::Result<()> {
+        while !bytes.is_empty() {
+            if self.current.len() == BUFFER_SIZE {
+                self.send_current()?;
+            }
+            let n = bytes.len().min(BUFFER_SIZE - self.current.len());
+            self.current.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+        }
+        Ok(())
+    }
+
+    fn cut(&mut self) -> io::Result<()> {
+        self.send_current()?;
+        self.send(ChunkMsg::Cut)
+    }
+
+    /// Every chunk digest, in stream order.
+    fn finish(mut self) -> io::Result<Vec<String>> {
+        self.tx = None;
+        let thread = self.thread.take().expect("joined once");
+        thread.join().map_err(|_| Self::gone())
+    }
 }
 
 fn temp_volume_name(index: usize) -> String {
@@ -117,17 +222,21 @@ impl VolumeWriter {
             return Ok(());
         };
         if self.in_chunk > 0 {
-            let h = std::mem::take(&mut self.chunk_hasher).finalize();
-            self.chunks.push(hex::encode(h));
+            self.chunk_hasher.cut()?;
+            self.chunks += 1;
         }
         file.sync_all()?;
+        self.since_flush = 0;
         let index = self.done.len();
-        self.done.push(Volume {
-            name: temp_volume_name(index),
-            size: self.in_volume,
-            sha256: hex::encode(std::mem::take(&mut self.hasher).finalize()),
-            chunks: std::mem::take(&mut self.chunks),
-        });
+        self.done.push((
+            Volume {
+                name: temp_volume_name(index),
+                size: self.in_volume,
+                sha256: hex::encode(std::mem::take(&mut self.hasher).finalize()),
+                chunks: Vec::new(),
+            },
+            std::mem::take(&mut self.chunks),
+        ));
         self.in_volume = 0;
         self.in_chunk = 0;
         Ok(())
@@ -135,13 +244,23 @@ impl VolumeWriter {
 
     fn finish(mut self) -> io::Result<Vec<Volume>> {
         self.close_volume()?;
+        if let Some((path, e)) = self.flusher.finish() {
+            return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display())));
+        }
+        let mut digests = self.chunk_hasher.finish()?.into_iter();
         let count = self.done.len();
-        for (i, v) in self.done.iter_mut().enumerate() {
+        let mut volumes = Vec::with_capacity(count);
+        for (i, (mut v, chunks)) in self.done.into_iter().enumerate() {
+            v.chunks = digests.by_ref().take(chunks).collect();
+            if v.chunks.len() != chunks {
+                return Err(ChunkHasher::gone());
+            }
             let name = manifest::volume_name(i, count);
             std::fs::rename(self.dir.join(&v.name), self.dir.join(&name))?;
             v.name = name;
+            volumes.push(v);
         }
-        Ok(self.done)
+        Ok(volumes)
     }
 }
 
@@ -158,14 +277,21 @@ impl Write for VolumeWriter {
         let room_chunk = self.chunk_size - self.in_chunk;
         let n = (buf.len() as u64).min(room_volume).min(room_chunk) as usize;
         let part = &buf[..n];
-        self.file.as_mut().expect("opened above").write_all(part)?;
+        let file = self.file.as_mut().expect("opened above");
+        file.write_all(part)?;
+        self.since_flush += n as u64;
+        if self.since_flush >= FLUSH_EVERY {
+            let path = self.dir.join(temp_volume_name(self.done.len()));
+            self.flusher.flush(file, path);
+            self.since_flush = 0;
+        }
+        self.chunk_hasher.update(part)?;
         self.hasher.update(part);
-        self.chunk_hasher.update(part);
         self.in_volume += n as u64;
         self.in_chunk += n as u64;
         if self.in_chunk == self.chunk_size {
-            let h = std::mem::take(&mut self.chunk_hasher).finalize();
-            self.chunks.push(hex::encode(h));
+            self.chunk_hasher.cut()?;
+            self.chunks += 1;
             self.in_chunk = 0;
         }
         if self.in_volume == self.volume_size {
@@ -416,8 +542,10 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
         in_volume: 0,
         in_chunk: 0,
         hasher: Sha256::new(),
-        chunk_hasher: Sha256::new(),
-        chunks: Vec::new(),
+        chunk_hasher: ChunkHasher::new(),
+        chunks: 0,
+        flusher: Flusher::new(),
+        since_flush: 0,
         done: Vec::new(),
     };
     let sink = match opts.compress {
@@ -427,6 +555,11 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
                 .map_err(|e| Error::io(dir, e))?;
             if workers > 0 {
                 enc.multithread(workers).map_err(|e| Error::io(dir, e))?;
+                // zstd's default job (4 windows, 8 MiB at level 3) keeps ~110 MiB of job
+                // buffers resident with 2 workers; 2 MiB jobs keep ~40 MiB, at the same ratio
+                // and speed within noise (docs/PERFORMANCE.md).
+                enc.set_parameter(zstd::stream::raw::CParameter::JobSize(ZSTD_JOB_SIZE))
+                    .map_err(|e| Error::io(dir, e))?;
             }
             Sink::Zstd(enc)
         }

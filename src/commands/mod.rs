@@ -234,7 +234,18 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
     out.set("signer", opened.signer.key_id_hex());
     out.set("manifest_sha256", &opened.manifest_sha256);
     out.set("deep", deep);
-    let problems = read::check_volumes(&opened, ui);
+    // verify --deep in one pass: the stream checks every chunk digest while it reads (on a
+    // thread of its own), so when the volumes are all there and the stream finds nothing wrong
+    // with them, a separate read of every volume would prove nothing more. Any volume problem
+    // falls back to the full per-volume check for the report.
+    let mut streamed = None;
+    if deep && read::volumes_look_complete(&opened) {
+        streamed = Some(read::stream(&opened, Mode::Collect, &mut NullSink, ui));
+    }
+    let problems = match &streamed {
+        Some(Ok(report)) if report.volume_problems.is_empty() => read::extra_problems(&opened),
+        _ => read::check_volumes(&opened, ui),
+    };
     let (fatal, extra): (Vec<_>, Vec<_>) = problems
         .into_iter()
         .partition(|p| p.index > 0 || read::is_volume_like(&p.volume));
@@ -245,7 +256,9 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
     out.set("bad_volumes", &fatal);
     let mut bad_files = Vec::new();
     if deep {
-        let completed = match read::stream(&opened, Mode::Collect, &mut NullSink, ui) {
+        let streamed =
+            streamed.unwrap_or_else(|| read::stream(&opened, Mode::Collect, &mut NullSink, ui));
+        let completed = match streamed {
             Ok(report) => {
                 bad_files = report.bad_files;
                 true
