@@ -80,8 +80,7 @@ fi
 
 # The synthetic-model writer lives in the shared bench folder beside the repositories.
 SYNTH=${AIRLOCK_SYNTH:-}
-for c in "$REPO/../shared/bench/synth-model.py" "$REPO/../../shared/bench/synth-model.py" \
-    /work/shared/bench/synth-model.py; do
+for c in "$REPO/../shared/bench/synth-model.py" "$REPO/../../shared/bench/synth-model.py"; do
     if [ -z "$SYNTH" ] && [ -f "$c" ]; then SYNTH=$c; fi
 done
 if [ -z "$SYNTH" ]; then

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what airlock's demo and tests need on a fresh Debian machine: the real minisign, zstd
-# and GNU tar from Debian, and a Python venv with the pinned safetensors/gguf/numpy/huggingface_hub.
+# and GNU tar from Debian, util-linux's `script` (the progress-bar tests run airlock on a
+# pseudo-terminal), and a Python venv with the pinned safetensors/gguf/numpy/huggingface_hub.
 # Idempotent; safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for tool in minisign zstd tar sha256sum python3; do
+for tool in minisign zstd tar sha256sum script python3; do
   command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
 done
 if ((${#need[@]})); then
@@ -14,6 +15,7 @@ if ((${#need[@]})); then
   for t in "${need[@]}"; do
     case "$t" in
       sha256sum) pkgs+=(coreutils) ;;
+      script) pkgs+=(bsdutils) ;;
       python3) pkgs+=(python3 python3-venv) ;;
       *) pkgs+=("$t") ;;
     esac

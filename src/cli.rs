@@ -11,7 +11,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[derive(Parser, Debug)]
 #[command(name = "airlock", version, max_term_width = 100)]
 pub struct Cli {
-    /// Print exactly one JSON document on stdout describing the result (also on failure).
+    /// Print exactly one JSON document on stdout describing the result (also on failure; not
+    /// for completions and man).
     #[arg(long, global = true)]
     pub json: bool,
     /// Print nothing but errors.
@@ -28,11 +29,11 @@ pub struct Cli {
 /// `--progress` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ProgressArg {
-    /// A bar when stderr is a terminal, nothing otherwise.
+    /// A bar when stderr is a terminal (plain lines if TERM is dumb), nothing otherwise.
     Auto,
-    /// Always a bar.
+    /// A bar, even when stderr is not a terminal.
     Bar,
-    /// A plain log line every few seconds.
+    /// Plain log lines: each phase's start and end, and every 5 seconds between.
     Plain,
     /// No progress output.
     None,
@@ -49,20 +50,46 @@ pub enum CompressArg {
     Auto,
 }
 
+/// `--repo-type` values: the Hugging Face repository types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RepoTypeArg {
+    /// A model repository (`models--org--name`).
+    Model,
+    /// A dataset repository (`datasets--org--name`).
+    Dataset,
+    /// A Space (`spaces--org--name`).
+    Space,
+    /// A kernel repository (`kernels--org--name`).
+    Kernel,
+}
+
+impl RepoTypeArg {
+    /// The name huggingface_hub uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RepoTypeArg::Model => "model",
+            RepoTypeArg::Dataset => "dataset",
+            RepoTypeArg::Space => "space",
+            RepoTypeArg::Kernel => "kernel",
+        }
+    }
+}
+
 /// The subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Generate a minisign-compatible signing key pair (PREFIX.pub, PREFIX.key).
     Keygen(KeygenArgs),
-    /// Pack a model directory into a signed bundle.
+    /// Pack a model directory, or a snapshot from the Hugging Face cache, into a signed bundle.
     Pack(PackArgs),
     /// Verify a bundle in place, read-only: signature, then every volume.
     Verify(VerifyArgs),
-    /// Verify and install a bundle into a directory, atomically.
+    /// Verify and install a bundle into a directory or a Hugging Face cache, atomically.
     Unpack(UnpackArgs),
     /// Show what a bundle holds without hashing anything.
     Inspect(InspectArgs),
-    /// Re-verify an installed model against its receipt and lint its files.
+    /// Re-verify an installed model against its receipt and lint its files, or re-check every
+    /// blob of a Hugging Face cache against its name.
     Check(CheckArgs),
     /// Print a shell completion script.
     Completions {
@@ -101,8 +128,9 @@ pub struct TrustArgs {
 /// `airlock pack`.
 #[derive(Args, Debug)]
 pub struct PackArgs {
-    /// The model directory to pack.
-    pub model_dir: PathBuf,
+    /// The model directory to pack (or use --hf-repo).
+    #[arg(required_unless_present = "hf_repo", conflicts_with = "hf_repo")]
+    pub model_dir: Option<PathBuf>,
     /// The bundle directory to create (must not exist).
     #[arg(long, short)]
     pub output: PathBuf,
@@ -112,7 +140,7 @@ pub struct PackArgs {
     /// Read the key's password from the first line of this file.
     #[arg(long, value_name = "FILE")]
     pub password_file: Option<PathBuf>,
-    /// Bundle name (default: the model directory's name).
+    /// Bundle name (default: the model directory's name, or the repository id).
     #[arg(long)]
     pub name: Option<String>,
     /// Bundle version number; unpack refuses to install a lower one over a higher one.
@@ -134,6 +162,21 @@ pub struct PackArgs {
     /// Pack even if the model checks find errors (they are still recorded as warnings).
     #[arg(long)]
     pub no_model_checks: bool,
+    /// Pack this repository (ORG/NAME) from the Hugging Face cache instead of a directory. Every
+    /// file is checked against its blob name (the hash the hub published) as it is read.
+    #[arg(long, value_name = "ORG/NAME")]
+    pub hf_repo: Option<String>,
+    /// With --hf-repo: the branch, tag or 40-hex commit to pack [default: main].
+    #[arg(long, value_name = "REV", requires = "hf_repo")]
+    pub revision: Option<String>,
+    /// With --hf-repo: the cache directory. Default: as huggingface_hub finds it ($HF_HUB_CACHE,
+    /// $HUGGINGFACE_HUB_CACHE, $HF_HOME/hub, $XDG_CACHE_HOME/huggingface/hub,
+    /// ~/.cache/huggingface/hub).
+    #[arg(long, value_name = "DIR", requires = "hf_repo")]
+    pub hf_cache: Option<PathBuf>,
+    /// With --hf-repo: the repository type [default: model].
+    #[arg(long, value_enum, requires = "hf_repo")]
+    pub repo_type: Option<RepoTypeArg>,
 }
 
 /// `airlock verify`.
@@ -158,18 +201,37 @@ pub struct UnpackArgs {
     #[command(flatten)]
     pub trust: TrustArgs,
     /// The directory to install into (must not exist unless --replace).
-    #[arg(long)]
-    pub dest: PathBuf,
+    #[arg(
+        long,
+        required_unless_present = "hf_cache",
+        conflicts_with = "hf_cache"
+    )]
+    pub dest: Option<PathBuf>,
     /// Atomically replace an existing destination.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "hf_cache")]
     pub replace: bool,
     /// Allow installing a lower version over a higher one.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "hf_cache")]
     pub allow_downgrade: bool,
     /// Skip the free-space check (for compressing or network filesystems whose free-space
     /// figure is meaningless); a disk that fills still fails cleanly.
     #[arg(long)]
     pub no_space_check: bool,
+    /// Install into this Hugging Face cache instead of a directory: blobs named by etag,
+    /// snapshots/<commit>/ with relative links, refs/<revision>; created if missing.
+    #[arg(long, value_name = "DIR")]
+    pub hf_cache: Option<PathBuf>,
+    /// With --hf-cache: the repository to install as (default: the one the bundle was packed
+    /// from; required for a bundle packed from a directory).
+    #[arg(long, value_name = "ORG/NAME", requires = "hf_cache")]
+    pub hf_repo: Option<String>,
+    /// With --hf-cache: the ref to point at the commit (default: the revision the bundle was
+    /// packed from, else main).
+    #[arg(long, value_name = "REV", requires = "hf_cache")]
+    pub revision: Option<String>,
+    /// With --hf-cache: the repository type (default: the bundle's, else model).
+    #[arg(long, value_enum, requires = "hf_cache")]
+    pub repo_type: Option<RepoTypeArg>,
 }
 
 /// `airlock inspect`.
@@ -186,11 +248,22 @@ pub struct InspectArgs {
 #[derive(Args, Debug)]
 pub struct CheckArgs {
     /// The model directory (installed by unpack, or any model directory).
-    pub dir: PathBuf,
+    #[arg(required_unless_present = "hf_cache", conflicts_with = "hf_cache")]
+    pub dir: Option<PathBuf>,
     /// Also verify the receipt's signature against these keys.
-    #[arg(long, value_name = "PUBKEY")]
+    #[arg(long, value_name = "PUBKEY", conflicts_with = "hf_cache")]
     pub trust: Vec<PathBuf>,
     /// Compare sizes against the receipt only (fast); skip hashing.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "hf_cache")]
     pub sizes_only: bool,
+    /// Check a Hugging Face cache instead: every blob against its name (bit rot), every
+    /// snapshot link against its blob, every ref against the snapshots.
+    #[arg(long, value_name = "DIR")]
+    pub hf_cache: Option<PathBuf>,
+    /// With --hf-cache: check only this repository.
+    #[arg(long, value_name = "ORG/NAME", requires = "hf_cache")]
+    pub hf_repo: Option<String>,
+    /// With --hf-repo: the repository type [default: model].
+    #[arg(long, value_enum, requires = "hf_repo")]
+    pub repo_type: Option<RepoTypeArg>,
 }

@@ -7,6 +7,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::fsinfo::Mount;
 use crate::keys::KeyError;
 
 /// Exit code for success.
@@ -31,9 +32,10 @@ pub enum Error {
     },
     /// The destination filesystem lacks room for the model.
     #[error(
-        "not enough free space in {}: the model needs {needed} bytes ({}), the filesystem has {available} bytes ({}) available",
+        "not enough free space in {}: the model needs {} ({needed} bytes), {} has {} ({available} bytes) available",
         path.display(),
         human(*needed),
+        filesystem.as_ref().map_or_else(|| "its filesystem".to_string(), |m| format!("the filesystem {m}")),
         human(*available)
     )]
     NoSpace {
@@ -43,12 +45,23 @@ pub enum Error {
         needed: u64,
         /// Bytes available to this user.
         available: u64,
+        /// The filesystem, when it could be told.
+        filesystem: Option<Mount>,
     },
     /// The command line asks for something impossible.
     #[error("{0}")]
     Usage(String),
+    /// The command line could not be parsed (unknown flag, missing argument, invalid value).
+    /// Built by the binary from the parser's error; reported with the kind `usage`.
+    #[error("{message}")]
+    Arguments {
+        /// What is wrong with the arguments.
+        message: String,
+        /// The parser's suggestion and the usage line.
+        hint: String,
+    },
     /// A key or signature file could not be used (unreadable, malformed, wrong password).
-    #[error("{}: {source}", path.display())]
+    #[error("{}", key_message(path, source))]
     Key {
         /// The key or signature file.
         path: PathBuf,
@@ -64,7 +77,7 @@ pub enum Error {
         reason: String,
     },
     /// A source file changed while it was being packed.
-    #[error("{}: changed while being packed ({what}); pack again once nothing writes to the model", path.display())]
+    #[error("{}: changed while being packed: {what}", path.display())]
     SourceChanged {
         /// The file.
         path: PathBuf,
@@ -72,15 +85,24 @@ pub enum Error {
         what: String,
     },
     /// The model failed its format checks.
-    #[error("the model has {count} error(s); the first: {first}")]
+    #[error(
+        "{first}{}",
+        if *count > 1 { format!(" (and {} more model-check error(s))", count - 1) } else { String::new() }
+    )]
     ModelChecks {
         /// Number of error findings.
         count: usize,
-        /// The first finding, formatted.
+        /// The first finding: `PATH: PROBLEM`.
         first: String,
+        /// What to do about the first finding.
+        fix: String,
     },
     /// The bundle has no signature file.
-    #[error("{}: missing; the bundle is unsigned and cannot be trusted", path.display())]
+    #[error(
+        "{}: missing; {}",
+        path.display(),
+        if is_receipt(path) { "this directory has no signed receipt to check" } else { "the bundle is unsigned and cannot be trusted" }
+    )]
     MissingSignature {
         /// Where the signature was expected.
         path: PathBuf,
@@ -111,11 +133,24 @@ pub enum Error {
         /// What rule it breaks.
         reason: String,
     },
-    /// One or more volumes fail their size or digest.
+    /// One or more volumes fail their size or digest, or the bundle holds a volume the
+    /// manifest does not list.
     #[error("{}", summary)]
     BadVolumes {
-        /// Human summary naming every bad volume.
+        /// Human summary naming every bad volume and counting the good ones.
         summary: String,
+        /// Volumes to copy again from the staging host.
+        copy_again: Vec<String>,
+        /// Files in the bundle directory that look like volumes but are not listed.
+        remove: Vec<String>,
+    },
+    /// The path given as a bundle is not a bundle directory (missing, or no manifest).
+    #[error("{}: {reason}", path.display())]
+    NotABundle {
+        /// The path given.
+        path: PathBuf,
+        /// What is missing.
+        reason: String,
     },
     /// The data stream breaks the format or disagrees with the manifest.
     #[error("{volume}: {reason}")]
@@ -135,7 +170,7 @@ pub enum Error {
     },
     /// Installing would go back to an older version.
     #[error(
-        "{}: version {installed} of {name:?} is installed; refusing to install the older version {offered} (pass --allow-downgrade to do it anyway)",
+        "{}: version {installed} of {name:?} is installed; refusing to install the older version {offered}",
         path.display()
     )]
     Downgrade {
@@ -147,6 +182,38 @@ pub enum Error {
         installed: u64,
         /// Offered version.
         offered: u64,
+    },
+    /// A Hugging Face cache blob does not hash to its own name (its etag).
+    #[error(
+        "{repo_path}: its blob {} does not hash to its name: etag {etag}, content {actual}",
+        blob.display()
+    )]
+    BlobMismatch {
+        /// The file's path in the repository.
+        repo_path: String,
+        /// The blob file.
+        blob: PathBuf,
+        /// The blob's name: what the hub published for the file.
+        etag: String,
+        /// What the content hashes to, in the same algorithm.
+        actual: String,
+    },
+    /// The Hugging Face cache does not hold the repository, revision or commit asked for.
+    #[error("{}: {reason}", path.display())]
+    NotCached {
+        /// What was looked for and is not there (repository folder, ref file, snapshot).
+        path: PathBuf,
+        /// What is missing, and what the cache has instead.
+        reason: String,
+    },
+    /// A Hugging Face cache is damaged or incomplete (missing blob, interrupted download, bad
+    /// ref, a snapshot that disagrees with the hub's listing).
+    #[error("{}: {reason}", path.display())]
+    HfCache {
+        /// The cache entry concerned.
+        path: PathBuf,
+        /// What is wrong, naming the file in the repository.
+        reason: String,
     },
     /// An installed model differs from its receipt.
     #[error("{}: {count} problem(s) against the receipt; the first: {first}", path.display())]
@@ -181,18 +248,21 @@ impl Error {
                 | KeyError::KeyIdMismatch { .. } => EXIT_VERIFY,
                 _ => EXIT_OPERATIONAL,
             },
-            Error::Source { .. } => EXIT_OPERATIONAL,
-            Error::Usage(_) => EXIT_USAGE,
+            Error::Source { .. } | Error::NotCached { .. } => EXIT_OPERATIONAL,
+            Error::Usage(_) | Error::Arguments { .. } => EXIT_USAGE,
             Error::ModelChecks { .. }
             | Error::MissingSignature { .. }
             | Error::UntrustedKey { .. }
             | Error::BadSignature { .. }
             | Error::BadManifest { .. }
+            | Error::NotABundle { .. }
             | Error::BadVolumes { .. }
             | Error::BadStream { .. }
             | Error::BadFile { .. }
             | Error::Downgrade { .. }
-            | Error::ReceiptMismatch { .. } => EXIT_VERIFY,
+            | Error::ReceiptMismatch { .. }
+            | Error::BlobMismatch { .. }
+            | Error::HfCache { .. } => EXIT_VERIFY,
         }
     }
 
@@ -201,7 +271,7 @@ impl Error {
         match self {
             Error::Io { .. } => "io",
             Error::NoSpace { .. } => "no-space",
-            Error::Usage(_) => "usage",
+            Error::Usage(_) | Error::Arguments { .. } => "usage",
             Error::Key { .. } => "key",
             Error::Source { .. } => "source",
             Error::SourceChanged { .. } => "source-changed",
@@ -209,35 +279,178 @@ impl Error {
             Error::MissingSignature { .. } => "missing-signature",
             Error::UntrustedKey { .. } => "untrusted-key",
             Error::BadSignature { .. } => "bad-signature",
-            Error::BadManifest { .. } => "bad-manifest",
+            Error::BadManifest { .. } | Error::NotABundle { .. } => "bad-manifest",
             Error::BadVolumes { .. } => "bad-volumes",
             Error::BadStream { .. } => "bad-stream",
             Error::BadFile { .. } => "bad-file",
             Error::Downgrade { .. } => "downgrade",
             Error::ReceiptMismatch { .. } => "receipt-mismatch",
+            Error::BlobMismatch { .. } => "blob-mismatch",
+            Error::HfCache { .. } => "hf-cache",
+            Error::NotCached { .. } => "not-cached",
         }
     }
 
     /// What the operator should do next, when there is something useful to say.
     pub fn hint(&self) -> Option<String> {
         Some(match self {
-            Error::NoSpace { .. } => "free space on the destination filesystem or unpack elsewhere".into(),
-            Error::MissingSignature { .. } => "copy manifest.json.minisig from the staging host again".into(),
+            Error::Io { path, source } => return io_hint(path, source),
+            Error::NoSpace {
+                needed,
+                available,
+                filesystem,
+                ..
+            } => format!(
+                "free at least {} on {}, or unpack onto another filesystem (--no-space-check only if that figure is wrong, as on a compressing or network filesystem)",
+                human(needed.saturating_sub(*available)),
+                filesystem
+                    .as_ref()
+                    .map_or_else(|| "that filesystem".to_string(), |m| m.mount_point.display().to_string())
+            ),
+            Error::Usage(_) => return None,
+            Error::Arguments { hint, .. } => hint.clone(),
+            Error::Key { source, .. } => return key_hint(source),
+            Error::Source { .. } => {
+                "a bundle carries regular files and directories only: fix, replace or move that path out of the model directory, then pack again".into()
+            }
+            Error::SourceChanged { .. } => {
+                "stop whatever writes to the model directory (a download, a training job), then pack again".into()
+            }
+            Error::ModelChecks { fix, .. } => fix.clone(),
+            Error::MissingSignature { path } if is_receipt(path) => {
+                "unpack the model from its bundle to get a signed receipt, or run check without --trust to lint the files only".into()
+            }
+            Error::MissingSignature { .. } => {
+                "copy manifest.json.minisig from the staging host again; without it nothing can be trusted".into()
+            }
             Error::UntrustedKey { .. } => {
                 "check the signer with your key custodian; add its .pub to the trust directory only if it is genuine".into()
+            }
+            Error::BadSignature { path, .. } | Error::BadManifest { path, .. } if is_receipt(path) => {
+                "the receipt in .airlock/ was changed: unpack the model again from its bundle".into()
             }
             Error::BadSignature { .. } | Error::BadManifest { .. } => {
                 "copy manifest.json and manifest.json.minisig from the staging host again".into()
             }
-            Error::BadVolumes { .. } => "copy the named volume(s) again from the staging host; the others are good".into(),
+            Error::NotABundle { .. } => {
+                "check the path: a bundle is the directory `airlock pack` made, holding manifest.json, manifest.json.minisig and data.000 onward; copy the whole directory from the staging host".into()
+            }
+            Error::BadVolumes {
+                copy_again, remove, ..
+            } => {
+                let mut steps = Vec::new();
+                if !copy_again.is_empty() {
+                    steps.push(format!(
+                        "copy {} again from the staging host",
+                        copy_again.join(", ")
+                    ));
+                }
+                if !remove.is_empty() {
+                    steps.push(format!(
+                        "remove {} from the bundle directory",
+                        remove.join(", ")
+                    ));
+                }
+                format!("{}, then verify again", steps.join(" and "))
+            }
             Error::BadStream { .. } | Error::BadFile { .. } => {
                 "the bundle is damaged or was built by a hostile packer: do not use it; pack and copy it again".into()
             }
-            Error::SourceChanged { .. } => "stop whatever writes to the model directory, then pack again".into(),
-            Error::ReceiptMismatch { .. } => "unpack the model again from its bundle".into(),
-            _ => return None,
+            Error::Downgrade { .. } => {
+                "pass --allow-downgrade to install the older version anyway".into()
+            }
+            Error::ReceiptMismatch { .. } => {
+                "unpack the model again from its bundle (unpack --replace swaps it atomically)".into()
+            }
+            Error::BlobMismatch { .. } => {
+                "the cached file is corrupt: delete the blob and download the file again with huggingface_hub (`hf download ORG/NAME --revision REV`), or unpack it again from its bundle".into()
+            }
+            Error::NotCached { .. } => {
+                "download it with huggingface_hub first (`hf download ORG/NAME --revision REV`), or check --hf-cache, --repo-type and --revision".into()
+            }
+            Error::HfCache { .. } => {
+                "finish or repeat the download with huggingface_hub (`hf download ORG/NAME --revision REV`), or remove what the message names, then try again".into()
+            }
         })
     }
+}
+
+/// Whether `path` is a file of an install receipt (`DIR/.airlock/...`).
+fn is_receipt(path: &Path) -> bool {
+    path.parent()
+        .and_then(Path::file_name)
+        .is_some_and(|n| n == crate::paths::RECEIPT_DIR)
+}
+
+/// `Error::Key`'s message: key errors that name their own file are not prefixed again.
+fn key_message(path: &Path, source: &KeyError) -> String {
+    match source {
+        KeyError::Io { .. }
+        | KeyError::File { .. }
+        | KeyError::NoPublicKeys { .. }
+        | KeyError::ConflictingKeyId { .. } => source.to_string(),
+        _ => format!("{}: {source}", path.display()),
+    }
+}
+
+fn key_hint(source: &KeyError) -> Option<String> {
+    Some(match source.kind() {
+        KeyError::Io { path, source } => return io_hint(path, source),
+        KeyError::Malformed { what, .. } if what.contains("secret") => {
+            "pass the secret key file (PREFIX.key from `airlock keygen` or `minisign -G`), not the .pub".into()
+        }
+        KeyError::Malformed { what, .. } if what.contains("public") => {
+            "pass a public key file (PREFIX.pub from `airlock keygen` or `minisign -G`), not the secret key".into()
+        }
+        KeyError::WrongPassword => {
+            "check the password; --password-file uses the file's first line, without its newline".into()
+        }
+        KeyError::NoPublicKeys { .. } => {
+            "put the signer's .pub file in that directory, or pass the file itself with --trust".into()
+        }
+        KeyError::ConflictingKeyId { .. } => {
+            "two different keys claim one key id: ask your key custodian which one is genuine and remove the other".into()
+        }
+        _ => return None,
+    })
+}
+
+fn io_hint(file: &Path, source: &io::Error) -> Option<String> {
+    use io::ErrorKind as K;
+    let path = file.display();
+    Some(match source.kind() {
+        K::NotFound => format!("check the path: {path} does not exist"),
+        K::PermissionDenied => {
+            format!("check the permissions of {path}, or run as a user who may use it")
+        }
+        K::StorageFull | K::QuotaExceeded => format!(
+            "the filesystem holding {path} is full{}: free space there or choose another place, then run the command again",
+            crate::fsinfo::mount_of(existing_ancestor(file))
+                .map(|m| format!(" ({m})"))
+                .unwrap_or_default()
+        ),
+        K::ReadOnlyFilesystem => {
+            format!("{path} is on a read-only filesystem: choose a writable place")
+        }
+        K::AlreadyExists => format!("{path} is in the way: remove it or choose another name"),
+        _ if source.raw_os_error() == Some(5) => format!(
+            "the device holding {path} reported a read or write error: check the disk (`dmesg`); for a bundle, copy the file again from the staging host"
+        ),
+        _ => return None,
+    })
+}
+
+/// The path an I/O hint talks about, as a `Path`, walking up to the nearest existing
+/// ancestor so the filesystem can be found even for a file not yet created.
+fn existing_ancestor(path: &Path) -> &Path {
+    let mut p = path;
+    while !p.exists() {
+        match p.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => p = parent,
+            _ => return Path::new("."),
+        }
+    }
+    p
 }
 
 /// Formats a byte count the way people read disk sizes (GiB etc., one decimal).
@@ -258,3 +471,65 @@ pub fn human(bytes: u64) -> String {
 
 /// Result with the library error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_space_gives_both_numbers_and_the_filesystem() {
+        let e = Error::NoSpace {
+            path: PathBuf::from("/data/models"),
+            needed: 15_249_906_688,
+            available: 3_328_599_654,
+            filesystem: Some(Mount {
+                mount_point: PathBuf::from("/data"),
+                source: "/dev/sdb1".into(),
+                fstype: "xfs".into(),
+            }),
+        };
+        assert_eq!(
+            e.to_string(),
+            "not enough free space in /data/models: the model needs 14.2 GiB (15249906688 bytes), \
+             the filesystem /dev/sdb1 (xfs) mounted at /data has 3.1 GiB (3328599654 bytes) available"
+        );
+        assert_eq!(
+            e.hint().unwrap(),
+            "free at least 11.1 GiB on /data, or unpack onto another filesystem \
+             (--no-space-check only if that figure is wrong, as on a compressing or network filesystem)"
+        );
+    }
+
+    #[test]
+    fn key_errors_name_their_file_once() {
+        let e = Error::Key {
+            path: PathBuf::from("trust"),
+            source: KeyError::NoPublicKeys {
+                dir: PathBuf::from("trust"),
+            },
+        };
+        assert_eq!(
+            e.to_string(),
+            "trust: no *.pub public key files in this directory"
+        );
+        let e = Error::Key {
+            path: PathBuf::from("k.key"),
+            source: KeyError::WrongPassword,
+        };
+        assert_eq!(e.to_string(), "k.key: wrong password for this secret key");
+        assert!(e.hint().unwrap().contains("first line"));
+    }
+
+    #[test]
+    fn receipts_get_receipt_hints() {
+        let e = Error::MissingSignature {
+            path: PathBuf::from("m/.airlock/manifest.json.minisig"),
+        };
+        assert!(e.to_string().contains("no signed receipt"), "{e}");
+        assert!(e.hint().unwrap().contains("without --trust"));
+        let e = Error::MissingSignature {
+            path: PathBuf::from("b/manifest.json.minisig"),
+        };
+        assert!(e.to_string().contains("unsigned"), "{e}");
+    }
+}

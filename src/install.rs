@@ -127,26 +127,54 @@ fn random_hex() -> String {
 struct StagingSink<'a> {
     root: OwnedFd,
     root_path: PathBuf,
+    /// A few open directory handles; a model with thousands of directories must not need
+    /// thousands of file descriptors.
     dirs: HashMap<String, OwnedFd>,
+    /// Every directory created so far.
+    known: Vec<String>,
+    known_set: std::collections::HashSet<String>,
     current: Option<(File, String)>,
     syncer: crossbeam_channel::Sender<(File, String)>,
     flusher: &'a Flusher,
     since_flush: u64,
-    progress: &'a dyn Progress,
+}
+
+fn err_at(root: &Path, path: &str, e: rustix::io::Errno) -> Error {
+    Error::io(root.join(path), e.into())
+}
+
+/// Directory handles kept open at once.
+const DIR_CACHE: usize = 64;
+
+/// Opens `path` below `root` one component at a time, never following a symlink.
+fn open_below(root: &OwnedFd, path: &str) -> rustix::io::Result<OwnedFd> {
+    let flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC;
+    let mut fd = rustix::fs::openat(root, ".", flags, Mode::empty())?;
+    for component in path.split('/') {
+        fd = rustix::fs::openat(&fd, component, flags, Mode::empty())?;
+    }
+    Ok(fd)
 }
 
 impl StagingSink<'_> {
-    fn parent_and_name<'p>(&self, path: &'p str) -> Result<(&OwnedFd, &'p str)> {
-        match path.rsplit_once('/') {
-            None => Ok((&self.root, path)),
-            Some((parent, name)) => match self.dirs.get(parent) {
-                Some(fd) => Ok((fd, name)),
-                None => Err(Error::BadStream {
-                    volume: "tar stream".into(),
-                    reason: format!("entry {path:?} comes before its directory"),
-                }),
-            },
+    fn parent_and_name<'p>(&mut self, path: &'p str) -> Result<(&OwnedFd, &'p str)> {
+        let Some((parent, name)) = path.rsplit_once('/') else {
+            return Ok((&self.root, path));
+        };
+        if !self.known_set.contains(parent) {
+            return Err(Error::BadStream {
+                volume: "tar stream".into(),
+                reason: format!("entry {path:?} comes before its directory"),
+            });
         }
+        if !self.dirs.contains_key(parent) {
+            if self.dirs.len() >= DIR_CACHE {
+                self.dirs.clear();
+            }
+            let fd = open_below(&self.root, parent).map_err(|e| self.err(parent, e))?;
+            self.dirs.insert(parent.to_string(), fd);
+        }
+        Ok((&self.dirs[parent], name))
     }
 
     fn err(&self, path: &str, e: rustix::io::Errno) -> Error {
@@ -156,22 +184,30 @@ impl StagingSink<'_> {
 
 impl EntrySink for StagingSink<'_> {
     fn dir(&mut self, path: &str) -> Result<()> {
+        let root_path = self.root_path.clone();
         let (parent, name) = self.parent_and_name(path)?;
         rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(0o755))
-            .map_err(|e| self.err(path, e))?;
+            .map_err(|e| err_at(&root_path, path, e))?;
         let fd = rustix::fs::openat(
             parent,
             name,
             OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC,
             Mode::empty(),
         )
-        .map_err(|e| self.err(path, e))?;
-        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o755)).map_err(|e| self.err(path, e))?;
+        .map_err(|e| err_at(&root_path, path, e))?;
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o755))
+            .map_err(|e| err_at(&root_path, path, e))?;
+        if self.dirs.len() >= DIR_CACHE {
+            self.dirs.clear();
+        }
         self.dirs.insert(path.to_string(), fd);
+        self.known.push(path.to_string());
+        self.known_set.insert(path.to_string());
         Ok(())
     }
 
     fn begin_file(&mut self, file: &FileEntry) -> Result<()> {
+        let root_path = self.root_path.clone();
         let (parent, name) = self.parent_and_name(&file.path)?;
         let mode = if file.executable { 0o755 } else { 0o644 };
         let fd = rustix::fs::openat(
@@ -180,9 +216,9 @@ impl EntrySink for StagingSink<'_> {
             OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::from_raw_mode(mode),
         )
-        .map_err(|e| self.err(&file.path, e))?;
-        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| self.err(&file.path, e))?;
-        self.progress.item(&file.path);
+        .map_err(|e| err_at(&root_path, &file.path, e))?;
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))
+            .map_err(|e| err_at(&root_path, &file.path, e))?;
         self.current = Some((File::from(fd), file.path.clone()));
         self.since_flush = 0;
         Ok(())
@@ -248,7 +284,9 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
         }
         if let Some(old) = read_receipt(dest) {
             previous_version = Some(old.version);
-            if old.version > m.version && !opts.allow_downgrade {
+            // Versions order releases of one model; a bundle of another name replacing it is
+            // the operator's explicit --replace, not a rollback.
+            if old.name == m.name && old.version > m.version && !opts.allow_downgrade {
                 return Err(Error::Downgrade {
                     path: dest.clone(),
                     name: old.name,
@@ -268,6 +306,7 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
             path: parent.clone(),
             needed,
             available,
+            filesystem: crate::fsinfo::mount_of(&parent),
         });
     }
 
@@ -305,20 +344,23 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
         root,
         root_path: tree.clone(),
         dirs: HashMap::new(),
+        known: Vec::new(),
+        known_set: Default::default(),
         current: None,
         syncer: sync_tx,
         flusher: &flusher,
         since_flush: 0,
-        progress,
     };
     let streamed = read::stream(opened, ReadMode::Strict, &mut sink, progress);
     let StagingSink {
         root,
         dirs,
+        known,
         syncer: sync_tx,
         current,
         ..
     } = sink;
+    drop(dirs);
     drop(current);
     drop(sync_tx);
     let synced = syncer.join().expect("sync thread panicked");
@@ -343,11 +385,11 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
     )?;
     let receipt_fd = File::open(&receipt).map_err(|e| Error::io(&receipt, e))?;
     sync_dir(&receipt_fd, &receipt)?;
-    for (path, fd) in &dirs {
-        sync_dir(fd, &tree.join(path))?;
+    for path in &known {
+        let fd = open_below(&root, path).map_err(|e| Error::io(tree.join(path), e.into()))?;
+        sync_dir(&fd, &tree.join(path))?;
     }
     sync_dir(&root, &tree)?;
-    drop(dirs);
     drop(root);
 
     // The model-format checks on exactly the bytes about to become visible.

@@ -7,8 +7,11 @@
 
 pub mod bundle;
 pub mod error;
+pub mod fsinfo;
+pub mod hfcache;
 pub mod inspect;
 pub mod install;
+pub mod install_hf;
 pub mod keys;
 pub mod lock;
 pub mod manifest;

@@ -60,8 +60,17 @@ pub fn is_stale(dir: &Path) -> bool {
 }
 
 /// Removes `dir` if it is stale; returns whether it did.
+///
+/// A process killed between creating the directory and its lock file leaves an empty directory
+/// with airlock's name: that one is removed too (`rmdir` only removes it while it is empty, so
+/// nothing can be lost; a concurrent airlock caught in that microsecond window fails cleanly
+/// when its lock file cannot be created).
 pub fn remove_if_stale(dir: &Path) -> Result<bool> {
     if !is_stale(dir) {
+        let lockless = std::fs::symlink_metadata(dir.join(LOCK_NAME)).is_err();
+        if lockless && std::fs::remove_dir(dir).is_ok() {
+            return Ok(true);
+        }
         return Ok(false);
     }
     std::fs::remove_dir_all(dir).map_err(|e| Error::io(dir, e))?;
@@ -85,7 +94,13 @@ mod tests {
         assert!(!work.exists());
         let foreign = t.path().join("f");
         std::fs::create_dir(&foreign).unwrap();
+        std::fs::write(foreign.join("data"), b"x").unwrap();
         assert!(!remove_if_stale(&foreign).unwrap());
+        assert!(foreign.join("data").exists());
+        // Killed right after mkdir: empty and lockless, removed.
+        let empty = t.path().join("e");
+        std::fs::create_dir(&empty).unwrap();
+        assert!(remove_if_stale(&empty).unwrap());
         assert!(foreign.exists());
     }
 }

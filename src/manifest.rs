@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::hfcache;
 use crate::paths::{self, CollisionSet};
 use crate::tar;
 
@@ -412,10 +413,49 @@ impl Manifest {
                 self.stream.size
             ));
         }
-        if let Some(src) = &self.source
-            && src.etags.len() != self.files.len()
-        {
+        if let Some(src) = &self.source {
+            self.validate_source(src)?;
+        }
+        Ok(())
+    }
+
+    /// The `source` rules: every field becomes a name in a Hugging Face cache on install (a
+    /// folder, a ref file, a snapshot folder, blob files), so each must be one huggingface_hub
+    /// itself would write.
+    fn validate_source(&self, src: &HfSource) -> Result<(), String> {
+        hfcache::validate_repo_id(&src.repo_id)
+            .map_err(|why| format!("has a source.repo_id: {why}"))?;
+        hfcache::validate_repo_type(&src.repo_type)
+            .map_err(|why| format!("has a source.repo_type: {why}"))?;
+        if !hfcache::is_commit(&src.commit) {
+            return Err(format!(
+                "has a source.commit {:?} that is not 40 hex digits",
+                src.commit
+            ));
+        }
+        if !hfcache::is_commit(&src.revision) {
+            hfcache::validate_revision(&src.revision)
+                .map_err(|why| format!("has a source.revision: {why}"))?;
+        }
+        if src.etags.len() != self.files.len() {
             return Err("lists a different number of etags than files".into());
+        }
+        for (etag, file) in src.etags.iter().zip(&self.files) {
+            match hfcache::EtagKind::of(etag) {
+                None => {
+                    return Err(format!(
+                        "has a malformed etag for {:?} (40 or 64 lowercase hex digits expected)",
+                        file.path
+                    ));
+                }
+                Some(hfcache::EtagKind::Sha256) if *etag != file.sha256 => {
+                    return Err(format!(
+                        "gives {:?} the sha256 etag {etag}, which is not its sha256",
+                        file.path
+                    ));
+                }
+                Some(_) => {}
+            }
         }
         Ok(())
     }
@@ -596,6 +636,50 @@ mod tests {
             let err = m.validate().unwrap_err();
             assert!(err.contains(want), "{want}: {err}");
         }
+    }
+
+    #[test]
+    fn source_fields_must_be_names_a_cache_can_hold() {
+        let with_source = || {
+            let mut m = sample();
+            m.source = Some(HfSource {
+                repo_id: "org/name".into(),
+                repo_type: "model".into(),
+                revision: "refs/pr/1".into(),
+                commit: "c".repeat(40),
+                etags: vec!["0".repeat(64), "e".repeat(40)],
+            });
+            m
+        };
+        with_source().validate().unwrap();
+        type Mutation = Box<dyn Fn(&mut HfSource)>;
+        let cases: Vec<(&str, Mutation)> = vec![
+            ("repo_id", Box::new(|s| s.repo_id = "../x".into())),
+            ("repo_type", Box::new(|s| s.repo_type = "models".into())),
+            ("source.commit", Box::new(|s| s.commit = "C".repeat(40))),
+            (
+                "source.revision",
+                Box::new(|s| s.revision = "../../x".into()),
+            ),
+            (
+                "number of etags",
+                Box::new(|s| s.etags.pop().map(drop).unwrap_or(())),
+            ),
+            (
+                "malformed etag",
+                Box::new(|s| s.etags[1] = "../../x".into()),
+            ),
+            ("not its sha256", Box::new(|s| s.etags[0] = "1".repeat(64))),
+        ];
+        for (want, mutate) in cases {
+            let mut m = with_source();
+            mutate(m.source.as_mut().unwrap());
+            let err = m.validate().unwrap_err();
+            assert!(err.contains(want), "{want}: {err}");
+        }
+        let mut m = with_source();
+        m.source.as_mut().unwrap().revision = "c".repeat(40);
+        m.validate().unwrap();
     }
 
     #[test]

@@ -106,6 +106,7 @@ pub fn compare(
             if sizes_only {
                 return None;
             }
+            progress.item(&f.path);
             match hash_file(&full, progress) {
                 Ok(h) if h == f.sha256 => None,
                 Ok(h) => Some(Drift {

@@ -48,6 +48,34 @@ fn refuse(path: &Path, reason: impl Into<String>) -> Error {
     }
 }
 
+/// Checks the name of `full` (under `root`) the way a bundle needs it: UTF-8, a safe relative
+/// path ([`paths::check_relative`]) and no case or normalisation collision with an earlier name.
+/// Returns the `/`-separated relative path.
+pub fn check_name(root: &Path, full: &Path, collisions: &mut CollisionSet) -> Result<String> {
+    let rel = full.strip_prefix(root).unwrap_or(full);
+    let Some(rel) = rel.to_str() else {
+        return Err(refuse(
+            full,
+            "has a name that is not valid UTF-8; rename it before packing",
+        ));
+    };
+    if let Err(why) = paths::check_relative(rel) {
+        return Err(refuse(
+            full,
+            format!("cannot be carried in a bundle: its name {why}"),
+        ));
+    }
+    if let Some(earlier) = collisions.insert(rel) {
+        return Err(refuse(
+            full,
+            format!(
+                "has the same name as {earlier:?} on case-insensitive or normalising filesystems; rename one of them"
+            ),
+        ));
+    }
+    Ok(rel.to_string())
+}
+
 /// Scans `root`. Symlinks must resolve to regular files under `link_root` (usually `root`
 /// itself; the repository folder for a Hugging Face snapshot). A top-level `.airlock` receipt
 /// directory is skipped, so an installed model can be packed again.
@@ -74,27 +102,8 @@ pub fn scan(root: &Path, link_root: &Path) -> Result<Vec<ScanEntry>> {
             Error::io(path, source)
         })?;
         let full = item.path();
-        let rel = full.strip_prefix(root).expect("walkdir stays under root");
-        let Some(rel) = rel.to_str() else {
-            return Err(refuse(
-                full,
-                "has a name that is not valid UTF-8; rename it before packing",
-            ));
-        };
-        if let Err(why) = paths::check_relative(rel) {
-            return Err(refuse(
-                full,
-                format!("cannot be carried in a bundle: its name {why}"),
-            ));
-        }
-        if let Some(earlier) = collisions.insert(rel) {
-            return Err(refuse(
-                full,
-                format!(
-                    "has the same name as {earlier:?} on case-insensitive or normalising filesystems; rename one of them"
-                ),
-            ));
-        }
+        let rel = check_name(root, full, &mut collisions)?;
+        let rel = rel.as_str();
         let ft = item.file_type();
         if ft.is_dir() {
             out.push(ScanEntry::Dir {

@@ -44,11 +44,13 @@ pub struct Opened {
 fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>> {
     let f = match File::open(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(Error::BadManifest {
-                path: path.to_path_buf(),
-                reason: "is missing: this is not a complete bundle".into(),
-            });
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Err(not_a_bundle(path));
         }
         Err(e) => return Err(Error::io(path, e)),
     };
@@ -64,6 +66,23 @@ fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>> {
         .read_to_end(&mut out)
         .map_err(|e| Error::io(path, e))?;
     Ok(out)
+}
+
+/// The error for a manifest that is not there: says whether the directory itself is missing.
+fn not_a_bundle(manifest_path: &Path) -> Error {
+    let dir = manifest_path.parent().unwrap_or(Path::new("."));
+    let name = manifest_path
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let reason = match std::fs::metadata(dir) {
+        Err(_) => "no such directory".to_string(),
+        Ok(m) if !m.is_dir() => "is not a directory".to_string(),
+        Ok(_) => format!("has no {name}: it is not a bundle, or an incomplete copy of one"),
+    };
+    Error::NotABundle {
+        path: dir.to_path_buf(),
+        reason,
+    }
 }
 
 /// Reads the manifest and signature of `dir` without checking the signature (for `inspect`).
@@ -215,12 +234,41 @@ pub struct VolumeProblem {
     pub bad_ranges: Vec<(u64, u64)>,
 }
 
+/// The error for bad volumes: each listed volume named with its position ("volume data.003
+/// of 7 fails its sha256"), then how many others are good when every volume was checked.
+/// Problems with index 0 are unlisted files that look like volumes.
+pub fn volumes_error(problems: &[VolumeProblem], total: usize, checked_all: bool) -> Error {
+    let (listed, unlisted): (Vec<&VolumeProblem>, Vec<&VolumeProblem>) =
+        problems.iter().partition(|p| p.index > 0);
+    let mut parts: Vec<String> = listed
+        .iter()
+        .map(|p| format!("volume {} of {total} {}", p.volume, p.problem))
+        .chain(
+            unlisted
+                .iter()
+                .map(|p| format!("{} {}", p.volume, p.problem)),
+        )
+        .collect();
+    let good = total.saturating_sub(listed.len());
+    if checked_all && !listed.is_empty() && total > 1 {
+        parts.push(match good {
+            0 => format!("none of the {total} volumes is good"),
+            1 => "the other 1 is good".to_string(),
+            n => format!("the other {n} are good"),
+        });
+    }
+    Error::BadVolumes {
+        summary: parts.join("; "),
+        copy_again: listed.iter().map(|p| p.volume.clone()).collect(),
+        remove: unlisted.iter().map(|p| p.volume.clone()).collect(),
+    }
+}
+
 /// Checks every volume's size and chunk digests, all chunks in parallel. The chunk digests are
 /// signed, so all of them matching proves the volume's content as well as the whole-volume
 /// digest would. Reads only.
 pub fn check_volumes(opened: &Opened, progress: &dyn Progress) -> Vec<VolumeProblem> {
     let m = &opened.manifest;
-    let count = m.volumes.len();
     progress.start("verify volumes", m.totals.volume_bytes);
     let (mut problems, jobs) = stat_volumes(opened);
     let results: Vec<(usize, usize, std::result::Result<bool, String>)> = jobs
@@ -229,6 +277,7 @@ pub fn check_volumes(opened: &Opened, progress: &dyn Progress) -> Vec<VolumeProb
             let v = &m.volumes[i];
             let start = c as u64 * m.chunk_size;
             let end = (start + m.chunk_size).min(v.size);
+            progress.item(&v.name);
             let r = hash_range(&opened.dir.join(&v.name), start, end, progress)
                 .map(|h| h == v.chunks[c])
                 .map_err(|e| e.to_string());
@@ -253,8 +302,7 @@ pub fn check_volumes(opened: &Opened, progress: &dyn Progress) -> Vec<VolumeProb
         let problem = match err {
             Some(e) => format!("cannot be read: {e}"),
             None => format!(
-                "fails its sha256 (volume {} of {count}; bad byte ranges: {})",
-                i + 1,
+                "fails its sha256 (bad byte ranges: {})",
                 ranges
                     .iter()
                     .map(|(a, b)| format!("{a}-{b}"))
@@ -280,7 +328,6 @@ pub fn check_volumes(opened: &Opened, progress: &dyn Progress) -> Vec<VolumeProb
 /// pairs of the volumes that passed, to hash.
 fn stat_volumes(opened: &Opened) -> (Vec<VolumeProblem>, Vec<(usize, usize)>) {
     let m = &opened.manifest;
-    let count = m.volumes.len();
     let mut problems = Vec::new();
     let mut jobs = Vec::new();
     for (i, v) in m.volumes.iter().enumerate() {
@@ -289,7 +336,7 @@ fn stat_volumes(opened: &Opened) -> (Vec<VolumeProblem>, Vec<(usize, usize)>) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => problems.push(VolumeProblem {
                 volume: v.name.clone(),
                 index: i + 1,
-                problem: format!("is missing (volume {} of {count})", i + 1),
+                problem: "is missing".into(),
                 bad_ranges: vec![],
             }),
             Err(e) => problems.push(VolumeProblem {
@@ -343,8 +390,7 @@ pub fn extra_problems(opened: &Opened) -> Vec<VolumeProblem> {
         .map(|name| VolumeProblem {
             volume: name,
             index: 0,
-            problem: "is not listed in the manifest (an extra or duplicated volume?); remove it"
-                .into(),
+            problem: "is not listed in the manifest (an extra or duplicated volume?)".into(),
             bad_ranges: vec![],
         })
         .collect()
@@ -446,11 +492,15 @@ impl std::error::Error for VolumeIo {}
 
 /// The typed failure a volume reader raises inside the io::Error chain.
 #[derive(Debug)]
-struct VolumeFailure(VolumeProblem);
+struct VolumeFailure {
+    problem: VolumeProblem,
+    /// How many volumes the bundle has.
+    total: usize,
+}
 
 impl std::fmt::Display for VolumeFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.0.volume, self.0.problem)
+        write!(f, "{}: {}", self.problem.volume, self.problem.problem)
     }
 }
 impl std::error::Error for VolumeFailure {}
@@ -480,7 +530,6 @@ struct VolumeReader<'a> {
     /// Byte ranges of the open volume whose chunk digest failed.
     bad_ranges: Vec<(u64, u64)>,
     problems: Vec<VolumeProblem>,
-    progress: &'a dyn Progress,
 }
 
 /// What the volume-reading thread hands on, in stream order.
@@ -498,11 +547,14 @@ impl VolumeReader<'_> {
         let p = VolumeProblem {
             volume: v.name.clone(),
             index: self.index + 1,
-            problem: format!("{problem} (volume {} of {count})", self.index + 1),
+            problem,
             bad_ranges: std::mem::take(&mut self.bad_ranges),
         };
         match self.mode {
-            Mode::Strict => Err(io::Error::other(VolumeFailure(p))),
+            Mode::Strict => Err(io::Error::other(VolumeFailure {
+                problem: p,
+                total: count,
+            })),
             Mode::Collect => {
                 self.problems.push(p);
                 Ok(())
@@ -581,7 +633,6 @@ impl Read for VolumeReader<'_> {
                         return Err(io::Error::other(format!("{} is missing", v.name)));
                     }
                 };
-                self.progress.item(&v.name);
                 self.file = Some(f);
                 self.read_in_volume = 0;
                 self.chunk_hasher = Sha256::new();
@@ -632,7 +683,7 @@ impl Read for VolumeReader<'_> {
                     self.end_chunk();
                 }
                 if !self.bad_ranges.is_empty() {
-                    self.fail("fails its sha256: copy it again from the staging host".to_string())?;
+                    self.fail("fails its sha256".to_string())?;
                 }
                 self.file = None;
                 self.index += 1;
@@ -644,7 +695,6 @@ impl Read for VolumeReader<'_> {
             if self.in_chunk == self.opened.manifest.chunk_size {
                 self.end_chunk();
             }
-            self.progress.advance(n as u64);
             return Ok(n);
         }
     }
@@ -762,9 +812,7 @@ fn io_to_error(e: io::Error) -> Error {
             .expect("checked")
             .downcast::<VolumeFailure>()
             .expect("checked");
-        return Error::BadVolumes {
-            summary: format!("volume {}: {}", inner.0.volume, inner.0.problem),
-        };
+        return volumes_error(&[inner.problem], inner.total, false);
     }
     Error::BadStream {
         volume: "data stream".into(),
@@ -785,33 +833,35 @@ pub fn stream(
             .filter(|n| is_volume_like(n))
             .collect();
         if !extra.is_empty() {
-            return Err(Error::BadVolumes {
-                summary: format!(
-                    "{}: not listed in the manifest (an extra or duplicated volume); remove it and check the bundle again",
-                    extra.join(", ")
-                ),
-            });
+            // Refused before anything is written; the other volumes are checked too, so one
+            // message says everything to fix in the bundle directory.
+            let problems: Vec<VolumeProblem> = check_volumes(opened, progress)
+                .into_iter()
+                .filter(|p| p.index > 0 || is_volume_like(&p.volume))
+                .collect();
+            return Err(volumes_error(
+                &problems,
+                opened.manifest.volumes.len(),
+                true,
+            ));
         }
     }
     match stream_inner(opened, mode, sink, progress) {
-        Err(e @ (Error::BadFile { .. } | Error::BadStream { .. })) if mode == Mode::Strict => {
+        Err(e @ (Error::BadFile { .. } | Error::BadStream { .. } | Error::BadVolumes { .. }))
+            if mode == Mode::Strict =>
+        {
             // Damage in transit shows up first as a bad file or a broken stream, before the
-            // volume's own digest is reached. Find the volume, so the operator re-copies that
-            // one instead of distrusting the packer.
-            let bad: Vec<VolumeProblem> = check_volumes(opened, &crate::progress::Silent)
+            // volume's own digest is reached, and the stream stops at the first bad volume.
+            // Check them all, so the operator re-copies every damaged volume in one trip
+            // across the gap instead of distrusting the packer or making several trips.
+            let bad: Vec<VolumeProblem> = check_volumes(opened, progress)
                 .into_iter()
                 .filter(|p| p.index > 0)
                 .collect();
             if bad.is_empty() {
                 Err(e)
             } else {
-                Err(Error::BadVolumes {
-                    summary: bad
-                        .iter()
-                        .map(|p| format!("{} {}", p.volume, p.problem))
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                })
+                Err(volumes_error(&bad, opened.manifest.volumes.len(), true))
             }
         }
         other => other,
@@ -831,7 +881,9 @@ fn stream_inner(
     progress: &dyn Progress,
 ) -> Result<StreamReport> {
     let m = &opened.manifest;
-    progress.start("stream", m.totals.volume_bytes);
+    // Progress counts the model's bytes as they come out of the stream, not the compressed
+    // bytes read: the operator thinks in the size of the model being installed or checked.
+    progress.start("stream", m.totals.file_bytes);
     let volumes = VolumeReader {
         opened,
         mode,
@@ -843,7 +895,6 @@ fn stream_inner(
         chunk_index: 0,
         bad_ranges: Vec::new(),
         problems: Vec::new(),
-        progress,
     };
     let mut report = StreamReport::default();
     let (tx, rx) = bounded::<Piece>(STREAM_BUFFERS);
@@ -862,7 +913,7 @@ fn stream_inner(
         let reader = s.spawn(move || volumes.run(tx, pool));
         // `raw` is consumed here and dropped before the join, so the reader thread cannot
         // wait on a consumer that has gone.
-        let checked = check_stream(m, mode, raw, sink, &mut report);
+        let checked = check_stream(m, mode, raw, sink, &mut report, progress);
         let problems = reader.join().expect("volume reader thread panicked");
         (checked, problems)
     });
@@ -879,6 +930,7 @@ fn check_stream(
     raw: PipeReader,
     sink: &mut dyn EntrySink,
     report: &mut StreamReport,
+    progress: &dyn Progress,
 ) -> Result<()> {
     match m.compression.algorithm.as_str() {
         "zstd" => {
@@ -893,7 +945,7 @@ fn check_stream(
                 left: m.stream.size,
             };
             let mut tar = tar::Reader::new(capped);
-            check_entries(m, mode, &mut tar, sink, report)?;
+            check_entries(m, mode, &mut tar, sink, report, progress)?;
             let capped = tar.into_inner();
             let mut raw = capped.inner.finish();
             drain_trailing(&mut raw)
@@ -904,7 +956,7 @@ fn check_stream(
                 left: m.stream.size,
             };
             let mut tar = tar::Reader::new(capped);
-            check_entries(m, mode, &mut tar, sink, report)?;
+            check_entries(m, mode, &mut tar, sink, report, progress)?;
             let mut raw = tar.into_inner().inner;
             drain_trailing(&mut raw)
         }
@@ -929,6 +981,7 @@ fn check_entries<R: Read>(
     tar: &mut tar::Reader<R>,
     sink: &mut dyn EntrySink,
     report: &mut StreamReport,
+    progress: &dyn Progress,
 ) -> Result<()> {
     let expected = m.expected_entries();
     let mut seen = std::collections::HashSet::new();
@@ -979,6 +1032,7 @@ fn check_entries<R: Read>(
                         f.path
                     )));
                 }
+                progress.item(&f.path);
                 sink.begin_file(f)?;
                 let mut h = Sha256::new();
                 loop {
@@ -988,6 +1042,7 @@ fn check_entries<R: Read>(
                     }
                     h.update(&buf[..n]);
                     sink.data(&buf[..n])?;
+                    progress.advance(n as u64);
                 }
                 let digest = hex::encode(h.finalize());
                 if digest != f.sha256 {

@@ -15,6 +15,7 @@ use crossbeam_channel::{Receiver, Sender, bounded};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
+use crate::hfcache::{EtagKind, GitBlobSha1};
 use crate::keys::{self, SecretKey};
 use crate::lock::{self, DirLock};
 use crate::manifest::{
@@ -114,8 +115,21 @@ pub struct PackOptions<'a> {
     pub created_unix: i64,
     /// Model-check warnings to record.
     pub warnings: Vec<Warning>,
-    /// Hugging Face provenance, with etags to fill in file order.
+    /// Hugging Face provenance. Its `etags` are filled in by the pack, one per file, from
+    /// `etags`.
     pub source: Option<HfSource>,
+    /// With `source`: one per file, in `entries` order, what to do about the file's etag.
+    pub etags: Vec<EtagCheck>,
+}
+
+/// What the packer does about one file's Hugging Face etag (its blob name) while it hashes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EtagCheck {
+    /// The content must hash to this etag (SHA-256 for 64 hex digits, the git blob id for 40);
+    /// otherwise the pack fails with [`Error::BlobMismatch`].
+    Expect(String),
+    /// Nothing names the file: compute its etag by [`EtagKind::for_size`].
+    Compute,
 }
 
 enum Msg {
@@ -395,14 +409,24 @@ fn write_stream(
     Ok((volumes, size))
 }
 
-/// Reads one source file once: hashes it, sends its buffers, and checks it did not change.
+/// What [`read_file`] computed.
+struct FileDigests {
+    sha256: String,
+    /// The verified or computed etag, when one was asked for.
+    etag: Option<String>,
+}
+
+/// Reads one source file once: hashes it, sends its buffers, and checks it did not change. With
+/// `etag`, also checks the content against the etag (or computes one), in the same pass.
 fn read_file(
     source: &Path,
+    path: &str,
     size: u64,
+    etag: Option<&EtagCheck>,
     tx: &Sender<Msg>,
     pool: &Receiver<Vec<u8>>,
     progress: &dyn Progress,
-) -> Result<Option<String>> {
+) -> Result<Option<FileDigests>> {
     let mut file = File::open(source).map_err(|e| Error::io(source, e))?;
     let before = file.metadata().map_err(|e| Error::io(source, e))?;
     if before.len() != size {
@@ -415,6 +439,12 @@ fn read_file(
         });
     }
     let mut hasher = Sha256::new();
+    let wants_git_sha1 = match etag {
+        Some(EtagCheck::Expect(e)) => EtagKind::of(e) == Some(EtagKind::GitSha1),
+        Some(EtagCheck::Compute) => EtagKind::for_size(size) == EtagKind::GitSha1,
+        None => false,
+    };
+    let mut git = wants_git_sha1.then(|| GitBlobSha1::new(size));
     let mut total: u64 = 0;
     while total < size {
         // Take a buffer only when it will be sent: every buffer must travel back to the pool.
@@ -430,6 +460,9 @@ fn read_file(
             });
         }
         hasher.update(&buf[..n]);
+        if let Some(g) = &mut git {
+            g.update(&buf[..n]);
+        }
         total += n as u64;
         progress.advance(n as u64);
         if tx.send(Msg::Data(buf, n)).is_err() {
@@ -456,7 +489,25 @@ fn read_file(
             what: "its size or modification time changed while it was read".into(),
         });
     }
-    Ok(Some(hex::encode(hasher.finalize())))
+    let sha256 = hex::encode(hasher.finalize());
+    let computed = git.map(GitBlobSha1::finish);
+    let etag = match etag {
+        None => None,
+        Some(EtagCheck::Compute) => Some(computed.unwrap_or_else(|| sha256.clone())),
+        Some(EtagCheck::Expect(want)) => {
+            let actual = computed.unwrap_or_else(|| sha256.clone());
+            if &actual != want {
+                return Err(Error::BlobMismatch {
+                    repo_path: path.to_string(),
+                    blob: source.to_path_buf(),
+                    etag: want.clone(),
+                    actual,
+                });
+            }
+            Some(actual)
+        }
+    };
+    Ok(Some(FileDigests { sha256, etag }))
 }
 
 /// Result of a pack.
@@ -575,7 +626,19 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
     for _ in 0..BUFFERS {
         let _ = recycle_tx.send(vec![0u8; BUFFER_SIZE]);
     }
+    let file_count = opts
+        .entries
+        .iter()
+        .filter(|e| matches!(e, ScanEntry::File { .. }))
+        .count();
+    if opts.source.is_some() && opts.etags.len() != file_count {
+        return Err(Error::Usage(format!(
+            "internal error: {} etag checks for {file_count} files",
+            opts.etags.len()
+        )));
+    }
     let mut files = Vec::new();
+    let mut etags = Vec::new();
     let mut directories = Vec::new();
     let (read_result, write_result) = std::thread::scope(|s| {
         let writer = s.spawn(move || write_stream(rx, recycle_tx, sink));
@@ -603,9 +666,14 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
                         if tx.send(begin).is_err() {
                             return Ok(());
                         }
-                        let Some(sha256) = read_file(source, *size, &tx, &pool, progress)? else {
+                        let check = opts.source.as_ref().map(|_| &opts.etags[files.len()]);
+                        let Some(digests) =
+                            read_file(source, path, *size, check, &tx, &pool, progress)?
+                        else {
                             return Ok(());
                         };
+                        etags.extend(digests.etag);
+                        let sha256 = digests.sha256;
                         if tx.send(Msg::End).is_err() {
                             return Ok(());
                         }
@@ -659,7 +727,7 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
         files,
         totals,
         warnings: opts.warnings.clone(),
-        source: opts.source.clone(),
+        source: opts.source.clone().map(|s| HfSource { etags, ..s }),
     };
     // The packer holds itself to the same rules as the reader.
     manifest.validate().map_err(|why| {

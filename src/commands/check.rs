@@ -5,6 +5,7 @@ use std::path::Path;
 
 use airlock::bundle::read;
 use airlock::error::{Error, Result};
+use airlock::hfcache;
 use airlock::inspect::{self, Finding, Severity};
 use airlock::keys::PublicKey;
 use airlock::manifest::{self, Warning};
@@ -13,7 +14,7 @@ use airlock::progress::Progress;
 use airlock::receipt;
 
 use super::Output;
-use crate::cli::{CheckArgs, TrustArgs};
+use crate::cli::{CheckArgs, RepoTypeArg, TrustArgs};
 
 fn finding_line(f: &Finding) -> String {
     let sev = match f.severity {
@@ -34,6 +35,16 @@ pub fn model_checks_for_pack(
     out: &mut Output,
 ) -> Result<Vec<Warning>> {
     let findings = inspect::check_tree(dir).map_err(|e| Error::io(dir, e))?;
+    gate_findings(findings, skip_errors, out)
+}
+
+/// Stops a pack on error findings unless `skip_errors`; otherwise reports every finding as a
+/// warning and returns them for the manifest.
+pub fn gate_findings(
+    findings: Vec<Finding>,
+    skip_errors: bool,
+    out: &mut Output,
+) -> Result<Vec<Warning>> {
     let errors: Vec<&Finding> = findings
         .iter()
         .filter(|f| f.severity == Severity::Error)
@@ -46,6 +57,7 @@ pub fn model_checks_for_pack(
         return Err(Error::ModelChecks {
             count: errors.len(),
             first: format!("{}: {}", errors[0].path, errors[0].problem),
+            fix: errors[0].fix.clone(),
         });
     }
     for f in &findings {
@@ -62,13 +74,69 @@ pub fn model_checks_for_pack(
         .collect())
 }
 
+/// `airlock check --hf-cache DIR [--hf-repo ORG/NAME]`.
+fn run_hf(cache: &Path, a: &CheckArgs, ui: &dyn Progress) -> Result<Output> {
+    let repo_type = a.repo_type.unwrap_or(RepoTypeArg::Model).as_str();
+    let only = a.hf_repo.as_deref().map(|id| (repo_type, id));
+    let report = hfcache::check_cache(cache, only, ui)?;
+    let mut out = Output::default();
+    out.set("hf_cache", cache);
+    out.set("repos", &report.repos);
+    out.set("blobs_checked", report.blobs_checked);
+    out.set("bytes_checked", report.bytes_checked);
+    out.set("problems", &report.problems);
+    out.warnings.extend(report.notes.iter().cloned());
+    for p in &report.problems {
+        out.line(format!(
+            "BAD  {}: {} [{}]",
+            p.path.display(),
+            p.problem,
+            p.kind
+        ));
+    }
+    match report.problems.first() {
+        Some(first) => {
+            out.error = Some(Error::HfCache {
+                path: cache.to_path_buf(),
+                reason: format!(
+                    "{} problem(s) in the cache; the first: {}: {}",
+                    report.problems.len(),
+                    first.path.display(),
+                    first.problem
+                ),
+            });
+        }
+        None => out.line(format!(
+            "OK   {} blob(s) in {} repositories match their names ({})",
+            report.blobs_checked,
+            report.repos.len(),
+            airlock::error::human(report.bytes_checked)
+        )),
+    }
+    Ok(out)
+}
+
 pub fn run(mut a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
+    super::only_with(
+        "--hf-cache",
+        a.hf_cache.is_some(),
+        &[
+            ("--hf-repo", a.hf_repo.is_some()),
+            ("--repo-type", a.repo_type.is_some()),
+        ],
+    )?;
+    if let Some(cache) = &a.hf_cache {
+        let cache = std::path::absolute(cache).map_err(|e| Error::io(cache, e))?;
+        return run_hf(&cache, &a, ui);
+    }
+    let dir = &a.dir.clone().expect("clap requires DIR without --hf-cache");
+    // AIRLOCK_TRUST verifies receipts; a plain directory without one is still just linted.
     if a.trust.is_empty()
+        && dir.join(RECEIPT_DIR).join(manifest::MANIFEST_NAME).exists()
         && let Some(env) = std::env::var_os("AIRLOCK_TRUST")
     {
         a.trust.push(env.into());
     }
-    let dir = &a.dir;
     let meta = std::fs::metadata(dir).map_err(|e| Error::io(dir, e))?;
     if !meta.is_dir() {
         return Err(Error::Usage(format!(
@@ -169,6 +237,7 @@ pub fn run(mut a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
         out.error = Some(Error::ModelChecks {
             count: errors,
             first: format!("{}: {}", first.path, first.problem),
+            fix: first.fix.clone(),
         });
     }
     Ok(out)

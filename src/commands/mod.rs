@@ -6,7 +6,6 @@ mod keygen;
 mod pack;
 mod ui;
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
@@ -14,9 +13,10 @@ use serde_json::{Map, Value, json};
 use airlock::bundle::read::{self, Mode, NullSink};
 use airlock::error::{EXIT_OK, Error, Result, human};
 use airlock::install::{self, UnpackOptions};
+use airlock::install_hf::{self, HfUnpackOptions, SnapshotState};
 use airlock::keys::{self, PublicKey};
 
-use crate::cli::{Cli, Command, TrustArgs};
+use crate::cli::{Cli, Command, TrustArgs, UnpackArgs};
 use ui::Ui;
 
 /// What a command produced.
@@ -46,33 +46,36 @@ impl Output {
 
 /// Runs the parsed command line and returns the exit code.
 pub fn run(cli: Cli) -> u8 {
-    let ui = Ui::new(
-        cli.progress,
-        cli.quiet
-            || (cli.json
-                && cli.progress == crate::cli::ProgressArg::Auto
-                && !std::io::stderr().is_terminal()),
-    );
-    let (name, result) = match cli.command {
-        Command::Keygen(a) => ("keygen", keygen::run(a)),
-        Command::Pack(a) => ("pack", pack::run(a, &ui)),
-        Command::Verify(a) => ("verify", verify(a.bundle, &a.trust, a.deep, &ui)),
-        Command::Unpack(a) => (
-            "unpack",
-            unpack(
-                &a.bundle,
-                &a.trust,
-                UnpackOptions {
-                    dest: a.dest,
-                    replace: a.replace,
-                    allow_downgrade: a.allow_downgrade,
-                    check_space: !a.no_space_check,
+    let name = command_name(&cli.command);
+    let ui = Ui::new(cli.progress, cli.quiet, name);
+    let result = match cli.command {
+        Command::Keygen(a) => keygen::run(a),
+        Command::Pack(a) => pack::run(a, &ui),
+        Command::Verify(a) => verify(a.bundle, &a.trust, a.deep, &ui),
+        Command::Unpack(a) => unpack_command(a, &ui),
+        Command::Inspect(a) => inspect(&a.bundle, a.sha256sums),
+        Command::Check(a) => check::run(a, &ui),
+        Command::Completions { .. } | Command::Man if cli.json => {
+            // Their output is a script or a roff page; wrapping it in JSON would serve no one,
+            // and printing it unwrapped would break the one-document promise of --json.
+            let error = Error::Usage(format!(
+                "{name} prints {}, not JSON: run it without --json",
+                if name == "man" {
+                    "a roff man page"
+                } else {
+                    "a shell script"
+                }
+            ));
+            return render(
+                name,
+                Output {
+                    error: Some(error),
+                    ..Output::default()
                 },
-                &ui,
-            ),
-        ),
-        Command::Inspect(a) => ("inspect", inspect(&a.bundle, a.sha256sums)),
-        Command::Check(a) => ("check", check::run(a, &ui)),
+                true,
+                cli.quiet,
+            );
+        }
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut cmd, "airlock", &mut std::io::stdout());
@@ -92,14 +95,34 @@ pub fn run(cli: Cli) -> u8 {
         error: Some(e),
         ..Output::default()
     });
+    ui.clear();
     render(name, out, cli.json, cli.quiet)
 }
 
-fn render(command: &str, out: Output, json: bool, quiet: bool) -> u8 {
+/// The subcommand's name as the JSON `command` field gives it.
+fn command_name(command: &Command) -> &'static str {
+    match command {
+        Command::Keygen(_) => "keygen",
+        Command::Pack(_) => "pack",
+        Command::Verify(_) => "verify",
+        Command::Unpack(_) => "unpack",
+        Command::Inspect(_) => "inspect",
+        Command::Check(_) => "check",
+        Command::Completions { .. } => "completions",
+        Command::Man => "man",
+    }
+}
+
+/// Prints the result: one JSON document on stdout, or human lines on stdout and warnings and
+/// the error on stderr. Returns the exit code. `main` uses it for argument-parsing errors too,
+/// so every `--json` failure has the same shape.
+pub fn render(command: &str, out: Output, json: bool, quiet: bool) -> u8 {
     let code = out.error.as_ref().map_or(EXIT_OK, Error::exit_code);
     if json {
         let mut doc = Map::new();
-        doc.insert("command".into(), json!(command));
+        if !command.is_empty() {
+            doc.insert("command".into(), json!(command));
+        }
         doc.insert("ok".into(), json!(code == EXIT_OK));
         doc.insert("exit_code".into(), json!(code));
         for (k, v) in out.json {
@@ -133,6 +156,21 @@ fn render(command: &str, out: Output, json: bool, quiet: bool) -> u8 {
         }
     }
     code
+}
+
+/// Refuses flags given without the flag they belong to. clap's `requires` cannot say this
+/// here: it is skipped when the required flag conflicts with another one present
+/// (clap-rs/clap#4520), which is exactly the case for the Hugging Face cache flags.
+pub fn only_with(anchor: &str, anchor_present: bool, flags: &[(&str, bool)]) -> Result<()> {
+    if anchor_present {
+        return Ok(());
+    }
+    match flags.iter().find(|(_, present)| *present) {
+        Some((flag, _)) => Err(Error::Usage(format!(
+            "{flag} can only be used with {anchor}"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Loads the trust set from `--trust` (or `AIRLOCK_TRUST`).
@@ -182,18 +220,6 @@ pub fn password_from_file(path: &Path) -> Result<zeroize::Zeroizing<Vec<u8>>> {
     let line = text.split(|&b| b == b'\n').next().unwrap_or(&[]);
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     Ok(zeroize::Zeroizing::new(line.to_vec()))
-}
-
-fn volume_summary(problems: &[read::VolumeProblem], count: usize) -> String {
-    let bad: Vec<String> = problems
-        .iter()
-        .map(|p| format!("{} {}", p.volume, p.problem))
-        .collect();
-    let good = count.saturating_sub(problems.iter().filter(|p| p.index > 0).count());
-    format!(
-        "{}; the other {good} of {count} volumes are good",
-        bad.join("; ")
-    )
 }
 
 fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Output> {
@@ -262,9 +288,7 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
         for f in &bad_files {
             out.line(format!("BAD  file {f}: content fails its sha256"));
         }
-        out.error = Some(Error::BadVolumes {
-            summary: volume_summary(&fatal, m.volumes.len()),
-        });
+        out.error = Some(read::volumes_error(&fatal, m.volumes.len(), true));
         return Ok(out);
     }
     if !bad_files.is_empty() {
@@ -335,6 +359,116 @@ fn unpack(bundle: &Path, trust: &TrustArgs, opts: UnpackOptions, ui: &Ui) -> Res
     Ok(out)
 }
 
+fn unpack_command(a: UnpackArgs, ui: &Ui) -> Result<Output> {
+    only_with(
+        "--hf-cache",
+        a.hf_cache.is_some(),
+        &[
+            ("--hf-repo", a.hf_repo.is_some()),
+            ("--revision", a.revision.is_some()),
+            ("--repo-type", a.repo_type.is_some()),
+        ],
+    )?;
+    match a.hf_cache {
+        Some(cache) => unpack_hf(
+            &a.bundle,
+            &a.trust,
+            HfUnpackOptions {
+                cache: std::path::absolute(&cache).map_err(|e| Error::io(&cache, e))?,
+                repo_id: a.hf_repo,
+                repo_type: a.repo_type.map(|t| t.as_str().to_string()),
+                revision: a.revision,
+                check_space: !a.no_space_check,
+            },
+            ui,
+        ),
+        None => unpack(
+            &a.bundle,
+            &a.trust,
+            UnpackOptions {
+                dest: a.dest.expect("clap requires --dest without --hf-cache"),
+                replace: a.replace,
+                allow_downgrade: a.allow_downgrade,
+                check_space: !a.no_space_check,
+            },
+            ui,
+        ),
+    }
+}
+
+fn unpack_hf(bundle: &Path, trust: &TrustArgs, opts: HfUnpackOptions, ui: &Ui) -> Result<Output> {
+    let trust = load_trust(trust)?;
+    let mut out = Output::default();
+    let opened = read::open(bundle, &trust)?;
+    out.warnings.extend(opened.warnings.iter().cloned());
+    let m = &opened.manifest;
+    out.set("name", &m.name);
+    out.set("version", m.version);
+    out.set("signer", opened.signer.key_id_hex());
+    let installed = install_hf::unpack_to_cache(&opened, &opts, ui)?;
+    for p in &installed.cleaned_stale {
+        out.warnings.push(format!(
+            "removed stale staging directory {} left by an interrupted unpack",
+            p.display()
+        ));
+    }
+    for f in &installed.findings {
+        out.warnings.push(format!(
+            "model check: {}: {} ({})",
+            f.path, f.problem, f.fix
+        ));
+    }
+    for b in &installed.blobs_repaired {
+        out.warnings.push(format!(
+            "{} did not hash to its name and was replaced by the verified copy from the bundle",
+            b.display()
+        ));
+    }
+    if installed.commit_derived {
+        out.warnings.push(format!(
+            "the bundle was packed from a directory, so it has no hub commit: installed as commit {} (the first 40 hex digits of its manifest's sha256)",
+            installed.commit
+        ));
+    }
+    if installed.ref_path.is_none() {
+        out.warnings.push(
+            "no ref was written: the revision is the commit itself, so huggingface_hub finds it only by commit id; pass --revision main (or another branch or tag) to name it".to_string(),
+        );
+    }
+    if let Some(old) = &installed.previous_commit {
+        out.warnings.push(format!(
+            "refs/{} named commit {old:?}; it now names {}",
+            installed.revision, installed.commit
+        ));
+    }
+    if let Value::Object(fields) = serde_json::to_value(&installed).expect("serialisable") {
+        out.json.extend(fields);
+    }
+    out.set("files", m.totals.files);
+    out.set("bytes", m.totals.file_bytes);
+    let state = match installed.snapshot_state {
+        SnapshotState::Created => "new snapshot",
+        SnapshotState::Merged => "added to the existing snapshot",
+        SnapshotState::Unchanged => "the snapshot already held every file",
+    };
+    out.line(format!(
+        "OK   installed {} version {} into the Hugging Face cache {} as {} {} (revision {}, commit {}): {} files ({}); {}, {} new blob(s), {} reused",
+        m.name,
+        m.version,
+        installed.cache.display(),
+        installed.repo_type,
+        installed.repo_id,
+        installed.revision,
+        installed.commit,
+        m.totals.files,
+        human(m.totals.file_bytes),
+        state,
+        installed.blobs_written,
+        installed.blobs_reused,
+    ));
+    Ok(out)
+}
+
 fn inspect(bundle: &Path, sha256sums: bool) -> Result<Output> {
     let (m, bytes, sig) = read::read_unverified(bundle)?;
     let mut out = Output::default();
@@ -379,6 +513,12 @@ fn inspect(bundle: &Path, sha256sums: bool) -> Result<Output> {
         sig.as_ref()
             .map_or("NONE (no manifest.json.minisig)".into(), |s| s.key_id_hex())
     ));
+    if let Some(src) = &m.source {
+        out.line(format!(
+            "source:      Hugging Face {} {}, revision {}, commit {}",
+            src.repo_type, src.repo_id, src.revision, src.commit
+        ));
+    }
     out.line(format!(
         "compression: {}{}",
         m.compression.algorithm,

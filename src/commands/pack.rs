@@ -3,17 +3,19 @@
 use std::io::IsTerminal;
 use std::path::Path;
 
-use airlock::bundle::write::{self, Compress, PackOptions};
+use airlock::bundle::write::{self, Compress, EtagCheck, PackOptions};
 use airlock::error::{Error, Result, human};
+use airlock::hfcache::{self, Snapshot};
+use airlock::inspect::{self, Finding, Severity, codes};
 use airlock::keys::SecretKey;
-use airlock::manifest;
+use airlock::manifest::{self, HfSource, Warning};
 use airlock::progress::Progress;
 use airlock::scan;
 use airlock::size::parse_size;
 use zeroize::Zeroizing;
 
 use super::{Output, password_from_file};
-use crate::cli::{CompressArg, PackArgs};
+use crate::cli::{CompressArg, PackArgs, RepoTypeArg};
 
 /// Loads a secret key, asking for its password when it is encrypted.
 pub fn load_secret_key(path: &Path, password_file: Option<&Path>) -> Result<SecretKey> {
@@ -64,21 +66,55 @@ pub fn run(a: PackArgs, ui: &dyn Progress) -> Result<Output> {
             "--volume-size must be at least 4096 bytes".into(),
         ));
     }
-    let name = match &a.name {
-        Some(n) => n.clone(),
-        None => std::fs::canonicalize(&a.model_dir)
-            .map_err(|e| Error::io(&a.model_dir, e))?
+    super::only_with(
+        "--hf-repo",
+        a.hf_repo.is_some(),
+        &[
+            ("--revision", a.revision.is_some()),
+            ("--hf-cache", a.hf_cache.is_some()),
+            ("--repo-type", a.repo_type.is_some()),
+        ],
+    )?;
+    let created = created_unix()?;
+    let mut out = Output::default();
+    let source = match &a.hf_repo {
+        Some(repo_id) => Some(open_hf_snapshot(&a, repo_id, &mut out)?),
+        None => None,
+    };
+    let name = match (&a.name, &a.hf_repo, &a.model_dir) {
+        (Some(n), _, _) => n.clone(),
+        (None, Some(repo_id), _) => repo_id.clone(),
+        (None, None, Some(dir)) => std::fs::canonicalize(dir)
+            .map_err(|e| Error::io(dir, e))?
             .file_name()
             .and_then(|n| n.to_str())
             .unwrap_or("model")
             .to_string(),
+        (None, None, None) => unreachable!("clap requires MODEL_DIR or --hf-repo"),
     };
     manifest::check_name(&name).map_err(|why| Error::Usage(format!("--name {why}")))?;
-    let created = created_unix()?;
     let key = load_secret_key(&a.key, a.password_file.as_deref())?;
-    let entries = scan::scan(&a.model_dir, &a.model_dir)?;
-    let mut out = Output::default();
-    let warnings = super::check::model_checks_for_pack(&a.model_dir, a.no_model_checks, &mut out)?;
+    let (entries, checked) = match &source {
+        Some(hf) => (
+            hf.snapshot.entries.clone(),
+            hf_model_checks(&hf.snapshot, a.no_model_checks, &mut out),
+        ),
+        None => {
+            let dir = a.model_dir.as_ref().expect("clap requires MODEL_DIR");
+            let entries = scan::scan(dir, dir)?;
+            let checked = super::check::model_checks_for_pack(dir, a.no_model_checks, &mut out);
+            (entries, checked)
+        }
+    };
+    let warnings = match checked {
+        Ok(w) => w,
+        // The findings already in `out` are the detail behind the error: keep them.
+        Err(e) => {
+            out.error = Some(e);
+            return Ok(out);
+        }
+    };
+    let hf = source;
     let workers = a.threads.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get() as u32)
@@ -108,7 +144,26 @@ pub fn run(a: PackArgs, ui: &dyn Progress) -> Result<Output> {
             chunk_size: manifest::DEFAULT_CHUNK_SIZE,
             created_unix: created,
             warnings,
-            source: None,
+            source: hf.as_ref().map(|hf| HfSource {
+                repo_id: hf.repo_id.clone(),
+                repo_type: hf.repo_type.to_string(),
+                revision: hf.revision.clone(),
+                commit: hf.snapshot.commit.clone(),
+                etags: Vec::new(),
+            }),
+            etags: hf
+                .as_ref()
+                .map(|hf| {
+                    hf.snapshot
+                        .etags
+                        .iter()
+                        .map(|e| match e {
+                            Some(e) => EtagCheck::Expect(e.clone()),
+                            None => EtagCheck::Compute,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
         },
         ui,
     )?;
@@ -129,6 +184,24 @@ pub fn run(a: PackArgs, ui: &dyn Progress) -> Result<Output> {
     );
     out.set("volume_bytes", m.totals.volume_bytes);
     out.set("compression", &m.compression.algorithm);
+    if let (Some(hf), Some(src)) = (&hf, &m.source) {
+        out.set("hf_cache", &hf.cache);
+        out.set("snapshot", &hf.snapshot.dir);
+        out.set(
+            "source",
+            serde_json::json!({
+                "repo_id": src.repo_id,
+                "repo_type": src.repo_type,
+                "revision": src.revision,
+                "commit": src.commit,
+            }),
+        );
+        out.set("listing_checked", hf.snapshot.listed);
+        out.line(format!(
+            "OK   every file of {} {} at commit {} matched its blob name (the hash the hub published)",
+            src.repo_type, src.repo_id, src.commit
+        ));
+    }
     out.line(format!(
         "OK   packed {} version {} into {}: {} files ({}) in {} volume(s) ({}), signed by {}",
         m.name,
@@ -141,4 +214,74 @@ pub fn run(a: PackArgs, ui: &dyn Progress) -> Result<Output> {
         key.public_key().key_id_hex()
     ));
     Ok(out)
+}
+
+/// A snapshot found in the cache, with where it came from.
+struct HfPack {
+    cache: std::path::PathBuf,
+    repo_id: String,
+    repo_type: &'static str,
+    revision: String,
+    snapshot: Snapshot,
+}
+
+fn open_hf_snapshot(a: &PackArgs, repo_id: &str, out: &mut Output) -> Result<HfPack> {
+    let cache = match &a.hf_cache {
+        Some(dir) => std::path::absolute(dir).map_err(|e| Error::io(dir, e))?,
+        None => hfcache::cache_dir_from_env()?,
+    };
+    let repo_type = a.repo_type.unwrap_or(RepoTypeArg::Model).as_str();
+    let revision = a
+        .revision
+        .clone()
+        .unwrap_or_else(|| hfcache::DEFAULT_REVISION.to_string());
+    let snapshot = hfcache::open_snapshot(&cache, repo_type, repo_id, &revision)?;
+    out.warnings.extend(snapshot.notes.iter().cloned());
+    Ok(HfPack {
+        cache,
+        repo_id: repo_id.to_string(),
+        repo_type,
+        revision,
+        snapshot,
+    })
+}
+
+/// The model checks on the snapshot's files (reached through their links), plus one error per
+/// file the hub's cached listing names that the snapshot lacks.
+fn hf_model_checks(snap: &Snapshot, skip_errors: bool, out: &mut Output) -> Result<Vec<Warning>> {
+    // Checked from the cache root: a blob may be a link into the cache-wide shared store
+    // (`CACHE/blobs/<xx>/<xet hash>`), outside the repository folder.
+    let root = snap.repo_folder.parent().unwrap_or(&snap.repo_folder);
+    let folder = snap
+        .repo_folder
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("");
+    let prefix = format!("{folder}/snapshots/{}/", snap.commit);
+    let mut findings: Vec<Finding> = Vec::new();
+    for e in &snap.entries {
+        if let scan::ScanEntry::File { path, .. } = e {
+            let rel = format!("{prefix}{path}");
+            for mut f in inspect::check_file(root, &rel).map_err(|e| Error::io(root, e))? {
+                if let Some(p) = f.path.strip_prefix(&prefix) {
+                    f.path = p.to_string();
+                }
+                findings.push(f);
+            }
+        }
+    }
+    for path in &snap.missing {
+        findings.push(Finding {
+            severity: Severity::Error,
+            code: codes::HF_FILE_MISSING,
+            path: path.clone(),
+            problem: format!(
+                "is listed in the hub's listing of commit {} (trees/{}.json) but is not in the snapshot: the download was interrupted or limited to some files",
+                snap.commit, snap.commit
+            ),
+            fix: "finish the download with huggingface_hub (`hf download ORG/NAME --revision REV`); if it was limited on purpose, pack with --no-model-checks".into(),
+        });
+    }
+    findings.sort_by(|a, b| (&a.path, a.code).cmp(&(&b.path, b.code)));
+    super::check::gate_findings(findings, skip_errors, out)
 }

@@ -1,8 +1,14 @@
-//! Progress display: an indicatif bar on a terminal, plain log lines on request, or nothing.
+//! Progress display on stderr: an indicatif bar on a terminal, plain log lines on request, or
+//! nothing.
+//!
+//! `--progress=auto` draws a bar only when stderr is a terminal that understands cursor
+//! movement; on a terminal whose `TERM` is unset or `dumb` it falls back to plain lines, and
+//! anywhere else (a pipe, a file, a CI log) it draws nothing. `--progress=bar` draws the bar
+//! even then, for whoever wants the escape sequences in a log. The bar is cleared before the
+//! command prints its result or error, so no redraw lands on top of them.
 
 use std::io::IsTerminal;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -15,116 +21,295 @@ use crate::cli::ProgressArg;
 /// How often `--progress=plain` prints a line.
 const PLAIN_EVERY: Duration = Duration::from_secs(5);
 
+/// Redraws per second of the live bar.
+const BAR_HZ: u8 = 10;
+
 /// The progress sink handed to the library.
-pub enum Ui {
-    /// Live bar.
-    Bar(ProgressBar),
-    /// Plain log lines.
-    Plain(PlainState),
-    /// Nothing.
+pub struct Ui {
+    display: Display,
+    /// The subcommand, to name its phases the way an operator thinks of them.
+    command: &'static str,
+}
+
+enum Display {
+    /// A live bar, a new one for each phase. `forced` draws even where indicatif would hide
+    /// the bar (not a terminal, `TERM=dumb`).
+    Bar {
+        bar: Mutex<Option<ProgressBar>>,
+        forced: bool,
+    },
+    Plain(Mutex<Plain>),
     Silent,
 }
 
-/// State of the plain logger.
-pub struct PlainState {
-    phase: Mutex<(String, u64, Instant, Instant)>,
-    done: AtomicU64,
+/// State of the plain logger: the phase, its size, progress, and when it last printed.
+struct Plain {
+    label: String,
+    total: u64,
+    done: u64,
+    item: String,
+    started: Instant,
+    printed: Instant,
+}
+
+/// What the display would be for these flags and this stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Choice {
+    Bar,
+    Plain,
+    Silent,
+}
+
+fn choose(arg: ProgressArg, quiet: bool, stderr_is_terminal: bool, term_is_dumb: bool) -> Choice {
+    if quiet {
+        return Choice::Silent;
+    }
+    match arg {
+        ProgressArg::None => Choice::Silent,
+        ProgressArg::Plain => Choice::Plain,
+        ProgressArg::Bar => Choice::Bar,
+        ProgressArg::Auto if !stderr_is_terminal => Choice::Silent,
+        ProgressArg::Auto if term_is_dumb => Choice::Plain,
+        ProgressArg::Auto => Choice::Bar,
+    }
+}
+
+/// The operator's name for a library phase.
+fn label(command: &str, phase: &str) -> String {
+    match (command, phase) {
+        ("unpack", "stream") => "unpack",
+        ("verify", "stream") => "deep check",
+        (_, "verify volumes") => "volumes",
+        (_, p) => p,
+    }
+    .to_string()
 }
 
 impl Ui {
     /// Picks the display from the flags and whether stderr is a terminal.
-    pub fn new(arg: ProgressArg, quiet: bool) -> Ui {
-        if quiet {
-            return Ui::Silent;
+    pub fn new(arg: ProgressArg, quiet: bool, command: &'static str) -> Ui {
+        let choice = choose(
+            arg,
+            quiet,
+            std::io::stderr().is_terminal(),
+            console::is_dumb(),
+        );
+        let display = match choice {
+            Choice::Silent => Display::Silent,
+            Choice::Plain => Display::Plain(Mutex::new(Plain {
+                label: String::new(),
+                total: 0,
+                done: 0,
+                item: String::new(),
+                started: Instant::now(),
+                printed: Instant::now(),
+            })),
+            Choice::Bar => Display::Bar {
+                bar: Mutex::new(None),
+                forced: arg == ProgressArg::Bar,
+            },
+        };
+        Ui { display, command }
+    }
+
+    /// Takes a live bar off the screen; called before the result or error is printed.
+    pub fn clear(&self) {
+        if let Display::Bar { bar, .. } = &self.display
+            && let Some(bar) = bar.lock().expect("progress lock").take()
+        {
+            bar.finish_and_clear();
         }
-        match arg {
-            ProgressArg::None => Ui::Silent,
-            ProgressArg::Plain => Ui::Plain(PlainState {
-                phase: Mutex::new((String::new(), 0, Instant::now(), Instant::now())),
-                done: AtomicU64::new(0),
-            }),
-            ProgressArg::Auto if !std::io::stderr().is_terminal() => Ui::Silent,
-            ProgressArg::Auto | ProgressArg::Bar => {
-                let bar =
-                    ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr_with_hz(10));
-                bar.set_style(
-                    ProgressStyle::with_template(
-                        "{prefix:>8} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta} {wide_msg}",
-                    )
-                    .expect("valid template")
-                    .progress_chars("=> "),
-                );
-                Ui::Bar(bar)
-            }
-        }
+    }
+}
+
+/// A bar for one phase, fully set up before its first draw.
+fn new_bar(label: String, total: u64, forced: bool) -> ProgressBar {
+    // indicatif hides a stderr target that is not a terminal (or is `dumb`); with
+    // `--progress=bar` the operator asked for the bar regardless.
+    let target = if forced {
+        ProgressDrawTarget::term_like_with_hz(Box::new(console::Term::buffered_stderr()), BAR_HZ)
+    } else {
+        ProgressDrawTarget::stderr_with_hz(BAR_HZ)
+    };
+    // Two lines, each sized to the terminal: the phase and the current file (model paths are
+    // long), then the bar and its numbers. One line would not fit 80 columns, and a line that
+    // wraps breaks the redraw.
+    let style = ProgressStyle::with_template(
+        "{prefix:>10} {wide_msg}\n           [{wide_bar}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
+    )
+    .expect("valid template")
+    .progress_chars("=> ");
+    ProgressBar::with_draw_target(Some(total), target)
+        .with_style(style)
+        .with_prefix(label)
+}
+
+fn plain_line(p: &Plain) -> String {
+    let secs = p.started.elapsed().as_secs_f64().max(0.001);
+    let rate = p.done as f64 / secs;
+    let percent = if p.total == 0 {
+        100.0
+    } else {
+        p.done as f64 * 100.0 / p.total as f64
+    };
+    let eta = if rate > 0.0 && p.total > p.done {
+        format!(", ETA {}", eta_text((p.total - p.done) as f64 / rate))
+    } else {
+        String::new()
+    };
+    let item = if p.item.is_empty() {
+        String::new()
+    } else {
+        format!(", {}", p.item)
+    };
+    format!(
+        "airlock: {}: {} of {} ({percent:.0}%), {}/s{eta}{item}",
+        p.label,
+        human(p.done),
+        human(p.total),
+        human(rate as u64),
+    )
+}
+
+fn eta_text(secs: f64) -> String {
+    let s = secs.round() as u64;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min {} s", s / 60, s % 60),
+        _ => format!("{} h {} min", s / 3600, (s % 3600) / 60),
     }
 }
 
 impl Progress for Ui {
     fn start(&self, phase: &str, total: u64) {
-        match self {
-            Ui::Bar(bar) => {
-                bar.reset();
-                bar.set_length(total);
-                bar.set_position(0);
-                bar.set_prefix(phase.to_string());
+        let label = label(self.command, phase);
+        match &self.display {
+            Display::Bar { bar, forced } => {
+                // A new phase gets a new bar: its own length, no file from the last phase, a
+                // fresh rate and ETA.
+                // The last phase's bar, if an error cut it short, goes first: two bars
+                // drawing on one terminal would each leave lines the other cannot clear.
+                let mut slot = bar.lock().expect("progress lock");
+                if let Some(old) = slot.take() {
+                    old.finish_and_clear();
+                }
+                let fresh = new_bar(label, total, *forced);
+                fresh.tick();
+                *slot = Some(fresh);
             }
-            Ui::Plain(state) => {
-                let mut p = state.phase.lock().expect("progress lock");
-                *p = (phase.to_string(), total, Instant::now(), Instant::now());
-                state.done.store(0, Ordering::Relaxed);
-                eprintln!("airlock: {phase}: {} to process", human(total));
+            Display::Plain(state) => {
+                let mut p = state.lock().expect("progress lock");
+                *p = Plain {
+                    label,
+                    total,
+                    done: 0,
+                    item: String::new(),
+                    started: Instant::now(),
+                    printed: Instant::now(),
+                };
+                eprintln!("airlock: {}: {} to process", p.label, human(total));
             }
-            Ui::Silent => {}
+            Display::Silent => {}
         }
     }
 
     fn advance(&self, bytes: u64) {
-        match self {
-            Ui::Bar(bar) => bar.inc(bytes),
-            Ui::Plain(state) => {
-                let done = state.done.fetch_add(bytes, Ordering::Relaxed) + bytes;
-                let mut p = state.phase.lock().expect("progress lock");
-                if p.3.elapsed() >= PLAIN_EVERY {
-                    p.3 = Instant::now();
-                    let secs = p.2.elapsed().as_secs_f64().max(0.001);
-                    eprintln!(
-                        "airlock: {}: {} of {} ({:.0}%), {}/s",
-                        p.0,
-                        human(done),
-                        human(p.1),
-                        if p.1 == 0 {
-                            100.0
-                        } else {
-                            done as f64 * 100.0 / p.1 as f64
-                        },
-                        human((done as f64 / secs) as u64)
-                    );
+        match &self.display {
+            Display::Bar { bar, .. } => {
+                if let Some(bar) = &*bar.lock().expect("progress lock") {
+                    bar.inc(bytes);
                 }
             }
-            Ui::Silent => {}
+            Display::Plain(state) => {
+                let mut p = state.lock().expect("progress lock");
+                p.done += bytes;
+                if p.printed.elapsed() >= PLAIN_EVERY {
+                    p.printed = Instant::now();
+                    eprintln!("{}", plain_line(&p));
+                }
+            }
+            Display::Silent => {}
         }
     }
 
     fn item(&self, name: &str) {
-        if let Ui::Bar(bar) = self {
-            bar.set_message(name.to_string());
+        match &self.display {
+            Display::Bar { bar, .. } => {
+                if let Some(bar) = &*bar.lock().expect("progress lock") {
+                    bar.set_message(name.to_string());
+                }
+            }
+            Display::Plain(state) => {
+                let mut p = state.lock().expect("progress lock");
+                p.item.clear();
+                p.item.push_str(name);
+            }
+            Display::Silent => {}
         }
     }
 
     fn finish(&self) {
-        match self {
-            Ui::Bar(bar) => bar.finish_and_clear(),
-            Ui::Plain(state) => {
-                let p = state.phase.lock().expect("progress lock");
+        match &self.display {
+            Display::Bar { .. } => self.clear(),
+            Display::Plain(state) => {
+                let p = state.lock().expect("progress lock");
+                let secs = p.started.elapsed().as_secs_f64();
                 eprintln!(
-                    "airlock: {}: done, {} in {:.1} s",
-                    p.0,
-                    human(state.done.load(Ordering::Relaxed)),
-                    p.2.elapsed().as_secs_f64()
+                    "airlock: {}: done, {} in {secs:.1} s ({}/s)",
+                    p.label,
+                    human(p.done),
+                    human((p.done as f64 / secs.max(0.001)) as u64)
                 );
             }
-            Ui::Silent => {}
+            Display::Silent => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_draws_only_on_a_capable_terminal() {
+        use Choice::*;
+        use ProgressArg as A;
+        assert_eq!(choose(A::Auto, false, true, false), Bar);
+        assert_eq!(choose(A::Auto, false, true, true), Plain);
+        assert_eq!(choose(A::Auto, false, false, false), Silent);
+        assert_eq!(choose(A::Bar, false, false, true), Bar);
+        assert_eq!(choose(A::Plain, false, false, false), Plain);
+        assert_eq!(choose(A::None, false, true, false), Silent);
+        for arg in [A::Auto, A::Bar, A::Plain, A::None] {
+            assert_eq!(choose(arg, true, true, false), Silent, "{arg:?}");
+        }
+    }
+
+    #[test]
+    fn phases_have_operator_names() {
+        assert_eq!(label("unpack", "stream"), "unpack");
+        assert_eq!(label("verify", "stream"), "deep check");
+        assert_eq!(label("verify", "verify volumes"), "volumes");
+        assert_eq!(label("pack", "pack"), "pack");
+    }
+
+    #[test]
+    fn plain_lines_carry_progress_rate_eta_and_file() {
+        let p = Plain {
+            label: "pack".into(),
+            total: 4 << 30,
+            done: 1 << 30,
+            item: "weights/model.safetensors".into(),
+            started: Instant::now() - Duration::from_secs(10),
+            printed: Instant::now(),
+        };
+        let line = plain_line(&p);
+        assert!(
+            line.starts_with("airlock: pack: 1.0 GiB of 4.0 GiB (25%), 102.4 MiB/s, ETA 30 s"),
+            "{line}"
+        );
+        assert!(line.ends_with(", weights/model.safetensors"), "{line}");
+        assert!(!line.contains('\r'));
+        assert_eq!(eta_text(3725.0), "1 h 2 min");
     }
 }

@@ -16,6 +16,9 @@ pub const EMPTY_WEIGHT_FILE: &str = "empty-weight-file";
 pub const DANGLING_SYMLINK: &str = "dangling-symlink";
 /// Error: a symlink that resolves outside the checked tree.
 pub const SYMLINK_ESCAPES_TREE: &str = "symlink-escapes-tree";
+/// Error: the hub's listing of a cached commit (`trees/<commit>.json`) names a file that the
+/// snapshot lacks: an interrupted download, or one limited to some files on purpose.
+pub const HF_FILE_MISSING: &str = "hf-file-missing";
 
 // safetensors: one code per refusal of the reference reader.
 

@@ -69,12 +69,12 @@ pub(crate) fn finding(rel: &str, pointer: &Pointer) -> Finding {
         codes::LFS_POINTER,
         rel,
         format!(
-            "is a Git LFS pointer, not the file itself: the real file is {}, oid {}",
+            "is a Git LFS pointer for a {} file, not the file itself (oid {})",
             human_size(pointer.size),
             pointer.oid
         ),
         "run `git lfs pull` in the source repository, or download the file with \
-         huggingface_hub (`hf download` or hf_hub_download), then pack again",
+         huggingface_hub (`hf download` or `hf_hub_download`), then pack again",
     )
 }
 

@@ -59,7 +59,7 @@ pub struct Finding {
     pub code: &'static str,
     /// The file, relative to the checked root, `/`-separated.
     pub path: String,
-    /// One sentence whose subject is the path (`<path> is a Git LFS pointer, not the file itself: …`): what is
+    /// One sentence whose subject is the path (`<path> is a Git LFS pointer for a 4.9 GB file, …`): what is
     /// wrong, with numbers, naming the error the reference reader would report where it has one.
     pub problem: String,
     /// One sentence: what to do about it.

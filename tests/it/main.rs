@@ -2,9 +2,12 @@
 
 mod cli;
 mod crash;
+mod hfcache;
 mod hostile;
 mod interop;
 mod model_checks;
 mod roundtrip;
 mod support;
 mod tamper;
+mod ux;
+mod workflow_checks;

@@ -458,3 +458,68 @@ fn compress_auto_stores_incompressible_weights_and_compresses_the_rest() {
         tree(&env.path("noise"))
     );
 }
+
+#[test]
+fn non_utf8_names_devices_and_escaping_links_are_refused_by_name() {
+    use std::os::unix::ffi::OsStrExt;
+    let env = Env::new();
+    env.model("m");
+    let bad = env
+        .path("m")
+        .join(std::ffi::OsStr::from_bytes(b"bad-\xff.txt"));
+    std::fs::write(&bad, b"x").unwrap();
+    let text = env.fails(1, &["pack", "m", "-o", "b", "--key", "k.key"]);
+    assert!(
+        text.contains("not valid UTF-8") && text.contains("bad-"),
+        "{text}"
+    );
+    std::fs::remove_file(&bad).unwrap();
+    std::os::unix::fs::symlink("../k.pub", env.path("m/escape.pub")).unwrap();
+    let text = env.fails(1, &["pack", "m", "-o", "b", "--key", "k.key"]);
+    assert!(
+        text.contains("escape.pub") && text.contains("outside"),
+        "{text}"
+    );
+    std::fs::remove_file(env.path("m/escape.pub")).unwrap();
+    let st = Command::new("mkfifo")
+        .arg(env.path("m/pipe"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let text = env.fails(1, &["pack", "m", "-o", "b", "--key", "k.key"]);
+    assert!(text.contains("pipe") && text.contains("FIFO"), "{text}");
+    assert!(!env.path("b").exists() && staging_leftovers(env.dir.path()).is_empty());
+}
+
+#[test]
+fn thousands_of_directories_do_not_need_thousands_of_descriptors() {
+    let env = Env::new();
+    for i in 0..400 {
+        env.write(&format!("m/d{:03}/sub/f.txt", i), format!("{i}").as_bytes());
+    }
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--compress",
+        "none",
+    ]);
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 256 && exec {} unpack b --trust k.pub --dest out",
+            env!("CARGO_BIN_EXE_airlock")
+        ))
+        .current_dir(env.dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(tree_without_receipt(&env.path("out")), tree(&env.path("m")));
+}

@@ -44,7 +44,12 @@ fn flipped_bit_in_a_volume_is_named_with_its_byte_range() {
         text.contains("data.002") && text.contains("fails its sha256"),
         "{text}"
     );
-    assert!(text.contains("other 4 of 5 volumes are good"), "{text}");
+    assert!(
+        text.contains("volume data.002 of 5 fails its sha256")
+            && text.contains("the other 4 are good")
+            && text.contains("copy data.002 again from the staging host"),
+        "{text}"
+    );
     let (code, j) = env.json(&["verify", "b", "--trust", "k.pub", "--deep"]);
     assert_eq!(code, 3);
     assert_eq!(j["bad_volumes"][0]["volume"], "data.002");

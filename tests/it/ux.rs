@@ -1,0 +1,528 @@
+//! What a person sees: every `--help`, the main error messages and the `--json` failure shape
+//! as snapshots (tests/it/snapshots/), and the progress display on a terminal, in a pipe and
+//! as plain lines.
+//!
+//! Snapshots are stable across machines: commands run inside the test's temp tree with
+//! relative paths, `SOURCE_DATE_EPOCH` fixed, the checked-in test key (fixed key id), help
+//! wrapped at 100 columns, and stdin detached so the caller's terminal width cannot leak in.
+//! After an intended change, review with `cargo insta review` or rerun with
+//! `INSTA_UPDATE=always` and read the diff.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use crate::support::*;
+
+/// An `Env` whose key pair is testdata/keys/test.*, so key ids are the same everywhere.
+fn fixed_env() -> Env {
+    let env = Env::new();
+    let keys = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/keys");
+    std::fs::copy(keys.join("test.key"), env.path("k.key")).unwrap();
+    std::fs::copy(keys.join("test.pub"), env.path("k.pub")).unwrap();
+    std::fs::copy(keys.join("other.pub"), env.path("other.pub")).unwrap();
+    env
+}
+
+fn airlock(env: &Env, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_airlock"));
+    cmd.args(args)
+        .current_dir(env.dir.path())
+        .env_remove("AIRLOCK_TRUST")
+        .env("SOURCE_DATE_EPOCH", "1700000000")
+        .env("COLUMNS", "100")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// The command line, what it printed (stdout, then stderr) and its exit code, as a person
+/// reads a terminal session.
+fn session(env: &Env, runs: &[&[&str]]) -> String {
+    let mut text = String::new();
+    for args in runs {
+        let out = airlock(env, args).output().expect("run airlock");
+        text.push_str(&format!("$ airlock {}\n", args.join(" ")));
+        text.push_str(&String::from_utf8_lossy(&out.stdout));
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+        text.push_str(&format!("[exit {}]\n", out.status.code().unwrap_or(-1)));
+    }
+    text
+}
+
+#[test]
+fn help_of_every_command() {
+    let env = Env::new();
+    for cmd in [
+        "",
+        "keygen",
+        "pack",
+        "verify",
+        "unpack",
+        "inspect",
+        "check",
+        "completions",
+        "man",
+    ] {
+        let args: Vec<&str> = [cmd, "--help"]
+            .into_iter()
+            .filter(|a| !a.is_empty())
+            .collect();
+        let out = airlock(&env, &args).output().unwrap();
+        assert!(out.status.success(), "{args:?}");
+        assert!(out.stderr.is_empty(), "{args:?}");
+        let name = if cmd.is_empty() {
+            "help".to_string()
+        } else {
+            format!("help_{cmd}")
+        };
+        insta::assert_snapshot!(name, String::from_utf8(out.stdout).unwrap());
+    }
+}
+
+fn packed_in_volumes(env: &Env) {
+    env.model("m");
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--compress",
+        "none",
+        "--volume-size",
+        "100000",
+    ]);
+}
+
+fn flip_byte(path: &Path, at: usize) {
+    let mut v = std::fs::read(path).unwrap();
+    v[at] ^= 0x20;
+    std::fs::write(path, v).unwrap();
+}
+
+#[test]
+fn errors_about_damaged_volumes() {
+    let env = fixed_env();
+    packed_in_volumes(&env);
+    flip_byte(&env.path("b/data.002"), 5000);
+    let mut runs: Vec<&[&str]> = vec![
+        &["verify", "b", "--trust", "k.pub"],
+        &["unpack", "b", "--trust", "k.pub", "--dest", "out"],
+    ];
+    insta::assert_snapshot!("errors_damaged_volume", session(&env, &runs));
+    std::fs::remove_file(env.path("b/data.004")).unwrap();
+    std::fs::copy(env.path("b/data.000"), env.path("b/data.007")).unwrap();
+    runs.push(&["verify", "b", "--trust", "k.pub", "--deep"]);
+    insta::assert_snapshot!("errors_several_volumes", session(&env, &runs));
+}
+
+#[test]
+fn errors_about_trust_and_bundles() {
+    let env = fixed_env();
+    packed_in_volumes(&env);
+    std::fs::create_dir(env.path("empty")).unwrap();
+    let text = session(
+        &env,
+        &[
+            &["verify", "b"],
+            &["verify", "b", "--trust", "other.pub"],
+            &["verify", "b", "--trust", "missing.pub"],
+            &["verify", "b", "--trust", "empty"],
+            &["verify", "b", "--trust", "k.key"],
+            &["verify", "nowhere", "--trust", "k.pub"],
+            &["verify", "m", "--trust", "k.pub"],
+        ],
+    );
+    std::fs::remove_file(env.path("b/manifest.json.minisig")).unwrap();
+    let text = text
+        + &session(
+            &env,
+            &[&["unpack", "b", "--trust", "k.pub", "--dest", "out"]],
+        );
+    insta::assert_snapshot!("errors_trust", text);
+}
+
+#[test]
+fn errors_when_packing() {
+    let env = fixed_env();
+    env.model("m");
+    env.write(
+        "lfs/model.safetensors",
+        b"version https://git-lfs.github.com/spec/v1\n\
+          oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n\
+          size 4900000000\n",
+    );
+    env.write("dangling/config.json", b"{}");
+    std::os::unix::fs::symlink("nowhere.bin", env.path("dangling/weights.bin")).unwrap();
+    let text = session(
+        &env,
+        &[
+            &["pack", "lfs", "-o", "b1", "--key", "k.key"],
+            &["pack", "dangling", "-o", "b2", "--key", "k.key"],
+            &["pack", "m", "-o", "b3", "--key", "k.pub"],
+            &[
+                "pack",
+                "m",
+                "-o",
+                "b4",
+                "--key",
+                "k.key",
+                "--volume-size",
+                "1K",
+            ],
+            &["pack", "nowhere", "-o", "b5", "--key", "k.key"],
+        ],
+    );
+    insta::assert_snapshot!("errors_pack", text);
+}
+
+#[test]
+fn errors_when_installing_and_checking() {
+    let env = fixed_env();
+    env.model("m");
+    env.ok(&["pack", "m", "-o", "v1", "--key", "k.key"]);
+    env.ok(&["pack", "m", "-o", "v2", "--key", "k.key", "--version", "2"]);
+    env.ok(&["unpack", "v2", "--trust", "k.pub", "--dest", "out"]);
+    env.write("out/config.json", b"{\"model_type\": \"changed\"}\n");
+    std::fs::remove_file(env.path("out/run.sh")).unwrap();
+    let text = session(
+        &env,
+        &[
+            &["unpack", "v1", "--trust", "k.pub", "--dest", "out"],
+            &[
+                "unpack",
+                "v1",
+                "--trust",
+                "k.pub",
+                "--dest",
+                "out",
+                "--replace",
+            ],
+            &["unpack", "v1", "--trust", "k.pub", "--dest", "no/such/dir"],
+            &["check", "out"],
+            &["check", "m", "--trust", "k.pub"],
+        ],
+    );
+    insta::assert_snapshot!("errors_install", text);
+}
+
+#[test]
+fn json_failures_have_one_shape() {
+    let env = fixed_env();
+    env.model("m");
+    let text = session(
+        &env,
+        &[
+            &["--json", "pack", "m", "--levl", "3"],
+            &["--json", "pack", "m"],
+            &["--json", "frobnicate"],
+            &["--json", "completions", "bash"],
+            &["man", "--json"],
+            &["--json", "verify", "m", "--trust", "k.pub"],
+        ],
+    );
+    insta::assert_snapshot!("json_failures", text);
+    // Every failure document has the common fields, whatever failed.
+    for args in [
+        &["--json", "pack", "--levl"][..],
+        &["--json", "unpack"],
+        &["--json"],
+        &["--json", "check", "m", "--sizes-only=yes"],
+        &["--json", "man"],
+    ] {
+        let out = airlock(&env, args).output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: not one JSON document: {e}"));
+        assert_eq!(v["ok"], false, "{args:?}");
+        assert_eq!(v["exit_code"], 2, "{args:?}");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(v["warnings"].is_array(), "{args:?}");
+        assert_eq!(v["error"]["kind"], "usage", "{args:?}");
+        assert!(v["error"]["message"].is_string(), "{args:?}");
+        assert!(v["error"]["hint"].is_string() || v["error"]["hint"].is_null());
+        assert!(out.stderr.is_empty(), "{args:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Progress
+
+/// A model big enough for the bar to draw several frames: 300 MiB of sparse zeros (no disk
+/// used, fast to read), next to a config.
+fn big_model(env: &Env) {
+    env.write("big/config.json", b"{\"model_type\": \"test\"}\n");
+    let f = std::fs::File::create(env.path("big/weights.raw")).unwrap();
+    f.set_len(300 << 20).unwrap();
+}
+
+/// Runs airlock on a pseudo-terminal (util-linux `script`) 160 columns wide; returns what the
+/// terminal received and the exit code.
+fn on_terminal(env: &Env, args: &[&str]) -> (String, i32) {
+    let probe = Command::new("script").arg("--version").output();
+    assert!(
+        probe.is_ok_and(|o| o.status.success()),
+        "`script` from util-linux is needed to test the progress bar on a terminal: \
+         install it (Debian: apt-get install bsdutils, or run scripts/setup.sh) and run the tests again"
+    );
+    let quoted: Vec<String> = std::iter::once(env!("CARGO_BIN_EXE_airlock"))
+        .chain(args.iter().copied())
+        .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
+        .collect();
+    let out = Command::new("script")
+        .args([
+            "-qfec",
+            &format!("stty cols 160 rows 40; exec {}", quoted.join(" ")),
+        ])
+        .arg("/dev/null")
+        .current_dir(env.dir.path())
+        .env_remove("AIRLOCK_TRUST")
+        .env("SOURCE_DATE_EPOCH", "1700000000")
+        .env("TERM", "xterm-256color")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run script");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        out.status.code().unwrap_or(-1),
+    )
+}
+
+/// What a terminal `width` columns wide shows after receiving `raw`: enough of VT100 for
+/// indicatif's redraws (CR, LF, cursor up and down, erase line, deferred autowrap); other
+/// escape sequences are ignored.
+fn screen(raw: &str, width: usize) -> Vec<String> {
+    let mut rows: Vec<Vec<char>> = vec![Vec::new()];
+    let (mut r, mut c) = (0usize, 0usize);
+    let mut chars = raw.chars().peekable();
+    while let Some(ch) = chars.next() {
+        while rows.len() <= r {
+            rows.push(Vec::new());
+        }
+        match ch {
+            '\r' => c = 0,
+            '\n' => {
+                r += 1;
+                c = 0;
+            }
+            '\x1b' if chars.peek() == Some(&'[') => {
+                chars.next();
+                let mut param = String::new();
+                let mut last = ' ';
+                for x in chars.by_ref() {
+                    if x.is_ascii_alphabetic() || x == '@' || x == '~' {
+                        last = x;
+                        break;
+                    }
+                    param.push(x);
+                }
+                let n = param.parse::<usize>().unwrap_or(1);
+                match last {
+                    'A' => r = r.saturating_sub(n),
+                    'B' => r += n,
+                    'C' => c += n,
+                    'D' => c = c.saturating_sub(n),
+                    'K' if param == "2" => rows[r].clear(),
+                    'K' => rows[r].truncate(c),
+                    'J' => {
+                        rows.truncate(r + 1);
+                        rows[r].truncate(c);
+                    }
+                    _ => {}
+                }
+            }
+            ch if ch.is_control() => {}
+            ch => {
+                if c >= width {
+                    r += 1;
+                    c = 0;
+                    while rows.len() <= r {
+                        rows.push(Vec::new());
+                    }
+                }
+                let row = &mut rows[r];
+                while row.len() < c {
+                    row.push(' ');
+                }
+                if c < row.len() {
+                    row[c] = ch;
+                } else {
+                    row.push(ch);
+                }
+                c += 1;
+            }
+        }
+    }
+    rows.into_iter()
+        .map(|row| row.into_iter().collect::<String>().trim_end().to_string())
+        .filter(|row| !row.is_empty())
+        .collect()
+}
+
+#[test]
+fn the_screen_model_follows_indicatif_redraws() {
+    let raw = "  pack a\n[=>  ] 1\x1b[1A\r\x1b[2K\x1b[1B\r\x1b[2K\x1b[1AOK done\r\n";
+    assert_eq!(screen(raw, 80), ["OK done"]);
+    assert_eq!(screen("abcdef", 4), ["abcd", "ef"]);
+}
+
+#[test]
+fn progress_bar_on_a_terminal() {
+    let env = fixed_env();
+    big_model(&env);
+
+    // pack: the bar with the byte counter and the current file; gone once the result prints.
+    let (raw, code) = on_terminal(&env, &["pack", "big", "-o", "b", "--key", "k.key"]);
+    assert_eq!(code, 0, "{raw}");
+    for needle in ["pack", "[=", "300.00 MiB", "weights.raw", "ETA"] {
+        assert!(
+            raw.contains(needle),
+            "no {needle:?} on the terminal: {raw:?}"
+        );
+    }
+    let shown = screen(&raw, 160);
+    assert_eq!(shown.len(), 1, "the bar was not cleared: {shown:#?}");
+    assert!(shown[0].starts_with("OK   packed big"), "{shown:#?}");
+
+    // verify --deep: one pass over the volumes checks their chunk digests and the files.
+    let (raw, code) = on_terminal(&env, &["verify", "b", "--trust", "k.pub", "--deep"]);
+    assert_eq!(code, 0, "{raw}");
+    for needle in ["deep check", "weights.raw"] {
+        assert!(
+            raw.contains(needle),
+            "no {needle:?} on the terminal: {raw:?}"
+        );
+    }
+    let shown = screen(&raw, 160);
+    assert_eq!(shown.len(), 1, "{shown:#?}");
+    assert!(shown[0].starts_with("OK   big version 1"), "{shown:#?}");
+
+    // unpack: the file being installed.
+    let (raw, code) = on_terminal(&env, &["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
+    assert_eq!(code, 0, "{raw}");
+    assert!(
+        raw.contains("unpack") && raw.contains("weights.raw"),
+        "{raw:?}"
+    );
+    assert_eq!(screen(&raw, 160).len(), 1);
+
+    // check: hashing the installed files.
+    let (raw, code) = on_terminal(&env, &["check", "out"]);
+    assert_eq!(code, 0, "{raw}");
+    assert!(
+        raw.contains("hash") && raw.contains("weights.raw"),
+        "{raw:?}"
+    );
+
+    // A failure part-way: the error and hint stand alone, no bar drawn over or around them.
+    flip_byte(&env.path("b/data.000"), 200);
+    let (raw, code) = on_terminal(&env, &["unpack", "b", "--trust", "k.pub", "--dest", "out2"]);
+    assert_eq!(code, 3, "{raw}");
+    let shown = screen(&raw, 160);
+    assert!(
+        shown.len() >= 2
+            && shown[0].starts_with("airlock: error: volume data.000 of 1 ")
+            && shown
+                .last()
+                .unwrap()
+                .starts_with("airlock: hint: copy data.000 again"),
+        "{shown:#?}"
+    );
+    assert!(!shown.iter().any(|l| l.contains("ETA")), "{shown:#?}");
+
+    // --quiet: nothing but the result's absence.
+    let (raw, code) = on_terminal(&env, &["-q", "verify", "b", "--trust", "k.pub"]);
+    assert_eq!(code, 3);
+    assert!(!raw.contains("ETA"), "{raw:?}");
+}
+
+#[test]
+fn progress_in_a_pipe() {
+    let env = fixed_env();
+    big_model(&env);
+
+    // auto: stderr is not a terminal, so nothing is drawn, with or without --json.
+    let out = airlock(&env, &["pack", "big", "-o", "b", "--key", "k.key"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    let out = airlock(
+        &env,
+        &["--json", "verify", "b", "--trust", "k.pub", "--deep"],
+    )
+    .output()
+    .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap();
+
+    // plain: log lines, each a whole line, no carriage returns or escapes.
+    let out = airlock(
+        &env,
+        &[
+            "--progress=plain",
+            "unpack",
+            "b",
+            "--trust",
+            "k.pub",
+            "--dest",
+            "out",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(!err.contains('\r') && !err.contains('\x1b'), "{err:?}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(
+        lines
+            .first()
+            .is_some_and(|l| *l == "airlock: unpack: 300.0 MiB to process")
+            && lines
+                .last()
+                .is_some_and(|l| l.starts_with("airlock: unpack: done, 300.0 MiB in ")),
+        "{err}"
+    );
+    assert!(
+        lines.iter().all(|l| l.starts_with("airlock: unpack: ")),
+        "{err}"
+    );
+
+    let out = airlock(
+        &env,
+        &[
+            "--progress",
+            "plain",
+            "verify",
+            "b",
+            "--trust",
+            "k.pub",
+            "--deep",
+        ],
+    )
+    .output()
+    .unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("airlock: deep check: ") && err.contains("done"),
+        "{err}"
+    );
+
+    // bar: drawn even into a pipe, because it was asked for.
+    let out = airlock(&env, &["--progress=bar", "verify", "b", "--trust", "k.pub"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("volumes") && err.contains('['), "{err:?}");
+
+    // --quiet wins over any --progress, and prints no result line either.
+    let out = airlock(
+        &env,
+        &["-q", "--progress=plain", "verify", "b", "--trust", "k.pub"],
+    )
+    .output()
+    .unwrap();
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty() && out.stderr.is_empty());
+}
