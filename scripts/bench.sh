@@ -88,6 +88,13 @@ if [ -z "$SYNTH" ]; then
     exit 2
 fi
 
+for t in openssl zstd tar sha256sum /usr/bin/time "$VENV/bin/model_signing" "$VENV/bin/bagit.py"; do
+    if ! command -v "$t" >/dev/null; then
+        echo "bench.sh: $t is missing (run without --no-install to install the peers)" >&2
+        exit 2
+    fi
+done
+
 # ---- airlock --------------------------------------------------------------------------------
 if [ -z "$BIN" ]; then
     log "building airlock (release)"
@@ -251,6 +258,7 @@ for size in sizes:
             cratio = cmed((size, kind, a)) / cp if cp > 0 else float("inf")
             met = "" if target is None else ("yes" if ratio <= target else "**no**")
             tg = "" if target is None else f"≤ {target:.2f}"
+            pn = pn.replace("|", "\\|")  # a pipe inside a table cell
             print(f"| {size} | {kind} | `{an}` | `{pn}` | {ma:.2f} | {mp:.2f} | {ratio:.2f} | {tg} | {met} | {cratio:.2f} |")
 print("\nPeak RSS of airlock (median of runs, MiB; target < 64):\n")
 labels = ["pack-none", "pack-zstd", "verify", "verify-deep", "unpack-none", "unpack-zstd", "check"]
