@@ -320,7 +320,8 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
     Ok(out)
 }
 
-fn unpack(bundle: &Path, trust: &TrustArgs, opts: UnpackOptions, ui: &Ui) -> Result<Output> {
+/// Verifies the bundle's signature for an unpack and starts its output.
+fn open_for_unpack(bundle: &Path, trust: &TrustArgs) -> Result<(read::Opened, Output)> {
     let trust = load_trust(trust)?;
     let mut out = Output::default();
     let opened = read::open(bundle, &trust)?;
@@ -329,19 +330,34 @@ fn unpack(bundle: &Path, trust: &TrustArgs, opts: UnpackOptions, ui: &Ui) -> Res
     out.set("name", &m.name);
     out.set("version", m.version);
     out.set("signer", opened.signer.key_id_hex());
-    let installed = install::unpack(&opened, &opts, ui)?;
-    for p in &installed.cleaned_stale {
+    Ok((opened, out))
+}
+
+/// What every install reports: stale staging it removed and model-check findings.
+fn report_install(
+    out: &mut Output,
+    cleaned_stale: &[PathBuf],
+    findings: &[airlock::inspect::Finding],
+) {
+    for p in cleaned_stale {
         out.warnings.push(format!(
             "removed stale staging directory {} left by an interrupted unpack",
             p.display()
         ));
     }
-    for f in &installed.findings {
+    for f in findings {
         out.warnings.push(format!(
             "model check: {}: {} ({})",
             f.path, f.problem, f.fix
         ));
     }
+}
+
+fn unpack(bundle: &Path, trust: &TrustArgs, opts: UnpackOptions, ui: &Ui) -> Result<Output> {
+    let (opened, mut out) = open_for_unpack(bundle, trust)?;
+    let m = &opened.manifest;
+    let installed = install::unpack(&opened, &opts, ui)?;
+    report_install(&mut out, &installed.cleaned_stale, &installed.findings);
     out.set("findings", &installed.findings);
     out.set("dest", &installed.dest);
     out.set("replaced", installed.replaced);
@@ -397,27 +413,10 @@ fn unpack_command(a: UnpackArgs, ui: &Ui) -> Result<Output> {
 }
 
 fn unpack_hf(bundle: &Path, trust: &TrustArgs, opts: HfUnpackOptions, ui: &Ui) -> Result<Output> {
-    let trust = load_trust(trust)?;
-    let mut out = Output::default();
-    let opened = read::open(bundle, &trust)?;
-    out.warnings.extend(opened.warnings.iter().cloned());
+    let (opened, mut out) = open_for_unpack(bundle, trust)?;
     let m = &opened.manifest;
-    out.set("name", &m.name);
-    out.set("version", m.version);
-    out.set("signer", opened.signer.key_id_hex());
     let installed = install_hf::unpack_to_cache(&opened, &opts, ui)?;
-    for p in &installed.cleaned_stale {
-        out.warnings.push(format!(
-            "removed stale staging directory {} left by an interrupted unpack",
-            p.display()
-        ));
-    }
-    for f in &installed.findings {
-        out.warnings.push(format!(
-            "model check: {}: {} ({})",
-            f.path, f.problem, f.fix
-        ));
-    }
+    report_install(&mut out, &installed.cleaned_stale, &installed.findings);
     for b in &installed.blobs_repaired {
         out.warnings.push(format!(
             "{} did not hash to its name and was replaced by the verified copy from the bundle",

@@ -286,8 +286,7 @@ fn pack_refuses_existing_output_and_leaves_nothing_on_failure() {
         text.contains("dangling.bin") && text.contains("dangling symlink"),
         "{text}"
     );
-    assert!(!env.path("b").exists());
-    assert!(staging_leftovers(env.dir.path()).is_empty());
+    env.assert_nothing_packed("b");
 }
 
 #[test]
@@ -336,8 +335,7 @@ fn file_changing_during_pack_fails_the_pack() {
         text.contains("growing.bin") && text.contains("changed while being packed"),
         "{text}"
     );
-    assert!(!env.path("b").exists());
-    assert!(staging_leftovers(env.dir.path()).is_empty());
+    env.assert_nothing_packed("b");
 }
 
 #[test]
@@ -488,7 +486,7 @@ fn non_utf8_names_devices_and_escaping_links_are_refused_by_name() {
     assert!(st.success());
     let text = env.fails(1, &["pack", "m", "-o", "b", "--key", "k.key"]);
     assert!(text.contains("pipe") && text.contains("FIFO"), "{text}");
-    assert!(!env.path("b").exists() && staging_leftovers(env.dir.path()).is_empty());
+    env.assert_nothing_packed("b");
 }
 
 #[test]

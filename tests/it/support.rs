@@ -71,6 +71,15 @@ impl Env {
         (out.status.code().expect("exit code"), v)
     }
 
+    /// Asserts a failed pack left neither the bundle `name` nor any work directory behind.
+    pub fn assert_nothing_packed(&self, name: &str) {
+        assert!(!self.path(name).exists(), "{name} was created");
+        assert!(
+            staging_leftovers(self.dir.path()).is_empty(),
+            "work directories left behind"
+        );
+    }
+
     /// Writes a file (creating parents).
     pub fn write(&self, rel: &str, bytes: &[u8]) {
         let p = self.path(rel);

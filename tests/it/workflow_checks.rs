@@ -26,7 +26,7 @@ fn pack_refuses_an_lfs_pointer_and_names_the_fix() {
         text.contains("model.safetensors") && text.contains("git lfs pull"),
         "{text}"
     );
-    assert!(!env.path("b").exists() && staging_leftovers(env.dir.path()).is_empty());
+    env.assert_nothing_packed("b");
     // Forced through, the finding travels in the manifest.
     env.ok(&[
         "pack",
