@@ -76,6 +76,14 @@ pub enum Error {
         /// Why it is refused.
         reason: String,
     },
+    /// The model has so many entries that its manifest would be larger than readers accept.
+    #[error("{}: {reason}", path.display())]
+    ManifestTooLarge {
+        /// The bundle that was to be written.
+        path: PathBuf,
+        /// How large, with how many entries, against which limit.
+        reason: String,
+    },
     /// A source file changed while it was being packed.
     #[error("{}: changed while being packed: {what}", path.display())]
     SourceChanged {
@@ -248,7 +256,9 @@ impl Error {
                 | KeyError::KeyIdMismatch { .. } => EXIT_VERIFY,
                 _ => EXIT_OPERATIONAL,
             },
-            Error::Source { .. } | Error::NotCached { .. } => EXIT_OPERATIONAL,
+            Error::Source { .. } | Error::NotCached { .. } | Error::ManifestTooLarge { .. } => {
+                EXIT_OPERATIONAL
+            }
             Error::Usage(_) | Error::Arguments { .. } => EXIT_USAGE,
             Error::ModelChecks { .. }
             | Error::MissingSignature { .. }
@@ -288,6 +298,7 @@ impl Error {
             Error::BlobMismatch { .. } => "blob-mismatch",
             Error::HfCache { .. } => "hf-cache",
             Error::NotCached { .. } => "not-cached",
+            Error::ManifestTooLarge { .. } => "manifest-too-large",
         }
     }
 
@@ -312,6 +323,9 @@ impl Error {
             Error::Key { source, .. } => return key_hint(source),
             Error::Source { .. } => {
                 "a bundle carries regular files and directories only: fix, replace or move that path out of the model directory, then pack again".into()
+            }
+            Error::ManifestTooLarge { .. } => {
+                "pack the model as several bundles (one per subdirectory), or put its many small files into an archive file first".into()
             }
             Error::SourceChanged { .. } => {
                 "stop whatever writes to the model directory (a download, a training job), then pack again".into()

@@ -21,4 +21,5 @@ pub mod receipt;
 pub mod scan;
 pub mod size;
 pub mod tar;
+pub mod verify;
 pub mod writeback;

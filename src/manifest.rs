@@ -14,10 +14,14 @@ use crate::tar;
 
 /// The `format` field of every manifest.
 pub const FORMAT_ID: &str = "airlock-bundle";
-/// The format version this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
-/// Largest manifest accepted, in bytes.
-pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
+/// The format version this build writes. It reads this one and every earlier one.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format version this build reads.
+pub const OLDEST_FORMAT_VERSION: u32 = 1;
+/// Largest manifest accepted, in bytes, by readers and by the packer alike (FORMAT.md,
+/// section 2): the packer refuses a model whose manifest would be larger, so airlock never
+/// writes a bundle it would refuse to read.
+pub const MAX_MANIFEST_BYTES: u64 = 256 << 20;
 /// File name of the manifest inside a bundle.
 pub const MANIFEST_NAME: &str = "manifest.json";
 /// File name of the manifest's minisign signature inside a bundle.
@@ -25,7 +29,12 @@ pub const SIGNATURE_NAME: &str = "manifest.json.minisig";
 /// Default chunk size for the per-volume chunk digests.
 pub const DEFAULT_CHUNK_SIZE: u64 = 64 << 20;
 
-/// The bundle manifest (format version 1). `docs/FORMAT.md` is normative.
+/// The bundle manifest (format versions 1 and 2). `docs/FORMAT.md` is normative.
+///
+/// Parsing is strict: a field this build does not know is refused, never ignored, so a
+/// manifest that uses a later extension (the reserved `base` and `parity` objects) is refused
+/// cleanly by a reader that cannot honour it. An optional field is either absent or has a
+/// value: `null` is refused for every field.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
@@ -59,7 +68,11 @@ pub struct Manifest {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<Warning>,
     /// Where the model came from, when packed from a Hugging Face cache.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
     pub source: Option<HfSource>,
 }
 
@@ -70,7 +83,11 @@ pub struct Compression {
     /// `zstd` or `none`.
     pub algorithm: String,
     /// The zstd level used (informative).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
     pub level: Option<i32>,
 }
 
@@ -90,8 +107,14 @@ pub struct Volume {
     pub name: String,
     /// Size in bytes.
     pub size: u64,
-    /// SHA-256 of the whole volume, lowercase hex.
-    pub sha256: String,
+    /// SHA-256 of the whole volume, lowercase hex: required in format version 1, absent in
+    /// version 2 (the signed chunk digests are the authority on a volume's content).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub sha256: Option<String>,
     /// SHA-256 of each `chunk_size` piece of the volume, in order (the last may be shorter).
     pub chunks: Vec<String>,
 }
@@ -169,6 +192,16 @@ impl Expected<'_> {
             Expected::File(f) => &f.path,
         }
     }
+}
+
+/// Deserialises an optional field that, when present, must have a value: `null` is refused
+/// (absent is the only way to leave an optional field out; FORMAT.md, section 7.1).
+fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
 }
 
 fn is_hex64(s: &str) -> bool {
@@ -263,9 +296,9 @@ impl Manifest {
         if self.format != FORMAT_ID {
             return Err(format!("has format {:?}, not {FORMAT_ID:?}", self.format));
         }
-        if self.format_version != FORMAT_VERSION {
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&self.format_version) {
             return Err(format!(
-                "has format version {}, this airlock reads version {FORMAT_VERSION}",
+                "has format version {}, this airlock reads versions {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION}",
                 self.format_version
             ));
         }
@@ -316,7 +349,23 @@ impl Manifest {
             if v.size == 0 {
                 return Err(format!("lists volume {} with size 0", v.name));
             }
-            if !is_hex64(&v.sha256) || !v.chunks.iter().all(|c| is_hex64(c)) {
+            match (self.format_version, &v.sha256) {
+                (1, None) => {
+                    return Err(format!(
+                        "lists volume {} without the sha256 format version 1 requires",
+                        v.name
+                    ));
+                }
+                (2.., Some(_)) => {
+                    return Err(format!(
+                        "lists volume {} with a sha256, which format version 2 does not have (the chunk digests are the authority)",
+                        v.name
+                    ));
+                }
+                _ => {}
+            }
+            if !v.sha256.as_deref().is_none_or(is_hex64) || !v.chunks.iter().all(|c| is_hex64(c))
+            {
                 return Err(format!("has a malformed sha256 for volume {}", v.name));
             }
             if v.chunks.len() as u64 != v.size.div_ceil(self.chunk_size) {
@@ -572,7 +621,7 @@ mod tests {
             volumes: vec![Volume {
                 name: "data.000".into(),
                 size: stream,
-                sha256: "2".repeat(64),
+                sha256: Some("2".repeat(64)),
                 chunks: vec!["3".repeat(64); stream.div_ceil(4096) as usize],
             }],
             directories,
@@ -628,7 +677,20 @@ mod tests {
                     m.files[1].path = "a/x.bin".into();
                 }),
             ),
-            ("format version", Box::new(|m| m.format_version = 2)),
+            ("format version", Box::new(|m| m.format_version = 3)),
+            ("format version", Box::new(|m| m.format_version = 0)),
+            (
+                "format version 2 does not have",
+                Box::new(|m| m.format_version = 2),
+            ),
+            (
+                "without the sha256 format version 1 requires",
+                Box::new(|m| m.volumes[0].sha256 = None),
+            ),
+            (
+                "malformed sha256",
+                Box::new(|m| m.volumes[0].sha256 = Some("A".repeat(64))),
+            ),
         ];
         for (want, mutate) in cases {
             let mut m = sample();
@@ -636,6 +698,76 @@ mod tests {
             let err = m.validate().unwrap_err();
             assert!(err.contains(want), "{want}: {err}");
         }
+    }
+
+    #[test]
+    fn version_2_has_no_volume_digest_and_version_1_still_reads() {
+        let mut m = sample();
+        m.validate().unwrap();
+        m.format_version = 2;
+        m.volumes[0].sha256 = None;
+        let bytes = m.to_bytes();
+        assert!(!String::from_utf8_lossy(&bytes).contains("\"sha256\": \"2222"));
+        assert_eq!(Manifest::parse(&bytes).unwrap(), m);
+    }
+
+    #[test]
+    fn null_is_refused_for_every_optional_field() {
+        let mut m = sample();
+        m.compression.algorithm = "zstd".into();
+        m.compression.level = Some(3);
+        let good: serde_json::Value = serde_json::from_slice(&m.to_bytes()).unwrap();
+        Manifest::parse(&serde_json::to_vec(&good).unwrap()).unwrap();
+        for pointer in [
+            "/compression/level",
+            "/volumes/0/sha256",
+            "/warnings",
+            "/source",
+        ] {
+            let mut v = good.clone();
+            let (parent, key) = pointer.rsplit_once('/').unwrap();
+            v.pointer_mut(if parent.is_empty() { "" } else { parent })
+                .unwrap()
+                .as_object_mut()
+                .unwrap()
+                .insert(key.to_string(), serde_json::Value::Null);
+            let err = Manifest::parse(&serde_json::to_vec(&v).unwrap()).unwrap_err();
+            assert!(err.contains("null"), "{pointer}: {err}");
+        }
+    }
+
+    #[test]
+    fn reserved_extension_names_are_refused_until_a_reader_knows_them() {
+        for key in ["base", "parity"] {
+            let mut v: serde_json::Value = serde_json::from_slice(&sample().to_bytes()).unwrap();
+            v[key] = serde_json::json!({});
+            let err = Manifest::parse(&serde_json::to_vec(&v).unwrap()).unwrap_err();
+            assert!(err.contains(&format!("unknown field `{key}`")), "{err}");
+        }
+    }
+
+    #[test]
+    fn free_text_fields_are_validated_as_documented() {
+        type Mutation = Box<dyn Fn(&mut Manifest)>;
+        let cases: Vec<Mutation> = vec![
+            Box::new(|m| m.tool = "x".repeat(4097)),
+            Box::new(|m| m.created = "2026\u{7}".into()),
+            Box::new(|m| {
+                m.warnings = vec![Warning {
+                    path: "a/x.bin".into(),
+                    code: "lfs-pointer".into(),
+                    problem: "\u{1b}]0;owned\u{7}".into(),
+                }]
+            }),
+        ];
+        for mutate in cases {
+            let mut m = sample();
+            mutate(&mut m);
+            assert!(m.validate().unwrap_err().contains("control characters or over 4096"));
+        }
+        let mut m = sample();
+        m.tool = "x".repeat(4096);
+        m.validate().unwrap();
     }
 
     #[test]

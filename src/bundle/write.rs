@@ -143,11 +143,12 @@ enum Msg {
     End,
 }
 
-/// Writes volumes, cutting at `volume_size` and hashing each volume and chunk.
+/// Writes volumes, cutting at `volume_size` and at chunk boundaries for the chunk digests.
 ///
-/// The writer thread hashes each byte once, for the whole-volume digest; the chunk digests are
-/// computed by a [`ChunkHasher`] thread from copies of the same bytes. Hashing both on one
-/// thread made that thread the bottleneck of a pack (two SHA-256 passes per byte).
+/// The chunk digests are computed by a [`ChunkHasher`] thread from copies of the same bytes, so
+/// the writer thread only writes. Format version 2 has no whole-volume digest (the signed chunk
+/// digests are the authority, FORMAT.md section 6): a pack makes two SHA-256 passes over the
+/// data (files and chunks), where version 1 made three.
 struct VolumeWriter {
     dir: PathBuf,
     volume_size: u64,
@@ -155,7 +156,6 @@ struct VolumeWriter {
     file: Option<File>,
     in_volume: u64,
     in_chunk: u64,
-    hasher: Sha256,
     chunk_hasher: ChunkHasher,
     /// Chunks cut in the open volume.
     chunks: usize,
@@ -279,7 +279,7 @@ impl VolumeWriter {
             Volume {
                 name: temp_volume_name(index),
                 size: self.in_volume,
-                sha256: hex::encode(std::mem::take(&mut self.hasher).finalize()),
+                sha256: None,
                 chunks: Vec::new(),
             },
             std::mem::take(&mut self.chunks),
@@ -333,7 +333,6 @@ impl Write for VolumeWriter {
             self.since_flush = 0;
         }
         self.chunk_hasher.update(part)?;
-        self.hasher.update(part);
         self.in_volume += n as u64;
         self.in_chunk += n as u64;
         if self.in_chunk == self.chunk_size {
@@ -536,6 +535,7 @@ pub fn pack(opts: PackOptions<'_>, progress: &dyn Progress) -> Result<Packed> {
             partial.display()
         )));
     }
+    check_manifest_fits(&opts)?;
     std::fs::create_dir(&partial).map_err(|e| Error::io(&partial, e))?;
     let guard = RemoveOnDrop(Some(partial.clone()));
     let lock = DirLock::create(&partial)?;
@@ -560,6 +560,130 @@ pub fn pack(opts: PackOptions<'_>, progress: &dyn Progress) -> Result<Packed> {
         .and_then(|d| d.sync_all())
         .map_err(|e| Error::io(&parent, e))?;
     Ok(result)
+}
+
+/// Counts the bytes written to it.
+struct Counter(u64);
+
+impl Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The size `manifest.json` would have for `opts`, from the scan alone: every field but the
+/// digests is known before packing, the digests have fixed lengths, and the volume list is
+/// sized for the largest payload the stream can compress to. An upper bound within a few
+/// bytes per volume.
+pub fn manifest_size_estimate(opts: &PackOptions<'_>) -> u64 {
+    let digest = "0".repeat(64);
+    let mut files = Vec::new();
+    let mut directories = Vec::new();
+    let mut stream: u64 = 2 * tar::BLOCK as u64;
+    for e in &opts.entries {
+        match e {
+            ScanEntry::Dir { path } => {
+                stream = stream.saturating_add(
+                    manifest::entry_stream_size(path, true, 0).unwrap_or(u64::MAX),
+                );
+                directories.push(path.clone());
+            }
+            ScanEntry::File {
+                path,
+                size,
+                executable,
+                ..
+            } => {
+                stream = stream.saturating_add(
+                    manifest::entry_stream_size(path, false, *size).unwrap_or(u64::MAX),
+                );
+                files.push(FileEntry {
+                    path: path.clone(),
+                    size: *size,
+                    sha256: digest.clone(),
+                    executable: *executable,
+                });
+            }
+        }
+    }
+    // zstd's worst case (ZSTD_COMPRESSBOUND) plus room for frame headers.
+    let payload = match opts.compress {
+        Compress::None => stream,
+        Compress::Zstd { .. } => stream.saturating_add(stream / 255).saturating_add(1 << 17),
+    };
+    let count = payload.div_ceil(opts.volume_size.max(1)).max(1);
+    let volumes: Vec<Volume> = (0..count)
+        .map(|i| {
+            let size = opts.volume_size.min(payload - i * opts.volume_size);
+            Volume {
+                name: manifest::volume_name(i as usize, count as usize),
+                size,
+                sha256: None,
+                chunks: vec![digest.clone(); size.div_ceil(opts.chunk_size.max(1)) as usize],
+            }
+        })
+        .collect();
+    let m = Manifest {
+        format: manifest::FORMAT_ID.into(),
+        format_version: manifest::FORMAT_VERSION,
+        name: opts.name.clone(),
+        version: opts.version,
+        created: manifest::rfc3339(opts.created_unix),
+        tool: format!("airlock {}", env!("CARGO_PKG_VERSION")),
+        compression: Compression {
+            algorithm: "zstd".into(),
+            level: Some(19),
+        },
+        stream: Stream { size: stream },
+        chunk_size: opts.chunk_size,
+        volumes,
+        totals: Totals {
+            files: u64::MAX,
+            directories: u64::MAX,
+            file_bytes: u64::MAX,
+            volume_bytes: u64::MAX,
+        },
+        warnings: opts.warnings.clone(),
+        source: opts.source.clone().map(|s| HfSource {
+            etags: vec![digest.clone(); files.len()],
+            ..s
+        }),
+        directories,
+        files,
+    };
+    let mut counter = Counter(0);
+    serde_json::to_writer_pretty(&mut counter, &m).expect("counting never fails");
+    counter.0 + 1
+}
+
+/// Refuses, before anything is written, a model whose manifest would be larger than readers
+/// accept (FORMAT.md, section 2): airlock never writes a bundle it would refuse to read.
+fn check_manifest_fits(opts: &PackOptions<'_>) -> Result<()> {
+    let estimate = manifest_size_estimate(opts);
+    if estimate > manifest::MAX_MANIFEST_BYTES {
+        return Err(manifest_too_large(opts, estimate));
+    }
+    Ok(())
+}
+
+fn manifest_too_large(opts: &PackOptions<'_>, size: u64) -> Error {
+    let files = opts
+        .entries
+        .iter()
+        .filter(|e| matches!(e, ScanEntry::File { .. }))
+        .count();
+    Error::ManifestTooLarge {
+        path: opts.out.clone(),
+        reason: format!(
+            "cannot pack this model: its manifest would be {size} bytes ({files} files, {} entries in all), more than the {}-byte limit every reader enforces",
+            opts.entries.len(),
+            manifest::MAX_MANIFEST_BYTES
+        ),
+    }
 }
 
 /// The parent directory of `path` (`.` for a bare name).
@@ -588,7 +712,6 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
         file: None,
         in_volume: 0,
         in_chunk: 0,
-        hasher: Sha256::new(),
         chunk_hasher: ChunkHasher::new(),
         chunks: 0,
         flusher: Flusher::new(),
@@ -737,6 +860,11 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
         )
     })?;
     let bytes = manifest.to_bytes();
+    if bytes.len() as u64 > manifest::MAX_MANIFEST_BYTES {
+        // The estimate is an upper bound, so this is not reached; kept so the rule never
+        // depends on the estimate being right.
+        return Err(manifest_too_large(opts, bytes.len() as u64));
+    }
     let manifest_sha256 = hex::encode(Sha256::digest(&bytes));
     let sig = keys::sign(
         opts.key,

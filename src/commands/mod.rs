@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
-use airlock::bundle::read::{self, Mode, NullSink};
+use airlock::bundle::open;
+use airlock::verify::{self, DeepOutcome, Depth};
 use airlock::error::{EXIT_OK, Error, Result, human};
 use airlock::install::{self, UnpackOptions};
 use airlock::install_hf::{self, HfUnpackOptions, SnapshotState};
@@ -222,111 +223,106 @@ pub fn password_from_file(path: &Path) -> Result<zeroize::Zeroizing<Vec<u8>>> {
     Ok(zeroize::Zeroizing::new(line.to_vec()))
 }
 
+/// The findings the packer recorded in the signed manifest (a bundle packed with
+/// `--no-model-checks`), as warnings: verify, unpack and inspect all show them.
+fn recorded_warnings(m: &airlock::manifest::Manifest) -> impl Iterator<Item = String> + '_ {
+    m.warnings.iter().map(|w| {
+        format!(
+            "recorded at pack time: {}: {} ({})",
+            w.path, w.problem, w.code
+        )
+    })
+}
+
+/// `airlock verify`: the library's verdict, rendered.
 fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Output> {
     let trust = load_trust(trust)?;
     let mut out = Output::default();
-    let opened = read::open(&bundle, &trust)?;
-    out.warnings.extend(opened.warnings.iter().cloned());
+    let opened = open::open(&bundle, &trust)?;
+    let depth = if deep { Depth::Deep } else { Depth::Volumes };
+    let verdict = verify::verify(&opened, depth, ui);
     let m = &opened.manifest;
+    out.warnings.extend(verdict.signature_warnings.iter().cloned());
+    out.warnings.extend(recorded_warnings(m));
     out.set("bundle", &bundle);
     out.set("name", &m.name);
     out.set("version", m.version);
+    out.set("format_version", m.format_version);
     out.set("signer", opened.signer.key_id_hex());
     out.set("manifest_sha256", &opened.manifest_sha256);
     out.set("deep", deep);
-    // verify --deep in one pass: the stream checks every chunk digest while it reads (on a
-    // thread of its own), so when the volumes are all there and the stream finds nothing wrong
-    // with them, a separate read of every volume would prove nothing more. Any volume problem
-    // falls back to the full per-volume check for the report.
-    let mut streamed = None;
-    if deep && read::volumes_look_complete(&opened) {
-        streamed = Some(read::stream(&opened, Mode::Collect, &mut NullSink, ui));
+    out.set("recorded_findings", &verdict.recorded_warnings);
+    for s in verdict.stray_others() {
+        out.warnings.push(format!("{}: {}", s.name, s.problem()));
     }
-    let problems = match &streamed {
-        Some(Ok(report)) if report.volume_problems.is_empty() => read::extra_problems(&opened),
-        _ => read::check_volumes(&opened, ui),
-    };
-    let (fatal, extra): (Vec<_>, Vec<_>) = problems
-        .into_iter()
-        .partition(|p| p.index > 0 || read::is_volume_like(&p.volume));
-    for p in &extra {
-        out.warnings.push(format!("{}: {}", p.volume, p.problem));
-    }
-    out.set("volumes_checked", m.volumes.len());
-    out.set("bad_volumes", &fatal);
-    let mut bad_files = Vec::new();
-    if deep {
-        let streamed =
-            streamed.unwrap_or_else(|| read::stream(&opened, Mode::Collect, &mut NullSink, ui));
-        let completed = match streamed {
-            Ok(report) => {
-                bad_files = report.bad_files;
-                true
+    out.set("volumes_checked", verdict.volumes_checked);
+    out.set("bad_volumes", &verdict.bad_volumes);
+    out.set(
+        "stray_volumes",
+        verdict.stray_volumes().map(|s| &s.name).collect::<Vec<_>>(),
+    );
+    if let Some(outcome) = &verdict.deep {
+        match outcome {
+            DeepOutcome::Completed { bad_files } => {
+                out.set("deep_completed", true);
+                out.set("files_checked", m.files.len());
+                out.set("bad_files", bad_files);
             }
-            Err(e) if fatal.is_empty() => {
+            DeepOutcome::StoppedAtDamage(reason) => {
                 out.set("deep_completed", false);
-                out.set("bad_files", &bad_files);
-                out.error = Some(e);
-                return Ok(out);
-            }
-            Err(e) => {
+                out.set("bad_files", Vec::<String>::new());
                 out.warnings
-                    .push(format!("the deep check stopped at the damage: {e}"));
-                false
+                    .push(format!("the deep check stopped at the damage: {reason}"));
             }
-        };
-        out.set("deep_completed", completed);
-        if completed {
-            out.set("files_checked", m.files.len());
+            DeepOutcome::Failed(_) => {
+                out.set("deep_completed", false);
+                out.set("bad_files", Vec::<String>::new());
+            }
         }
-        out.set("bad_files", &bad_files);
     }
-    if !fatal.is_empty() {
-        for p in &fatal {
-            out.line(format!("BAD  {}: {}", p.volume, p.problem));
-        }
-        for f in &bad_files {
-            out.line(format!("BAD  file {f}: content fails its sha256"));
-        }
-        out.error = Some(read::volumes_error(&fatal, m.volumes.len(), true));
+    if verdict.is_ok() {
+        let findings = verdict.recorded_warnings.len();
+        out.line(format!(
+            "OK   {} version {}: signature by {}, {} volume(s), {}{}{}",
+            m.name,
+            m.version,
+            opened.signer.key_id_hex(),
+            m.volumes.len(),
+            human(m.totals.volume_bytes),
+            if deep {
+                format!(", {} files checked", m.files.len())
+            } else {
+                String::new()
+            },
+            match findings {
+                0 => String::new(),
+                1 => "; 1 model-check finding recorded at pack time (see the warning)".into(),
+                n => format!("; {n} model-check findings recorded at pack time (see the warnings)"),
+            }
+        ));
         return Ok(out);
     }
-    if !bad_files.is_empty() {
-        for f in &bad_files {
-            out.line(format!("BAD  file {f}: content fails its sha256"));
-        }
-        out.error = Some(Error::BadFile {
-            path: bad_files.join(", "),
-            reason: format!(
-                "{} file(s) fail their sha256 although every volume matches",
-                bad_files.len()
-            ),
-        });
-        return Ok(out);
+    for p in &verdict.bad_volumes {
+        out.line(format!("BAD  {}: {}", p.volume, p.problem));
     }
-    out.line(format!(
-        "OK   {} version {}: signature by {}, {} volume(s), {}{}",
-        m.name,
-        m.version,
-        opened.signer.key_id_hex(),
-        m.volumes.len(),
-        human(m.totals.volume_bytes),
-        if deep {
-            format!(", {} files checked", m.files.len())
-        } else {
-            String::new()
-        }
-    ));
+    for s in verdict.stray_volumes() {
+        out.line(format!("BAD  {}: {}", s.name, s.problem()));
+    }
+    for f in verdict.bad_files() {
+        out.line(format!("BAD  file {f}: content fails its sha256"));
+    }
+    out.error = verdict.into_error();
     Ok(out)
 }
 
 /// Verifies the bundle's signature for an unpack and starts its output.
-fn open_for_unpack(bundle: &Path, trust: &TrustArgs) -> Result<(read::Opened, Output)> {
+fn open_for_unpack(bundle: &Path, trust: &TrustArgs) -> Result<(open::Opened, Output)> {
     let trust = load_trust(trust)?;
     let mut out = Output::default();
-    let opened = read::open(bundle, &trust)?;
+    let opened = open::open(bundle, &trust)?;
     out.warnings.extend(opened.warnings.iter().cloned());
     let m = &opened.manifest;
+    out.warnings.extend(recorded_warnings(m));
     out.set("name", &m.name);
     out.set("version", m.version);
     out.set("signer", opened.signer.key_id_hex());
@@ -469,7 +465,7 @@ fn unpack_hf(bundle: &Path, trust: &TrustArgs, opts: HfUnpackOptions, ui: &Ui) -
 }
 
 fn inspect(bundle: &Path, sha256sums: bool) -> Result<Output> {
-    let (m, bytes, sig) = read::read_unverified(bundle)?;
+    let (m, bytes, sig) = open::read_unverified(bundle)?;
     let mut out = Output::default();
     if sha256sums {
         for f in &m.files {
@@ -491,7 +487,10 @@ fn inspect(bundle: &Path, sha256sums: bool) -> Result<Output> {
         "volumes",
         m.volumes
             .iter()
-            .map(|v| json!({"name": v.name, "size": v.size, "sha256": v.sha256}))
+            .map(|v| match &v.sha256 {
+                Some(sha) => json!({"name": v.name, "size": v.size, "sha256": sha}),
+                None => json!({"name": v.name, "size": v.size}),
+            })
             .collect::<Vec<_>>(),
     );
     out.set("directories", &m.directories);
@@ -499,11 +498,7 @@ fn inspect(bundle: &Path, sha256sums: bool) -> Result<Output> {
     if let Some(src) = &m.source {
         out.set("source", src);
     }
-    out.warnings.extend(
-        m.warnings
-            .iter()
-            .map(|w| format!("recorded at pack time: {}: {}", w.path, w.problem)),
-    );
+    out.warnings.extend(recorded_warnings(&m));
     out.line(format!("name:        {}", m.name));
     out.line(format!("version:     {}", m.version));
     out.line(format!("created:     {}", m.created));
@@ -538,7 +533,11 @@ fn inspect(bundle: &Path, sha256sums: bool) -> Result<Output> {
         human(m.totals.volume_bytes)
     ));
     for v in &m.volumes {
-        out.line(format!("  {}  {:>14}  {}", v.name, v.size, v.sha256));
+        let digest = v.sha256.as_deref().map_or_else(
+            || format!("{} chunk digest(s)", v.chunks.len()),
+            str::to_string,
+        );
+        out.line(format!("  {}  {:>14}  {digest}", v.name, v.size));
     }
     out.line("files:".to_string());
     for f in &m.files {

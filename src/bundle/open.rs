@@ -1,0 +1,352 @@
+//! Opening a bundle: reading `manifest.json` and `manifest.json.minisig` (bounded), verifying
+//! the signature against the trust set and validating the manifest. No volume is read here.
+//!
+//! Both files come from the media, so both are hostile until the signature verifies: each is
+//! opened without blocking (a FIFO must not hang the reader), must be a regular file (not
+//! `/dev/zero`, a FIFO or a directory, followed through a symlink or not), and at most its
+//! documented limit plus one byte is ever read (FORMAT.md, sections 2 and 9).
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::keys::{self, PublicKey, Signature};
+use crate::manifest::{self, Manifest};
+
+/// Largest `manifest.json.minisig` accepted, in bytes (FORMAT.md, section 8).
+pub const MAX_SIGNATURE_BYTES: u64 = 64 * 1024;
+
+/// A bundle whose manifest signature has been verified.
+#[derive(Debug)]
+pub struct Opened {
+    /// The bundle directory.
+    pub dir: PathBuf,
+    /// The parsed, validated manifest.
+    pub manifest: Manifest,
+    /// The exact signed bytes.
+    pub manifest_bytes: Vec<u8>,
+    /// SHA-256 of the manifest bytes.
+    pub manifest_sha256: String,
+    /// The signature file's text.
+    pub signature_text: String,
+    /// The key that signed it.
+    pub signer: PublicKey,
+    /// Non-fatal observations (trusted comment disagreements).
+    pub warnings: Vec<String>,
+}
+
+/// Why a bounded read refused a file.
+#[derive(Debug)]
+pub enum BoundedReadError {
+    /// The file does not exist (or a path component is not a directory).
+    NotFound,
+    /// The file is not a regular file; the text says what it is ("a FIFO").
+    NotRegular(&'static str),
+    /// The file holds more than the limit; the number is its size when known, else `cap + 1`.
+    TooLarge(u64),
+    /// Opening or reading failed.
+    Io(io::Error),
+}
+
+/// What a file type is called in messages.
+pub fn describe_type(ft: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_symlink() {
+        "a symbolic link"
+    } else if ft.is_file() {
+        "a regular file"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Opens `path` for reading without blocking (a FIFO returns at once) and checks on the open
+/// handle that it is a regular file. Returns the file and its size.
+pub fn open_regular(path: &Path) -> std::result::Result<(File, u64), BoundedReadError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound | io::ErrorKind::NotADirectory => BoundedReadError::NotFound,
+            _ => BoundedReadError::Io(e),
+        })?;
+    let meta = f.metadata().map_err(BoundedReadError::Io)?;
+    if !meta.is_file() {
+        return Err(BoundedReadError::NotRegular(describe_type(meta.file_type())));
+    }
+    Ok((f, meta.len()))
+}
+
+/// Reads a whole regular file of at most `cap` bytes: refuses anything else before reading,
+/// and reads at most `cap + 1` bytes, so a file that grows while it is read is refused too.
+pub fn read_bounded(path: &Path, cap: u64) -> std::result::Result<Vec<u8>, BoundedReadError> {
+    let (f, len) = open_regular(path)?;
+    if len > cap {
+        return Err(BoundedReadError::TooLarge(len));
+    }
+    let mut out = Vec::with_capacity(len as usize);
+    f.take(cap + 1)
+        .read_to_end(&mut out)
+        .map_err(BoundedReadError::Io)?;
+    if out.len() as u64 > cap {
+        return Err(BoundedReadError::TooLarge(cap + 1));
+    }
+    Ok(out)
+}
+
+fn too_large(len: u64, cap: u64) -> String {
+    if len > cap + 1 {
+        format!("is {len} bytes, more than the {cap}-byte limit")
+    } else {
+        format!("holds more than the {cap}-byte limit")
+    }
+}
+
+/// Reads `manifest.json` (bounded); the errors say what a missing or hostile file is.
+fn read_manifest_bytes(path: &Path) -> Result<Vec<u8>> {
+    let cap = manifest::MAX_MANIFEST_BYTES;
+    read_bounded(path, cap).map_err(|e| match e {
+        BoundedReadError::NotFound => not_a_bundle(path),
+        BoundedReadError::NotRegular(what) => Error::BadManifest {
+            path: path.to_path_buf(),
+            reason: format!("is {what}, not a regular file; refusing to read it"),
+        },
+        BoundedReadError::TooLarge(len) => Error::BadManifest {
+            path: path.to_path_buf(),
+            reason: too_large(len, cap),
+        },
+        BoundedReadError::Io(e) => Error::io(path, e),
+    })
+}
+
+/// Reads `manifest.json.minisig` (bounded) as UTF-8 text. `Ok(None)` when it does not exist.
+fn read_signature_text(path: &Path) -> Result<Option<String>> {
+    let bytes = match read_bounded(path, MAX_SIGNATURE_BYTES) {
+        Ok(b) => b,
+        Err(BoundedReadError::NotFound) => return Ok(None),
+        Err(BoundedReadError::NotRegular(what)) => {
+            return Err(Error::BadSignature {
+                path: path.to_path_buf(),
+                reason: format!("is {what}, not a regular file; refusing to read it"),
+            });
+        }
+        Err(BoundedReadError::TooLarge(len)) => {
+            return Err(Error::BadSignature {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "{} (too large to be a signature)",
+                    too_large(len, MAX_SIGNATURE_BYTES)
+                ),
+            });
+        }
+        Err(BoundedReadError::Io(e)) => return Err(Error::io(path, e)),
+    };
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| Error::BadSignature {
+            path: path.to_path_buf(),
+            reason: "is not UTF-8 text".into(),
+        })
+}
+
+/// The error for a manifest that is not there. A bundle path that does not exist, is not a
+/// directory or cannot be read is an operational problem (exit 1: an unmounted stick must not
+/// look like tampering); a directory without a manifest is not a bundle (exit 3).
+fn not_a_bundle(manifest_path: &Path) -> Error {
+    let dir = manifest_path.parent().unwrap_or(Path::new("."));
+    let name = manifest_path
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    match std::fs::metadata(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Error::io(
+            dir,
+            io::Error::new(io::ErrorKind::NotFound, "no such directory"),
+        ),
+        Err(e) => Error::io(dir, e),
+        Ok(m) if !m.is_dir() => Error::io(
+            dir,
+            io::Error::new(
+                io::ErrorKind::NotADirectory,
+                "is not a directory (a bundle is a directory)",
+            ),
+        ),
+        Ok(_) => Error::NotABundle {
+            path: dir.to_path_buf(),
+            reason: format!("has no {name}: it is not a bundle, or an incomplete copy of one"),
+        },
+    }
+}
+
+/// Reads the manifest and signature of `dir` without checking the signature (for `inspect`).
+pub fn read_unverified(dir: &Path) -> Result<(Manifest, Vec<u8>, Option<Signature>)> {
+    let mpath = dir.join(manifest::MANIFEST_NAME);
+    let bytes = read_manifest_bytes(&mpath)?;
+    let m = Manifest::parse(&bytes).map_err(|reason| Error::BadManifest {
+        path: mpath.clone(),
+        reason,
+    })?;
+    let spath = dir.join(manifest::SIGNATURE_NAME);
+    let sig = match read_signature_text(&spath)? {
+        Some(text) => Some(Signature::parse(&text).map_err(|e| Error::Key {
+            path: spath,
+            source: e,
+        })?),
+        None => None,
+    };
+    Ok((m, bytes, sig))
+}
+
+/// A manifest whose signature verified.
+pub struct Signed {
+    /// The parsed, validated manifest.
+    pub manifest: Manifest,
+    /// Its exact bytes.
+    pub bytes: Vec<u8>,
+    /// The signature file's text.
+    pub signature_text: String,
+    /// The trusted key that signed it.
+    pub signer: PublicKey,
+    /// Trusted-comment disagreements.
+    pub warnings: Vec<String>,
+}
+
+/// Verifies the signature of a manifest against `trust` and parses it. Used for bundles and
+/// for receipts alike: `manifest_path` and `sig_path` name the two files.
+pub fn verify_signed(manifest_path: &Path, sig_path: &Path, trust: &[PublicKey]) -> Result<Signed> {
+    let bytes = read_manifest_bytes(manifest_path)?;
+    let Some(text) = read_signature_text(sig_path)? else {
+        return Err(Error::MissingSignature {
+            path: sig_path.to_path_buf(),
+        });
+    };
+    let sig = Signature::parse(&text).map_err(|e| Error::BadSignature {
+        path: sig_path.to_path_buf(),
+        reason: format!("is not a valid minisign signature: {e}"),
+    })?;
+    let Some(signer) = trust.iter().find(|k| k.key_id == sig.key_id) else {
+        let trusted: Vec<String> = trust.iter().map(|k| k.key_id_hex()).collect();
+        return Err(Error::UntrustedKey {
+            path: sig_path.to_path_buf(),
+            key_id: sig.key_id_hex(),
+            trusted: trusted.join(", "),
+        });
+    };
+    keys::verify(signer, &sig, &bytes).map_err(|e| Error::BadSignature {
+        path: manifest_path.to_path_buf(),
+        reason: format!(
+            "does not match its signature from key {}: {e}",
+            signer.key_id_hex()
+        ),
+    })?;
+    let manifest = Manifest::parse(&bytes).map_err(|reason| Error::BadManifest {
+        path: manifest_path.to_path_buf(),
+        reason,
+    })?;
+    let sha = hex::encode(Sha256::digest(&bytes));
+    let mut warnings = Vec::new();
+    match manifest::parse_trusted_comment(&sig.trusted_comment) {
+        Some(tc) => {
+            if tc.manifest_sha256 != sha {
+                warnings.push(format!(
+                    "the signature's trusted comment names manifest sha256 {}, the manifest is {sha}",
+                    tc.manifest_sha256
+                ));
+            }
+            if tc.name != manifest.name || tc.version != manifest.version {
+                warnings.push(format!(
+                    "the signature's trusted comment says {:?} version {}, the manifest says {:?} version {}",
+                    tc.name, tc.version, manifest.name, manifest.version
+                ));
+            }
+        }
+        None => warnings.push(format!(
+            "the signature's trusted comment {:?} is not in airlock's form",
+            sig.trusted_comment
+        )),
+    }
+    Ok(Signed {
+        manifest,
+        bytes,
+        signature_text: text,
+        signer: signer.clone(),
+        warnings,
+    })
+}
+
+/// Opens `dir` and verifies its manifest signature against `trust`. No volume is read.
+pub fn open(dir: &Path, trust: &[PublicKey]) -> Result<Opened> {
+    let Signed {
+        manifest,
+        bytes: manifest_bytes,
+        signature_text,
+        signer,
+        warnings,
+    } = verify_signed(
+        &dir.join(manifest::MANIFEST_NAME),
+        &dir.join(manifest::SIGNATURE_NAME),
+        trust,
+    )?;
+    let manifest_sha256 = hex::encode(Sha256::digest(&manifest_bytes));
+    Ok(Opened {
+        dir: dir.to_path_buf(),
+        manifest,
+        manifest_bytes,
+        manifest_sha256,
+        signature_text,
+        signer,
+        warnings,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_read_refuses_devices_fifos_and_directories_without_reading() {
+        let dir = tempfile::tempdir().unwrap();
+        let zero = dir.path().join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        assert!(matches!(
+            read_bounded(&zero, 16),
+            Err(BoundedReadError::NotRegular("a character device"))
+        ));
+        let fifo = dir.path().join("fifo");
+        rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, rustix::fs::Mode::from_raw_mode(0o600)).unwrap();
+        assert!(matches!(
+            read_bounded(&fifo, 16),
+            Err(BoundedReadError::NotRegular("a FIFO"))
+        ));
+        assert!(matches!(
+            read_bounded(dir.path(), 16),
+            Err(BoundedReadError::NotRegular("a directory"))
+        ));
+        let big = dir.path().join("big");
+        std::fs::write(&big, [0u8; 17]).unwrap();
+        assert!(matches!(
+            read_bounded(&big, 16),
+            Err(BoundedReadError::TooLarge(17))
+        ));
+        std::fs::write(&big, [0u8; 16]).unwrap();
+        assert_eq!(read_bounded(&big, 16).unwrap().len(), 16);
+        assert!(matches!(
+            read_bounded(&dir.path().join("absent"), 16),
+            Err(BoundedReadError::NotFound)
+        ));
+    }
+}

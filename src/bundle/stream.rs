@@ -1,0 +1,398 @@
+//! The payload of an opened bundle, checked entry by entry: volumes → zstd → [`Capped`] → tar
+//! → [`check_entries`] → an [`EntrySink`] (the installer, or nothing for `verify --deep`).
+//!
+//! The stream is held to the manifest exactly: entries in order with the declared types, sizes
+//! and digests, decompressed output capped at the declared stream size (no decompression
+//! bombs), the stream exactly `stream.size` bytes long, and nothing after the end-of-archive
+//! marker or the last compressed frame.
+
+use std::io::{self, Read};
+
+use crossbeam_channel::bounded;
+use sha2::{Digest, Sha256};
+
+use super::open::Opened;
+use super::volumes::{
+    self, DirVolumes, PipeReader, STREAM_BUFFER_SIZE, STREAM_BUFFERS, VolumeFailure, VolumeIo,
+    VolumeProblem, VolumeReader, VolumeSource, check_volumes, stray_files, volumes_error,
+};
+use crate::error::{Error, Result};
+use crate::manifest::{Expected, FileEntry, Manifest};
+use crate::progress::Progress;
+use crate::tar::{self, TarError};
+
+pub use super::volumes::Mode;
+
+/// Receives the entries of a verified stream (the installer; nothing for verify --deep).
+pub trait EntrySink {
+    /// A directory entry.
+    fn dir(&mut self, path: &str) -> Result<()>;
+    /// A file entry begins.
+    fn begin_file(&mut self, file: &FileEntry) -> Result<()>;
+    /// File content.
+    fn data(&mut self, bytes: &[u8]) -> Result<()>;
+    /// The file's content ended and matched its size and digest.
+    fn end_file(&mut self, file: &FileEntry) -> Result<()>;
+}
+
+/// Discards everything.
+pub struct NullSink;
+
+impl EntrySink for NullSink {
+    fn dir(&mut self, _: &str) -> Result<()> {
+        Ok(())
+    }
+    fn begin_file(&mut self, _: &FileEntry) -> Result<()> {
+        Ok(())
+    }
+    fn data(&mut self, _: &[u8]) -> Result<()> {
+        Ok(())
+    }
+    fn end_file(&mut self, _: &FileEntry) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Stops the decompressed stream at the declared size.
+pub struct Capped<R> {
+    inner: R,
+    left: u64,
+}
+
+impl<R: Read> Capped<R> {
+    /// Caps `inner` at `size` bytes; one byte more is an error.
+    pub fn new(inner: R, size: u64) -> Self {
+        Capped { inner, left: size }
+    }
+}
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.left == 0 {
+            let mut probe = [0u8; 1];
+            return match self.inner.read(&mut probe)? {
+                0 => Ok(0),
+                _ => Err(io::Error::other(
+                    "the stream goes on past the size the manifest declares (trailing data after the end-of-archive marker, or a decompression bomb); reading stopped there",
+                )),
+            };
+        }
+        let want = (buf.len() as u64).min(self.left) as usize;
+        let n = self.inner.read(&mut buf[..want])?;
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+/// What a streamed read found (in [`Mode::Collect`]; in strict mode any problem is an error).
+#[derive(Debug, Default, serde::Serialize)]
+pub struct StreamReport {
+    /// Volumes that failed while streaming.
+    pub volume_problems: Vec<VolumeProblem>,
+    /// Files whose content failed their digest.
+    pub bad_files: Vec<String>,
+}
+
+fn stream_error(e: TarError) -> Error {
+    match e {
+        TarError::Io(io) => io_to_error(io),
+        TarError::Malformed { .. } => Error::BadStream {
+            volume: "tar stream".into(),
+            reason: e.to_string(),
+        },
+    }
+}
+
+fn io_to_error(e: io::Error) -> Error {
+    if e.get_ref().is_some_and(|inner| inner.is::<VolumeIo>()) {
+        let inner = e
+            .into_inner()
+            .expect("checked")
+            .downcast::<VolumeIo>()
+            .expect("checked");
+        return Error::Io {
+            path: inner.path,
+            source: inner.source,
+        };
+    }
+    if e.get_ref().is_some_and(|inner| inner.is::<VolumeFailure>()) {
+        let inner = e
+            .into_inner()
+            .expect("checked")
+            .downcast::<VolumeFailure>()
+            .expect("checked");
+        return volumes_error(&[inner.problem], &[], inner.total, false);
+    }
+    Error::BadStream {
+        volume: "data stream".into(),
+        reason: format!("cannot be decoded: {e}"),
+    }
+}
+
+/// Streams the verified bundle through `sink`, checking every entry against the manifest.
+///
+/// In [`Mode::Strict`] (unpack) a stray volume-like file in the bundle directory is refused
+/// before anything is read, and a failure of the stream is followed by a check of every
+/// volume, so the error names each damaged volume at once.
+pub fn stream(
+    opened: &Opened,
+    mode: Mode,
+    sink: &mut dyn EntrySink,
+    progress: &dyn Progress,
+) -> Result<StreamReport> {
+    if mode == Mode::Strict {
+        let stray: Vec<_> = stray_files(opened)
+            .into_iter()
+            .filter(|s| s.kind == volumes::StrayKind::VolumeLike)
+            .collect();
+        if !stray.is_empty() {
+            // Refused before anything is written; the other volumes are checked too, so one
+            // message says everything to fix in the bundle directory.
+            let listed = check_volumes(opened, progress);
+            return Err(volumes_error(
+                &listed,
+                &stray,
+                opened.manifest.volumes.len(),
+                true,
+            ));
+        }
+    }
+    let source = DirVolumes(&opened.dir);
+    match stream_volumes(&opened.manifest, &source, mode, sink, progress) {
+        Err(e @ (Error::BadFile { .. } | Error::BadStream { .. } | Error::BadVolumes { .. }))
+            if mode == Mode::Strict =>
+        {
+            // Damage in transit shows up first as a bad file or a broken stream, before the
+            // volume's own digest is reached, and the stream stops at the first bad volume.
+            // Check them all, so the operator re-copies every damaged volume in one trip
+            // across the gap instead of distrusting the packer or making several trips.
+            let bad = check_volumes(opened, progress);
+            if bad.is_empty() {
+                Err(e)
+            } else {
+                Err(volumes_error(&bad, &[], opened.manifest.volumes.len(), true))
+            }
+        }
+        other => other,
+    }
+}
+
+/// Streams the volumes `source` gives for `manifest` through `sink`: the volume reader on a
+/// thread of its own, then decompression capped at `stream.size`, the strict tar reader and
+/// the entry checks. The manifest must have passed [`Manifest::validate`] (it has, when it
+/// comes from [`Manifest::parse`]).
+pub fn stream_volumes(
+    manifest: &Manifest,
+    source: &dyn VolumeSource,
+    mode: Mode,
+    sink: &mut dyn EntrySink,
+    progress: &dyn Progress,
+) -> Result<StreamReport> {
+    let m = manifest;
+    // Progress counts the model's bytes as they come out of the stream, not the compressed
+    // bytes read: the operator thinks in the size of the model being installed or checked.
+    progress.start("stream", m.totals.file_bytes);
+    let volumes = VolumeReader::new(m, source, mode);
+    let mut report = StreamReport::default();
+    let (tx, rx) = bounded(STREAM_BUFFERS);
+    let (recycle, pool) = bounded::<Vec<u8>>(STREAM_BUFFERS);
+    for _ in 0..STREAM_BUFFERS {
+        let _ = recycle.send(vec![0u8; STREAM_BUFFER_SIZE]);
+    }
+    let raw = PipeReader::new(rx, recycle);
+    let (checked, problems) = std::thread::scope(|s| {
+        let reader = s.spawn(move || volumes.run(tx, pool));
+        // `raw` is consumed here and dropped before the join, so the reader thread cannot
+        // wait on a consumer that has gone.
+        let checked = check_payload(m, mode, raw, sink, &mut report, progress);
+        let problems = reader.join().expect("volume reader thread panicked");
+        (checked, problems)
+    });
+    checked?;
+    report.volume_problems = problems;
+    progress.finish();
+    Ok(report)
+}
+
+/// Decompresses (if needed) and checks the payload read from `raw`, to its very end.
+fn check_payload(
+    m: &Manifest,
+    mode: Mode,
+    raw: PipeReader,
+    sink: &mut dyn EntrySink,
+    report: &mut StreamReport,
+    progress: &dyn Progress,
+) -> Result<()> {
+    match m.compression.algorithm.as_str() {
+        "zstd" => {
+            // One frame only: skippable or extra frames after it are refused as trailing data.
+            let mut dec = zstd::stream::read::Decoder::with_buffer(raw)
+                .map_err(io_to_error)?
+                .single_frame();
+            // A window larger than 128 MiB would let a hostile bundle make us allocate it.
+            dec.window_log_max(27).map_err(io_to_error)?;
+            let mut tar = tar::Reader::new(Capped::new(dec, m.stream.size));
+            check_entries(m, mode, &mut tar, sink, report, progress)?;
+            let capped = tar.into_inner();
+            check_exact_length(&capped)?;
+            let mut raw = capped.inner.finish();
+            drain_trailing(&mut raw)
+        }
+        _ => {
+            let mut tar = tar::Reader::new(Capped::new(raw, m.stream.size));
+            check_entries(m, mode, &mut tar, sink, report, progress)?;
+            let capped = tar.into_inner();
+            check_exact_length(&capped)?;
+            let mut raw = capped.inner;
+            drain_trailing(&mut raw)
+        }
+    }
+}
+
+/// The stream is exactly `stream.size` bytes: the tar reader stopped at the end-of-archive
+/// marker, and that must be where the declared size ends (the manifest's size is computed from
+/// its entries, so a shorter stream would already have failed the entry checks; this states
+/// the rule rather than relying on that).
+fn check_exact_length<R>(capped: &Capped<R>) -> Result<()> {
+    if capped.left != 0 {
+        return Err(Error::BadStream {
+            volume: "tar stream".into(),
+            reason: format!(
+                "ends {} bytes before the size the manifest declares",
+                capped.left
+            ),
+        });
+    }
+    Ok(())
+}
+
+fn drain_trailing(raw: &mut impl Read) -> Result<()> {
+    let mut probe = [0u8; 1];
+    match raw.read(&mut probe) {
+        Ok(0) => Ok(()),
+        Ok(_) => Err(Error::BadStream {
+            volume: "data stream".into(),
+            reason: "trailing data after the end of the compressed stream".into(),
+        }),
+        Err(e) => Err(io_to_error(e)),
+    }
+}
+
+fn check_entries<R: Read>(
+    m: &Manifest,
+    mode: Mode,
+    tar: &mut tar::Reader<R>,
+    sink: &mut dyn EntrySink,
+    report: &mut StreamReport,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let expected = m.expected_entries();
+    let mut seen = std::collections::HashSet::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut i = 0;
+    while let Some(entry) = tar.next_entry().map_err(stream_error)? {
+        let bad = |reason: String| Error::BadStream {
+            volume: "tar stream".into(),
+            reason,
+        };
+        let Some(want) = expected.get(i) else {
+            return Err(bad(format!(
+                "entry {:?} is not in the manifest (extra entry after the last one)",
+                entry.path
+            )));
+        };
+        if entry.path != want.path() {
+            let reason = if seen.contains(entry.path.as_str()) {
+                format!("entry {:?} appears twice", entry.path)
+            } else if expected.iter().any(|e| e.path() == entry.path) {
+                format!(
+                    "entry {:?} is out of manifest order (expected {:?})",
+                    entry.path,
+                    want.path()
+                )
+            } else {
+                format!(
+                    "entry {:?} is not in the manifest (expected {:?})",
+                    entry.path,
+                    want.path()
+                )
+            };
+            return Err(bad(reason));
+        }
+        seen.insert(want.path());
+        match (*want, entry.kind) {
+            (Expected::Dir(p), tar::Kind::Dir) => sink.dir(p)?,
+            (Expected::File(f), tar::Kind::File) => {
+                if entry.size != f.size {
+                    return Err(bad(format!(
+                        "entry {:?} is {} bytes in the stream, the manifest says {}",
+                        f.path, entry.size, f.size
+                    )));
+                }
+                if entry.executable != f.executable {
+                    return Err(bad(format!(
+                        "entry {:?} has a mode that disagrees with the manifest",
+                        f.path
+                    )));
+                }
+                progress.item(&f.path);
+                sink.begin_file(f)?;
+                let mut h = Sha256::new();
+                loop {
+                    let n = tar.read_data(&mut buf).map_err(stream_error)?;
+                    if n == 0 {
+                        break;
+                    }
+                    h.update(&buf[..n]);
+                    sink.data(&buf[..n])?;
+                    progress.advance(n as u64);
+                }
+                let digest = hex::encode(h.finalize());
+                if digest != f.sha256 {
+                    match mode {
+                        Mode::Strict => {
+                            return Err(Error::BadFile {
+                                path: f.path.clone(),
+                                reason: format!(
+                                    "content fails its sha256 (got {digest}, manifest says {})",
+                                    f.sha256
+                                ),
+                            });
+                        }
+                        Mode::Collect => report.bad_files.push(f.path.clone()),
+                    }
+                } else {
+                    sink.end_file(f)?;
+                }
+            }
+            (want, _) => {
+                return Err(bad(format!(
+                    "entry {:?} is a {}, the manifest says it is a {}",
+                    entry.path,
+                    if entry.kind == tar::Kind::Dir {
+                        "directory"
+                    } else {
+                        "file"
+                    },
+                    if matches!(want, Expected::Dir(_)) {
+                        "directory"
+                    } else {
+                        "file"
+                    }
+                )));
+            }
+        }
+        i += 1;
+    }
+    if let Some(missing) = expected.get(i) {
+        return Err(Error::BadStream {
+            volume: "tar stream".into(),
+            reason: format!(
+                "ends before {:?} and {} more manifest entries (missing from the stream)",
+                missing.path(),
+                expected.len() - i - 1
+            ),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,696 @@
+//! The volumes of an opened bundle: that each listed one is there with its size, that its
+//! signed chunk digests (and, in format version 1, its whole-volume digest) match, which files
+//! in the bundle directory are not part of the bundle, and [`VolumeReader`], which reads the
+//! volumes in order as one payload on a thread of its own while it checks them.
+//!
+//! The signed chunk digests are the authority on a volume's content (FORMAT.md, section 6):
+//! all of them matching proves the volume as well as a whole-volume digest would, and they also
+//! name the damaged byte ranges. A version 1 manifest also carries `volumes[].sha256`; where it
+//! is present it is checked too, so a manifest whose two digests disagree is refused.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crossbeam_channel::{Receiver, Sender};
+use rayon::prelude::*;
+use sha2::{Digest, Sha256};
+
+use super::open::{BoundedReadError, Opened, open_regular};
+use crate::error::Error;
+use crate::manifest::{self, Manifest};
+use crate::progress::Progress;
+
+/// What is wrong with one volume the manifest lists.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct VolumeProblem {
+    /// Volume file name.
+    pub volume: String,
+    /// Position in the manifest, 1-based, for messages ("3 of 7").
+    pub index: usize,
+    /// What is wrong.
+    pub problem: String,
+    /// Byte ranges `[start, end)` whose chunk digests fail.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub bad_ranges: Vec<(u64, u64)>,
+}
+
+/// What a file in the bundle directory that the manifest does not list looks like.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StrayKind {
+    /// Named like a volume (`data.` and digits): a volume of another copy or another bundle
+    /// mixed in. Refused by verify and unpack (FORMAT.md, section 2).
+    VolumeLike,
+    /// Anything else (a `README.txt`, a checksum file): reported by verify, ignored otherwise.
+    Other,
+}
+
+/// A file in the bundle directory that the manifest does not list.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StrayFile {
+    /// Its name in the bundle directory.
+    pub name: String,
+    /// Whether it looks like a volume.
+    pub kind: StrayKind,
+}
+
+impl StrayFile {
+    /// The message for it, to follow its name.
+    pub fn problem(&self) -> &'static str {
+        match self.kind {
+            StrayKind::VolumeLike => {
+                "is not listed in the manifest (an extra or duplicated volume?)"
+            }
+            StrayKind::Other => {
+                "is not part of the bundle (the manifest does not list it); ignored"
+            }
+        }
+    }
+}
+
+/// The error for bad volumes: each listed volume named with its position ("volume data.003
+/// of 7 fails its sha256"), then the stray volume-like files, then how many volumes are good
+/// when every volume was checked.
+pub fn volumes_error(
+    listed: &[VolumeProblem],
+    stray: &[StrayFile],
+    total: usize,
+    checked_all: bool,
+) -> Error {
+    let stray: Vec<&StrayFile> = stray
+        .iter()
+        .filter(|s| s.kind == StrayKind::VolumeLike)
+        .collect();
+    let mut parts: Vec<String> = listed
+        .iter()
+        .map(|p| format!("volume {} of {total} {}", p.volume, p.problem))
+        .chain(stray.iter().map(|s| format!("{} {}", s.name, s.problem())))
+        .collect();
+    let good = total.saturating_sub(listed.len());
+    if checked_all && !listed.is_empty() && total > 1 {
+        parts.push(match good {
+            0 => format!("none of the {total} volumes is good"),
+            1 => "the other 1 is good".to_string(),
+            n => format!("the other {n} are good"),
+        });
+    }
+    Error::BadVolumes {
+        summary: parts.join("; "),
+        copy_again: listed.iter().map(|p| p.volume.clone()).collect(),
+        remove: stray.iter().map(|s| s.name.clone()).collect(),
+    }
+}
+
+/// One unit of hashing work for [`check_volumes`].
+#[derive(Clone, Copy)]
+enum Job {
+    /// Chunk `c` of volume `i`, on its own (no whole-volume digest to check).
+    Chunk(usize, usize),
+    /// All of volume `i` in order: its chunks and its whole-volume digest in one pass.
+    Whole(usize),
+}
+
+/// What a [`Job`] found: for each chunk it covered, whether it matched; and for a whole
+/// volume, whether the whole-volume digest matched.
+type JobResult = std::result::Result<(Vec<(usize, bool)>, Option<bool>), String>;
+
+/// Checks every listed volume's size and digests: its chunks all in parallel, or, where the
+/// manifest also has a whole-volume digest (format version 1), each such volume in one
+/// sequential pass that checks both. Reads only. Returns the problems of listed volumes in
+/// manifest order.
+pub fn check_volumes(opened: &Opened, progress: &dyn Progress) -> Vec<VolumeProblem> {
+    let m = &opened.manifest;
+    progress.start("verify volumes", m.totals.volume_bytes);
+    let (mut problems, passed) = stat_volumes(opened);
+    let jobs: Vec<Job> = passed
+        .iter()
+        .flat_map(|&i| match m.volumes[i].sha256 {
+            Some(_) => vec![Job::Whole(i)],
+            None => (0..m.volumes[i].chunks.len())
+                .map(|c| Job::Chunk(i, c))
+                .collect(),
+        })
+        .collect();
+    let results: Vec<(usize, JobResult)> = jobs
+        .par_iter()
+        .map(|&job| {
+            let i = match job {
+                Job::Chunk(i, _) | Job::Whole(i) => i,
+            };
+            let v = &m.volumes[i];
+            progress.item(&v.name);
+            let path = opened.dir.join(&v.name);
+            let r = match job {
+                Job::Chunk(_, c) => {
+                    let (start, end) = chunk_range(m, i, c);
+                    hash_range(&path, start, end, progress)
+                        .map(|h| (vec![(c, h == v.chunks[c])], None))
+                }
+                Job::Whole(_) => hash_volume(&path, m, i, progress),
+            };
+            (i, r.map_err(|e| e.to_string()))
+        })
+        .collect();
+    type Found = (Vec<(u64, u64)>, Option<String>, bool);
+    let mut per_volume: std::collections::BTreeMap<usize, Found> = Default::default();
+    for (i, r) in results {
+        match r {
+            Ok((chunks, whole)) => {
+                for (c, ok) in chunks {
+                    if !ok {
+                        per_volume
+                            .entry(i)
+                            .or_default()
+                            .0
+                            .push(chunk_range(m, i, c));
+                    }
+                }
+                if whole == Some(false) {
+                    per_volume.entry(i).or_default().2 = true;
+                }
+            }
+            Err(e) => per_volume.entry(i).or_default().1 = Some(e),
+        }
+    }
+    for (i, (mut ranges, err, whole_bad)) in per_volume {
+        ranges.sort();
+        let v = &m.volumes[i];
+        let problem = match err {
+            Some(e) => format!("cannot be read: {e}"),
+            None if ranges.is_empty() && whole_bad => WHOLE_DIGEST_DISAGREES.to_string(),
+            None => format!(
+                "fails its sha256 (bad byte ranges: {})",
+                ranges
+                    .iter()
+                    .map(|(a, b)| format!("{a}-{b}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        problems.push(VolumeProblem {
+            volume: v.name.clone(),
+            index: i + 1,
+            problem,
+            bad_ranges: ranges,
+        });
+    }
+    problems.sort_by_key(|p| p.index);
+    progress.finish();
+    problems
+}
+
+/// The problem of a version 1 volume whose chunks all match but whose whole-volume digest
+/// does not: the signed manifest disagrees with itself.
+pub const WHOLE_DIGEST_DISAGREES: &str = "fails its whole-volume sha256 although every chunk digest matches (the signed manifest disagrees with itself: the bundle must be packed again)";
+
+/// Byte range `[start, end)` of chunk `c` of volume `i`.
+fn chunk_range(m: &Manifest, i: usize, c: usize) -> (u64, u64) {
+    let start = c as u64 * m.chunk_size;
+    (start, (start + m.chunk_size).min(m.volumes[i].size))
+}
+
+/// The checks of [`check_volumes`] that need no reading: every listed volume exists, is a
+/// regular file and has its manifest size. Returns the problems found and the indexes of the
+/// volumes that passed, to hash.
+fn stat_volumes(opened: &Opened) -> (Vec<VolumeProblem>, Vec<usize>) {
+    let m = &opened.manifest;
+    let mut problems = Vec::new();
+    let mut passed = Vec::new();
+    for (i, v) in m.volumes.iter().enumerate() {
+        let path = opened.dir.join(&v.name);
+        let problem = match std::fs::metadata(&path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => "is missing".to_string(),
+            Err(e) => format!("cannot be read: {e}"),
+            Ok(meta) if !meta.is_file() => "is not a regular file".to_string(),
+            Ok(meta) if meta.len() != v.size => format!(
+                "is {} bytes, the manifest says {} ({})",
+                meta.len(),
+                v.size,
+                if meta.len() < v.size {
+                    "truncated"
+                } else {
+                    "extended"
+                }
+            ),
+            Ok(_) => {
+                passed.push(i);
+                continue;
+            }
+        };
+        problems.push(VolumeProblem {
+            volume: v.name.clone(),
+            index: i + 1,
+            problem,
+            bad_ranges: vec![],
+        });
+    }
+    (problems, passed)
+}
+
+/// Whether every listed volume exists, is a regular file and has its manifest size (the
+/// checks of [`check_volumes`] that need no reading).
+pub fn volumes_look_complete(opened: &Opened) -> bool {
+    stat_volumes(opened).0.is_empty()
+}
+
+/// Files in the bundle directory that the manifest does not account for, sorted by name.
+pub fn stray_files(opened: &Opened) -> Vec<StrayFile> {
+    let Ok(rd) = std::fs::read_dir(&opened.dir) else {
+        return vec![];
+    };
+    let mut out: Vec<StrayFile> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| {
+            n != manifest::MANIFEST_NAME
+                && n != manifest::SIGNATURE_NAME
+                && !opened.manifest.volumes.iter().any(|v| &v.name == n)
+        })
+        .map(|name| StrayFile {
+            kind: if is_volume_like(&name) {
+                StrayKind::VolumeLike
+            } else {
+                StrayKind::Other
+            },
+            name,
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// Whether a stray file in a bundle directory looks like a volume (`data.` followed by digits).
+pub fn is_volume_like(name: &str) -> bool {
+    name.strip_prefix("data.")
+        .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()))
+}
+
+fn hash_range(path: &Path, start: u64, end: u64, progress: &dyn Progress) -> io::Result<String> {
+    let f = File::open(path)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut pos = start;
+    while pos < end {
+        let want = ((end - pos) as usize).min(buf.len());
+        let n = f.read_at(&mut buf[..want], pos)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "volume ended early",
+            ));
+        }
+        h.update(&buf[..n]);
+        pos += n as u64;
+        progress.advance(n as u64);
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+/// Hashes volume `i` from start to end once, checking each chunk digest and the whole-volume
+/// digest.
+fn hash_volume(path: &Path, m: &Manifest, i: usize, progress: &dyn Progress) -> JobResult2 {
+    let v = &m.volumes[i];
+    let mut whole = Sha256::new();
+    let mut chunks = Vec::with_capacity(v.chunks.len());
+    let f = File::open(path)?;
+    let mut buf = vec![0u8; 1 << 20];
+    for c in 0..v.chunks.len() {
+        let (start, end) = chunk_range(m, i, c);
+        let mut h = Sha256::new();
+        let mut pos = start;
+        while pos < end {
+            let want = ((end - pos) as usize).min(buf.len());
+            let n = f.read_at(&mut buf[..want], pos)?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "volume ended early",
+                ));
+            }
+            h.update(&buf[..n]);
+            whole.update(&buf[..n]);
+            pos += n as u64;
+            progress.advance(n as u64);
+        }
+        chunks.push((c, hex::encode(h.finalize()) == v.chunks[c]));
+    }
+    let whole = hex::encode(whole.finalize());
+    Ok((chunks, Some(v.sha256.as_deref() == Some(whole.as_str()))))
+}
+
+type JobResult2 = io::Result<(Vec<(usize, bool)>, Option<bool>)>;
+
+/// Where the volume reader gets each volume's bytes: the bundle directory, or (for the fuzz
+/// target) memory.
+pub trait VolumeSource: Sync {
+    /// Opens the volume called `name`, the `index`-th (0-based) of the manifest. A volume that
+    /// does not exist is an error of kind `NotFound`.
+    fn open(&self, index: usize, name: &str) -> io::Result<Box<dyn Read + Send + '_>>;
+    /// The path that errors about the volume name.
+    fn path(&self, name: &str) -> PathBuf;
+}
+
+/// The volumes of a bundle directory. Each is opened without blocking and must be a regular
+/// file: a FIFO or device planted as a volume must not hang or feed the reader.
+pub struct DirVolumes<'a>(pub &'a Path);
+
+impl VolumeSource for DirVolumes<'_> {
+    fn open(&self, _index: usize, name: &str) -> io::Result<Box<dyn Read + Send + '_>> {
+        match open_regular(&self.0.join(name)) {
+            Ok((f, _)) => Ok(Box::new(f)),
+            Err(BoundedReadError::NotFound) => Err(io::ErrorKind::NotFound.into()),
+            Err(BoundedReadError::NotRegular(what)) => {
+                Err(io::Error::other(format!("is {what}, not a regular file")))
+            }
+            Err(BoundedReadError::Io(e)) => Err(e),
+            Err(BoundedReadError::TooLarge(_)) => unreachable!("open_regular has no cap"),
+        }
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+/// How the stream reader treats content mismatches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The first problem of any kind is an error (unpack).
+    Strict,
+    /// Volume and file digest mismatches are collected and reading goes on (verify --deep);
+    /// structural problems still stop it.
+    Collect,
+}
+
+/// A read error on a volume (a failing medium), carried up the io::Error chain so the
+/// message names the volume and the exit code says "operational", not "bad bundle".
+#[derive(Debug)]
+pub(super) struct VolumeIo {
+    pub(super) path: PathBuf,
+    pub(super) source: io::Error,
+}
+
+impl std::fmt::Display for VolumeIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.source)
+    }
+}
+impl std::error::Error for VolumeIo {}
+
+/// The typed failure a volume reader raises inside the io::Error chain.
+#[derive(Debug)]
+pub(super) struct VolumeFailure {
+    pub(super) problem: VolumeProblem,
+    /// How many volumes the bundle has.
+    pub(super) total: usize,
+}
+
+impl std::fmt::Display for VolumeFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.problem.volume, self.problem.problem)
+    }
+}
+impl std::error::Error for VolumeFailure {}
+
+/// Buffers in flight between the volume-reading thread and the stream's consumer.
+pub(super) const STREAM_BUFFERS: usize = 8;
+/// Size of each of them.
+pub(super) const STREAM_BUFFER_SIZE: usize = 1 << 20;
+
+/// Reads the volumes in order as one payload, checking each volume's size and chunk digests
+/// (and its whole-volume digest where the manifest has one).
+///
+/// It runs on a thread of its own ([`VolumeReader::run`]) and hands its buffers to a
+/// [`PipeReader`] on the consuming thread, so reading and hashing the volumes overlaps with
+/// decompressing, parsing and hashing the files (and, for unpack, writing them): the two SHA-256
+/// passes of a stream run on two cores.
+pub(super) struct VolumeReader<'a> {
+    manifest: &'a Manifest,
+    source: &'a dyn VolumeSource,
+    mode: Mode,
+    index: usize,
+    file: Option<Box<dyn Read + Send + 'a>>,
+    read_in_volume: u64,
+    chunk_hasher: Sha256,
+    /// The whole-volume hasher, for a volume whose manifest entry has a `sha256`.
+    whole_hasher: Option<Sha256>,
+    in_chunk: u64,
+    chunk_index: usize,
+    /// Byte ranges of the open volume whose chunk digest failed.
+    bad_ranges: Vec<(u64, u64)>,
+    problems: Vec<VolumeProblem>,
+}
+
+/// What the volume-reading thread hands on, in stream order.
+pub(super) enum Piece {
+    /// A buffer and how many of its bytes are stream bytes.
+    Data(Vec<u8>, usize),
+    /// The error the stream's reader must see at this point.
+    Err(io::Error),
+}
+
+impl<'a> VolumeReader<'a> {
+    pub(super) fn new(manifest: &'a Manifest, source: &'a dyn VolumeSource, mode: Mode) -> Self {
+        VolumeReader {
+            manifest,
+            source,
+            mode,
+            index: 0,
+            file: None,
+            read_in_volume: 0,
+            chunk_hasher: Sha256::new(),
+            whole_hasher: None,
+            in_chunk: 0,
+            chunk_index: 0,
+            bad_ranges: Vec::new(),
+            problems: Vec::new(),
+        }
+    }
+
+    fn fail(&mut self, problem: String) -> io::Result<()> {
+        let count = self.manifest.volumes.len();
+        let v = &self.manifest.volumes[self.index];
+        let p = VolumeProblem {
+            volume: v.name.clone(),
+            index: self.index + 1,
+            problem,
+            bad_ranges: std::mem::take(&mut self.bad_ranges),
+        };
+        match self.mode {
+            Mode::Strict => Err(io::Error::other(VolumeFailure {
+                problem: p,
+                total: count,
+            })),
+            Mode::Collect => {
+                self.problems.push(p);
+                Ok(())
+            }
+        }
+    }
+
+    /// Ends the current chunk and compares its digest with the manifest's.
+    fn end_chunk(&mut self) {
+        let v = &self.manifest.volumes[self.index];
+        let digest = hex::encode(std::mem::take(&mut self.chunk_hasher).finalize());
+        if v.chunks.get(self.chunk_index) != Some(&digest) {
+            let start = self.chunk_index as u64 * self.manifest.chunk_size;
+            self.bad_ranges.push((start, start + self.in_chunk));
+        }
+        self.chunk_index += 1;
+        self.in_chunk = 0;
+    }
+
+    /// The thread's body: fills buffers from the pool and sends them until the last volume
+    /// ends, an error is sent, or the consumer goes away. Returns the problems collected in
+    /// [`Mode::Collect`].
+    pub(super) fn run(mut self, tx: Sender<Piece>, pool: Receiver<Vec<u8>>) -> Vec<VolumeProblem> {
+        while let Ok(mut buf) = pool.recv() {
+            match self.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    if tx.send(Piece::Data(buf, n)).is_err() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Piece::Err(e));
+                    break;
+                }
+            }
+        }
+        self.problems
+    }
+}
+
+impl Read for VolumeReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let volumes = &self.manifest.volumes;
+            if self.index >= volumes.len() {
+                return Ok(0);
+            }
+            let v = &volumes[self.index];
+            if self.file.is_none() {
+                let f = match self.source.open(self.index, &v.name) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        let msg = if e.kind() == io::ErrorKind::NotFound {
+                            "is missing".to_string()
+                        } else {
+                            format!("cannot be opened: {e}")
+                        };
+                        self.fail(msg)?;
+                        // Collect mode: the stream cannot go on without the volume's bytes.
+                        return Err(io::Error::other(format!("{} is missing", v.name)));
+                    }
+                };
+                self.file = Some(f);
+                self.read_in_volume = 0;
+                self.chunk_hasher = Sha256::new();
+                self.whole_hasher = v.sha256.as_ref().map(|_| Sha256::new());
+                self.in_chunk = 0;
+                self.chunk_index = 0;
+                self.bad_ranges.clear();
+            }
+            let remaining = v.size - self.read_in_volume;
+            let chunk_room = self.manifest.chunk_size - self.in_chunk;
+            let want = (buf.len() as u64).min(remaining).min(chunk_room) as usize;
+            let file = self.file.as_mut().expect("opened above");
+            let n = if want == 0 {
+                // At the declared end: anything more means the volume was extended.
+                let mut probe = [0u8; 1];
+                if read_retrying(file, &mut probe)? != 0 {
+                    let msg = format!(
+                        "is longer than the {} bytes the manifest says (extended)",
+                        v.size
+                    );
+                    self.fail(msg)?;
+                }
+                0
+            } else {
+                match read_retrying(file, &mut buf[..want]) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        return Err(io::Error::other(VolumeIo {
+                            path: self.source.path(&v.name),
+                            source: e,
+                        }));
+                    }
+                }
+            };
+            if n == 0 {
+                if self.read_in_volume < v.size {
+                    let msg = format!(
+                        "ends after {} of its {} bytes (truncated)",
+                        self.read_in_volume, v.size
+                    );
+                    self.bad_ranges.clear();
+                    self.fail(msg)?;
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("{} is truncated", v.name),
+                    ));
+                }
+                if self.in_chunk > 0 {
+                    self.end_chunk();
+                }
+                let whole_ok = match (self.whole_hasher.take(), &v.sha256) {
+                    (Some(h), Some(want)) => hex::encode(h.finalize()) == *want,
+                    _ => true,
+                };
+                if !self.bad_ranges.is_empty() {
+                    self.fail("fails its sha256".to_string())?;
+                } else if !whole_ok {
+                    self.fail(WHOLE_DIGEST_DISAGREES.to_string())?;
+                }
+                self.file = None;
+                self.index += 1;
+                continue;
+            }
+            self.chunk_hasher.update(&buf[..n]);
+            if let Some(h) = &mut self.whole_hasher {
+                h.update(&buf[..n]);
+            }
+            self.in_chunk += n as u64;
+            self.read_in_volume += n as u64;
+            if self.in_chunk == self.manifest.chunk_size {
+                self.end_chunk();
+            }
+            return Ok(n);
+        }
+    }
+}
+
+/// One `read`, retried when a signal interrupts it.
+fn read_retrying(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        match r.read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// The consuming end of the volume-reading thread: a `BufRead` over the buffers it sends,
+/// which go back to its pool once read.
+pub(super) struct PipeReader {
+    rx: Receiver<Piece>,
+    recycle: Sender<Vec<u8>>,
+    current: Option<(Vec<u8>, usize)>,
+    pos: usize,
+    failed: bool,
+}
+
+impl PipeReader {
+    pub(super) fn new(rx: Receiver<Piece>, recycle: Sender<Vec<u8>>) -> Self {
+        PipeReader {
+            rx,
+            recycle,
+            current: None,
+            pos: 0,
+            failed: false,
+        }
+    }
+}
+
+impl io::BufRead for PipeReader {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        while self.current.as_ref().is_none_or(|(_, n)| self.pos >= *n) {
+            if let Some((buf, _)) = self.current.take() {
+                let _ = self.recycle.send(buf);
+            }
+            self.pos = 0;
+            if self.failed {
+                return Err(io::Error::other(
+                    "the volumes could not be read past an earlier error",
+                ));
+            }
+            match self.rx.recv() {
+                Ok(Piece::Data(buf, n)) => self.current = Some((buf, n)),
+                Ok(Piece::Err(e)) => {
+                    self.failed = true;
+                    return Err(e);
+                }
+                Err(_) => return Ok(&[]),
+            }
+        }
+        let (buf, n) = self.current.as_ref().expect("filled above");
+        Ok(&buf[self.pos..*n])
+    }
+
+    fn consume(&mut self, amt: usize) {
+        self.pos += amt;
+    }
+}
+
+impl Read for PipeReader {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        use io::BufRead;
+        let avail = self.fill_buf()?;
+        let n = avail.len().min(out.len());
+        out[..n].copy_from_slice(&avail[..n]);
+        self.consume(n);
+        Ok(n)
+    }
+}
