@@ -364,8 +364,7 @@ impl Manifest {
                 }
                 _ => {}
             }
-            if !v.sha256.as_deref().is_none_or(is_hex64) || !v.chunks.iter().all(|c| is_hex64(c))
-            {
+            if !v.sha256.as_deref().is_none_or(is_hex64) || !v.chunks.iter().all(|c| is_hex64(c)) {
                 return Err(format!("has a malformed sha256 for volume {}", v.name));
             }
             if v.chunks.len() as u64 != v.size.div_ceil(self.chunk_size) {
@@ -763,7 +762,11 @@ mod tests {
         for mutate in cases {
             let mut m = sample();
             mutate(&mut m);
-            assert!(m.validate().unwrap_err().contains("control characters or over 4096"));
+            assert!(
+                m.validate()
+                    .unwrap_err()
+                    .contains("control characters or over 4096")
+            );
         }
         let mut m = sample();
         m.tool = "x".repeat(4096);

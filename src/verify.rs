@@ -133,7 +133,12 @@ pub fn verify(opened: &Opened, depth: Depth, progress: &dyn Progress) -> Verdict
     let m = &opened.manifest;
     let mut streamed = None;
     if depth == Depth::Deep && volumes::volumes_look_complete(opened) {
-        streamed = Some(stream::stream(opened, Mode::Collect, &mut NullSink, progress));
+        streamed = Some(stream::stream(
+            opened,
+            Mode::Collect,
+            &mut NullSink,
+            progress,
+        ));
     }
     let bad_volumes = match &streamed {
         Some(Ok(report)) if report.volume_problems.is_empty() => vec![],

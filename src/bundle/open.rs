@@ -87,7 +87,9 @@ pub fn open_regular(path: &Path) -> std::result::Result<(File, u64), BoundedRead
         })?;
     let meta = f.metadata().map_err(BoundedReadError::Io)?;
     if !meta.is_file() {
-        return Err(BoundedReadError::NotRegular(describe_type(meta.file_type())));
+        return Err(BoundedReadError::NotRegular(describe_type(
+            meta.file_type(),
+        )));
     }
     Ok((f, meta.len()))
 }
@@ -327,7 +329,12 @@ mod tests {
             Err(BoundedReadError::NotRegular("a character device"))
         ));
         let fifo = dir.path().join("fifo");
-        rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, rustix::fs::Mode::from_raw_mode(0o600)).unwrap();
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .unwrap();
         assert!(matches!(
             read_bounded(&fifo, 16),
             Err(BoundedReadError::NotRegular("a FIFO"))

@@ -170,7 +170,12 @@ pub fn stream(
             if bad.is_empty() {
                 Err(e)
             } else {
-                Err(volumes_error(&bad, &[], opened.manifest.volumes.len(), true))
+                Err(volumes_error(
+                    &bad,
+                    &[],
+                    opened.manifest.volumes.len(),
+                    true,
+                ))
             }
         }
         other => other,

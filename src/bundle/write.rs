@@ -587,9 +587,8 @@ pub fn manifest_size_estimate(opts: &PackOptions<'_>) -> u64 {
     for e in &opts.entries {
         match e {
             ScanEntry::Dir { path } => {
-                stream = stream.saturating_add(
-                    manifest::entry_stream_size(path, true, 0).unwrap_or(u64::MAX),
-                );
+                stream = stream
+                    .saturating_add(manifest::entry_stream_size(path, true, 0).unwrap_or(u64::MAX));
                 directories.push(path.clone());
             }
             ScanEntry::File {
@@ -892,4 +891,67 @@ pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut f = File::create_new(path).map_err(|e| Error::io(path, e))?;
     f.write_all(bytes).map_err(|e| Error::io(path, e))?;
     f.sync_all().map_err(|e| Error::io(path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options<'a>(
+        root: &Path,
+        out: PathBuf,
+        key: &'a SecretKey,
+        compress: Compress,
+    ) -> PackOptions<'a> {
+        PackOptions {
+            entries: crate::scan::scan(root, root).unwrap(),
+            out,
+            key,
+            name: "m".into(),
+            version: 1,
+            compress,
+            volume_size: 4096,
+            chunk_size: 4096,
+            created_unix: 0,
+            warnings: vec![],
+            source: None,
+            etags: vec![],
+        }
+    }
+
+    #[test]
+    fn manifest_size_estimate_is_an_upper_bound_close_to_the_real_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("m");
+        std::fs::create_dir_all(root.join("sub/deeper")).unwrap();
+        for i in 0..40u32 {
+            let bytes: Vec<u8> = (0..i * 997)
+                .map(|b| (b.wrapping_mul(2654435761) >> 7) as u8)
+                .collect();
+            std::fs::write(root.join(format!("sub/f{i}.bin")), bytes).unwrap();
+        }
+        std::fs::write(root.join("sub/deeper/\u{e9}t\u{e9} \"quoted\".txt"), b"x").unwrap();
+        let key = SecretKey::generate().unwrap();
+        for (i, compress) in [
+            Compress::None,
+            Compress::Zstd {
+                level: 3,
+                workers: 0,
+            },
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let opts = options(&root, dir.path().join(format!("b{i}")), &key, compress);
+            let estimate = manifest_size_estimate(&opts);
+            let packed = pack(opts, &crate::progress::Silent).unwrap();
+            let actual = packed.manifest.to_bytes().len() as u64;
+            assert!(estimate >= actual, "estimate {estimate} < actual {actual}");
+            // Within the room given to incompressible data: a volume or two more.
+            assert!(
+                estimate - actual < 4096,
+                "estimate {estimate}, actual {actual}"
+            );
+        }
+    }
 }

@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value, json};
 
 use airlock::bundle::open;
-use airlock::verify::{self, DeepOutcome, Depth};
 use airlock::error::{EXIT_OK, Error, Result, human};
 use airlock::install::{self, UnpackOptions};
 use airlock::install_hf::{self, HfUnpackOptions, SnapshotState};
 use airlock::keys::{self, PublicKey};
+use airlock::verify::{self, DeepOutcome, Depth};
 
 use crate::cli::{Cli, Command, TrustArgs, UnpackArgs};
 use ui::Ui;
@@ -242,7 +242,8 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
     let depth = if deep { Depth::Deep } else { Depth::Volumes };
     let verdict = verify::verify(&opened, depth, ui);
     let m = &opened.manifest;
-    out.warnings.extend(verdict.signature_warnings.iter().cloned());
+    out.warnings
+        .extend(verdict.signature_warnings.iter().cloned());
     out.warnings.extend(recorded_warnings(m));
     out.set("bundle", &bundle);
     out.set("name", &m.name);

@@ -10,4 +10,5 @@ mod roundtrip;
 mod support;
 mod tamper;
 mod ux;
+mod verdict;
 mod workflow_checks;
