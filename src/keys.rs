@@ -231,6 +231,8 @@ fn split_lines<'a>(
     expected: usize,
 ) -> Result<Vec<&'a str>, KeyError> {
     let body = text.strip_suffix('\n').unwrap_or(text);
+    let terminated = body.len() < text.len();
+    let count = body.split('\n').count();
     let mut lines = Vec::with_capacity(expected);
     for (i, raw) in body.split('\n').enumerate() {
         let line_no = i + 1;
@@ -241,7 +243,13 @@ fn split_lines<'a>(
                 format!("unexpected extra line (a {what} file has {expected} lines)"),
             ));
         }
-        let line = raw.strip_suffix('\r').unwrap_or(raw);
+        // A CR is accepted only as the first half of a CRLF line end: the last line of a text
+        // without a final LF has no line end, so a CR there is a lone CR (FORMAT.md, section 8).
+        let line = if i + 1 < count || terminated {
+            raw.strip_suffix('\r').unwrap_or(raw)
+        } else {
+            raw
+        };
         if line.contains('\r') {
             return Err(malformed(what, line_no, "carriage return inside line"));
         }
@@ -1518,6 +1526,11 @@ trusted comment: signed with the encrypted key\n\
         assert_eq!(
             Signature::parse(&UNENC_SIG.replace('\n', "\r\n")).unwrap(),
             good
+        );
+        // A lone CR at the very end (no LF after it) is not a line end.
+        assert_eq!(
+            malformed_line(Signature::parse(&format!("{}\r", join(&lines)))),
+            4
         );
         // Line count.
         assert_eq!(malformed_line(Signature::parse("")), 2);

@@ -16,11 +16,55 @@ pub const MAX_COMPONENT: usize = 255;
 /// Top-level name reserved for the receipt an unpack leaves behind.
 pub const RECEIPT_DIR: &str = ".airlock";
 
+/// Windows device names (FORMAT.md, section 4.1), compared ignoring ASCII case. Windows also
+/// treats the superscript digits ¹ ² ³ as digits in `COM` and `LPT` names.
 const WINDOWS_DEVICES: &[&str] = &[
-    "CON", "PRN", "AUX", "NUL", "COM0", "COM1", "COM2", "COM3", "COM4", "COM5", "COM6", "COM7",
-    "COM8", "COM9", "LPT0", "LPT1", "LPT2", "LPT3", "LPT4", "LPT5", "LPT6", "LPT7", "LPT8", "LPT9",
-    "CONIN$", "CONOUT$",
+    "CON",
+    "PRN",
+    "AUX",
+    "NUL",
+    "COM0",
+    "COM1",
+    "COM2",
+    "COM3",
+    "COM4",
+    "COM5",
+    "COM6",
+    "COM7",
+    "COM8",
+    "COM9",
+    "COM\u{b9}",
+    "COM\u{b2}",
+    "COM\u{b3}",
+    "LPT0",
+    "LPT1",
+    "LPT2",
+    "LPT3",
+    "LPT4",
+    "LPT5",
+    "LPT6",
+    "LPT7",
+    "LPT8",
+    "LPT9",
+    "LPT\u{b9}",
+    "LPT\u{b2}",
+    "LPT\u{b3}",
+    "CONIN$",
+    "CONOUT$",
 ];
+
+/// The Unicode version of the case folding [`fold`] applies (pinned in FORMAT.md, section
+/// 4.2; a dependency update that changes it must change the document too).
+pub const CASE_FOLDING_UNICODE_VERSION: (u64, u64, u64) = caseless::UNICODE_VERSION;
+
+/// The name two paths share when a case-insensitive or normalising filesystem would make them
+/// one file: Unicode canonical caseless matching, `NFD(casefold(NFD(p)))` with full case
+/// folding (FORMAT.md, section 4.2). So `Model.bin` and `model.BIN`, `café` composed and
+/// decomposed, and `οδος` / `οδοσ` (final and ordinary sigma) each fold to one name.
+pub fn fold(path: &str) -> String {
+    use caseless::Caseless;
+    path.nfd().default_case_fold().nfd().collect()
+}
 
 /// Checks that `path` is a safe, portable, relative `/`-separated path.
 ///
@@ -65,7 +109,8 @@ pub fn check_relative(path: &str) -> Result<(), String> {
             ));
         }
     }
-    if path == RECEIPT_DIR || path.starts_with(".airlock/") {
+    let first = path.split('/').next().unwrap_or("");
+    if fold(first) == RECEIPT_DIR {
         return Err(format!(
             "uses the name {RECEIPT_DIR:?}, reserved for airlock's receipt"
         ));
@@ -82,8 +127,7 @@ pub struct CollisionSet {
 impl CollisionSet {
     /// Adds `path`; returns the earlier path it collides with, if any.
     pub fn insert(&mut self, path: &str) -> Option<String> {
-        let folded: String = path.nfc().collect::<String>().to_lowercase();
-        let folded: String = folded.nfc().collect();
+        let folded = fold(path);
         match self.seen.get(&folded) {
             Some(earlier) => Some(earlier.clone()),
             None => {
@@ -112,6 +156,10 @@ mod tests {
             "tokenizer/special_tokens_map.json",
             "a b/ü.txt",
             ".gitattributes",
+            ".airlockrc",
+            "sub/.airlock",
+            "COM10",
+            "com1x.txt",
         ] {
             assert_eq!(check_relative(p), Ok(()), "{p}");
         }
@@ -143,6 +191,11 @@ mod tests {
             "x ",
             ".airlock",
             ".airlock/manifest.json",
+            ".AIRLOCK/manifest.json",
+            ".Airlock",
+            "COM\u{b9}",
+            "sub/lpt\u{b3}.txt",
+            "com\u{b2}.log",
         ] {
             assert!(check_relative(p).is_err(), "{p:?} should be refused");
         }
@@ -158,6 +211,20 @@ mod tests {
         assert_eq!(set.insert("caf\u{e9}"), None);
         assert_eq!(set.insert("cafe\u{301}"), Some("caf\u{e9}".into()));
         assert_eq!(set.insert("other"), None);
+        // Full Unicode case folding, not lower-casing: one file on NTFS and APFS.
+        assert_eq!(set.insert("\u{3bf}\u{3b4}\u{3bf}\u{3c2}"), None);
+        assert_eq!(
+            set.insert("\u{3bf}\u{3b4}\u{3bf}\u{3c3}"),
+            Some("\u{3bf}\u{3b4}\u{3bf}\u{3c2}".into())
+        );
+        assert_eq!(set.insert("Stra\u{df}e"), None);
+        assert_eq!(set.insert("STRASSE"), Some("Stra\u{df}e".into()));
+    }
+
+    #[test]
+    fn case_folding_is_the_unicode_version_format_md_pins() {
+        assert_eq!(CASE_FOLDING_UNICODE_VERSION, (16, 0, 0));
+        assert_eq!(fold("\u{3a3}\u{3c2}"), "\u{3c3}\u{3c3}");
     }
 
     #[test]

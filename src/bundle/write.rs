@@ -609,10 +609,11 @@ pub fn manifest_size_estimate(opts: &PackOptions<'_>) -> u64 {
             }
         }
     }
-    // zstd's worst case (ZSTD_COMPRESSBOUND) plus room for frame headers.
+    // zstd's worst case for one frame (ZSTD_COMPRESSBOUND: size + size/256 + at most 64
+    // bytes below 128 KiB), plus the frame header.
     let payload = match opts.compress {
         Compress::None => stream,
-        Compress::Zstd { .. } => stream.saturating_add(stream / 255).saturating_add(1 << 17),
+        Compress::Zstd { .. } => stream.saturating_add(stream >> 8).saturating_add(128),
     };
     let count = payload.div_ceil(opts.volume_size.max(1)).max(1);
     let volumes: Vec<Volume> = (0..count)
@@ -947,11 +948,14 @@ mod tests {
             let packed = pack(opts, &crate::progress::Silent).unwrap();
             let actual = packed.manifest.to_bytes().len() as u64;
             assert!(estimate >= actual, "estimate {estimate} < actual {actual}");
-            // Within the room given to incompressible data: a volume or two more.
-            assert!(
-                estimate - actual < 4096,
-                "estimate {estimate}, actual {actual}"
-            );
+            // Uncompressed, the payload is known exactly: only the digits of the totals and
+            // the level differ. Compressed, the bound is for incompressible data.
+            if i == 0 {
+                assert!(
+                    estimate - actual < 256,
+                    "estimate {estimate}, actual {actual}"
+                );
+            }
         }
     }
 }

@@ -39,10 +39,11 @@ fn json_is_one_document_on_success_and_failure() {
         (code, j["ok"].clone(), j["files_checked"].clone()),
         (0, true.into(), 6.into())
     );
+    // A bundle path that is not there is operational (exit 1), not a failed verification.
     let (code, j) = env.json(&["verify", "nonexistent", "--trust", "k.pub"]);
-    assert_eq!(code, 3);
+    assert_eq!(code, 1);
     assert_eq!(j["ok"], false);
-    assert_eq!(j["error"]["kind"], "bad-manifest");
+    assert_eq!(j["error"]["kind"], "io");
     assert!(
         j["error"]["message"]
             .as_str()
