@@ -401,3 +401,68 @@ fn check_entries<R: Read>(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tar::{BLOCK, raw_header};
+
+    /// The reader error for `bytes` followed by a file `f` and the end-of-archive marker.
+    fn refusal(mut bytes: Vec<u8>) -> String {
+        bytes.extend(raw_header(b"f", 0o644, 0, b'0'));
+        bytes.extend([0u8; 2 * BLOCK]);
+        let mut r = tar::Reader::new(&bytes[..]);
+        loop {
+            match r.next_entry() {
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("accepted"),
+                Err(e) => return e.to_string(),
+            }
+        }
+    }
+
+    fn pax(name: &[u8], mode: u32, records: &[u8], pad: u8) -> Vec<u8> {
+        let mut b = raw_header(name, mode, records.len() as u64, b'x').to_vec();
+        b.extend(records);
+        b.resize(b.len().div_ceil(BLOCK) * BLOCK, 0);
+        if records.len() % BLOCK != 0 {
+            *b.last_mut().unwrap() = pad;
+        }
+        b
+    }
+
+    // FORMAT.md section 3.5, rules 11 and 16 to 18: what the reader refused before the document
+    // said so.
+    #[test]
+    fn format_md_3_5_rules_the_document_now_states() {
+        let err = refusal(raw_header(b"x\0y", 0o644, 0, b'0').to_vec());
+        assert!(err.contains("bytes after the end of the name"), "{err}");
+        let long = format!("{}/{}", "d".repeat(120), "f".repeat(120));
+        let rec = format!("{} path={long}\n", tar::pax_record_len("path", long.len()));
+        let err = refusal(pax(b"././@Other", 0o644, rec.as_bytes(), 0));
+        assert!(err.contains("unexpected name"), "{err}");
+        let err = refusal(pax(b"././@PaxHeader", 0o600, rec.as_bytes(), 0));
+        assert!(err.contains("unexpected mode"), "{err}");
+        let err = refusal(pax(b"././@PaxHeader", 0o644, rec.as_bytes(), 1));
+        assert!(err.contains("padding"), "{err}");
+    }
+
+    #[test]
+    fn stream_shorter_than_declared_is_refused() {
+        let capped = Capped::new(&b""[..], 512);
+        let err = check_exact_length(&capped).unwrap_err().to_string();
+        assert!(
+            err.contains("ends 512 bytes before the size the manifest declares"),
+            "{err}"
+        );
+        check_exact_length(&Capped::new(&b""[..], 0)).unwrap();
+    }
+
+    #[test]
+    fn stream_longer_than_declared_is_refused() {
+        let mut c = Capped::new(&b"abcd"[..], 3);
+        let mut buf = [0u8; 8];
+        assert_eq!(c.read(&mut buf).unwrap(), 3);
+        assert!(c.read(&mut buf).unwrap_err().to_string().contains("goes on past"));
+    }
+}
