@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../fuzz"
 secs="${1:-60}"
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 export RUSTC_BOOTSTRAP=1
-mkdir -p corpus/manifest corpus/keys corpus/stream
+mkdir -p corpus/manifest corpus/keys corpus/stream corpus/volumes
 find ../testdata -name manifest.json -exec cp {} corpus/manifest/ \; 2>/dev/null || true
 for f in ../testdata/hostile/*/manifest.json; do cp "$f" "corpus/manifest/$(basename "$(dirname "$f")").json"; done
 for f in ../testdata/keys/*.pub ../testdata/hostile/*/manifest.json.minisig; do
@@ -18,7 +18,16 @@ done
 for f in ../testdata/hostile/*/data.000; do
   [ "$(stat -c %s "$f")" -le 1048576 ] && cp "$f" "corpus/stream/$(basename "$(dirname "$f")")"
 done
-for t in manifest keys stream; do
+# The volume reader's input: 4-byte little-endian manifest length, manifest, volumes.
+for d in ../testdata/hostile/*/; do
+  [ -f "$d/manifest.json" ] || continue
+  total=$(cat "$d"/data.* 2>/dev/null | wc -c)
+  [ "$total" -le 1048576 ] || continue
+  python3 -c 'import struct,sys; sys.stdout.buffer.write(struct.pack("<I", int(sys.argv[1])))' \
+    "$(stat -c %s "$d/manifest.json")" >"corpus/volumes/$(basename "$d")"
+  cat "$d/manifest.json" "$d"/data.* >>"corpus/volumes/$(basename "$d")" 2>/dev/null
+done
+for t in manifest keys stream volumes; do
   echo "== $t: ${secs}s"
   cargo fuzz run "$t" "corpus/$t" -- -max_total_time="$secs" -rss_limit_mb=2048 -max_len=1048576 2>&1 \
     | grep -E "^#[0-9]+.*(DONE|pulse)|Done [0-9]+ runs|ERROR|SUMMARY" | tail -3
