@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bundle;
+pub mod delta;
 pub mod error;
 pub mod fsinfo;
 pub mod hfcache;
