@@ -16,6 +16,7 @@ pub mod install_hf;
 pub mod keys;
 pub mod lock;
 pub mod manifest;
+pub mod parity;
 pub mod paths;
 pub mod progress;
 pub mod receipt;
