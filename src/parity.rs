@@ -225,14 +225,23 @@ pub struct Assessment {
     pub repairable: bool,
 }
 
+/// Reads a data unit's bytes: `(unit, offset, buf)`.
+pub type ReadUnit<'a> = dyn FnMut(u64, u64, &mut [u8]) -> io::Result<()> + 'a;
+/// Receives recovery bytes: `(r, offset, bytes)`.
+pub type WriteRecovery<'a> = dyn FnMut(u32, u64, &[u8]) -> io::Result<()> + 'a;
+/// Reads a shard of the stripe being rebuilt: `(shard, offset, buf)`.
+pub type ReadShard<'a> = dyn FnMut(Shard, u64, &mut [u8]) -> io::Result<()> + 'a;
+/// Receives a rebuilt shard's bytes: `(shard, offset, bytes)`.
+pub type WriteShard<'a> = dyn FnMut(Shard, u64, &[u8]) -> io::Result<()> + 'a;
+
 /// Computes the `R` recovery units of `stripe`. `read(unit, offset, buf)` fills `buf` with the
 /// data unit's bytes at `offset` (zero past the unit's real end); `write(r, offset, bytes)`
 /// receives recovery unit `r`'s bytes at `offset`, slice by slice in increasing offset.
 pub fn encode_stripe(
     g: &Geometry,
     stripe: u64,
-    read: &mut dyn FnMut(u64, u64, &mut [u8]) -> io::Result<()>,
-    write: &mut dyn FnMut(u32, u64, &[u8]) -> io::Result<()>,
+    read: &mut ReadUnit<'_>,
+    write: &mut WriteRecovery<'_>,
 ) -> Result<(), ParityError> {
     let slice = g.slice_size();
     let mut enc =
@@ -264,8 +273,8 @@ pub fn rebuild_stripe(
     g: &Geometry,
     stripe: u64,
     erased: &[Shard],
-    read: &mut dyn FnMut(Shard, u64, &mut [u8]) -> io::Result<()>,
-    write: &mut dyn FnMut(Shard, u64, &[u8]) -> io::Result<()>,
+    read: &mut ReadShard<'_>,
+    write: &mut WriteShard<'_>,
 ) -> Result<(), ParityError> {
     let lost = |s: Shard| erased.contains(&s);
     if erased.len() > g.recovery as usize {
