@@ -466,7 +466,7 @@ mod tests {
     #[test]
     fn every_data_unit_has_exactly_one_place() {
         let g = Geometry::choose(103, 4096, 10.0).unwrap();
-        let mut seen = vec![false; 103];
+        let mut seen = [false; 103];
         for k in 0..g.stripes() {
             for d in 0..g.data {
                 if let Some(u) = g.data_unit(k, d) {
