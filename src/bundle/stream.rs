@@ -425,7 +425,7 @@ mod tests {
         let mut b = raw_header(name, mode, records.len() as u64, b'x').to_vec();
         b.extend(records);
         b.resize(b.len().div_ceil(BLOCK) * BLOCK, 0);
-        if records.len() % BLOCK != 0 {
+        if !records.len().is_multiple_of(BLOCK) {
             *b.last_mut().unwrap() = pad;
         }
         b
@@ -463,6 +463,11 @@ mod tests {
         let mut c = Capped::new(&b"abcd"[..], 3);
         let mut buf = [0u8; 8];
         assert_eq!(c.read(&mut buf).unwrap(), 3);
-        assert!(c.read(&mut buf).unwrap_err().to_string().contains("goes on past"));
+        assert!(
+            c.read(&mut buf)
+                .unwrap_err()
+                .to_string()
+                .contains("goes on past")
+        );
     }
 }
