@@ -114,6 +114,9 @@ enum Job {
 
 /// What a [`Job`] found: for each chunk it covered, whether it matched; and for a whole
 /// volume, whether the whole-volume digest matched.
+type Hashed = io::Result<(Vec<(usize, bool)>, Option<bool>)>;
+
+/// A [`Hashed`] with the error as the text the report shows.
 type JobResult = std::result::Result<(Vec<(usize, bool)>, Option<bool>), String>;
 
 /// Checks every listed volume's size and digests: its chunks all in parallel, or, where the
@@ -310,7 +313,7 @@ fn hash_range(path: &Path, start: u64, end: u64, progress: &dyn Progress) -> io:
 
 /// Hashes volume `i` from start to end once, checking each chunk digest and the whole-volume
 /// digest.
-fn hash_volume(path: &Path, m: &Manifest, i: usize, progress: &dyn Progress) -> JobResult2 {
+fn hash_volume(path: &Path, m: &Manifest, i: usize, progress: &dyn Progress) -> Hashed {
     let v = &m.volumes[i];
     let mut whole = Sha256::new();
     let mut chunks = Vec::with_capacity(v.chunks.len());
@@ -339,8 +342,6 @@ fn hash_volume(path: &Path, m: &Manifest, i: usize, progress: &dyn Progress) -> 
     let whole = hex::encode(whole.finalize());
     Ok((chunks, Some(v.sha256.as_deref() == Some(whole.as_str()))))
 }
-
-type JobResult2 = io::Result<(Vec<(usize, bool)>, Option<bool>)>;
 
 /// Where the volume reader gets each volume's bytes: the bundle directory, or (for the fuzz
 /// target) memory.
