@@ -69,6 +69,37 @@ pub struct Installed {
     /// Model-check findings on the installed files (reported, not fatal: the bundle is signed
     /// and `pack` already refused errors unless told otherwise).
     pub findings: Vec<Finding>,
+    /// Files the model checks could not reach (a path too long for path-based reads); their
+    /// bytes were verified against the manifest all the same.
+    pub unchecked: Vec<String>,
+}
+
+/// The model-format checks on the staged files under `root` (each at `PREFIX` + its manifest
+/// path): exactly the bytes about to become visible. Returns the findings (paths without the
+/// prefix) and the files too deep for the path-based checks to open.
+pub fn check_staged(
+    root: &Path,
+    prefix: &str,
+    m: &Manifest,
+) -> Result<(Vec<Finding>, Vec<String>)> {
+    let mut findings = Vec::new();
+    let mut unchecked = Vec::new();
+    for f in &m.files {
+        let rel = format!("{prefix}{}", f.path);
+        match crate::inspect::check_file(root, &rel) {
+            Ok(found) => findings.extend(found.into_iter().map(|mut finding| {
+                if let Some(p) = finding.path.strip_prefix(prefix) {
+                    finding.path = p.to_string();
+                }
+                finding
+            })),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidFilename => {
+                unchecked.push(f.path.clone())
+            }
+            Err(e) => return Err(Error::io(root, e)),
+        }
+    }
+    Ok((findings, unchecked))
 }
 
 /// Bytes to reserve for a manifest's files on disk: contents plus a block per entry.
@@ -437,12 +468,7 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
     fsio::sync_dir_fd(&root, &tree)?;
     drop(root);
 
-    // The model-format checks on exactly the bytes about to become visible.
-    let findings: Vec<Finding> = crate::inspect::check_tree(&tree)
-        .map_err(|e| Error::io(&tree, e))?
-        .into_iter()
-        .filter(|f| f.path != RECEIPT_DIR && !f.path.starts_with(".airlock/"))
-        .collect();
+    let (findings, unchecked) = check_staged(&tree, "", m)?;
 
     let replaced = existing.is_some();
     staging.publish(
@@ -464,5 +490,6 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
         cleaned_stale: cleanup.removed,
         stale_skipped: cleanup.skipped,
         findings,
+        unchecked,
     })
 }

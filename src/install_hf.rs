@@ -39,8 +39,8 @@ use crate::bundle::read::{self, EntrySink, Mode as ReadMode, Opened};
 use crate::error::{Error, Result};
 use crate::fsio::{self, exchange, rename_noreplace, sync_dir};
 use crate::hfcache::{self, EtagKind, GitBlobSha1};
-use crate::inspect::{self, Finding};
-use crate::install::{space_available, space_needed};
+use crate::inspect::Finding;
+use crate::install::{check_staged, space_available, space_needed};
 use crate::manifest::{FileEntry, Manifest};
 use crate::progress::Progress;
 use crate::staging::{self, Staging, SyncThread};
@@ -112,6 +112,8 @@ pub struct HfInstalled {
     pub stale_skipped: Vec<(PathBuf, String)>,
     /// Model-check findings on the installed files (reported, not fatal).
     pub findings: Vec<Finding>,
+    /// Files the model checks could not reach (see [`crate::install::Installed::unchecked`]).
+    pub unchecked: Vec<String>,
 }
 
 /// The commit id a bundle without a `source` is installed under: the first 40 hex digits of
@@ -706,18 +708,7 @@ pub fn unpack_to_cache(
 
     // The model-format checks on exactly the bytes about to become visible.
     let prefix = format!("snapshots/{}/", plan.commit);
-    let mut findings = Vec::new();
-    for f in &m.files {
-        let rel = format!("{prefix}{}", f.path);
-        for mut finding in
-            inspect::check_file(&staged_repo, &rel).map_err(|e| Error::io(&staged_repo, e))?
-        {
-            if let Some(p) = finding.path.strip_prefix(&prefix) {
-                finding.path = p.to_string();
-            }
-            findings.push(finding);
-        }
-    }
+    let (findings, unchecked) = check_staged(&staged_repo, &prefix, m)?;
 
     // 3. Make it visible. A signal now waits until every step is done (or undone).
     txn.commit = Some(staging::commit_guard());
@@ -819,6 +810,7 @@ pub fn unpack_to_cache(
         cleaned_stale: cleanup.removed,
         stale_skipped: cleanup.skipped,
         findings,
+        unchecked,
     })
 }
 

@@ -18,6 +18,8 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
@@ -141,8 +143,7 @@ pub struct Drift {
     pub detail: String,
 }
 
-fn hash_file(path: &Path, progress: &dyn Progress) -> std::io::Result<String> {
-    let mut f = File::open(path)?;
+fn hash_file(mut f: File, progress: &dyn Progress) -> std::io::Result<String> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
@@ -192,14 +193,37 @@ fn mode_drift(path: &str, mode: u32) -> Option<Drift> {
     })
 }
 
+/// Opens `rel` below the directory handle `root` one component at a time, never following a
+/// link, so paths of any length that the tree holds can be reached.
+fn open_below(root: &OwnedFd, rel: &str, dir: bool) -> rustix::io::Result<OwnedFd> {
+    let (parents, name) = match rel.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, rel),
+    };
+    let mut fd = fsio::open_dir_at(root, ".")?;
+    if let Some(parents) = parents {
+        for c in parents.split('/') {
+            fd = fsio::open_dir_at(&fd, c)?;
+        }
+    }
+    if dir {
+        return fsio::open_dir_at(&fd, name);
+    }
+    rustix::fs::openat(
+        &fd,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+    )
+}
+
 /// The differences of one receipt file.
 fn file_drift(
-    dir: &Path,
+    root: &OwnedFd,
     f: &manifest::FileEntry,
     sizes_only: bool,
     progress: &dyn Progress,
 ) -> Vec<Drift> {
-    let full = dir.join(&f.path);
     let one = |kind, detail: String| {
         vec![Drift {
             path: f.path.clone(),
@@ -207,15 +231,36 @@ fn file_drift(
             detail,
         }]
     };
-    let meta = match std::fs::symlink_metadata(&full) {
-        Ok(m) => m,
-        Err(_) => return one("missing", "is missing".into()),
+    let fd = match open_below(root, &f.path, false) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return one("missing", "is missing".into()),
+        Err(rustix::io::Errno::LOOP) | Err(rustix::io::Errno::NOTDIR) => {
+            return one(
+                "type",
+                "is no longer a regular file (a link is in its path)".into(),
+            );
+        }
+        Err(e) => {
+            return one(
+                "unreadable",
+                format!("cannot be opened: {}", std::io::Error::from(e)),
+            );
+        }
     };
-    if !meta.is_file() {
+    let st = match rustix::fs::fstat(&fd) {
+        Ok(st) => st,
+        Err(e) => {
+            return one(
+                "unreadable",
+                format!("cannot be read: {}", std::io::Error::from(e)),
+            );
+        }
+    };
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
         return one("type", "is no longer a regular file".into());
     }
     let mut out = Vec::new();
-    let mode = meta.permissions().mode();
+    let mode = st.st_mode;
     out.extend(mode_drift(&f.path, mode));
     let executable = mode & 0o111 != 0;
     if executable != f.executable {
@@ -233,11 +278,12 @@ fn file_drift(
             ),
         });
     }
-    if meta.len() != f.size {
+    let len = st.st_size as u64;
+    if len != f.size {
         out.push(Drift {
             path: f.path.clone(),
             kind: "size",
-            detail: format!("is {} bytes, the receipt says {}", meta.len(), f.size),
+            detail: format!("is {len} bytes, the receipt says {}", f.size),
         });
         return out;
     }
@@ -245,7 +291,7 @@ fn file_drift(
         return out;
     }
     progress.item(&f.path);
-    match hash_file(&full, progress) {
+    match hash_file(File::from(fd), progress) {
         Ok(h) if h == f.sha256 => {}
         Ok(h) => out.push(Drift {
             path: f.path.clone(),
@@ -262,6 +308,36 @@ fn file_drift(
         }),
     }
     out
+}
+
+/// Every entry below `dir` (relative, `/`-separated), through directory handles; the
+/// receipt directory at the top is left out.
+fn walk(dir: &OwnedFd, prefix: &str, out: &mut Vec<String>) -> std::io::Result<()> {
+    let mut subdirs = Vec::new();
+    for e in rustix::fs::Dir::read_from(dir)? {
+        let e = e?;
+        let name = e.file_name().to_bytes();
+        if name == b"." || name == b".." || (prefix.is_empty() && name == RECEIPT_DIR.as_bytes()) {
+            continue;
+        }
+        let name = String::from_utf8_lossy(name).into_owned();
+        let rel = format!("{prefix}{name}");
+        let is_dir = match e.file_type() {
+            FileType::Directory => true,
+            FileType::Unknown => rustix::fs::statat(dir, &name, AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory),
+            _ => false,
+        };
+        if is_dir {
+            subdirs.push((name, rel.clone()));
+        }
+        out.push(rel);
+    }
+    for (name, rel) in subdirs {
+        let sub = fsio::open_dir_at(dir, &name)?;
+        walk(&sub, &format!("{rel}/"), out)?;
+    }
+    Ok(())
 }
 
 /// Entries under `DIR/.airlock/` other than the two receipt files.
@@ -313,18 +389,24 @@ pub fn compare(
             manifest.totals.file_bytes
         },
     );
+    let root = rustix::fs::open(
+        dir,
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| Error::io(dir, e.into()))?;
     let mut drift: Vec<Drift> = manifest
         .files
         .par_iter()
-        .flat_map_iter(|f| file_drift(dir, f, sizes_only, progress))
+        .flat_map_iter(|f| file_drift(&root, f, sizes_only, progress))
         .collect();
-    if let Ok(m) = std::fs::symlink_metadata(dir) {
-        drift.extend(mode_drift(".", m.permissions().mode()));
+    if let Ok(st) = rustix::fs::fstat(&root) {
+        drift.extend(mode_drift(".", st.st_mode));
     }
     for d in &manifest.directories {
-        match std::fs::symlink_metadata(dir.join(d)) {
-            Ok(m) if m.is_dir() => drift.extend(mode_drift(d, m.permissions().mode())),
-            _ => drift.push(Drift {
+        match open_below(&root, d, true).and_then(|fd| rustix::fs::fstat(&fd)) {
+            Ok(st) => drift.extend(mode_drift(d, st.st_mode)),
+            Err(_) => drift.push(Drift {
                 path: d.clone(),
                 kind: "missing",
                 detail: "directory is missing".into(),
@@ -337,26 +419,9 @@ pub fn compare(
         .map(|f| f.path.as_str())
         .chain(manifest.directories.iter().map(|d| d.as_str()))
         .collect();
-    let walker = walkdir::WalkDir::new(dir)
-        .min_depth(1)
-        .sort_by_file_name()
-        .into_iter()
-        .filter_entry(|e| !(e.depth() == 1 && e.file_name() == RECEIPT_DIR));
-    for item in walker {
-        let item = item.map_err(|e| {
-            let p = e.path().unwrap_or(dir).to_path_buf();
-            Error::io(
-                p,
-                e.into_io_error()
-                    .unwrap_or_else(|| std::io::Error::other("filesystem loop")),
-            )
-        })?;
-        let rel = item
-            .path()
-            .strip_prefix(dir)
-            .expect("under dir")
-            .to_string_lossy()
-            .into_owned();
+    let mut present = Vec::new();
+    walk(&root, "", &mut present).map_err(|e| Error::io(dir, e))?;
+    for rel in present {
         if !known.contains(rel.as_str()) {
             drift.push(Drift {
                 path: rel,

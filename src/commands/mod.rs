@@ -330,7 +330,13 @@ fn report_install(
     cleaned_stale: &[PathBuf],
     stale_skipped: &[(PathBuf, String)],
     findings: &[airlock::inspect::Finding],
+    unchecked: &[String],
 ) {
+    for p in unchecked {
+        out.warnings.push(format!(
+            "model check: {p}: not checked, its path is too long for the format checks (its bytes match the signed manifest)"
+        ));
+    }
     for p in cleaned_stale {
         out.warnings.push(format!(
             "removed stale staging directory {} left by an interrupted unpack",
@@ -360,6 +366,7 @@ fn unpack(bundle: &Path, opts: UnpackOptions, ui: &Ui) -> Result<Output> {
         &installed.cleaned_stale,
         &installed.stale_skipped,
         &installed.findings,
+        &installed.unchecked,
     );
     out.set("findings", &installed.findings);
     out.set("dest", &installed.dest);
@@ -425,6 +432,7 @@ fn unpack_hf(bundle: &Path, trust: &[PublicKey], opts: HfUnpackOptions, ui: &Ui)
         &installed.cleaned_stale,
         &installed.stale_skipped,
         &installed.findings,
+        &installed.unchecked,
     );
     for b in &installed.blobs_repaired {
         out.warnings.push(format!(
