@@ -67,7 +67,7 @@ pub fn open_dir(path: &Path) -> Result<OwnedFd> {
 }
 
 /// Opens the directory `name` inside `dir` without following a symlink.
-pub fn open_dir_at(dir: &impl AsFd, name: &str) -> rustix::io::Result<OwnedFd> {
+pub fn open_dir_at<P: rustix::path::Arg>(dir: &impl AsFd, name: P) -> rustix::io::Result<OwnedFd> {
     rustix::fs::openat(dir, name, dir_flags(), Mode::empty())
 }
 
@@ -173,9 +173,34 @@ pub fn read_regular_capped(path: &Path, limit: u64, follow: bool) -> io::Result<
     Ok(out)
 }
 
+/// The entries of an open directory (without `.` and `..`) with their types, a type the
+/// directory listing leaves unknown being read with `fstatat` (never following a link).
+pub fn dir_entries(dir: &OwnedFd) -> io::Result<Vec<(std::ffi::OsString, FileType)>> {
+    use std::os::unix::ffi::OsStringExt;
+    let mut out = Vec::new();
+    for e in rustix::fs::Dir::read_from(dir)? {
+        let e = e?;
+        let name = e.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let name = std::ffi::OsString::from_vec(name.to_vec());
+        let kind = match e.file_type() {
+            FileType::Unknown => match rustix::fs::statat(dir, &name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => FileType::from_raw_mode(st.st_mode),
+                Err(rustix::io::Errno::NOENT) => continue,
+                Err(e) => return Err(e.into()),
+            },
+            k => k,
+        };
+        out.push((name, kind));
+    }
+    Ok(out)
+}
+
 /// Whether the directory `name` in `dir` is the root of a mount (a bind mount of the same
 /// filesystem included, which `st_dev` alone cannot tell). `None` when the kernel cannot say.
-pub fn is_mount_root_at(dir: &impl AsFd, name: &str) -> Option<bool> {
+pub fn is_mount_root_at<P: rustix::path::Arg>(dir: &impl AsFd, name: P) -> Option<bool> {
     let st = rustix::fs::statx(
         dir,
         name,

@@ -62,6 +62,14 @@ pub struct Installed {
     pub replaced: bool,
     /// The version replaced, if the old tree had a receipt.
     pub previous_version: Option<u64>,
+    /// Cleanup and model checks.
+    #[serde(flatten)]
+    pub notes: InstallNotes,
+}
+
+/// What both installers report besides their result.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct InstallNotes {
     /// Stale staging directories removed first.
     pub cleaned_stale: Vec<PathBuf>,
     /// Staging directories that look abandoned but could not be removed, and why.
@@ -74,14 +82,24 @@ pub struct Installed {
     pub unchecked: Vec<String>,
 }
 
+impl InstallNotes {
+    /// The notes of an install that cleaned up `cleanup` and checked the staged files under
+    /// `root` (at `prefix` + each manifest path).
+    pub fn new(cleanup: staging::Cleanup, root: &Path, prefix: &str, m: &Manifest) -> Result<Self> {
+        let (findings, unchecked) = check_staged(root, prefix, m)?;
+        Ok(InstallNotes {
+            cleaned_stale: cleanup.removed,
+            stale_skipped: cleanup.skipped,
+            findings,
+            unchecked,
+        })
+    }
+}
+
 /// The model-format checks on the staged files under `root` (each at `PREFIX` + its manifest
 /// path): exactly the bytes about to become visible. Returns the findings (paths without the
 /// prefix) and the files too deep for the path-based checks to open.
-pub fn check_staged(
-    root: &Path,
-    prefix: &str,
-    m: &Manifest,
-) -> Result<(Vec<Finding>, Vec<String>)> {
+fn check_staged(root: &Path, prefix: &str, m: &Manifest) -> Result<(Vec<Finding>, Vec<String>)> {
     let mut findings = Vec::new();
     let mut unchecked = Vec::new();
     for f in &m.files {
@@ -468,7 +486,7 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
     fsio::sync_dir_fd(&root, &tree)?;
     drop(root);
 
-    let (findings, unchecked) = check_staged(&tree, "", m)?;
+    let notes = InstallNotes::new(cleanup, &tree, "", m)?;
 
     let replaced = existing.is_some();
     staging.publish(
@@ -487,9 +505,6 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
         dest: dest.clone(),
         replaced,
         previous_version,
-        cleaned_stale: cleanup.removed,
-        stale_skipped: cleanup.skipped,
-        findings,
-        unchecked,
+        notes,
     })
 }

@@ -39,8 +39,7 @@ use crate::bundle::read::{self, EntrySink, Mode as ReadMode, Opened};
 use crate::error::{Error, Result};
 use crate::fsio::{self, exchange, rename_noreplace, sync_dir};
 use crate::hfcache::{self, EtagKind, GitBlobSha1};
-use crate::inspect::Finding;
-use crate::install::{check_staged, space_available, space_needed};
+use crate::install::{InstallNotes, space_available, space_needed};
 use crate::manifest::{FileEntry, Manifest};
 use crate::progress::Progress;
 use crate::staging::{self, Staging, SyncThread};
@@ -106,14 +105,9 @@ pub struct HfInstalled {
     pub blobs_reused: u64,
     /// Blobs already in the cache that did not hash to their names and were replaced.
     pub blobs_repaired: Vec<PathBuf>,
-    /// Stale staging directories removed first.
-    pub cleaned_stale: Vec<PathBuf>,
-    /// Staging directories that look abandoned but could not be removed, and why.
-    pub stale_skipped: Vec<(PathBuf, String)>,
-    /// Model-check findings on the installed files (reported, not fatal).
-    pub findings: Vec<Finding>,
-    /// Files the model checks could not reach (see [`crate::install::Installed::unchecked`]).
-    pub unchecked: Vec<String>,
+    /// Cleanup and model checks.
+    #[serde(flatten)]
+    pub notes: InstallNotes,
 }
 
 /// The commit id a bundle without a `source` is installed under: the first 40 hex digits of
@@ -708,7 +702,7 @@ pub fn unpack_to_cache(
 
     // The model-format checks on exactly the bytes about to become visible.
     let prefix = format!("snapshots/{}/", plan.commit);
-    let (findings, unchecked) = check_staged(&staged_repo, &prefix, m)?;
+    let notes = InstallNotes::new(cleanup, &staged_repo, &prefix, m)?;
 
     // 3. Make it visible. A signal now waits until every step is done (or undone).
     txn.commit = Some(staging::commit_guard());
@@ -807,10 +801,7 @@ pub fn unpack_to_cache(
         blobs_written: tally.written,
         blobs_reused: tally.reused,
         blobs_repaired: tally.repaired,
-        cleaned_stale: cleanup.removed,
-        stale_skipped: cleanup.skipped,
-        findings,
-        unchecked,
+        notes,
     })
 }
 

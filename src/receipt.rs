@@ -18,7 +18,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::fs::{FileType, Mode, OFlags};
 
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
@@ -313,29 +313,16 @@ fn file_drift(
 /// Every entry below `dir` (relative, `/`-separated), through directory handles; the
 /// receipt directory at the top is left out.
 fn walk(dir: &OwnedFd, prefix: &str, out: &mut Vec<String>) -> std::io::Result<()> {
-    let mut subdirs = Vec::new();
-    for e in rustix::fs::Dir::read_from(dir)? {
-        let e = e?;
-        let name = e.file_name().to_bytes();
-        if name == b"." || name == b".." || (prefix.is_empty() && name == RECEIPT_DIR.as_bytes()) {
+    for (name, kind) in fsio::dir_entries(dir)? {
+        if prefix.is_empty() && name == RECEIPT_DIR {
             continue;
         }
-        let name = String::from_utf8_lossy(name).into_owned();
-        let rel = format!("{prefix}{name}");
-        let is_dir = match e.file_type() {
-            FileType::Directory => true,
-            FileType::Unknown => rustix::fs::statat(dir, &name, AtFlags::SYMLINK_NOFOLLOW)
-                .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory),
-            _ => false,
-        };
-        if is_dir {
-            subdirs.push((name, rel.clone()));
+        let rel = format!("{prefix}{}", name.to_string_lossy());
+        if kind == FileType::Directory {
+            let sub = fsio::open_dir_at(dir, name.as_os_str())?;
+            walk(&sub, &format!("{rel}/"), out)?;
         }
         out.push(rel);
-    }
-    for (name, rel) in subdirs {
-        let sub = fsio::open_dir_at(dir, &name)?;
-        walk(&sub, &format!("{rel}/"), out)?;
     }
     Ok(())
 }

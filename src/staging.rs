@@ -466,40 +466,13 @@ fn mount_error(path: &Path) -> io::Error {
 }
 
 fn empty_dir(dir: &OwnedFd, dev: u64, path: &Path) -> io::Result<()> {
-    let mut entries = Vec::new();
-    for e in rustix::fs::Dir::read_from(dir)? {
-        let e = e?;
-        let name = e.file_name().to_bytes();
-        if name == b"." || name == b".." {
-            continue;
-        }
-        let name = String::from_utf8(name.to_vec()).map_err(|_| {
-            io::Error::other(format!("{}: a name that is not UTF-8", path.display()))
-        })?;
-        entries.push((name, e.file_type()));
-    }
-    for (name, kind) in entries {
-        let kind = match kind {
-            FileType::Unknown => match rustix::fs::statat(dir, &name, AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(st) => FileType::from_raw_mode(st.st_mode),
-                Err(rustix::io::Errno::NOENT) => continue,
-                Err(e) => return Err(e.into()),
-            },
-            k => k,
-        };
+    for (name, kind) in fsio::dir_entries(dir)? {
         let sub_path = path.join(&name);
         if kind == FileType::Directory {
-            if fsio::is_mount_root_at(dir, &name) == Some(true) {
-                return Err(mount_error(&sub_path));
-            }
-            let sub = match fsio::open_dir_at(dir, &name) {
-                Ok(s) => s,
-                Err(rustix::io::Errno::NOENT) => continue,
-                Err(e) => return Err(e.into()),
+            let sub = match enter(dir, &name, dev, &sub_path)? {
+                Some(s) => s,
+                None => continue,
             };
-            if rustix::fs::fstat(&sub)?.st_dev != dev {
-                return Err(mount_error(&sub_path));
-            }
             empty_dir(&sub, dev, &sub_path)?;
             drop(sub);
             match rustix::fs::unlinkat(dir, &name, AtFlags::REMOVEDIR) {
@@ -516,6 +489,28 @@ fn empty_dir(dir: &OwnedFd, dev: u64, path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Opens the subdirectory `name` of `dir` to descend into it; a mount point (or another
+/// device) is an error naming `path`, a directory that vanished is `None`.
+fn enter(
+    dir: &OwnedFd,
+    name: &std::ffi::OsStr,
+    dev: u64,
+    path: &Path,
+) -> io::Result<Option<OwnedFd>> {
+    if fsio::is_mount_root_at(dir, name) == Some(true) {
+        return Err(mount_error(path));
+    }
+    let sub = match fsio::open_dir_at(dir, name) {
+        Ok(s) => s,
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    if rustix::fs::fstat(&sub)?.st_dev != dev {
+        return Err(mount_error(path));
+    }
+    Ok(Some(sub))
+}
+
 /// The first mount point inside the directory `dir` (not `dir` itself), if any: from the
 /// mount table, and from a walk of the tree that checks each directory (so it is found even
 /// without `/proc`).
@@ -529,37 +524,20 @@ pub fn find_mount_inside(dir: &Path) -> io::Result<Option<PathBuf>> {
 }
 
 fn walk_for_mount(dir: &OwnedFd, dev: u64, path: &Path) -> io::Result<Option<PathBuf>> {
-    let mut subdirs = Vec::new();
-    for e in rustix::fs::Dir::read_from(dir)? {
-        let e = e?;
-        let name = e.file_name().to_bytes();
-        if name == b"." || name == b".." {
+    for (name, kind) in fsio::dir_entries(dir)? {
+        if kind != FileType::Directory {
             continue;
         }
-        let Ok(name) = String::from_utf8(name.to_vec()) else {
-            continue;
-        };
-        let is_dir = match e.file_type() {
-            FileType::Directory => true,
-            FileType::Unknown => rustix::fs::statat(dir, &name, AtFlags::SYMLINK_NOFOLLOW)
-                .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory),
-            _ => false,
-        };
-        if is_dir {
-            subdirs.push(name);
-        }
-    }
-    for name in subdirs {
         let sub_path = path.join(&name);
-        if fsio::is_mount_root_at(dir, &name) == Some(true) {
-            return Ok(Some(sub_path));
-        }
-        let sub = fsio::open_dir_at(dir, &name)?;
-        if rustix::fs::fstat(&sub)?.st_dev != dev {
-            return Ok(Some(sub_path));
-        }
-        if let Some(m) = walk_for_mount(&sub, dev, &sub_path)? {
-            return Ok(Some(m));
+        match enter(dir, &name, dev, &sub_path) {
+            Ok(Some(sub)) => {
+                if let Some(m) = walk_for_mount(&sub, dev, &sub_path)? {
+                    return Ok(Some(m));
+                }
+            }
+            Ok(None) => {}
+            Err(e) if e.kind() == io::ErrorKind::Other => return Ok(Some(sub_path)),
+            Err(e) => return Err(e),
         }
     }
     Ok(None)

@@ -325,31 +325,25 @@ fn open_for_unpack(bundle: &Path, trust: &[PublicKey]) -> Result<(read::Opened, 
 }
 
 /// What every install reports: stale staging it removed or left, and model-check findings.
-fn report_install(
-    out: &mut Output,
-    cleaned_stale: &[PathBuf],
-    stale_skipped: &[(PathBuf, String)],
-    findings: &[airlock::inspect::Finding],
-    unchecked: &[String],
-) {
-    for p in unchecked {
+fn report_install(out: &mut Output, notes: &install::InstallNotes) {
+    for p in &notes.unchecked {
         out.warnings.push(format!(
             "model check: {p}: not checked, its path is too long for the format checks (its bytes match the signed manifest)"
         ));
     }
-    for p in cleaned_stale {
+    for p in &notes.cleaned_stale {
         out.warnings.push(format!(
             "removed stale staging directory {} left by an interrupted unpack",
             p.display()
         ));
     }
-    for (p, why) in stale_skipped {
+    for (p, why) in &notes.stale_skipped {
         out.warnings.push(format!(
             "staging directory {} looks abandoned but {why}",
             p.display()
         ));
     }
-    for f in findings {
+    for f in &notes.findings {
         out.warnings.push(format!(
             "model check: {}: {} ({})",
             f.path, f.problem, f.fix
@@ -361,14 +355,8 @@ fn unpack(bundle: &Path, opts: UnpackOptions, ui: &Ui) -> Result<Output> {
     let (opened, mut out) = open_for_unpack(bundle, &opts.trust)?;
     let m = &opened.manifest;
     let installed = install::unpack(&opened, &opts, ui)?;
-    report_install(
-        &mut out,
-        &installed.cleaned_stale,
-        &installed.stale_skipped,
-        &installed.findings,
-        &installed.unchecked,
-    );
-    out.set("findings", &installed.findings);
+    report_install(&mut out, &installed.notes);
+    out.set("findings", &installed.notes.findings);
     out.set("dest", &installed.dest);
     out.set("replaced", installed.replaced);
     out.set("previous_version", installed.previous_version);
@@ -427,13 +415,7 @@ fn unpack_hf(bundle: &Path, trust: &[PublicKey], opts: HfUnpackOptions, ui: &Ui)
     let (opened, mut out) = open_for_unpack(bundle, trust)?;
     let m = &opened.manifest;
     let installed = install_hf::unpack_to_cache(&opened, &opts, ui)?;
-    report_install(
-        &mut out,
-        &installed.cleaned_stale,
-        &installed.stale_skipped,
-        &installed.findings,
-        &installed.unchecked,
-    );
+    report_install(&mut out, &installed.notes);
     for b in &installed.blobs_repaired {
         out.warnings.push(format!(
             "{} did not hash to its name and was replaced by the verified copy from the bundle",

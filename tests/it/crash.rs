@@ -200,11 +200,14 @@ fn disk_filling_during_unpack_fails_cleanly() {
     env.model("m");
     env.write("m/big.bin", &pseudo_random(12 << 20, 9));
     env.ok(&["pack", "m", "-o", "b", "--key", "k.key"]);
+    // An earlier, small install of the same bundle name (only those can be replaced).
+    env.write("small/old.txt", b"old\n");
+    env.ok(&["pack", "small", "-o", "s", "--key", "k.key", "--name", "m"]);
     // The old tree must survive a --replace that runs out of space half way.
     let out = with_tmpfs(
         &env,
         "10m",
-        "mkdir mnt/model && echo old > mnt/model/old.txt; \
+        "\"$AIRLOCK\" unpack s --trust k.pub --dest mnt/model >/dev/null; \
          \"$AIRLOCK\" unpack b --trust k.pub --dest mnt/model --replace --no-space-check; echo \"rc=$?\"; \
          ls -A mnt; cat mnt/model/old.txt; ls -A mnt/model",
     );
@@ -216,7 +219,7 @@ fn disk_filling_during_unpack_fails_cleanly() {
         "{stderr}"
     );
     let lines: Vec<&str> = stdout.lines().filter(|l| !l.starts_with("rc=")).collect();
-    assert_eq!(lines, ["model", "old", "old.txt"], "{stdout}");
+    assert_eq!(lines, ["model", "old", ".airlock", "old.txt"], "{stdout}");
 }
 
 /// Names of work directories (staging, birth, partial) in `dir`.
