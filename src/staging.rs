@@ -85,12 +85,6 @@ pub fn interrupt() -> Interrupted {
     Interrupted(guard)
 }
 
-fn register(path: PathBuf) -> u64 {
-    let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
-    live().push((token, path));
-    token
-}
-
 fn unregister(guard: &mut Vec<(u64, PathBuf)>, token: u64) {
     guard.retain(|(t, _)| *t != token);
 }
@@ -140,22 +134,33 @@ impl Staging {
         .map_err(|e| Error::io(parent, e.into()))?;
         let birth = format!("{BIRTH_PREFIX}{}", random_hex());
         let birth_path = parent.join(&birth);
-        let dir = fsio::mkdir_at(&parent_fd, parent, &birth, 0o700)?;
-        let lock = match new_lock(&dir, &birth_path) {
-            Ok(l) => l,
+        // Registered under the guard before it exists: a signal either comes first (and this
+        // thread then waits for ever) or finds it registered and removes it.
+        let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
+        let mut guard = live();
+        guard.push((token, birth_path.clone()));
+        let made =
+            fsio::mkdir_at(&parent_fd, parent, &birth, 0o700).and_then(|dir| {
+                match new_lock(&dir, &birth_path) {
+                    Ok(lock) => Ok((dir, lock)),
+                    Err(e) => {
+                        let _ = rustix::fs::unlinkat(&parent_fd, &birth, AtFlags::REMOVEDIR);
+                        Err(e)
+                    }
+                }
+            });
+        let (dir, lock) = match made {
+            Ok(m) => m,
             Err(e) => {
-                let _ = rustix::fs::unlinkat(&parent_fd, &birth, AtFlags::REMOVEDIR);
+                unregister(&mut guard, token);
                 return Err(e);
             }
         };
-        let token = register(birth_path);
-        let mut guard = live();
         let renamed = fsio::rename_at(&parent_fd, &birth, &parent_fd, name, RenameFlags::NOREPLACE);
         if let Err(e) = renamed {
-            unregister(&mut guard, token);
-            drop(guard);
             let _ = rustix::fs::unlinkat(&dir, LOCK_NAME, AtFlags::empty());
             let _ = rustix::fs::unlinkat(&parent_fd, &birth, AtFlags::REMOVEDIR);
+            unregister(&mut guard, token);
             return Err(Error::io(parent.join(name), e));
         }
         if let Some(entry) = guard.iter_mut().find(|(t, _)| *t == token) {
