@@ -223,6 +223,23 @@ pub enum Error {
         /// What is wrong, naming the file in the repository.
         reason: String,
     },
+    /// A trust set named by the `AIRLOCK_TRUST` environment variable could not be loaded.
+    #[error("{source} (from the environment variable AIRLOCK_TRUST)")]
+    TrustEnv {
+        /// What went wrong loading it.
+        source: Box<Error>,
+    },
+    /// `unpack --replace` refused: the destination is not an airlock install of this bundle's
+    /// name, or removing it could reach beyond it.
+    #[error("{}: {what}; refusing to replace it", path.display())]
+    NotReplaceable {
+        /// The destination.
+        path: PathBuf,
+        /// What is there.
+        what: String,
+        /// What to do instead.
+        todo: String,
+    },
     /// An installed model differs from its receipt.
     #[error("{}: {count} problem(s) against the receipt; the first: {first}", path.display())]
     ReceiptMismatch {
@@ -256,9 +273,11 @@ impl Error {
                 | KeyError::KeyIdMismatch { .. } => EXIT_VERIFY,
                 _ => EXIT_OPERATIONAL,
             },
-            Error::Source { .. } | Error::NotCached { .. } | Error::ManifestTooLarge { .. } => {
-                EXIT_OPERATIONAL
-            }
+            Error::Source { .. }
+            | Error::NotCached { .. }
+            | Error::ManifestTooLarge { .. }
+            | Error::NotReplaceable { .. } => EXIT_OPERATIONAL,
+            Error::TrustEnv { source } => source.exit_code(),
             Error::Usage(_) | Error::Arguments { .. } => EXIT_USAGE,
             Error::ModelChecks { .. }
             | Error::MissingSignature { .. }
@@ -299,6 +318,8 @@ impl Error {
             Error::HfCache { .. } => "hf-cache",
             Error::NotCached { .. } => "not-cached",
             Error::ManifestTooLarge { .. } => "manifest-too-large",
+            Error::NotReplaceable { .. } => "not-replaceable",
+            Error::TrustEnv { source } => source.kind(),
         }
     }
 
@@ -319,6 +340,8 @@ impl Error {
                     .map_or_else(|| "that filesystem".to_string(), |m| m.mount_point.display().to_string())
             ),
             Error::Usage(_) => return None,
+            Error::TrustEnv { source } => return source.hint(),
+            Error::NotReplaceable { todo, .. } => todo.clone(),
             Error::Arguments { hint, .. } => hint.clone(),
             Error::Key { source, .. } => return key_hint(source),
             Error::Source { .. } => {
@@ -389,11 +412,9 @@ impl Error {
     }
 }
 
-/// Whether `path` is a file of an install receipt (`DIR/.airlock/...`).
+/// Whether `path` is a file of an install receipt: the receipt module knows its layout.
 fn is_receipt(path: &Path) -> bool {
-    path.parent()
-        .and_then(Path::file_name)
-        .is_some_and(|n| n == crate::paths::RECEIPT_DIR)
+    crate::receipt::is_receipt_file(path)
 }
 
 /// `Error::Key`'s message: key errors that name their own file are not prefixed again.

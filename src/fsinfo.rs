@@ -38,6 +38,27 @@ pub fn mount_of(path: &Path) -> Option<Mount> {
     mount_in(&table, &canonical)
 }
 
+/// Mount points strictly below the directory `dir` (which must exist), from
+/// `/proc/self/mountinfo`; empty when that cannot be read.
+pub fn mounts_below(dir: &Path) -> Vec<PathBuf> {
+    let (Ok(canonical), Ok(table)) = (
+        std::fs::canonicalize(dir),
+        std::fs::read_to_string("/proc/self/mountinfo"),
+    ) else {
+        return Vec::new();
+    };
+    mounts_below_in(&table, &canonical)
+}
+
+fn mounts_below_in(table: &str, dir: &Path) -> Vec<PathBuf> {
+    table
+        .lines()
+        .filter_map(parse_line)
+        .map(|m| m.mount_point)
+        .filter(|p| p != dir && p.starts_with(dir))
+        .collect()
+}
+
 /// The longest mount point in a mountinfo `table` that contains `path`.
 fn mount_in(table: &str, path: &Path) -> Option<Mount> {
     table
@@ -108,6 +129,16 @@ mod tests {
             Path::new("/"),
             "a prefix must be whole components"
         );
+    }
+
+    #[test]
+    fn mounts_below_a_directory_are_whole_components() {
+        assert_eq!(
+            mounts_below_in(TABLE, Path::new("/data")),
+            vec![PathBuf::from("/data/model store")]
+        );
+        assert!(mounts_below_in(TABLE, Path::new("/data/model")).is_empty());
+        assert!(mounts_below_in(TABLE, Path::new("/data/model store")).is_empty());
     }
 
     #[test]

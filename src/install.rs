@@ -1,34 +1,41 @@
-//! Installing a verified bundle: staging beside the destination, fsync, atomic rename, receipt.
+//! Installing a verified bundle into a directory: staging beside the destination, fsync, one
+//! atomic rename, receipt.
 //!
-//! The destination never holds a partial model. Entries are written into
-//! `PARENT/.airlock-staging-<name>-<random>/tree`, a directory on the destination's own
-//! filesystem, with `openat`-style calls relative to directory handles that airlock created
-//! itself (`O_EXCL | O_NOFOLLOW`), so no entry can redirect a later write. Only after every entry
-//! and volume has matched the manifest, every file and directory is synced and the receipt is
-//! written does one `rename` (or `renameat2(RENAME_EXCHANGE)` for `--replace`) make the new tree
-//! visible. A killed process leaves a staging directory whose lock is free; the next run removes
-//! it.
+//! The destination never holds a partial model. Entries are written into a private, locked
+//! work directory ([`crate::staging::Staging`]) beside the destination, on its own filesystem,
+//! with `openat`-style calls relative to directory handles that airlock created itself
+//! (`O_EXCL | O_NOFOLLOW`), so no entry can redirect a later write and no path ever grows past
+//! one component per call (entries near the 4096-byte path limit install too). Every mode is
+//! set explicitly (0644/0755 files, 0755 directories, the receipt per docs/FORMAT.md
+//! section 10), whatever the umask. Only after every entry and volume has matched the
+//! manifest, every file and directory is synced and the receipt is written does one `rename`
+//! (or `renameat2(RENAME_EXCHANGE)` for `--replace`) make the new tree visible.
+//!
+//! `--replace` replaces only what airlock installed: a directory whose receipt verifies
+//! against the trust set and names the same bundle, holding no mount point, owned by this
+//! user. It keeps the old directory's mode and owner. Anything else is refused before a byte
+//! is written, saying what is there and what to do.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{Mode, OFlags, RenameFlags};
+use rustix::fs::{Mode, OFlags};
 
 use crate::bundle::read::{self, EntrySink, Mode as ReadMode, Opened};
-use crate::bundle::write::parent_dir;
 use crate::error::{Error, Result};
+use crate::fsio::{self, parent_dir};
 use crate::inspect::Finding;
-use crate::lock::{self, DirLock};
-use crate::manifest::{self, FileEntry, Manifest};
+use crate::keys::PublicKey;
+use crate::manifest::{FileEntry, Manifest};
 use crate::paths::RECEIPT_DIR;
 use crate::progress::Progress;
+use crate::receipt;
+use crate::staging::{self, Publish, Staging, SyncThread};
 use crate::writeback::{FLUSH_EVERY, Flusher};
-
-/// Prefix of the staging directories unpack creates beside the destination.
-pub const STAGING_PREFIX: &str = ".airlock-staging-";
 
 /// Options for [`unpack`].
 pub struct UnpackOptions {
@@ -41,6 +48,9 @@ pub struct UnpackOptions {
     /// Check free space before writing (on by default; off for filesystems whose free-space
     /// figure is meaningless, such as compressing or network filesystems).
     pub check_space: bool,
+    /// The trust set the bundle was verified with; with `replace`, the old tree's receipt must
+    /// verify against it too.
+    pub trust: Vec<PublicKey>,
 }
 
 /// What an unpack did.
@@ -52,38 +62,62 @@ pub struct Installed {
     pub replaced: bool,
     /// The version replaced, if the old tree had a receipt.
     pub previous_version: Option<u64>,
+    /// Cleanup and model checks.
+    #[serde(flatten)]
+    pub notes: InstallNotes,
+}
+
+/// What both installers report besides their result.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct InstallNotes {
     /// Stale staging directories removed first.
     pub cleaned_stale: Vec<PathBuf>,
+    /// Staging directories that look abandoned but could not be removed, and why.
+    pub stale_skipped: Vec<(PathBuf, String)>,
     /// Model-check findings on the installed files (reported, not fatal: the bundle is signed
     /// and `pack` already refused errors unless told otherwise).
     pub findings: Vec<Finding>,
+    /// Files the model checks could not reach (a path too long for path-based reads); their
+    /// bytes were verified against the manifest all the same.
+    pub unchecked: Vec<String>,
 }
 
-/// Reads the receipt manifest of an installed tree without checking its signature.
-pub fn read_receipt(dir: &Path) -> Option<Manifest> {
-    let bytes = std::fs::read(dir.join(RECEIPT_DIR).join(manifest::MANIFEST_NAME)).ok()?;
-    Manifest::parse(&bytes).ok()
+impl InstallNotes {
+    /// The notes of an install that cleaned up `cleanup` and checked the staged files under
+    /// `root` (at `prefix` + each manifest path).
+    pub fn new(cleanup: staging::Cleanup, root: &Path, prefix: &str, m: &Manifest) -> Result<Self> {
+        let (findings, unchecked) = check_staged(root, prefix, m)?;
+        Ok(InstallNotes {
+            cleaned_stale: cleanup.removed,
+            stale_skipped: cleanup.skipped,
+            findings,
+            unchecked,
+        })
+    }
 }
 
-/// Removes staging directories beside `dest` that airlock made and whose process is gone.
-pub fn clean_stale(parent: &Path) -> Result<Vec<PathBuf>> {
-    let mut removed = Vec::new();
-    let rd = match std::fs::read_dir(parent) {
-        Ok(rd) => rd,
-        Err(e) => return Err(Error::io(parent, e)),
-    };
-    for e in rd.flatten() {
-        let name = e.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if !name.starts_with(STAGING_PREFIX) {
-            continue;
-        }
-        let path = e.path();
-        if e.file_type().map(|t| t.is_dir()).unwrap_or(false) && lock::remove_if_stale(&path)? {
-            removed.push(path);
+/// The model-format checks on the staged files under `root` (each at `PREFIX` + its manifest
+/// path): exactly the bytes about to become visible. Returns the findings (paths without the
+/// prefix) and the files too deep for the path-based checks to open.
+fn check_staged(root: &Path, prefix: &str, m: &Manifest) -> Result<(Vec<Finding>, Vec<String>)> {
+    let mut findings = Vec::new();
+    let mut unchecked = Vec::new();
+    for f in &m.files {
+        let rel = format!("{prefix}{}", f.path);
+        match crate::inspect::check_file(root, &rel) {
+            Ok(found) => findings.extend(found.into_iter().map(|mut finding| {
+                if let Some(p) = finding.path.strip_prefix(prefix) {
+                    finding.path = p.to_string();
+                }
+                finding
+            })),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidFilename => {
+                unchecked.push(f.path.clone())
+            }
+            Err(e) => return Err(Error::io(root, e)),
         }
     }
-    Ok(removed)
+    Ok((findings, unchecked))
 }
 
 /// Bytes to reserve for a manifest's files on disk: contents plus a block per entry.
@@ -105,24 +139,6 @@ pub fn space_available(dir: &Path) -> Result<u64> {
     Ok(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
-struct Staging {
-    dir: PathBuf,
-    lock: Option<DirLock>,
-}
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-        self.lock.take();
-    }
-}
-
-fn random_hex() -> String {
-    let mut b = [0u8; 8];
-    getrandom::getrandom(&mut b).expect("the OS random source works");
-    hex::encode(b)
-}
-
 /// Writes entries under the staging tree through directory handles.
 struct StagingSink<'a> {
     root: OwnedFd,
@@ -134,7 +150,7 @@ struct StagingSink<'a> {
     known: Vec<String>,
     known_set: std::collections::HashSet<String>,
     current: Option<(File, String)>,
-    syncer: crossbeam_channel::Sender<(File, String)>,
+    syncer: crossbeam_channel::Sender<(File, PathBuf)>,
     flusher: &'a Flusher,
     since_flush: u64,
 }
@@ -186,16 +202,11 @@ impl EntrySink for StagingSink<'_> {
     fn dir(&mut self, path: &str) -> Result<()> {
         let root_path = self.root_path.clone();
         let (parent, name) = self.parent_and_name(path)?;
-        rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(0o755))
-            .map_err(|e| err_at(&root_path, path, e))?;
-        let fd = rustix::fs::openat(
-            parent,
-            name,
-            OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| err_at(&root_path, path, e))?;
-        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o755))
+        let fd = rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(receipt::DIR_MODE))
+            .and_then(|()| fsio::open_dir_at(parent, name))
+            .and_then(|fd| {
+                rustix::fs::fchmod(&fd, Mode::from_raw_mode(receipt::DIR_MODE)).map(|()| fd)
+            })
             .map_err(|e| err_at(&root_path, path, e))?;
         if self.dirs.len() >= DIR_CACHE {
             self.dirs.clear();
@@ -239,14 +250,127 @@ impl EntrySink for StagingSink<'_> {
     fn end_file(&mut self, _file: &FileEntry) -> Result<()> {
         if let Some(done) = self.current.take() {
             // Synced on another thread while the next file streams in.
-            let _ = self.syncer.send(done);
+            let _ = self.syncer.send((done.0, self.root_path.join(done.1)));
         }
         Ok(())
     }
 }
 
-fn sync_dir(fd: &impl AsFd, path: &Path) -> Result<()> {
-    rustix::fs::fsync(fd).map_err(|e| Error::io(path, e.into()))
+/// What `--replace` keeps of the directory it replaces.
+struct Keep {
+    mode: u32,
+    uid: u32,
+    gid: u32,
+}
+
+fn refuse(dest: &Path, what: impl Into<String>, todo: impl Into<String>) -> Error {
+    Error::NotReplaceable {
+        path: dest.to_path_buf(),
+        what: what.into(),
+        todo: todo.into(),
+    }
+}
+
+/// Decides whether `dest` may be replaced by `opened`: only an airlock install of the same
+/// bundle name, proven by a receipt that verifies against `trust`, holding no mount point and
+/// owned by this user. Returns the old manifest and what to keep.
+fn replaceable(
+    dest: &Path,
+    meta: &std::fs::Metadata,
+    opened: &Opened,
+    trust: &[PublicKey],
+) -> Result<(Manifest, Keep)> {
+    let move_aside =
+        "if that directory really is to go, move or remove it yourself, then unpack again";
+    if meta.file_type().is_symlink() {
+        return Err(refuse(
+            dest,
+            "is a symbolic link",
+            "give the real directory as --dest, or remove the link yourself",
+        ));
+    }
+    if !meta.is_dir() {
+        return Err(refuse(
+            dest,
+            "exists and is not a directory",
+            format!("check --dest; {move_aside}"),
+        ));
+    }
+    let canon_dest = std::fs::canonicalize(dest).map_err(|e| Error::io(dest, e))?;
+    if let Ok(bundle) = std::fs::canonicalize(&opened.dir)
+        && bundle.starts_with(&canon_dest)
+    {
+        return Err(refuse(
+            dest,
+            if bundle == canon_dest {
+                "is the bundle being unpacked".to_string()
+            } else {
+                format!("holds the bundle being unpacked ({})", opened.dir.display())
+            },
+            "give the model's own install directory as --dest, outside the bundle",
+        ));
+    }
+    if !receipt::exists(dest) {
+        return Err(refuse(
+            dest,
+            format!(
+                "holds no airlock receipt ({RECEIPT_DIR}/manifest.json), so it is not a model airlock installed: it may be a home directory, a folder holding other models, or files put there by hand"
+            ),
+            format!("check --dest (did it lose the model's name?); {move_aside}"),
+        ));
+    }
+    let old = receipt::open(dest, Some(trust)).map_err(|e| {
+        refuse(
+            dest,
+            format!("its receipt does not prove an airlock install ({e})"),
+            format!(
+                "see `airlock check {}` with your trust set; {move_aside}",
+                dest.display()
+            ),
+        )
+    })?;
+    let m = &opened.manifest;
+    if old.manifest.name != m.name {
+        return Err(refuse(
+            dest,
+            format!(
+                "holds the airlock install of {:?} version {}, not of {:?}",
+                old.manifest.name, old.manifest.version, m.name
+            ),
+            format!(
+                "give {:?} its own directory as --dest (each model gets one); {move_aside}",
+                m.name
+            ),
+        ));
+    }
+    match staging::find_mount_inside(dest) {
+        Ok(None) => {}
+        Ok(Some(mount)) => {
+            return Err(refuse(
+                dest,
+                format!("contains the mount point {}", mount.display()),
+                "unmount it first (airlock never removes anything across a mount point), then unpack again",
+            ));
+        }
+        Err(e) => return Err(Error::io(dest, e)),
+    }
+    let me = rustix::process::geteuid().as_raw();
+    if me != 0 && meta.uid() != me {
+        return Err(refuse(
+            dest,
+            format!("belongs to user {}, not to this user", meta.uid()),
+            "run the unpack as the directory's owner",
+        ));
+    }
+    Ok((
+        old.manifest,
+        Keep {
+            // Setuid means nothing on a directory; the rest is the operator's choice.
+            mode: meta.permissions().mode() & 0o3777,
+            uid: meta.uid(),
+            gid: meta.gid(),
+        },
+    ))
 }
 
 /// Unpacks the verified bundle into `opts.dest`.
@@ -269,6 +393,7 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
     }
     let existing = std::fs::symlink_metadata(dest).ok();
     let mut previous_version = None;
+    let mut keep = None;
     if let Some(meta) = &existing {
         if !opts.replace {
             return Err(Error::Usage(format!(
@@ -276,27 +401,19 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
                 dest.display()
             )));
         }
-        if !meta.is_dir() {
-            return Err(Error::Usage(format!(
-                "{} exists and is not a directory; refusing to replace it",
-                dest.display()
-            )));
+        let (old, kept) = replaceable(dest, meta, opened, &opts.trust)?;
+        previous_version = Some(old.version);
+        if old.version > m.version && !opts.allow_downgrade {
+            return Err(Error::Downgrade {
+                path: dest.clone(),
+                name: old.name,
+                installed: old.version,
+                offered: m.version,
+            });
         }
-        if let Some(old) = read_receipt(dest) {
-            previous_version = Some(old.version);
-            // Versions order releases of one model; a bundle of another name replacing it is
-            // the operator's explicit --replace, not a rollback.
-            if old.name == m.name && old.version > m.version && !opts.allow_downgrade {
-                return Err(Error::Downgrade {
-                    path: dest.clone(),
-                    name: old.name,
-                    installed: old.version,
-                    offered: m.version,
-                });
-            }
-        }
+        keep = Some(kept);
     }
-    let cleaned_stale = clean_stale(&parent)?;
+    let cleanup = staging::clean_stale(&parent)?;
 
     let receipt_bytes = (opened.manifest_bytes.len() + opened.signature_text.len()) as u64;
     let needed = space_needed(m, receipt_bytes);
@@ -310,35 +427,11 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
         });
     }
 
-    let staging_dir = parent.join(format!("{STAGING_PREFIX}{dest_name}-{}", random_hex()));
-    std::fs::create_dir(&staging_dir).map_err(|e| Error::io(&staging_dir, e))?;
-    let mut staging = Staging {
-        dir: staging_dir.clone(),
-        lock: None,
-    };
-    staging.lock = Some(DirLock::create(&staging_dir)?);
-    let tree = staging_dir.join("tree");
-    std::fs::create_dir(&tree).map_err(|e| Error::io(&tree, e))?;
-    let root = rustix::fs::open(
-        &tree,
-        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-        Mode::empty(),
-    )
-    .map_err(|e| Error::io(&tree, e.into()))?;
-    rustix::fs::fchmod(&root, Mode::from_raw_mode(0o755))
-        .map_err(|e| Error::io(&tree, e.into()))?;
+    let staging = Staging::create(&parent, dest_name)?;
+    let root = staging.mkdir("tree", receipt::DIR_MODE)?;
+    let tree = staging.path().join("tree");
 
-    let (sync_tx, sync_rx) = crossbeam_channel::bounded::<(File, String)>(64);
-    let tree_for_sync = tree.clone();
-    let syncer = std::thread::spawn(move || -> Result<()> {
-        let mut first_error = None;
-        for (f, path) in sync_rx {
-            if let Err(e) = f.sync_all() {
-                first_error.get_or_insert(Error::io(tree_for_sync.join(path), e));
-            }
-        }
-        first_error.map_or(Ok(()), Err)
-    });
+    let syncer = SyncThread::new();
     let flusher = Flusher::new();
     let mut sink = StagingSink {
         root,
@@ -347,7 +440,7 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
         known: Vec::new(),
         known_set: Default::default(),
         current: None,
-        syncer: sync_tx,
+        syncer: syncer.sender(),
         flusher: &flusher,
         since_flush: 0,
     };
@@ -363,7 +456,7 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
     drop(dirs);
     drop(current);
     drop(sync_tx);
-    let synced = syncer.join().expect("sync thread panicked");
+    let synced = syncer.finish();
     let flushed = flusher.finish();
     streamed?;
     synced?;
@@ -372,63 +465,46 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
     }
 
     // Receipt: the signed manifest and its signature, so `check` can re-verify later.
-    rustix::fs::mkdirat(&root, RECEIPT_DIR, Mode::from_raw_mode(0o755))
-        .map_err(|e| Error::io(tree.join(RECEIPT_DIR), e.into()))?;
-    let receipt = tree.join(RECEIPT_DIR);
-    crate::bundle::write::write_synced(
-        &receipt.join(manifest::MANIFEST_NAME),
-        &opened.manifest_bytes,
-    )?;
-    crate::bundle::write::write_synced(
-        &receipt.join(manifest::SIGNATURE_NAME),
-        opened.signature_text.as_bytes(),
-    )?;
-    let receipt_fd = File::open(&receipt).map_err(|e| Error::io(&receipt, e))?;
-    sync_dir(&receipt_fd, &receipt)?;
+    receipt::write(&root, &tree, &opened.manifest_bytes, &opened.signature_text)?;
     for path in &known {
         let fd = open_below(&root, path).map_err(|e| Error::io(tree.join(path), e.into()))?;
-        sync_dir(&fd, &tree.join(path))?;
+        fsio::sync_dir_fd(&fd, &tree.join(path))?;
     }
-    sync_dir(&root, &tree)?;
+    if let Some(k) = &keep {
+        rustix::fs::fchmod(&root, Mode::from_raw_mode(k.mode))
+            .map_err(|e| Error::io(&tree, e.into()))?;
+        let st = rustix::fs::fstat(&root).map_err(|e| Error::io(&tree, e.into()))?;
+        if st.st_uid != k.uid || st.st_gid != k.gid {
+            rustix::fs::fchown(
+                &root,
+                Some(rustix::fs::Uid::from_raw(k.uid)),
+                Some(rustix::fs::Gid::from_raw(k.gid)),
+            )
+            .map_err(|e| Error::io(&tree, e.into()))?;
+        }
+    }
+    fsio::sync_dir_fd(&root, &tree)?;
     drop(root);
 
-    // The model-format checks on exactly the bytes about to become visible.
-    let findings: Vec<Finding> = crate::inspect::check_tree(&tree)
-        .map_err(|e| Error::io(&tree, e))?
-        .into_iter()
-        .filter(|f| f.path != RECEIPT_DIR && !f.path.starts_with(".airlock/"))
-        .collect();
+    let notes = InstallNotes::new(cleanup, &tree, "", m)?;
 
     let replaced = existing.is_some();
-    if replaced {
-        rustix::fs::renameat_with(
-            rustix::fs::CWD,
-            &tree,
-            rustix::fs::CWD,
-            dest,
-            RenameFlags::EXCHANGE,
-        )
-        .map_err(|e| Error::io(dest, e.into()))?;
-    } else {
-        rustix::fs::renameat_with(
-            rustix::fs::CWD,
-            &tree,
-            rustix::fs::CWD,
-            dest,
-            RenameFlags::NOREPLACE,
-        )
-        .map_err(|e| Error::io(dest, e.into()))?;
-    }
-    let parent_fd = File::open(&parent).map_err(|e| Error::io(&parent, e))?;
-    sync_dir(&parent_fd, &parent)?;
-    // The old tree (after an exchange) sits in the staging directory; removing it is cleanup,
-    // and a crash here leaves a stale staging directory the next run removes.
+    staging.publish(
+        "tree",
+        dest,
+        if replaced {
+            Publish::Exchange
+        } else {
+            Publish::NoReplace
+        },
+    )?;
+    // The old tree (after an exchange) sits in the work directory; removing it is cleanup,
+    // and a crash here leaves a stale work directory the next run removes.
     drop(staging);
     Ok(Installed {
         dest: dest.clone(),
         replaced,
         previous_version,
-        cleaned_stale,
-        findings,
+        notes,
     })
 }

@@ -32,18 +32,17 @@ use std::io::{self, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::RenameFlags;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::bundle::read::{self, EntrySink, Mode as ReadMode, Opened};
 use crate::error::{Error, Result};
+use crate::fsio::{self, exchange, rename_noreplace, sync_dir};
 use crate::hfcache::{self, EtagKind, GitBlobSha1};
-use crate::inspect::{self, Finding};
-use crate::install::{STAGING_PREFIX, clean_stale, space_available, space_needed};
-use crate::lock::DirLock;
+use crate::install::{InstallNotes, space_available, space_needed};
 use crate::manifest::{FileEntry, Manifest};
 use crate::progress::Progress;
+use crate::staging::{self, Staging, SyncThread};
 
 /// Options for [`unpack_to_cache`].
 pub struct HfUnpackOptions {
@@ -106,10 +105,9 @@ pub struct HfInstalled {
     pub blobs_reused: u64,
     /// Blobs already in the cache that did not hash to their names and were replaced.
     pub blobs_repaired: Vec<PathBuf>,
-    /// Stale staging directories removed first.
-    pub cleaned_stale: Vec<PathBuf>,
-    /// Model-check findings on the installed files (reported, not fatal).
-    pub findings: Vec<Finding>,
+    /// Cleanup and model checks.
+    #[serde(flatten)]
+    pub notes: InstallNotes,
 }
 
 /// The commit id a bundle without a `source` is installed under: the first 40 hex digits of
@@ -205,7 +203,9 @@ enum Undo {
 struct Txn {
     undo: Vec<Undo>,
     committed: bool,
-    staging: Option<(PathBuf, DirLock)>,
+    staging: Option<Staging>,
+    /// Held while the cache changes: a signal waits until every step is done or undone.
+    commit: Option<staging::CommitGuard>,
     /// Directories created outside the repository folder (the cache itself, `.locks`), with
     /// whether to remove them (when empty) even after success.
     outer: Vec<(PathBuf, bool)>,
@@ -244,10 +244,10 @@ impl Drop for Txn {
                 };
             }
         }
-        if let Some((dir, lock)) = self.staging.take() {
-            let _ = fs::remove_dir_all(&dir);
-            drop(lock);
-        }
+        // Then let a pending signal in (it must not wait for the removal below, which takes
+        // the same guard), and remove the work directory (releasing its lock).
+        self.commit.take();
+        self.staging.take();
         for (dir, always) in self.outer.drain(..).rev() {
             if always || !self.committed {
                 let _ = fs::remove_dir(dir);
@@ -272,40 +272,6 @@ fn missing_ancestors(dir: &Path) -> Vec<PathBuf> {
 
 fn set_mode(path: &Path, mode: u32) -> Result<()> {
     fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(|e| Error::io(path, e))
-}
-
-fn exchange(a: &Path, b: &Path) -> io::Result<()> {
-    rustix::fs::renameat_with(
-        rustix::fs::CWD,
-        a,
-        rustix::fs::CWD,
-        b,
-        RenameFlags::EXCHANGE,
-    )
-    .map_err(io::Error::from)
-}
-
-fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
-    rustix::fs::renameat_with(
-        rustix::fs::CWD,
-        from,
-        rustix::fs::CWD,
-        to,
-        RenameFlags::NOREPLACE,
-    )
-    .map_err(io::Error::from)
-}
-
-fn sync_dir(path: &Path) -> Result<()> {
-    File::open(path)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(path, e))
-}
-
-fn random_hex() -> String {
-    let mut b = [0u8; 8];
-    getrandom::getrandom(&mut b).expect("the OS random source works");
-    hex::encode(b)
 }
 
 /// Streams each file into `blobs/.incoming-<n>`, checks or computes its etag, and renames it
@@ -517,7 +483,7 @@ fn publish_new_repo(staged_repo: &Path, repo: &Path, plan: &Plan, txn: &mut Txn)
         let staged_ref = staged_repo.join("refs").join(&plan.revision);
         let parent = staged_ref.parent().expect("under refs");
         fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
-        crate::bundle::write::write_synced(&staged_ref, plan.commit.as_bytes())?;
+        fsio::write_synced(&staged_ref, plan.commit.as_bytes(), 0o644)?;
         let mut d = parent.to_path_buf();
         while d != staged_repo {
             sync_dir(&d)?;
@@ -626,8 +592,7 @@ fn write_ref(
     let parent = ref_path.parent().expect("under refs");
     txn.create_inner(parent)?;
     let tmp = staging.join("ref.tmp");
-    crate::bundle::write::write_synced(&tmp, commit.as_bytes())?;
-    set_mode(&tmp, 0o644)?;
+    fsio::write_synced(&tmp, commit.as_bytes(), 0o644)?;
     fs::rename(&tmp, ref_path).map_err(|e| Error::io(ref_path, e))?;
     sync_dir(parent)?;
     Ok(old)
@@ -648,6 +613,7 @@ pub fn unpack_to_cache(
         undo: Vec::new(),
         committed: false,
         staging: None,
+        commit: None,
         outer: Vec::new(),
     };
     txn.create_outer(cache, false)?;
@@ -661,10 +627,10 @@ pub fn unpack_to_cache(
         )));
     }
     let locks = cache.join(".locks");
-    let cleaned_stale = if locks.is_dir() {
-        clean_stale(&locks)?
+    let cleanup = if locks.is_dir() {
+        staging::clean_stale(&locks)?
     } else {
-        Vec::new()
+        staging::Cleanup::default()
     };
     let needed = space_needed(m, 0);
     let available = space_available(cache)?;
@@ -677,16 +643,9 @@ pub fn unpack_to_cache(
         });
     }
     txn.create_outer(&locks, true)?;
-    let staging = locks.join(format!("{STAGING_PREFIX}{folder_name}-{}", random_hex()));
-    fs::create_dir(&staging).map_err(|e| Error::io(&staging, e))?;
-    let lock = match DirLock::create(&staging) {
-        Ok(l) => l,
-        Err(e) => {
-            let _ = fs::remove_dir_all(&staging);
-            return Err(e);
-        }
-    };
-    txn.staging = Some((staging.clone(), lock));
+    let work = Staging::create(&locks, &folder_name)?;
+    let staging = work.path();
+    txn.staging = Some(work);
     let staged_repo = staging.join("repo");
     let staged_blobs = staged_repo.join("blobs");
     let staged_snapshots = staged_repo.join("snapshots");
@@ -702,22 +661,13 @@ pub fn unpack_to_cache(
     }
 
     // 1. Stream and verify every byte into staged blobs.
-    let (sync_tx, sync_rx) = crossbeam_channel::bounded::<(File, PathBuf)>(64);
-    let syncer = std::thread::spawn(move || -> Result<()> {
-        let mut first_error = None;
-        for (f, path) in sync_rx {
-            if let Err(e) = f.sync_all() {
-                first_error.get_or_insert(Error::io(path, e));
-            }
-        }
-        first_error.map_or(Ok(()), Err)
-    });
+    let syncer = SyncThread::new();
     let mut sink = BlobSink {
         blobs: staged_blobs.clone(),
         etags: &plan.etags,
         current: None,
         placed: Vec::with_capacity(m.files.len()),
-        syncer: sync_tx,
+        syncer: syncer.sender(),
         progress,
     };
     let streamed = read::stream(opened, ReadMode::Strict, &mut sink, progress);
@@ -729,7 +679,7 @@ pub fn unpack_to_cache(
     } = sink;
     drop(current);
     drop(sync_tx);
-    let synced = syncer.join().expect("sync thread panicked");
+    let synced = syncer.finish();
     streamed?;
     synced?;
 
@@ -752,20 +702,10 @@ pub fn unpack_to_cache(
 
     // The model-format checks on exactly the bytes about to become visible.
     let prefix = format!("snapshots/{}/", plan.commit);
-    let mut findings = Vec::new();
-    for f in &m.files {
-        let rel = format!("{prefix}{}", f.path);
-        for mut finding in
-            inspect::check_file(&staged_repo, &rel).map_err(|e| Error::io(&staged_repo, e))?
-        {
-            if let Some(p) = finding.path.strip_prefix(&prefix) {
-                finding.path = p.to_string();
-            }
-            findings.push(finding);
-        }
-    }
+    let notes = InstallNotes::new(cleanup, &staged_repo, &prefix, m)?;
 
-    // 3. Make it visible.
+    // 3. Make it visible. A signal now waits until every step is done (or undone).
+    txn.commit = Some(staging::commit_guard());
     let snapshot = repo.join("snapshots").join(&plan.commit);
     let ref_path = (plan.revision != plan.commit).then(|| repo.join("refs").join(&plan.revision));
     let (tally, snapshot_state, previous_commit) = match fs::symlink_metadata(&repo) {
@@ -861,8 +801,7 @@ pub fn unpack_to_cache(
         blobs_written: tally.written,
         blobs_reused: tally.reused,
         blobs_repaired: tally.repaired,
-        cleaned_stale,
-        findings,
+        notes,
     })
 }
 

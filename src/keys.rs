@@ -175,7 +175,7 @@ impl KeyError {
         }
     }
 
-    fn in_file(self, path: &Path) -> KeyError {
+    pub(crate) fn in_file(self, path: &Path) -> KeyError {
         match self {
             // I/O errors already name their path.
             e @ KeyError::Io { .. } => e,
@@ -973,54 +973,6 @@ fn check_ed25519(
         .verify_strict(msg, &ed25519_dalek::Signature::from_bytes(sig))
 }
 
-// ---------------------------------------------------------------------------
-// Trust stores
-// ---------------------------------------------------------------------------
-
-/// Loads trusted public keys from a `.pub` file, or from a directory: every
-/// `*.pub` file directly in it, in file name order. A directory without any
-/// is an error naming it, as are two different keys sharing a key id; the
-/// same key in two files is kept once.
-pub fn load_trust(path: &Path) -> Result<Vec<PublicKey>, KeyError> {
-    let meta = fs::metadata(path).map_err(|e| io_err(path, e))?;
-    if !meta.is_dir() {
-        return Ok(vec![PublicKey::load(path)?]);
-    }
-    let mut files = Vec::new();
-    for entry in fs::read_dir(path).map_err(|e| io_err(path, e))? {
-        let entry = entry.map_err(|e| io_err(path, e))?;
-        let p = entry.path();
-        if p.extension().is_some_and(|ext| ext == "pub") {
-            let is_file = fs::metadata(&p).map_err(|e| io_err(&p, e))?.is_file();
-            if is_file {
-                files.push(p);
-            }
-        }
-    }
-    files.sort();
-    if files.is_empty() {
-        return Err(KeyError::NoPublicKeys {
-            dir: path.to_path_buf(),
-        });
-    }
-    let mut keys: Vec<(PublicKey, PathBuf)> = Vec::with_capacity(files.len());
-    for file in files {
-        let pk = PublicKey::load(&file)?;
-        if let Some((seen, first)) = keys.iter().find(|(k, _)| k.key_id == pk.key_id) {
-            if seen.key != pk.key {
-                return Err(KeyError::ConflictingKeyId {
-                    key_id: pk.key_id_hex(),
-                    first: first.clone(),
-                    second: file,
-                });
-            }
-            continue;
-        }
-        keys.push((pk, file));
-    }
-    Ok(keys.into_iter().map(|(k, _)| k).collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1795,7 +1747,7 @@ trusted comment: signed with the encrypted key\n\
         let enc = PublicKey::parse(ENC_PUB).unwrap();
 
         // Empty directory: error naming it.
-        match load_trust(d) {
+        match crate::trust::load_path(d) {
             Err(KeyError::NoPublicKeys { dir }) => assert_eq!(dir, d),
             other => panic!("expected NoPublicKeys, got {other:?}"),
         }
@@ -1804,24 +1756,36 @@ trusted comment: signed with the encrypted key\n\
         fs::create_dir(d.join("sub")).unwrap();
         fs::write(d.join("sub").join("c.pub"), UNENC_PUB).unwrap();
         fs::create_dir(d.join("dir.pub")).unwrap();
-        assert!(matches!(load_trust(d), Err(KeyError::NoPublicKeys { .. })));
+        assert!(matches!(
+            crate::trust::load_path(d),
+            Err(KeyError::NoPublicKeys { .. })
+        ));
 
         // Sorted by name, not recursive.
         fs::write(d.join("b.pub"), UNENC_PUB).unwrap();
         fs::write(d.join("a.pub"), ENC_PUB).unwrap();
-        assert_eq!(load_trust(d).unwrap(), vec![enc.clone(), unenc.clone()]);
+        assert_eq!(
+            crate::trust::load_path(d).unwrap(),
+            vec![enc.clone(), unenc.clone()]
+        );
         // A single file.
-        assert_eq!(load_trust(&d.join("b.pub")).unwrap(), vec![unenc.clone()]);
+        assert_eq!(
+            crate::trust::load_path(&d.join("b.pub")).unwrap(),
+            vec![unenc.clone()]
+        );
         // The same key twice is kept once.
         fs::write(d.join("c.pub"), key_line(UNENC_PUB)).unwrap();
-        assert_eq!(load_trust(d).unwrap(), vec![enc.clone(), unenc.clone()]);
+        assert_eq!(
+            crate::trust::load_path(d).unwrap(),
+            vec![enc.clone(), unenc.clone()]
+        );
         // Two keys claiming one id is an error.
         let impostor = PublicKey {
             key_id: unenc.key_id,
             key: enc.key,
         };
         fs::write(d.join("d.pub"), impostor.to_file_text()).unwrap();
-        match load_trust(d) {
+        match crate::trust::load_path(d) {
             Err(KeyError::ConflictingKeyId {
                 key_id,
                 first,
@@ -1835,11 +1799,11 @@ trusted comment: signed with the encrypted key\n\
         }
         // A broken file is named.
         fs::write(d.join("d.pub"), "garbage").unwrap();
-        let err = load_trust(d).unwrap_err();
+        let err = crate::trust::load_path(d).unwrap_err();
         assert!(matches!(&err, KeyError::File { path, .. } if *path == d.join("d.pub")));
         // Missing path.
         assert!(matches!(
-            load_trust(&d.join("missing")),
+            crate::trust::load_path(&d.join("missing")),
             Err(KeyError::Io { .. })
         ));
     }

@@ -1,34 +1,149 @@
-//! Re-verifying an installed model against the receipt `unpack` left in `DIR/.airlock/`.
+//! The install receipt: the signed manifest `unpack` leaves in `DIR/.airlock/`, and everything
+//! done with it.
 //!
-//! Bit rot and drift show up here: every file in the receipt is re-hashed (in parallel) or, with
-//! `sizes_only`, just sized; files that are missing, modified or not in the receipt are each
-//! named.
+//! This module owns the receipt's layout (docs/FORMAT.md section 10): writing it into a staged
+//! tree, opening it (verified exactly as a bundle's manifest is, with
+//! [`crate::bundle::read::verify_signed`], when a trust set is given), recognising its files in
+//! error messages, and comparing a tree with it. `check`, `unpack --replace` and the error hints
+//! all ask here rather than knowing the paths themselves.
+//!
+//! Comparing catches bit rot and drift: every file in the receipt is re-hashed (in parallel)
+//! or, with `sizes_only`, just sized; files that are missing, modified or not in the receipt,
+//! files planted under `.airlock/`, and modes that drifted (group- or world-writable, setuid,
+//! setgid) are each named.
 
 use std::fs::File;
 use std::io::Read;
-use std::path::Path;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{FileType, Mode, OFlags};
 
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
+use crate::bundle::read;
 use crate::error::{Error, Result};
-use crate::manifest::Manifest;
+use crate::fsio;
+use crate::keys::PublicKey;
+use crate::manifest::{self, Manifest};
 use crate::paths::{self, RECEIPT_DIR};
 use crate::progress::Progress;
+
+/// Mode of the receipt directory and of every installed directory.
+pub const DIR_MODE: u32 = 0o755;
+/// Mode of the receipt files.
+pub const FILE_MODE: u32 = 0o644;
+
+/// `DIR/.airlock/manifest.json`.
+pub fn manifest_path(dir: &Path) -> PathBuf {
+    dir.join(RECEIPT_DIR).join(manifest::MANIFEST_NAME)
+}
+
+/// `DIR/.airlock/manifest.json.minisig`.
+pub fn signature_path(dir: &Path) -> PathBuf {
+    dir.join(RECEIPT_DIR).join(manifest::SIGNATURE_NAME)
+}
+
+/// Whether `path` is one of a receipt's files (`.../.airlock/NAME`).
+pub fn is_receipt_file(path: &Path) -> bool {
+    path.parent()
+        .and_then(Path::file_name)
+        .is_some_and(|n| n == RECEIPT_DIR)
+}
+
+/// Whether `dir` holds a receipt manifest (as a regular file; a link does not count).
+pub fn exists(dir: &Path) -> bool {
+    std::fs::symlink_metadata(manifest_path(dir)).is_ok_and(|m| m.is_file())
+}
+
+/// Writes the receipt into the staged tree `tree` (shown as `tree_path`): `.airlock/` mode
+/// 0755 holding the exact manifest bytes and signature text, modes 0644, all synced.
+pub fn write(
+    tree: &OwnedFd,
+    tree_path: &Path,
+    manifest_bytes: &[u8],
+    signature_text: &str,
+) -> Result<()> {
+    let dir = fsio::mkdir_at(tree, tree_path, RECEIPT_DIR, DIR_MODE)?;
+    let dir_path = tree_path.join(RECEIPT_DIR);
+    fsio::write_synced_at(
+        &dir,
+        &dir_path,
+        manifest::MANIFEST_NAME,
+        manifest_bytes,
+        FILE_MODE,
+    )?;
+    fsio::write_synced_at(
+        &dir,
+        &dir_path,
+        manifest::SIGNATURE_NAME,
+        signature_text.as_bytes(),
+        FILE_MODE,
+    )?;
+    fsio::sync_dir_fd(&dir, &dir_path)
+}
+
+/// An opened receipt.
+#[derive(Debug)]
+pub struct Receipt {
+    /// The manifest the tree was installed from.
+    pub manifest: Manifest,
+    /// The signer's key id, when the receipt was verified against a trust set.
+    pub signer: Option<String>,
+    /// Disagreements between the signature's trusted comment and the manifest.
+    pub warnings: Vec<String>,
+}
+
+/// Opens the receipt of `dir`. With a trust set the signature is verified exactly as a
+/// bundle's is: a missing receipt or signature, an untrusted signer or a bad signature is an
+/// error. Without one the manifest is only parsed (a lint of the files, not a verdict).
+pub fn open(dir: &Path, trust: Option<&[PublicKey]>) -> Result<Receipt> {
+    let manifest_path = manifest_path(dir);
+    if !exists(dir) {
+        return Err(Error::MissingSignature {
+            path: manifest_path,
+        });
+    }
+    match trust {
+        Some(trust) => {
+            let signed = read::verify_signed(&manifest_path, &signature_path(dir), trust)?;
+            Ok(Receipt {
+                manifest: signed.manifest,
+                signer: Some(signed.signer.key_id_hex()),
+                warnings: signed.warnings,
+            })
+        }
+        None => {
+            let bytes =
+                fsio::read_regular_capped(&manifest_path, manifest::MAX_MANIFEST_BYTES, false)
+                    .map_err(|e| Error::io(&manifest_path, e))?;
+            let manifest = Manifest::parse(&bytes).map_err(|reason| Error::BadManifest {
+                path: manifest_path.clone(),
+                reason,
+            })?;
+            Ok(Receipt {
+                manifest,
+                signer: None,
+                warnings: Vec::new(),
+            })
+        }
+    }
+}
 
 /// One difference between the tree and its receipt.
 #[derive(Clone, Debug, serde::Serialize, PartialEq, Eq)]
 pub struct Drift {
     /// Relative path.
     pub path: String,
-    /// `missing`, `modified`, `size`, `mode`, `extra`, `type` or `unreadable`.
+    /// `missing`, `modified`, `size`, `mode`, `extra`, `planted`, `type` or `unreadable`.
     pub kind: &'static str,
     /// Details.
     pub detail: String,
 }
 
-fn hash_file(path: &Path, progress: &dyn Progress) -> std::io::Result<String> {
-    let mut f = File::open(path)?;
+fn hash_file(mut f: File, progress: &dyn Progress) -> std::io::Result<String> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
@@ -40,6 +155,210 @@ fn hash_file(path: &Path, progress: &dyn Progress) -> std::io::Result<String> {
         progress.advance(n as u64);
     }
     Ok(hex::encode(h.finalize()))
+}
+
+/// Mode bits an installed entry never has: group/world write, setuid, setgid, sticky.
+const UNSAFE_BITS: u32 = 0o7022;
+
+/// The mode drift of one entry, if its mode has bits an install never sets.
+fn mode_drift(path: &str, mode: u32) -> Option<Drift> {
+    let bad = mode & UNSAFE_BITS;
+    if bad == 0 {
+        return None;
+    }
+    let mut what = Vec::new();
+    if bad & 0o020 != 0 {
+        what.push("group-writable");
+    }
+    if bad & 0o002 != 0 {
+        what.push("world-writable");
+    }
+    if bad & 0o4000 != 0 {
+        what.push("setuid");
+    }
+    if bad & 0o2000 != 0 {
+        what.push("setgid");
+    }
+    if bad & 0o1000 != 0 {
+        what.push("sticky");
+    }
+    Some(Drift {
+        path: path.to_string(),
+        kind: "mode",
+        detail: format!(
+            "is {} (mode {:04o}); an install sets 0644, 0755 or, for directories, 0755",
+            what.join(", "),
+            mode & 0o7777
+        ),
+    })
+}
+
+/// Opens `rel` below the directory handle `root` one component at a time, never following a
+/// link, so paths of any length that the tree holds can be reached.
+fn open_below(root: &OwnedFd, rel: &str, dir: bool) -> rustix::io::Result<OwnedFd> {
+    let (parents, name) = match rel.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, rel),
+    };
+    let mut fd = fsio::open_dir_at(root, ".")?;
+    if let Some(parents) = parents {
+        for c in parents.split('/') {
+            fd = fsio::open_dir_at(&fd, c)?;
+        }
+    }
+    if dir {
+        return fsio::open_dir_at(&fd, name);
+    }
+    rustix::fs::openat(
+        &fd,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+    )
+}
+
+/// The differences of one receipt file.
+fn file_drift(
+    root: &OwnedFd,
+    f: &manifest::FileEntry,
+    sizes_only: bool,
+    progress: &dyn Progress,
+) -> Vec<Drift> {
+    let one = |kind, detail: String| {
+        vec![Drift {
+            path: f.path.clone(),
+            kind,
+            detail,
+        }]
+    };
+    let fd = match open_below(root, &f.path, false) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return one("missing", "is missing".into()),
+        Err(rustix::io::Errno::LOOP) | Err(rustix::io::Errno::NOTDIR) => {
+            return one(
+                "type",
+                "is no longer a regular file (a link is in its path)".into(),
+            );
+        }
+        Err(e) => {
+            return one(
+                "unreadable",
+                format!("cannot be opened: {}", std::io::Error::from(e)),
+            );
+        }
+    };
+    let st = match rustix::fs::fstat(&fd) {
+        Ok(st) => st,
+        Err(e) => {
+            return one(
+                "unreadable",
+                format!("cannot be read: {}", std::io::Error::from(e)),
+            );
+        }
+    };
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return one("type", "is no longer a regular file".into());
+    }
+    let mut out = Vec::new();
+    let mode = st.st_mode;
+    out.extend(mode_drift(&f.path, mode));
+    let executable = mode & 0o111 != 0;
+    if executable != f.executable {
+        out.push(Drift {
+            path: f.path.clone(),
+            kind: "mode",
+            detail: format!(
+                "is {}executable, the receipt says it is {}",
+                if executable { "" } else { "not " },
+                if f.executable {
+                    "executable"
+                } else {
+                    "not executable"
+                }
+            ),
+        });
+    }
+    let len = st.st_size as u64;
+    if len != f.size {
+        out.push(Drift {
+            path: f.path.clone(),
+            kind: "size",
+            detail: format!("is {len} bytes, the receipt says {}", f.size),
+        });
+        return out;
+    }
+    if sizes_only {
+        return out;
+    }
+    progress.item(&f.path);
+    match hash_file(File::from(fd), progress) {
+        Ok(h) if h == f.sha256 => {}
+        Ok(h) => out.push(Drift {
+            path: f.path.clone(),
+            kind: "modified",
+            detail: format!(
+                "content changed (sha256 {h}, the receipt says {})",
+                f.sha256
+            ),
+        }),
+        Err(e) => out.push(Drift {
+            path: f.path.clone(),
+            kind: "unreadable",
+            detail: format!("cannot be read: {e}"),
+        }),
+    }
+    out
+}
+
+/// Every entry below `dir` (relative, `/`-separated), through directory handles; the
+/// receipt directory at the top is left out.
+fn walk(dir: &OwnedFd, prefix: &str, out: &mut Vec<String>) -> std::io::Result<()> {
+    for (name, kind) in fsio::dir_entries(dir)? {
+        if prefix.is_empty() && name == RECEIPT_DIR {
+            continue;
+        }
+        let rel = format!("{prefix}{}", name.to_string_lossy());
+        if kind == FileType::Directory {
+            let sub = fsio::open_dir_at(dir, name.as_os_str())?;
+            walk(&sub, &format!("{rel}/"), out)?;
+        }
+        out.push(rel);
+    }
+    Ok(())
+}
+
+/// Entries under `DIR/.airlock/` other than the two receipt files.
+pub fn planted(dir: &Path) -> Result<Vec<Drift>> {
+    let receipt = dir.join(RECEIPT_DIR);
+    let mut out = Vec::new();
+    let meta = std::fs::symlink_metadata(&receipt).map_err(|e| Error::io(&receipt, e))?;
+    if !meta.is_dir() {
+        out.push(Drift {
+            path: RECEIPT_DIR.into(),
+            kind: "type",
+            detail: "is not a directory".into(),
+        });
+        return Ok(out);
+    }
+    out.extend(mode_drift(RECEIPT_DIR, meta.permissions().mode()));
+    for e in std::fs::read_dir(&receipt).map_err(|e| Error::io(&receipt, e))? {
+        let e = e.map_err(|e| Error::io(&receipt, e))?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        let rel = format!("{RECEIPT_DIR}/{name}");
+        let is_file = e.file_type().is_ok_and(|t| t.is_file());
+        if (name == manifest::MANIFEST_NAME || name == manifest::SIGNATURE_NAME) && is_file {
+            if let Ok(m) = e.metadata() {
+                out.extend(mode_drift(&rel, m.permissions().mode()));
+            }
+            continue;
+        }
+        out.push(Drift {
+            path: rel,
+            kind: "planted",
+            detail: "is not part of a receipt: something other than airlock put it there".into(),
+        });
+    }
+    Ok(out)
 }
 
 /// Compares `dir` with `manifest`. Returns every difference, sorted by path.
@@ -57,81 +376,28 @@ pub fn compare(
             manifest.totals.file_bytes
         },
     );
+    let root = rustix::fs::open(
+        dir,
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| Error::io(dir, e.into()))?;
     let mut drift: Vec<Drift> = manifest
         .files
         .par_iter()
-        .filter_map(|f| {
-            let full = dir.join(&f.path);
-            let meta = match std::fs::symlink_metadata(&full) {
-                Ok(m) => m,
-                Err(_) => {
-                    return Some(Drift {
-                        path: f.path.clone(),
-                        kind: "missing",
-                        detail: "is missing".into(),
-                    });
-                }
-            };
-            if !meta.is_file() {
-                return Some(Drift {
-                    path: f.path.clone(),
-                    kind: "type",
-                    detail: "is no longer a regular file".into(),
-                });
-            }
-            use std::os::unix::fs::PermissionsExt;
-            let executable = meta.permissions().mode() & 0o111 != 0;
-            if executable != f.executable {
-                return Some(Drift {
-                    path: f.path.clone(),
-                    kind: "mode",
-                    detail: format!(
-                        "is {}executable, the receipt says it is {}",
-                        if executable { "" } else { "not " },
-                        if f.executable {
-                            "executable"
-                        } else {
-                            "not executable"
-                        }
-                    ),
-                });
-            }
-            if meta.len() != f.size {
-                return Some(Drift {
-                    path: f.path.clone(),
-                    kind: "size",
-                    detail: format!("is {} bytes, the receipt says {}", meta.len(), f.size),
-                });
-            }
-            if sizes_only {
-                return None;
-            }
-            progress.item(&f.path);
-            match hash_file(&full, progress) {
-                Ok(h) if h == f.sha256 => None,
-                Ok(h) => Some(Drift {
-                    path: f.path.clone(),
-                    kind: "modified",
-                    detail: format!(
-                        "content changed (sha256 {h}, the receipt says {})",
-                        f.sha256
-                    ),
-                }),
-                Err(e) => Some(Drift {
-                    path: f.path.clone(),
-                    kind: "unreadable",
-                    detail: format!("cannot be read: {e}"),
-                }),
-            }
-        })
+        .flat_map_iter(|f| file_drift(&root, f, sizes_only, progress))
         .collect();
+    if let Ok(st) = rustix::fs::fstat(&root) {
+        drift.extend(mode_drift(".", st.st_mode));
+    }
     for d in &manifest.directories {
-        if !std::fs::symlink_metadata(dir.join(d)).is_ok_and(|m| m.is_dir()) {
-            drift.push(Drift {
+        match open_below(&root, d, true).and_then(|fd| rustix::fs::fstat(&fd)) {
+            Ok(st) => drift.extend(mode_drift(d, st.st_mode)),
+            Err(_) => drift.push(Drift {
                 path: d.clone(),
                 kind: "missing",
                 detail: "directory is missing".into(),
-            });
+            }),
         }
     }
     let known: std::collections::HashSet<&str> = manifest
@@ -140,26 +406,9 @@ pub fn compare(
         .map(|f| f.path.as_str())
         .chain(manifest.directories.iter().map(|d| d.as_str()))
         .collect();
-    let walker = walkdir::WalkDir::new(dir)
-        .min_depth(1)
-        .sort_by_file_name()
-        .into_iter()
-        .filter_entry(|e| !(e.depth() == 1 && e.file_name() == RECEIPT_DIR));
-    for item in walker {
-        let item = item.map_err(|e| {
-            let p = e.path().unwrap_or(dir).to_path_buf();
-            Error::io(
-                p,
-                e.into_io_error()
-                    .unwrap_or_else(|| std::io::Error::other("filesystem loop")),
-            )
-        })?;
-        let rel = item
-            .path()
-            .strip_prefix(dir)
-            .expect("under dir")
-            .to_string_lossy()
-            .into_owned();
+    let mut present = Vec::new();
+    walk(&root, "", &mut present).map_err(|e| Error::io(dir, e))?;
+    for rel in present {
         if !known.contains(rel.as_str()) {
             drift.push(Drift {
                 path: rel,

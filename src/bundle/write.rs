@@ -15,14 +15,15 @@ use crossbeam_channel::{Receiver, Sender, bounded};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
+use crate::fsio;
 use crate::hfcache::{EtagKind, GitBlobSha1};
 use crate::keys::{self, SecretKey};
-use crate::lock::{self, DirLock};
 use crate::manifest::{
     self, Compression, FileEntry, HfSource, Manifest, Stream, Totals, Volume, Warning,
 };
 use crate::progress::Progress;
 use crate::scan::ScanEntry;
+use crate::staging::{self, Staging};
 use crate::tar;
 use crate::writeback::{FLUSH_EVERY, Flusher};
 
@@ -318,7 +319,9 @@ impl Write for VolumeWriter {
         }
         if self.file.is_none() {
             let path = self.dir.join(temp_volume_name(self.done.len()));
-            self.file = Some(File::create_new(&path)?);
+            let file = File::create_new(&path)?;
+            file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
+            self.file = Some(file);
         }
         let room_volume = self.volume_size - self.in_volume;
         let room_chunk = self.chunk_size - self.in_chunk;
@@ -518,6 +521,10 @@ pub struct Packed {
 }
 
 /// Packs `opts.entries` into the bundle directory `opts.out`.
+///
+/// The work happens in `BUNDLE.partial/`, a [`Staging`] directory (private, locked from
+/// birth, removed on failure and on SIGINT/SIGTERM); once the signature is on disk it becomes
+/// `BUNDLE` in one rename.
 pub fn pack(opts: PackOptions<'_>, progress: &dyn Progress) -> Result<Packed> {
     let out = &opts.out;
     if std::fs::symlink_metadata(out).is_ok() {
@@ -526,39 +533,34 @@ pub fn pack(opts: PackOptions<'_>, progress: &dyn Progress) -> Result<Packed> {
             out.display()
         )));
     }
-    let mut partial = out.as_os_str().to_owned();
-    partial.push(".partial");
-    let partial = PathBuf::from(partial);
-    if std::fs::symlink_metadata(&partial).is_ok() && !lock::remove_if_stale(&partial)? {
+    let parent = fsio::parent_dir(out);
+    let Some(out_name) = out.file_name().and_then(|n| n.to_str()) else {
         return Err(Error::Usage(format!(
-            "{} exists and is not a stale airlock pack (another pack may be running); remove it or choose another name",
-            partial.display()
+            "{}: not a usable bundle name",
+            out.display()
         )));
-    }
+    };
     check_manifest_fits(&opts)?;
-    std::fs::create_dir(&partial).map_err(|e| Error::io(&partial, e))?;
-    let guard = RemoveOnDrop(Some(partial.clone()));
-    let lock = DirLock::create(&partial)?;
+    let partial_name = format!("{out_name}.partial");
+    let partial = parent.join(&partial_name);
+    let staging = match Staging::create_named(&parent, &partial_name) {
+        Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::AlreadyExists => {
+            if !remove_abandoned_partial(&parent, &partial_name) {
+                return Err(Error::Usage(format!(
+                    "{} exists and is not a stale airlock pack (another pack may be running); remove it or choose another name",
+                    partial.display()
+                )));
+            }
+            Staging::create_named(&parent, &partial_name)?
+        }
+        other => other?,
+    };
 
-    let result = pack_into(&opts, &partial, progress)?;
+    let result = pack_into(&opts, &staging.path(), progress)?;
 
-    lock.remove_file()?;
-    let dir = File::open(&partial).map_err(|e| Error::io(&partial, e))?;
-    dir.sync_all().map_err(|e| Error::io(&partial, e))?;
-    rustix::fs::renameat_with(
-        rustix::fs::CWD,
-        &partial,
-        rustix::fs::CWD,
-        out,
-        rustix::fs::RenameFlags::NOREPLACE,
-    )
-    .map_err(|e| Error::io(out, e.into()))?;
-    std::mem::forget(guard);
-    drop(lock);
-    let parent = parent_dir(out);
-    File::open(&parent)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(&parent, e))?;
+    rustix::fs::fchmod(staging.fd(), rustix::fs::Mode::from_raw_mode(0o755))
+        .map_err(|e| Error::io(&partial, e.into()))?;
+    staging.into_place(out)?;
     Ok(result)
 }
 
@@ -686,22 +688,78 @@ fn manifest_too_large(opts: &PackOptions<'_>, size: u64) -> Error {
     }
 }
 
-/// The parent directory of `path` (`.` for a bare name).
-pub fn parent_dir(path: &Path) -> PathBuf {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
+/// Removes `PARENT/NAME.partial` if a pack of this user left it: either its lock is free (the
+/// pack died while writing), or it has no lock and is complete (the pack died between removing
+/// its lock and the final rename, leaving a signed bundle under the work name).
+fn remove_abandoned_partial(parent: &Path, name: &str) -> bool {
+    let partial = parent.join(name);
+    let Ok(parent_fd) = rustix::fs::open(
+        parent,
+        rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    ) else {
+        return false;
+    };
+    match staging::remove_if_stale(&parent_fd, name, &partial, false) {
+        Ok(true) => return true,
+        Ok(false) => {}
+        Err(_) => return false,
     }
+    is_complete_bundle(&partial) && staging::remove_tree(&partial).is_ok()
 }
 
-struct RemoveOnDrop(Option<PathBuf>);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        if let Some(p) = self.0.take() {
-            let _ = std::fs::remove_dir_all(p);
+/// Whether `dir` is a directory of this user holding exactly a manifest that parses, its
+/// signature, and the volumes the manifest lists at their listed sizes: a finished pack.
+fn is_complete_bundle(dir: &Path) -> bool {
+    let Ok(meta) = std::fs::symlink_metadata(dir) else {
+        return false;
+    };
+    if !meta.is_dir() || meta.uid() != rustix::process::geteuid().as_raw() {
+        return false;
+    }
+    let Ok(bytes) = fsio::read_regular_capped(
+        &dir.join(manifest::MANIFEST_NAME),
+        manifest::MAX_MANIFEST_BYTES,
+        false,
+    ) else {
+        return false;
+    };
+    let Ok(m) = Manifest::parse(&bytes) else {
+        return false;
+    };
+    let Ok(sig) = fsio::read_regular_capped(&dir.join(manifest::SIGNATURE_NAME), 64 << 10, false)
+    else {
+        return false;
+    };
+    if std::str::from_utf8(&sig)
+        .ok()
+        .and_then(|t| keys::Signature::parse(t).ok())
+        .is_none()
+    {
+        return false;
+    }
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    let mut seen = 0;
+    for e in rd {
+        let Ok(e) = e else { return false };
+        let name = e.file_name();
+        let Some(name) = name.to_str() else {
+            return false;
+        };
+        if name == manifest::MANIFEST_NAME || name == manifest::SIGNATURE_NAME {
+            continue;
+        }
+        let Some(v) = m.volumes.iter().find(|v| v.name == name) else {
+            return false;
+        };
+        match std::fs::symlink_metadata(e.path()) {
+            Ok(vm) if vm.is_file() && vm.len() == v.size => seen += 1,
+            _ => return false,
         }
     }
+    seen == m.volumes.len()
 }
 
 fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Result<Packed> {
@@ -876,22 +934,16 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
         path: dir.join(manifest::SIGNATURE_NAME),
         source: e,
     })?;
-    write_synced(&dir.join(manifest::MANIFEST_NAME), &bytes)?;
-    write_synced(
+    fsio::write_synced(&dir.join(manifest::MANIFEST_NAME), &bytes, 0o644)?;
+    fsio::write_synced(
         &dir.join(manifest::SIGNATURE_NAME),
         sig.to_file_text().as_bytes(),
+        0o644,
     )?;
     Ok(Packed {
         manifest,
         manifest_sha256,
     })
-}
-
-/// Writes a new file and syncs it.
-pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut f = File::create_new(path).map_err(|e| Error::io(path, e))?;
-    f.write_all(bytes).map_err(|e| Error::io(path, e))?;
-    f.sync_all().map_err(|e| Error::io(path, e))
 }
 
 #[cfg(test)]

@@ -14,7 +14,8 @@ use airlock::bundle::open;
 use airlock::error::{EXIT_OK, Error, Result, human};
 use airlock::install::{self, UnpackOptions};
 use airlock::install_hf::{self, HfUnpackOptions, SnapshotState};
-use airlock::keys::{self, PublicKey};
+use airlock::keys::PublicKey;
+use airlock::trust::{TRUST_ENV, TrustSource};
 use airlock::verify::{self, DeepOutcome, Depth};
 
 use crate::cli::{Cli, Command, TrustArgs, UnpackArgs};
@@ -51,9 +52,15 @@ pub fn run(cli: Cli) -> u8 {
     let ui = Ui::new(cli.progress, cli.quiet, name);
     let result = match cli.command {
         Command::Keygen(a) => keygen::run(a),
-        Command::Pack(a) => pack::run(a, &ui),
+        Command::Pack(a) => {
+            exit_cleanly_on_signals();
+            pack::run(a, &ui)
+        }
         Command::Verify(a) => verify(a.bundle, &a.trust, a.deep, &ui),
-        Command::Unpack(a) => unpack_command(a, &ui),
+        Command::Unpack(a) => {
+            exit_cleanly_on_signals();
+            unpack_command(a, &ui)
+        }
         Command::Inspect(a) => inspect(&a.bundle, a.sha256sums),
         Command::Check(a) => check::run(a, &ui),
         Command::Completions { .. } | Command::Man if cli.json => {
@@ -174,45 +181,30 @@ pub fn only_with(anchor: &str, anchor_present: bool, flags: &[(&str, bool)]) -> 
     }
 }
 
-/// Loads the trust set from `--trust` (or `AIRLOCK_TRUST`).
+/// Resolves `--trust` and `AIRLOCK_TRUST` into the one trust source (the rule lives in
+/// [`airlock::trust`]).
+pub fn trust_source(args: &TrustArgs) -> Result<TrustSource> {
+    TrustSource::resolve(&args.trust, std::env::var_os(TRUST_ENV))
+}
+
+/// Loads the trust set a command cannot do without.
 pub fn load_trust(args: &TrustArgs) -> Result<Vec<PublicKey>> {
-    let mut paths = args.trust.clone();
-    if paths.is_empty()
-        && let Some(env) = std::env::var_os("AIRLOCK_TRUST")
-    {
-        paths.push(PathBuf::from(env));
-    }
-    if paths.is_empty() {
-        return Err(Error::Usage(
-            "no trusted keys: pass --trust KEY.pub (or a directory of .pub files), or set AIRLOCK_TRUST".into(),
-        ));
-    }
-    let mut out: Vec<(PublicKey, PathBuf)> = Vec::new();
-    for p in &paths {
-        let keys = keys::load_trust(p).map_err(|e| Error::Key {
-            path: p.clone(),
-            source: e,
-        })?;
-        for k in keys {
-            match out.iter().find(|(o, _)| o.key_id == k.key_id) {
-                None => out.push((k, p.clone())),
-                Some((o, _)) if o.key == k.key => {}
-                Some((_, first)) => {
-                    // Two different keys claiming one id: which one "wins" must not depend on
-                    // the order of the flags.
-                    return Err(Error::Key {
-                        path: p.clone(),
-                        source: keys::KeyError::ConflictingKeyId {
-                            key_id: k.key_id_hex(),
-                            first: first.clone(),
-                            second: p.clone(),
-                        },
-                    });
-                }
-            }
+    trust_source(args)?.require()
+}
+
+/// On SIGINT or SIGTERM, removes this process's work directories (never a destination) and
+/// exits 130 or 143. Installed for the commands that create work directories.
+fn exit_cleanly_on_signals() {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
+        return;
+    };
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            let _held = airlock::staging::interrupt();
+            std::process::exit(128 + sig);
         }
-    }
-    Ok(out.into_iter().map(|(k, _)| k).collect())
+    });
 }
 
 /// Reads a password from the first line of a file.
@@ -317,10 +309,9 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
 }
 
 /// Verifies the bundle's signature for an unpack and starts its output.
-fn open_for_unpack(bundle: &Path, trust: &TrustArgs) -> Result<(open::Opened, Output)> {
-    let trust = load_trust(trust)?;
+fn open_for_unpack(bundle: &Path, trust: &[PublicKey]) -> Result<(open::Opened, Output)> {
     let mut out = Output::default();
-    let opened = open::open(bundle, &trust)?;
+    let opened = open::open(bundle, trust)?;
     out.warnings.extend(opened.warnings.iter().cloned());
     let m = &opened.manifest;
     out.warnings.extend(recorded_warnings(m));
@@ -330,19 +321,26 @@ fn open_for_unpack(bundle: &Path, trust: &TrustArgs) -> Result<(open::Opened, Ou
     Ok((opened, out))
 }
 
-/// What every install reports: stale staging it removed and model-check findings.
-fn report_install(
-    out: &mut Output,
-    cleaned_stale: &[PathBuf],
-    findings: &[airlock::inspect::Finding],
-) {
-    for p in cleaned_stale {
+/// What every install reports: stale staging it removed or left, and model-check findings.
+fn report_install(out: &mut Output, notes: &install::InstallNotes) {
+    for p in &notes.unchecked {
+        out.warnings.push(format!(
+            "model check: {p}: not checked, its path is too long for the format checks (its bytes match the signed manifest)"
+        ));
+    }
+    for p in &notes.cleaned_stale {
         out.warnings.push(format!(
             "removed stale staging directory {} left by an interrupted unpack",
             p.display()
         ));
     }
-    for f in findings {
+    for (p, why) in &notes.stale_skipped {
+        out.warnings.push(format!(
+            "staging directory {} looks abandoned but {why}",
+            p.display()
+        ));
+    }
+    for f in &notes.findings {
         out.warnings.push(format!(
             "model check: {}: {} ({})",
             f.path, f.problem, f.fix
@@ -350,12 +348,12 @@ fn report_install(
     }
 }
 
-fn unpack(bundle: &Path, trust: &TrustArgs, opts: UnpackOptions, ui: &Ui) -> Result<Output> {
-    let (opened, mut out) = open_for_unpack(bundle, trust)?;
+fn unpack(bundle: &Path, opts: UnpackOptions, ui: &Ui) -> Result<Output> {
+    let (opened, mut out) = open_for_unpack(bundle, &opts.trust)?;
     let m = &opened.manifest;
     let installed = install::unpack(&opened, &opts, ui)?;
-    report_install(&mut out, &installed.cleaned_stale, &installed.findings);
-    out.set("findings", &installed.findings);
+    report_install(&mut out, &installed.notes);
+    out.set("findings", &installed.notes.findings);
     out.set("dest", &installed.dest);
     out.set("replaced", installed.replaced);
     out.set("previous_version", installed.previous_version);
@@ -382,10 +380,11 @@ fn unpack_command(a: UnpackArgs, ui: &Ui) -> Result<Output> {
             ("--repo-type", a.repo_type.is_some()),
         ],
     )?;
+    let trust = load_trust(&a.trust)?;
     match a.hf_cache {
         Some(cache) => unpack_hf(
             &a.bundle,
-            &a.trust,
+            &trust,
             HfUnpackOptions {
                 cache: std::path::absolute(&cache).map_err(|e| Error::io(&cache, e))?,
                 repo_id: a.hf_repo,
@@ -397,23 +396,23 @@ fn unpack_command(a: UnpackArgs, ui: &Ui) -> Result<Output> {
         ),
         None => unpack(
             &a.bundle,
-            &a.trust,
             UnpackOptions {
                 dest: a.dest.expect("clap requires --dest without --hf-cache"),
                 replace: a.replace,
                 allow_downgrade: a.allow_downgrade,
                 check_space: !a.no_space_check,
+                trust,
             },
             ui,
         ),
     }
 }
 
-fn unpack_hf(bundle: &Path, trust: &TrustArgs, opts: HfUnpackOptions, ui: &Ui) -> Result<Output> {
+fn unpack_hf(bundle: &Path, trust: &[PublicKey], opts: HfUnpackOptions, ui: &Ui) -> Result<Output> {
     let (opened, mut out) = open_for_unpack(bundle, trust)?;
     let m = &opened.manifest;
     let installed = install_hf::unpack_to_cache(&opened, &opts, ui)?;
-    report_install(&mut out, &installed.cleaned_stale, &installed.findings);
+    report_install(&mut out, &installed.notes);
     for b in &installed.blobs_repaired {
         out.warnings.push(format!(
             "{} did not hash to its name and was replaced by the verified copy from the bundle",

@@ -200,11 +200,14 @@ fn disk_filling_during_unpack_fails_cleanly() {
     env.model("m");
     env.write("m/big.bin", &pseudo_random(12 << 20, 9));
     env.ok(&["pack", "m", "-o", "b", "--key", "k.key"]);
+    // An earlier, small install of the same bundle name (only those can be replaced).
+    env.write("small/old.txt", b"old\n");
+    env.ok(&["pack", "small", "-o", "s", "--key", "k.key", "--name", "m"]);
     // The old tree must survive a --replace that runs out of space half way.
     let out = with_tmpfs(
         &env,
         "10m",
-        "mkdir mnt/model && echo old > mnt/model/old.txt; \
+        "\"$AIRLOCK\" unpack s --trust k.pub --dest mnt/model >/dev/null; \
          \"$AIRLOCK\" unpack b --trust k.pub --dest mnt/model --replace --no-space-check; echo \"rc=$?\"; \
          ls -A mnt; cat mnt/model/old.txt; ls -A mnt/model",
     );
@@ -216,5 +219,202 @@ fn disk_filling_during_unpack_fails_cleanly() {
         "{stderr}"
     );
     let lines: Vec<&str> = stdout.lines().filter(|l| !l.starts_with("rc=")).collect();
-    assert_eq!(lines, ["model", "old", "old.txt"], "{stdout}");
+    assert_eq!(lines, ["model", "old", ".airlock", "old.txt"], "{stdout}");
+}
+
+/// Names of work directories (staging, birth, partial) in `dir`.
+fn work_dirs(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".airlock-") || n.ends_with(".partial"))
+        .collect()
+}
+
+#[test]
+fn concurrent_unpacks_into_one_parent_all_succeed() {
+    let env = Env::new();
+    env.model("m");
+    env.ok(&["pack", "m", "-o", "b", "--key", "k.key"]);
+    std::fs::create_dir(env.path("parent")).unwrap();
+    let n = 32;
+    let children: Vec<_> = (0..n)
+        .map(|i| {
+            Command::new(env!("CARGO_BIN_EXE_airlock"))
+                .args([
+                    "unpack",
+                    "b",
+                    "--trust",
+                    "k.pub",
+                    "--progress",
+                    "none",
+                    "--dest",
+                ])
+                .arg(format!("parent/out-{i}"))
+                .current_dir(env.dir.path())
+                .env_remove("AIRLOCK_TRUST")
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut failed = Vec::new();
+    for (i, c) in children.into_iter().enumerate() {
+        let out = c.wait_with_output().unwrap();
+        if !out.status.success() {
+            failed.push(format!("{i}: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {n} failed: {failed:?}",
+        failed.len()
+    );
+    for i in 0..n {
+        env.ok(&["check", &format!("parent/out-{i}"), "--trust", "k.pub"]);
+    }
+    assert!(work_dirs(&env.path("parent")).is_empty());
+}
+
+/// Starts `args`, waits until a work directory appears in the temp tree, sends `signal` and
+/// returns the exit code.
+fn interrupt_when_working(env: &Env, args: &[&str], signal: &str) -> Option<i32> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(args)
+        .current_dir(env.dir.path())
+        .env_remove("AIRLOCK_TRUST")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    loop {
+        if !work_dirs(env.dir.path()).is_empty() {
+            break;
+        }
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("{args:?} finished ({st}) before it could be interrupted");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let st = Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    child.wait().unwrap().code()
+}
+
+#[test]
+fn sigint_and_sigterm_remove_the_work_directory_and_leave_the_destination() {
+    let env = Env::new();
+    big_model(&env, "m", 11);
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--compress",
+        "none",
+    ]);
+    // A fresh unpack: nothing at the destination, nothing left over.
+    let code = interrupt_when_working(
+        &env,
+        &["unpack", "b", "--trust", "k.pub", "--dest", "out"],
+        "INT",
+    );
+    assert_eq!(code, Some(130));
+    assert!(!env.path("out").exists());
+    assert!(
+        work_dirs(env.dir.path()).is_empty(),
+        "{:?}",
+        work_dirs(env.dir.path())
+    );
+    // --replace: the old tree stays exactly as it was.
+    env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
+    let before = tree(&env.path("out"));
+    let code = interrupt_when_working(
+        &env,
+        &[
+            "unpack",
+            "b",
+            "--trust",
+            "k.pub",
+            "--dest",
+            "out",
+            "--replace",
+        ],
+        "TERM",
+    );
+    assert_eq!(code, Some(143));
+    assert_eq!(tree(&env.path("out")), before);
+    assert!(
+        work_dirs(env.dir.path()).is_empty(),
+        "{:?}",
+        work_dirs(env.dir.path())
+    );
+    // pack: no BUNDLE.partial, no bundle.
+    let code = interrupt_when_working(
+        &env,
+        &[
+            "pack",
+            "m",
+            "-o",
+            "b2",
+            "--key",
+            "k.key",
+            "--compress",
+            "none",
+        ],
+        "INT",
+    );
+    assert_eq!(code, Some(130));
+    assert!(!env.path("b2").exists());
+    assert!(
+        work_dirs(env.dir.path()).is_empty(),
+        "{:?}",
+        work_dirs(env.dir.path())
+    );
+}
+
+#[test]
+fn replace_refuses_an_old_tree_holding_a_mount_point() {
+    let env = Env::new();
+    env.model("m");
+    env.ok(&["pack", "m", "-o", "b", "--key", "k.key"]);
+    env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
+    env.write("precious/data.bin", b"must survive");
+    std::fs::create_dir(env.path("out/mnt")).unwrap();
+    // In a private mount namespace (as an unprivileged user too, with -r): bind `precious`
+    // into the old tree, then try to replace it.
+    let script = "mount --bind precious out/mnt && \
+                  \"$AIRLOCK\" unpack b --trust k.pub --dest out --replace; echo \"rc=$?\"; \
+                  ls out/mnt";
+    let out = Command::new("unshare")
+        .args(["-rm", "sh", "-c", script])
+        .env("AIRLOCK", env!("CARGO_BIN_EXE_airlock"))
+        .env_remove("AIRLOCK_TRUST")
+        .current_dir(env.dir.path())
+        .output()
+        .expect("unshare (util-linux) must be installed");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("unshare: ") && !stderr.contains("mount: "),
+        "the mount namespace for this test could not be made: {stderr}"
+    );
+    assert!(stdout.contains("rc=1"), "{stdout}\n{stderr}");
+    assert!(stderr.contains("contains the mount point"), "{stderr}");
+    assert!(
+        stdout.contains("data.bin"),
+        "the bind mount was emptied: {stdout}"
+    );
+    assert_eq!(
+        std::fs::read(env.path("precious/data.bin")).unwrap(),
+        b"must survive"
+    );
+    assert!(work_dirs(env.dir.path()).is_empty());
 }

@@ -421,9 +421,17 @@ impl Work {
         self.dir.path().join("dest")
     }
 
-    /// A previous install to replace: files, a subdirectory, an executable.
-    fn old_tree(&self) {
+    /// A previous install to replace: files, a subdirectory, an executable, and a receipt
+    /// naming the same bundle (only an airlock install of that name may be replaced; the
+    /// bundle's own signed manifest serves, so the refusal under test is the bundle's).
+    fn old_tree(&self, bundle: &Path) {
         let d = self.dest();
+        fs::create_dir_all(d.join(".airlock")).unwrap();
+        for name in ["manifest.json", "manifest.json.minisig"] {
+            if let Ok(bytes) = fs::read(bundle.join(name)) {
+                fs::write(d.join(".airlock").join(name), bytes).unwrap();
+            }
+        }
         fs::create_dir_all(d.join("sub")).unwrap();
         fs::write(d.join("config.json"), b"old config\n").unwrap();
         fs::write(d.join("sub/weights.bin"), b"old weights\n").unwrap();
@@ -485,7 +493,7 @@ fn expect_unpack_refused(
     work.check_untouched(rep, &run, &before, abs_existed);
 
     let work = Work::new();
-    work.old_tree();
+    work.old_tree(bundle);
     let before = work.snapshot();
     let run = unpack(rep, bundle, trust, &work.dest(), &["--replace", "--json"]);
     rep.expect(&run, code, needles);

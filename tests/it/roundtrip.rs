@@ -521,3 +521,331 @@ fn thousands_of_directories_do_not_need_thousands_of_descriptors() {
     );
     assert_eq!(tree_without_receipt(&env.path("out")), tree(&env.path("m")));
 }
+
+/// Runs airlock with `AIRLOCK_TRUST` set (and no `--trust`).
+fn run_with_env_trust(env: &Env, trust: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(args)
+        .current_dir(env.dir.path())
+        .env("AIRLOCK_TRUST", trust)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn replace_refuses_what_airlock_did_not_install() {
+    let env = Env::new();
+    env.model("m");
+    env.ok(&["pack", "m", "-o", "b", "--key", "k.key", "--name", "model"]);
+    env.ok(&[
+        "pack", "m", "-o", "other", "--key", "k.key", "--name", "other",
+    ]);
+    // A home directory, or a parent holding other models: no receipt.
+    env.write("home/.bashrc", b"keep\n");
+    env.write("home/models/a/config.json", b"{}\n");
+    for dest in ["home", "home/models"] {
+        let before = tree(&env.path(dest));
+        let text = env.fails(
+            1,
+            &[
+                "unpack",
+                "b",
+                "--trust",
+                "k.pub",
+                "--dest",
+                dest,
+                "--replace",
+            ],
+        );
+        assert!(text.contains("holds no airlock receipt"), "{text}");
+        assert!(text.contains("did it lose the model's name"), "{text}");
+        assert_eq!(tree(&env.path(dest)), before);
+    }
+    // The bundle itself.
+    let before = tree(&env.path("b"));
+    let text = env.fails(
+        1,
+        &[
+            "unpack",
+            "b",
+            "--trust",
+            "k.pub",
+            "--dest",
+            "b",
+            "--replace",
+        ],
+    );
+    assert!(text.contains("is the bundle being unpacked"), "{text}");
+    assert_eq!(tree(&env.path("b")), before);
+    // Another model's install.
+    env.ok(&["unpack", "other", "--trust", "k.pub", "--dest", "o"]);
+    let before = tree(&env.path("o"));
+    let text = env.fails(
+        1,
+        &[
+            "unpack",
+            "b",
+            "--trust",
+            "k.pub",
+            "--dest",
+            "o",
+            "--replace",
+        ],
+    );
+    assert!(
+        text.contains("holds the airlock install of \"other\"") && text.contains("own directory"),
+        "{text}"
+    );
+    assert_eq!(tree(&env.path("o")), before);
+    // A receipt signed by a key outside the trust set proves nothing.
+    env.ok(&["keygen", "--out", "k2", "--unencrypted"]);
+    env.ok(&[
+        "pack", "m", "-o", "b2", "--key", "k2.key", "--name", "model",
+    ]);
+    env.ok(&["unpack", "b2", "--trust", "k2.pub", "--dest", "x"]);
+    let text = env.fails(
+        1,
+        &[
+            "unpack",
+            "b",
+            "--trust",
+            "k.pub",
+            "--dest",
+            "x",
+            "--replace",
+        ],
+    );
+    assert!(text.contains("its receipt does not prove"), "{text}");
+    assert!(staging_leftovers(env.dir.path()).is_empty());
+}
+
+#[test]
+fn replace_keeps_the_destination_mode_and_owner() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let env = Env::new();
+    env.model("m");
+    env.ok(&["pack", "m", "-o", "b", "--key", "k.key"]);
+    env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
+    std::fs::set_permissions(env.path("out"), std::fs::Permissions::from_mode(0o750)).unwrap();
+    let me = rustix::process::geteuid().as_raw();
+    if me == 0 {
+        std::os::unix::fs::chown(env.path("out"), Some(4321), Some(4321)).unwrap();
+    }
+    env.ok(&[
+        "unpack",
+        "b",
+        "--trust",
+        "k.pub",
+        "--dest",
+        "out",
+        "--replace",
+    ]);
+    let meta = std::fs::metadata(env.path("out")).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o750);
+    if me == 0 {
+        assert_eq!((meta.uid(), meta.gid()), (4321, 4321));
+    }
+}
+
+#[test]
+fn check_with_airlock_trust_requires_a_signed_receipt() {
+    let env = Env::new();
+    env.model("m");
+    env.ok(&["pack", "m", "-o", "b", "--key", "k.key"]);
+    env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
+    let code = |out: std::process::Output| {
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert_eq!(
+        code(run_with_env_trust(&env, "k.pub", &["check", "out"])).0,
+        Some(0)
+    );
+    // Untrusted signer.
+    env.ok(&["keygen", "--out", "k2", "--unencrypted"]);
+    let (c, err) = code(run_with_env_trust(&env, "k2.pub", &["check", "out"]));
+    assert_eq!(c, Some(3), "{err}");
+    // Missing signature.
+    std::fs::rename(
+        env.path("out/.airlock/manifest.json.minisig"),
+        env.path("sig"),
+    )
+    .unwrap();
+    let (c, err) = code(run_with_env_trust(&env, "k.pub", &["check", "out"]));
+    assert_eq!(c, Some(3), "{err}");
+    // Missing receipt: the variable gives the same verdict as --trust.
+    std::fs::remove_dir_all(env.path("out/.airlock")).unwrap();
+    let (c, err) = code(run_with_env_trust(&env, "k.pub", &["check", "out"]));
+    assert_eq!(c, Some(3), "{err}");
+    assert!(err.contains("no signed receipt"), "{err}");
+    env.fails(3, &["check", "out", "--trust", "k.pub"]);
+    // A trust path from the variable that does not load names the variable.
+    let (c, err) = code(run_with_env_trust(&env, "missing.pub", &["check", "out"]));
+    assert_eq!(c, Some(1), "{err}");
+    assert!(err.contains("AIRLOCK_TRUST"), "{err}");
+}
+
+#[test]
+fn check_reports_planted_receipt_files_and_mode_drift() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    env.model("m");
+    env.ok(&["pack", "m", "-o", "b", "--key", "k.key"]);
+    env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
+    env.write("out/.airlock/evil.py", b"import os\n");
+    let text = env.fails(3, &["check", "out", "--trust", "k.pub"]);
+    assert!(
+        text.contains(".airlock/evil.py") && text.contains("[planted]"),
+        "{text}"
+    );
+    std::fs::remove_file(env.path("out/.airlock/evil.py")).unwrap();
+    env.ok(&["check", "out", "--trust", "k.pub"]);
+    let set = |rel: &str, mode: u32| {
+        std::fs::set_permissions(env.path(rel), std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    set("out/config.json", 0o666);
+    let text = env.fails(3, &["check", "out", "--trust", "k.pub"]);
+    assert!(text.contains("world-writable"), "{text}");
+    set("out/config.json", 0o644);
+    set("out/run.sh", 0o4755);
+    let text = env.fails(3, &["check", "out", "--trust", "k.pub"]);
+    assert!(text.contains("setuid"), "{text}");
+    set("out/run.sh", 0o755);
+    set("out/weights", 0o775);
+    let text = env.fails(3, &["check", "out", "--trust", "k.pub"]);
+    assert!(text.contains("weights: is group-writable"), "{text}");
+}
+
+/// Runs an airlock command line under `umask` through the shell.
+fn under_umask(env: &Env, umask: &str, args: &str) {
+    let out = std::process::Command::new("sh")
+        .args(["-c", &format!("umask {umask} && \"$AIRLOCK\" {args}")])
+        .env("AIRLOCK", env!("CARGO_BIN_EXE_airlock"))
+        .env_remove("AIRLOCK_TRUST")
+        .current_dir(env.dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args} under umask {umask}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn installed_modes_ignore_the_umask() {
+    let env = Env::new();
+    env.model("m");
+    for umask in ["000", "077"] {
+        let b = format!("b{umask}");
+        let out = format!("out{umask}");
+        under_umask(&env, umask, &format!("pack m -o {b} --key k.key"));
+        under_umask(
+            &env,
+            umask,
+            &format!("unpack {b} --trust k.pub --dest {out}"),
+        );
+        for (rel, mode, _) in tree(&env.path(&b)) {
+            assert_eq!(mode, 0o644, "umask {umask}: bundle file {rel}");
+        }
+        let bundle_mode = tree(env.dir.path())
+            .into_iter()
+            .find(|(p, _, _)| *p == b)
+            .unwrap()
+            .1;
+        assert_eq!(bundle_mode, 0o755, "umask {umask}: bundle directory");
+        for (rel, mode, content) in tree(&env.path(&out)) {
+            let want = match content {
+                None => 0o755,
+                Some(_) if rel == "run.sh" => 0o755,
+                Some(_) => 0o644,
+            };
+            assert_eq!(mode, want, "umask {umask}: {rel}");
+        }
+        let root_mode = tree(env.dir.path())
+            .into_iter()
+            .find(|(p, _, _)| *p == out)
+            .unwrap()
+            .1;
+        assert_eq!(root_mode, 0o755, "umask {umask}: the installed directory");
+        env.ok(&["check", &out, "--trust", "k.pub"]);
+    }
+}
+
+#[test]
+fn entries_near_the_path_limit_install() {
+    let env = Env::new();
+    // 19 directories of 200 bytes and a 150-byte file name: a 3970-byte entry path.
+    let script = "mkdir m && cd m && for i in $(seq 1 19); do c=$(printf 'd%0199d' $i); \
+                  mkdir $c && cd $c || exit 1; done; echo hi > $(printf 'f%0149d' 0)";
+    let st = std::process::Command::new("sh")
+        .args(["-c", script])
+        .current_dir(env.dir.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    env.ok(&["pack", "m", "-o", "b", "--key", "k.key"]);
+    // An absolute destination below a long directory: staging path + entry > 4096 bytes.
+    let deep = env.path(&"p".repeat(120));
+    std::fs::create_dir(&deep).unwrap();
+    let dest = deep.join("out");
+    let dest = dest.to_str().unwrap();
+    assert!(dest.len() + 4000 > 4096);
+    env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", dest]);
+    env.ok(&["check", dest, "--trust", "k.pub"]);
+    env.ok(&[
+        "unpack",
+        "b",
+        "--trust",
+        "k.pub",
+        "--dest",
+        dest,
+        "--replace",
+    ]);
+}
+
+#[test]
+fn a_complete_partial_bundle_left_after_the_lock_was_removed_is_replaced() {
+    let env = Env::new();
+    env.model("m");
+    env.ok(&["pack", "m", "-o", "b", "--key", "k.key"]);
+    // What a pack killed between removing its lock and its final rename leaves.
+    std::fs::rename(env.path("b"), env.path("again.partial")).unwrap();
+    env.ok(&["pack", "m", "-o", "again", "--key", "k.key"]);
+    assert!(!env.path("again.partial").exists());
+    env.ok(&["verify", "again", "--trust", "k.pub"]);
+    // Something else under the name is still refused.
+    env.write("x.partial/notes.txt", b"mine");
+    env.fails(2, &["pack", "m", "-o", "x", "--key", "k.key"]);
+    assert!(env.path("x.partial/notes.txt").exists());
+}
+
+#[test]
+fn a_staging_directory_of_another_user_is_skipped_with_a_warning() {
+    let env = Env::new();
+    if rustix::process::geteuid().as_raw() != 0 {
+        panic!("this test plants a directory owned by another user and must run as root");
+    }
+    env.model("m");
+    env.ok(&["pack", "m", "-o", "b", "--key", "k.key"]);
+    env.write(".airlock-staging-out-planted/.airlock-lock", b"");
+    env.write(".airlock-staging-out-planted/tree/x", b"x");
+    let planted = env.path(".airlock-staging-out-planted");
+    for p in [
+        planted.join("tree/x"),
+        planted.join("tree"),
+        planted.join(".airlock-lock"),
+        planted.clone(),
+    ] {
+        std::os::unix::fs::lchown(&p, Some(4321), Some(4321)).unwrap();
+    }
+    let (code, j) = env.json(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
+    assert_eq!(code, 0, "{j}");
+    assert!(
+        j["warnings"].to_string().contains("belongs to user 4321"),
+        "{j}"
+    );
+    assert!(planted.join("tree/x").exists());
+}

@@ -1,0 +1,611 @@
+//! Work directories: where pack builds `BUNDLE.partial/` and where both installers build a tree
+//! before one rename makes it visible.
+//!
+//! One type, [`Staging`], so that every writer gets the same guarantees:
+//!
+//! - **Private from birth.** The directory is made `0700` (set explicitly, whatever the umask),
+//!   so no other local user can swap anything inside it; the work inside goes through the
+//!   directory handle kept open from creation to the final rename.
+//! - **Locked before it is visible.** Stale-work cleanup looks only at names starting with
+//!   [`STAGING_PREFIX`] (and a pack's `BUNDLE.partial`). A new work directory is made under a
+//!   birth name ([`BIRTH_PREFIX`]), its lock file is created and `flock`ed through the
+//!   directory handle, and only then is it renamed (`RENAME_NOREPLACE`) to the name cleanup
+//!   knows. Cleanup therefore never sees one of these names without a held lock while its
+//!   process lives: there is no window in which a concurrent run can take a live directory for
+//!   a stale one. A birth directory left by a process killed in the microseconds before that
+//!   rename is removed once it is older than [`BIRTH_GRACE`].
+//! - **Removed on every exit but the final rename.** Dropping a `Staging` removes it; so does
+//!   [`interrupt`], which the binary calls on SIGINT/SIGTERM before exiting. Renames out of a
+//!   work directory happen under [`CommitGuard`], which `interrupt` also takes, so an interrupt
+//!   can never remove a tree while it moves into its destination.
+//! - **Never across a mount point, never through a link.** Removal walks directory handles
+//!   opened with `O_NOFOLLOW`, and refuses to descend into a directory that is the root of a
+//!   mount (bind mounts included, via `statx`'s `STATX_ATTR_MOUNT_ROOT`) or on another device.
+//!
+//! A later run removes a work directory only when it has airlock's name, belongs to this user,
+//! holds the lock file and the lock can be taken (the process that made it is gone). Anything
+//! else is left alone; one that looks stale but cannot be removed (another user's) is reported
+//! and skipped, never an error.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, RenameFlags};
+
+use crate::error::{Error, Result};
+use crate::fsio;
+
+/// Name of the lock file inside a work directory.
+pub const LOCK_NAME: &str = ".airlock-lock";
+/// Prefix of the staging directories the installers create.
+pub const STAGING_PREFIX: &str = ".airlock-staging-";
+/// Prefix of a work directory before it is locked and renamed to its working name.
+pub const BIRTH_PREFIX: &str = ".airlock-birth-";
+/// Age after which an abandoned birth directory is removed.
+pub const BIRTH_GRACE: Duration = Duration::from_secs(600);
+
+/// Work directories of this process that still exist, for [`interrupt`].
+static LIVE: Mutex<Vec<(u64, PathBuf)>> = Mutex::new(Vec::new());
+static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
+
+fn live() -> MutexGuard<'static, Vec<(u64, PathBuf)>> {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Held while work moves out of a work directory into its destination; [`interrupt`] waits
+/// for it, so a destination is never half-moved by a signal.
+pub struct CommitGuard(#[allow(dead_code)] MutexGuard<'static, Vec<(u64, PathBuf)>>);
+
+/// Takes the [`CommitGuard`].
+pub fn commit_guard() -> CommitGuard {
+    CommitGuard(live())
+}
+
+/// Returned by [`interrupt`]: while it is held no work can be published. The caller exits.
+pub struct Interrupted(#[allow(dead_code)] MutexGuard<'static, Vec<(u64, PathBuf)>>);
+
+/// Removes every work directory of this process (after any rename in progress has finished)
+/// and blocks further publishing. For the binary's SIGINT/SIGTERM handler, which exits next.
+pub fn interrupt() -> Interrupted {
+    let mut guard = live();
+    for (_, path) in guard.drain(..) {
+        // The main thread may still be writing into it: a few passes empty it.
+        for _ in 0..5 {
+            match remove_tree(&path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => continue,
+                _ => break,
+            }
+        }
+    }
+    Interrupted(guard)
+}
+
+fn unregister(guard: &mut Vec<(u64, PathBuf)>, token: u64) {
+    guard.retain(|(t, _)| *t != token);
+}
+
+/// Eight random bytes in hex, for unique names.
+pub fn random_hex() -> String {
+    let mut b = [0u8; 8];
+    getrandom::getrandom(&mut b).expect("the OS random source works");
+    hex::encode(b)
+}
+
+/// How [`Staging::publish`] moves an entry into place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Publish {
+    /// Rename; fail if the destination exists.
+    NoReplace,
+    /// Swap atomically with the existing destination (which then sits in the work directory
+    /// and is removed with it).
+    Exchange,
+}
+
+/// A private, locked work directory; removed when dropped unless moved into place.
+pub struct Staging {
+    parent: PathBuf,
+    parent_fd: OwnedFd,
+    name: String,
+    dir: OwnedFd,
+    lock: Option<File>,
+    token: u64,
+    keep: bool,
+}
+
+impl Staging {
+    /// Creates `PARENT/.airlock-staging-<hint>-<random>`.
+    pub fn create(parent: &Path, hint: &str) -> Result<Staging> {
+        Self::create_named(parent, &format!("{STAGING_PREFIX}{hint}-{}", random_hex()))
+    }
+
+    /// Creates `PARENT/NAME`, private and locked before the name appears. Fails with an
+    /// `AlreadyExists` I/O error if the name is taken.
+    pub fn create_named(parent: &Path, name: &str) -> Result<Staging> {
+        let parent_fd = rustix::fs::open(
+            parent,
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| Error::io(parent, e.into()))?;
+        let birth = format!("{BIRTH_PREFIX}{}", random_hex());
+        let birth_path = parent.join(&birth);
+        // Registered under the guard before it exists: a signal either comes first (and this
+        // thread then waits for ever) or finds it registered and removes it.
+        let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
+        let mut guard = live();
+        guard.push((token, birth_path.clone()));
+        let made =
+            fsio::mkdir_at(&parent_fd, parent, &birth, 0o700).and_then(|dir| {
+                match new_lock(&dir, &birth_path) {
+                    Ok(lock) => Ok((dir, lock)),
+                    Err(e) => {
+                        let _ = rustix::fs::unlinkat(&parent_fd, &birth, AtFlags::REMOVEDIR);
+                        Err(e)
+                    }
+                }
+            });
+        let (dir, lock) = match made {
+            Ok(m) => m,
+            Err(e) => {
+                unregister(&mut guard, token);
+                return Err(e);
+            }
+        };
+        let renamed = fsio::rename_at(&parent_fd, &birth, &parent_fd, name, RenameFlags::NOREPLACE);
+        if let Err(e) = renamed {
+            let _ = rustix::fs::unlinkat(&dir, LOCK_NAME, AtFlags::empty());
+            let _ = rustix::fs::unlinkat(&parent_fd, &birth, AtFlags::REMOVEDIR);
+            unregister(&mut guard, token);
+            return Err(Error::io(parent.join(name), e));
+        }
+        if let Some(entry) = guard.iter_mut().find(|(t, _)| *t == token) {
+            entry.1 = parent.join(name);
+        }
+        drop(guard);
+        Ok(Staging {
+            parent: parent.to_path_buf(),
+            parent_fd,
+            name: name.to_string(),
+            dir,
+            lock: Some(lock),
+            token,
+            keep: false,
+        })
+    }
+
+    /// Where the work directory is.
+    pub fn path(&self) -> PathBuf {
+        self.parent.join(&self.name)
+    }
+
+    /// The handle of the work directory.
+    pub fn fd(&self) -> &OwnedFd {
+        &self.dir
+    }
+
+    /// Creates the directory `name` in the work directory with exactly `mode`.
+    pub fn mkdir(&self, name: &str, mode: u32) -> Result<OwnedFd> {
+        fsio::mkdir_at(&self.dir, &self.path(), name, mode)
+    }
+
+    /// Creates the file `name` in the work directory with exactly `mode`, written and synced.
+    pub fn write_file(&self, name: &str, bytes: &[u8], mode: u32) -> Result<()> {
+        fsio::write_synced_at(&self.dir, &self.path(), name, bytes, mode)
+    }
+
+    /// Syncs the work directory itself.
+    pub fn sync(&self) -> Result<()> {
+        fsio::sync_dir_fd(&self.dir, &self.path())
+    }
+
+    /// Moves the entry `from` of the work directory to `to` (an absolute or working-directory
+    /// relative path), under the [`CommitGuard`], and syncs `to`'s directory.
+    pub fn publish(&self, from: &str, to: &Path, how: Publish) -> Result<()> {
+        let flags = match how {
+            Publish::NoReplace => RenameFlags::NOREPLACE,
+            Publish::Exchange => RenameFlags::EXCHANGE,
+        };
+        let to_parent = fsio::parent_dir(to);
+        let to_name = to
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| Error::Usage(format!("{}: not a usable name", to.display())))?;
+        let to_dir = rustix::fs::open(
+            &to_parent,
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| Error::io(&to_parent, e.into()))?;
+        {
+            let _commit = commit_guard();
+            fsio::rename_at(&self.dir, from, &to_dir, to_name, flags)
+                .map_err(|e| Error::io(to, e))?;
+        }
+        fsio::sync_dir_fd(&to_dir, &to_parent)
+    }
+
+    /// Renames the whole work directory to `to` (in the same parent), without its lock file:
+    /// what pack does with `BUNDLE.partial`. The lock stays held until the rename is done.
+    pub fn into_place(mut self, to: &Path) -> Result<()> {
+        let to_name = to
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| Error::Usage(format!("{}: not a usable name", to.display())))?
+            .to_string();
+        let lock_path = self.path().join(LOCK_NAME);
+        rustix::fs::unlinkat(&self.dir, LOCK_NAME, AtFlags::empty())
+            .map_err(|e| Error::io(&lock_path, e.into()))?;
+        self.sync()?;
+        {
+            let mut guard = live();
+            fsio::rename_at(
+                &self.parent_fd,
+                &self.name,
+                &self.parent_fd,
+                &to_name,
+                RenameFlags::NOREPLACE,
+            )
+            .map_err(|e| Error::io(to, e))?;
+            unregister(&mut guard, self.token);
+            self.keep = true;
+        }
+        fsio::sync_dir_fd(&self.parent_fd, &self.parent)
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = remove_tree_at(&self.parent_fd, &self.name, &self.path());
+        }
+        unregister(&mut live(), self.token);
+        // The lock goes last: no cleaner can take the directory while it is being removed.
+        self.lock.take();
+    }
+}
+
+/// Syncs finished files on a thread of its own while the next file streams in; the first
+/// failure is the result of [`SyncThread::finish`].
+pub struct SyncThread {
+    tx: crossbeam_channel::Sender<(File, PathBuf)>,
+    handle: std::thread::JoinHandle<Result<()>>,
+}
+
+impl Default for SyncThread {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SyncThread {
+    /// Starts the thread.
+    pub fn new() -> SyncThread {
+        let (tx, rx) = crossbeam_channel::bounded::<(File, PathBuf)>(64);
+        let handle = std::thread::spawn(move || -> Result<()> {
+            let mut first_error = None;
+            for (f, path) in rx {
+                if let Err(e) = f.sync_all() {
+                    first_error.get_or_insert(Error::io(path, e));
+                }
+            }
+            first_error.map_or(Ok(()), Err)
+        });
+        SyncThread { tx, handle }
+    }
+
+    /// Where to send a finished file (and its path, for the error).
+    pub fn sender(&self) -> crossbeam_channel::Sender<(File, PathBuf)> {
+        self.tx.clone()
+    }
+
+    /// Waits for every file sent (once all senders are dropped) to be synced.
+    pub fn finish(self) -> Result<()> {
+        drop(self.tx);
+        self.handle.join().expect("sync thread panicked")
+    }
+}
+
+/// Creates the lock file in the new directory `dir` and takes the exclusive lock.
+fn new_lock(dir: &OwnedFd, dir_path: &Path) -> Result<File> {
+    let path = dir_path.join(LOCK_NAME);
+    let fd = rustix::fs::openat(
+        dir,
+        LOCK_NAME,
+        OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )
+    .map_err(|e| Error::io(&path, e.into()))?;
+    rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive)
+        .map_err(|e| Error::io(&path, e.into()))?;
+    Ok(File::from(fd))
+}
+
+/// What [`clean_stale`] did.
+#[derive(Debug, Default)]
+pub struct Cleanup {
+    /// Stale work directories removed.
+    pub removed: Vec<PathBuf>,
+    /// Work directories that look abandoned but were left alone, and why.
+    pub skipped: Vec<(PathBuf, String)>,
+}
+
+/// Removes the abandoned work directories in `parent` (see the module documentation).
+pub fn clean_stale(parent: &Path) -> Result<Cleanup> {
+    let mut out = Cleanup::default();
+    let rd = std::fs::read_dir(parent).map_err(|e| Error::io(parent, e))?;
+    let parent_fd = rustix::fs::open(
+        parent,
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| Error::io(parent, e.into()))?;
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let birth = name.starts_with(BIRTH_PREFIX);
+        if !birth && !name.starts_with(STAGING_PREFIX) {
+            continue;
+        }
+        let path = parent.join(name);
+        match remove_if_stale(&parent_fd, name, &path, birth) {
+            Ok(true) => out.removed.push(path),
+            Ok(false) => {}
+            Err(why) => out.skipped.push((path, why)),
+        }
+    }
+    Ok(out)
+}
+
+/// Removes the work directory `name` in `parent` if its process is gone: `Ok(true)` when it
+/// did, `Ok(false)` when the directory is live or not airlock's, `Err(why)` when it looks
+/// abandoned but cannot or must not be removed by this user.
+pub fn remove_if_stale(
+    parent: &impl AsFd,
+    name: &str,
+    path: &Path,
+    birth: bool,
+) -> std::result::Result<bool, String> {
+    let dir = match fsio::open_dir_at(parent, name) {
+        Ok(d) => d,
+        Err(rustix::io::Errno::NOENT) | Err(rustix::io::Errno::NOTDIR) => return Ok(false),
+        // A link or something else with our name: not ours.
+        Err(rustix::io::Errno::LOOP) => return Ok(false),
+        Err(e) => return Err(format!("cannot be opened ({})", io::Error::from(e))),
+    };
+    let st = rustix::fs::fstat(&dir).map_err(|e| io::Error::from(e).to_string())?;
+    let me = rustix::process::geteuid().as_raw();
+    let old_enough = || {
+        let age = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0)
+            .saturating_sub(st.st_mtime as i64);
+        age >= BIRTH_GRACE.as_secs() as i64
+    };
+    let lock = match rustix::fs::openat(
+        &dir,
+        LOCK_NAME,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(l) => l,
+        Err(rustix::io::Errno::NOENT) => {
+            // Killed before its lock existed: only an empty birth directory can be that.
+            if birth && st.st_uid == me && old_enough() {
+                return Ok(rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR).is_ok());
+            }
+            return Ok(false);
+        }
+        Err(rustix::io::Errno::ACCESS) if st.st_uid != me => {
+            return Err(format!(
+                "belongs to user {}: its lock cannot be checked; left alone (its owner or an administrator can remove it)",
+                st.st_uid
+            ));
+        }
+        Err(_) => return Ok(false),
+    };
+    match rustix::fs::fstat(&lock) {
+        Ok(l) if FileType::from_raw_mode(l.st_mode) == FileType::RegularFile => {}
+        _ => return Ok(false),
+    }
+    if rustix::fs::flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() {
+        return Ok(false);
+    }
+    if birth && !old_enough() {
+        return Ok(false);
+    }
+    if st.st_uid != me {
+        return Err(format!(
+            "belongs to user {}, not to this user: left alone (its owner or an administrator can remove it)",
+            st.st_uid
+        ));
+    }
+    drop(dir);
+    match remove_tree_at(parent, name, path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(format!("cannot be removed: {e}")),
+    }
+}
+
+/// Removes the directory tree at `path` without following links or crossing mount points.
+pub fn remove_tree(path: &Path) -> io::Result<()> {
+    let parent = fsio::parent_dir(path);
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| io::Error::other("not a usable name"))?;
+    let parent_fd = rustix::fs::open(
+        &parent,
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    remove_tree_at(&parent_fd, name, path)
+}
+
+/// Removes the directory `name` in `parent` and everything below it, through directory
+/// handles; refuses (leaving what remains) at a mount point or a change of device.
+pub fn remove_tree_at(parent: &impl AsFd, name: &str, path: &Path) -> io::Result<()> {
+    if fsio::is_mount_root_at(parent, name) == Some(true) {
+        return Err(mount_error(path));
+    }
+    let dir = fsio::open_dir_at(parent, name)?;
+    let dev = rustix::fs::fstat(&dir)?.st_dev;
+    empty_dir(&dir, dev, path)?;
+    match rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
+        Err(rustix::io::Errno::NOENT) => Ok(()),
+        r => r.map_err(io::Error::from),
+    }
+}
+
+fn mount_error(path: &Path) -> io::Error {
+    io::Error::other(format!(
+        "{} is a mount point: airlock never removes anything across one",
+        path.display()
+    ))
+}
+
+fn empty_dir(dir: &OwnedFd, dev: u64, path: &Path) -> io::Result<()> {
+    for (name, kind) in fsio::dir_entries(dir)? {
+        let sub_path = path.join(&name);
+        if kind == FileType::Directory {
+            let sub = match enter(dir, &name, dev, &sub_path)? {
+                Some(s) => s,
+                None => continue,
+            };
+            empty_dir(&sub, dev, &sub_path)?;
+            drop(sub);
+            match rustix::fs::unlinkat(dir, &name, AtFlags::REMOVEDIR) {
+                Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+                Err(e) => return Err(e.into()),
+            }
+        } else {
+            match rustix::fs::unlinkat(dir, &name, AtFlags::empty()) {
+                Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Opens the subdirectory `name` of `dir` to descend into it; a mount point (or another
+/// device) is an error naming `path`, a directory that vanished is `None`.
+fn enter(
+    dir: &OwnedFd,
+    name: &std::ffi::OsStr,
+    dev: u64,
+    path: &Path,
+) -> io::Result<Option<OwnedFd>> {
+    if fsio::is_mount_root_at(dir, name) == Some(true) {
+        return Err(mount_error(path));
+    }
+    let sub = match fsio::open_dir_at(dir, name) {
+        Ok(s) => s,
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    if rustix::fs::fstat(&sub)?.st_dev != dev {
+        return Err(mount_error(path));
+    }
+    Ok(Some(sub))
+}
+
+/// The first mount point inside the directory `dir` (not `dir` itself), if any: from the
+/// mount table, and from a walk of the tree that checks each directory (so it is found even
+/// without `/proc`).
+pub fn find_mount_inside(dir: &Path) -> io::Result<Option<PathBuf>> {
+    if let Some(m) = crate::fsinfo::mounts_below(dir).into_iter().next() {
+        return Ok(Some(m));
+    }
+    let fd = fsio::open_dir(dir).map_err(|_| io::Error::other("cannot open"))?;
+    let dev = rustix::fs::fstat(&fd)?.st_dev;
+    walk_for_mount(&fd, dev, dir)
+}
+
+fn walk_for_mount(dir: &OwnedFd, dev: u64, path: &Path) -> io::Result<Option<PathBuf>> {
+    for (name, kind) in fsio::dir_entries(dir)? {
+        if kind != FileType::Directory {
+            continue;
+        }
+        let sub_path = path.join(&name);
+        match enter(dir, &name, dev, &sub_path) {
+            Ok(Some(sub)) => {
+                if let Some(m) = walk_for_mount(&sub, dev, &sub_path)? {
+                    return Ok(Some(m));
+                }
+            }
+            Ok(None) => {}
+            Err(e) if e.kind() == io::ErrorKind::Other => return Ok(Some(sub_path)),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_work_directory_is_private_and_locked_before_it_has_its_name() {
+        let t = tempfile::tempdir().unwrap();
+        let s = Staging::create(t.path(), "m").unwrap();
+        let path = s.path();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o700);
+        assert!(path.join(LOCK_NAME).is_file());
+        // Live: cleanup leaves it alone.
+        let c = clean_stale(t.path()).unwrap();
+        assert!(c.removed.is_empty() && c.skipped.is_empty());
+        assert!(path.exists());
+        // No birth directory is left behind.
+        let names: Vec<String> = std::fs::read_dir(t.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        drop(s);
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn stale_directories_are_removed_foreign_ones_are_not() {
+        let t = tempfile::tempdir().unwrap();
+        let stale = t.path().join(format!("{STAGING_PREFIX}x-1"));
+        std::fs::create_dir_all(stale.join("tree/sub")).unwrap();
+        std::fs::write(stale.join(LOCK_NAME), b"").unwrap();
+        std::fs::write(stale.join("tree/sub/f"), b"x").unwrap();
+        let foreign = t.path().join(format!("{STAGING_PREFIX}foreign"));
+        std::fs::create_dir(&foreign).unwrap();
+        std::fs::write(foreign.join("data"), b"x").unwrap();
+        // Lockless and empty with a staging name: not provably ours, left alone.
+        let empty = t.path().join(format!("{STAGING_PREFIX}empty"));
+        std::fs::create_dir(&empty).unwrap();
+        let c = clean_stale(t.path()).unwrap();
+        assert_eq!(c.removed, vec![stale.clone()]);
+        assert!(!stale.exists());
+        assert!(foreign.join("data").exists());
+        assert!(empty.exists());
+    }
+
+    #[test]
+    fn removal_never_follows_links() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = t.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("keep"), b"x").unwrap();
+        let w = t.path().join("w");
+        std::fs::create_dir(&w).unwrap();
+        std::os::unix::fs::symlink(&outside, w.join("link")).unwrap();
+        remove_tree(&w).unwrap();
+        assert!(!w.exists());
+        assert!(outside.join("keep").exists());
+    }
+}
