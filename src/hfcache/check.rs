@@ -229,7 +229,13 @@ pub fn check_cache(
             report.problems.push(p);
         }
     }
-    report.problems.sort_by(|a, b| a.path.cmp(&b.path));
+    // A blob refused while following a snapshot link is refused again in the blob listing.
+    report
+        .problems
+        .sort_by(|a, b| (&a.path, a.kind, &a.problem).cmp(&(&b.path, b.kind, &b.problem)));
+    report
+        .problems
+        .dedup_by(|a, b| (&a.path, a.kind, &a.problem) == (&b.path, b.kind, &b.problem));
     Ok(report)
 }
 
@@ -298,7 +304,8 @@ fn survey_repo(
 ) -> Result<(CachedRepo, Vec<BlobJob>)> {
     let snapshots_dir = folder.join("snapshots");
     let mut snapshots = Vec::new();
-    if dir_or_problem(&snapshots_dir, report) {
+    let snapshots_readable = dir_or_problem(&snapshots_dir, report);
+    if snapshots_readable {
         let rd = fs::read_dir(&snapshots_dir).map_err(|e| Error::io(&snapshots_dir, e))?;
         for e in rd.filter_map(|e| e.ok()) {
             match e.file_type() {
@@ -320,7 +327,7 @@ fn survey_repo(
             };
             match read_ref(&path)? {
                 RefState::Commit(c) => {
-                    if !snapshots.contains(&c) {
+                    if snapshots_readable && !snapshots.contains(&c) {
                         report.problems.push(CacheProblem {
                             path: path.clone(),
                             kind: "ref-without-snapshot",

@@ -190,6 +190,11 @@ pub(crate) fn snapshot_content(repo: &Path, full: &Path, ft: &fs::FileType) -> R
         });
     };
     let blob = blobs.join(&etag);
+    // `blobs/` itself must not be a link (one lstat per file: no cache of a check's result
+    // that a swap could outdate).
+    if !real_dir(&blobs)? {
+        return Ok(Content::MissingBlob { etag, blob });
+    }
     match blob_source(repo, &blob)? {
         Some((source, len)) => Ok(Content::Blob { etag, source, len }),
         None => Ok(Content::MissingBlob { etag, blob }),
