@@ -75,15 +75,27 @@ pub struct CacheReport {
 }
 
 impl CacheReport {
-    /// Whether every damaged repository is one airlock installed (so the fix is to unpack its
-    /// bundle again); false when there is no problem.
+    /// Whether every problem lies in data airlock installed (so the fix is to unpack the
+    /// bundle again): in a snapshot whose commit airlock's trace names, or elsewhere in a
+    /// repository with a trace. False when there is no problem.
     pub fn damage_is_airlock_installed(&self) -> bool {
         !self.problems.is_empty()
             && self.problems.iter().all(|p| {
                 self.repos
                     .iter()
                     .find(|r| p.path.starts_with(&r.folder))
-                    .is_some_and(|r| !r.installed_by_airlock.is_empty())
+                    .is_some_and(|r| {
+                        let snapshots = r.folder.join("snapshots");
+                        let commit = p
+                            .path
+                            .strip_prefix(&snapshots)
+                            .ok()
+                            .and_then(|rest| rest.iter().next());
+                        match commit {
+                            Some(c) => r.installed_by_airlock.iter().any(|t| c == t.as_str()),
+                            None => !r.installed_by_airlock.is_empty(),
+                        }
+                    })
             })
     }
 }
