@@ -224,8 +224,8 @@ pub enum Error {
         count: usize,
         /// The first problem, with its path.
         first: String,
-        /// Whether every damaged repository holds airlock's trace (it was installed from a
-        /// bundle), so the fix is to unpack the bundle again rather than to download.
+        /// Whether every problem lies in data airlock installed (its trace in the repository
+        /// names the commit), so the fix is to unpack the bundle again rather than to download.
         installed_by_airlock: bool,
     },
     /// An installed model differs from its receipt.
