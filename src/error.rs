@@ -240,6 +240,19 @@ pub enum Error {
         /// What to do instead.
         todo: String,
     },
+    /// `check --hf-cache` found damage in a Hugging Face cache.
+    #[error("{}: {count} problem(s) in the cache; the first: {first}", path.display())]
+    CacheDamaged {
+        /// The cache directory.
+        path: PathBuf,
+        /// Number of problems.
+        count: usize,
+        /// The first problem, with its path.
+        first: String,
+        /// Whether every problem lies in data airlock installed (its trace in the repository
+        /// names the commit), so the fix is to unpack the bundle again rather than to download.
+        installed_by_airlock: bool,
+    },
     /// An installed model differs from its receipt.
     #[error("{}: {count} problem(s) against the receipt; the first: {first}", path.display())]
     ReceiptMismatch {
@@ -291,7 +304,8 @@ impl Error {
             | Error::Downgrade { .. }
             | Error::ReceiptMismatch { .. }
             | Error::BlobMismatch { .. }
-            | Error::HfCache { .. } => EXIT_VERIFY,
+            | Error::HfCache { .. }
+            | Error::CacheDamaged { .. } => EXIT_VERIFY,
         }
     }
 
@@ -315,7 +329,7 @@ impl Error {
             Error::Downgrade { .. } => "downgrade",
             Error::ReceiptMismatch { .. } => "receipt-mismatch",
             Error::BlobMismatch { .. } => "blob-mismatch",
-            Error::HfCache { .. } => "hf-cache",
+            Error::HfCache { .. } | Error::CacheDamaged { .. } => "hf-cache",
             Error::NotCached { .. } => "not-cached",
             Error::ManifestTooLarge { .. } => "manifest-too-large",
             Error::NotReplaceable { .. } => "not-replaceable",
@@ -404,6 +418,15 @@ impl Error {
             }
             Error::NotCached { .. } => {
                 "download it with huggingface_hub first (`hf download ORG/NAME --revision REV`), or check --hf-cache, --repo-type and --revision".into()
+            }
+            Error::CacheDamaged {
+                installed_by_airlock: true,
+                ..
+            } => {
+                "airlock installed this data from a bundle: unpack the bundle again into this cache (`airlock unpack BUNDLE --hf-cache DIR` replaces every blob that does not hash to its name and restores missing files); if the bundle is gone, pack the model again on the staging host".into()
+            }
+            Error::CacheDamaged { .. } => {
+                "download the damaged files again with huggingface_hub (`hf download ORG/NAME --revision REV`), or unpack them again from their bundle; remove what the message names if it is a planted link".into()
             }
             Error::HfCache { .. } => {
                 "finish or repeat the download with huggingface_hub (`hf download ORG/NAME --revision REV`), or remove what the message names, then try again".into()

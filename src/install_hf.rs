@@ -38,7 +38,7 @@ use sha2::{Digest, Sha256};
 use crate::bundle::read::{self, EntrySink, Mode as ReadMode, Opened};
 use crate::error::{Error, Result};
 use crate::fsio::{self, exchange, rename_noreplace, sync_dir};
-use crate::hfcache::{self, EtagKind, GitBlobSha1};
+use crate::hfcache::{self, RefState, etag::GitBlobSha1, names::EtagKind};
 use crate::install::{InstallNotes, space_available, space_needed};
 use crate::manifest::{FileEntry, Manifest};
 use crate::progress::Progress;
@@ -583,9 +583,11 @@ fn write_ref(
     staging: &Path,
     txn: &mut Txn,
 ) -> Result<Option<String>> {
-    let old = fs::read(ref_path)
-        .ok()
-        .map(|b| String::from_utf8_lossy(&b).into_owned());
+    // Read without following a link, blocking or reading past a commit id.
+    let old = match hfcache::read_ref(ref_path)? {
+        RefState::Commit(c) => Some(c),
+        RefState::Missing | RefState::Bad(_) => None,
+    };
     if old.as_deref() == Some(commit) {
         return Ok(None);
     }
@@ -727,6 +729,8 @@ pub fn unpack_to_cache(
             )));
         }
         Ok(_) => {
+            // Nothing below is written through a link planted in the repository.
+            hfcache::open_repo_dirs_nofollow(&repo, ref_path.is_some().then_some(&*plan.revision))?;
             // Decide about the snapshot before touching anything.
             let existing = match fs::symlink_metadata(&snapshot) {
                 Ok(meta) if meta.is_dir() => Some(read_existing(&snapshot)?),
@@ -784,6 +788,10 @@ pub fn unpack_to_cache(
             (tally, snapshot_state, previous_commit)
         }
     };
+    // airlock's trace, so a later `check --hf-cache` knows the fix is another unpack.
+    let trace =
+        serde_json::json!({"bundle": m.name, "version": m.version, "revision": plan.revision});
+    hfcache::leave_trace(&repo, &plan.commit, &trace.to_string())?;
     txn.committed = true;
     drop(txn);
     Ok(HfInstalled {

@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::hfcache;
+use crate::hfcache::names;
 use crate::paths::{self, CollisionSet};
 use crate::tar;
 
@@ -471,32 +471,32 @@ impl Manifest {
     /// folder, a ref file, a snapshot folder, blob files), so each must be one huggingface_hub
     /// itself would write.
     fn validate_source(&self, src: &HfSource) -> Result<(), String> {
-        hfcache::validate_repo_id(&src.repo_id)
+        names::validate_repo_id(&src.repo_id)
             .map_err(|why| format!("has a source.repo_id: {why}"))?;
-        hfcache::validate_repo_type(&src.repo_type)
+        names::validate_repo_type(&src.repo_type)
             .map_err(|why| format!("has a source.repo_type: {why}"))?;
-        if !hfcache::is_commit(&src.commit) {
+        if !names::is_commit(&src.commit) {
             return Err(format!(
                 "has a source.commit {:?} that is not 40 hex digits",
                 src.commit
             ));
         }
-        if !hfcache::is_commit(&src.revision) {
-            hfcache::validate_revision(&src.revision)
+        if !names::is_commit(&src.revision) {
+            names::validate_revision(&src.revision)
                 .map_err(|why| format!("has a source.revision: {why}"))?;
         }
         if src.etags.len() != self.files.len() {
             return Err("lists a different number of etags than files".into());
         }
         for (etag, file) in src.etags.iter().zip(&self.files) {
-            match hfcache::EtagKind::of(etag) {
+            match names::EtagKind::of(etag) {
                 None => {
                     return Err(format!(
                         "has a malformed etag for {:?} (40 or 64 lowercase hex digits expected)",
                         file.path
                     ));
                 }
-                Some(hfcache::EtagKind::Sha256) if *etag != file.sha256 => {
+                Some(names::EtagKind::Sha256) if *etag != file.sha256 => {
                     return Err(format!(
                         "gives {:?} the sha256 etag {etag}, which is not its sha256",
                         file.path

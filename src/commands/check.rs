@@ -72,6 +72,33 @@ pub fn gate_findings(
         .collect())
 }
 
+/// A snapshot folder passed as DIR: its links leave the folder, so the directory lint would
+/// report each one; the cache check is what was meant.
+fn snapshot_folder_error(dir: &Path, snap: &hfcache::SnapshotPath) -> Error {
+    let mut flags = format!(
+        "--hf-cache {} --hf-repo {}",
+        snap.cache.display(),
+        snap.repo_id
+    );
+    if snap.repo_type != "model" {
+        flags.push_str(&format!(" --repo-type {}", snap.repo_type));
+    }
+    Error::Usage(format!(
+        "{} is a snapshot folder of the Hugging Face cache {}: its files are links into the repository's blobs/, which a directory check does not follow. Check it in the cache instead (every blob against its hash, every snapshot through the model checks): airlock check {flags}",
+        dir.display(),
+        snap.cache.display()
+    ))
+}
+
+/// `1 blob`, `2 blobs`, `1 repository`, `2 repositories`.
+fn plural(n: u64, one: &str) -> String {
+    match (n, one.strip_suffix('y')) {
+        (1, _) => format!("1 {one}"),
+        (_, Some(stem)) => format!("{n} {stem}ies"),
+        (_, None) => format!("{n} {one}s"),
+    }
+}
+
 /// `airlock check --hf-cache DIR [--hf-repo ORG/NAME]`.
 fn run_hf(cache: &Path, a: &CheckArgs, ui: &dyn Progress) -> Result<Output> {
     let repo_type = a.repo_type.unwrap_or(RepoTypeArg::Model).as_str();
@@ -94,21 +121,23 @@ fn run_hf(cache: &Path, a: &CheckArgs, ui: &dyn Progress) -> Result<Output> {
     }
     match report.problems.first() {
         Some(first) => {
-            out.error = Some(Error::HfCache {
+            out.error = Some(Error::CacheDamaged {
                 path: cache.to_path_buf(),
-                reason: format!(
-                    "{} problem(s) in the cache; the first: {}: {}",
-                    report.problems.len(),
-                    first.path.display(),
-                    first.problem
-                ),
+                count: report.problems.len(),
+                first: format!("{}: {}", first.path.display(), first.problem),
+                installed_by_airlock: report.damage_is_airlock_installed(),
             });
         }
         None => out.line(format!(
-            "OK   {} blob(s) in {} repositories match their names ({})",
-            report.blobs_checked,
-            report.repos.len(),
-            airlock::error::human(report.bytes_checked)
+            "OK   {} in {} match their names ({}); {} snapshot(s) passed the model checks",
+            plural(report.blobs_checked, "blob"),
+            plural(report.repos.len() as u64, "repository"),
+            airlock::error::human(report.bytes_checked),
+            report
+                .repos
+                .iter()
+                .map(|r| r.snapshots.len())
+                .sum::<usize>()
         )),
     }
     Ok(out)
@@ -128,6 +157,9 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
         return run_hf(&cache, &a, ui);
     }
     let dir = &a.dir.clone().expect("clap requires DIR without --hf-cache");
+    if let Some(snap) = hfcache::snapshot_from_path(dir) {
+        return Err(snapshot_folder_error(dir, &snap));
+    }
     // With a trust set (from --trust or AIRLOCK_TRUST, one rule) the receipt is a verdict:
     // missing, unsigned or untrusted is exit 3. Without one, the files are only linted.
     let trust = super::trust_source(&TrustArgs {

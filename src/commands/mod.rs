@@ -447,7 +447,7 @@ fn unpack_hf(bundle: &Path, trust: &[PublicKey], opts: HfUnpackOptions, ui: &Ui)
         SnapshotState::Unchanged => "the snapshot already held every file",
     };
     out.line(format!(
-        "OK   installed {} version {} into the Hugging Face cache {} as {} {} (revision {}, commit {}): {} files ({}); {}, {} new blob(s), {} reused",
+        "OK   installed {} version {} into the Hugging Face cache {} as {} {} (revision {}, commit {}): {} files ({}); {}, {} new blob(s), {} reused{}",
         m.name,
         m.version,
         installed.cache.display(),
@@ -460,6 +460,10 @@ fn unpack_hf(bundle: &Path, trust: &[PublicKey], opts: HfUnpackOptions, ui: &Ui)
         state,
         installed.blobs_written,
         installed.blobs_reused,
+        match installed.blobs_repaired.len() {
+            0 => String::new(),
+            n => format!(", {n} repaired (replaced by the verified copy)"),
+        },
     ));
     Ok(out)
 }

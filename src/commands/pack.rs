@@ -75,6 +75,18 @@ pub fn run(a: PackArgs, ui: &dyn Progress) -> Result<Output> {
             ("--repo-type", a.repo_type.is_some()),
         ],
     )?;
+    if a.hf_repo.is_none()
+        && let Some(dir) = &a.model_dir
+        && let Some(snap) = hfcache::snapshot_from_path(dir)
+    {
+        return Err(Error::Usage(format!(
+            "{} is a snapshot folder of the Hugging Face cache {}: its files are links into the repository's blobs/, which a directory pack does not follow. Pack the snapshot from the cache instead (its files are then checked against the hub's hashes): in place of {}, pass {}",
+            dir.display(),
+            snap.cache.display(),
+            dir.display(),
+            snap.flags()
+        )));
+    }
     let created = created_unix()?;
     let mut out = Output::default();
     let source = match &a.hf_repo {
@@ -101,7 +113,19 @@ pub fn run(a: PackArgs, ui: &dyn Progress) -> Result<Output> {
         ),
         None => {
             let dir = a.model_dir.as_ref().expect("clap requires MODEL_DIR");
-            let entries = scan::scan(dir, dir)?;
+            let mut entries = scan::scan(dir, dir)?;
+            // `hf download --local-dir` bookkeeping describes this host's download: left out.
+            let before = entries.len();
+            entries.retain(|e| !hfcache::is_local_dir_metadata(e.path()));
+            if entries.len() != before {
+                let only_hf = !entries.iter().any(|e| e.path().starts_with(".cache/"));
+                entries.retain(|e| !(only_hf && e.path() == ".cache"));
+                out.warnings.push(format!(
+                    "{}/{}/ left out of the bundle: it is huggingface_hub's bookkeeping of the `hf download --local-dir` on this host (download metadata and locks), not part of the model",
+                    dir.display(),
+                    hfcache::LOCAL_DIR_METADATA
+                ));
+            }
             let checked = super::check::model_checks_for_pack(dir, a.no_model_checks, &mut out);
             (entries, checked)
         }

@@ -1060,3 +1060,334 @@ fn usage_errors_for_the_cache_flags() {
         assert!(text.contains("repository id"), "{what}: {text}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Regression tests for a hostile or damaged cache (issue 10) and the cache's messages (issue 15).
+
+/// Moves `dir` to `elsewhere` and leaves a symlink to it in its place.
+fn replace_with_link(dir: &Path, elsewhere: &Path) {
+    std::fs::rename(dir, elsewhere).unwrap();
+    std::os::unix::fs::symlink(elsewhere, dir).unwrap();
+}
+
+fn undo_link(dir: &Path, elsewhere: &Path) {
+    std::fs::remove_file(dir).unwrap();
+    std::fs::rename(elsewhere, dir).unwrap();
+}
+
+fn problem_kinds(j: &Value) -> Vec<String> {
+    j["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["kind"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn mkfifo(path: &Path) {
+    let status = Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn refs_snapshots_blobs_or_the_repo_folder_as_symlinks_are_refused_by_pack_and_check() {
+    let env = Env::new();
+    build(&env, "src", COMMIT_A, spec_files(), true);
+    let repo = repo_folder(&env, "src");
+    let elsewhere = env.path("elsewhere");
+    for part in ["refs", "snapshots", "blobs", ""] {
+        let dir = if part.is_empty() {
+            repo.clone()
+        } else {
+            repo.join(part)
+        };
+        replace_with_link(&dir, &elsewhere);
+        let (code, j) = pack_hf(&env, "src", "b");
+        assert_eq!(code, 3, "{part}: {j:#}");
+        let message = j["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(&format!("{}: is a symlink", dir.display())),
+            "{part}: {message}"
+        );
+        env.assert_nothing_packed("b");
+        let (code, j) = env.json(&["check", "--hf-cache", "src"]);
+        assert_eq!(code, 3, "{part}: {j:#}");
+        assert_eq!(problem_kinds(&j), ["unsafe-link"], "{part}: {j:#}");
+        assert_eq!(j["problems"][0]["path"], json!(dir), "{part}: {j:#}");
+        undo_link(&dir, &elsewhere);
+    }
+    env.ok(&["check", "--hf-cache", "src"]);
+}
+
+#[test]
+fn a_snapshot_link_to_a_file_outside_the_repository_is_refused_by_pack_and_check() {
+    let env = Env::new();
+    build(&env, "src", COMMIT_A, spec_files(), true);
+    let link = repo_folder(&env, "src").join(format!("snapshots/{COMMIT_A}/config.json"));
+    env.write("secret.txt", b"not part of any model\n");
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(env.path("secret.txt"), &link).unwrap();
+    let (code, j) = pack_hf(&env, "src", "b");
+    assert_eq!(code, 3, "{j:#}");
+    let message = j["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("config.json: is a symlink to")
+            && message.contains("not a blob of this repository"),
+        "{message}"
+    );
+    env.assert_nothing_packed("b");
+    let (code, j) = env.json(&["check", "--hf-cache", "src"]);
+    assert_eq!(code, 3, "{j:#}");
+    assert_eq!(problem_kinds(&j), ["unsafe-link"], "{j:#}");
+    assert_eq!(j["problems"][0]["path"], json!(link));
+    // A link that climbs out and back in through the blobs folder of another repository.
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(
+        "../../../models--acme--other/blobs/0123456789abcdef0123456789abcdef01234567",
+        &link,
+    )
+    .unwrap();
+    let (code, j) = pack_hf(&env, "src", "b");
+    assert_eq!(code, 3, "{j:#}");
+}
+
+#[test]
+fn unpack_into_a_cache_whose_blobs_or_refs_are_symlinks_writes_nothing_at_the_link_target() {
+    let env = Env::new();
+    build(&env, "src", COMMIT_A, spec_files(), true);
+    let (code, j) = pack_hf(&env, "src", "a");
+    assert_eq!(code, 0, "{j:#}");
+    let mut files = spec_files();
+    files[1]["text"] = json!("{\"model_type\": \"tiny\", \"hidden_size\": 64}\n");
+    build(&env, "src", COMMIT_B, files, true);
+    let (code, j) = pack_hf(&env, "src", "b");
+    assert_eq!(code, 0, "{j:#}");
+    env.ok(&["unpack", "a", "--trust", "k.pub", "--hf-cache", "dst"]);
+    let repo = repo_folder(&env, "dst");
+    let elsewhere = env.path("elsewhere");
+    for part in ["blobs", "refs", "snapshots"] {
+        let dir = repo.join(part);
+        replace_with_link(&dir, &elsewhere);
+        let before = listing(&elsewhere);
+        let text = env.fails(3, &["unpack", "b", "--trust", "k.pub", "--hf-cache", "dst"]);
+        assert!(
+            text.contains(&format!("{}: is a symlink", dir.display())),
+            "{part}: {text}"
+        );
+        assert_eq!(
+            listing(&elsewhere),
+            before,
+            "{part}: the link target was written"
+        );
+        undo_link(&dir, &elsewhere);
+    }
+    env.ok(&["unpack", "b", "--trust", "k.pub", "--hf-cache", "dst"]);
+}
+
+#[test]
+fn a_ref_that_is_dev_zero_a_fifo_or_too_long_is_refused_without_reading_it() {
+    let env = Env::new();
+    build(&env, "src", COMMIT_A, spec_files(), true);
+    let main = repo_folder(&env, "src").join("refs/main");
+    std::fs::remove_file(&main).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &main).unwrap();
+    let (code, j) = pack_hf(&env, "src", "b");
+    assert_eq!(code, 3, "{j:#}");
+    assert!(
+        j["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("is a symlink to /dev/zero"),
+        "{j:#}"
+    );
+    let (code, j) = env.json(&["check", "--hf-cache", "src"]);
+    assert_eq!(code, 3, "{j:#}");
+    assert_eq!(problem_kinds(&j), ["bad-ref"], "{j:#}");
+    std::fs::remove_file(&main).unwrap();
+    mkfifo(&main);
+    let (code, j) = pack_hf(&env, "src", "b");
+    assert_eq!(code, 3, "{j:#}");
+    assert!(
+        j["error"]["message"].as_str().unwrap().contains("a FIFO"),
+        "{j:#}"
+    );
+    let (code, j) = env.json(&["check", "--hf-cache", "src"]);
+    assert_eq!(code, 3, "{j:#}");
+    assert_eq!(problem_kinds(&j), ["bad-ref"], "{j:#}");
+    std::fs::remove_file(&main).unwrap();
+    std::fs::write(&main, COMMIT_A.repeat(1000)).unwrap();
+    let (code, j) = env.json(&["check", "--hf-cache", "src"]);
+    assert_eq!(code, 3, "{j:#}");
+    assert!(
+        j["problems"][0]["problem"]
+            .as_str()
+            .unwrap()
+            .contains("more than a commit id"),
+        "{j:#}"
+    );
+}
+
+#[test]
+fn a_blob_that_is_dev_zero_or_a_fifo_is_refused_by_pack_check_and_unpack() {
+    let env = Env::new();
+    let built = build(&env, "src", COMMIT_A, spec_files(), true);
+    let (code, j) = pack_hf(&env, "src", "a");
+    assert_eq!(code, 0, "{j:#}");
+    let blob = repo_folder(&env, "src")
+        .join("blobs")
+        .join(built["config.json"]["etag"].as_str().unwrap());
+    std::fs::remove_file(&blob).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &blob).unwrap();
+    let (code, j) = pack_hf(&env, "src", "b");
+    assert_eq!(code, 3, "{j:#}");
+    env.assert_nothing_packed("b");
+    let (code, j) = env.json(&["check", "--hf-cache", "src"]);
+    assert_eq!(code, 3, "{j:#}");
+    assert_eq!(problem_kinds(&j), ["unsafe-link"], "{j:#}");
+    std::fs::remove_file(&blob).unwrap();
+    mkfifo(&blob);
+    let (code, j) = pack_hf(&env, "src", "b");
+    assert_eq!(code, 3, "{j:#}");
+    let (code, j) = env.json(&["check", "--hf-cache", "src"]);
+    assert_eq!(code, 3, "{j:#}");
+
+    // The same blob already in the destination cache, as /dev/zero and as a FIFO: the unpack
+    // refuses it by name instead of hashing it forever, and leaves the cache as it was.
+    env.ok(&["unpack", "a", "--trust", "k.pub", "--hf-cache", "dst"]);
+    let dst_blob = repo_folder(&env, "dst")
+        .join("blobs")
+        .join(built["config.json"]["etag"].as_str().unwrap());
+    for plant in ["zero", "fifo"] {
+        std::fs::remove_file(&dst_blob).unwrap();
+        if plant == "zero" {
+            std::os::unix::fs::symlink("/dev/zero", &dst_blob).unwrap();
+        } else {
+            mkfifo(&dst_blob);
+        }
+        let text = env.fails(1, &["unpack", "a", "--trust", "k.pub", "--hf-cache", "dst"]);
+        assert!(
+            text.contains(&dst_blob.display().to_string()) && text.contains("not a regular file"),
+            "{plant}: {text}"
+        );
+    }
+}
+
+#[test]
+fn check_hf_cache_fails_a_snapshot_that_lost_a_shard_its_index_lists() {
+    let env = Env::new();
+    let index = json!({
+        "metadata": {"total_size": 8448},
+        "weight_map": {
+            "w": "model-00001-of-00002.safetensors",
+            "b": "model-00002-of-00002.safetensors",
+        }
+    });
+    let files = json!([
+        {"path": "config.json", "lfs": false, "text": "{\"model_type\": \"tiny\"}\n"},
+        {"path": "model.safetensors.index.json", "lfs": false, "text": index.to_string()},
+        {"path": "model-00001-of-00002.safetensors", "lfs": true, "safetensors": 1},
+    ]);
+    build(&env, "src", COMMIT_A, files, false);
+    let (code, j) = env.json(&["check", "--hf-cache", "src"]);
+    assert_eq!(code, 3, "{j:#}");
+    assert!(
+        problem_kinds(&j).contains(&"shard-missing".to_string()),
+        "{j:#}"
+    );
+    assert!(
+        j["problems"][0]["problem"]
+            .as_str()
+            .unwrap()
+            .contains("model.safetensors.index.json"),
+        "{j:#}"
+    );
+}
+
+#[test]
+fn check_hf_cache_hint_says_unpack_again_where_airlock_installed_the_data() {
+    let env = Env::new();
+    let built = build(&env, "src", COMMIT_A, spec_files(), true);
+    let (code, j) = pack_hf(&env, "src", "a");
+    assert_eq!(code, 0, "{j:#}");
+    env.ok(&["unpack", "a", "--trust", "k.pub", "--hf-cache", "dst"]);
+    let out = env.ok(&["check", "--hf-cache", "dst"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(" in 1 repository match"), "{text}");
+    let etag = built["extra/weights.bin"]["etag"].as_str().unwrap();
+    flip_bit(&repo_folder(&env, "dst").join("blobs").join(etag), 1000);
+    flip_bit(&repo_folder(&env, "src").join("blobs").join(etag), 1000);
+    let (code, j) = env.json(&["check", "--hf-cache", "dst"]);
+    assert_eq!(code, 3, "{j:#}");
+    let hint = j["error"]["hint"].as_str().unwrap();
+    assert!(hint.contains("unpack the bundle again"), "{hint}");
+    assert!(!hint.contains("hf download"), "{hint}");
+    // Where huggingface_hub downloaded the data, downloading again is the fix.
+    let (code, j) = env.json(&["check", "--hf-cache", "src"]);
+    assert_eq!(code, 3, "{j:#}");
+    assert!(
+        j["error"]["hint"].as_str().unwrap().contains("hf download"),
+        "{j:#}"
+    );
+}
+
+#[test]
+fn packing_or_checking_a_snapshot_folder_suggests_the_cache_flags_once() {
+    let env = Env::new();
+    build(&env, "src", COMMIT_A, spec_files(), true);
+    let snapshot = format!("src/models--acme--tiny-model/snapshots/{COMMIT_A}");
+    let cache = env.path("src");
+    let text = env.fails(2, &["pack", &snapshot, "-o", "b", "--key", "k.key"]);
+    let flags = format!("--hf-repo {REPO} --hf-cache {}", cache.display());
+    assert_eq!(text.matches(&flags).count(), 1, "{text}");
+    assert_eq!(text.matches("is a symlink").count(), 0, "{text}");
+    assert_eq!(text.lines().count(), 1, "{text}");
+    env.assert_nothing_packed("b");
+    let text = env.fails(2, &["check", &snapshot]);
+    let flags = format!("--hf-cache {} --hf-repo {REPO}", cache.display());
+    assert_eq!(text.matches(&flags).count(), 1, "{text}");
+    assert_eq!(text.lines().count(), 1, "{text}");
+}
+
+#[test]
+fn after_a_blob_repair_the_unpack_summary_counts_the_repaired_blob() {
+    let env = Env::new();
+    let built = build(&env, "src", COMMIT_A, spec_files(), true);
+    let (code, j) = pack_hf(&env, "src", "a");
+    assert_eq!(code, 0, "{j:#}");
+    env.ok(&["unpack", "a", "--trust", "k.pub", "--hf-cache", "dst"]);
+    let etag = built["model.safetensors"]["etag"].as_str().unwrap();
+    flip_bit(&repo_folder(&env, "dst").join("blobs").join(etag), 300);
+    let out = env.ok(&["unpack", "a", "--trust", "k.pub", "--hf-cache", "dst"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("0 new blob(s), 5 reused, 1 repaired"),
+        "{text}"
+    );
+    env.ok(&["check", "--hf-cache", "dst"]);
+}
+
+#[test]
+fn hf_download_local_dir_bookkeeping_is_left_out_with_a_warning() {
+    let env = Env::new();
+    env.model("m");
+    env.write("m/.cache/huggingface/.gitignore", b"*");
+    env.write(
+        "m/.cache/huggingface/download/config.json.metadata",
+        b"a1b2c3\nabc\n1700000000.0\n",
+    );
+    env.write("m/.cache/other/keep.txt", b"kept\n");
+    let (code, j) = env.json(&["pack", "m", "-o", "b", "--key", "k.key"]);
+    assert_eq!(code, 0, "{j:#}");
+    assert!(
+        j["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().contains(".cache/huggingface/ left out")),
+        "{j:#}"
+    );
+    let out = env.ok(&["inspect", "b", "--sha256sums"]);
+    let sums = String::from_utf8_lossy(&out.stdout);
+    assert!(!sums.contains(".cache/huggingface"), "{sums}");
+    assert!(sums.contains(".cache/other/keep.txt"), "{sums}");
+}

@@ -1,0 +1,506 @@
+//! Checking a cache at rest (`airlock check --hf-cache`): every blob against its own name,
+//! every snapshot link against the layout's rules, every ref against the snapshots, and the
+//! model checks ([`crate::inspect`]) on every snapshot, so a snapshot that lost a shard its
+//! index lists is reported too. Reads only; nothing is followed that
+//! [`super::layout`] does not allow, and nothing is read past the size its file reports.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+use serde::Serialize;
+
+use super::etag::hash_file;
+use super::layout::{self, Content};
+use super::names::{
+    EtagKind, NOT_REPOSITORIES, parse_repo_folder, repo_folder_name, validate_repo_id,
+    validate_repo_type,
+};
+use super::snapshot::{RefState, list_refs, read_ref};
+use crate::error::{Error, Result};
+use crate::inspect::{self, Severity};
+use crate::progress::Progress;
+
+/// One problem found in a cache.
+#[derive(Clone, Debug, Serialize)]
+pub struct CacheProblem {
+    /// The cache entry (blob, link, ref file, snapshot file).
+    pub path: PathBuf,
+    /// `blob-mismatch`, `missing-blob`, `bad-ref`, `ref-without-snapshot`, `unsafe-link` (a
+    /// link or special file where the layout allows none), or a model-check code from
+    /// [`crate::inspect::codes`] (`shard-missing`, `safetensors-truncated`, ...).
+    pub kind: &'static str,
+    /// What is wrong, naming the repository files concerned.
+    pub problem: String,
+}
+
+/// What a check found about one repository.
+#[derive(Clone, Debug, Serialize)]
+pub struct CachedRepo {
+    /// `model`, `dataset`, `space` or `kernel`.
+    pub repo_type: String,
+    /// `org/name`.
+    pub repo_id: String,
+    /// Its folder.
+    pub folder: PathBuf,
+    /// Blobs checked against their names.
+    pub blobs_checked: u64,
+    /// Bytes hashed.
+    pub bytes_checked: u64,
+    /// Commits with a snapshot folder.
+    pub snapshots: Vec<String>,
+    /// Ref name → the ref file's content (as read, lossily; empty when it could not be read).
+    pub refs: BTreeMap<String, String>,
+    /// Commits airlock installed here (its trace, `REPO/.airlock/<commit>`): damage is repaired
+    /// by unpacking the bundle again rather than by downloading.
+    pub installed_by_airlock: Vec<String>,
+}
+
+/// The result of [`check_cache`].
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CacheReport {
+    /// Repositories checked.
+    pub repos: Vec<CachedRepo>,
+    /// Blobs checked against their names, all repositories.
+    pub blobs_checked: u64,
+    /// Bytes hashed.
+    pub bytes_checked: u64,
+    /// What is damaged, sorted by path.
+    pub problems: Vec<CacheProblem>,
+    /// Things that are not damage: interrupted downloads, entries that are not repositories,
+    /// blobs not named by an etag, model-check warnings.
+    pub notes: Vec<String>,
+}
+
+impl CacheReport {
+    /// Whether every problem lies in data airlock installed (so the fix is to unpack the
+    /// bundle again): in a snapshot whose commit airlock's trace names, or elsewhere in a
+    /// repository with a trace. False when there is no problem.
+    pub fn damage_is_airlock_installed(&self) -> bool {
+        !self.problems.is_empty()
+            && self.problems.iter().all(|p| {
+                self.repos
+                    .iter()
+                    .find(|r| p.path.starts_with(&r.folder))
+                    .is_some_and(|r| {
+                        let snapshots = r.folder.join("snapshots");
+                        let commit = p
+                            .path
+                            .strip_prefix(&snapshots)
+                            .ok()
+                            .and_then(|rest| rest.iter().next());
+                        match commit {
+                            Some(c) => r.installed_by_airlock.iter().any(|t| c == t.as_str()),
+                            None => !r.installed_by_airlock.is_empty(),
+                        }
+                    })
+            })
+    }
+}
+
+struct BlobJob {
+    repo: usize,
+    /// The blob, as messages name it.
+    path: PathBuf,
+    /// The regular file holding its content (the blob, or its shared-store entry).
+    source: PathBuf,
+    etag: String,
+    kind: EtagKind,
+    size: u64,
+}
+
+/// Re-checks every blob of every repository in `cache` (or only `only = (repo_type, repo_id)`)
+/// against its name, every snapshot link against its blob, every ref against the snapshots,
+/// and runs the model checks on every snapshot. Blobs are hashed in parallel. Reads only.
+pub fn check_cache(
+    cache: &Path,
+    only: Option<(&str, &str)>,
+    progress: &dyn Progress,
+) -> Result<CacheReport> {
+    let meta = fs::metadata(cache).map_err(|e| Error::io(cache, e))?;
+    if !meta.is_dir() {
+        return Err(Error::Usage(format!(
+            "{} is not a directory",
+            cache.display()
+        )));
+    }
+    let mut report = CacheReport::default();
+    let mut folders: Vec<(String, String, PathBuf)> = Vec::new();
+    match only {
+        Some((repo_type, repo_id)) => {
+            validate_repo_type(repo_type).map_err(Error::Usage)?;
+            validate_repo_id(repo_id).map_err(Error::Usage)?;
+            let folder = cache.join(repo_folder_name(repo_type, repo_id));
+            if !layout::real_dir(&folder)? {
+                return Err(Error::NotCached {
+                    path: folder,
+                    reason: format!("does not exist: {repo_type} {repo_id} is not in this cache"),
+                });
+            }
+            folders.push((repo_type.to_string(), repo_id.to_string(), folder));
+        }
+        None => {
+            let rd = fs::read_dir(cache).map_err(|e| Error::io(cache, e))?;
+            let mut names: Vec<(String, PathBuf, Option<fs::FileType>)> = rd
+                .filter_map(|e| e.ok())
+                .map(|e| {
+                    (
+                        e.file_name().to_string_lossy().into_owned(),
+                        e.path(),
+                        e.file_type().ok(),
+                    )
+                })
+                .collect();
+            names.sort_by(|a, b| a.0.cmp(&b.0));
+            for (name, path, ft) in names {
+                if NOT_REPOSITORIES.contains(&name.as_str()) {
+                    continue;
+                }
+                match (parse_repo_folder(&name), ft) {
+                    (Some((t, id)), Some(ft)) if ft.is_dir() => folders.push((t, id, path)),
+                    (Some(_), Some(ft)) if ft.is_symlink() => report.problems.push(CacheProblem {
+                        kind: "unsafe-link",
+                        problem: format!(
+                            "is a symlink to {}; a repository folder must be a real directory, and airlock does not follow it",
+                            fs::read_link(&path).unwrap_or_default().display()
+                        ),
+                        path,
+                    }),
+                    _ => report.notes.push(format!(
+                        "{}: not a repository folder (huggingface_hub's scan_cache_dir warns about it too)",
+                        path.display()
+                    )),
+                }
+            }
+        }
+    }
+
+    let mut jobs = Vec::new();
+    for (index, (repo_type, repo_id, folder)) in folders.into_iter().enumerate() {
+        let (repo, mut repo_jobs) = survey_repo(index, repo_type, repo_id, folder, &mut report)?;
+        report.repos.push(repo);
+        jobs.append(&mut repo_jobs);
+    }
+
+    let total: u64 = jobs.iter().map(|j| j.size).sum();
+    progress.start("check blobs", total);
+    let results: Vec<(usize, u64, Option<CacheProblem>)> = jobs
+        .par_iter()
+        .map(|job| {
+            progress.item(&job.etag);
+            match hash_file(&job.source, job.kind, progress) {
+                Ok(actual) if actual == job.etag => (job.repo, job.size, None),
+                Ok(actual) => (
+                    job.repo,
+                    job.size,
+                    Some(CacheProblem {
+                        path: job.path.clone(),
+                        kind: "blob-mismatch",
+                        problem: format!(
+                            "does not hash to its name: its {} is {actual}",
+                            job.kind.name()
+                        ),
+                    }),
+                ),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => (
+                    job.repo,
+                    0,
+                    Some(CacheProblem {
+                        path: job.path.clone(),
+                        kind: "missing-blob",
+                        problem: "is a link whose target (in the shared blob store) is missing"
+                            .into(),
+                    }),
+                ),
+                Err(e) => (
+                    job.repo,
+                    0,
+                    Some(CacheProblem {
+                        path: job.path.clone(),
+                        kind: "blob-mismatch",
+                        problem: format!("cannot be read: {e}"),
+                    }),
+                ),
+            }
+        })
+        .collect();
+    progress.finish();
+    let users = snapshot_users(&report.repos);
+    for (repo, bytes, problem) in results {
+        report.repos[repo].blobs_checked += 1;
+        report.repos[repo].bytes_checked += bytes;
+        report.blobs_checked += 1;
+        report.bytes_checked += bytes;
+        if let Some(mut p) = problem {
+            if let Some(files) = users.get(&p.path) {
+                p.problem
+                    .push_str(&format!("; used by {}", files.join(", ")));
+            }
+            report.problems.push(p);
+        }
+    }
+    // A blob refused while following a snapshot link is refused again in the blob listing.
+    report
+        .problems
+        .sort_by(|a, b| (&a.path, a.kind, &a.problem).cmp(&(&b.path, b.kind, &b.problem)));
+    report
+        .problems
+        .dedup_by(|a, b| (&a.path, a.kind, &a.problem) == (&b.path, b.kind, &b.problem));
+    Ok(report)
+}
+
+/// Blob path → the snapshot files (`<commit>/<path>`) that link to it, for messages.
+fn snapshot_users(repos: &[CachedRepo]) -> HashMap<PathBuf, Vec<String>> {
+    let mut out: HashMap<PathBuf, Vec<String>> = HashMap::new();
+    for repo in repos {
+        let snapshots = repo.folder.join("snapshots");
+        for commit in &repo.snapshots {
+            let dir = snapshots.join(commit);
+            for e in walkdir::WalkDir::new(&dir)
+                .min_depth(1)
+                .sort_by_file_name()
+                .into_iter()
+                .filter_map(|e| e.ok())
+                .filter(|e| e.path_is_symlink())
+            {
+                let Ok(target) = fs::read_link(e.path()) else {
+                    continue;
+                };
+                let Some(name) = target.file_name() else {
+                    continue;
+                };
+                let rel = e.path().strip_prefix(&dir).unwrap_or(e.path());
+                out.entry(repo.folder.join("blobs").join(name))
+                    .or_default()
+                    .push(format!("{:?}", format!("{commit}/{}", rel.display())));
+            }
+        }
+    }
+    out
+}
+
+/// `Ok(true)` for a real directory, `Ok(false)` when absent; a link or other file becomes an
+/// `unsafe-link` problem (and `Ok(false)`: nothing below it is read).
+fn dir_or_problem(path: &Path, report: &mut CacheReport) -> bool {
+    match layout::real_dir(path) {
+        Ok(present) => present,
+        Err(Error::HfCache { path, reason }) => {
+            report.problems.push(CacheProblem {
+                path,
+                kind: "unsafe-link",
+                problem: reason,
+            });
+            false
+        }
+        Err(e) => {
+            report.problems.push(CacheProblem {
+                path: path.to_path_buf(),
+                kind: "unsafe-link",
+                problem: format!("cannot be read: {e}"),
+            });
+            false
+        }
+    }
+}
+
+/// Reads one repository's refs, snapshots and blob list, runs the model checks on each
+/// snapshot, and returns the blobs to hash.
+fn survey_repo(
+    index: usize,
+    repo_type: String,
+    repo_id: String,
+    folder: PathBuf,
+    report: &mut CacheReport,
+) -> Result<(CachedRepo, Vec<BlobJob>)> {
+    let snapshots_dir = folder.join("snapshots");
+    let mut snapshots = Vec::new();
+    let snapshots_readable = dir_or_problem(&snapshots_dir, report);
+    if snapshots_readable {
+        let rd = fs::read_dir(&snapshots_dir).map_err(|e| Error::io(&snapshots_dir, e))?;
+        for e in rd.filter_map(|e| e.ok()) {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => snapshots.push(e.file_name().to_string_lossy().into_owned()),
+                _ => {
+                    dir_or_problem(&e.path(), report);
+                }
+            }
+        }
+    }
+    snapshots.sort();
+    let mut refs = BTreeMap::new();
+    if dir_or_problem(&folder.join("refs"), report) {
+        for (name, path) in list_refs(&folder) {
+            let bad = |problem: String| CacheProblem {
+                path: path.clone(),
+                kind: "bad-ref",
+                problem,
+            };
+            match read_ref(&path)? {
+                RefState::Commit(c) => {
+                    if snapshots_readable && !snapshots.contains(&c) {
+                        report.problems.push(CacheProblem {
+                            path: path.clone(),
+                            kind: "ref-without-snapshot",
+                            problem: format!(
+                                "names commit {c}, which has no snapshot folder (scan_cache_dir reports this repository as corrupted)"
+                            ),
+                        });
+                    }
+                    refs.insert(name, c);
+                }
+                RefState::Bad(reason) => {
+                    report.problems.push(bad(reason));
+                    refs.insert(name, String::new());
+                }
+                RefState::Missing => {}
+            }
+        }
+    }
+    for commit in &snapshots {
+        check_snapshot(&folder, commit, report)?;
+    }
+    let mut jobs = Vec::new();
+    let blobs = folder.join("blobs");
+    if dir_or_problem(&blobs, report) {
+        let rd = fs::read_dir(&blobs).map_err(|e| Error::io(&blobs, e))?;
+        let mut names: Vec<(String, PathBuf)> = rd
+            .filter_map(|e| e.ok())
+            .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+            .collect();
+        names.sort();
+        for (name, path) in names {
+            if let Some(kind) = EtagKind::of(&name) {
+                match layout::blob_source(&folder, &path) {
+                    Ok(Some((source, size))) => jobs.push(BlobJob {
+                        repo: index,
+                        path,
+                        source,
+                        etag: name,
+                        kind,
+                        size,
+                    }),
+                    Ok(None) => report.problems.push(CacheProblem {
+                        path,
+                        kind: "missing-blob",
+                        problem: "is a link whose target (in the shared blob store) is missing"
+                            .into(),
+                    }),
+                    Err(Error::HfCache { path, reason }) => report.problems.push(CacheProblem {
+                        path,
+                        kind: "unsafe-link",
+                        problem: reason,
+                    }),
+                    Err(e) => return Err(e),
+                }
+            } else if name.ends_with(".incomplete") {
+                report.notes.push(format!(
+                    "{}: an interrupted download; huggingface_hub ignores it (delete it, or run the download again)",
+                    path.display()
+                ));
+            } else {
+                report.notes.push(format!(
+                    "{}: not named by an etag, so it cannot be checked",
+                    path.display()
+                ));
+            }
+        }
+    }
+    let installed_by_airlock = layout::traces(&folder);
+    Ok((
+        CachedRepo {
+            repo_type,
+            repo_id,
+            folder,
+            blobs_checked: 0,
+            bytes_checked: 0,
+            snapshots,
+            refs,
+            installed_by_airlock,
+        },
+        jobs,
+    ))
+}
+
+/// Checks one snapshot's entries against the layout's rules, then runs the model checks on its
+/// files (through their links, which are then known to stay in the repository).
+fn check_snapshot(folder: &Path, commit: &str, report: &mut CacheReport) -> Result<()> {
+    let dir = folder.join("snapshots").join(commit);
+    let mut files = Vec::new();
+    for e in walkdir::WalkDir::new(&dir)
+        .min_depth(1)
+        .follow_links(false)
+        .sort_by_file_name()
+        .into_iter()
+        .filter_entry(|e| e.file_name() != ".no_exist")
+    {
+        let e = e.map_err(|e| {
+            let path = e.path().unwrap_or(&dir).to_path_buf();
+            Error::io(
+                path,
+                e.into_io_error()
+                    .unwrap_or_else(|| io::Error::other("loop")),
+            )
+        })?;
+        let ft = e.file_type();
+        if ft.is_dir() {
+            continue;
+        }
+        let rel = e
+            .path()
+            .strip_prefix(&dir)
+            .expect("under the snapshot")
+            .to_string_lossy()
+            .into_owned();
+        match layout::snapshot_content(folder, e.path(), &ft) {
+            Ok(Content::File | Content::Blob { .. }) => files.push(rel),
+            Ok(Content::MissingBlob { .. }) => {
+                let target = fs::read_link(e.path()).unwrap_or_default();
+                report.problems.push(CacheProblem {
+                    path: e.path().to_path_buf(),
+                    kind: "missing-blob",
+                    problem: format!(
+                        "{rel:?} in snapshot {commit} links to {}, which is missing",
+                        target.display()
+                    ),
+                });
+            }
+            Err(Error::HfCache { path, reason }) => report.problems.push(CacheProblem {
+                path,
+                kind: "unsafe-link",
+                problem: reason,
+            }),
+            Err(e) => return Err(e),
+        }
+    }
+    // From the cache root, as pack does: a blob may live in the cache-wide shared store.
+    let root = folder.parent().unwrap_or(folder);
+    let folder_name = folder.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let prefix = format!("{folder_name}/snapshots/{commit}/");
+    for rel in files {
+        let full = format!("{prefix}{rel}");
+        let findings =
+            inspect::check_file(root, &full).map_err(|e| Error::io(dir.join(&rel), e))?;
+        for f in findings {
+            let shown = f.path.strip_prefix(&prefix).unwrap_or(&f.path).to_string();
+            match f.severity {
+                Severity::Error => report.problems.push(CacheProblem {
+                    path: dir.join(&shown),
+                    kind: f.code,
+                    problem: format!(
+                        "{shown:?} in snapshot {commit}: {} (fix: {})",
+                        f.problem, f.fix
+                    ),
+                }),
+                Severity::Warning => report.notes.push(format!(
+                    "{}: {} ({})",
+                    dir.join(&shown).display(),
+                    f.problem,
+                    f.fix
+                )),
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,115 @@
+//! Etag hashing: the git blob id and the SHA-256 that name a blob, computed as bytes go by.
+//! Which kind a name is lives with the other name rules ([`super::names::EtagKind`]).
+
+use std::io::{self, Read};
+use std::path::Path;
+
+use sha1::Sha1;
+use sha2::{Digest, Sha256};
+
+use super::layout;
+use super::names::EtagKind;
+use crate::progress::Progress;
+
+/// The git blob id of a stream of known length, computed as the bytes go by.
+#[derive(Clone)]
+pub struct GitBlobSha1(Sha1);
+
+impl GitBlobSha1 {
+    /// Starts the hash of a `len`-byte blob (the `blob <len>\0` header).
+    pub fn new(len: u64) -> GitBlobSha1 {
+        let mut h = Sha1::new();
+        h.update(format!("blob {len}\0").as_bytes());
+        GitBlobSha1(h)
+    }
+
+    /// More content.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// The 40-hex id.
+    pub fn finish(self) -> String {
+        hex::encode(self.0.finalize())
+    }
+}
+
+/// Hashes the file at `path` the way an etag of `kind` names it.
+///
+/// A final symlink is followed (a blob may be a link into the cache-wide shared store), but
+/// only a regular file is read: the open does not block on a FIFO, a device such as
+/// `/dev/zero` is refused, and at most the size the open file reports is read (one byte more
+/// only to notice growth), so a hostile blob cannot keep the reader busy forever.
+pub fn hash_file(path: &Path, kind: EtagKind, progress: &dyn Progress) -> io::Result<String> {
+    let (f, len) = layout::open_regular(path, true)?;
+    let mut sha256 = Sha256::new();
+    let mut git = GitBlobSha1::new(len);
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0u64;
+    let mut reader = f.take(len.saturating_add(1));
+    loop {
+        let n = reader.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        match kind {
+            EtagKind::GitSha1 => git.update(&buf[..n]),
+            EtagKind::Sha256 => sha256.update(&buf[..n]),
+        }
+        total += n as u64;
+        progress.advance(n as u64);
+    }
+    if total != len {
+        return Err(io::Error::other(format!(
+            "changed size while being read ({len} then {} bytes)",
+            if total > len {
+                format!("more than {len}")
+            } else {
+                total.to_string()
+            }
+        )));
+    }
+    Ok(match kind {
+        EtagKind::GitSha1 => git.finish(),
+        EtagKind::Sha256 => hex::encode(sha256.finalize()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn etags_known_answers() {
+        // `git hash-object` of "Hello, World!" (huggingface_hub's git_hash docstring).
+        let mut g = GitBlobSha1::new(13);
+        g.update(b"Hello, ");
+        g.update(b"World!");
+        assert_eq!(g.finish(), "b45ef6fec89518d314f546fd6c3025367b721684");
+        // The empty blob.
+        assert_eq!(
+            GitBlobSha1::new(0).finish(),
+            "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
+        );
+    }
+
+    #[test]
+    fn a_blob_that_is_dev_zero_or_a_fifo_is_refused_not_read_forever() {
+        let t = tempfile::tempdir().unwrap();
+        let link = t.path().join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        let err = hash_file(&link, EtagKind::Sha256, &crate::progress::Silent).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        let fifo = t.path().join("fifo");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        let err = hash_file(&fifo, EtagKind::GitSha1, &crate::progress::Silent).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+    }
+}

@@ -1,0 +1,447 @@
+//! The cache's layout on disk, read without trusting it: which links are followed, and how
+//! much of a file is read.
+//!
+//! huggingface_hub's cache is made of links (`snapshots/<commit>/<path>` → `../../blobs/<etag>`,
+//! and with the Xet shared store `blobs/<etag>` → `CACHE/blobs/<xx>/<hash>`). A cache that
+//! crossed a USB stick or that another user can write may hold other links too: `refs/`,
+//! `snapshots/` or `blobs/` pointing elsewhere, a snapshot file linked to `/etc/shadow`, a blob
+//! that is `/dev/zero`. So, everywhere in `hfcache`:
+//!
+//! - the repository folder, `refs/`, `snapshots/`, `snapshots/<commit>/` and `blobs/` must be
+//!   real directories (not links), and a snapshot's subdirectories too;
+//! - a snapshot file may be a link only to `blobs/<etag>` of the same repository (checked on
+//!   the link's text, resolved lexically: no directory on the way is a link, so that is where
+//!   it leads), and a blob may be a link only to the cache's own shared store
+//!   `CACHE/blobs/<xx>/<name>`, whose folders are real directories and whose entry is a file;
+//! - a file is opened without blocking (a FIFO), checked to be a regular file on the open
+//!   handle, and read up to a limit the caller knows (a ref: a commit id; a blob: its size).
+//!
+//! Anything else is refused with the path named.
+
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Component, Path, PathBuf};
+
+use rustix::fs::{Mode, OFlags};
+
+use super::names::{EtagKind, is_hex};
+use crate::error::{Error, Result};
+
+/// The sentence every refusal of a link ends with.
+pub(crate) const LINK_RULE: &str = "airlock follows only a snapshot file's link to ../../blobs/<etag> in the same repository (and a blob's link into the cache's shared blobs/ store)";
+
+/// Opens `path` for reading without blocking and returns it with its size, if it is a regular
+/// file. With `follow` false a final symlink is refused (`ELOOP`).
+pub(crate) fn open_regular(path: &Path, follow: bool) -> io::Result<(File, u64)> {
+    let mut flags = OFlags::NONBLOCK;
+    if !follow {
+        flags |= OFlags::NOFOLLOW;
+    }
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits() as i32)
+        .open(path)
+        .map_err(|e| {
+            if !follow && e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
+                io::Error::new(io::ErrorKind::InvalidInput, "is a symlink")
+            } else {
+                e
+            }
+        })?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("is {}, not a regular file", describe(&meta.file_type())),
+        ));
+    }
+    Ok((f, meta.len()))
+}
+
+/// Reads the regular file at `path` (not following a final link) if it holds at most `limit`
+/// bytes; `Ok(Err(n))` when it holds more (`n` is at least `limit + 1`; no more is read).
+pub(crate) fn read_limited(
+    path: &Path,
+    limit: u64,
+) -> io::Result<std::result::Result<Vec<u8>, u64>> {
+    let (f, len) = open_regular(path, false)?;
+    if len > limit {
+        return Ok(Err(len));
+    }
+    let mut out = Vec::with_capacity(len as usize);
+    f.take(limit + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > limit {
+        return Ok(Err(out.len() as u64));
+    }
+    Ok(Ok(out))
+}
+
+/// What a file type is, in words.
+pub(crate) fn describe(ft: &fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_symlink() {
+        "a symlink"
+    } else if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_char_device() || ft.is_block_device() {
+        "a device"
+    } else if ft.is_socket() {
+        "a socket"
+    } else {
+        "a regular file"
+    }
+}
+
+/// `Ok(true)` if `path` is a real directory, `Ok(false)` if nothing is there; a link or any
+/// other file is refused, naming the path.
+pub(crate) fn real_dir(path: &Path) -> Result<bool> {
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => Ok(true),
+        Ok(m) if m.file_type().is_symlink() => Err(Error::HfCache {
+            path: path.to_path_buf(),
+            reason: format!(
+                "is a symlink to {}, not a directory of the cache: {LINK_RULE}",
+                fs::read_link(path).unwrap_or_default().display()
+            ),
+        }),
+        Ok(m) => Err(Error::HfCache {
+            path: path.to_path_buf(),
+            reason: format!(
+                "is {} where the cache has a directory",
+                describe(&m.file_type())
+            ),
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(Error::io(path, e)),
+    }
+}
+
+/// `base.join(target)` with `.` and `..` applied to the text; `None` if it climbs above `/`.
+fn lexical_join(base: &Path, target: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for c in base.join(target).components() {
+        match c {
+            Component::ParentDir => {
+                if !out.pop() || out.as_os_str().is_empty() {
+                    return None;
+                }
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    Some(out)
+}
+
+/// Where a snapshot file's content is, once its link (if any) is checked.
+#[derive(Debug)]
+pub(crate) enum Content {
+    /// A real file in the snapshot (symlinks were off when it was downloaded).
+    File,
+    /// A link to `repo/blobs/<etag>`, whose content is at `source` (the blob, or its entry in
+    /// the shared store), a regular file of `len` bytes.
+    Blob {
+        etag: String,
+        source: PathBuf,
+        len: u64,
+    },
+    /// A link to `repo/blobs/<etag>`, which does not exist (or whose shared-store entry does
+    /// not).
+    MissingBlob { etag: String, blob: PathBuf },
+}
+
+/// Checks the snapshot entry `full` (of type `ft`, not followed) in `repo`: a real file, or a
+/// link that airlock follows. Anything else is an error naming `full` (or the blob).
+pub(crate) fn snapshot_content(repo: &Path, full: &Path, ft: &fs::FileType) -> Result<Content> {
+    if ft.is_file() {
+        return Ok(Content::File);
+    }
+    if !ft.is_symlink() {
+        return Err(Error::HfCache {
+            path: full.to_path_buf(),
+            reason: format!(
+                "is {} inside a snapshot folder; a snapshot holds files and links to blobs only",
+                describe(ft)
+            ),
+        });
+    }
+    let target = fs::read_link(full).map_err(|e| Error::io(full, e))?;
+    let blobs = repo.join("blobs");
+    let resolved = lexical_join(full.parent().expect("inside the snapshot"), &target);
+    let etag = match &resolved {
+        Some(r) if r.parent() == Some(blobs.as_path()) => r
+            .file_name()
+            .and_then(|n| n.to_str())
+            .filter(|n| EtagKind::of(n).is_some())
+            .map(str::to_string),
+        _ => None,
+    };
+    let Some(etag) = etag else {
+        return Err(Error::HfCache {
+            path: full.to_path_buf(),
+            reason: format!(
+                "is a symlink to {}, which is not a blob of this repository: {LINK_RULE}",
+                target.display()
+            ),
+        });
+    };
+    let blob = blobs.join(&etag);
+    // `blobs/` itself must not be a link (one lstat per file: no cache of a check's result
+    // that a swap could outdate).
+    if !real_dir(&blobs)? {
+        return Ok(Content::MissingBlob { etag, blob });
+    }
+    match blob_source(repo, &blob)? {
+        Some((source, len)) => Ok(Content::Blob { etag, source, len }),
+        None => Ok(Content::MissingBlob { etag, blob }),
+    }
+}
+
+/// The regular file holding blob `blob` of `repo` and its size: the blob itself, or the entry
+/// of the cache's shared store it links to. `None` when either is missing.
+pub(crate) fn blob_source(repo: &Path, blob: &Path) -> Result<Option<(PathBuf, u64)>> {
+    let meta = match fs::symlink_metadata(blob) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(blob, e)),
+    };
+    if meta.is_file() {
+        return Ok(Some((blob.to_path_buf(), meta.len())));
+    }
+    if !meta.file_type().is_symlink() {
+        return Err(Error::HfCache {
+            path: blob.to_path_buf(),
+            reason: format!("is {}, not a regular file", describe(&meta.file_type())),
+        });
+    }
+    // A blob published to the shared store: `CACHE/blobs/<xx>/<hash>`, a real file below
+    // real directories.
+    let target = fs::read_link(blob).map_err(|e| Error::io(blob, e))?;
+    let cache = repo.parent().unwrap_or(repo);
+    let store = cache.join("blobs");
+    let resolved = lexical_join(blob.parent().expect("in blobs/"), &target);
+    let entry = resolved.filter(|r| {
+        let prefix = r.parent();
+        prefix.and_then(Path::parent) == Some(store.as_path())
+            && prefix
+                .and_then(Path::file_name)
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| is_hex(n, 2))
+            && r.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_hexdigit()))
+    });
+    let refuse = || Error::HfCache {
+        path: blob.to_path_buf(),
+        reason: format!(
+            "is a symlink to {}, which is not an entry of the cache's shared blob store: {LINK_RULE}",
+            target.display()
+        ),
+    };
+    let Some(entry) = entry else {
+        return Err(refuse());
+    };
+    let prefix = entry.parent().expect("checked above");
+    if !real_dir(&store).map_err(|_| refuse())? || !real_dir(prefix).map_err(|_| refuse())? {
+        return Ok(None);
+    }
+    match fs::symlink_metadata(&entry) {
+        Ok(m) if m.is_file() => Ok(Some((entry, m.len()))),
+        Ok(m) => Err(Error::HfCache {
+            path: entry,
+            reason: format!(
+                "is {}, not a regular file ({} links to it)",
+                describe(&m.file_type()),
+                blob.display()
+            ),
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(&entry, e)),
+    }
+}
+
+/// The repository folder and its `refs/`, `snapshots/` and `blobs/` folders, opened without
+/// following a link: each is a real directory or absent (`None`).
+#[derive(Debug)]
+pub struct RepoDirs {
+    /// The repository folder.
+    pub repo: OwnedFd,
+    /// `refs/`.
+    pub refs: Option<OwnedFd>,
+    /// `snapshots/`.
+    pub snapshots: Option<OwnedFd>,
+    /// `blobs/`.
+    pub blobs: Option<OwnedFd>,
+}
+
+/// Opens `repo` and its `refs/`, `snapshots/` and `blobs/` folders, and checks the folders on
+/// the way to `refs/<revision>` (for `refs/pr/1`: `refs/pr/`), refusing any that is a symlink
+/// or not a directory. For an installer about to write into an existing repository: writes
+/// through the returned handles, or by path right after this check, cannot land at a link's
+/// target outside the repository.
+pub fn open_repo_dirs_nofollow(repo: &Path, revision: Option<&str>) -> Result<RepoDirs> {
+    let flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC;
+    let refuse = |path: PathBuf| -> Error {
+        match real_dir(&path) {
+            Err(e) => e,
+            Ok(_) => Error::HfCache {
+                path,
+                reason: "cannot be opened as a directory".into(),
+            },
+        }
+    };
+    let open = |dir: &OwnedFd, path: &Path, name: &str| -> Result<Option<OwnedFd>> {
+        match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+            Ok(fd) => Ok(Some(fd)),
+            Err(rustix::io::Errno::NOENT) => Ok(None),
+            Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
+                Err(refuse(path.join(name)))
+            }
+            Err(e) => Err(Error::io(path.join(name), e.into())),
+        }
+    };
+    let repo_fd = match rustix::fs::open(repo, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
+            return Err(refuse(repo.to_path_buf()));
+        }
+        Err(e) => return Err(Error::io(repo, e.into())),
+    };
+    let refs = open(&repo_fd, repo, "refs")?;
+    let snapshots = open(&repo_fd, repo, "snapshots")?;
+    let blobs = open(&repo_fd, repo, "blobs")?;
+    if let (Some(refs_fd), Some(revision)) = (&refs, revision) {
+        let mut dir = refs_fd
+            .try_clone()
+            .map_err(|e| Error::io(repo.join("refs"), e))?;
+        let mut path = repo.join("refs");
+        let parts: Vec<&str> = revision.split('/').collect();
+        for part in &parts[..parts.len() - 1] {
+            match open(&dir, &path, part)? {
+                Some(next) => dir = next,
+                None => break,
+            }
+            path.push(part);
+        }
+    }
+    Ok(RepoDirs {
+        repo: repo_fd,
+        refs,
+        snapshots,
+        blobs,
+    })
+}
+
+/// The folder in a repository folder where airlock notes the commits it installed
+/// (`REPO/.airlock/<commit>`). huggingface_hub's readers and `scan_cache_dir` look only at
+/// `blobs/`, `refs/` and `snapshots/`, so it is invisible to them. It is a trace for messages
+/// (a damaged blob there is repaired by unpacking the bundle again, not by downloading), not a
+/// security record: anyone who can write the cache can plant or remove it.
+pub const TRACE_DIR: &str = ".airlock";
+
+/// Notes in `repo` that airlock installed `commit` (`text`: what was installed, one line). The
+/// folder and file are created through handles that refuse links, mode 0755 and 0644.
+pub fn leave_trace(repo: &Path, commit: &str, text: &str) -> Result<()> {
+    use std::io::Write;
+    let dirs = open_repo_dirs_nofollow(repo, None)?;
+    let dir_flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC;
+    let trace = repo.join(TRACE_DIR);
+    match rustix::fs::mkdirat(&dirs.repo, TRACE_DIR, Mode::from_raw_mode(0o755)) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+        Err(e) => return Err(Error::io(&trace, e.into())),
+    }
+    let dir =
+        rustix::fs::openat(&dirs.repo, TRACE_DIR, dir_flags, Mode::empty()).map_err(|_| {
+            real_dir(&trace).err().unwrap_or_else(|| {
+                Error::io(&trace, io::Error::other("cannot be opened as a directory"))
+            })
+        })?;
+    let path = trace.join(commit);
+    let fd = rustix::fs::openat(
+        &dir,
+        commit,
+        OFlags::CREATE
+            | OFlags::TRUNC
+            | OFlags::WRONLY
+            | OFlags::NOFOLLOW
+            | OFlags::NONBLOCK
+            | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    )
+    .map_err(|e| Error::io(&path, e.into()))?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o644)).map_err(|e| Error::io(&path, e.into()))?;
+    let mut f = File::from(fd);
+    if !f.metadata().map_err(|e| Error::io(&path, e))?.is_file() {
+        return Err(Error::HfCache {
+            path,
+            reason: "is not a regular file".into(),
+        });
+    }
+    f.write_all(format!("{text}\n").as_bytes())
+        .and_then(|()| f.sync_all())
+        .map_err(|e| Error::io(&path, e))
+}
+
+/// The commits airlock's trace in `repo` names, sorted; empty when there is none (or it is
+/// not a real directory).
+pub fn traces(repo: &Path) -> Vec<String> {
+    let trace = repo.join(TRACE_DIR);
+    if !matches!(real_dir(&trace), Ok(true)) {
+        return Vec::new();
+    }
+    let mut out: Vec<String> = fs::read_dir(&trace)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| super::names::is_commit(n))
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn links_resolve_on_their_text() {
+        assert_eq!(
+            lexical_join(
+                Path::new("/c/r/snapshots/x/a"),
+                Path::new("../../../blobs/e")
+            ),
+            Some(PathBuf::from("/c/r/blobs/e"))
+        );
+        assert_eq!(lexical_join(Path::new("/a"), Path::new("../../x")), None);
+    }
+
+    #[test]
+    fn symlinked_repo_folders_are_refused_for_writing() {
+        let t = tempfile::tempdir().unwrap();
+        let repo = t.path().join("models--a--b");
+        let elsewhere = t.path().join("elsewhere");
+        fs::create_dir_all(&elsewhere).unwrap();
+        fs::create_dir_all(repo.join("snapshots")).unwrap();
+        open_repo_dirs_nofollow(&repo, Some("main")).unwrap();
+        symlink(&elsewhere, repo.join("blobs")).unwrap();
+        let err = open_repo_dirs_nofollow(&repo, Some("main")).unwrap_err();
+        assert!(err.to_string().contains("blobs: is a symlink"), "{err}");
+        fs::remove_file(repo.join("blobs")).unwrap();
+        fs::create_dir_all(repo.join("refs")).unwrap();
+        symlink(&elsewhere, repo.join("refs/pr")).unwrap();
+        open_repo_dirs_nofollow(&repo, Some("main")).unwrap();
+        let err = open_repo_dirs_nofollow(&repo, Some("pr/1")).unwrap_err();
+        assert!(err.to_string().contains("refs/pr: is a symlink"), "{err}");
+        let link = t.path().join("models--a--c");
+        symlink(&repo, &link).unwrap();
+        let err = open_repo_dirs_nofollow(&link, None).unwrap_err();
+        assert!(err.to_string().contains("is a symlink"), "{err}");
+    }
+}
