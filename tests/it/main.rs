@@ -9,5 +9,6 @@ mod model_checks;
 mod roundtrip;
 mod support;
 mod tamper;
+mod tar_crate;
 mod ux;
 mod workflow_checks;

@@ -58,6 +58,64 @@ fn flipped_bit_in_a_volume_is_named_with_its_byte_range() {
     assert_unpack_refused(&env, 3, &["data.002"]);
 }
 
+/// Chunk digests locate damage to a 64 MiB chunk: on a volume of three chunks (64 MiB, 64 MiB
+/// and the rest), a flipped byte in the middle chunk and one in the last, partial chunk are
+/// reported as exactly those byte ranges, not as the whole volume.
+#[test]
+fn damaged_chunk_is_named_by_its_byte_range_in_a_multi_chunk_volume() {
+    const MIB: u64 = 1 << 20;
+    let env = Env::new();
+    env.write("m/config.json", b"{}\n");
+    // Sparse zeros: cheap to make, stored as is with --compress none.
+    let f = std::fs::File::create(env.path("m/big.bin")).unwrap();
+    f.set_len(150 * MIB).unwrap();
+    drop(f);
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--compress",
+        "none",
+        "--volume-size",
+        "1G",
+        "--no-model-checks",
+    ]);
+    let p = env.path("b/data.000");
+    let size = std::fs::metadata(&p).unwrap().len();
+    assert!(size > 128 * MIB && size < 192 * MIB, "{size}");
+    let (code, j) = env.json(&["verify", "b", "--trust", "k.pub", "--deep"]);
+    assert_eq!(code, 0, "{j}");
+    let mut v = std::fs::read(&p).unwrap();
+    v[(70 * MIB) as usize] ^= 0x01;
+    v[(size - 10) as usize] ^= 0x80;
+    std::fs::write(&p, v).unwrap();
+    let ranges = serde_json::json!([[64 * MIB, 128 * MIB], [128 * MIB, size]]);
+    for deep in [false, true] {
+        let mut args = vec!["verify", "b", "--trust", "k.pub"];
+        if deep {
+            args.push("--deep");
+        }
+        let (code, j) = env.json(&args);
+        assert_eq!(code, 3, "{j}");
+        assert_eq!(j["error"]["kind"], "bad-volumes", "{j}");
+        assert_eq!(j["bad_volumes"].as_array().unwrap().len(), 1, "{j}");
+        assert_eq!(j["bad_volumes"][0]["volume"], "data.000", "{j}");
+        assert_eq!(j["bad_volumes"][0]["bad_ranges"], ranges, "{j}");
+    }
+    let text = env.fails(3, &["verify", "b", "--trust", "k.pub"]);
+    let expected = format!(
+        "bad byte ranges: {}-{}, {}-{size}",
+        64 * MIB,
+        128 * MIB,
+        128 * MIB
+    );
+    assert!(text.contains(&expected), "{text}");
+    assert_unpack_refused(&env, 3, &["data.000"]);
+}
+
 #[test]
 fn truncated_and_missing_volumes_are_named() {
     let env = packed();
