@@ -16,7 +16,10 @@
 # cannot change behaviour. Exit status 1 if any mutant is missed and not listed as equivalent.
 #
 # Environment: MUTANTS_JOBS (default 1: the machine is shared), MUTANTS_OUT (default
-# target/mutants), MUTANTS_TIMEOUT (seconds per test run, default 300).
+# target/mutants), MUTANTS_TIMEOUT (seconds per test run, default 300), MUTANTS_IN_PLACE (below).
+# For a quick partial run: MUTANTS_LIB_FILTER narrows stage 1 to unit tests whose names contain
+# it (e.g. "tar::"; a mutant caught only elsewhere then counts as missed), MUTANTS_STAGE2=0 skips
+# stage 2, MUTANTS_SHARD=k/n tests one n-th of the mutants.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,6 +35,21 @@ if [ $# -gt 0 ]; then
     files=("$@")
 else
     files=(src/paths.rs src/tar.rs src/manifest.rs src/keys.rs 'src/inspect/*.rs')
+fi
+
+# Each mutant rebuilds only the airlock crate: build it without optimisation or debug info (the
+# dependencies keep their profile, so nothing else is rebuilt). cargo-mutants copies the tree,
+# target/ included, so the first build is warm; MUTANTS_IN_PLACE=1 mutates this tree instead
+# (faster on a big target/; do not edit or interrupt it while it runs).
+fast=()
+for profile in dev test; do
+    fast+=(-C "--config=profile.$profile.package.airlock.opt-level=0")
+    fast+=(-C "--config=profile.$profile.package.airlock.debug=0")
+done
+if [ "${MUTANTS_IN_PLACE:-0}" = 1 ]; then
+    place=(--in-place)
+else
+    place=(--copy-target=true --jobs "$jobs")
 fi
 
 # The equivalent mutants named in docs/TESTING.md, without line numbers.
@@ -50,9 +68,17 @@ for f in "${files[@]}"; do
     name=$(printf '%s' "$f" | tr '/*' '__')
     dir="$out_root/$name"
     mkdir -p "$dir"
-    common=(--file "$f" --jobs "$jobs" --timeout "$timeout" --no-shuffle --output "$dir")
+    common=(--file "$f" --timeout "$timeout" --output "$dir" "${place[@]}" "${fast[@]}")
+    if [ -n "${MUTANTS_SHARD:-}" ]; then
+        common+=(--shard "$MUTANTS_SHARD")
+    fi
     # Stage 1: library tests.
-    cargo mutants "${common[@]}" -- --lib >"$dir/stage1.log" 2>&1 || true
+    filter=()
+    if [ -n "${MUTANTS_LIB_FILTER:-}" ]; then
+        filter=("$MUTANTS_LIB_FILTER")
+    fi
+    # (-C reaches the build step too, so only the tests that run are built.)
+    cargo mutants "${common[@]}" -C --lib -- "${filter[@]}" >"$dir/stage1.log" 2>&1 || true
     s1="$dir/stage1"
     rm -rf "$s1"
     cp -r "$dir/mutants.out" "$s1"
@@ -62,8 +88,8 @@ for f in "${files[@]}"; do
     timeouts=$(count "$s1/timeout.txt")
     # Stage 2: survivors against the hostile integration tests (--iterate skips what stage 1
     # caught or found unviable).
-    if [ "$(count "$s1/missed.txt")" -gt 0 ]; then
-        cargo mutants "${common[@]}" --iterate -- --test it hostile:: >"$dir/stage2.log" 2>&1 || true
+    if [ "$(count "$s1/missed.txt")" -gt 0 ] && [ "${MUTANTS_STAGE2:-1}" != 0 ]; then
+        cargo mutants "${common[@]}" --iterate -C --test=it -- hostile:: >"$dir/stage2.log" 2>&1 || true
         caught=$((caught + $(count "$dir/mutants.out/caught.txt")))
         missed_file="$dir/mutants.out/missed.txt"
         timeouts=$((timeouts + $(count "$dir/mutants.out/timeout.txt")))

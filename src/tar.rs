@@ -104,8 +104,7 @@ pub fn pax_record_len(key: &str, value_len: usize) -> usize {
 
 /// The name a header stores for an entry: its path, plus a trailing `/` for a directory.
 fn stored_name(path: &str, is_dir: bool) -> String {
-    let mut stored = String::with_capacity(path.len() + 1);
-    stored.push_str(path);
+    let mut stored = path.to_string();
     if is_dir {
         stored.push('/');
     }
@@ -634,7 +633,7 @@ impl<R: Read> Reader<R> {
     ) -> Result<Entry, TarError> {
         let name = field_str(&h[0..100]);
         let prefix = field_str(&h[345..500]);
-        let mut ustar_path = Vec::with_capacity(prefix.len() + 1 + name.len());
+        let mut ustar_path = Vec::new();
         if !prefix.is_empty() {
             ustar_path.extend_from_slice(prefix);
             ustar_path.push(b'/');
@@ -1878,6 +1877,12 @@ mod tests {
                 "{text}"
             );
         }
+        // The '/' at byte 0 of a 101-byte name is not a split point (the prefix would be
+        // empty): the name does not fit, and the PAX path is then refused as absolute.
+        let abs = format!("/{}", "a".repeat(100));
+        let pax = pax_block(&pax_record("path", &abs));
+        let text = refusal(&[&pax, &raw_header(&abs.as_bytes()[1..], 0o644, 0, b'0')]);
+        assert!(text.contains("is an absolute path"), "{text}");
         // A PAX size with a non-zero ustar size.
         let pax = pax_block(&pax_record("size", "9000000000"));
         let text = refusal(&[&pax, &raw_header(b"f", 0o644, 5, b'0')]);
