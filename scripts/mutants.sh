@@ -96,6 +96,7 @@ for f in "${files[@]}"; do
     fi
     strip_lines <"$missed_file" 2>/dev/null | sort >"$dir/missed-stripped.txt" || true
     eq=$(grep -Fxc -f "$equivalent" "$dir/missed-stripped.txt" || true)
+    eq=${eq:-0}
     grep -Fxv -f "$equivalent" "$dir/missed-stripped.txt" >"$dir/survivors.txt" || true
     missed=$(count "$dir/survivors.txt")
     printf '%-22s %7s %7s %7s %11s %9s %8s\n' "$f" "$total" "$caught" "$missed" "$eq" \

@@ -183,6 +183,11 @@ fn pack_and_compare(env: &Env, model: &Path, out: &str, flags: &[&str]) {
     assert_eq!(unique, paths, "duplicate entries");
     let theirs: BTreeMap<String, Seen> = theirs.into_iter().collect();
     assert_eq!(theirs, source_tree(model), "{flags:?}: tar-rs vs source");
+    // And airlock itself installs it (long multi-byte names included) to the same tree.
+    env.ok(&["verify", out, "--trust", "k.pub", "--deep"]);
+    let dest = format!("{out}-installed");
+    env.ok(&["unpack", out, "--trust", "k.pub", "--dest", &dest]);
+    assert_eq!(tree_without_receipt(&env.path(&dest)), tree(model), "{flags:?}");
 }
 
 #[test]
