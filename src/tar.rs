@@ -89,10 +89,13 @@ pub fn split_ustar_fits(path: &[u8]) -> bool {
     split_ustar(path).is_some()
 }
 
-/// Length of the PAX record `"<len> <key>=<value>\n"` for a value of `value_len` bytes.
+/// Length of the PAX record `"<len> <key>=<value>\n"` for a value of `value_len` bytes: the
+/// smallest `len` with `len == digits(len) + body`. `digits(len) + body` never decreases as
+/// `len` grows and `body` is below every solution, so iterating it from `body` climbs to the
+/// smallest solution and stops there.
 pub fn pax_record_len(key: &str, value_len: usize) -> usize {
     let body = 3 + key.len() + value_len;
-    let mut len = body + 1;
+    let mut len = body;
     loop {
         let total = len.to_string().len() + body;
         if total == len {
@@ -136,16 +139,8 @@ pub fn entry_stream_size(path: &str, is_dir: bool, size: u64) -> Option<u64> {
 }
 
 fn pax_record(key: &str, value: &str) -> Vec<u8> {
-    let body = format!(" {key}={value}\n");
-    let mut len = body.len() + 1;
-    loop {
-        let total = len.to_string().len() + body.len();
-        if total == len {
-            break;
-        }
-        len = total;
-    }
-    format!("{len}{body}").into_bytes()
+    let len = pax_record_len(key, value.len());
+    format!("{len} {key}={value}\n").into_bytes()
 }
 
 fn header(name: &[u8], prefix: &[u8], mode: u32, size: u64, typeflag: u8) -> [u8; BLOCK] {
