@@ -187,7 +187,11 @@ fn pack_and_compare(env: &Env, model: &Path, out: &str, flags: &[&str]) {
     env.ok(&["verify", out, "--trust", "k.pub", "--deep"]);
     let dest = format!("{out}-installed");
     env.ok(&["unpack", out, "--trust", "k.pub", "--dest", &dest]);
-    assert_eq!(tree_without_receipt(&env.path(&dest)), tree(model), "{flags:?}");
+    assert_eq!(
+        tree_without_receipt(&env.path(&dest)),
+        tree(model),
+        "{flags:?}"
+    );
 }
 
 #[test]
