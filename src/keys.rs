@@ -208,7 +208,11 @@ fn random_bytes(buf: &mut [u8]) -> Result<(), KeyError> {
     })
 }
 
-/// Minisign key ids print as the little-endian u64 in uppercase hex.
+/// Minisign key ids print as the little-endian u64 in 16 uppercase hex digits, leading zeros
+/// kept. That is what minisign writes since 0.12 ("zero-pad key identifiers", a deliberate
+/// breaking change upstream); minisign 0.11, still what some distributions ship, wrote the same
+/// number without its leading zeros (`%X`), so a 0.11 `.pub` comment may be shorter by the
+/// zeros. One fixed width is what an operator can compare and grep; the number is the same.
 fn key_id_to_hex(id: &[u8; 8]) -> String {
     format!("{:016X}", u64::from_le_bytes(*id))
 }
@@ -406,9 +410,8 @@ impl PublicKey {
         )
     }
 
-    /// The key id as minisign shows it: the little-endian u64 in 16
-    /// uppercase hex digits (minisign 0.12's `%016X`; 0.11 omitted leading
-    /// zeros).
+    /// The key id as minisign (0.12 and later) shows it: the little-endian u64 in 16
+    /// uppercase hex digits, leading zeros kept (see [`key_id_to_hex`]).
     pub fn key_id_hex(&self) -> String {
         key_id_to_hex(&self.key_id)
     }
@@ -1332,6 +1335,31 @@ trusted comment: signed with the encrypted key\n\
             verify(&impostor, &sig, MESSAGE),
             Err(KeyError::BadSignature)
         ));
+    }
+
+    /// The key id keeps its leading zeros, as minisign 0.12+ prints it, and a `.pub` written by
+    /// minisign 0.11 (comment without the zeros) is the same key: the comment is never parsed.
+    #[test]
+    fn key_id_display_keeps_leading_zeros() {
+        let mut pk = PublicKey::parse(UNENC_PUB).unwrap();
+        pk.key_id = 0x0000_00AB_CDEF_0123u64.to_le_bytes();
+        assert_eq!(pk.key_id_hex(), "000000ABCDEF0123");
+        assert!(
+            pk.to_file_text()
+                .starts_with("untrusted comment: minisign public key 000000ABCDEF0123\n")
+        );
+        pk.key_id = 0x0123_4567_89AB_CDEFu64.to_le_bytes();
+        assert_eq!(pk.key_id_hex(), "0123456789ABCDEF");
+        pk.key_id = [0; 8];
+        assert_eq!(pk.key_id_hex(), "0000000000000000");
+        pk.key_id = 0x0000_00AB_CDEF_0123u64.to_le_bytes();
+        let padded = pk.to_file_text();
+        let v011 = padded.replace("key 000000ABCDEF0123", "key ABCDEF0123");
+        assert_eq!(PublicKey::parse(&v011).unwrap(), pk);
+        // The signature's key id is shown the same way.
+        let mut sig = Signature::parse(UNENC_SIG).unwrap();
+        sig.key_id = 0x0F00u64.to_le_bytes();
+        assert_eq!(sig.key_id_hex(), "0000000000000F00");
     }
 
     // ---- our own keys ---------------------------------------------------

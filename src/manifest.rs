@@ -216,38 +216,8 @@ pub fn volume_name(index: usize, count: usize) -> String {
     format!("data.{index:0width$}")
 }
 
-/// Bytes the tar writer emits for one entry (headers, PAX records, data, padding); `None` if
-/// that overflows a u64.
-pub fn entry_stream_size(path: &str, is_dir: bool, size: u64) -> Option<u64> {
-    let mut stored_len = path.len();
-    if is_dir {
-        stored_len += 1;
-    }
-    let block = tar::BLOCK as u64;
-    let mut pax_len = 0u64;
-    let fits = stored_len <= 100 || {
-        let bytes = if is_dir {
-            format!("{path}/")
-        } else {
-            path.to_string()
-        };
-        tar::split_ustar_fits(bytes.as_bytes())
-    };
-    if !fits {
-        pax_len += tar::pax_record_len("path", stored_len) as u64;
-    }
-    if size > tar::USTAR_MAX_SIZE {
-        pax_len += tar::pax_record_len("size", size.to_string().len()) as u64;
-    }
-    let mut total = size
-        .div_ceil(block)
-        .checked_mul(block)?
-        .checked_add(block)?;
-    if pax_len > 0 {
-        total = total.checked_add(block + pax_len.div_ceil(block) * block)?;
-    }
-    Some(total)
-}
+/// Bytes the tar writer emits for one entry; the arithmetic lives beside the writer.
+pub use crate::tar::entry_stream_size;
 
 impl Manifest {
     /// Parses manifest bytes strictly (unknown fields are an error) and validates them.

@@ -199,8 +199,92 @@ mod tests {
         ] {
             assert!(check_relative(p).is_err(), "{p:?} should be refused");
         }
-        assert!(check_relative(&"a".repeat(256)).is_err());
-        assert!(check_relative(&format!("{}/x", "a/".repeat(2100))).is_err());
+    }
+
+    /// Each input breaks exactly one rule, and the reason names that rule: deleting any one
+    /// check changes the answer for at least one input.
+    #[test]
+    fn each_refusal_gives_its_own_reason() {
+        for (p, why) in [
+            ("", "is an empty name"),
+            ("/etc/passwd", "is an absolute path"),
+            ("/", "is an absolute path"),
+            ("a\nb", "contains the control character '\\n'"),
+            ("a\rb", "contains the control character '\\r'"),
+            ("a\0b", "contains the control character '\\0'"),
+            ("a\x7fb", "contains the control character '\\u{7f}'"),
+            ("a\u{85}b", "contains the control character '\\u{85}'"),
+            ("a\\b", "contains a backslash"),
+            ("c:x", "contains ':'"),
+            ("a/b:stream", "contains ':'"),
+            ("a//b", "has an empty component"),
+            ("a/", "has an empty component"),
+            (".", "has a '.' component"),
+            ("./a", "has a '.' component"),
+            ("a/.", "has a '.' component"),
+            ("..", "has a '..' component"),
+            ("a/../b", "has a '..' component"),
+            ("NUL", "has the Windows device name \"NUL\""),
+            ("sub/com1.txt", "has the Windows device name \"com1.txt\""),
+            ("Lpt9", "has the Windows device name"),
+            ("CON .txt", "has the Windows device name \"CON .txt\""),
+            ("con  .tar.gz", "has the Windows device name"),
+            ("CONIN$", "has the Windows device name"),
+            ("COM0", "has the Windows device name"),
+            ("x.", "ending in a space or dot"),
+            ("x ", "ending in a space or dot"),
+            ("a/b./c", "ending in a space or dot"),
+            (".airlock", "reserved for airlock's receipt"),
+            (".airlock/manifest.json", "reserved for airlock's receipt"),
+        ] {
+            let got = check_relative(p).expect_err(p);
+            assert!(got.contains(why), "{p:?}: expected {why:?}, got {got:?}");
+        }
+        // Near misses are accepted.
+        for p in [
+            "CONSOLE.txt",
+            "COM10",
+            "xCON",
+            "con-fig.json",
+            ".airlocks",
+            "a/.airlock",
+            "x.y",
+            " x",
+            ".x",
+            "...a",
+            "a..b",
+        ] {
+            assert_eq!(check_relative(p), Ok(()), "{p:?}");
+        }
+    }
+
+    /// Components of exactly 255 bytes and paths of exactly 4096 pass; one byte more does not,
+    /// for the length reason (the over-long path is otherwise well formed).
+    #[test]
+    fn length_limits_are_exact() {
+        assert_eq!(MAX_COMPONENT, 255);
+        assert_eq!(MAX_PATH, 4096);
+        assert_eq!(check_relative(&"a".repeat(255)), Ok(()));
+        assert_eq!(
+            check_relative(&format!("d/{}", "é".repeat(127) + "a")),
+            Ok(())
+        );
+        let why = check_relative(&"a".repeat(256)).unwrap_err();
+        assert!(why.contains("component longer than 255 bytes"), "{why}");
+        let why = check_relative(&format!("d/{}/e", "é".repeat(128))).unwrap_err();
+        assert!(why.contains("component longer than 255 bytes"), "{why}");
+        // 15 components of 255 bytes, one of 253 and one of 2: exactly 4096 bytes.
+        let exact = format!(
+            "{}/{}/bb",
+            vec!["a".repeat(255); 15].join("/"),
+            "c".repeat(253)
+        );
+        assert_eq!(exact.len(), 4096);
+        assert_eq!(check_relative(&exact), Ok(()));
+        let over = format!("{exact}x");
+        assert_eq!(over.len(), 4097);
+        let why = check_relative(&over).unwrap_err();
+        assert!(why.contains("is longer than 4096 bytes"), "{why}");
     }
 
     #[test]

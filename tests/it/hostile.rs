@@ -4,8 +4,10 @@
 //! entry) and the problem, the destination exactly as it was (absent, or the old tree byte for
 //! byte under `--replace`), no `.airlock-staging-*` left beside it, nothing created outside it,
 //! and the bundle itself untouched. `verify` and `unpack` read the bundle through a read-only
-//! bind mount (in a private mount namespace, so nothing leaks if a test dies) when the kernel
-//! allows it; the bundle tree is also compared byte for byte and mtime for mtime either way.
+//! bind mount (in a private mount namespace, so nothing leaks if a test dies); the bundle tree is
+//! also compared byte for byte and mtime for mtime. No case is skipped: where a private mount
+//! namespace cannot be made (as root with `unshare -m`, otherwise in a user namespace with
+//! `unshare -rm`), the tests fail and say why.
 //!
 //! Three sources of cases:
 //! - `testdata/hostile/<case>/`, made by `scripts/make-hostile.py`: validly signed bundles with
@@ -111,38 +113,54 @@ fn execute_within(mut cmd: Command, what: String, timeout: Duration) -> Run {
     }
 }
 
-/// Whether a read-only bind mount in a private namespace works here (root, CAP_SYS_ADMIN).
-fn ro_mount() -> &'static Result<(), String> {
-    static RO: OnceLock<Result<(), String>> = OnceLock::new();
-    RO.get_or_init(|| {
-        let t = tempfile::tempdir().expect("tempdir");
-        let (src, mnt) = (t.path().join("src"), t.path().join("mnt"));
-        fs::create_dir(&src).unwrap();
-        fs::create_dir(&mnt).unwrap();
-        let probe = Command::new("unshare")
-            .args(["-m", "sh", "-c"])
-            .arg(r#"mount --bind "$1" "$2" && mount -o remount,ro,bind "$2" || exit 125; touch "$2/probe" 2>/dev/null && exit 1; exit 0"#)
-            .args(["sh".as_ref(), src.as_os_str(), mnt.as_os_str()])
-            .stderr(Stdio::piped())
-            .output();
-        let result = match probe {
-            Ok(o) if o.status.success() => Ok(()),
-            Ok(o) if o.status.code() == Some(1) => {
-                Err("the bind mount accepted a write after remount,ro".to_string())
+/// The `unshare` flags that give a private mount namespace in which a read-only bind mount
+/// works: `-m` as root, `-rm` (a user namespace mapping us to root) otherwise. Panics, failing
+/// the test, when neither works: these tests never fall back to a weaker check.
+fn unshare_flags() -> &'static str {
+    static FLAGS: OnceLock<Result<&'static str, String>> = OnceLock::new();
+    let found = FLAGS.get_or_init(|| {
+        let mut why = Vec::new();
+        for flags in ["-m", "-rm"] {
+            match probe_ro_mount(flags) {
+                Ok(()) => return Ok(flags),
+                Err(e) => why.push(format!("unshare {flags}: {e}")),
             }
-            Ok(o) => Err(format!(
-                "unshare/mount refused: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            )),
-            Err(e) => Err(format!("cannot run unshare: {e}")),
-        };
-        if let Err(why) = &result {
-            eprintln!(
-                "hostile: no read-only bind mount ({why}); checking that verify and unpack leave the bundle alone by comparing snapshots only"
-            );
         }
-        result
-    })
+        Err(why.join("; "))
+    });
+    match found {
+        Ok(flags) => flags,
+        Err(why) => panic!(
+            "hostile tests need a private mount namespace with a read-only bind mount, and none \
+             could be made ({why}); run them as root or where unprivileged user namespaces are \
+             allowed"
+        ),
+    }
+}
+
+/// Whether a read-only bind mount in a private namespace made with `unshare FLAGS` works.
+fn probe_ro_mount(flags: &str) -> Result<(), String> {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (src, mnt) = (t.path().join("src"), t.path().join("mnt"));
+    fs::create_dir(&src).unwrap();
+    fs::create_dir(&mnt).unwrap();
+    let probe = Command::new("unshare")
+        .args([flags, "sh", "-c"])
+        .arg(r#"mount --bind "$1" "$2" && mount -o remount,ro,bind "$2" || exit 125; touch "$2/probe" 2>/dev/null && exit 1; exit 0"#)
+        .args(["sh".as_ref(), src.as_os_str(), mnt.as_os_str()])
+        .stderr(Stdio::piped())
+        .output();
+    match probe {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) if o.status.code() == Some(1) => {
+            Err("the bind mount accepted a write after remount,ro".to_string())
+        }
+        Ok(o) => Err(format!(
+            "unshare/mount refused: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Err(e) => Err(format!("cannot run unshare: {e}")),
+    }
 }
 
 /// Runs airlock with `args` (where [`BUNDLE`] stands for the bundle) on a read-only view of
@@ -150,11 +168,7 @@ fn ro_mount() -> &'static Result<(), String> {
 fn on_bundle(rep: &mut Report, bundle: &Path, args: &[&OsStr]) -> Run {
     let before = snapshot(bundle, true);
     let mnt = tempfile::tempdir().expect("tempdir");
-    let view: &Path = if ro_mount().is_ok() {
-        mnt.path()
-    } else {
-        bundle
-    };
+    let view: &Path = mnt.path();
     let args: Vec<OsString> = args
         .iter()
         .map(|a| {
@@ -166,36 +180,22 @@ fn on_bundle(rep: &mut Report, bundle: &Path, args: &[&OsStr]) -> Run {
         })
         .collect();
     let what = format!(
-        "airlock {}{}",
+        "airlock {} [{} is {} mounted read-only]",
         args.iter()
             .map(|a| a.to_string_lossy())
             .collect::<Vec<_>>()
             .join(" "),
-        if ro_mount().is_ok() {
-            format!(
-                " [{} is {} mounted read-only]",
-                view.display(),
-                bundle.display()
-            )
-        } else {
-            String::new()
-        }
+        view.display(),
+        bundle.display()
     );
-    let cmd = if ro_mount().is_ok() {
-        let mut c = Command::new("unshare");
-        c.args(["-m", "sh", "-c"])
-            .arg(r#"mount --bind "$1" "$2" && mount -o remount,ro,bind "$2" || exit 125; shift 2; exec "$@""#)
-            .arg("sh")
-            .arg(bundle)
-            .arg(view)
-            .arg(BIN)
-            .args(&args);
-        c
-    } else {
-        let mut c = Command::new(BIN);
-        c.args(&args);
-        c
-    };
+    let mut cmd = Command::new("unshare");
+    cmd.args([unshare_flags(), "sh", "-c"])
+        .arg(r#"mount --bind "$1" "$2" && mount -o remount,ro,bind "$2" || exit 125; shift 2; exec "$@""#)
+        .arg("sh")
+        .arg(bundle)
+        .arg(view)
+        .arg(BIN)
+        .args(&args);
     let run = execute_within(cmd, what, rep.timeout);
     assert_ne!(
         run.code,
@@ -445,7 +445,7 @@ impl Work {
 
     /// After a refused unpack: the scratch area is exactly `before`, no staging directory is
     /// left, and nothing appeared at the absolute target the fixtures aim at.
-    fn check_untouched(&self, rep: &mut Report, run: &Run, before: &Snapshot, abs_existed: bool) {
+    fn check_untouched(&self, rep: &mut Report, run: &Run, before: &Snapshot) {
         let after = self.snapshot();
         let staging: Vec<String> = fs::read_dir(self.dir.path())
             .unwrap()
@@ -466,10 +466,22 @@ impl Work {
                 diff(before, &after)
             ));
         }
-        if !abs_existed && Path::new(ABSOLUTE_TARGET).exists() {
+        if Path::new(ABSOLUTE_TARGET).exists() {
             rep.fail(format!("{} created {ABSOLUTE_TARGET}", run.what));
         }
     }
+}
+
+/// The "nothing written outside" check needs [`ABSOLUTE_TARGET`] absent before a case runs: it
+/// is never skipped, so a leftover (from a broken build, or anything else) fails the test and
+/// names the path to inspect and remove by hand.
+fn assert_absolute_target_absent() {
+    assert!(
+        !Path::new(ABSOLUTE_TARGET).exists(),
+        "{ABSOLUTE_TARGET} exists before the case runs, so the check that a hostile bundle wrote \
+         nothing there cannot be made: something (an earlier broken build?) created it; inspect \
+         and remove it"
+    );
 }
 
 /// Unpacks `bundle` twice, into a fresh destination and with `--replace --json` over an old
@@ -481,7 +493,7 @@ fn expect_unpack_refused(
     code: i32,
     needles: &[&str],
 ) {
-    let abs_existed = Path::new(ABSOLUTE_TARGET).exists();
+    assert_absolute_target_absent();
 
     let work = Work::new();
     let before = work.snapshot();
@@ -490,14 +502,14 @@ fn expect_unpack_refused(
     if work.dest().exists() {
         rep.fail(format!("{} left the destination behind", run.what));
     }
-    work.check_untouched(rep, &run, &before, abs_existed);
+    work.check_untouched(rep, &run, &before);
 
     let work = Work::new();
     work.old_tree(bundle);
     let before = work.snapshot();
     let run = unpack(rep, bundle, trust, &work.dest(), &["--replace", "--json"]);
     rep.expect(&run, code, needles);
-    work.check_untouched(rep, &run, &before, abs_existed);
+    work.check_untouched(rep, &run, &before);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1063,10 +1075,6 @@ fn volume_extra_present() {
 /// file of a sleeping process, whose address 0 is unmapped), in a private mount namespace.
 #[test]
 fn volume_unreadable_io_error_half_way() {
-    if ro_mount().is_err() {
-        eprintln!("volume_unreadable_io_error_half_way: skipped, no mount namespaces here");
-        return;
-    }
     let p = pack(2, 1, "test.key");
     let mut sleeper = Command::new("sleep").arg("600").spawn().expect("sleep");
     let mem = format!("/proc/{}/mem", sleeper.id());
@@ -1076,7 +1084,7 @@ fn volume_unreadable_io_error_half_way() {
     let bundle_before = snapshot(&p.bundle, true);
     let mut cmd = Command::new("unshare");
     cmd.args([
-        "-m",
+        unshare_flags(),
         "sh",
         "-c",
         r#"mount --bind "$1" "$2" || exit 125; shift 2; exec "$@""#,
@@ -1101,7 +1109,7 @@ fn volume_unreadable_io_error_half_way() {
     if work.dest().exists() {
         rep.fail("the destination exists after the I/O error".into());
     }
-    work.check_untouched(&mut rep, &run, &before, true);
+    work.check_untouched(&mut rep, &run, &before);
     if snapshot(&p.bundle, true) != bundle_before {
         rep.fail("the bundle changed".into());
     }
@@ -1267,7 +1275,7 @@ fn rollback_older_version_refused() {
         3,
         &["version 2", "older version 1", "--allow-downgrade"],
     );
-    work.check_untouched(&mut rep, &run, &before, true);
+    work.check_untouched(&mut rep, &run, &before);
     let run = unpack(
         &mut rep,
         &old.bundle,
@@ -1276,7 +1284,7 @@ fn rollback_older_version_refused() {
         &["--replace", "--json"],
     );
     rep.expect(&run, 3, &["version 2", "older version 1"]);
-    work.check_untouched(&mut rep, &run, &before, true);
+    work.check_untouched(&mut rep, &run, &before);
     let run = unpack(
         &mut rep,
         &old.bundle,

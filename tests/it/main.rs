@@ -9,6 +9,7 @@ mod model_checks;
 mod roundtrip;
 mod support;
 mod tamper;
+mod tar_crate;
 mod ux;
 mod verdict;
 mod workflow_checks;

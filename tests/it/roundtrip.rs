@@ -279,7 +279,15 @@ fn pack_refuses_existing_output_and_leaves_nothing_on_failure() {
     let env = Env::new();
     env.model("m");
     std::fs::create_dir(env.path("exists")).unwrap();
-    env.fails(2, &["pack", "m", "-o", "exists", "--key", "k.key"]);
+    env.write("exists/keep.txt", b"not airlock's");
+    let before = tree(&env.path("exists"));
+    let text = env.fails(2, &["pack", "m", "-o", "exists", "--key", "k.key"]);
+    assert!(text.contains("exists"), "{text}");
+    assert_eq!(
+        tree(&env.path("exists")),
+        before,
+        "the refused output was touched"
+    );
     std::os::unix::fs::symlink("nowhere", env.path("m/dangling.bin")).unwrap();
     let text = env.fails(1, &["pack", "m", "-o", "b", "--key", "k.key"]);
     assert!(
