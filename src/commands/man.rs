@@ -122,7 +122,11 @@ fn roff_text(text: &str) -> String {
 }
 
 fn section(out: &mut String, title: &str) {
-    out.push_str(&format!(".SH \"{title}\"\n"));
+    if title.contains(' ') {
+        out.push_str(&format!(".SH \"{title}\"\n"));
+    } else {
+        out.push_str(&format!(".SH {title}\n"));
+    }
 }
 
 fn tagged(out: &mut String, tag: &str, text: &str) {
@@ -183,7 +187,8 @@ pub fn page(command: Option<&str>) -> Vec<u8> {
                 .find_subcommand(name)
                 .expect("MAN_PAGES names subcommands")
                 .clone()
-                .display_name(format!("airlock-{name}"));
+                .display_name(format!("airlock-{name}"))
+                .version(env!("CARGO_PKG_VERSION"));
             (sub, format!("AIRLOCK-{}", name.to_uppercase()))
         }
     };

@@ -140,6 +140,7 @@ impl Ui {
                             .expect("valid template"),
                     )
                     .with_message(what.to_string());
+                spinner.tick();
                 spinner.enable_steady_tick(Duration::from_millis(1000 / u64::from(BAR_HZ)));
                 *slot = Some(spinner);
             }
@@ -380,8 +381,49 @@ mod tests {
             line.starts_with("airlock: pack: 1.0 GiB of 4.0 GiB (25%), 102.4 MiB/s, ETA 30 s"),
             "{line}"
         );
+        let early = Plain {
+            started: Instant::now(),
+            ..p
+        };
+        assert!(!plain_line(&early).contains("ETA"), "{}", plain_line(&early));
         assert!(line.ends_with(", weights/model.safetensors"), "{line}");
         assert!(!line.contains('\r'));
         assert_eq!(eta_text(3725.0), "1 h 2 min");
+    }
+
+    #[test]
+    fn no_eta_until_the_rate_has_settled() {
+        let s = Duration::from_secs;
+        // The first seconds measure buffers filling, not the disk: no estimate.
+        assert_eq!(settled_eta(Duration::from_millis(200), 1 << 20, 4 << 30), None);
+        assert_eq!(settled_eta(s(2), 1 << 30, 4 << 30), None);
+        assert_eq!(settled_eta(s(10), 0, 4 << 30), None);
+        assert_eq!(settled_eta(s(10), 4 << 30, 4 << 30), None);
+        assert_eq!(settled_eta(s(10), 1 << 30, 4 << 30), Some(30.0));
+    }
+
+    #[test]
+    fn every_bar_layout_fits_its_width() {
+        // The widest values each placeholder can print, and the layout's fixed text.
+        let widest = |t: &str| {
+            t.replace("{prefix:>10}", "deep check")
+                .replace("{prefix}", "deep check")
+                .replace("{bytes}", "1023.99 GiB")
+                .replace("{total_bytes}", "1023.99 GiB")
+                .replace("{bytes_per_sec}", "1023.99 MiB/s")
+                .replace("{percent:>3}", "100")
+                .replace("{settled_eta}", " ETA 59 min 59 s")
+                .replace("{wide_msg}", "")
+                .replace("{wide_bar}", "")
+        };
+        for width in [20u16, 35, 36, 40, 43, 44, 50, 79, 80, 100, 160] {
+            for line in widest(bar_template(width)).lines() {
+                assert!(
+                    line.chars().count() <= usize::from(width),
+                    "{width} columns: {line:?} ({} columns)",
+                    line.chars().count()
+                );
+            }
+        }
     }
 }
