@@ -133,7 +133,14 @@ pub enum Command {
 
 /// The commands that have a manual page of their own.
 pub const MAN_PAGES: [&str; 8] = [
-    "keygen", "pack", "verify", "unpack", "inspect", "check", "sign", "completions",
+    "keygen",
+    "pack",
+    "verify",
+    "unpack",
+    "inspect",
+    "check",
+    "sign",
+    "completions",
 ];
 
 /// `airlock sign`.

@@ -576,8 +576,17 @@ mod tests {
             password_file: Some(PathBuf::from("pw")),
             attempts: 1,
         };
-        assert!(from_file.to_string().ends_with("(from the first line of pw)"));
-        assert!(from_file.hint().unwrap().starts_with("check pw: its first line"));
+        assert!(
+            from_file
+                .to_string()
+                .ends_with("(from the first line of pw)")
+        );
+        assert!(
+            from_file
+                .hint()
+                .unwrap()
+                .starts_with("check pw: its first line")
+        );
         assert_eq!((typed.exit_code(), typed.kind()), (EXIT_OPERATIONAL, "key"));
     }
 
@@ -586,7 +595,9 @@ mod tests {
         let fix = "finish the download (run the same huggingface_hub download again; it resumes), then pack again";
         let on_target = fix_for_installed(fix);
         assert!(
-            on_target.starts_with("airlock installed this directory from a bundle: unpack the bundle again"),
+            on_target.starts_with(
+                "airlock installed this directory from a bundle: unpack the bundle again"
+            ),
             "{on_target}"
         );
         assert!(on_target.ends_with(fix), "{on_target}");

@@ -19,8 +19,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .unwrap_or(t.len());
     let (number, unit) = t.split_at(number_end);
     let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-    if whole.is_empty() || (number.contains('.') && fraction.is_empty()) || fraction.contains('.')
-    {
+    if whole.is_empty() || (number.contains('.') && fraction.is_empty()) || fraction.contains('.') {
         return Err(format!("{text:?} is not a size: {FORMS}"));
     }
     let mult: u64 = match unit.trim_start().to_ascii_uppercase().as_str() {

@@ -39,12 +39,22 @@ const ENVIRONMENT: &[EnvVar] = &[
 /// The exit codes every command shares, then what 3 means for each command.
 fn exit_status(command: Option<&str>) -> Vec<(&'static str, String)> {
     let three = match command {
-        None => Some("the bundle, an installed model or a model failed verification, or an install would downgrade"),
-        Some("pack") => Some("the model checks found errors (pack with --no-model-checks to record them as warnings instead)"),
-        Some("verify") => Some("the bundle failed verification: signature, trust, manifest, a volume or (with --deep) a file"),
-        Some("unpack") => Some("the bundle failed verification, or the install would downgrade an installed version"),
+        None => Some(
+            "the bundle, an installed model or a model failed verification, or an install would downgrade",
+        ),
+        Some("pack") => Some(
+            "the model checks found errors (pack with --no-model-checks to record them as warnings instead)",
+        ),
+        Some("verify") => Some(
+            "the bundle failed verification: signature, trust, manifest, a volume or (with --deep) a file",
+        ),
+        Some("unpack") => Some(
+            "the bundle failed verification, or the install would downgrade an installed version",
+        ),
         Some("inspect") => Some("the manifest is malformed"),
-        Some("check") => Some("the tree differs from its receipt, the receipt's signature fails, the model checks found errors, or the Hugging Face cache is damaged"),
+        Some("check") => Some(
+            "the tree differs from its receipt, the receipt's signature fails, the model checks found errors, or the Hugging Face cache is damaged",
+        ),
         Some(_) => None,
     };
     let mut codes = vec![
@@ -67,45 +77,103 @@ fn exit_status(command: Option<&str>) -> Vec<(&'static str, String)> {
 fn examples(command: Option<&str>) -> &'static [(&'static str, &'static str)] {
     match command {
         None => &[
-            ("Make a key pair once, on the signing machine:", "airlock keygen -o release"),
-            ("Pack and sign a model on the staging host, in volumes that fit a FAT32 stick:", "airlock pack ./llama -o /media/usb/llama --key release.key --volume-size fat32"),
-            ("On the target, verify and install:", "airlock unpack /media/usb/llama --trust /etc/airlock/trust --dest /srv/models/llama"),
-            ("Re-check the installed model later:", "airlock check /srv/models/llama --trust /etc/airlock/trust"),
+            (
+                "Make a key pair once, on the signing machine:",
+                "airlock keygen -o release",
+            ),
+            (
+                "Pack and sign a model on the staging host, in volumes that fit a FAT32 stick:",
+                "airlock pack ./llama -o /media/usb/llama --key release.key --volume-size fat32",
+            ),
+            (
+                "On the target, verify and install:",
+                "airlock unpack /media/usb/llama --trust /etc/airlock/trust --dest /srv/models/llama",
+            ),
+            (
+                "Re-check the installed model later:",
+                "airlock check /srv/models/llama --trust /etc/airlock/trust",
+            ),
         ],
         Some("keygen") => &[
-            ("A password-protected pair, release.pub and release.key:", "airlock keygen -o release"),
-            ("For automation, the password from a file:", "airlock keygen -o ci --password-file /run/secrets/pw"),
+            (
+                "A password-protected pair, release.pub and release.key:",
+                "airlock keygen -o release",
+            ),
+            (
+                "For automation, the password from a file:",
+                "airlock keygen -o ci --password-file /run/secrets/pw",
+            ),
         ],
         Some("pack") => &[
-            ("Pack a directory:", "airlock pack ./llama -o llama-v3 --key release.key --version 3"),
-            ("Volumes that fit a FAT32 medium, no compression:", "airlock pack ./llama -o /media/usb/llama --key release.key --volume-size fat32 --compress none"),
-            ("From the Hugging Face cache, checking every file against its blob name:", "airlock pack --hf-repo org/model --revision main -o model --key release.key"),
+            (
+                "Pack a directory:",
+                "airlock pack ./llama -o llama-v3 --key release.key --version 3",
+            ),
+            (
+                "Volumes that fit a FAT32 medium, no compression:",
+                "airlock pack ./llama -o /media/usb/llama --key release.key --volume-size fat32 --compress none",
+            ),
+            (
+                "From the Hugging Face cache, checking every file against its blob name:",
+                "airlock pack --hf-repo org/model --revision main -o model --key release.key",
+            ),
         ],
         Some("verify") => &[
-            ("Check the signature and every volume on the medium:", "airlock verify /media/usb/llama --trust /etc/airlock/trust"),
-            ("Also decompress and check every file:", "airlock verify /media/usb/llama --trust /etc/airlock/trust --deep"),
+            (
+                "Check the signature and every volume on the medium:",
+                "airlock verify /media/usb/llama --trust /etc/airlock/trust",
+            ),
+            (
+                "Also decompress and check every file:",
+                "airlock verify /media/usb/llama --trust /etc/airlock/trust --deep",
+            ),
         ],
         Some("unpack") => &[
-            ("Install into a new directory:", "airlock unpack llama-v3 --trust /etc/airlock/trust --dest /srv/models/llama"),
-            ("Upgrade an install atomically:", "airlock unpack llama-v4 --trust /etc/airlock/trust --dest /srv/models/llama --replace"),
-            ("Into a Hugging Face cache:", "airlock unpack model --trust /etc/airlock/trust --hf-cache ~/.cache/huggingface/hub"),
+            (
+                "Install into a new directory:",
+                "airlock unpack llama-v3 --trust /etc/airlock/trust --dest /srv/models/llama",
+            ),
+            (
+                "Upgrade an install atomically:",
+                "airlock unpack llama-v4 --trust /etc/airlock/trust --dest /srv/models/llama --replace",
+            ),
+            (
+                "Into a Hugging Face cache:",
+                "airlock unpack model --trust /etc/airlock/trust --hf-cache ~/.cache/huggingface/hub",
+            ),
         ],
         Some("inspect") => &[
-            ("What a bundle holds (signature not checked):", "airlock inspect /media/usb/llama"),
-            ("Checksums for sha256sum -c after a manual recovery:", "airlock inspect /media/usb/llama --sha256sums > SHA256SUMS"),
+            (
+                "What a bundle holds (signature not checked):",
+                "airlock inspect /media/usb/llama",
+            ),
+            (
+                "Checksums for sha256sum -c after a manual recovery:",
+                "airlock inspect /media/usb/llama --sha256sums > SHA256SUMS",
+            ),
         ],
         Some("check") => &[
-            ("Re-hash an installed model against its signed receipt:", "airlock check /srv/models/llama --trust /etc/airlock/trust"),
+            (
+                "Re-hash an installed model against its signed receipt:",
+                "airlock check /srv/models/llama --trust /etc/airlock/trust",
+            ),
             ("Lint any model directory:", "airlock check ./llama"),
-            ("Every blob of a Hugging Face cache against its name:", "airlock check --hf-cache ~/.cache/huggingface/hub"),
+            (
+                "Every blob of a Hugging Face cache against its name:",
+                "airlock check --hf-cache ~/.cache/huggingface/hub",
+            ),
         ],
         Some("sign") => &[
-            ("Sign airlock's release binary; stock minisign verifies it on the target:", "airlock sign airlock --key release.key"),
+            (
+                "Sign airlock's release binary; stock minisign verifies it on the target:",
+                "airlock sign airlock --key release.key",
+            ),
             ("On the target:", "minisign -Vm airlock -p release.pub"),
         ],
-        Some("completions") => &[
-            ("bash:", "airlock completions bash > /etc/bash_completion.d/airlock"),
-        ],
+        Some("completions") => &[(
+            "bash:",
+            "airlock completions bash > /etc/bash_completion.d/airlock",
+        )],
         Some(_) => &[],
     }
 }
@@ -130,7 +198,11 @@ fn section(out: &mut String, title: &str) {
 }
 
 fn tagged(out: &mut String, tag: &str, text: &str) {
-    out.push_str(&format!(".TP\n\\fB{}\\fR\n{}\n", roff_text(tag), roff_text(text)));
+    out.push_str(&format!(
+        ".TP\n\\fB{}\\fR\n{}\n",
+        roff_text(tag),
+        roff_text(text)
+    ));
 }
 
 /// The extra sections for the page of `command` (None: airlock itself).
@@ -216,14 +288,25 @@ mod tests {
     fn every_page_has_options_exit_status_and_examples() {
         for command in std::iter::once(None).chain(MAN_PAGES.iter().map(|c| Some(*c))) {
             let text = String::from_utf8(page(command)).unwrap();
-            for needle in [".SH OPTIONS", ".SH \"EXIT STATUS\"", ".SH EXAMPLES", ".SH \"SEE ALSO\""] {
+            for needle in [
+                ".SH OPTIONS",
+                ".SH \"EXIT STATUS\"",
+                ".SH EXAMPLES",
+                ".SH \"SEE ALSO\"",
+            ] {
                 assert!(text.contains(needle), "{command:?} lacks {needle}");
             }
             let name = command.map_or("airlock".to_string(), |c| format!("airlock\\-{c}"));
-            assert!(text.contains(&format!(".TH {}", name.to_uppercase().replace("\\-", "-"))), "{command:?}");
+            assert!(
+                text.contains(&format!(".TH {}", name.to_uppercase().replace("\\-", "-"))),
+                "{command:?}"
+            );
         }
         let verify = String::from_utf8(page(Some("verify"))).unwrap();
-        assert!(verify.contains("AIRLOCK_TRUST") && verify.contains("\\-\\-deep"), "{verify}");
+        assert!(
+            verify.contains("AIRLOCK_TRUST") && verify.contains("\\-\\-deep"),
+            "{verify}"
+        );
         assert!(!verify.contains("SOURCE_DATE_EPOCH"));
     }
 

@@ -86,11 +86,9 @@ pub fn unlock(key: KeyFile, ui: &Ui) -> Result<SecretKey> {
         },
         Password::Terminal => {
             for attempt in 1..=PASSWORD_ATTEMPTS {
-                let typed = rpassword::prompt_password(format!(
-                    "Password for {}: ",
-                    key.path.display()
-                ))
-                .map_err(|e| Error::io("/dev/tty", e))?;
+                let typed =
+                    rpassword::prompt_password(format!("Password for {}: ", key.path.display()))
+                        .map_err(|e| Error::io("/dev/tty", e))?;
                 let typed = Zeroizing::new(typed.into_bytes());
                 match decrypt(&typed) {
                     Err(KeyError::WrongPassword) if attempt < PASSWORD_ATTEMPTS => {

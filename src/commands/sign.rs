@@ -59,12 +59,13 @@ pub fn run(a: SignArgs, ui: &Ui) -> Result<Output> {
         source: e,
     })?;
     let key = secret::unlock(key_file, ui)?;
-    let sig = keys::sign_prehashed(&key, &digest, UNTRUSTED_COMMENT, &trusted_comment).map_err(
-        |e| Error::Key {
-            path: a.key.clone(),
-            source: e,
-        },
-    )?;
+    let sig =
+        keys::sign_prehashed(&key, &digest, UNTRUSTED_COMMENT, &trusted_comment).map_err(|e| {
+            Error::Key {
+                path: a.key.clone(),
+                source: e,
+            }
+        })?;
     Staged::write(&sig_path, sig.to_file_text().as_bytes(), 0o644)?.publish(a.force)?;
     let key_id = key.public_key().key_id_hex();
     let mut out = Output::default();

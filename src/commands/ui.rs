@@ -11,7 +11,6 @@ use std::io::IsTerminal;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
 use airlock::error::human;
@@ -385,7 +384,11 @@ mod tests {
             started: Instant::now(),
             ..p
         };
-        assert!(!plain_line(&early).contains("ETA"), "{}", plain_line(&early));
+        assert!(
+            !plain_line(&early).contains("ETA"),
+            "{}",
+            plain_line(&early)
+        );
         assert!(line.ends_with(", weights/model.safetensors"), "{line}");
         assert!(!line.contains('\r'));
         assert_eq!(eta_text(3725.0), "1 h 2 min");
@@ -395,7 +398,10 @@ mod tests {
     fn no_eta_until_the_rate_has_settled() {
         let s = Duration::from_secs;
         // The first seconds measure buffers filling, not the disk: no estimate.
-        assert_eq!(settled_eta(Duration::from_millis(200), 1 << 20, 4 << 30), None);
+        assert_eq!(
+            settled_eta(Duration::from_millis(200), 1 << 20, 4 << 30),
+            None
+        );
         assert_eq!(settled_eta(s(2), 1 << 30, 4 << 30), None);
         assert_eq!(settled_eta(s(10), 0, 4 << 30), None);
         assert_eq!(settled_eta(s(10), 4 << 30, 4 << 30), None);

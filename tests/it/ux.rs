@@ -459,14 +459,20 @@ fn progress_fits_a_narrow_terminal() {
     big_model(&env);
     for cols in [40, 50] {
         let bundle = format!("b{cols}");
-        let (raw, code) =
-            on_terminal_sized(&env, cols, &["pack", "big", "-o", &bundle, "--key", "k.key"]);
+        let (raw, code) = on_terminal_sized(
+            &env,
+            cols,
+            &["pack", "big", "-o", &bundle, "--key", "k.key"],
+        );
         assert_eq!(code, 0, "{raw}");
         let shown = screen(&raw, cols);
         // The result line may be longer than the terminal; no progress line may.
         let progress = &raw[..raw.find("OK   packed").expect("result line")];
         let (_, rows) = screen_and_rows_used(progress, cols);
-        assert!(rows <= 2, "{cols} columns: a progress line wrapped: {progress:?}");
+        assert!(
+            rows <= 2,
+            "{cols} columns: a progress line wrapped: {progress:?}"
+        );
         assert!(raw.contains('%') && raw.contains("weights.raw"), "{raw:?}");
         assert!(!raw.contains("[]"), "a bar with no room was drawn: {raw:?}");
         assert!(shown[0].starts_with("OK   packed big"), "{shown:#?}");
@@ -598,10 +604,22 @@ fn pack_reports_cheap_problems_before_the_password() {
     let cases: [(&[&str], i32, &str); 5] = [
         (&["pack", "nowhere", "-o", "b"], 1, "nowhere: No such file"),
         (&["pack", "m", "-o", "taken"], 2, "taken already exists"),
-        (&["pack", "m", "-o", "no/such/b"], 1, "no/such: No such file"),
+        (
+            &["pack", "m", "-o", "no/such/b"],
+            1,
+            "no/such: No such file",
+        ),
         (&["pack", "lfs", "-o", "b"], 3, "Git LFS pointer"),
         (
-            &["pack", "--hf-repo", "org/absent", "--hf-cache", "m", "-o", "b"],
+            &[
+                "pack",
+                "--hf-repo",
+                "org/absent",
+                "--hf-cache",
+                "m",
+                "-o",
+                "b",
+            ],
             1,
             "org/absent",
         ),
@@ -614,18 +632,37 @@ fn pack_reports_cheap_problems_before_the_password() {
     // A missing password file is found before the source is read, too.
     let text = env.fails(
         1,
-        &["pack", "m", "-o", "b", "--key", "enc.key", "--password-file", "no-pw"],
+        &[
+            "pack",
+            "m",
+            "-o",
+            "b",
+            "--key",
+            "enc.key",
+            "--password-file",
+            "no-pw",
+        ],
     );
     assert!(text.contains("no-pw: No such file"), "{text}");
     // With everything else right, the wrong password is the error, and the hint names the file.
     let text = env.fails(1, &pack(&["pack", "m", "-o", "b"]));
     assert!(
-        text.contains("enc.key: wrong password for this secret key (from the first line of bad-pw)")
-            && text.contains("hint: check bad-pw: its first line"),
+        text.contains(
+            "enc.key: wrong password for this secret key (from the first line of bad-pw)"
+        ) && text.contains("hint: check bad-pw: its first line"),
         "{text}"
     );
     env.assert_nothing_packed("b");
-    env.ok(&["pack", "m", "-o", "b", "--key", "enc.key", "--password-file", "pw"]);
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "enc.key",
+        "--password-file",
+        "pw",
+    ]);
     env.ok(&["verify", "b", "--trust", "enc.pub"]);
 }
 
@@ -637,7 +674,10 @@ fn on_terminal_typing(env: &Env, input: &str, args: &[&str]) -> (String, i32) {
         .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
         .collect();
     let mut child = Command::new("script")
-        .args(["-qfec", &format!("stty cols 80 rows 40; exec {}", quoted.join(" "))])
+        .args([
+            "-qfec",
+            &format!("stty cols 80 rows 40; exec {}", quoted.join(" ")),
+        ])
         .arg("/dev/null")
         .current_dir(env.dir.path())
         .env_remove("AIRLOCK_TRUST")
@@ -679,7 +719,10 @@ fn a_wrong_password_at_the_terminal_is_asked_again() {
         raw.contains("enc.key: wrong password for this secret key (3 attempts)"),
         "{raw}"
     );
-    assert!(!raw.contains("password-file") && !raw.contains("first line"), "{raw}");
+    assert!(
+        !raw.contains("password-file") && !raw.contains("first line"),
+        "{raw}"
+    );
     assert!(!env.path("b").exists());
     // A typo, then the right one: packed.
     let (raw, code) = on_terminal_typing(
@@ -737,7 +780,17 @@ fn keygen_into_a_missing_directory_blames_the_directory() {
 #[test]
 fn man_prints_a_page_for_every_command() {
     let env = Env::new();
-    for cmd in ["", "keygen", "pack", "verify", "unpack", "inspect", "check", "sign", "completions"] {
+    for cmd in [
+        "",
+        "keygen",
+        "pack",
+        "verify",
+        "unpack",
+        "inspect",
+        "check",
+        "sign",
+        "completions",
+    ] {
         let args: Vec<&str> = ["man", cmd].into_iter().filter(|a| !a.is_empty()).collect();
         let out = env.ok(&args);
         let page = String::from_utf8(out.stdout).unwrap();
@@ -747,14 +800,23 @@ fn man_prints_a_page_for_every_command() {
             format!("AIRLOCK-{}", cmd.to_uppercase())
         };
         assert!(page.contains(&format!(".TH {title} 1")), "{cmd}: {page}");
-        for section in [".SH OPTIONS", ".SH \"EXIT STATUS\"", ".SH EXAMPLES", ".SH \"SEE ALSO\""] {
+        for section in [
+            ".SH OPTIONS",
+            ".SH \"EXIT STATUS\"",
+            ".SH EXAMPLES",
+            ".SH \"SEE ALSO\"",
+        ] {
             assert!(page.contains(section), "{cmd}: no {section}");
         }
     }
     let unpack = String::from_utf8(env.ok(&["man", "unpack"]).stdout).unwrap();
     assert!(unpack.contains("AIRLOCK_TRUST") && unpack.contains("\\-\\-replace"));
     // man(1) itself renders it, when it is installed.
-    if Command::new("man").arg("--version").output().is_ok_and(|o| o.status.success()) {
+    if Command::new("man")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
         std::fs::write(env.path("airlock-pack.1"), env.ok(&["man", "pack"]).stdout).unwrap();
         let out = Command::new("man")
             .args(["-l", "airlock-pack.1"])
@@ -764,10 +826,49 @@ fn man_prints_a_page_for_every_command() {
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(text.contains("EXIT STATUS") && text.contains("--volume-size"), "{text}");
+        assert!(
+            text.contains("EXIT STATUS") && text.contains("--volume-size"),
+            "{text}"
+        );
     }
     let text = env.fails(2, &["man", "frobnicate"]);
-    assert!(text.starts_with("airlock: error: invalid value 'frobnicate'"), "{text}");
+    assert!(
+        text.starts_with("airlock: error: invalid value 'frobnicate'"),
+        "{text}"
+    );
+}
+
+#[test]
+fn install_man_installs_every_page() {
+    let env = Env::new();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-man.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .args(["--airlock", env!("CARGO_BIN_EXE_airlock"), "man"])
+        .current_dir(env.dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mut pages: Vec<String> = std::fs::read_dir(env.path("man/man1"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    pages.sort();
+    // Every command `airlock man` accepts has its page installed.
+    let help = String::from_utf8(env.ok(&["man", "--help"]).stdout).unwrap();
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    let listed = help
+        .split("possible values: ")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next())
+        .expect("man --help lists the commands");
+    let mut expected: Vec<String> = listed
+        .split(", ")
+        .map(|c| format!("airlock-{c}.1"))
+        .chain(["airlock.1".to_string()])
+        .collect();
+    expected.sort();
+    assert_eq!(pages, expected);
 }
 
 #[test]
@@ -797,7 +898,11 @@ fn a_closed_pipe_is_not_an_error() {
     drop(child.stdout.take());
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -834,7 +939,14 @@ fn release_script_signs_with_airlock_and_minisign_verifies() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/release.sh");
     let out = Command::new("bash")
         .arg(&script)
-        .args(["--key", "k.key", "-o", "rel", "--binary", env!("CARGO_BIN_EXE_airlock")])
+        .args([
+            "--key",
+            "k.key",
+            "-o",
+            "rel",
+            "--binary",
+            env!("CARGO_BIN_EXE_airlock"),
+        ])
         .current_dir(env.dir.path())
         .env("AIRLOCK", env!("CARGO_BIN_EXE_airlock"))
         .output()
@@ -873,16 +985,40 @@ fn release_script_signs_with_airlock_and_minisign_verifies() {
 fn small_argument_errors_say_what_is_wanted() {
     let env = fixed_env();
     env.model("m");
-    let text = env.fails(2, &["pack", "m", "-o", "b", "--key", "k.key", "--version", "v2"]);
+    let text = env.fails(
+        2,
+        &["pack", "m", "-o", "b", "--key", "k.key", "--version", "v2"],
+    );
     assert!(
         text.starts_with("airlock: error: invalid value 'v2' for '--version <N>'")
             && text.contains("a bundle version is a whole number"),
         "{text}"
     );
-    let text = env.fails(2, &["pack", "m", "-o", "b", "--key", "k.key", "--volume-size", "4.5X"]);
+    let text = env.fails(
+        2,
+        &[
+            "pack",
+            "m",
+            "-o",
+            "b",
+            "--key",
+            "k.key",
+            "--volume-size",
+            "4.5X",
+        ],
+    );
     assert!(text.contains("fat32"), "{text}");
     // 4.5G is 4.5 GiB.
-    env.ok(&["pack", "m", "-o", "b", "--key", "k.key", "--volume-size", "4.5G"]);
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--volume-size",
+        "4.5G",
+    ]);
     let text = env.fails(2, &["keygen", "--out", "x", "--forse"]);
     assert!(
         text.starts_with("airlock: error: unexpected argument '--forse' found\nairlock: hint: a similar argument exists: '--force'"),
