@@ -1029,3 +1029,44 @@ fn small_argument_errors_say_what_is_wanted() {
     env.ok(&["verify", "b", "--trust", "k.pub", "--progress", "none"]);
     env.ok(&["--progress", "plain", "verify", "b", "--trust", "k.pub"]);
 }
+
+#[test]
+fn check_on_an_installed_tree_says_unpack_again_not_pack_again() {
+    let env = fixed_env();
+    env.write("lfs/config.json", b"{\"model_type\": \"test\"}\n");
+    env.write(
+        "lfs/model.safetensors",
+        b"version https://git-lfs.github.com/spec/v1\n\
+          oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n\
+          size 4900000000\n",
+    );
+    env.ok(&[
+        "pack",
+        "lfs",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--no-model-checks",
+    ]);
+    env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
+    // Installed by airlock: the fix is to unpack again (and, since the bundle carries the
+    // problem, to repair it where it was packed).
+    let text = env.fails(3, &["check", "out"]);
+    assert!(
+        text.contains(
+            "airlock: hint: airlock installed this directory from a bundle: unpack the bundle again"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("fix: airlock installed this directory"),
+        "{text}"
+    );
+    // A directory airlock did not install keeps the staging-host fix.
+    let text = env.fails(3, &["check", "lfs"]);
+    assert!(
+        text.contains("then pack again") && !text.contains("airlock installed"),
+        "{text}"
+    );
+}
