@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bundle;
+pub mod delta;
 pub mod error;
 pub mod fsinfo;
 pub mod hfcache;
@@ -15,6 +16,7 @@ pub mod install_hf;
 pub mod keys;
 pub mod lock;
 pub mod manifest;
+pub mod parity;
 pub mod paths;
 pub mod progress;
 pub mod receipt;
