@@ -253,7 +253,7 @@ pub fn page(command: Option<&str>) -> Vec<u8> {
     let mut root = Cli::command();
     root.build();
     let (cmd, title) = match command {
-        None => (root.clone(), "AIRLOCK".to_string()),
+        None => (root.clone(), "airlock".to_string()),
         Some(name) => {
             let sub = root
                 .find_subcommand(name)
@@ -261,10 +261,12 @@ pub fn page(command: Option<&str>) -> Vec<u8> {
                 .clone()
                 .display_name(format!("airlock-{name}"))
                 .version(env!("CARGO_PKG_VERSION"));
-            (sub, format!("AIRLOCK-{}", name.to_uppercase()))
+            (sub, format!("airlock-{name}"))
         }
     };
-    let man = clap_mangen::Man::new(cmd.clone()).title(title);
+    let man = clap_mangen::Man::new(cmd.clone())
+        .title(title)
+        .source(format!("airlock {}", env!("CARGO_PKG_VERSION")));
     let mut out = Vec::new();
     // Writing into a Vec cannot fail.
     let _ = man.render_title(&mut out);
@@ -296,11 +298,8 @@ mod tests {
             ] {
                 assert!(text.contains(needle), "{command:?} lacks {needle}");
             }
-            let name = command.map_or("airlock".to_string(), |c| format!("airlock\\-{c}"));
-            assert!(
-                text.contains(&format!(".TH {}", name.to_uppercase().replace("\\-", "-"))),
-                "{command:?}"
-            );
+            let title = command.map_or("airlock".to_string(), |c| format!("airlock-{c}"));
+            assert!(text.contains(&format!(".TH {title} 1")), "{command:?}");
         }
         let verify = String::from_utf8(page(Some("verify"))).unwrap();
         assert!(

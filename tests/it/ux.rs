@@ -795,9 +795,9 @@ fn man_prints_a_page_for_every_command() {
         let out = env.ok(&args);
         let page = String::from_utf8(out.stdout).unwrap();
         let title = if cmd.is_empty() {
-            "AIRLOCK".to_string()
+            "airlock".to_string()
         } else {
-            format!("AIRLOCK-{}", cmd.to_uppercase())
+            format!("airlock-{cmd}")
         };
         assert!(page.contains(&format!(".TH {title} 1")), "{cmd}: {page}");
         for section in [
