@@ -6,24 +6,49 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Carry machine-learning models across an air gap with every byte verified.
 ///
-/// Exit codes: 0 success; 1 operational error (I/O, no space, wrong password); 2 usage error;
-/// 3 the bundle or model failed verification.
+/// Exit codes: 0 success; 1 operational error (I/O, a path that does not exist or cannot be read,
+/// no space, wrong password); 2 usage error; 3 the bundle or model failed verification.
+/// `airlock man COMMAND` prints a command's manual page.
 #[derive(Parser, Debug)]
 #[command(name = "airlock", version, max_term_width = 100)]
 pub struct Cli {
-    /// Print exactly one JSON document on stdout describing the result (also on failure; not
-    /// for completions and man).
+    /// The options every command takes.
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    /// Progress on stderr for pack, verify, unpack and check: auto, bar, plain or none.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "WHEN",
+        help_heading = "Global options",
+        hide_possible_values = true
+    )]
+    pub progress: Option<ProgressArg>,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options accepted by every command, before or after its name. Listed after each command's
+/// own flags, one line each.
+#[derive(Args, Debug)]
+#[command(next_help_heading = "Global options")]
+pub struct GlobalArgs {
+    /// Print one JSON document on stdout, also on failure.
     #[arg(long, global = true)]
     pub json: bool,
     /// Print nothing but errors.
     #[arg(long, short, global = true)]
     pub quiet: bool,
-    /// Progress display on stderr: a live bar, plain log lines, or none.
-    #[arg(long, global = true, value_enum, default_value_t = ProgressArg::Auto)]
-    pub progress: ProgressArg,
-    /// The command.
-    #[command(subcommand)]
-    pub command: Command,
+}
+
+/// `--progress` for the commands that report progress (pack, verify, unpack, check).
+#[derive(Args, Debug)]
+pub struct ProgressArgs {
+    /// Progress on stderr: auto (a bar on a terminal), bar, plain (log lines) or none
+    /// [default: auto].
+    #[arg(long, value_enum, value_name = "WHEN", hide_possible_values = true)]
+    pub progress: Option<ProgressArg>,
 }
 
 /// `--progress` values.
@@ -91,13 +116,54 @@ pub enum Command {
     /// Re-verify an installed model against its receipt and lint its files, or re-check every
     /// blob of a Hugging Face cache against its name.
     Check(CheckArgs),
+    /// Sign a file (FILE.minisig) the way `minisign -S` does, e.g. an airlock release binary.
+    Sign(SignArgs),
     /// Print a shell completion script.
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff) on stdout.
-    Man,
+    /// Print a manual page (roff) on stdout: airlock's, or one command's.
+    Man {
+        /// The command whose page to print (airlock-COMMAND(1)); none: airlock(1).
+        #[arg(value_parser = clap::builder::PossibleValuesParser::new(MAN_PAGES))]
+        command: Option<String>,
+    },
+}
+
+/// The commands that have a manual page of their own.
+pub const MAN_PAGES: [&str; 8] = [
+    "keygen",
+    "pack",
+    "verify",
+    "unpack",
+    "inspect",
+    "check",
+    "sign",
+    "completions",
+];
+
+/// `airlock sign`.
+#[derive(Args, Debug)]
+pub struct SignArgs {
+    /// The file to sign.
+    pub file: PathBuf,
+    /// The secret key to sign with.
+    #[arg(long, value_name = "SECRET_KEY")]
+    pub key: PathBuf,
+    /// Read the key's password from the first line of this file.
+    #[arg(long, value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
+    /// Where to write the signature [default: FILE.minisig].
+    #[arg(long, short, value_name = "SIGNATURE")]
+    pub output: Option<PathBuf>,
+    /// The signature's trusted comment [default: timestamp:SECONDS<TAB>file:NAME<TAB>hashed, as
+    /// minisign writes it].
+    #[arg(long, short = 't', value_name = "TEXT")]
+    pub trusted_comment: Option<String>,
+    /// Overwrite an existing signature file.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `airlock keygen`.
@@ -143,8 +209,9 @@ pub struct PackArgs {
     /// Bundle name (default: the model directory's name, or the repository id).
     #[arg(long)]
     pub name: Option<String>,
-    /// Bundle version number; unpack refuses to install a lower one over a higher one.
-    #[arg(long = "version", value_name = "N", default_value_t = 1)]
+    /// Bundle version: a whole number (1, 2, 3, ...) that goes up with each release of the model;
+    /// unpack refuses to install a lower one over a higher one.
+    #[arg(long = "version", value_name = "N", default_value_t = 1, value_parser = bundle_version)]
     pub bundle_version: u64,
     /// Compression of the tar stream.
     #[arg(long, value_enum, default_value_t = CompressArg::Zstd)]
@@ -152,8 +219,9 @@ pub struct PackArgs {
     /// zstd level (1-19).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=19))]
     pub level: i32,
-    /// Cut the stream into volumes of at most SIZE bytes: 700M, 4G, 4GiB, 1000MB, or `fat32`
-    /// (4 GiB - 1). K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024; KB/MB/GB/TB of 1000.
+    /// Cut the stream into volumes of at most SIZE bytes: 700M, 4.5G, 4GiB, 1000MB, or `fat32`
+    /// (4 GiB - 1, for a FAT32 medium). K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024;
+    /// KB/MB/GB/TB of 1000; a fraction is rounded down to whole bytes. At least 4096.
     #[arg(long, value_name = "SIZE")]
     pub volume_size: Option<String>,
     /// Compression worker threads (default: the number of cores).
@@ -177,6 +245,9 @@ pub struct PackArgs {
     /// With --hf-repo: the repository type [default: model].
     #[arg(long, value_enum, requires = "hf_repo")]
     pub repo_type: Option<RepoTypeArg>,
+    /// Progress display.
+    #[command(flatten)]
+    pub progress: ProgressArgs,
 }
 
 /// `airlock verify`.
@@ -190,6 +261,9 @@ pub struct VerifyArgs {
     /// Also decompress and check every entry's path, type, size and sha256.
     #[arg(long)]
     pub deep: bool,
+    /// Progress display.
+    #[command(flatten)]
+    pub progress: ProgressArgs,
 }
 
 /// `airlock unpack`.
@@ -232,6 +306,9 @@ pub struct UnpackArgs {
     /// With --hf-cache: the repository type (default: the bundle's, else model).
     #[arg(long, value_enum, requires = "hf_cache")]
     pub repo_type: Option<RepoTypeArg>,
+    /// Progress display.
+    #[command(flatten)]
+    pub progress: ProgressArgs,
 }
 
 /// `airlock inspect`.
@@ -266,4 +343,18 @@ pub struct CheckArgs {
     /// With --hf-repo: the repository type [default: model].
     #[arg(long, value_enum, requires = "hf_repo")]
     pub repo_type: Option<RepoTypeArg>,
+    /// Progress display.
+    #[command(flatten)]
+    pub progress: ProgressArgs,
+}
+
+/// Parses `--version N`, saying what a bundle version is when N is not one.
+fn bundle_version(text: &str) -> Result<u64, String> {
+    text.trim().parse().map_err(|_| {
+        format!(
+            "{text:?} is not a bundle version: a bundle version is a whole number (1, 2, 3, ...) \
+             that goes up with each release of the model; unpack refuses to install a lower one over \
+             a higher one (for a release name such as v2, use --name)"
+        )
+    })
 }

@@ -68,6 +68,24 @@ pub enum Error {
         /// What is wrong with it.
         source: KeyError,
     },
+    /// The password did not decrypt the secret key.
+    #[error(
+        "{}: wrong password for this secret key{}",
+        key.display(),
+        match (password_file, attempts) {
+            (Some(f), _) => format!(" (from the first line of {})", f.display()),
+            (None, 1) => String::new(),
+            (None, n) => format!(" ({n} attempts)"),
+        }
+    )]
+    WrongPassword {
+        /// The secret key file.
+        key: PathBuf,
+        /// The `--password-file` the password came from, if it was not typed.
+        password_file: Option<PathBuf>,
+        /// How many passwords were tried.
+        attempts: u32,
+    },
     /// The source model directory holds something airlock will not pack.
     #[error("{}: {reason}", path.display())]
     Source {
@@ -277,9 +295,10 @@ impl Error {
     /// The documented exit code for this error.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::Io { .. } | Error::NoSpace { .. } | Error::SourceChanged { .. } => {
-                EXIT_OPERATIONAL
-            }
+            Error::Io { .. }
+            | Error::NoSpace { .. }
+            | Error::SourceChanged { .. }
+            | Error::WrongPassword { .. } => EXIT_OPERATIONAL,
             Error::Key { source, .. } => match source.kind() {
                 KeyError::BadSignature
                 | KeyError::BadGlobalSignature
@@ -315,7 +334,7 @@ impl Error {
             Error::Io { .. } => "io",
             Error::NoSpace { .. } => "no-space",
             Error::Usage(_) | Error::Arguments { .. } => "usage",
-            Error::Key { .. } => "key",
+            Error::Key { .. } | Error::WrongPassword { .. } => "key",
             Error::Source { .. } => "source",
             Error::SourceChanged { .. } => "source-changed",
             Error::ModelChecks { .. } => "model-checks",
@@ -358,6 +377,16 @@ impl Error {
             Error::NotReplaceable { todo, .. } => todo.clone(),
             Error::Arguments { hint, .. } => hint.clone(),
             Error::Key { source, .. } => return key_hint(source),
+            Error::WrongPassword {
+                password_file: Some(f),
+                ..
+            } => format!(
+                "check {}: its first line, without the newline, is the password",
+                f.display()
+            ),
+            Error::WrongPassword { .. } => {
+                "check the password: the one set when the key was made (`airlock keygen` or `minisign -G`)".into()
+            }
             Error::Source { .. } => {
                 "a bundle carries regular files and directories only: fix, replace or move that path out of the model directory, then pack again".into()
             }
@@ -435,6 +464,19 @@ impl Error {
     }
 }
 
+/// The fix for a model-check finding in a directory airlock installed (its receipt is there).
+/// The findings' own fixes are written for the staging host ("download ..., then pack again");
+/// on the target, the data came from a bundle, so the first step is to unpack it again. A fix
+/// that is not about re-packing is kept as it is.
+pub fn fix_for_installed(fix: &str) -> String {
+    if !fix.contains("pack again") {
+        return fix.to_string();
+    }
+    format!(
+        "airlock installed this directory from a bundle: unpack the bundle again (unpack --replace swaps it atomically) and check again; if the bundle carries the problem too, it was packed with --no-model-checks: on the staging host, {fix}"
+    )
+}
+
 /// Whether `path` is a file of an install receipt: the receipt module knows its layout.
 fn is_receipt(path: &Path) -> bool {
     crate::receipt::is_receipt_file(path)
@@ -460,9 +502,7 @@ fn key_hint(source: &KeyError) -> Option<String> {
         KeyError::Malformed { what, .. } if what.contains("public") => {
             "pass a public key file (PREFIX.pub from `airlock keygen` or `minisign -G`), not the secret key".into()
         }
-        KeyError::WrongPassword => {
-            "check the password; --password-file uses the file's first line, without its newline".into()
-        }
+        KeyError::WrongPassword => "check the password".into(),
         KeyError::NoPublicKeys { .. } => {
             "put the signer's .pub file in that directory, or pass the file itself with --trust".into()
         }
@@ -575,7 +615,52 @@ mod tests {
             source: KeyError::WrongPassword,
         };
         assert_eq!(e.to_string(), "k.key: wrong password for this secret key");
-        assert!(e.hint().unwrap().contains("first line"));
+    }
+
+    #[test]
+    fn password_file_hint_only_when_one_was_given() {
+        let typed = Error::WrongPassword {
+            key: PathBuf::from("k.key"),
+            password_file: None,
+            attempts: 3,
+        };
+        assert_eq!(
+            typed.to_string(),
+            "k.key: wrong password for this secret key (3 attempts)"
+        );
+        assert!(!typed.hint().unwrap().contains("file"), "{typed:?}");
+        let from_file = Error::WrongPassword {
+            key: PathBuf::from("k.key"),
+            password_file: Some(PathBuf::from("pw")),
+            attempts: 1,
+        };
+        assert!(
+            from_file
+                .to_string()
+                .ends_with("(from the first line of pw)")
+        );
+        assert!(
+            from_file
+                .hint()
+                .unwrap()
+                .starts_with("check pw: its first line")
+        );
+        assert_eq!((typed.exit_code(), typed.kind()), (EXIT_OPERATIONAL, "key"));
+    }
+
+    #[test]
+    fn installed_trees_are_repaired_by_unpacking() {
+        let fix = "finish the download (run the same huggingface_hub download again; it resumes), then pack again";
+        let on_target = fix_for_installed(fix);
+        assert!(
+            on_target.starts_with(
+                "airlock installed this directory from a bundle: unpack the bundle again"
+            ),
+            "{on_target}"
+        );
+        assert!(on_target.ends_with(fix), "{on_target}");
+        let other = "review the code before trusting it";
+        assert_eq!(fix_for_installed(other), other);
     }
 
     #[test]

@@ -20,10 +20,13 @@ fn main() -> ExitCode {
                 let _ = e.print();
                 return ExitCode::SUCCESS;
             }
-            if !json {
+            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand && !json {
+                // `airlock` alone: the help, on stderr, as a usage error.
                 let _ = e.print();
                 return ExitCode::from(airlock::error::EXIT_USAGE);
             }
+            // Reported like every other error: `airlock: error: ...` and `airlock: hint: ...`
+            // in human mode, the usual document with --json.
             let command = subcommand_in(&args);
             let (message, hint) = usage_text(&e.to_string(), command.unwrap_or_default());
             let out = commands::Output {
@@ -33,7 +36,7 @@ fn main() -> ExitCode {
             return ExitCode::from(commands::render(
                 command.unwrap_or_default(),
                 out,
-                true,
+                json,
                 false,
             ));
         }
@@ -42,13 +45,14 @@ fn main() -> ExitCode {
 }
 
 /// Every subcommand's name, as the JSON `command` field gives it.
-const SUBCOMMANDS: [&str; 8] = [
+const SUBCOMMANDS: [&str; 9] = [
     "keygen",
     "pack",
     "verify",
     "unpack",
     "inspect",
     "check",
+    "sign",
     "completions",
     "man",
 ];

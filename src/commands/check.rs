@@ -231,6 +231,13 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
     let findings: Vec<Finding> = findings
         .into_iter()
         .filter(|f| f.path != RECEIPT_DIR && !f.path.starts_with(".airlock/"))
+        .map(|mut f| {
+            // Installed by airlock: the fix is on this side of the gap (unpack again).
+            if has_receipt {
+                f.fix = airlock::error::fix_for_installed(&f.fix);
+            }
+            f
+        })
         .collect();
     for f in &findings {
         out.line(finding_line(f));

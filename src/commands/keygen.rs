@@ -1,13 +1,13 @@
 //! `airlock keygen`: a minisign-compatible key pair.
 
-use std::io::{IsTerminal, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use airlock::error::{Error, Result};
 use airlock::keys::SecretKey;
 use zeroize::Zeroizing;
 
+use super::files::Staged;
 use super::{Output, password_from_file};
 use crate::cli::KeygenArgs;
 
@@ -43,37 +43,50 @@ fn ask_twice() -> Result<Zeroizing<Vec<u8>>> {
     Ok(Zeroizing::new(first.as_bytes().to_vec()))
 }
 
-fn write_new(path: &Path, bytes: &[u8], mode: u32, force: bool) -> Result<()> {
-    if force {
-        match std::fs::remove_file(path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io(path, e)),
+/// Checks where the pair will go before any password is asked or file written: the directory
+/// must exist (a typo there is blamed on the directory, not on `PREFIX.key`), and each of
+/// `PREFIX.pub` and `PREFIX.key` must be absent, or with `--force` a file it may replace.
+fn check_destination(prefix: &Path, files: [&Path; 2], force: bool) -> Result<()> {
+    let dir = match prefix.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(Error::io(
+                dir,
+                std::io::Error::from(std::io::ErrorKind::NotADirectory),
+            ));
         }
+        Err(e) => return Err(Error::io(dir, e)),
     }
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(path)
-        .map_err(|e| Error::io(path, e))?;
-    f.write_all(bytes).map_err(|e| Error::io(path, e))?;
-    f.sync_all().map_err(|e| Error::io(path, e))
-}
-
-pub fn run(a: KeygenArgs) -> Result<Output> {
-    let pub_path = with_suffix(&a.out, ".pub");
-    let key_path = with_suffix(&a.out, ".key");
-    if !a.force {
-        for p in [&pub_path, &key_path] {
-            if std::fs::symlink_metadata(p).is_ok() {
+    for p in files {
+        match std::fs::symlink_metadata(p) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(p, e)),
+            Ok(_) if !force => {
                 return Err(Error::Usage(format!(
                     "{} already exists; pass --force to overwrite it",
                     p.display()
                 )));
             }
+            Ok(m) if !m.is_file() => {
+                return Err(Error::Usage(format!(
+                    "{} is not a regular file; --force replaces key files only: move it away first",
+                    p.display()
+                )));
+            }
+            Ok(_) => {}
         }
     }
+    Ok(())
+}
+
+pub fn run(a: KeygenArgs) -> Result<Output> {
+    let pub_path = with_suffix(&a.out, ".pub");
+    let key_path = with_suffix(&a.out, ".key");
+    check_destination(&a.out, [&pub_path, &key_path], a.force)?;
     if a.unencrypted && a.password_file.is_some() {
         return Err(Error::Usage(
             "--unencrypted and --password-file contradict each other".into(),
@@ -105,8 +118,12 @@ pub fn run(a: KeygenArgs) -> Result<Output> {
                 source: e,
             })?,
     );
-    write_new(&key_path, sk_text.as_bytes(), 0o600, a.force)?;
-    write_new(&pub_path, pk.to_file_text().as_bytes(), 0o644, a.force)?;
+    // Both files are complete under temporary names before either is renamed into place, so a
+    // failure leaves the old pair (with --force) or nothing; never a new key without its .pub.
+    let key_file = Staged::write(&key_path, sk_text.as_bytes(), 0o600)?;
+    let pub_file = Staged::write(&pub_path, pk.to_file_text().as_bytes(), 0o644)?;
+    key_file.publish(a.force)?;
+    pub_file.publish(a.force)?;
     let mut out = Output::default();
     out.set("key_id", pk.key_id_hex());
     out.set("public_key", &pub_path);

@@ -2,8 +2,12 @@
 //! [`Output`] (JSON fields, human lines, warnings, maybe an error) and [`run`] renders it.
 
 mod check;
+mod files;
 mod keygen;
+mod man;
 mod pack;
+mod secret;
+mod sign;
 mod ui;
 
 use std::path::{Path, PathBuf};
@@ -18,7 +22,7 @@ use airlock::keys::PublicKey;
 use airlock::trust::{TRUST_ENV, TrustSource};
 use airlock::verify::{self, DeepOutcome, Depth};
 
-use crate::cli::{Cli, Command, TrustArgs, UnpackArgs};
+use crate::cli::{Cli, Command, ProgressArg, TrustArgs, UnpackArgs};
 use ui::Ui;
 
 /// What a command produced.
@@ -49,7 +53,18 @@ impl Output {
 /// Runs the parsed command line and returns the exit code.
 pub fn run(cli: Cli) -> u8 {
     let name = command_name(&cli.command);
-    let ui = Ui::new(cli.progress, cli.quiet, name);
+    let (json, quiet) = (cli.global.json, cli.global.quiet);
+    // `--progress` after the command name wins over one before it.
+    let progress = match &cli.command {
+        Command::Pack(a) => a.progress.progress,
+        Command::Verify(a) => a.progress.progress,
+        Command::Unpack(a) => a.progress.progress,
+        Command::Check(a) => a.progress.progress,
+        _ => None,
+    }
+    .or(cli.progress)
+    .unwrap_or(ProgressArg::Auto);
+    let ui = Ui::new(progress, quiet, name);
     let result = match cli.command {
         Command::Keygen(a) => keygen::run(a),
         Command::Pack(a) => {
@@ -63,7 +78,8 @@ pub fn run(cli: Cli) -> u8 {
         }
         Command::Inspect(a) => inspect(&a.bundle, a.sha256sums),
         Command::Check(a) => check::run(a, &ui),
-        Command::Completions { .. } | Command::Man if cli.json => {
+        Command::Sign(a) => sign::run(a, &ui),
+        Command::Completions { .. } | Command::Man { .. } if json => {
             // Their output is a script or a roff page; wrapping it in JSON would serve no one,
             // and printing it unwrapped would break the one-document promise of --json.
             let error = Error::Usage(format!(
@@ -81,22 +97,17 @@ pub fn run(cli: Cli) -> u8 {
                     ..Output::default()
                 },
                 true,
-                cli.quiet,
+                quiet,
             );
         }
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(shell, &mut cmd, "airlock", &mut std::io::stdout());
-            return EXIT_OK;
+            let mut text = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "airlock", &mut text);
+            return print_text(&text);
         }
-        Command::Man => {
-            let cmd = <Cli as clap::CommandFactory>::command();
-            let man = clap_mangen::Man::new(cmd);
-            if let Err(e) = man.render(&mut std::io::stdout()) {
-                eprintln!("airlock: error: {e}");
-                return airlock::error::EXIT_OPERATIONAL;
-            }
-            return EXIT_OK;
+        Command::Man { command } => {
+            return print_text(&man::page(command.as_deref()));
         }
     };
     let out = result.unwrap_or_else(|e| Output {
@@ -104,7 +115,36 @@ pub fn run(cli: Cli) -> u8 {
         ..Output::default()
     });
     ui.clear();
-    render(name, out, cli.json, cli.quiet)
+    render(name, out, json, quiet)
+}
+
+/// Writes a finished text (a completion script, a man page) to stdout. A reader that stops
+/// early (`airlock man | head -1`) is not an error: exit quietly, as other Unix tools do.
+fn print_text(text: &[u8]) -> u8 {
+    match write_stdout(text) {
+        Ok(()) => EXIT_OK,
+        Err(e) => stdout_failed(EXIT_OK, &e),
+    }
+}
+
+/// A result that could not be written (a full disk behind `> FILE`) is not a success.
+fn stdout_failed(code: u8, e: &std::io::Error) -> u8 {
+    eprintln!("airlock: error: standard output: {e}");
+    if code == EXIT_OK {
+        airlock::error::EXIT_OPERATIONAL
+    } else {
+        code
+    }
+}
+
+/// Writes and flushes `bytes` to stdout, treating a closed pipe as done.
+fn write_stdout(bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
 }
 
 /// The subcommand's name as the JSON `command` field gives it.
@@ -116,8 +156,9 @@ fn command_name(command: &Command) -> &'static str {
         Command::Unpack(_) => "unpack",
         Command::Inspect(_) => "inspect",
         Command::Check(_) => "check",
+        Command::Sign(_) => "sign",
         Command::Completions { .. } => "completions",
-        Command::Man => "man",
+        Command::Man { .. } => "man",
     }
 }
 
@@ -125,7 +166,7 @@ fn command_name(command: &Command) -> &'static str {
 /// the error on stderr. Returns the exit code. `main` uses it for argument-parsing errors too,
 /// so every `--json` failure has the same shape.
 pub fn render(command: &str, out: Output, json: bool, quiet: bool) -> u8 {
-    let code = out.error.as_ref().map_or(EXIT_OK, Error::exit_code);
+    let mut code = out.error.as_ref().map_or(EXIT_OK, Error::exit_code);
     if json {
         let mut doc = Map::new();
         if !command.is_empty() {
@@ -143,14 +184,20 @@ pub fn render(command: &str, out: Output, json: bool, quiet: bool) -> u8 {
                 json!({ "kind": e.kind(), "message": e.to_string(), "hint": e.hint() }),
             );
         }
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&Value::Object(doc)).expect("json")
-        );
+        let mut text = serde_json::to_string_pretty(&Value::Object(doc)).expect("json");
+        text.push('\n');
+        if let Err(e) = write_stdout(text.as_bytes()) {
+            code = stdout_failed(code, &e);
+        }
     } else {
         if !quiet {
+            let mut text = String::new();
             for l in &out.lines {
-                println!("{l}");
+                text.push_str(l);
+                text.push('\n');
+            }
+            if let Err(e) = write_stdout(text.as_bytes()) {
+                code = stdout_failed(code, &e);
             }
             for w in &out.warnings {
                 eprintln!("airlock: warning: {w}");

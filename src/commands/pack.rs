@@ -1,48 +1,47 @@
-//! `airlock pack`: scan, check, pack, sign.
+//! `airlock pack`: resolve the options, check everything that needs no key, unlock the key,
+//! then scan, pack and sign.
 
-use std::io::IsTerminal;
 use std::path::Path;
 
 use airlock::bundle::write::{self, Compress, EtagCheck, PackOptions};
 use airlock::error::{Error, Result, human};
 use airlock::hfcache::{self, Snapshot};
 use airlock::inspect::{self, Finding, Severity, codes};
-use airlock::keys::SecretKey;
 use airlock::manifest::{self, HfSource, Warning};
-use airlock::progress::Progress;
 use airlock::scan;
 use airlock::size::parse_size;
-use zeroize::Zeroizing;
 
-use super::{Output, password_from_file};
+use super::Output;
+use super::secret;
+use super::ui::Ui;
 use crate::cli::{CompressArg, PackArgs, RepoTypeArg};
 
-/// Loads a secret key, asking for its password when it is encrypted.
-pub fn load_secret_key(path: &Path, password_file: Option<&Path>) -> Result<SecretKey> {
-    let text = Zeroizing::new(std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?);
-    let key_err = |e| Error::Key {
-        path: path.to_path_buf(),
-        source: e,
-    };
-    let encrypted = SecretKey::is_encrypted(&text).map_err(key_err)?;
-    let password = if !encrypted {
-        None
-    } else if let Some(f) = password_file {
-        Some(password_from_file(f)?)
-    } else if std::io::stdin().is_terminal() || std::io::stderr().is_terminal() {
-        let p = rpassword::prompt_password(format!("Password for {}: ", path.display()))
-            .map_err(|e| Error::io("/dev/tty", e))?;
-        Some(Zeroizing::new(p.into_bytes()))
-    } else {
+/// The smallest `--volume-size`: one tar block header and some payload.
+const MIN_VOLUME_SIZE: u64 = 4096;
+
+/// The bundle directory must not exist yet, and the directory it goes in must.
+fn check_output(output: &Path) -> Result<()> {
+    if std::fs::symlink_metadata(output).is_ok() {
         return Err(Error::Usage(format!(
-            "{} is encrypted and there is no terminal to ask for its password: pass --password-file FILE",
-            path.display()
+            "{} already exists; choose a new bundle directory",
+            output.display()
         )));
+    }
+    let parent = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
     };
-    SecretKey::parse(&text, password.as_deref().map(|p| p.as_slice())).map_err(key_err)
+    match std::fs::metadata(parent) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(Error::io(
+            parent,
+            std::io::Error::from(std::io::ErrorKind::NotADirectory),
+        )),
+        Err(e) => Err(Error::io(parent, e)),
+    }
 }
 
-fn created_unix() -> Result<i64> {
+pub(super) fn created_unix() -> Result<i64> {
     match std::env::var("SOURCE_DATE_EPOCH") {
         Ok(v) => v.trim().parse().map_err(|_| {
             Error::Usage(format!(
@@ -56,15 +55,18 @@ fn created_unix() -> Result<i64> {
     }
 }
 
-pub fn run(a: PackArgs, ui: &dyn Progress) -> Result<Output> {
+/// Packs in this order: options, then every check that needs no key (output path, key and
+/// password files, the source and its model checks), then the key (the scrypt work and the
+/// password prompt), then the bundle. A typo is reported at once, not after a password.
+pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
     let volume_size = match &a.volume_size {
-        Some(s) => parse_size(s).map_err(Error::Usage)?,
+        Some(s) => parse_size(s).map_err(|e| Error::Usage(format!("--volume-size {e}")))?,
         None => u64::MAX,
     };
-    if volume_size < 4096 {
-        return Err(Error::Usage(
-            "--volume-size must be at least 4096 bytes".into(),
-        ));
+    if volume_size < MIN_VOLUME_SIZE {
+        return Err(Error::Usage(format!(
+            "--volume-size must be at least {MIN_VOLUME_SIZE} bytes (for a FAT32 medium, use fat32)"
+        )));
     }
     super::only_with(
         "--hf-repo",
@@ -88,6 +90,8 @@ pub fn run(a: PackArgs, ui: &dyn Progress) -> Result<Output> {
         )));
     }
     let created = created_unix()?;
+    check_output(&a.output)?;
+    let key_file = secret::read(&a.key, a.password_file.as_deref())?;
     let mut out = Output::default();
     let source = match &a.hf_repo {
         Some(repo_id) => Some(open_hf_snapshot(&a, repo_id, &mut out)?),
@@ -105,7 +109,6 @@ pub fn run(a: PackArgs, ui: &dyn Progress) -> Result<Output> {
         (None, None, None) => unreachable!("clap requires MODEL_DIR or --hf-repo"),
     };
     manifest::check_name(&name).map_err(|why| Error::Usage(format!("--name {why}")))?;
-    let key = load_secret_key(&a.key, a.password_file.as_deref())?;
     let (entries, checked) = match &source {
         Some(hf) => (
             hf.snapshot.entries.clone(),
@@ -156,6 +159,7 @@ pub fn run(a: PackArgs, ui: &dyn Progress) -> Result<Output> {
             _ => zstd,
         },
     };
+    let key = secret::unlock(key_file, ui)?;
     let packed = write::pack(
         PackOptions {
             entries,

@@ -11,7 +11,7 @@ use std::io::IsTerminal;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
 use airlock::error::human;
 use airlock::progress::Progress;
@@ -23,6 +23,9 @@ const PLAIN_EVERY: Duration = Duration::from_secs(5);
 
 /// Redraws per second of the live bar.
 const BAR_HZ: u8 = 10;
+
+/// No ETA before a phase has run this long: the first rate measured is not the real one.
+const ETA_AFTER: Duration = Duration::from_secs(3);
 
 /// The progress sink handed to the library.
 pub struct Ui {
@@ -112,6 +115,39 @@ impl Ui {
         Ui { display, command }
     }
 
+    /// Says what the command is busy with between phases (the scrypt work of decrypting a key):
+    /// a spinner on the bar display, which the next phase or [`Ui::clear`] removes; a line in
+    /// plain mode.
+    pub fn note(&self, what: &str) {
+        match &self.display {
+            Display::Bar { bar, forced } => {
+                let mut slot = bar.lock().expect("progress lock");
+                if let Some(old) = slot.take() {
+                    old.finish_and_clear();
+                }
+                let target = if *forced {
+                    ProgressDrawTarget::term_like_with_hz(
+                        Box::new(console::Term::buffered_stderr()),
+                        BAR_HZ,
+                    )
+                } else {
+                    ProgressDrawTarget::stderr_with_hz(BAR_HZ)
+                };
+                let spinner = ProgressBar::with_draw_target(None, target)
+                    .with_style(
+                        ProgressStyle::with_template("{spinner} {wide_msg}")
+                            .expect("valid template"),
+                    )
+                    .with_message(what.to_string());
+                spinner.tick();
+                spinner.enable_steady_tick(Duration::from_millis(1000 / u64::from(BAR_HZ)));
+                *slot = Some(spinner);
+            }
+            Display::Plain(_) => eprintln!("airlock: {what}"),
+            Display::Silent => {}
+        }
+    }
+
     /// Takes a live bar off the screen; called before the result or error is printed.
     pub fn clear(&self) {
         if let Display::Bar { bar, .. } = &self.display
@@ -126,22 +162,59 @@ impl Ui {
 fn new_bar(label: String, total: u64, forced: bool) -> ProgressBar {
     // indicatif hides a stderr target that is not a terminal (or is `dumb`); with
     // `--progress=bar` the operator asked for the bar regardless.
+    let term = console::Term::buffered_stderr();
+    let width = term.size_checked().map_or(80, |(_, cols)| cols);
     let target = if forced {
-        ProgressDrawTarget::term_like_with_hz(Box::new(console::Term::buffered_stderr()), BAR_HZ)
+        ProgressDrawTarget::term_like_with_hz(Box::new(term), BAR_HZ)
     } else {
         ProgressDrawTarget::stderr_with_hz(BAR_HZ)
     };
-    // Two lines, each sized to the terminal: the phase and the current file (model paths are
-    // long), then the bar and its numbers. One line would not fit 80 columns, and a line that
-    // wraps breaks the redraw.
-    let style = ProgressStyle::with_template(
-        "{prefix:>10} {wide_msg}\n           [{wide_bar}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
-    )
-    .expect("valid template")
-    .progress_chars("=> ");
+    let style = ProgressStyle::with_template(bar_template(width))
+        .expect("valid template")
+        .progress_chars("=> ")
+        .with_key(
+            "settled_eta",
+            |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+                if let Some(secs) =
+                    settled_eta(state.elapsed(), state.pos(), state.len().unwrap_or(0))
+                {
+                    let _ = write!(w, " ETA {}", eta_text(secs));
+                }
+            },
+        );
     ProgressBar::with_draw_target(Some(total), target)
         .with_style(style)
         .with_prefix(label)
+}
+
+/// The bar's two lines for a terminal `width` columns wide. Every line fits: the phase label and
+/// the current file (model paths are long; `wide_msg` cuts the name to what is left), then the
+/// bar and its numbers, with fewer numbers as the terminal narrows. A line that wraps breaks the
+/// redraw, so the fixed parts of each layout stay below the width it is chosen for.
+fn bar_template(width: u16) -> &'static str {
+    // Widest numbers: "1023.99 GiB/1023.99 GiB" (23), "1023.99 MiB/s" (13), " ETA 59 min 59 s" (16).
+    match width {
+        // 11 + 2 + 23 + 1 + 13 + 16 = 66 fixed columns, a bar of 14 or more.
+        80.. => {
+            "{prefix:>10} {wide_msg}\n           [{wide_bar}] {bytes}/{total_bytes} {bytes_per_sec}{settled_eta}"
+        }
+        // 2 + 5 + 13 + 16 = 36 fixed columns: the percentage instead of the byte counts.
+        44..80 => "{prefix} {wide_msg}\n[{wide_bar}] {percent:>3}% {bytes_per_sec}{settled_eta}",
+        // No bar: the percentage, the rate and the ETA, 4 + 2 + 13 + 16 = 35 columns.
+        36..44 => "{prefix} {wide_msg}\n{percent:>3}% {bytes_per_sec}{settled_eta}",
+        _ => "{wide_msg}\n{percent:>3}%",
+    }
+}
+
+/// How long the rest of a phase will take at its average rate so far, once that rate means
+/// something: not in the first seconds, when the first buffers fill at memory speed, nor before
+/// anything moved.
+fn settled_eta(elapsed: Duration, done: u64, total: u64) -> Option<f64> {
+    if elapsed < ETA_AFTER || done == 0 || done >= total {
+        return None;
+    }
+    let rate = done as f64 / elapsed.as_secs_f64();
+    Some((total - done) as f64 / rate)
 }
 
 fn plain_line(p: &Plain) -> String {
@@ -152,10 +225,9 @@ fn plain_line(p: &Plain) -> String {
     } else {
         p.done as f64 * 100.0 / p.total as f64
     };
-    let eta = if rate > 0.0 && p.total > p.done {
-        format!(", ETA {}", eta_text((p.total - p.done) as f64 / rate))
-    } else {
-        String::new()
+    let eta = match settled_eta(p.started.elapsed(), p.done, p.total) {
+        Some(secs) => format!(", ETA {}", eta_text(secs)),
+        None => String::new(),
     };
     let item = if p.item.is_empty() {
         String::new()
@@ -308,8 +380,56 @@ mod tests {
             line.starts_with("airlock: pack: 1.0 GiB of 4.0 GiB (25%), 102.4 MiB/s, ETA 30 s"),
             "{line}"
         );
+        let early = Plain {
+            started: Instant::now(),
+            ..p
+        };
+        assert!(
+            !plain_line(&early).contains("ETA"),
+            "{}",
+            plain_line(&early)
+        );
         assert!(line.ends_with(", weights/model.safetensors"), "{line}");
         assert!(!line.contains('\r'));
         assert_eq!(eta_text(3725.0), "1 h 2 min");
+    }
+
+    #[test]
+    fn no_eta_until_the_rate_has_settled() {
+        let s = Duration::from_secs;
+        // The first seconds measure buffers filling, not the disk: no estimate.
+        assert_eq!(
+            settled_eta(Duration::from_millis(200), 1 << 20, 4 << 30),
+            None
+        );
+        assert_eq!(settled_eta(s(2), 1 << 30, 4 << 30), None);
+        assert_eq!(settled_eta(s(10), 0, 4 << 30), None);
+        assert_eq!(settled_eta(s(10), 4 << 30, 4 << 30), None);
+        assert_eq!(settled_eta(s(10), 1 << 30, 4 << 30), Some(30.0));
+    }
+
+    #[test]
+    fn every_bar_layout_fits_its_width() {
+        // The widest values each placeholder can print, and the layout's fixed text.
+        let widest = |t: &str| {
+            t.replace("{prefix:>10}", "deep check")
+                .replace("{prefix}", "deep check")
+                .replace("{bytes}", "1023.99 GiB")
+                .replace("{total_bytes}", "1023.99 GiB")
+                .replace("{bytes_per_sec}", "1023.99 MiB/s")
+                .replace("{percent:>3}", "100")
+                .replace("{settled_eta}", " ETA 59 min 59 s")
+                .replace("{wide_msg}", "")
+                .replace("{wide_bar}", "")
+        };
+        for width in [20u16, 35, 36, 40, 43, 44, 50, 79, 80, 100, 160] {
+            for line in widest(bar_template(width)).lines() {
+                assert!(
+                    line.chars().count() <= usize::from(width),
+                    "{width} columns: {line:?} ({} columns)",
+                    line.chars().count()
+                );
+            }
+        }
     }
 }

@@ -1,0 +1,316 @@
+//! `airlock man [COMMAND]`: the manual pages, airlock(1) and airlock-COMMAND(1). clap_mangen
+//! renders what the `--help` text already says (synopsis, description, options); this module
+//! adds what help leaves out: exit status, environment, examples and the see-also list.
+
+use clap::CommandFactory;
+
+use crate::cli::{Cli, MAN_PAGES};
+
+/// One variable of the ENVIRONMENT section and the commands it matters to.
+struct EnvVar {
+    name: &'static str,
+    commands: &'static [&'static str],
+    text: &'static str,
+}
+
+const ENVIRONMENT: &[EnvVar] = &[
+    EnvVar {
+        name: "AIRLOCK_TRUST",
+        commands: &["verify", "unpack", "check"],
+        text: "A trusted public key file (.pub) or a directory of them, used when no --trust is given. One path, not split on colons. check uses it only for a directory that holds a receipt.",
+    },
+    EnvVar {
+        name: "SOURCE_DATE_EPOCH",
+        commands: &["pack", "sign"],
+        text: "Seconds since 1970-01-01 UTC to record instead of the current time (pack: the manifest's created field; sign: the timestamp of the trusted comment), for reproducible output. A value that is not a number is a usage error.",
+    },
+    EnvVar {
+        name: "HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, HF_HOME, XDG_CACHE_HOME",
+        commands: &["pack"],
+        text: "Where pack --hf-repo finds the Hugging Face cache when --hf-cache is not given, in this order, as huggingface_hub finds it ($HF_HOME/hub, $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub).",
+    },
+    EnvVar {
+        name: "TERM",
+        commands: &["pack", "verify", "unpack", "check"],
+        text: "With --progress auto on a terminal: unset or dumb gives plain progress lines instead of a live bar.",
+    },
+];
+
+/// The exit codes every command shares, then what 3 means for each command.
+fn exit_status(command: Option<&str>) -> Vec<(&'static str, String)> {
+    let three = match command {
+        None => Some(
+            "the bundle, an installed model or a model failed verification, or an install would downgrade",
+        ),
+        Some("pack") => Some(
+            "the model checks found errors (pack with --no-model-checks to record them as warnings instead)",
+        ),
+        Some("verify") => Some(
+            "the bundle failed verification: signature, trust, manifest, a volume or (with --deep) a file",
+        ),
+        Some("unpack") => Some(
+            "the bundle failed verification, or the install would downgrade an installed version",
+        ),
+        Some("inspect") => Some("the manifest is malformed"),
+        Some("check") => Some(
+            "the tree differs from its receipt, the receipt's signature fails, the model checks found errors, or the Hugging Face cache is damaged",
+        ),
+        Some(_) => None,
+    };
+    let mut codes = vec![
+        ("0", "success".to_string()),
+        (
+            "1",
+            "operational error: I/O, a path that does not exist or cannot be read (an unmounted medium is not tampering), no space, an unusable key file or a wrong password".to_string(),
+        ),
+        (
+            "2",
+            "usage error: bad arguments, or something in the way (an output that already exists)".to_string(),
+        ),
+    ];
+    if let Some(t) = three {
+        codes.push(("3", t.to_string()));
+    }
+    codes
+}
+
+fn examples(command: Option<&str>) -> &'static [(&'static str, &'static str)] {
+    match command {
+        None => &[
+            (
+                "Make a key pair once, on the signing machine:",
+                "airlock keygen -o release",
+            ),
+            (
+                "Pack and sign a model on the staging host, in volumes that fit a FAT32 stick:",
+                "airlock pack ./llama -o /media/usb/llama --key release.key --volume-size fat32",
+            ),
+            (
+                "On the target, verify and install:",
+                "airlock unpack /media/usb/llama --trust /etc/airlock/trust --dest /srv/models/llama",
+            ),
+            (
+                "Re-check the installed model later:",
+                "airlock check /srv/models/llama --trust /etc/airlock/trust",
+            ),
+        ],
+        Some("keygen") => &[
+            (
+                "A password-protected pair, release.pub and release.key:",
+                "airlock keygen -o release",
+            ),
+            (
+                "For automation, the password from a file:",
+                "airlock keygen -o ci --password-file /run/secrets/pw",
+            ),
+        ],
+        Some("pack") => &[
+            (
+                "Pack a directory:",
+                "airlock pack ./llama -o llama-v3 --key release.key --version 3",
+            ),
+            (
+                "Volumes that fit a FAT32 medium, no compression:",
+                "airlock pack ./llama -o /media/usb/llama --key release.key --volume-size fat32 --compress none",
+            ),
+            (
+                "From the Hugging Face cache, checking every file against its blob name:",
+                "airlock pack --hf-repo org/model --revision main -o model --key release.key",
+            ),
+        ],
+        Some("verify") => &[
+            (
+                "Check the signature and every volume on the medium:",
+                "airlock verify /media/usb/llama --trust /etc/airlock/trust",
+            ),
+            (
+                "Also decompress and check every file:",
+                "airlock verify /media/usb/llama --trust /etc/airlock/trust --deep",
+            ),
+        ],
+        Some("unpack") => &[
+            (
+                "Install into a new directory:",
+                "airlock unpack llama-v3 --trust /etc/airlock/trust --dest /srv/models/llama",
+            ),
+            (
+                "Upgrade an install atomically:",
+                "airlock unpack llama-v4 --trust /etc/airlock/trust --dest /srv/models/llama --replace",
+            ),
+            (
+                "Into a Hugging Face cache:",
+                "airlock unpack model --trust /etc/airlock/trust --hf-cache ~/.cache/huggingface/hub",
+            ),
+        ],
+        Some("inspect") => &[
+            (
+                "What a bundle holds (signature not checked):",
+                "airlock inspect /media/usb/llama",
+            ),
+            (
+                "Checksums for sha256sum -c after a manual recovery:",
+                "airlock inspect /media/usb/llama --sha256sums > SHA256SUMS",
+            ),
+        ],
+        Some("check") => &[
+            (
+                "Re-hash an installed model against its signed receipt:",
+                "airlock check /srv/models/llama --trust /etc/airlock/trust",
+            ),
+            ("Lint any model directory:", "airlock check ./llama"),
+            (
+                "Every blob of a Hugging Face cache against its name:",
+                "airlock check --hf-cache ~/.cache/huggingface/hub",
+            ),
+        ],
+        Some("sign") => &[
+            (
+                "Sign airlock's release binary; stock minisign verifies it on the target:",
+                "airlock sign airlock --key release.key",
+            ),
+            ("On the target:", "minisign -Vm airlock -p release.pub"),
+        ],
+        Some("completions") => &[(
+            "bash:",
+            "airlock completions bash > /etc/bash_completion.d/airlock",
+        )],
+        Some(_) => &[],
+    }
+}
+
+/// Escapes text for roff: backslashes, a leading dot or quote, and hyphens (so that options
+/// copied from the page are plain ASCII minus signs).
+fn roff_text(text: &str) -> String {
+    let escaped = text.replace('\\', "\\e").replace('-', "\\-");
+    if escaped.starts_with('.') || escaped.starts_with('\'') {
+        format!("\\&{escaped}")
+    } else {
+        escaped
+    }
+}
+
+fn section(out: &mut String, title: &str) {
+    if title.contains(' ') {
+        out.push_str(&format!(".SH \"{title}\"\n"));
+    } else {
+        out.push_str(&format!(".SH {title}\n"));
+    }
+}
+
+fn tagged(out: &mut String, tag: &str, text: &str) {
+    out.push_str(&format!(
+        ".TP\n\\fB{}\\fR\n{}\n",
+        roff_text(tag),
+        roff_text(text)
+    ));
+}
+
+/// The extra sections for the page of `command` (None: airlock itself).
+fn extra_sections(command: Option<&str>) -> String {
+    let mut out = String::new();
+    section(&mut out, "EXIT STATUS");
+    for (code, text) in exit_status(command) {
+        tagged(&mut out, code, &text);
+    }
+    let vars: Vec<&EnvVar> = ENVIRONMENT
+        .iter()
+        .filter(|v| command.is_none_or(|c| v.commands.contains(&c)))
+        .collect();
+    if !vars.is_empty() {
+        section(&mut out, "ENVIRONMENT");
+        for v in vars {
+            tagged(&mut out, v.name, v.text);
+        }
+    }
+    let examples = examples(command);
+    if !examples.is_empty() {
+        section(&mut out, "EXAMPLES");
+        for (what, line) in examples {
+            out.push_str(&format!(
+                ".PP\n{}\n.PP\n.RS 4\n.nf\n{}\n.fi\n.RE\n",
+                roff_text(what),
+                roff_text(line)
+            ));
+        }
+    }
+    section(&mut out, "SEE ALSO");
+    let mut pages: Vec<String> = std::iter::once("airlock".to_string())
+        .chain(MAN_PAGES.iter().map(|c| format!("airlock-{c}")))
+        .filter(|p| Some(p.as_str()) != command.map(|c| format!("airlock-{c}")).as_deref())
+        .filter(|p| command.is_some() || p != "airlock")
+        .map(|p| format!("\\fB{}\\fR(1)", roff_text(&p)))
+        .collect();
+    pages.push("\\fBminisign\\fR(1)".to_string());
+    out.push_str(&pages.join(", "));
+    out.push_str(
+        "\n.PP\ndocs/CLI.md (every flag, error kind and JSON field), docs/RUNBOOK.md and docs/FORMAT.md in airlock's source.\n",
+    );
+    out
+}
+
+/// The roff text of airlock(1), or of airlock-COMMAND(1).
+pub fn page(command: Option<&str>) -> Vec<u8> {
+    let mut root = Cli::command();
+    root.build();
+    let (cmd, title) = match command {
+        None => (root.clone(), "airlock".to_string()),
+        Some(name) => {
+            let sub = root
+                .find_subcommand(name)
+                .expect("MAN_PAGES names subcommands")
+                .clone()
+                .display_name(format!("airlock-{name}"))
+                .version(env!("CARGO_PKG_VERSION"));
+            (sub, format!("airlock-{name}"))
+        }
+    };
+    let man = clap_mangen::Man::new(cmd.clone())
+        .title(title)
+        .source(format!("airlock {}", env!("CARGO_PKG_VERSION")));
+    let mut out = Vec::new();
+    // Writing into a Vec cannot fail.
+    let _ = man.render_title(&mut out);
+    let _ = man.render_name_section(&mut out);
+    let _ = man.render_synopsis_section(&mut out);
+    let _ = man.render_description_section(&mut out);
+    let _ = man.render_options_section(&mut out);
+    if command.is_none() {
+        let _ = man.render_subcommands_section(&mut out);
+    }
+    out.extend_from_slice(extra_sections(command).as_bytes());
+    let _ = man.render_version_section(&mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_page_has_options_exit_status_and_examples() {
+        for command in std::iter::once(None).chain(MAN_PAGES.iter().map(|c| Some(*c))) {
+            let text = String::from_utf8(page(command)).unwrap();
+            for needle in [
+                ".SH OPTIONS",
+                ".SH \"EXIT STATUS\"",
+                ".SH EXAMPLES",
+                ".SH \"SEE ALSO\"",
+            ] {
+                assert!(text.contains(needle), "{command:?} lacks {needle}");
+            }
+            let title = command.map_or("airlock".to_string(), |c| format!("airlock-{c}"));
+            assert!(text.contains(&format!(".TH {title} 1")), "{command:?}");
+        }
+        let verify = String::from_utf8(page(Some("verify"))).unwrap();
+        assert!(
+            verify.contains("AIRLOCK_TRUST") && verify.contains("\\-\\-deep"),
+            "{verify}"
+        );
+        assert!(!verify.contains("SOURCE_DATE_EPOCH"));
+    }
+
+    #[test]
+    fn roff_text_is_escaped() {
+        assert_eq!(roff_text(".hidden --x a\\b"), "\\&.hidden \\-\\-x a\\eb");
+    }
+}

@@ -1,0 +1,108 @@
+//! The signing key for `pack` and `sign`, in two steps: [`read`] is cheap (read the file, check
+//! it is a secret key, read the password file, make sure a password can be had at all) and runs
+//! with the other cheap checks; [`unlock`] runs scrypt (seconds, about 1 GiB for minisign's
+//! keys) and runs last, once everything that needs no key has been checked.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+use airlock::error::{Error, Result};
+use airlock::keys::{KeyError, SecretKey};
+use zeroize::Zeroizing;
+
+use super::password_from_file;
+use super::ui::Ui;
+
+/// How many times a password typed at the terminal may be wrong before the command gives up.
+pub const PASSWORD_ATTEMPTS: u32 = 3;
+
+/// A secret key file, read and decoded but not decrypted.
+pub struct KeyFile {
+    path: PathBuf,
+    text: Zeroizing<String>,
+    source: Password,
+}
+
+/// Where the password comes from.
+enum Password {
+    /// The key is not encrypted.
+    NotNeeded,
+    /// The first line of `--password-file`.
+    File(PathBuf, Zeroizing<Vec<u8>>),
+    /// Asked on the terminal.
+    Terminal,
+}
+
+/// Reads `path` as a secret key and, when it is encrypted, the password file; refuses before any
+/// real work when the key is encrypted and there is neither a password file nor a terminal.
+pub fn read(path: &Path, password_file: Option<&Path>) -> Result<KeyFile> {
+    let text = Zeroizing::new(std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?);
+    let encrypted = SecretKey::is_encrypted(&text).map_err(|e| Error::Key {
+        path: path.to_path_buf(),
+        source: e,
+    })?;
+    let source = match password_file {
+        _ if !encrypted => Password::NotNeeded,
+        Some(f) => Password::File(f.to_path_buf(), password_from_file(f)?),
+        None if std::io::stdin().is_terminal() || std::io::stderr().is_terminal() => {
+            Password::Terminal
+        }
+        None => {
+            return Err(Error::Usage(format!(
+                "{} is encrypted and there is no terminal to ask for its password: pass --password-file FILE",
+                path.display()
+            )));
+        }
+    };
+    Ok(KeyFile {
+        path: path.to_path_buf(),
+        text,
+        source,
+    })
+}
+
+/// Decrypts the key, saying so on the progress display while scrypt runs. A password typed at
+/// the terminal is asked again after a wrong one, up to [`PASSWORD_ATTEMPTS`] times.
+pub fn unlock(key: KeyFile, ui: &Ui) -> Result<SecretKey> {
+    let key_err = |e| Error::Key {
+        path: key.path.clone(),
+        source: e,
+    };
+    let decrypt = |password: &[u8]| {
+        ui.note("decrypting the key…");
+        let parsed = SecretKey::parse(&key.text, Some(password));
+        ui.clear();
+        parsed
+    };
+    match &key.source {
+        Password::NotNeeded => SecretKey::parse(&key.text, None).map_err(key_err),
+        Password::File(file, password) => match decrypt(password) {
+            Err(KeyError::WrongPassword) => Err(Error::WrongPassword {
+                key: key.path.clone(),
+                password_file: Some(file.clone()),
+                attempts: 1,
+            }),
+            other => other.map_err(key_err),
+        },
+        Password::Terminal => {
+            for attempt in 1..=PASSWORD_ATTEMPTS {
+                let typed =
+                    rpassword::prompt_password(format!("Password for {}: ", key.path.display()))
+                        .map_err(|e| Error::io("/dev/tty", e))?;
+                let typed = Zeroizing::new(typed.into_bytes());
+                match decrypt(&typed) {
+                    Err(KeyError::WrongPassword) if attempt < PASSWORD_ATTEMPTS => {
+                        eprintln!("airlock: wrong password, try again");
+                    }
+                    Err(KeyError::WrongPassword) => break,
+                    other => return other.map_err(key_err),
+                }
+            }
+            Err(Error::WrongPassword {
+                key: key.path.clone(),
+                password_file: None,
+                attempts: PASSWORD_ATTEMPTS,
+            })
+        }
+    }
+}
