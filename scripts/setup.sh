@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for tool in minisign zstd tar sha256sum script python3; do
+for tool in minisign zstd tar sha256sum script python3 man unshare; do
   command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
 done
 if ((${#need[@]})); then
@@ -16,6 +16,8 @@ if ((${#need[@]})); then
     case "$t" in
       sha256sum) pkgs+=(coreutils) ;;
       script) pkgs+=(bsdutils) ;;
+      man) pkgs+=(man-db) ;;
+      unshare) pkgs+=(util-linux) ;;
       python3) pkgs+=(python3 python3-venv) ;;
       *) pkgs+=("$t") ;;
     esac
