@@ -150,6 +150,8 @@ struct StagingSink<'a> {
     known: Vec<String>,
     known_set: std::collections::HashSet<String>,
     current: Option<(File, String)>,
+    /// Every file created so far (a `fill` that skipped one is caught before publishing).
+    files: std::collections::HashSet<String>,
     syncer: crossbeam_channel::Sender<(File, PathBuf)>,
     flusher: &'a Flusher,
     since_flush: u64,
@@ -231,6 +233,7 @@ impl EntrySink for StagingSink<'_> {
         rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))
             .map_err(|e| err_at(&root_path, &file.path, e))?;
         self.current = Some((File::from(fd), file.path.clone()));
+        self.files.insert(file.path.clone());
         self.since_flush = 0;
         Ok(())
     }
@@ -375,6 +378,26 @@ fn replaceable(
 
 /// Unpacks the verified bundle into `opts.dest`.
 pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) -> Result<Installed> {
+    unpack_with(opened, opts, &mut |sink| {
+        read::stream(opened, ReadMode::Strict, sink, progress).map(|_| ())
+    })
+}
+
+/// Installs `opened.manifest`'s tree into `opts.dest` with every rule of [`unpack`] (the
+/// `--replace` checks, free space, private staging, explicit modes, fsync, receipt, one atomic
+/// rename), taking the content from `fill` instead of the bundle's stream.
+///
+/// `fill` feeds the staging tree through the [`EntrySink`] it is given, in bundle order
+/// (a directory before its entries). The sink writes what it is told and checks nothing about
+/// content: `fill` MUST check every file's size and SHA-256 against the signed manifest before
+/// returning `Ok` (as `bundle::stream` does), and return an error at the first mismatch; then
+/// nothing is installed. After `fill`, the staged tree is checked against the manifest's list
+/// of files and directories and the model checks run, as for a bundle.
+pub fn unpack_with(
+    opened: &Opened,
+    opts: &UnpackOptions,
+    fill: &mut dyn FnMut(&mut dyn EntrySink) -> Result<()>,
+) -> Result<Installed> {
     let m = &opened.manifest;
     let dest = &opts.dest;
     let parent = parent_dir(dest);
@@ -440,15 +463,18 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
         known: Vec::new(),
         known_set: Default::default(),
         current: None,
+        files: Default::default(),
         syncer: syncer.sender(),
         flusher: &flusher,
         since_flush: 0,
     };
-    let streamed = read::stream(opened, ReadMode::Strict, &mut sink, progress);
+    let streamed = fill(&mut sink);
     let StagingSink {
         root,
         dirs,
         known,
+        known_set,
+        files,
         syncer: sync_tx,
         current,
         ..
@@ -460,6 +486,31 @@ pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) ->
     let flushed = flusher.finish();
     streamed?;
     synced?;
+    // Whatever filled the tree, it holds exactly the signed list of files and directories.
+    let missing = m
+        .files
+        .iter()
+        .map(|f| f.path.as_str())
+        .filter(|p| !files.contains(*p))
+        .chain(
+            m.directories
+                .iter()
+                .map(String::as_str)
+                .filter(|d| !known_set.contains(*d)),
+        )
+        .next();
+    if let Some(path) = missing {
+        return Err(Error::BadStream {
+            volume: "source".into(),
+            reason: format!("{path:?} is listed in the manifest but was not installed"),
+        });
+    }
+    if files.len() != m.files.len() || known_set.len() != m.directories.len() {
+        return Err(Error::BadStream {
+            volume: "source".into(),
+            reason: "the installed tree holds entries the manifest does not list".into(),
+        });
+    }
     if let Some((path, e)) = flushed {
         return Err(Error::io(path, e));
     }
