@@ -245,6 +245,13 @@ pub struct PackArgs {
     /// With --hf-repo: the repository type [default: model].
     #[arg(long, value_enum, requires = "hf_repo")]
     pub repo_type: Option<RepoTypeArg>,
+    /// Add Reed-Solomon parity volumes (parity.000, ...) of PCT of the data, e.g. 10%: damaged
+    /// or missing volumes within that budget are rebuilt by unpack and `airlock repair`.
+    #[arg(long, value_name = "PCT")]
+    pub parity: Option<String>,
+    /// Chunk size in bytes (a power of two, 4096 to 1 GiB); for tests.
+    #[arg(long, hide = true, value_name = "BYTES")]
+    pub chunk_size: Option<u64>,
     /// Progress display.
     #[command(flatten)]
     pub progress: ProgressArgs,

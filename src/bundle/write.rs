@@ -121,6 +121,8 @@ pub struct PackOptions<'a> {
     pub source: Option<HfSource>,
     /// With `source`: one per file, in `entries` order, what to do about the file's etag.
     pub etags: Vec<EtagCheck>,
+    /// Parity to add, in percent of the data (`pack --parity`; FORMAT.md section 17).
+    pub parity: Option<f64>,
 }
 
 /// What the packer does about one file's Hugging Face etag (its blob name) while it hashes it.
@@ -629,6 +631,9 @@ pub fn manifest_size_estimate(opts: &PackOptions<'_>) -> u64 {
             }
         })
         .collect();
+    let parity = opts.parity.and_then(|p| {
+        super::parity_write::estimate(&volumes, opts.chunk_size, opts.volume_size, p)
+    });
     let m = Manifest {
         format: manifest::FORMAT_ID.into(),
         format_version: manifest::FORMAT_VERSION,
@@ -654,6 +659,7 @@ pub fn manifest_size_estimate(opts: &PackOptions<'_>) -> u64 {
             etags: vec![digest.clone(); files.len()],
             ..s
         }),
+        parity,
         directories,
         files,
     };
@@ -876,6 +882,17 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
     read_result?;
     let (volumes, stream_size) = write_result.map_err(|e| Error::io(dir, e))?;
     progress.finish();
+    let parity = match opts.parity {
+        Some(percent) => Some(super::parity_write::write_parity(
+            dir,
+            &volumes,
+            opts.chunk_size,
+            opts.volume_size,
+            percent,
+            progress,
+        )?),
+        None => None,
+    };
 
     let totals = Totals {
         files: files.len() as u64,
@@ -909,6 +926,7 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
         totals,
         warnings: opts.warnings.clone(),
         source: opts.source.clone().map(|s| HfSource { etags, ..s }),
+        parity,
     };
     // The packer holds itself to the same rules as the reader.
     manifest.validate().map_err(|why| {
@@ -969,6 +987,7 @@ mod tests {
             warnings: vec![],
             source: None,
             etags: vec![],
+            parity: None,
         }
     }
 

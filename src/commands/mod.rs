@@ -393,6 +393,12 @@ fn report_install(out: &mut Output, notes: &install::InstallNotes) {
             f.path, f.problem, f.fix
         ));
     }
+    if !notes.repaired_volumes.is_empty() {
+        out.warnings.push(format!(
+            "damaged volume(s) {} were rebuilt from parity as they were read; the installed files match the signed digests (run `airlock repair` to fix the bundle itself)",
+            notes.repaired_volumes.join(", ")
+        ));
+    }
 }
 
 fn unpack(bundle: &Path, opts: UnpackOptions, ui: &Ui) -> Result<Output> {
@@ -401,6 +407,7 @@ fn unpack(bundle: &Path, opts: UnpackOptions, ui: &Ui) -> Result<Output> {
     let installed = install::unpack(&opened, &opts, ui)?;
     report_install(&mut out, &installed.notes);
     out.set("findings", &installed.notes.findings);
+    out.set("repaired_volumes", &installed.notes.repaired_volumes);
     out.set("dest", &installed.dest);
     out.set("replaced", installed.replaced);
     out.set("previous_version", installed.previous_version);

@@ -68,6 +68,18 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
             "--volume-size must be at least {MIN_VOLUME_SIZE} bytes (for a FAT32 medium, use fat32)"
         )));
     }
+    let parity = a
+        .parity
+        .as_deref()
+        .map(airlock::bundle::parity_write::parse_percent)
+        .transpose()
+        .map_err(|e| Error::Usage(format!("--parity {e}")))?;
+    let chunk_size = a.chunk_size.unwrap_or(manifest::DEFAULT_CHUNK_SIZE);
+    if !(4096..=(1 << 30)).contains(&chunk_size) || !chunk_size.is_power_of_two() {
+        return Err(Error::Usage(format!(
+            "--chunk-size {chunk_size} is not a power of two from 4096 to 1073741824"
+        )));
+    }
     super::only_with(
         "--hf-repo",
         a.hf_repo.is_some(),
@@ -169,7 +181,7 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
             version: a.bundle_version,
             compress,
             volume_size,
-            chunk_size: manifest::DEFAULT_CHUNK_SIZE,
+            chunk_size,
             created_unix: created,
             warnings,
             source: hf.as_ref().map(|hf| HfSource {
@@ -192,6 +204,7 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
                         .collect()
                 })
                 .unwrap_or_default(),
+            parity,
         },
         ui,
     )?;
