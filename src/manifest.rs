@@ -846,7 +846,13 @@ mod tests {
         assert_eq!(back, m);
         type Mutation = Box<dyn Fn(&mut Manifest)>;
         let cases: Vec<(Mutation, &str)> = vec![
-            (Box::new(|m| m.format_version = 1), "format version 2"),
+            (
+                Box::new(|m| {
+                    m.format_version = 1;
+                    m.volumes[0].sha256 = Some("2".repeat(64));
+                }),
+                "needs format version 2",
+            ),
             (
                 Box::new(|m| m.parity.as_mut().unwrap().algorithm = "rs".into()),
                 "unknown parity algorithm",
