@@ -431,6 +431,10 @@ impl Error {
                         remove.join(", ")
                     ));
                 }
+                if steps.is_empty() {
+                    // Damage within the parity budget (FORMAT.md section 17).
+                    steps.push("run `airlock repair BUNDLE --trust KEY` (or `-o NEW_BUNDLE` on read-only media)".to_string());
+                }
                 format!("{}, then verify again", steps.join(" and "))
             }
             Error::BadStream { .. } | Error::BadFile { .. } => {

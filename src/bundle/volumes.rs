@@ -1141,6 +1141,30 @@ pub struct Repairability {
     pub copy_again: Vec<String>,
 }
 
+impl Repairability {
+    /// One sentence for the operator: how much is damaged, how much parity is left, and
+    /// whether it can be rebuilt.
+    pub fn describe(&self) -> String {
+        let what = format!(
+            "{} damaged data chunk(s) and {} damaged parity chunk(s) in {} of {} parity stripes; the worst stripe lost {} unit(s) of the {} its parity can rebuild",
+            self.erased_data_units,
+            self.erased_recovery_units,
+            self.damaged_stripes,
+            self.stripes,
+            self.worst_stripe_erased,
+            self.recovery_per_stripe
+        );
+        if self.repairable {
+            format!(
+                "REPAIRABLE from parity: {what} ({} left); `airlock unpack` installs it as it is, `airlock repair` fixes the bundle",
+                self.parity_left_in_worst_stripe
+            )
+        } else {
+            format!("NOT repairable from parity: {what}")
+        }
+    }
+}
+
 /// Assesses a bundle with parity whose volumes were checked: `data` and `parity` are the
 /// problems [`check_volumes`] and [`check_parity_volumes`] found. Units of volumes without
 /// problems are intact; the units of damaged volumes are read and hashed one by one.

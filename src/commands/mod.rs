@@ -297,6 +297,15 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
     }
     out.set("volumes_checked", verdict.volumes_checked);
     out.set("bad_volumes", &verdict.bad_volumes);
+    out.set("parity_volumes_checked", verdict.parity_checked);
+    out.set("bad_parity_volumes", &verdict.bad_parity);
+    // Whether the damage can be rebuilt from parity: null when there is nothing to rebuild.
+    let damaged = !verdict.is_ok();
+    out.set(
+        "repairable",
+        damaged.then(|| verdict.repair.as_ref().is_some_and(|r| r.repairable)),
+    );
+    out.set("parity_assessment", &verdict.repair);
     out.set(
         "stray_volumes",
         verdict.stray_volumes().map(|s| &s.name).collect::<Vec<_>>(),
@@ -323,12 +332,20 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
     if verdict.is_ok() {
         let findings = verdict.recorded_warnings.len();
         out.line(format!(
-            "OK   {} version {}: signature by {}, {} volume(s), {}{}{}",
+            "OK   {} version {}: signature by {}, {} volume(s), {}{}{}{}",
             m.name,
             m.version,
             opened.signer.key_id_hex(),
             m.volumes.len(),
             human(m.totals.volume_bytes),
+            match &m.parity {
+                Some(p) => format!(
+                    " + {} parity volume(s), {}",
+                    p.volumes.len(),
+                    human(p.volumes.iter().map(|v| v.size).sum())
+                ),
+                None => String::new(),
+            },
             if deep {
                 format!(", {} files checked", m.files.len())
             } else {
@@ -342,8 +359,11 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
         ));
         return Ok(out);
     }
-    for p in &verdict.bad_volumes {
+    for p in verdict.bad_volumes.iter().chain(&verdict.bad_parity) {
         out.line(format!("BAD  {}: {}", p.volume, p.problem));
+    }
+    if let Some(r) = &verdict.repair {
+        out.line(r.describe());
     }
     for s in verdict.stray_volumes() {
         out.line(format!("BAD  {}: {}", s.name, s.problem()));
