@@ -118,6 +118,8 @@ pub enum Command {
     Check(CheckArgs),
     /// Sign a file (FILE.minisig) the way `minisign -S` does, e.g. an airlock release binary.
     Sign(SignArgs),
+    /// Restore damaged or missing volumes of a bundle from its parity and from other copies.
+    Repair(RepairArgs),
     /// Print a shell completion script.
     Completions {
         /// The shell.
@@ -268,6 +270,26 @@ pub struct VerifyArgs {
     /// Also decompress and check every entry's path, type, size and sha256.
     #[arg(long)]
     pub deep: bool,
+    /// Progress display.
+    #[command(flatten)]
+    pub progress: ProgressArgs,
+}
+
+/// `airlock repair`.
+#[derive(Args, Debug)]
+pub struct RepairArgs {
+    /// The bundle directory.
+    pub bundle: PathBuf,
+    /// Trusted keys.
+    #[command(flatten)]
+    pub trust: TrustArgs,
+    /// Write a complete repaired bundle to this new directory instead of repairing in place
+    /// (for read-only media).
+    #[arg(long, short, value_name = "OUT")]
+    pub output: Option<PathBuf>,
+    /// Another copy of the same bundle to take intact chunks from (repeatable).
+    #[arg(long, value_name = "OTHER_COPY")]
+    pub from: Vec<PathBuf>,
     /// Progress display.
     #[command(flatten)]
     pub progress: ProgressArgs,

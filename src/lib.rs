@@ -20,6 +20,7 @@ pub mod parity;
 pub mod paths;
 pub mod progress;
 pub mod receipt;
+pub mod repair;
 pub mod scan;
 pub mod size;
 pub mod staging;

@@ -6,6 +6,7 @@ mod files;
 mod keygen;
 mod man;
 mod pack;
+mod repair;
 mod secret;
 mod sign;
 mod ui;
@@ -60,6 +61,7 @@ pub fn run(cli: Cli) -> u8 {
         Command::Verify(a) => a.progress.progress,
         Command::Unpack(a) => a.progress.progress,
         Command::Check(a) => a.progress.progress,
+        Command::Repair(a) => a.progress.progress,
         _ => None,
     }
     .or(cli.progress)
@@ -79,6 +81,7 @@ pub fn run(cli: Cli) -> u8 {
         Command::Inspect(a) => inspect(&a.bundle, a.sha256sums),
         Command::Check(a) => check::run(a, &ui),
         Command::Sign(a) => sign::run(a, &ui),
+        Command::Repair(a) => repair::run(a, &ui),
         Command::Completions { .. } | Command::Man { .. } if json => {
             // Their output is a script or a roff page; wrapping it in JSON would serve no one,
             // and printing it unwrapped would break the one-document promise of --json.
@@ -157,6 +160,7 @@ fn command_name(command: &Command) -> &'static str {
         Command::Inspect(_) => "inspect",
         Command::Check(_) => "check",
         Command::Sign(_) => "sign",
+        Command::Repair(_) => "repair",
         Command::Completions { .. } => "completions",
         Command::Man { .. } => "man",
     }
@@ -264,7 +268,9 @@ pub fn password_from_file(path: &Path) -> Result<zeroize::Zeroizing<Vec<u8>>> {
 
 /// The findings the packer recorded in the signed manifest (a bundle packed with
 /// `--no-model-checks`), as warnings: verify, unpack and inspect all show them.
-fn recorded_warnings(m: &airlock::manifest::Manifest) -> impl Iterator<Item = String> + '_ {
+pub(crate) fn recorded_warnings(
+    m: &airlock::manifest::Manifest,
+) -> impl Iterator<Item = String> + '_ {
     m.warnings.iter().map(|w| {
         format!(
             "recorded at pack time: {}: {} ({})",
