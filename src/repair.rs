@@ -366,7 +366,7 @@ pub fn repair(
                     while pos < len {
                         let n = (len - pos).min(buf.len() as u64) as usize;
                         src.read_at(&v.name, start + pos, &mut buf[..n])
-                            .map_err(|e| Error::io(&dirs[d].join(&v.name), e))?;
+                            .map_err(|e| Error::io(dirs[d].join(&v.name), e))?;
                         h.update(&buf[..n]);
                         f.write_all_at(&buf[..n], start + pos)
                             .map_err(|e| Error::io(&tmp, e))?;

@@ -102,7 +102,7 @@ pub fn write_parity(
     let layout = UnitLayout::new(chunk_size, data, &volumes);
     let inputs: Vec<File> = data
         .iter()
-        .map(|v| File::open(dir.join(&v.name)).map_err(|e| Error::io(&dir.join(&v.name), e)))
+        .map(|v| File::open(dir.join(&v.name)).map_err(|e| Error::io(dir.join(&v.name), e)))
         .collect::<Result<_>>()?;
     let outputs: Vec<File> = volumes
         .iter()
@@ -150,7 +150,7 @@ pub fn write_parity(
                     let c = (start / chunk_size) as usize;
                     if hex::encode(h.finalize()) != data[i].chunks[c] {
                         return Err(Error::io(
-                            &dir.join(&data[i].name),
+                            dir.join(&data[i].name),
                             io::Error::other(format!(
                                 "chunk {c} read back for parity differs from what was written"
                             )),
@@ -176,7 +176,7 @@ pub fn write_parity(
     let mut all = all.into_iter();
     for (v, f) in volumes.iter_mut().zip(&outputs) {
         v.chunks = all.by_ref().take((v.size / chunk_size) as usize).collect();
-        f.sync_all().map_err(|e| Error::io(&dir.join(&v.name), e))?;
+        f.sync_all().map_err(|e| Error::io(dir.join(&v.name), e))?;
     }
     progress.finish();
     Ok(Parity {
