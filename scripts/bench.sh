@@ -8,7 +8,8 @@
 # Options: --sizes "1 4" (GiB), --runs N, --kinds "random bf16", --dir DIR (default /tmp/perf,
 # needs ~8x the largest size free), --keep (keep the models for the next run), --no-install
 # (skip apt-get and pip), --results FILE (raw TSV, default DIR/results.tsv), --bin PATH (an
-# airlock binary to measure instead of building one).
+# airlock binary to measure instead of building one), --parity-only (only the parity rows of
+# the last section: pack --parity vs pack, repair vs par2 create/repair).
 #
 # Every comparison is one alternating loop: each round runs airlock and its peers once, in an
 # order that rotates from round to round, so drift from other load on the machine hits both
@@ -31,6 +32,7 @@ KEEP=0
 INSTALL=1
 RESULTS=""
 BIN=""
+PARITY_ONLY=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) SIZES="0.25"; RUNS=1 ;;
@@ -43,6 +45,7 @@ while [ $# -gt 0 ]; do
         --no-install) INSTALL=0 ;;
         --results) RESULTS="$2"; shift ;;
         --bin) BIN="$2"; shift ;;
+        --parity-only) PARITY_ONLY=1 ;;
         -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
     esac
@@ -62,15 +65,15 @@ PY_PINS="model-signing==1.1.1 pyopenssl==26.4.0 bagit==1.9.0"
 mkdir -p "$DIR"
 if [ "$INSTALL" = 1 ]; then
     missing=""
-    for t in hyperfine openssl zstd tar sha256sum /usr/bin/time; do
+    for t in hyperfine openssl zstd tar sha256sum /usr/bin/time par2; do
         command -v "$t" >/dev/null || missing="$missing $t"
     done
     if [ -n "$missing" ]; then
         log "installing from Debian:$missing"
         apt-get update -qq
-        apt-get install -y -qq hyperfine openssl zstd tar coreutils time >/dev/null
+        apt-get install -y -qq hyperfine openssl zstd tar coreutils time par2 >/dev/null
     fi
-    if [ ! -x "$VENV/bin/model_signing" ] || [ ! -x "$VENV/bin/bagit.py" ]; then
+    if [ "$PARITY_ONLY" = 0 ] && { [ ! -x "$VENV/bin/model_signing" ] || [ ! -x "$VENV/bin/bagit.py" ]; }; then
         log "installing $PY_PINS into $VENV"
         python3 -m venv "$VENV"
         # shellcheck disable=SC2086
@@ -88,7 +91,9 @@ if [ -z "$SYNTH" ]; then
     exit 2
 fi
 
-for t in openssl zstd tar sha256sum /usr/bin/time "$VENV/bin/model_signing" "$VENV/bin/bagit.py"; do
+PEERS="openssl zstd tar sha256sum /usr/bin/time par2"
+[ "$PARITY_ONLY" = 1 ] || PEERS="$PEERS $VENV/bin/model_signing $VENV/bin/bagit.py"
+for t in $PEERS; do
     if ! command -v "$t" >/dev/null; then
         echo "bench.sh: $t is missing (run without --no-install to install the peers)" >&2
         exit 2
@@ -148,7 +153,9 @@ log "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f
 log "cache: $([ "$COLD" = 1 ] && echo cold || echo warm); runs: $RUNS; results: $RESULTS"
 
 first_kind=${KINDS%% *}
-for size in $SIZES; do
+MAIN_SIZES=$SIZES
+[ "$PARITY_ONLY" = 0 ] || MAIN_SIZES=""
+for size in $MAIN_SIZES; do
     for kind in $KINDS; do
         M=$DIR/model-$size-$kind
         W=$DIR/work-$size-$kind
@@ -213,7 +220,7 @@ done
 rm -f "$DIR/time.out" "$DIR/cmd.out"
 
 # ---- the table ------------------------------------------------------------------------------
-python3 - "$RESULTS" "$COLD" <<'EOF'
+[ "$PARITY_ONLY" = 1 ] || python3 - "$RESULTS" "$COLD" <<'EOF'
 import collections, statistics, sys
 path, cold = sys.argv[1], sys.argv[2] == "1"
 t = collections.defaultdict(list)
@@ -270,3 +277,66 @@ for size in sizes:
                  for l in labels]
         print(f"| {size} | {kind} | " + " | ".join(cells) + " |")
 EOF
+
+# ---- parity (issue #13) ---------------------------------------------------------------------
+# pack --parity 10% against pack (target: at most 1.3x), and airlock's repair of a lost volume
+# against par2cmdline (Debian's par2) creating 10% recovery data and repairing the same loss.
+# One model size (the first of --sizes), the first kind, zstd; volumes of 1/20 of the model
+# so 10% parity covers one whole lost volume. Raw rows in DIR/parity.tsv.
+bench_parity() {
+    local size=${SIZES%% *} kind=${KINDS%% *}
+    local M=$DIR/model-$size-$kind W=$DIR/work-parity
+    rm -rf "$W"
+    mkdir -p "$W"
+    if [ ! -f "$M/config.json" ]; then
+        log "making $M"
+        python3 "$SYNTH" "$M" "$size" --kind "$kind" >/dev/null
+    fi
+    local bytes vol
+    bytes=$(du -sb "$M" | cut -f1)
+    vol=$((bytes / 20))
+    local saved=$RESULTS
+    RESULTS=$DIR/parity.tsv
+    printf 'size\tkind\tlabel\trun\twall_s\tcpu_s\tmax_rss_kib\n' >"$RESULTS"
+    log "$size GiB $kind: pack --parity 10% vs pack"
+    bench "$size" "$kind" \
+        "pack" "rm -rf $W/b" "$AL pack $M -o $W/b --key $KEYS/a.key --volume-size $vol" \
+        "pack-parity10" "rm -rf $W/bp" \
+        "$AL pack $M -o $W/bp --key $KEYS/a.key --volume-size $vol --parity 10%"
+    # The same bundle for both repairs: airlock's parity, and par2 recovery data over the data
+    # volumes (10% redundancy, made here and timed as par2-create).
+    rm -rf "$W/b" "$W/bp"
+    $AL pack "$M" -o "$W/bp" --key "$KEYS/a.key" --volume-size "$vol" --parity 10%
+    mkdir -p "$W/p2"
+    cp "$W"/bp/data.* "$W/p2/"
+    log "$size GiB $kind: par2 create vs pack --parity"
+    bench "$size" "$kind" \
+        "par2-create" "rm -f $W/p2/*.par2" "cd $W/p2 && par2 create -q -q -r10 -n1 rec.par2 data.*"
+    log "$size GiB $kind: repair one lost volume: airlock repair vs par2 repair"
+    bench "$size" "$kind" \
+        "repair" "cp -n $W/bp/data.001 $W/data.001.good 2>/dev/null; rm -f $W/bp/data.001" \
+        "$AL repair $W/bp --trust $KEYS/a.pub" \
+        "par2-repair" "cp -n $W/p2/data.001 $W/p2-data.001.good 2>/dev/null; rm -f $W/p2/data.001" \
+        "cd $W/p2 && par2 repair -q -q rec.par2"
+    cmp "$W/bp/data.001" "$W/data.001.good"
+    python3 - "$RESULTS" <<'PY'
+import collections, statistics, sys
+t = collections.defaultdict(list); r = collections.defaultdict(list)
+for line in open(sys.argv[1]).read().splitlines()[1:]:
+    size, kind, label, run, secs, cpus, kib = line.split("\t")
+    t[label].append(float(secs)); r[label].append(int(kib))
+m = {k: statistics.median(v) for k, v in t.items()}
+print("\n| airlock | peer | airlock s | peer s | ratio | target | airlock peak RSS MiB |")
+print("|---|---|---|---|---|---|---|")
+for a, p, target in [("pack-parity10", "pack", 1.3), ("pack-parity10", "par2-create", None),
+                     ("repair", "par2-repair", None)]:
+    if a in m and p in m:
+        ratio = m[a] / m[p]
+        tg = "" if target is None else f"<= {target} ({'met' if ratio <= target else 'NOT met'})"
+        print(f"| {a} | {p} | {m[a]:.2f} | {m[p]:.2f} | {ratio:.2f} | {tg} | {statistics.median(r[a]) / 1024:.1f} |")
+PY
+    RESULTS=$saved
+    rm -rf "$W"
+    [ "$KEEP" = 1 ] || rm -rf "$M"
+}
+bench_parity

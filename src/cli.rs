@@ -134,7 +134,7 @@ pub enum Command {
 }
 
 /// The commands that have a manual page of their own.
-pub const MAN_PAGES: [&str; 8] = [
+pub const MAN_PAGES: [&str; 9] = [
     "keygen",
     "pack",
     "verify",
@@ -142,6 +142,7 @@ pub const MAN_PAGES: [&str; 8] = [
     "inspect",
     "check",
     "sign",
+    "repair",
     "completions",
 ];
 
