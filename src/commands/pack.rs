@@ -254,6 +254,27 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
         human(m.totals.volume_bytes),
         key.public_key().key_id_hex()
     ));
+    if let Some(p) = &m.parity {
+        let bytes: u64 = p.volumes.iter().map(|v| v.size).sum();
+        out.set(
+            "parity",
+            serde_json::json!({
+                "data_units": p.data_units,
+                "recovery_units": p.recovery_units,
+                "stripes": p.stripes,
+                "volumes": p.volumes.len(),
+                "bytes": bytes,
+            }),
+        );
+        out.line(format!(
+            "OK   parity: {} volume(s) ({}, {:.1}% of the data), {} of every {} chunks rebuildable per stripe",
+            p.volumes.len(),
+            human(bytes),
+            bytes as f64 * 100.0 / m.totals.volume_bytes as f64,
+            p.recovery_units,
+            p.data_units + p.recovery_units
+        ));
+    }
     Ok(out)
 }
 
