@@ -266,6 +266,16 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
                 "bytes": bytes,
             }),
         );
+        let got = bytes as f64 * 100.0 / m.totals.volume_bytes as f64;
+        if let Some(asked) = parity
+            && (got - asked).abs() > 1.0
+        {
+            out.warnings.push(format!(
+                "parity is {got:.1}% of the data, not the {asked}% asked: parity comes in whole chunks of {} and the bundle has only {} (a small bundle)",
+                human(m.chunk_size),
+                m.data_units()
+            ));
+        }
         out.line(format!(
             "OK   parity: {} volume(s) ({}, {:.1}% of the data), {} of every {} chunks rebuildable per stripe",
             p.volumes.len(),
