@@ -281,8 +281,8 @@ EOF
 # ---- parity (issue #13) ---------------------------------------------------------------------
 # pack --parity 10% against pack (target: at most 1.3x), and airlock's repair of a lost volume
 # against par2cmdline (Debian's par2) creating 10% recovery data and repairing the same loss.
-# One model size (the first of --sizes), the first kind, zstd; volumes of 1/20 of the model
-# so 10% parity covers one whole lost volume. Raw rows in DIR/parity.tsv.
+# One model size (the first of --sizes), the first kind, zstd; volumes of about 1/20 of the
+# model so 10% parity covers one whole lost volume. Raw rows in DIR/parity.tsv.
 bench_parity() {
     local size=${SIZES%% *} kind=${KINDS%% *}
     local M=$DIR/model-$size-$kind W=$DIR/work-parity
@@ -292,29 +292,32 @@ bench_parity() {
         log "making $M"
         python3 "$SYNTH" "$M" "$size" --kind "$kind" >/dev/null
     fi
-    local bytes vol
+    # 4 MiB chunks (the hidden --chunk-size) so that even the --quick model has enough units
+    # for 10% parity to be 10%: parity comes in whole chunks, and a volume shorter than a chunk
+    # costs a whole chunk of parity.
+    local bytes vol chunk=4194304
     bytes=$(du -sb "$M" | cut -f1)
-    vol=$((bytes / 20))
+    vol=$((bytes / 20 / chunk * chunk))
+    [ "$vol" -ge "$chunk" ] || vol=$chunk
     local saved=$RESULTS
     RESULTS=$DIR/parity.tsv
     printf 'size\tkind\tlabel\trun\twall_s\tcpu_s\tmax_rss_kib\n' >"$RESULTS"
     log "$size GiB $kind: pack --parity 10% vs pack"
     bench "$size" "$kind" \
-        "pack" "rm -rf $W/b" "$AL pack $M -o $W/b --key $KEYS/a.key --volume-size $vol" \
+        "pack" "rm -rf $W/b" "$AL pack $M -o $W/b --key $KEYS/a.key --volume-size $vol --chunk-size $chunk" \
         "pack-parity10" "rm -rf $W/bp" \
-        "$AL pack $M -o $W/bp --key $KEYS/a.key --volume-size $vol --parity 10%"
+        "$AL pack $M -o $W/bp --key $KEYS/a.key --volume-size $vol --chunk-size $chunk --parity 10%"
     # Unpack of an intact bundle with parity (each unit hashed before it streams) and without.
-    $AL pack "$M" -o "$W/b" --key "$KEYS/a.key" --volume-size "$vol"
-    $AL pack "$M" -o "$W/bp" --key "$KEYS/a.key" --volume-size "$vol" --parity 10%
+    rm -rf "$W/b" "$W/bp"
+    $AL pack "$M" -o "$W/b" --key "$KEYS/a.key" --volume-size "$vol" --chunk-size "$chunk"
+    $AL pack "$M" -o "$W/bp" --key "$KEYS/a.key" --volume-size "$vol" --chunk-size "$chunk" --parity 10%
     log "$size GiB $kind: unpack with parity vs without (intact)"
     bench "$size" "$kind" \
         "unpack" "rm -rf $W/u" "$AL unpack $W/b --trust $KEYS/a.pub --dest $W/u" \
         "unpack-parity10" "rm -rf $W/u" "$AL unpack $W/bp --trust $KEYS/a.pub --dest $W/u"
-    rm -rf "$W/u"
+    rm -rf "$W/u" "$W/b"
     # The same bundle for both repairs: airlock's parity, and par2 recovery data over the data
     # volumes (10% redundancy, made here and timed as par2-create).
-    rm -rf "$W/b" "$W/bp"
-    $AL pack "$M" -o "$W/bp" --key "$KEYS/a.key" --volume-size "$vol" --parity 10%
     mkdir -p "$W/p2"
     cp "$W"/bp/data.* "$W/p2/"
     log "$size GiB $kind: par2 create vs pack --parity"
@@ -326,7 +329,9 @@ bench_parity() {
         "$AL repair $W/bp --trust $KEYS/a.pub" \
         "par2-repair" "cp -n $W/p2/data.001 $W/p2-data.001.good 2>/dev/null; rm -f $W/p2/data.001" \
         "cd $W/p2 && par2 repair -q -q rec.par2"
-    cmp "$W/bp/data.001" "$W/data.001.good"
+    # Both repairs must have restored the exact volume.
+    cmp "$W/bp/data.001" "$W/data.001.good" || { echo "bench.sh: airlock repair differs" >&2; exit 1; }
+    cmp "$W/p2/data.001" "$W/p2-data.001.good" || { echo "bench.sh: par2 repair differs" >&2; exit 1; }
     python3 - "$RESULTS" <<'PY'
 import collections, statistics, sys
 t = collections.defaultdict(list); r = collections.defaultdict(list)
