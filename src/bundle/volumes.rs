@@ -1236,3 +1236,100 @@ pub fn assess_with(
         copy_again,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bundle::stream::{NullSink, stream_volumes};
+    use crate::bundle::write::{self, Compress, PackOptions};
+
+    /// A bundle of about 200 KB in 4 KiB chunks and 16 KiB volumes with 25% parity.
+    fn packed(dir: &Path) -> Manifest {
+        let model = dir.join("m");
+        std::fs::create_dir_all(&model).unwrap();
+        let mut x: u64 = 0x9e3779b97f4a7c15;
+        let bytes: Vec<u8> = (0..200_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        std::fs::write(model.join("w.bin"), bytes).unwrap();
+        let key = crate::keys::SecretKey::generate().unwrap();
+        let packed = write::pack(
+            PackOptions {
+                entries: crate::scan::scan(&model, &model).unwrap(),
+                out: dir.join("b"),
+                key: &key,
+                name: "m".into(),
+                version: 1,
+                compress: Compress::None,
+                volume_size: 16384,
+                chunk_size: 4096,
+                created_unix: 0,
+                warnings: vec![],
+                source: None,
+                etags: vec![],
+                parity: Some(25.0),
+            },
+            &crate::progress::Silent,
+        )
+        .unwrap();
+        packed.manifest
+    }
+
+    fn flip(path: &Path, at: usize) {
+        let mut b = std::fs::read(path).unwrap();
+        b[at] ^= 1;
+        std::fs::write(path, b).unwrap();
+    }
+
+    #[test]
+    fn an_erased_unit_is_rebuilt_while_streaming_and_the_volume_named() {
+        let t = tempfile::tempdir().unwrap();
+        let m = packed(t.path());
+        let b = t.path().join("b");
+        flip(&b.join("data.000"), 3);
+        std::fs::remove_file(b.join("data.002")).unwrap();
+        let report = stream_volumes(
+            &m,
+            &DirVolumes(&b),
+            Mode::Strict,
+            &mut NullSink,
+            &crate::progress::Silent,
+        )
+        .unwrap();
+        assert_eq!(report.repaired, ["data.000", "data.002"]);
+    }
+
+    #[test]
+    fn a_rebuilt_unit_that_fails_its_signed_digest_is_refused() {
+        // The recovery unit of stripe 0 is changed and its digest in the manifest with it (a
+        // parity volume that verifies but lies): the rebuilt data unit 0 must not be used.
+        let t = tempfile::tempdir().unwrap();
+        let mut m = packed(t.path());
+        let b = t.path().join("b");
+        let g = m.parity_geometry().unwrap();
+        assert_eq!(g.recovery_index(0, 0), 0);
+        let p0 = b.join("parity.000");
+        flip(&p0, 10);
+        let unit = std::fs::read(&p0).unwrap()[..4096].to_vec();
+        m.parity.as_mut().unwrap().volumes[0].chunks[0] = hex::encode(Sha256::digest(&unit));
+        flip(&b.join("data.000"), 3);
+        let e = stream_volumes(
+            &m,
+            &DirVolumes(&b),
+            Mode::Strict,
+            &mut NullSink,
+            &crate::progress::Silent,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("chunk 0 rebuilt from parity does not match its signed digest"),
+            "{e}"
+        );
+    }
+}

@@ -646,6 +646,26 @@ fn inspect(bundle: &Path, sha256sums: bool) -> Result<Output> {
         );
         out.line(format!("  {}  {:>14}  {digest}", v.name, v.size));
     }
+    if let Some(p) = &m.parity {
+        out.set("parity", p);
+        out.line(format!(
+            "parity:      {} volume(s) ({}), {} of {} units per stripe, {} stripes ({})",
+            p.volumes.len(),
+            human(p.volumes.iter().map(|v| v.size).sum()),
+            p.recovery_units,
+            p.data_units + p.recovery_units,
+            p.stripes,
+            p.algorithm
+        ));
+        for v in &p.volumes {
+            out.line(format!(
+                "  {}  {:>14}  {} chunk digest(s)",
+                v.name,
+                v.size,
+                v.chunks.len()
+            ));
+        }
+    }
     out.line("files:".to_string());
     for f in &m.files {
         out.line(format!(

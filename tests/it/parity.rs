@@ -205,6 +205,8 @@ fn parity_size_is_within_one_percent_of_what_was_asked_and_cat_data_is_still_the
         );
         assert_eq!(m["parity"]["algorithm"], "rs-leopard-gf16");
         env.ok(&["verify", &name, "--trust", "k.pub"]);
+        let shown = String::from_utf8(env.ok(&["inspect", &name]).stdout).unwrap();
+        assert!(shown.contains("parity.000"), "{shown}");
         // The stock-tools fallback: `cat data.*` is still the tar stream.
         let out = env.path(&format!("stock{}", want as u32));
         fs::create_dir(&out).unwrap();
@@ -440,4 +442,68 @@ fn two_copies_damaged_in_different_places_make_one_good_one_without_parity() {
     let text = env2.fails(3, &["repair", "c", "--trust", "k.pub", "--from", "d"]);
     assert!(text.contains("data.005"), "{text}");
     assert!(volume_bytes(&c) == before);
+}
+
+#[test]
+fn the_stock_tools_procedure_works_with_parity_volumes_present() {
+    // FORMAT.md section 12, step by step, on a zstd bundle with parity: minisign, the chunk
+    // digests of the data volumes and (the same way) of the parity volumes with jq, split and
+    // sha256sum, then `cat data.* | zstd -d | tar -x` and sha256sum -c.
+    let env = Env::new();
+    env.write("m/weights.bin", &pseudo_random(1_000_000, 3));
+    env.write("m/config.json", b"{}\n");
+    let chunk = CHUNK.to_string();
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--volume-size",
+        VOLUME,
+        "--chunk-size",
+        &chunk,
+        "--parity",
+        "20%",
+    ]);
+    let script = r#"
+set -eu
+cd b
+minisign -Vm manifest.json -p ../k.pub >/dev/null
+cs=$(jq -r .chunk_size manifest.json)
+for sel in .volumes .parity.volumes; do
+  for v in $(jq -r "$sel[].name" manifest.json); do
+    split -b "$cs" --filter='sha256sum | cut -c1-64' "$v" > "/tmp/$$.$v.chunks"
+    jq -r --arg v "$v" "$sel[] | select(.name == \$v) | .chunks[]" manifest.json \
+      | cmp -s - "/tmp/$$.$v.chunks" && echo "$v: OK" || echo "$v: FAILED"
+    rm -f "/tmp/$$.$v.chunks"
+  done
+done
+mkdir ../manual
+cat data.* | zstd -d | tar -x -C ../manual
+jq -r '.files[] | "\(.sha256)  \(.path)"' manifest.json > ../sums
+cd ../manual && sha256sum -c --strict ../sums
+"#;
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(env.dir.path())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains("FAILED"), "{text}");
+    assert!(text.contains("parity.000: OK"), "{text}");
+    assert_eq!(text.matches(": OK").count(), {
+        let m = manifest(&env.path("b"));
+        m["volumes"].as_array().unwrap().len()
+            + m["parity"]["volumes"].as_array().unwrap().len()
+            + 2
+    });
+    same_tree(&env.path("manual"), &env.path("m"));
 }
