@@ -453,7 +453,10 @@ fn report_install(out: &mut Output, notes: &install::InstallNotes) {
 fn unpack(bundle: &Path, opts: UnpackOptions, ui: &Ui) -> Result<Output> {
     let (opened, mut out) = open_for_unpack(bundle, &opts.trust)?;
     let m = &opened.manifest;
-    let installed = install::unpack(&opened, &opts, ui)?;
+    let installed = match install::unpack(&opened, &opts, ui) {
+        Ok(i) => i,
+        Err(e) => return Err(with_parity_assessment(&opened, e, ui)),
+    };
     report_install(&mut out, &installed.notes);
     out.set("findings", &installed.notes.findings);
     out.set("repaired_volumes", &installed.notes.repaired_volumes);
@@ -471,6 +474,37 @@ fn unpack(bundle: &Path, opts: UnpackOptions, ui: &Ui) -> Result<Output> {
         human(m.totals.file_bytes)
     ));
     Ok(out)
+}
+
+/// For a bundle with parity whose unpack failed on damaged volumes (beyond what parity can
+/// rebuild as it streams): the damage measured against the parity budget, appended to the
+/// message, and the volumes to copy again narrowed to those parity cannot rebuild.
+fn with_parity_assessment(opened: &open::Opened, e: Error, ui: &Ui) -> Error {
+    use airlock::bundle::volumes;
+    let Error::BadVolumes {
+        mut summary,
+        mut copy_again,
+        remove,
+    } = e
+    else {
+        return e;
+    };
+    if opened.manifest.parity.is_some() && remove.is_empty() {
+        let data = volumes::check_volumes(opened, ui);
+        let parity = volumes::check_parity_volumes(opened, ui);
+        if let Some(r) = volumes::assess(opened, &data, &parity) {
+            summary.push_str("; ");
+            summary.push_str(&r.describe());
+            if !r.repairable {
+                copy_again = r.copy_again;
+            }
+        }
+    }
+    Error::BadVolumes {
+        summary,
+        copy_again,
+        remove,
+    }
 }
 
 fn unpack_command(a: UnpackArgs, ui: &Ui) -> Result<Output> {
