@@ -43,6 +43,7 @@ pub struct Registry {
     pub reference: Reference,
     creds: Option<Credentials>,
     push: bool,
+    ca_file: bool,
     authorization: Mutex<Option<String>>,
 }
 
@@ -152,6 +153,7 @@ impl Registry {
             reference: reference.clone(),
             creds: auth::credentials_for(&reference.registry)?,
             push,
+            ca_file: opts.ca_file.is_some(),
             authorization: Mutex::new(None),
         };
         reg.authenticate()?;
@@ -181,6 +183,10 @@ impl Registry {
             ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
                 format!("cannot connect: connection refused ({io})")
             }
+            _ if e.to_string().contains("certificate") => format!(
+                "TLS: {e} (the registry's certificate does not verify against the system roots{}; a site CA goes in --ca-file)",
+                if self.ca_file { " and --ca-file" } else { "" }
+            ),
             _ => e.to_string(),
         })
     }
