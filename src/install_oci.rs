@@ -11,11 +11,14 @@
 //! that breaks is resumed from the byte it reached (`Range`), a few times; a registry that
 //! stays down fails the install (exit 1), nothing installed.
 //!
-//! Files are fetched one after the other, in bundle order, each streamed straight into its
-//! staged file (no second copy on disk); see docs/ARCHITECTURE.md.
+//! Large files are fetched one after the other, in bundle order, each streamed straight into its
+//! staged file (no second copy on disk); small files are fetched ahead, a few at once, into a
+//! bounded amount of memory (see `fill`), so a model of many small files is not one round trip
+//! per file.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -118,7 +121,7 @@ pub fn open(registry: &Registry, trust: &[PublicKey]) -> Result<Opened> {
 fn fetch_file(
     registry: &Registry,
     f: &FileEntry,
-    sink: &mut dyn EntrySink,
+    out: &mut dyn FnMut(&[u8]) -> Result<()>,
     progress: &dyn Progress,
 ) -> Result<()> {
     let digest = format!("sha256:{}", f.sha256);
@@ -152,7 +155,7 @@ fn fetch_file(
                 ));
             }
             hasher.update(chunk);
-            sink.data(chunk)?;
+            out(chunk)?;
             got += chunk.len() as u64;
             progress.advance(chunk.len() as u64);
         };
@@ -195,7 +198,27 @@ fn fetch_file(
     Ok(())
 }
 
-/// Feeds the whole tree, in bundle order, from the registry into `sink`.
+/// Files at most this large are fetched ahead, several at once, into memory.
+const PREFETCH_MAX_FILE: u64 = 8 << 20;
+/// Bytes of fetched-ahead files held at once (memory stays bounded whatever the model).
+const PREFETCH_BUDGET: u64 = 64 << 20;
+/// Small files in flight at once, besides the large file streaming.
+const PREFETCH_WORKERS: usize = 4;
+
+/// The queue the prefetch workers take small files from, in bundle order, each taking its
+/// bytes out of the budget first. Taking in order is what makes it deadlock-free: the file the
+/// installer waits for is always taken before any later one, so it never waits for budget held
+/// by files behind it.
+struct Queue {
+    next: usize,
+    used: u64,
+    cancelled: bool,
+}
+
+/// Feeds the whole tree, in bundle order, from the registry into `sink`. Large files stream
+/// straight into their staged file; small ones (config, tokenizer, shards of a few MiB) are
+/// fetched ahead by a few workers into a bounded amount of memory, each checked against its
+/// signed size and SHA-256 before the installer writes it.
 fn fill(
     m: &Manifest,
     registry: &Registry,
@@ -203,19 +226,92 @@ fn fill(
     progress: &dyn Progress,
 ) -> Result<()> {
     progress.start("download", m.totals.file_bytes);
-    for entry in m.expected_entries() {
-        match entry {
-            Expected::Dir(p) => sink.dir(p)?,
-            Expected::File(f) => {
-                progress.item(&f.path);
-                sink.begin_file(f)?;
-                fetch_file(registry, f, sink, progress)?;
-                sink.end_file(f)?;
-            }
+    let small: Vec<&FileEntry> = m
+        .files
+        .iter()
+        .filter(|f| f.size <= PREFETCH_MAX_FILE)
+        .collect();
+    let (txs, rxs): (Vec<_>, Vec<_>) = small
+        .iter()
+        .map(|_| crossbeam_channel::bounded::<Result<Vec<u8>>>(1))
+        .unzip();
+    let queue = Mutex::new(Queue {
+        next: 0,
+        used: 0,
+        cancelled: false,
+    });
+    let ready = Condvar::new();
+    let result = std::thread::scope(|scope| {
+        for _ in 0..PREFETCH_WORKERS.min(small.len()) {
+            scope.spawn(|| {
+                loop {
+                    let (i, f) = {
+                        let mut q = queue.lock().expect("not poisoned");
+                        loop {
+                            if q.cancelled || q.next >= small.len() {
+                                return;
+                            }
+                            let f = small[q.next];
+                            if q.used == 0 || q.used + f.size <= PREFETCH_BUDGET {
+                                q.used += f.size;
+                                q.next += 1;
+                                break (q.next - 1, f);
+                            }
+                            q = ready.wait(q).expect("not poisoned");
+                        }
+                    };
+                    let mut bytes = Vec::with_capacity(f.size as usize);
+                    let fetched = fetch_file(
+                        registry,
+                        f,
+                        &mut |b| {
+                            bytes.extend_from_slice(b);
+                            Ok(())
+                        },
+                        progress,
+                    )
+                    .map(|()| bytes);
+                    let _ = txs[i].send(fetched);
+                }
+            });
         }
-    }
+        let mut next_small = 0;
+        let installed = (|| {
+            for entry in m.expected_entries() {
+                match entry {
+                    Expected::Dir(p) => sink.dir(p)?,
+                    Expected::File(f) if f.size <= PREFETCH_MAX_FILE => {
+                        progress.item(&f.path);
+                        let bytes = rxs[next_small]
+                            .recv()
+                            .expect("a worker answers every file it takes")?;
+                        next_small += 1;
+                        sink.begin_file(f)?;
+                        for chunk in bytes.chunks(1 << 20) {
+                            sink.data(chunk)?;
+                        }
+                        sink.end_file(f)?;
+                        drop(bytes);
+                        queue.lock().expect("not poisoned").used -= f.size;
+                        ready.notify_all();
+                    }
+                    Expected::File(f) => {
+                        progress.item(&f.path);
+                        sink.begin_file(f)?;
+                        fetch_file(registry, f, &mut |b| sink.data(b), progress)?;
+                        sink.end_file(f)?;
+                    }
+                }
+            }
+            Ok(())
+        })();
+        // Whatever happened, the workers stop taking files.
+        queue.lock().expect("not poisoned").cancelled = true;
+        ready.notify_all();
+        installed
+    });
     progress.finish();
-    Ok(())
+    result
 }
 
 /// Installs the verified artifact `opened` (from [`open`]) into `opts.dest`.

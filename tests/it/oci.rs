@@ -345,7 +345,8 @@ fn relay(reg: &Registry, limit: u64, cut: Cut) -> Relay {
     Relay { port, fired }
 }
 
-/// A model with a larger weight file, so transfers take several buffers.
+/// A model with a larger weight file, so transfers take several buffers (above 8 MiB it is
+/// streamed straight into staging; smaller files are fetched ahead into memory).
 fn big_model(env: &Env, rel: &str, weight_bytes: usize) -> PathBuf {
     let m = env.model(rel);
     env.write(
@@ -784,7 +785,7 @@ fn pushing_a_damaged_bundle_uploads_nothing() {
 fn a_transfer_cut_once_resumes_and_installs() {
     let reg = Registry::start();
     let env = Env::new();
-    let model = big_model(&env, "m", 8 << 20);
+    let model = big_model(&env, "m", 12 << 20);
     env.ok(&["pack", "m", "-o", "b", "--key", "k.key"]);
     reg.ok(
         &env,
@@ -812,7 +813,7 @@ fn a_transfer_cut_once_resumes_and_installs() {
 fn a_registry_killed_mid_transfer_is_exit_1_and_nothing_is_installed() {
     let reg = Registry::start();
     let env = Env::new();
-    big_model(&env, "m", 8 << 20);
+    big_model(&env, "m", 12 << 20);
     env.ok(&["pack", "m", "-o", "b", "--key", "k.key"]);
     reg.ok(
         &env,
