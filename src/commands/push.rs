@@ -48,7 +48,7 @@ pub fn run(a: PushArgs, ui: &Ui) -> Result<Output> {
         out.json.extend(fields);
     }
     out.line(format!(
-        "OK   published {} version {} as {} ({} layers; uploaded {} file(s), {}; {} blob(s) already there)",
+        "OK   published {} version {} as {} ({} layers; uploaded {} layer(s), {}; {} blob(s) already there)",
         m.name,
         m.version,
         pushed.reference,
