@@ -164,6 +164,23 @@ impl EntrySink for UploadSink<'_, '_> {
     }
 }
 
+/// The root `config.json` (if small enough) read back from the registry, used only when it
+/// matches the signed digest.
+fn config_from_registry(opened: &Opened, registry: &Registry) -> Result<Option<Vec<u8>>> {
+    let Some(f) = opened
+        .manifest
+        .files
+        .iter()
+        .find(|f| f.path == "config.json" && f.size <= MAX_CONFIG_JSON)
+    else {
+        return Ok(None);
+    };
+    let digest = format!("sha256:{}", f.sha256);
+    Ok(registry
+        .blob_bytes(&digest, MAX_CONFIG_JSON)?
+        .filter(|b| modelpack::digest_of(b) == digest))
+}
+
 /// Verifies `opened` in full, then publishes it to `registry` under its reference.
 pub fn push(opened: &Opened, registry: &Registry, progress: &dyn Progress) -> Result<Pushed> {
     let verdict = verify::verify(opened, Depth::Deep, progress);
@@ -194,23 +211,29 @@ pub fn push(opened: &Opened, registry: &Registry, progress: &dyn Progress) -> Re
         .map(|f| format!("sha256:{}", f.sha256))
         .filter(|d| missing.contains(d))
         .collect();
-    let (config_json, mut uploaded, mut uploaded_bytes) = std::thread::scope(|scope| {
-        let mut sink = UploadSink {
-            scope,
-            registry,
-            missing: std::mem::take(&mut file_missing),
-            current: None,
-            config_json: None,
-            capturing: false,
-            uploaded: Vec::new(),
-            uploaded_bytes: 0,
-        };
-        let streamed = stream::stream(opened, Mode::Strict, &mut sink, progress);
-        let finished = sink.finish_upload();
-        streamed?;
-        finished?;
-        Ok::<_, Error>((sink.config_json, sink.uploaded, sink.uploaded_bytes))
-    })?;
+    let (config_json, mut uploaded, mut uploaded_bytes) = if file_missing.is_empty() {
+        // Every file is there already: no second pass over the bundle; the root config.json
+        // comes from the registry, held to its signed digest.
+        (config_from_registry(opened, registry)?, Vec::new(), 0)
+    } else {
+        std::thread::scope(|scope| {
+            let mut sink = UploadSink {
+                scope,
+                registry,
+                missing: std::mem::take(&mut file_missing),
+                current: None,
+                config_json: None,
+                capturing: false,
+                uploaded: Vec::new(),
+                uploaded_bytes: 0,
+            };
+            let streamed = stream::stream(opened, Mode::Strict, &mut sink, progress);
+            let finished = sink.finish_upload();
+            streamed?;
+            finished?;
+            Ok::<_, Error>((sink.config_json, sink.uploaded, sink.uploaded_bytes))
+        })?
+    };
 
     let precision = config_json
         .as_deref()

@@ -365,6 +365,9 @@ fn push_then_unpack_round_trips_and_a_second_push_uploads_nothing() {
     let reg = Registry::start();
     let env = Env::new();
     let model = env.model("m");
+    // A precision in config.json: the second push reads it back from the registry instead of
+    // the bundle, and must build the very same ModelPack config (else it would upload one).
+    env.write("m/config.json", b"{\"torch_dtype\": \"bfloat16\"}\n");
     env.ok(&["pack", "m", "-o", "b", "--key", "k.key"]);
     let target = reg.reference("models/m:1");
     let first = reg.ok(&env, &["push", "b", &target, "--trust", "k.pub"]);
@@ -386,6 +389,20 @@ fn push_then_unpack_round_trips_and_a_second_push_uploads_nothing() {
     assert_eq!(doc["uploaded_files"], serde_json::json!([]), "{doc}");
     assert_eq!(doc["uploaded_bytes"], 0, "{doc}");
     assert_eq!(reg.uploads(), uploads, "the second push started uploads");
+    let manifest: serde_json::Value = serde_json::from_slice(&reg.curl(
+        "models/m/manifests/1",
+        "application/vnd.oci.image.manifest.v1+json",
+    ))
+    .unwrap();
+    let config: serde_json::Value = serde_json::from_slice(&reg.curl(
+        &format!(
+            "models/m/blobs/{}",
+            manifest["config"]["digest"].as_str().unwrap()
+        ),
+        "*/*",
+    ))
+    .unwrap();
+    assert_eq!(config["config"]["precision"], "bf16", "{config}");
 }
 
 #[test]
