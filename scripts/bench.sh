@@ -4,6 +4,7 @@
 #   scripts/bench.sh --quick          # smoke test: 256 MiB models, one run (a minute or two)
 #   scripts/bench.sh                  # 1 GiB and 4 GiB models, 3 runs of each command
 #   scripts/bench.sh --cold           # drop the page cache before every timed command
+#   scripts/bench.sh --fleet [--fleet-gib 1]   # only the registry section at the end (issue 14)
 #
 # Options: --sizes "1 4" (GiB), --runs N, --kinds "random bf16", --dir DIR (default /tmp/perf,
 # needs ~8x the largest size free), --keep (keep the models for the next run), --no-install
@@ -46,12 +47,20 @@ while [ $# -gt 0 ]; do
         --results) RESULTS="$2"; shift ;;
         --bin) BIN="$2"; shift ;;
         --parity-only) PARITY_ONLY=1 ;;
+        --fleet) FLEET=1 ;;
+        --fleet-gib) FLEET_GIB="$2"; shift ;;
         -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
 done
 RESULTS=${RESULTS:-$DIR/results.tsv}
+# --fleet runs only the registry section at the end of this file (issue 14), nothing above.
+if [ "${FLEET:-0}" = 1 ]; then
+    FLEET_SECTION=1 REPO=$REPO DIR=$DIR BIN=$BIN FLEET_GIB=${FLEET_GIB:-1} \
+        bash -c "$(sed -n '/^# ==== fleet: concurrent installs/,$p' "$0")"
+    exit $?
+fi
 if [ "$COLD" = 1 ] && [ "$(id -u)" != 0 ]; then
     echo "bench.sh: --cold drops the page cache and needs root" >&2
     exit 2
@@ -356,3 +365,80 @@ PY
     [ "$KEEP" = 1 ] || rm -rf "$M"
 }
 bench_parity
+# ==== fleet: concurrent installs from a local registry vs curl (issue 14) ====================
+# Run with `scripts/bench.sh --fleet [--fleet-gib G] [--dir DIR] [--bin PATH]`; the main run
+# above ends before this section. A model of G GiB (default 1) is packed uncompressed, pushed
+# into Debian's docker-registry on 127.0.0.1 (plain HTTP, no auth: the transfer is measured, not
+# TLS), then installed by 1, 4 and 8 concurrent `airlock unpack oci://` (each verifies the
+# signature, checks every byte's SHA-256, fsyncs and renames), against the same blobs fetched
+# by as many concurrent `curl` processes, each then fsyncing its files (`sync FILE...`). Aggregate throughput = installs x
+# model bytes / wall seconds of the whole round.
+[ "${FLEET_SECTION:-0}" = 1 ] || exit 0
+set -euo pipefail
+fleet_bench() {
+    local d=$DIR/fleet gib=${FLEET_GIB:-1} bin=${BIN:-} port pid synth=""
+    for c in "$REPO/../shared/bench/synth-model.py" "$REPO/../../shared/bench/synth-model.py"; do
+        if [ -z "$synth" ] && [ -f "$c" ]; then synth=$c; fi
+    done
+    for t in docker-registry curl /usr/bin/time python3; do
+        command -v "$t" >/dev/null || { echo "bench.sh --fleet: $t is missing (scripts/setup.sh)" >&2; exit 2; }
+    done
+    [ -n "$synth" ] || { echo "bench.sh --fleet: synth-model.py not found" >&2; exit 2; }
+    if [ -z "$bin" ]; then
+        (cd "$REPO" && cargo build --release --locked -q)
+        bin=$REPO/target/release/airlock
+    fi
+    rm -rf "$d" && mkdir -p "$d/storage"
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    printf 'version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: %s/storage\nhttp:\n  addr: 127.0.0.1:%s\n' \
+        "$d" "$port" > "$d/config.yml"
+    docker-registry serve "$d/config.yml" > "$d/registry.log" 2>&1 &
+    pid=$!
+    trap 'kill "$pid" 2>/dev/null || true' RETURN
+    for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/v2/" >/dev/null && break; sleep 0.1; done
+    python3 "$synth" "$d/model" "$gib" --kind random >/dev/null
+    "$bin" keygen --out "$d/k" --unencrypted >/dev/null
+    "$bin" pack "$d/model" -o "$d/bundle" --key "$d/k.key" --compress none --progress none >/dev/null
+    local ref=oci://127.0.0.1:$port/models/m:1 bytes
+    "$bin" push "$d/bundle" "$ref" --trust "$d/k.pub" --plain-http --progress none
+    bytes=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["totals"]["file_bytes"])' "$d/bundle/manifest.json")
+    local digests
+    digests=$(curl -sf -H "Accept: application/vnd.oci.image.manifest.v1+json" \
+        "http://127.0.0.1:$port/v2/models/m/manifests/1" |
+        python3 -c 'import json,sys; print(" ".join(l["digest"] for l in json.load(sys.stdin)["layers"] if not l["annotations"]["org.cncf.model.filepath"].startswith(".airlock/")))')
+    echo "| installs | airlock s | airlock MiB/s (aggregate) | airlock peak RSS MiB (max) | curl + fsync s | curl MiB/s (aggregate) |"
+    echo "|---|---|---|---|---|---|"
+    local n i t0 t1 ta tc rss jobs
+    for n in 1 4 8; do
+        rm -rf "$d"/a* "$d"/c*; sync
+        t0=$(date +%s.%N)
+        jobs=()
+        for i in $(seq "$n"); do
+            /usr/bin/time -f %M -o "$d/rss.$i" "$bin" unpack "$ref" --plain-http --trust "$d/k.pub" \
+                --dest "$d/a$i" --progress none >/dev/null &
+            jobs+=($!)
+        done
+        wait "${jobs[@]}"  # not the registry, also a child
+        t1=$(date +%s.%N)
+        ta=$(python3 -c "print(f'{$t1-$t0:.2f}')")
+        rss=$(cat "$d"/rss.* | sort -n | tail -1)
+        rm -rf "$d"/a*; sync
+        t0=$(date +%s.%N)
+        jobs=()
+        for i in $(seq "$n"); do
+            (mkdir -p "$d/c$i" && for dg in $digests; do
+                curl -sf -o "$d/c$i/${dg#sha256:}" "http://127.0.0.1:$port/v2/models/m/blobs/$dg"
+            done && sync "$d/c$i"/*) &
+            jobs+=($!)
+        done
+        wait "${jobs[@]}"
+        t1=$(date +%s.%N)
+        tc=$(python3 -c "print(f'{$t1-$t0:.2f}')")
+        python3 -c "
+n,b,ta,tc,rss=$n,$bytes,$ta,$tc,$rss
+print(f'| {n} | {ta} | {n*b/ta/2**20:.0f} | {rss/1024:.1f} | {tc} | {n*b/tc/2**20:.0f} |')"
+    done
+    rm -rf "$d"/a* "$d"/c*
+    echo "model: $gib GiB ($bytes bytes, $(find "$d/model" -type f | wc -l) files); load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+fleet_bench

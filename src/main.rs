@@ -45,7 +45,7 @@ fn main() -> ExitCode {
 }
 
 /// Every subcommand's name, as the JSON `command` field gives it.
-const SUBCOMMANDS: [&str; 10] = [
+const SUBCOMMANDS: [&str; 11] = [
     "keygen",
     "pack",
     "verify",
@@ -54,6 +54,7 @@ const SUBCOMMANDS: [&str; 10] = [
     "check",
     "sign",
     "repair",
+    "push",
     "completions",
     "man",
 ];

@@ -6,6 +6,7 @@ mod files;
 mod keygen;
 mod man;
 mod pack;
+mod push;
 mod repair;
 mod secret;
 mod sign;
@@ -62,6 +63,7 @@ pub fn run(cli: Cli) -> u8 {
         Command::Unpack(a) => a.progress.progress,
         Command::Check(a) => a.progress.progress,
         Command::Repair(a) => a.progress.progress,
+        Command::Push(a) => a.progress.progress,
         _ => None,
     }
     .or(cli.progress)
@@ -82,6 +84,10 @@ pub fn run(cli: Cli) -> u8 {
         Command::Check(a) => check::run(a, &ui),
         Command::Sign(a) => sign::run(a, &ui),
         Command::Repair(a) => repair::run(a, &ui),
+        Command::Push(a) => {
+            exit_cleanly_on_signals();
+            push::run(a, &ui)
+        }
         Command::Completions { .. } | Command::Man { .. } if json => {
             // Their output is a script or a roff page; wrapping it in JSON would serve no one,
             // and printing it unwrapped would break the one-document promise of --json.
@@ -161,6 +167,7 @@ fn command_name(command: &Command) -> &'static str {
         Command::Check(_) => "check",
         Command::Sign(_) => "sign",
         Command::Repair(_) => "repair",
+        Command::Push(_) => "push",
         Command::Completions { .. } => "completions",
         Command::Man { .. } => "man",
     }
@@ -405,7 +412,10 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
 }
 
 /// Verifies the bundle's signature for an unpack and starts its output.
-fn open_for_unpack(bundle: &Path, trust: &[PublicKey]) -> Result<(open::Opened, Output)> {
+pub(crate) fn open_for_unpack(
+    bundle: &Path,
+    trust: &[PublicKey],
+) -> Result<(open::Opened, Output)> {
     let mut out = Output::default();
     let opened = open::open(bundle, trust)?;
     out.warnings.extend(opened.warnings.iter().cloned());
@@ -418,7 +428,7 @@ fn open_for_unpack(bundle: &Path, trust: &[PublicKey]) -> Result<(open::Opened, 
 }
 
 /// What every install reports: stale staging it removed or left, and model-check findings.
-fn report_install(out: &mut Output, notes: &install::InstallNotes) {
+pub(crate) fn report_install(out: &mut Output, notes: &install::InstallNotes) {
     for p in &notes.unchecked {
         out.warnings.push(format!(
             "model check: {p}: not checked, its path is too long for the format checks (its bytes match the signed manifest)"
@@ -518,6 +528,9 @@ fn unpack_command(a: UnpackArgs, ui: &Ui) -> Result<Output> {
         ],
     )?;
     let trust = load_trust(&a.trust)?;
+    if airlock::install_oci::is_reference(&a.bundle) {
+        return push::unpack_oci(a, trust, ui);
+    }
     match a.hf_cache {
         Some(cache) => unpack_hf(
             &a.bundle,

@@ -6,6 +6,7 @@ mod hfcache;
 mod hostile;
 mod interop;
 mod model_checks;
+mod oci;
 mod parity;
 mod roundtrip;
 mod support;
