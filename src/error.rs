@@ -281,6 +281,17 @@ pub enum Error {
         /// The first problem.
         first: String,
     },
+    /// A delta bundle cannot be applied to what the destination holds (docs/FORMAT.md
+    /// section 16.4); nothing was changed.
+    #[error("{}: {reason}", path.display())]
+    DeltaBase {
+        /// The destination.
+        path: PathBuf,
+        /// What is missing or wrong.
+        reason: String,
+        /// What to do.
+        todo: String,
+    },
 }
 
 impl Error {
@@ -324,7 +335,8 @@ impl Error {
             | Error::ReceiptMismatch { .. }
             | Error::BlobMismatch { .. }
             | Error::HfCache { .. }
-            | Error::CacheDamaged { .. } => EXIT_VERIFY,
+            | Error::CacheDamaged { .. }
+            | Error::DeltaBase { .. } => EXIT_VERIFY,
         }
     }
 
@@ -349,6 +361,7 @@ impl Error {
             Error::ReceiptMismatch { .. } => "receipt-mismatch",
             Error::BlobMismatch { .. } => "blob-mismatch",
             Error::HfCache { .. } | Error::CacheDamaged { .. } => "hf-cache",
+            Error::DeltaBase { .. } => "delta-base",
             Error::NotCached { .. } => "not-cached",
             Error::ManifestTooLarge { .. } => "manifest-too-large",
             Error::NotReplaceable { .. } => "not-replaceable",
@@ -457,6 +470,7 @@ impl Error {
             Error::CacheDamaged { .. } => {
                 "download the damaged files again with huggingface_hub (`hf download ORG/NAME --revision REV`), or unpack them again from their bundle; remove what the message names if it is a planted link".into()
             }
+            Error::DeltaBase { todo, .. } => todo.clone(),
             Error::HfCache { .. } => {
                 "finish or repeat the download with huggingface_hub (`hf download ORG/NAME --revision REV`), or remove what the message names, then try again".into()
             }

@@ -291,7 +291,10 @@ fn check_entries<R: Read>(
     report: &mut StreamReport,
     progress: &dyn Progress,
 ) -> Result<()> {
-    let expected = m.expected_entries();
+    // A delta's stream holds its carried files and its patches (`.airlock-delta/<i>`, checked
+    // against `patch_size` and `patch_sha256` like files), not the files it rebuilds.
+    let patches = m.patch_entries();
+    let expected = m.stream_entries(&patches);
     let mut seen = std::collections::HashSet::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut i = 0;

@@ -607,6 +607,7 @@ pub fn manifest_size_estimate(opts: &PackOptions<'_>) -> u64 {
                     size: *size,
                     sha256: digest.clone(),
                     executable: *executable,
+                    from: None,
                 });
             }
         }
@@ -654,6 +655,7 @@ pub fn manifest_size_estimate(opts: &PackOptions<'_>) -> u64 {
             etags: vec![digest.clone(); files.len()],
             ..s
         }),
+        base: None,
         directories,
         files,
     };
@@ -863,6 +865,7 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
                             size: *size,
                             sha256,
                             executable: *executable,
+                            from: None,
                         });
                     }
                 }
@@ -909,6 +912,7 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
         totals,
         warnings: opts.warnings.clone(),
         source: opts.source.clone().map(|s| HfSource { etags, ..s }),
+        base: None,
     };
     // The packer holds itself to the same rules as the reader.
     manifest.validate().map_err(|why| {

@@ -1,6 +1,6 @@
 //! Delta bundles: carrying a new version of a model as its difference from an installed base.
 //!
-//! docs/FORMAT.md section 15 is the normative description. This folder holds the parts that do
+//! docs/FORMAT.md section 16 is the normative description. This folder holds the parts that do
 //! not depend on how a bundle is read or installed:
 //!
 //! - [`patch`]: the `xor` patch of one file against one base file, with the `bytes` and
@@ -16,3 +16,6 @@
 //! shape instead of by offset.
 
 pub mod patch;
+
+#[cfg(test)]
+mod manifest_tests;
