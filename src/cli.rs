@@ -245,6 +245,12 @@ pub struct PackArgs {
     /// With --hf-repo: the repository type [default: model].
     #[arg(long, value_enum, requires = "hf_repo")]
     pub repo_type: Option<RepoTypeArg>,
+    /// Pack a delta: only what changed since BASE, the version the target has installed. BASE
+    /// is its installed directory (its receipt; changed files are then patched), its bundle
+    /// directory, or its signed manifest.json (.minisig beside it); with the last two, unchanged
+    /// files are taken from the base and changed ones carried whole.
+    #[arg(long, value_name = "BASE", conflicts_with = "hf_repo")]
+    pub base: Option<PathBuf>,
     /// Progress display.
     #[command(flatten)]
     pub progress: ProgressArgs,

@@ -121,6 +121,8 @@ pub struct PackOptions<'a> {
     pub source: Option<HfSource>,
     /// With `source`: one per file, in `entries` order, what to do about the file's etag.
     pub etags: Vec<EtagCheck>,
+    /// Pack a delta against this base (docs/FORMAT.md section 16).
+    pub base: Option<crate::delta::pack::BaseSource>,
 }
 
 /// What the packer does about one file's Hugging Face etag (its blob name) while it hashes it.
@@ -518,6 +520,8 @@ pub struct Packed {
     pub manifest: Manifest,
     /// SHA-256 of manifest.json.
     pub manifest_sha256: String,
+    /// For a delta: how the files travel.
+    pub delta: Option<crate::delta::pack::Counts>,
 }
 
 /// Packs `opts.entries` into the bundle directory `opts.out`.
@@ -541,6 +545,19 @@ pub fn pack(opts: PackOptions<'_>, progress: &dyn Progress) -> Result<Packed> {
         )));
     };
     check_manifest_fits(&opts)?;
+    if let Some(e) = opts
+        .entries
+        .iter()
+        .find(|e| manifest::uses_delta_dir(e.path()))
+    {
+        return Err(Error::Source {
+            path: PathBuf::from(e.path()),
+            reason: format!(
+                "uses the name {:?}, reserved for the patches of delta bundles",
+                manifest::DELTA_DIR
+            ),
+        });
+    }
     let partial_name = format!("{out_name}.partial");
     let partial = parent.join(&partial_name);
     let staging = match Staging::create_named(&parent, &partial_name) {
@@ -802,6 +819,22 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
             ScanEntry::Dir { .. } => 0,
         })
         .sum();
+    let plan = match &opts.base {
+        Some(base) => Some(crate::delta::pack::plan(
+            &opts.entries,
+            &opts.name,
+            opts.version,
+            base,
+            dir,
+            match opts.compress {
+                Compress::Zstd { level, .. } => level,
+                Compress::None => 3,
+            },
+            progress,
+        )?),
+        None => None,
+    };
+    let stream_entries = plan.as_ref().map_or(&opts.entries, |p| &p.stream);
     progress.start("pack", total);
 
     let (tx, rx) = bounded::<Msg>(BUFFERS);
@@ -826,7 +859,7 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
     let (read_result, write_result) = std::thread::scope(|s| {
         let writer = s.spawn(move || write_stream(rx, recycle_tx, sink));
         let read_result = (|| -> Result<()> {
-            for entry in &opts.entries {
+            for entry in stream_entries {
                 match entry {
                     ScanEntry::Dir { path } => {
                         directories.push(path.clone());
@@ -879,6 +912,10 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
     read_result?;
     let (volumes, stream_size) = write_result.map_err(|e| Error::io(dir, e))?;
     progress.finish();
+    if let Some(plan) = &plan {
+        files = plan.finish(&opts.entries, files)?;
+        directories.retain(|d| d != manifest::DELTA_DIR);
+    }
 
     let totals = Totals {
         files: files.len() as u64,
@@ -912,7 +949,7 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
         totals,
         warnings: opts.warnings.clone(),
         source: opts.source.clone().map(|s| HfSource { etags, ..s }),
-        base: None,
+        base: plan.as_ref().map(|p| p.base.clone()),
     };
     // The packer holds itself to the same rules as the reader.
     manifest.validate().map_err(|why| {
@@ -947,6 +984,7 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
     Ok(Packed {
         manifest,
         manifest_sha256,
+        delta: plan.map(|p| p.counts),
     })
 }
 
@@ -973,6 +1011,7 @@ mod tests {
             warnings: vec![],
             source: None,
             etags: vec![],
+            base: None,
         }
     }
 

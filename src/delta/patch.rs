@@ -321,6 +321,8 @@ pub struct Encoded {
     pub patch_size: u64,
     /// Bytes of the aligned base that came from the base file (the rest is zero).
     pub aligned_bytes: u64,
+    /// SHA-256 of the new file as read for the patch.
+    pub new_sha256: String,
 }
 
 /// Writes the patch that rebuilds `new` from `base` to `out`, as one zstd frame at `level`.
@@ -368,9 +370,11 @@ pub fn encode<W: Write>(
     let mut buf = vec![0u8; PIECE];
     let mut scratch = vec![0u8; PIECE];
     let mut pos = 0u64;
+    let mut hash = <sha2::Sha256 as sha2::Digest>::new();
     while pos < new_len {
         let n = (new_len - pos).min(PIECE as u64) as usize;
         new.read_exact_at(&mut buf[..n], pos)?;
+        sha2::Digest::update(&mut hash, &buf[..n]);
         aligned.xor_into(pos, &mut buf[..n], &mut scratch)?;
         enc.write_all(&buf[..n])?;
         pos += n as u64;
@@ -379,6 +383,7 @@ pub fn encode<W: Write>(
     let encoded = Encoded {
         patch_size: counter.count,
         aligned_bytes,
+        new_sha256: hex::encode(sha2::Digest::finalize(hash)),
     };
     Ok((counter.inner, encoded))
 }
