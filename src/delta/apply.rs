@@ -325,7 +325,7 @@ enum Current {
     Carried,
     Patch {
         index: usize,
-        dec: PushDecoder,
+        dec: Box<PushDecoder>,
         hash: Sha256,
     },
 }
@@ -411,7 +411,7 @@ impl EntrySink for DeltaSink<'_> {
         self.inner.begin_file(target)?;
         self.current = Current::Patch {
             index,
-            dec,
+            dec: Box::new(dec),
             hash: Sha256::new(),
         };
         Ok(())
