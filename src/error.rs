@@ -411,7 +411,7 @@ impl Error {
             }
             Error::ModelChecks { fix, .. } => fix.clone(),
             Error::MissingSignature { path } if is_receipt(path) => {
-                "unpack the model from its bundle to get a signed receipt, or run check without --trust to lint the files only".into()
+                "unpack the model from its bundle to get a signed receipt, or run check with no trust set (no --trust, AIRLOCK_TRUST unset) to lint the files only".into()
             }
             Error::MissingSignature { .. } => {
                 "copy manifest.json.minisig from the staging host again; without it nothing can be trusted".into()
@@ -683,7 +683,7 @@ mod tests {
             path: PathBuf::from("m/.airlock/manifest.json.minisig"),
         };
         assert!(e.to_string().contains("no signed receipt"), "{e}");
-        assert!(e.hint().unwrap().contains("without --trust"));
+        assert!(e.hint().unwrap().contains("AIRLOCK_TRUST unset"));
         let e = Error::MissingSignature {
             path: PathBuf::from("b/manifest.json.minisig"),
         };

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use crossbeam_channel::{Receiver, Sender, bounded};
 use sha2::{Digest, Sha256};
 
+use crate::direct::VolumeFile;
 use crate::error::{Error, Result};
 use crate::fsio;
 use crate::hfcache::{EtagKind, GitBlobSha1};
@@ -156,7 +157,7 @@ struct VolumeWriter {
     dir: PathBuf,
     volume_size: u64,
     chunk_size: u64,
-    file: Option<File>,
+    file: Option<VolumeFile>,
     in_volume: u64,
     in_chunk: u64,
     chunk_hasher: ChunkHasher,
@@ -275,7 +276,7 @@ impl VolumeWriter {
             self.chunk_hasher.cut()?;
             self.chunks += 1;
         }
-        file.sync_all()?;
+        file.finish()?;
         self.since_flush = 0;
         let index = self.done.len();
         self.done.push((
@@ -321,9 +322,7 @@ impl Write for VolumeWriter {
         }
         if self.file.is_none() {
             let path = self.dir.join(temp_volume_name(self.done.len()));
-            let file = File::create_new(&path)?;
-            file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
-            self.file = Some(file);
+            self.file = Some(VolumeFile::create_new(&path, 0o644)?);
         }
         let room_volume = self.volume_size - self.in_volume;
         let room_chunk = self.chunk_size - self.in_chunk;
@@ -332,9 +331,9 @@ impl Write for VolumeWriter {
         let file = self.file.as_mut().expect("opened above");
         file.write_all(part)?;
         self.since_flush += n as u64;
-        if self.since_flush >= FLUSH_EVERY {
+        if self.since_flush >= FLUSH_EVERY && !file.is_direct() {
             let path = self.dir.join(temp_volume_name(self.done.len()));
-            self.flusher.flush(file, path);
+            self.flusher.flush(file.file(), path);
             self.since_flush = 0;
         }
         self.chunk_hasher.update(part)?;
