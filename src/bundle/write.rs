@@ -677,7 +677,21 @@ pub fn manifest_size_estimate(opts: &PackOptions<'_>) -> u64 {
     };
     let mut counter = Counter(0);
     serde_json::to_writer_pretty(&mut counter, &m).expect("counting never fails");
-    counter.0 + 1
+    // A delta adds `base` (under 200 bytes) and at most one `from` object per file: the path
+    // again (JSON-escaped, at most 6 bytes per byte) and about 250 bytes of fields and digest.
+    let delta = match &opts.base {
+        None => 0,
+        Some(_) => opts
+            .entries
+            .iter()
+            .map(|e| match e {
+                ScanEntry::File { path, .. } => 250 + 6 * path.len() as u64,
+                ScanEntry::Dir { .. } => 0,
+            })
+            .sum::<u64>()
+            .saturating_add(200),
+    };
+    (counter.0 + 1).saturating_add(delta)
 }
 
 /// Refuses, before anything is written, a model whose manifest would be larger than readers
