@@ -246,9 +246,9 @@ pub struct PackArgs {
     #[arg(long, value_enum, requires = "hf_repo")]
     pub repo_type: Option<RepoTypeArg>,
     /// Pack a delta: only what changed since BASE, the version the target has installed. BASE
-    /// is its installed directory (its receipt; changed files are then patched), its bundle
-    /// directory, or its signed manifest.json (.minisig beside it); with the last two, unchanged
-    /// files are taken from the base and changed ones carried whole.
+    /// is its installed directory (its receipt) or its bundle directory (changed files are then
+    /// patched), or its signed manifest.json (.minisig beside it: unchanged files are taken from
+    /// the base, changed ones carried whole).
     #[arg(long, value_name = "BASE", conflicts_with = "hf_repo")]
     pub base: Option<PathBuf>,
     /// Progress display.

@@ -35,6 +35,9 @@ pub struct BaseSource {
     pub manifest_sha256: String,
     /// Where the base files' contents are (an installed directory), if anywhere.
     pub files_dir: Option<PathBuf>,
+    /// The base's bundle directory and the key its signature verified with (the pack's): the
+    /// files the delta patches are then extracted from its verified stream.
+    pub bundle: Option<(PathBuf, PublicKey)>,
     /// What the operator should know (an unverified signature, no contents to patch from).
     pub notes: Vec<String>,
 }
@@ -74,12 +77,16 @@ pub fn open_base(path: &Path, signer: &PublicKey) -> Result<BaseSource> {
         (path.to_path_buf(), PathBuf::from(sig), None, "manifest")
     };
     let mut notes = Vec::new();
+    let mut verified = false;
     let (manifest, bytes) = match read::verify_signed(
         &manifest_path,
         &sig_path,
         std::slice::from_ref(signer),
     ) {
-        Ok(signed) => (signed.manifest, signed.bytes),
+        Ok(signed) => {
+            verified = true;
+            (signed.manifest, signed.bytes)
+        }
         Err(Error::UntrustedKey { key_id, .. }) => {
             let bytes =
                 fsio::read_regular_capped(&manifest_path, manifest::MAX_MANIFEST_BYTES, false)
@@ -96,15 +103,17 @@ pub fn open_base(path: &Path, signer: &PublicKey) -> Result<BaseSource> {
         }
         Err(e) => return Err(e),
     };
-    if files_dir.is_none() {
+    let bundle = (kind == "bundle" && verified).then(|| (path.to_path_buf(), signer.clone()));
+    if files_dir.is_none() && bundle.is_none() {
         notes.push(format!(
-            "the base is a {kind}, not an installed directory: files are taken from it only where unchanged (copy); changed files are carried whole. Give the base's installed directory as --base to patch them"
+            "the base is a {kind} whose file contents cannot be used here: files are taken from it only where unchanged (copy); changed files are carried whole. Give the base's installed directory (or its bundle, signed by this key) as --base to patch them"
         ));
     }
     Ok(BaseSource {
         manifest_sha256: hex::encode(Sha256::digest(&bytes)),
         manifest,
         files_dir,
+        bundle,
         notes,
     })
 }
@@ -240,28 +249,22 @@ pub fn plan(
         })
         .sum();
     progress.start("delta", total);
+    // Pass 1: copies, and the files a patch may be made for (the base has the same path).
     let mut decisions = Vec::new();
-    let mut stream = Vec::new();
+    let mut candidates: Vec<(usize, &ScanEntry)> = Vec::new();
     let mut counts = Counts::default();
-    let mut patches = Vec::new();
     for e in entries {
         let ScanEntry::File {
             path, source, size, ..
         } = e
         else {
-            stream.push(e.clone());
             continue;
         };
         progress.item(path);
-        let index = decisions.len();
-        // Copy: the same bytes exist in the base (the same path first).
         if sizes.contains(size) {
             let sha256 = hash_path(source)?;
-            if let Some(candidates) = by_content.get(&(*size, sha256.as_str())) {
-                let from = candidates
-                    .iter()
-                    .find(|b| b.path == *path)
-                    .unwrap_or(&candidates[0]);
+            if let Some(same) = by_content.get(&(*size, sha256.as_str())) {
+                let from = same.iter().find(|b| b.path == *path).unwrap_or(&same[0]);
                 decisions.push(Decision::Copy {
                     sha256: sha256.clone(),
                     from: from.path.clone(),
@@ -272,85 +275,121 @@ pub fn plan(
                 continue;
             }
         }
-        // Xor: the base file at the same path, when its content is here.
-        let base_file = base
-            .files_dir
-            .as_ref()
-            .filter(|_| by_path.contains_key(path.as_str()))
-            .map(|dir| dir.join(path));
-        if let Some(base_path) = base_file {
-            let new = File::open(source).map_err(|e| Error::io(source, e))?;
-            let old = File::open(&base_path).map_err(|e| Error::io(&base_path, e))?;
-            let map = if patch::safetensors_pair(&new, &old) {
-                Map::Safetensors
-            } else {
-                Map::Bytes
-            };
-            let out_path = patch_dir.join(index.to_string());
-            let out = File::create_new(&out_path).map_err(|e| Error::io(&out_path, e))?;
-            let writer = HashingWriter {
-                inner: BufWriter::with_capacity(1 << 20, out),
-                hash: Sha256::new(),
-            };
-            let (writer, enc) = patch::encode(&new, &old, map, level, writer).map_err(|e| {
-                Error::io(
-                    source,
-                    io::Error::other(format!(
-                        "cannot make the patch against {}: {e}",
-                        base_path.display()
-                    )),
-                )
-            })?;
-            let patch_sha256 = hex::encode(writer.hash.finalize());
-            let file = writer
-                .inner
-                .into_inner()
-                .map_err(|e| Error::io(&out_path, e.into_error()))?;
-            drop(file);
-            let len = new.metadata().map_err(|e| Error::io(source, e))?.len();
-            if len != *size {
-                return Err(Error::SourceChanged {
-                    path: source.clone(),
-                    what: format!("size went from {size} to {len} bytes since the scan"),
-                });
-            }
-            progress.advance(*size);
-            if enc.patch_size < *size {
-                decisions.push(Decision::Xor {
-                    sha256: enc.new_sha256,
-                    from: From {
-                        path: path.clone(),
-                        op: manifest::OP_XOR.into(),
-                        map: Some(
-                            match map {
-                                Map::Bytes => "bytes",
-                                Map::Safetensors => "safetensors",
-                            }
-                            .into(),
-                        ),
-                        patch_size: Some(enc.patch_size),
-                        patch_sha256: Some(patch_sha256),
-                    },
-                });
-                counts.patched_files += 1;
-                counts.patched_bytes += size;
-                counts.patch_bytes += enc.patch_size;
-                patches.push(ScanEntry::File {
-                    path: manifest::patch_path(index),
-                    source: out_path,
-                    size: enc.patch_size,
-                    executable: false,
-                });
-                continue;
-            }
-            std::fs::remove_file(&out_path).map_err(|e| Error::io(&out_path, e))?;
-        } else {
-            progress.advance(*size);
+        if by_path.contains_key(path.as_str()) {
+            candidates.push((decisions.len(), e));
         }
         decisions.push(Decision::Carry);
-        counts.carried_files += 1;
-        counts.carried_bytes += size;
-        stream.push(e.clone());
+    }
+    // Where each candidate's base content is on this host.
+    let base_content: HashMap<String, PathBuf> = match (&base.files_dir, &base.bundle) {
+        (Some(dir), _) => candidates
+            .iter()
+            .map(|(_, e)| (e.path().to_string(), dir.join(e.path())))
+            .collect(),
+        (None, Some((bundle, key))) => extract(bundle, key, &candidates, work, progress)?,
+        (None, None) => HashMap::new(),
+    };
+    // Pass 2: a patch for each candidate, kept when it is smaller than the file.
+    let mut patches = Vec::new();
+    for (index, e) in candidates {
+        let ScanEntry::File {
+            path, source, size, ..
+        } = e
+        else {
+            continue;
+        };
+        let Some(base_path) = base_content.get(path.as_str()) else {
+            continue;
+        };
+        progress.item(path);
+        let new = File::open(source).map_err(|e| Error::io(source, e))?;
+        let old = File::open(base_path).map_err(|e| Error::io(base_path, e))?;
+        let map = if patch::safetensors_pair(&new, &old) {
+            Map::Safetensors
+        } else {
+            Map::Bytes
+        };
+        let out_path = patch_dir.join(index.to_string());
+        let out = File::create_new(&out_path).map_err(|e| Error::io(&out_path, e))?;
+        let writer = HashingWriter {
+            inner: BufWriter::with_capacity(1 << 20, out),
+            hash: Sha256::new(),
+        };
+        let (writer, enc) = patch::encode(&new, &old, map, level, writer).map_err(|e| {
+            Error::io(
+                source,
+                io::Error::other(format!(
+                    "cannot make the patch against {}: {e}",
+                    base_path.display()
+                )),
+            )
+        })?;
+        let patch_sha256 = hex::encode(writer.hash.finalize());
+        let file = writer
+            .inner
+            .into_inner()
+            .map_err(|e| Error::io(&out_path, e.into_error()))?;
+        drop(file);
+        let len = new.metadata().map_err(|e| Error::io(source, e))?.len();
+        if len != *size {
+            return Err(Error::SourceChanged {
+                path: source.clone(),
+                what: format!("size went from {size} to {len} bytes since the scan"),
+            });
+        }
+        progress.advance(*size);
+        if enc.patch_size >= *size {
+            std::fs::remove_file(&out_path).map_err(|e| Error::io(&out_path, e))?;
+            continue;
+        }
+        decisions[index] = Decision::Xor {
+            sha256: enc.new_sha256,
+            from: From {
+                path: path.clone(),
+                op: manifest::OP_XOR.into(),
+                map: Some(
+                    match map {
+                        Map::Bytes => "bytes",
+                        Map::Safetensors => "safetensors",
+                    }
+                    .into(),
+                ),
+                patch_size: Some(enc.patch_size),
+                patch_sha256: Some(patch_sha256),
+            },
+        };
+        counts.patched_files += 1;
+        counts.patched_bytes += size;
+        counts.patch_bytes += enc.patch_size;
+        patches.push(ScanEntry::File {
+            path: manifest::patch_path(index),
+            source: out_path,
+            size: enc.patch_size,
+            executable: false,
+        });
+    }
+    if base.files_dir.is_none() {
+        let extracted = work.join("delta-base");
+        if extracted.exists() {
+            std::fs::remove_dir_all(&extracted).map_err(|e| Error::io(&extracted, e))?;
+        }
+    }
+    // The stream: directories and carried files in bundle order, then the patches (sorted
+    // into place below).
+    let mut stream = Vec::new();
+    let mut index = 0;
+    for e in entries {
+        match e {
+            ScanEntry::Dir { .. } => stream.push(e.clone()),
+            ScanEntry::File { size, .. } => {
+                if matches!(decisions[index], Decision::Carry) {
+                    counts.carried_files += 1;
+                    counts.carried_bytes += size;
+                    stream.push(e.clone());
+                }
+                index += 1;
+            }
+        }
     }
     progress.finish();
     if !patches.is_empty() {
@@ -434,6 +473,70 @@ impl Plan {
         }
         std::fs::remove_dir_all(&self.patch_dir).map_err(|e| Error::io(&self.patch_dir, e))?;
         Ok(files)
+    }
+}
+
+/// Extracts the base content of `candidates` from the base bundle's stream into
+/// `work/delta-base/<index>`, every byte checked on the way against the base's signed manifest
+/// (the strict stream reader fails on any digest mismatch). A file the base bundle does not
+/// carry (the base is itself a delta) is not extracted, and is then carried whole.
+fn extract(
+    bundle: &Path,
+    key: &PublicKey,
+    candidates: &[(usize, &ScanEntry)],
+    work: &Path,
+    progress: &dyn Progress,
+) -> Result<HashMap<String, PathBuf>> {
+    let dir = work.join("delta-base");
+    std::fs::create_dir(&dir).map_err(|e| Error::io(&dir, e))?;
+    let wanted: HashMap<String, PathBuf> = candidates
+        .iter()
+        .map(|(i, e)| (e.path().to_string(), dir.join(i.to_string())))
+        .collect();
+    let opened = read::open(bundle, std::slice::from_ref(key))?;
+    let mut sink = Extract {
+        wanted: &wanted,
+        current: None,
+        done: HashMap::new(),
+    };
+    read::stream(&opened, read::Mode::Strict, &mut sink, progress)?;
+    Ok(sink.done)
+}
+
+struct Extract<'a> {
+    wanted: &'a HashMap<String, PathBuf>,
+    current: Option<(String, BufWriter<File>)>,
+    done: HashMap<String, PathBuf>,
+}
+
+impl read::EntrySink for Extract<'_> {
+    fn dir(&mut self, _: &str) -> Result<()> {
+        Ok(())
+    }
+    fn begin_file(&mut self, file: &FileEntry) -> Result<()> {
+        self.current = match self.wanted.get(&file.path) {
+            Some(to) => {
+                let f = File::create_new(to).map_err(|e| Error::io(to, e))?;
+                Some((file.path.clone(), BufWriter::with_capacity(1 << 20, f)))
+            }
+            None => None,
+        };
+        Ok(())
+    }
+    fn data(&mut self, bytes: &[u8]) -> Result<()> {
+        if let Some((path, w)) = &mut self.current {
+            w.write_all(bytes)
+                .map_err(|e| Error::io(&self.wanted[path.as_str()], e))?;
+        }
+        Ok(())
+    }
+    fn end_file(&mut self, _: &FileEntry) -> Result<()> {
+        if let Some((path, w)) = self.current.take() {
+            let to = &self.wanted[path.as_str()];
+            w.into_inner().map_err(|e| Error::io(to, e.into_error()))?;
+            self.done.insert(path, to.clone());
+        }
+        Ok(())
     }
 }
 

@@ -246,6 +246,30 @@ fn a_chain_applies_in_order_and_out_of_order_is_refused() {
     ]);
     assert_eq!(code, 0, "{v}");
     assert!(v["warnings"].to_string().contains("carried whole"), "{v}");
+    // Or the base's bundle directory: the files to patch come out of its verified stream.
+    let (code, v) = env.json(&[
+        "pack",
+        "v2",
+        "-o",
+        "d2b",
+        "--key",
+        "k.key",
+        "--name",
+        "m",
+        "--version",
+        "2",
+        "--base",
+        "b1",
+    ]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["delta"]["patched_files"], 4, "{v}");
+    assert!(
+        std::fs::read_dir(env.path("d2b")).unwrap().count() == 3,
+        "the work files of the extraction were left in the bundle"
+    );
+    unpack(&env, "b1", "target3");
+    unpack(&env, "d2b", "target3");
+    assert_installed(&env, "target3", &v2);
     unpack(&env, "b1", "target2");
     unpack(&env, "d2", "target2");
     unpack(&env, "d3m", "target2");
