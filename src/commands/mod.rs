@@ -367,7 +367,13 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
             opened.signer.key_id_hex(),
             m.volumes.len(),
             human(m.totals.volume_bytes),
-            if deep {
+            if deep && m.base.is_some() {
+                let c = airlock::delta::pack::Counts::of(m);
+                format!(
+                    ", {} carried file(s) and {} patch(es) checked",
+                    c.carried_files, c.patched_files
+                )
+            } else if deep {
                 format!(", {} files checked", m.files.len())
             } else {
                 String::new()

@@ -159,6 +159,9 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
             _ => zstd,
         },
     };
+    if let Some(path) = &a.base {
+        airlock::delta::pack::precheck(path, &name, a.bundle_version)?;
+    }
     let key = secret::unlock(key_file, ui)?;
     let base = match &a.base {
         Some(path) => {

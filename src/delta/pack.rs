@@ -42,15 +42,10 @@ pub struct BaseSource {
     pub notes: Vec<String>,
 }
 
-/// Reads the base named by `--base`: an installed directory (its receipt), a bundle directory,
-/// or a `manifest.json` with its `.minisig` beside it. The signature must be present and well
-/// formed; it is verified when it is by `signer` (the key this delta is signed with, the usual
-/// case: one publisher signs every version). A base signed by another key is used with a note:
-/// the target verifies the base receipt against its own trust set before applying the delta,
-/// so the pack-side check only guards against building on the wrong file.
-pub fn open_base(path: &Path, signer: &PublicKey) -> Result<BaseSource> {
+/// The manifest, signature and file contents `--base` names, and what kind of base it is.
+fn locate(path: &Path) -> Result<(PathBuf, PathBuf, Option<PathBuf>, &'static str)> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
-    let (manifest_path, sig_path, files_dir, kind) = if meta.is_dir() {
+    let found = if meta.is_dir() {
         if receipt::exists(path) {
             (
                 receipt::manifest_path(path),
@@ -76,6 +71,49 @@ pub fn open_base(path: &Path, signer: &PublicKey) -> Result<BaseSource> {
         sig.push(".minisig");
         (path.to_path_buf(), PathBuf::from(sig), None, "manifest")
     };
+    Ok(found)
+}
+
+/// The checks `--base` allows before the key is unlocked: the base is there, its manifest
+/// parses, its signature file exists, and it is an earlier version of the same model.
+pub fn precheck(path: &Path, name: &str, version: u64) -> Result<()> {
+    let (manifest_path, sig_path, _, _) = locate(path)?;
+    let bytes = fsio::read_regular_capped(&manifest_path, manifest::MAX_MANIFEST_BYTES, false)
+        .map_err(|e| Error::io(&manifest_path, e))?;
+    let m = Manifest::parse(&bytes).map_err(|reason| Error::BadManifest {
+        path: manifest_path.clone(),
+        reason,
+    })?;
+    if !sig_path.is_file() {
+        return Err(Error::MissingSignature { path: sig_path });
+    }
+    check_same_model(&m, name, version)
+}
+
+fn check_same_model(bm: &Manifest, name: &str, version: u64) -> Result<()> {
+    if bm.name != name {
+        return Err(Error::Usage(format!(
+            "--base is {:?} version {}, not a version of {name:?}",
+            bm.name, bm.version
+        )));
+    }
+    if bm.version >= version {
+        return Err(Error::Usage(format!(
+            "--base is version {} of {name:?}; a delta must have a higher --version (this one is {version})",
+            bm.version
+        )));
+    }
+    Ok(())
+}
+
+/// Reads the base named by `--base`: an installed directory (its receipt), a bundle directory,
+/// or a `manifest.json` with its `.minisig` beside it. The signature must be present and well
+/// formed; it is verified when it is by `signer` (the key this delta is signed with, the usual
+/// case: one publisher signs every version). A base signed by another key is used with a note:
+/// the target verifies the base receipt against its own trust set before applying the delta,
+/// so the pack-side check only guards against building on the wrong file.
+pub fn open_base(path: &Path, signer: &PublicKey) -> Result<BaseSource> {
+    let (manifest_path, sig_path, files_dir, kind) = locate(path)?;
     let mut notes = Vec::new();
     let mut verified = false;
     let (manifest, bytes) = match read::verify_signed(
@@ -217,18 +255,7 @@ pub fn plan(
     progress: &dyn Progress,
 ) -> Result<Plan> {
     let bm = &base.manifest;
-    if bm.name != name {
-        return Err(Error::Usage(format!(
-            "--base is {:?} version {}, not a version of {name:?}",
-            bm.name, bm.version
-        )));
-    }
-    if bm.version >= version {
-        return Err(Error::Usage(format!(
-            "--base is version {} of {name:?}; a delta must have a higher --version (this one is {version})",
-            bm.version
-        )));
-    }
+    check_same_model(bm, name, version)?;
     let patch_dir = work.join("delta-patches");
     std::fs::create_dir(&patch_dir).map_err(|e| Error::io(&patch_dir, e))?;
     let by_path: HashMap<&str, &FileEntry> =

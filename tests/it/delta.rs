@@ -509,6 +509,56 @@ fn verify_and_inspect_describe_a_delta_without_its_base() {
         text.contains("patched from the base's model-00001"),
         "{text}"
     );
+    let text = String::from_utf8(
+        env.ok(&["verify", "d2", "--trust", "k.pub", "--deep"])
+            .stdout,
+    )
+    .unwrap();
+    assert!(
+        text.contains("1 carried file(s) and 4 patch(es) checked"),
+        "{text}"
+    );
+    // Checked before the key is unlocked: a base of another model or a later version.
+    let err = env.fails(
+        2,
+        &[
+            "pack",
+            "v2",
+            "-o",
+            "x",
+            "--key",
+            "k.key",
+            "--name",
+            "n",
+            "--version",
+            "2",
+            "--base",
+            "base",
+        ],
+    );
+    assert!(err.contains("not a version of \"n\""), "{err}");
+    let err = env.fails(
+        2,
+        &[
+            "pack",
+            "v2",
+            "-o",
+            "x",
+            "--key",
+            "k.key",
+            "--name",
+            "m",
+            "--version",
+            "1",
+            "--base",
+            "base",
+        ],
+    );
+    assert!(
+        err.contains("a delta must have a higher --version"),
+        "{err}"
+    );
+    env.assert_nothing_packed("x");
     // A pre-delta reader's rule: `.airlock-delta` is not a model path.
     env.write("bad/.airlock-delta/x", b"x");
     let err = env.fails(1, &["pack", "bad", "-o", "bb", "--key", "k.key"]);
