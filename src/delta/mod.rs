@@ -1,8 +1,9 @@
 //! Delta bundles: carrying a new version of a model as its difference from an installed base.
 //!
-//! docs/FORMAT.md section 16 is the normative description. This folder holds the parts that do
-//! not depend on how a bundle is read or installed:
+//! docs/FORMAT.md section 16 is the normative description. This folder holds:
 //!
+//! - [`pack`]: `pack --base`, reading the base and choosing per file copy, xor or carried;
+//! - [`apply`]: installing a delta over its base through `install::unpack_with`;
 //! - [`patch`]: the `xor` patch of one file against one base file, with the `bytes` and
 //!   `safetensors` alignments. Both directions stream: memory stays at a few buffers (plus a
 //!   safetensors header, which the reference reader caps at 100 MB) whatever the file size.

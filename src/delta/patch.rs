@@ -1,4 +1,4 @@
-//! The `xor` patch of docs/FORMAT.md section 15.3: `patch = zstd(new XOR aligned_base)`.
+//! The `xor` patch of docs/FORMAT.md section 16.3: `patch = zstd(new XOR aligned_base)`.
 //!
 //! The *aligned base* `A` has the new file's length. With [`Map::Bytes`] it is the base file
 //! itself (zero past its end). With [`Map::Safetensors`] it is zero over the new file's length
@@ -160,7 +160,7 @@ fn base_header(base: &File, base_len: u64) -> Result<(u64, Vec<Tensor>), PatchEr
     Ok((8 + n, tensors))
 }
 
-/// The alignment of section 15.3 for a safetensors pair: `new_header_len` is 8 + N of the new
+/// The alignment of section 16.3 for a safetensors pair: `new_header_len` is 8 + N of the new
 /// file, `new_len` its size.
 fn safetensors_segments(
     new_json: &[u8],
