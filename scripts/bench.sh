@@ -5,6 +5,7 @@
 #   scripts/bench.sh                  # 1 GiB and 4 GiB models, 3 runs of each command
 #   scripts/bench.sh --cold           # drop the page cache before every timed command
 #   scripts/bench.sh --fleet [--fleet-gib 1]   # only the registry section at the end (issue 14)
+#   scripts/bench.sh --delta [--delta-gib 1]   # only the delta section at the end (issue 12)
 #
 # Options: --sizes "1 4" (GiB), --runs N, --kinds "random bf16", --dir DIR (default /tmp/perf,
 # needs ~8x the largest size free), --keep (keep the models for the next run), --no-install
@@ -49,6 +50,8 @@ while [ $# -gt 0 ]; do
         --parity-only) PARITY_ONLY=1 ;;
         --fleet) FLEET=1 ;;
         --fleet-gib) FLEET_GIB="$2"; shift ;;
+        --delta) DELTA=1 ;;
+        --delta-gib) DELTA_GIB="$2"; shift ;;
         -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
     esac
@@ -60,6 +63,11 @@ if [ "${FLEET:-0}" = 1 ]; then
     FLEET_SECTION=1 REPO=$REPO DIR=$DIR BIN=$BIN FLEET_GIB=${FLEET_GIB:-1} \
         bash -c "$(sed -n '/^# ==== fleet: concurrent installs/,$p' "$0")"
     exit $?
+fi
+# --delta runs only the delta section at the end of this file (issue 12), nothing above.
+if [ "${DELTA:-0}" = 1 ]; then
+    DELTA_SECTION=1 REPO=$REPO DIR=$DIR BIN=$BIN DELTA_GIB=${DELTA_GIB:-1} \
+        exec bash -c "$(sed -n '/^# ==== delta: bundles against an installed base/,/^# ==== end of delta section/p' "$0")"
 fi
 if [ "$COLD" = 1 ] && [ "$(id -u)" != 0 ]; then
     echo "bench.sh: --cold drops the page cache and needs root" >&2
@@ -442,3 +450,112 @@ print(f'| {n} | {ta} | {n*b/ta/2**20:.0f} | {rss/1024:.1f} | {tc} | {n*b/tc/2**2
     echo "model: $gib GiB ($bytes bytes, $(find "$d/model" -type f | wc -l) files); load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
 fleet_bench
+# ==== delta: bundles against an installed base (issue 12) =====================================
+# Run with `scripts/bench.sh --delta [--delta-gib G] [--dir DIR] [--bin PATH]`; the main run
+# above ends before this section. A model of G GiB (4 shards of random-bit bf16 tensors, as the
+# issue sets the targets: nothing compresses by itself; synth-model.py --kind random) is packed and
+# installed as version 1; four version-2 variants are made from it: config.json changed; shard 2
+# retrained (new bits); a header change that moves every tensor (new metadata in each shard's
+# header); 2% of the elements of every tensor changed. Each is packed full and as a delta
+# against the installed version 1, and both are unpacked over a copy of it. Sizes are volume
+# bytes; the peer is `zstd --patch-from` per changed file (level 3, --long), where the 2 GiB
+# limit of its window allows. Times are one run each, wall seconds; sizes are what counts.
+delta_bench() {
+    [ "${DELTA_SECTION:-0}" = 1 ] || return 0
+    local d=$DIR/delta gib=${DELTA_GIB:-1} bin=${BIN:-} synth=""
+    for c in "$REPO/../shared/bench/synth-model.py" "$REPO/../../shared/bench/synth-model.py"; do
+        if [ -z "$synth" ] && [ -f "$c" ]; then synth=$c; fi
+    done
+    [ -n "$synth" ] || { echo "bench.sh --delta: synth-model.py not found" >&2; exit 2; }
+    for t in zstd python3 /usr/bin/time; do
+        command -v "$t" >/dev/null || { echo "bench.sh --delta: $t is missing (scripts/setup.sh)" >&2; exit 2; }
+    done
+    if [ -z "$bin" ]; then
+        (cd "$REPO" && cargo build --release --locked -q)
+        bin=$REPO/target/release/airlock
+    fi
+    local al="$bin --progress none -q"
+    rm -rf "$d" && mkdir -p "$d"
+    "$bin" -q keygen --out "$d/k" --unencrypted
+    python3 "$synth" "$d/v1" "$gib" --kind random >/dev/null
+    $al pack "$d/v1" -o "$d/b1" --key "$d/k.key" --name m --version 1
+    $al unpack "$d/b1" --trust "$d/k.pub" --dest "$d/inst"
+    python3 - "$d" <<'PY'
+import json, os, random, shutil, struct, sys
+d = sys.argv[1]
+v1 = os.path.join(d, "v1")
+shards = sorted(f for f in os.listdir(v1) if f.endswith(".safetensors"))
+def clone(name):
+    out = os.path.join(d, name)
+    shutil.copytree(v1, out)
+    return out
+m = clone("config")
+c = json.load(open(os.path.join(m, "config.json"))); c["rope_theta"] = 500000.0
+json.dump(c, open(os.path.join(m, "config.json"), "w"), indent=2)
+m = clone("shard")
+p = os.path.join(m, shards[1])
+with open(p, "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]; f.seek(8 + n)
+    left = os.path.getsize(p) - 8 - n
+    while left:
+        k = min(left, 1 << 24); f.write(os.urandom(k)); left -= k
+m = clone("header")
+for s in shards:
+    p = os.path.join(m, s); q = p + ".new"
+    with open(p, "rb") as f, open(q, "wb") as g:
+        n = struct.unpack("<Q", f.read(8))[0]
+        h = json.loads(f.read(n))
+        h.setdefault("__metadata__", {})["note"] = "re-exported with a longer header"
+        b = json.dumps(h, separators=(",", ":")).encode(); b += b" " * (-len(b) % 8)
+        g.write(struct.pack("<Q", len(b)) + b); shutil.copyfileobj(f, g, 1 << 24)
+    os.replace(q, p)
+m = clone("finetune")
+rng = random.Random(12)
+for s in shards:
+    p = os.path.join(m, s)
+    with open(p, "r+b") as f:
+        n = struct.unpack("<Q", f.read(8))[0]; start = 8 + n
+        size = os.path.getsize(p) - start
+        pos = 0
+        while pos < size:
+            k = min(size - pos, 1 << 24)
+            f.seek(start + pos); buf = bytearray(f.read(k))
+            for e in rng.sample(range(k // 2), k // 100):   # 2% of the bf16 elements
+                buf[2 * e] = rng.getrandbits(8); buf[2 * e + 1] ^= rng.getrandbits(1)
+            f.seek(start + pos); f.write(buf); pos += k
+PY
+    local vb='import json,sys; print(json.load(open(sys.argv[1]))["totals"]["volume_bytes"])'
+    t() { /usr/bin/time -f %e -o "$d/t" "$@" >/dev/null && cat "$d/t"; }
+    echo "| change | full MiB | delta MiB | delta / full | zstd --patch-from MiB | pack full s | pack delta s | unpack full s | unpack delta s |"
+    echo "|---|---|---|---|---|---|---|---|---|"
+    local v pf pd uf ud full delta peer f sz
+    for v in config shard header finetune; do
+        pf=$(t $al pack "$d/$v" -o "$d/full-$v" --key "$d/k.key" --name m --version 2)
+        pd=$(t $al pack "$d/$v" -o "$d/delta-$v" --key "$d/k.key" --name m --version 2 --base "$d/inst")
+        rm -rf "$d/i"; cp -a "$d/inst" "$d/i"; sync
+        uf=$(t $al unpack "$d/full-$v" --trust "$d/k.pub" --dest "$d/i" --replace)
+        rm -rf "$d/i"; cp -a "$d/inst" "$d/i"; sync
+        ud=$(t $al unpack "$d/delta-$v" --trust "$d/k.pub" --dest "$d/i" --replace)
+        cmp <(cd "$d/i" && find . -path ./.airlock -prune -o -type f -print0 | sort -z | xargs -0 sha256sum) \
+            <(cd "$d/$v" && find . -type f -print0 | sort -z | xargs -0 sha256sum) >/dev/null \
+            || { echo "bench.sh --delta: $v installed from the delta differs from the model" >&2; exit 3; }
+        full=$(python3 -c "$vb" "$d/full-$v/manifest.json")
+        delta=$(python3 -c "$vb" "$d/delta-$v/manifest.json")
+        peer=0
+        for f in "$d/$v"/*; do
+            cmp -s "$f" "$d/v1/${f##*/}" && continue
+            sz=$(stat -c %s "$f")
+            if [ "$sz" -ge $((2 << 30)) ]; then peer=""; break; fi
+            zstd -q -3 --long=31 --patch-from="$d/v1/${f##*/}" "$f" -o "$d/p" -f
+            peer=$((peer + $(stat -c %s "$d/p")))
+        done
+        python3 -c "
+full,delta,peer='$full','$delta','$peer'
+m=lambda b: f'{int(b)/2**20:.2f}'
+print(f'| $v | {m(full)} | {m(delta)} | {int(delta)/int(full):.5f} | {m(peer) if peer else \"n/a (over 2 GiB)\"} | $pf | $pd | $uf | $ud |')"
+        rm -rf "$d/full-$v" "$d/delta-$v"
+    done
+    echo "model: $gib GiB random-bit bf16, $(find "$d/v1" -type f | wc -l) files; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+delta_bench
+# ==== end of delta section ====================================================================

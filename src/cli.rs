@@ -258,6 +258,12 @@ pub struct PackArgs {
     /// Chunk size in bytes (a power of two, 4096 to 1 GiB); for tests.
     #[arg(long, hide = true, value_name = "BYTES")]
     pub chunk_size: Option<u64>,
+    /// Pack a delta: only what changed since BASE, the version the target has installed. BASE
+    /// is its installed directory (its receipt) or its bundle directory (changed files are then
+    /// patched), or its signed manifest.json (.minisig beside it: unchanged files are taken from
+    /// the base, changed ones carried whole).
+    #[arg(long, value_name = "BASE", conflicts_with = "hf_repo")]
+    pub base: Option<PathBuf>,
     /// Progress display.
     #[command(flatten)]
     pub progress: ProgressArgs,

@@ -311,6 +311,17 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// A delta bundle cannot be applied to what the destination holds (docs/FORMAT.md
+    /// section 16.4); nothing was changed.
+    #[error("{}: {reason}", path.display())]
+    DeltaBase {
+        /// The destination.
+        path: PathBuf,
+        /// What is missing or wrong.
+        reason: String,
+        /// What to do.
+        todo: String,
+    },
 }
 
 impl Error {
@@ -356,7 +367,8 @@ impl Error {
             | Error::ReceiptMismatch { .. }
             | Error::BlobMismatch { .. }
             | Error::HfCache { .. }
-            | Error::CacheDamaged { .. } => EXIT_VERIFY,
+            | Error::CacheDamaged { .. }
+            | Error::DeltaBase { .. } => EXIT_VERIFY,
         }
     }
 
@@ -381,6 +393,7 @@ impl Error {
             Error::ReceiptMismatch { .. } => "receipt-mismatch",
             Error::BlobMismatch { .. } => "blob-mismatch",
             Error::HfCache { .. } | Error::CacheDamaged { .. } => "hf-cache",
+            Error::DeltaBase { .. } => "delta-base",
             Error::NotCached { .. } => "not-cached",
             Error::ManifestTooLarge { .. } => "manifest-too-large",
             Error::NotReplaceable { .. } => "not-replaceable",
@@ -496,6 +509,7 @@ impl Error {
             Error::CacheDamaged { .. } => {
                 "download the damaged files again with huggingface_hub (`hf download ORG/NAME --revision REV`), or unpack them again from their bundle; remove what the message names if it is a planted link".into()
             }
+            Error::DeltaBase { todo, .. } => todo.clone(),
             Error::HfCache { .. } => {
                 "finish or repeat the download with huggingface_hub (`hf download ORG/NAME --revision REV`), or remove what the message names, then try again".into()
             }

@@ -254,6 +254,33 @@ impl EntrySink for StagingSink<'_> {
         Ok(())
     }
 
+    fn clone_file(&mut self, file: &FileEntry, src: &File) -> Result<Option<String>> {
+        let root_path = self.root_path.clone();
+        let (parent, name) = self.parent_and_name(&file.path)?;
+        let mode = if file.executable { 0o755 } else { 0o644 };
+        let fd = rustix::fs::openat(
+            parent,
+            name,
+            OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(mode),
+        )
+        .map_err(|e| err_at(&root_path, &file.path, e))?;
+        if rustix::fs::ioctl_ficlone(&fd, src).is_err() {
+            // No reflinks here (another filesystem, or none at all): the caller copies.
+            rustix::fs::unlinkat(parent, name, rustix::fs::AtFlags::empty())
+                .map_err(|e| err_at(&root_path, &file.path, e))?;
+            return Ok(None);
+        }
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))
+            .map_err(|e| err_at(&root_path, &file.path, e))?;
+        let f = File::from(fd);
+        let digest =
+            crate::delta::hash_file(&f).map_err(|e| Error::io(root_path.join(&file.path), e))?;
+        self.current = Some((f, file.path.clone()));
+        self.files.insert(file.path.clone());
+        Ok(Some(digest))
+    }
+
     fn end_file(&mut self, _file: &FileEntry) -> Result<()> {
         if let Some(done) = self.current.take() {
             // Synced on another thread while the next file streams in.
@@ -382,6 +409,10 @@ fn replaceable(
 
 /// Unpacks the verified bundle into `opts.dest`.
 pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) -> Result<Installed> {
+    if opened.manifest.base.is_some() {
+        // A delta's stream holds patches, not the tree (docs/FORMAT.md section 16).
+        return crate::delta::apply::unpack(opened, opts, progress);
+    }
     let mut repaired = Vec::new();
     let mut installed = unpack_with(opened, opts, &mut |sink| {
         read::stream(opened, ReadMode::Strict, sink, progress).map(|r| repaired = r.repaired)

@@ -607,6 +607,14 @@ pub fn unpack_to_cache(
     progress: &dyn Progress,
 ) -> Result<HfInstalled> {
     let m = &opened.manifest;
+    if let Some(base) = &m.base {
+        return Err(Error::Usage(format!(
+            "{} is a delta of {} version {}: this airlock installs deltas into a directory (--dest DIR holding the base install), not yet into a Hugging Face cache; unpack the full bundle with --hf-cache instead",
+            opened.dir.display(),
+            base.name,
+            base.version
+        )));
+    }
     let plan = plan(opened, opts)?;
     let cache = &opts.cache;
     let folder_name = hfcache::repo_folder_name(&plan.repo_type, &plan.repo_id);

@@ -74,6 +74,13 @@ pub struct Manifest {
         deserialize_with = "present"
     )]
     pub source: Option<HfSource>,
+    /// The version this bundle is a delta of (docs/FORMAT.md section 16).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub base: Option<Base>,
     /// Reed-Solomon parity volumes over the data chunks (FORMAT.md section 17).
     #[serde(
         default,
@@ -245,6 +252,13 @@ pub struct FileEntry {
     pub sha256: String,
     /// Whether the file is installed executable (mode 755 instead of 644).
     pub executable: bool,
+    /// In a delta bundle: where the content comes from when it is not carried (section 16.1).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub from: Option<From>,
 }
 
 /// Sums over the manifest.
@@ -287,6 +301,77 @@ pub struct HfSource {
     pub commit: String,
     /// Etag (blob name) of each file, in `files` order.
     pub etags: Vec<String>,
+}
+
+/// The base of a delta bundle (docs/FORMAT.md section 16.1): the installed version it builds on.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Base {
+    /// `name` of the base manifest (this manifest's own name).
+    pub name: String,
+    /// `version` of the base manifest, lower than this one's.
+    pub version: u64,
+    /// SHA-256 of the exact bytes of the base `manifest.json`.
+    pub manifest_sha256: String,
+}
+
+/// How a delta obtains a file that is not carried (docs/FORMAT.md section 16.1).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct From {
+    /// Path of the base file used.
+    pub path: String,
+    /// `copy` or `xor`.
+    pub op: String,
+    /// `xor` only: `bytes` or `safetensors`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub map: Option<String>,
+    /// `xor` only: bytes of the patch carried in the stream.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub patch_size: Option<u64>,
+    /// `xor` only: SHA-256 of the patch.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub patch_sha256: Option<String>,
+}
+
+/// The `from.op` of a file rebuilt from a base file and a patch.
+pub const OP_XOR: &str = "xor";
+/// The `from.op` of a file taken unchanged from the base.
+pub const OP_COPY: &str = "copy";
+/// The stream directory holding a delta's patches (`.airlock-delta/<i>`), reserved like
+/// [`paths::RECEIPT_DIR`].
+pub const DELTA_DIR: &str = ".airlock-delta";
+
+/// Whether `path`'s first component is the reserved [`DELTA_DIR`] in any spelling a
+/// case-insensitive filesystem would make the same name.
+pub fn uses_delta_dir(path: &str) -> bool {
+    let first = path.split('/').next().unwrap_or(path);
+    paths::fold(first) == paths::fold(DELTA_DIR)
+}
+
+impl FileEntry {
+    /// The patch of an `xor` file: its size and SHA-256.
+    pub fn patch(&self) -> Option<(u64, &str)> {
+        let f = self.from.as_ref().filter(|f| f.op == OP_XOR)?;
+        Some((f.patch_size?, f.patch_sha256.as_deref()?))
+    }
+
+    /// Whether the file's content is in the stream at its own path.
+    pub fn carried(&self) -> bool {
+        self.from.is_none()
+    }
 }
 
 /// One entry in stream order, as the tar stream must present it.
@@ -486,7 +571,7 @@ impl Manifest {
         let mut file_bytes: u64 = 0;
         let mut stream: u64 = 2 * tar::BLOCK as u64;
         let mut previous: Option<&str> = None;
-        for f in &self.files {
+        for (i, f) in self.files.iter().enumerate() {
             let p = f.path.as_str();
             paths::check_relative(p)
                 .map_err(|why| format!("lists the unsafe path {p:?}: it {why}"))?;
@@ -505,7 +590,16 @@ impl Manifest {
             file_bytes = file_bytes
                 .checked_add(f.size)
                 .ok_or("has file sizes that overflow")?;
-            stream = entry_stream_size(p, false, f.size)
+            stream = match (&f.from, f.patch()) {
+                (None, _) => entry_stream_size(p, false, f.size),
+                (Some(_), None) => Some(0),
+                (Some(_), Some((size, _))) => entry_stream_size(&patch_path(i), false, size),
+            }
+            .and_then(|n| stream.checked_add(n))
+            .ok_or("has file sizes that overflow")?;
+        }
+        if self.validate_delta()? {
+            stream = entry_stream_size(DELTA_DIR, true, 0)
                 .and_then(|n| stream.checked_add(n))
                 .ok_or("has file sizes that overflow")?;
         }
@@ -554,6 +648,133 @@ impl Manifest {
         Ok(())
     }
 
+    /// The delta rules of docs/FORMAT.md section 16.1 (`base`, `files[].from`) and the reserved
+    /// [`DELTA_DIR`] (section 16.2). Returns whether the stream holds patches.
+    fn validate_delta(&self) -> Result<bool, String> {
+        for p in self
+            .directories
+            .iter()
+            .chain(self.files.iter().map(|f| &f.path))
+        {
+            if uses_delta_dir(p) {
+                return Err(format!(
+                    "lists the path {p:?}: the name {DELTA_DIR:?} is reserved for the patches of a delta bundle"
+                ));
+            }
+        }
+        if let Some(base) = &self.base {
+            if base.name != self.name {
+                return Err(format!(
+                    "is a delta of {:?}, not of its own name {:?}",
+                    base.name, self.name
+                ));
+            }
+            if base.version >= self.version {
+                return Err(format!(
+                    "is version {} but a delta of version {}: a base must be an earlier version",
+                    self.version, base.version
+                ));
+            }
+            if !is_hex64(&base.manifest_sha256) {
+                return Err("has a malformed base.manifest_sha256".into());
+            }
+        }
+        let mut patches = false;
+        for f in &self.files {
+            let Some(from) = &f.from else { continue };
+            let p = &f.path;
+            if self.base.is_none() {
+                return Err(format!(
+                    "says {p:?} comes from a base file, but names no base"
+                ));
+            }
+            paths::check_relative(&from.path).map_err(|why| {
+                format!(
+                    "takes {p:?} from the unsafe base path {:?}: it {why}",
+                    from.path
+                )
+            })?;
+            match from.op.as_str() {
+                OP_COPY => {
+                    if from.map.is_some()
+                        || from.patch_size.is_some()
+                        || from.patch_sha256.is_some()
+                    {
+                        return Err(format!(
+                            "copies {p:?} from the base but also gives it a map or a patch"
+                        ));
+                    }
+                }
+                OP_XOR => {
+                    if !matches!(from.map.as_deref(), Some("bytes" | "safetensors")) {
+                        return Err(format!(
+                            "patches {p:?} without a map of \"bytes\" or \"safetensors\""
+                        ));
+                    }
+                    if from.patch_size.is_none()
+                        || !from.patch_sha256.as_deref().is_some_and(is_hex64)
+                    {
+                        return Err(format!(
+                            "patches {p:?} without a patch_size and a well-formed patch_sha256"
+                        ));
+                    }
+                    patches = true;
+                }
+                other => {
+                    return Err(format!(
+                        "takes {p:?} from the base with the unknown op {other:?}"
+                    ));
+                }
+            }
+        }
+        Ok(patches)
+    }
+
+    /// The stream entries of a delta's patches (docs/FORMAT.md section 16.2), one per `xor`
+    /// file, as file entries: `.airlock-delta/<i>`, the patch's size and SHA-256, mode 0644.
+    pub fn patch_entries(&self) -> Vec<(usize, FileEntry)> {
+        self.files
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| {
+                let (size, sha256) = f.patch()?;
+                Some((
+                    i,
+                    FileEntry {
+                        path: patch_path(i),
+                        size,
+                        sha256: sha256.to_string(),
+                        executable: false,
+                        from: None,
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// The entries of the tar stream in order: [`Manifest::expected_entries`] for a full
+    /// bundle; for a delta, the directories, the carried files, and `.airlock-delta` with the
+    /// patches (`patches` from [`Manifest::patch_entries`]), merged in bundle order.
+    pub fn stream_entries<'a>(&'a self, patches: &'a [(usize, FileEntry)]) -> Vec<Expected<'a>> {
+        if self.base.is_none() {
+            return self.expected_entries();
+        }
+        let mut out: Vec<Expected<'a>> = self
+            .expected_entries()
+            .into_iter()
+            .filter(|e| match e {
+                Expected::Dir(_) => true,
+                Expected::File(f) => f.carried(),
+            })
+            .collect();
+        if !patches.is_empty() {
+            out.push(Expected::Dir(DELTA_DIR));
+            out.extend(patches.iter().map(|(_, f)| Expected::File(f)));
+        }
+        out.sort_by(|a, b| paths::bundle_order(a.path(), b.path()));
+        out
+    }
+
     /// The `source` rules: every field becomes a name in a Hugging Face cache on install (a
     /// folder, a ref file, a snapshot folder, blob files), so each must be one huggingface_hub
     /// itself would write.
@@ -594,6 +815,11 @@ impl Manifest {
         }
         Ok(())
     }
+}
+
+/// The stream path of the patch of file `index` (docs/FORMAT.md section 16.2).
+pub fn patch_path(index: usize) -> String {
+    format!("{DELTA_DIR}/{index}")
 }
 
 /// Checks a bundle name: printable, 1 to 200 bytes of UTF-8.
@@ -678,12 +904,14 @@ mod tests {
                 size: 5,
                 sha256: "0".repeat(64),
                 executable: false,
+                from: None,
             },
             FileEntry {
                 path: "config.json".into(),
                 size: 600,
                 sha256: "1".repeat(64),
                 executable: true,
+                from: None,
             },
         ];
         let directories = vec!["a".to_string()];
@@ -721,6 +949,7 @@ mod tests {
             warnings: vec![],
             source: None,
             parity: None,
+            base: None,
         }
     }
 
@@ -900,13 +1129,16 @@ mod tests {
 
     #[test]
     fn reserved_extension_names_are_refused_until_a_reader_knows_them() {
-        // `parity` is read since section 17 was implemented; `base` until section 16 is.
-        #[allow(clippy::single_element_loop)]
-        for key in ["base"] {
+        // Both extensions are read now (sections 16 and 17): an empty object lacks its
+        // required fields.
+        for (key, first) in [("base", "name"), ("parity", "algorithm")] {
             let mut v: serde_json::Value = serde_json::from_slice(&sample().to_bytes()).unwrap();
             v[key] = serde_json::json!({});
             let err = Manifest::parse(&serde_json::to_vec(&v).unwrap()).unwrap_err();
-            assert!(err.contains(&format!("unknown field `{key}`")), "{err}");
+            assert!(
+                err.contains(&format!("missing field `{first}`")),
+                "{key}: {err}"
+            );
         }
     }
 

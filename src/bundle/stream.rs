@@ -33,6 +33,14 @@ pub trait EntrySink {
     fn data(&mut self, bytes: &[u8]) -> Result<()>;
     /// The file's content ended and matched its size and digest.
     fn end_file(&mut self, file: &FileEntry) -> Result<()>;
+    /// Begins `file` as a clone of `src`'s content (a reflink: shared extents, no shared
+    /// inode) when the sink and the filesystem can, and returns the SHA-256 of the clone as
+    /// read back; the caller checks it, then calls [`EntrySink::end_file`]. `None` when no
+    /// clone was made (nothing was begun): the caller writes the bytes itself. Used by delta
+    /// installs for files copied from the base.
+    fn clone_file(&mut self, _file: &FileEntry, _src: &std::fs::File) -> Result<Option<String>> {
+        Ok(None)
+    }
 }
 
 /// Discards everything.
@@ -293,7 +301,10 @@ fn check_entries<R: Read>(
     report: &mut StreamReport,
     progress: &dyn Progress,
 ) -> Result<()> {
-    let expected = m.expected_entries();
+    // A delta's stream holds its carried files and its patches (`.airlock-delta/<i>`, checked
+    // against `patch_size` and `patch_sha256` like files), not the files it rebuilds.
+    let patches = m.patch_entries();
+    let expected = m.stream_entries(&patches);
     let mut seen = std::collections::HashSet::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut i = 0;

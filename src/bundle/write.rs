@@ -124,6 +124,8 @@ pub struct PackOptions<'a> {
     pub etags: Vec<EtagCheck>,
     /// Parity to add, in percent of the data (`pack --parity`; FORMAT.md section 17).
     pub parity: Option<f64>,
+    /// Pack a delta against this base (docs/FORMAT.md section 16).
+    pub base: Option<crate::delta::pack::BaseSource>,
 }
 
 /// What the packer does about one file's Hugging Face etag (its blob name) while it hashes it.
@@ -519,6 +521,8 @@ pub struct Packed {
     pub manifest: Manifest,
     /// SHA-256 of manifest.json.
     pub manifest_sha256: String,
+    /// For a delta: how the files travel.
+    pub delta: Option<crate::delta::pack::Counts>,
 }
 
 /// Packs `opts.entries` into the bundle directory `opts.out`.
@@ -542,6 +546,19 @@ pub fn pack(opts: PackOptions<'_>, progress: &dyn Progress) -> Result<Packed> {
         )));
     };
     check_manifest_fits(&opts)?;
+    if let Some(e) = opts
+        .entries
+        .iter()
+        .find(|e| manifest::uses_delta_dir(e.path()))
+    {
+        return Err(Error::Source {
+            path: PathBuf::from(e.path()),
+            reason: format!(
+                "uses the name {:?}, reserved for the patches of delta bundles",
+                manifest::DELTA_DIR
+            ),
+        });
+    }
     let partial_name = format!("{out_name}.partial");
     let partial = parent.join(&partial_name);
     let staging = match Staging::create_named(&parent, &partial_name) {
@@ -608,6 +625,7 @@ pub fn manifest_size_estimate(opts: &PackOptions<'_>) -> u64 {
                     size: *size,
                     sha256: digest.clone(),
                     executable: *executable,
+                    from: None,
                 });
             }
         }
@@ -659,12 +677,27 @@ pub fn manifest_size_estimate(opts: &PackOptions<'_>) -> u64 {
             ..s
         }),
         parity,
+        base: None,
         directories,
         files,
     };
     let mut counter = Counter(0);
     serde_json::to_writer_pretty(&mut counter, &m).expect("counting never fails");
-    counter.0 + 1
+    // A delta adds `base` (under 200 bytes) and at most one `from` object per file: the path
+    // again (JSON-escaped, at most 6 bytes per byte) and about 250 bytes of fields and digest.
+    let delta = match &opts.base {
+        None => 0,
+        Some(_) => opts
+            .entries
+            .iter()
+            .map(|e| match e {
+                ScanEntry::File { path, .. } => 250 + 6 * path.len() as u64,
+                ScanEntry::Dir { .. } => 0,
+            })
+            .sum::<u64>()
+            .saturating_add(200),
+    };
+    (counter.0 + 1).saturating_add(delta)
 }
 
 /// Refuses, before anything is written, a model whose manifest would be larger than readers
@@ -805,6 +838,22 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
             ScanEntry::Dir { .. } => 0,
         })
         .sum();
+    let plan = match &opts.base {
+        Some(base) => Some(crate::delta::pack::plan(
+            &opts.entries,
+            &opts.name,
+            opts.version,
+            base,
+            dir,
+            match opts.compress {
+                Compress::Zstd { level, .. } => level,
+                Compress::None => 3,
+            },
+            progress,
+        )?),
+        None => None,
+    };
+    let stream_entries = plan.as_ref().map_or(&opts.entries, |p| &p.stream);
     progress.start("pack", total);
 
     let (tx, rx) = bounded::<Msg>(BUFFERS);
@@ -829,7 +878,7 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
     let (read_result, write_result) = std::thread::scope(|s| {
         let writer = s.spawn(move || write_stream(rx, recycle_tx, sink));
         let read_result = (|| -> Result<()> {
-            for entry in &opts.entries {
+            for entry in stream_entries {
                 match entry {
                     ScanEntry::Dir { path } => {
                         directories.push(path.clone());
@@ -868,6 +917,7 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
                             size: *size,
                             sha256,
                             executable: *executable,
+                            from: None,
                         });
                     }
                 }
@@ -881,6 +931,10 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
     read_result?;
     let (volumes, stream_size) = write_result.map_err(|e| Error::io(dir, e))?;
     progress.finish();
+    if let Some(plan) = &plan {
+        files = plan.finish(&opts.entries, files)?;
+        directories.retain(|d| d != manifest::DELTA_DIR);
+    }
     let parity = match opts.parity {
         Some(percent) => Some(super::parity_write::write_parity(
             dir,
@@ -926,6 +980,7 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
         warnings: opts.warnings.clone(),
         source: opts.source.clone().map(|s| HfSource { etags, ..s }),
         parity,
+        base: plan.as_ref().map(|p| p.base.clone()),
     };
     // The packer holds itself to the same rules as the reader.
     manifest.validate().map_err(|why| {
@@ -960,6 +1015,7 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
     Ok(Packed {
         manifest,
         manifest_sha256,
+        delta: plan.map(|p| p.counts),
     })
 }
 
@@ -987,6 +1043,7 @@ mod tests {
             source: None,
             etags: vec![],
             parity: None,
+            base: None,
         }
     }
 

@@ -365,6 +365,21 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
             }
         }
     }
+    if let Some(base) = &m.base {
+        delta_summary(&mut out, m, base);
+        if deep {
+            let c = airlock::delta::pack::Counts::of(m);
+            out.warnings.push(format!(
+                "delta: the stream and its {} patch(es) were checked against their digests; the {} file(s) taken from or rebuilt against the base ({} of {}) can only be checked on install, against {} version {}",
+                c.patched_files,
+                c.copied_files + c.patched_files,
+                human(c.copied_bytes + c.patched_bytes),
+                human(m.totals.file_bytes),
+                base.name,
+                base.version
+            ));
+        }
+    }
     if verdict.is_ok() {
         let findings = verdict.recorded_warnings.len();
         out.line(format!(
@@ -382,7 +397,13 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
                 ),
                 None => String::new(),
             },
-            if deep {
+            if deep && m.base.is_some() {
+                let c = airlock::delta::pack::Counts::of(m);
+                format!(
+                    ", {} carried file(s) and {} patch(es) checked",
+                    c.carried_files, c.patched_files
+                )
+            } else if deep {
                 format!(", {} files checked", m.files.len())
             } else {
                 String::new()
@@ -409,6 +430,31 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
     }
     out.error = verdict.into_error();
     Ok(out)
+}
+
+/// The `base` of a delta and how its files travel, for verify and inspect.
+fn delta_summary(
+    out: &mut Output,
+    m: &airlock::manifest::Manifest,
+    base: &airlock::manifest::Base,
+) {
+    let c = airlock::delta::pack::Counts::of(m);
+    out.set("base", base);
+    out.set("delta", c);
+    out.line(format!(
+        "base:        delta of {} version {} (manifest sha256 {})",
+        base.name, base.version, base.manifest_sha256
+    ));
+    out.line(format!(
+        "delta:       {} file(s) carried ({}), {} taken from the base ({}), {} patched ({} from {} of patches)",
+        c.carried_files,
+        human(c.carried_bytes),
+        c.copied_files,
+        human(c.copied_bytes),
+        c.patched_files,
+        human(c.patched_bytes),
+        human(c.patch_bytes)
+    ));
 }
 
 /// Verifies the bundle's signature for an unpack and starts its output.
@@ -667,6 +713,9 @@ fn inspect(bundle: &Path, sha256sums: bool) -> Result<Output> {
             src.repo_type, src.repo_id, src.revision, src.commit
         ));
     }
+    if let Some(base) = &m.base {
+        delta_summary(&mut out, &m, base);
+    }
     out.line(format!(
         "compression: {}{}",
         m.compression.algorithm,
@@ -716,10 +765,19 @@ fn inspect(bundle: &Path, sha256sums: bool) -> Result<Output> {
     out.line("files:".to_string());
     for f in &m.files {
         out.line(format!(
-            "  {:>14}  {}{}",
+            "  {:>14}  {}{}{}",
             f.size,
             f.path,
-            if f.executable { " (executable)" } else { "" }
+            if f.executable { " (executable)" } else { "" },
+            match (&f.from, f.patch()) {
+                (None, _) => String::new(),
+                (Some(fr), None) => format!(" (from the base: {})", fr.path),
+                (Some(fr), Some((size, _))) => format!(
+                    " (patched from the base's {}: {size}-byte {} patch)",
+                    fr.path,
+                    fr.map.as_deref().unwrap_or("?")
+                ),
+            }
         ));
     }
     if m.files.is_empty() {

@@ -171,7 +171,18 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
             _ => zstd,
         },
     };
+    if let Some(path) = &a.base {
+        airlock::delta::pack::precheck(path, &name, a.bundle_version)?;
+    }
     let key = secret::unlock(key_file, ui)?;
+    let base = match &a.base {
+        Some(path) => {
+            let b = airlock::delta::pack::open_base(path, &key.public_key())?;
+            out.warnings.extend(b.notes.iter().cloned());
+            Some(b)
+        }
+        None => None,
+    };
     let packed = write::pack(
         PackOptions {
             entries,
@@ -205,6 +216,7 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
                 })
                 .unwrap_or_default(),
             parity,
+            base,
         },
         ui,
     )?;
@@ -241,6 +253,24 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
         out.line(format!(
             "OK   every file of {} {} at commit {} matched its blob name (the hash the hub published)",
             src.repo_type, src.repo_id, src.commit
+        ));
+    }
+    if let (Some(base), Some(c)) = (&m.base, &packed.delta) {
+        out.set(
+            "base",
+            serde_json::json!({"name": base.name, "version": base.version, "manifest_sha256": base.manifest_sha256}),
+        );
+        out.set("delta", c);
+        out.line(format!(
+            "OK   delta from version {}: {} file(s) carried ({}), {} taken from the base ({}), {} patched ({} rebuilt from {} of patches)",
+            base.version,
+            c.carried_files,
+            human(c.carried_bytes),
+            c.copied_files,
+            human(c.copied_bytes),
+            c.patched_files,
+            human(c.patched_bytes),
+            human(c.patch_bytes)
         ));
     }
     out.line(format!(

@@ -1,8 +1,9 @@
 //! Delta bundles: carrying a new version of a model as its difference from an installed base.
 //!
-//! docs/FORMAT.md section 15 is the normative description. This folder holds the parts that do
-//! not depend on how a bundle is read or installed:
+//! docs/FORMAT.md section 16 is the normative description. This folder holds:
 //!
+//! - [`pack`]: `pack --base`, reading the base and choosing per file copy, xor or carried;
+//! - [`apply`]: installing a delta over its base through `install::unpack_with`;
 //! - [`patch`]: the `xor` patch of one file against one base file, with the `bytes` and
 //!   `safetensors` alignments. Both directions stream: memory stays at a few buffers (plus a
 //!   safetensors header, which the reference reader caps at 100 MB) whatever the file size.
@@ -15,4 +16,27 @@
 //! header change that moves every tensor is absorbed by aligning tensors by name, dtype and
 //! shape instead of by offset.
 
+pub mod apply;
+pub mod pack;
 pub mod patch;
+
+#[cfg(test)]
+mod manifest_tests;
+
+/// SHA-256 of a whole file, read with positioned reads from its start to its current end.
+pub fn hash_file(f: &std::fs::File) -> std::io::Result<String> {
+    use sha2::{Digest, Sha256};
+    use std::os::unix::fs::FileExt;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut pos = 0u64;
+    loop {
+        let n = f.read_at(&mut buf, pos)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        pos += n as u64;
+    }
+    Ok(hex::encode(h.finalize()))
+}

@@ -1,4 +1,4 @@
-//! The `xor` patch of docs/FORMAT.md section 15.3: `patch = zstd(new XOR aligned_base)`.
+//! The `xor` patch of docs/FORMAT.md section 16.3: `patch = zstd(new XOR aligned_base)`.
 //!
 //! The *aligned base* `A` has the new file's length. With [`Map::Bytes`] it is the base file
 //! itself (zero past its end). With [`Map::Safetensors`] it is zero over the new file's length
@@ -160,7 +160,7 @@ fn base_header(base: &File, base_len: u64) -> Result<(u64, Vec<Tensor>), PatchEr
     Ok((8 + n, tensors))
 }
 
-/// The alignment of section 15.3 for a safetensors pair: `new_header_len` is 8 + N of the new
+/// The alignment of section 16.3 for a safetensors pair: `new_header_len` is 8 + N of the new
 /// file, `new_len` its size.
 fn safetensors_segments(
     new_json: &[u8],
@@ -250,18 +250,39 @@ impl Aligned<'_> {
     /// XORs `buf`, which holds the new file's (or patch's) bytes at `[pos, pos + len)`, with
     /// the aligned base over the same range. Calls must come in increasing `pos`.
     fn xor_into(&mut self, pos: u64, buf: &mut [u8], scratch: &mut [u8]) -> io::Result<()> {
+        xor_segments(
+            self.base,
+            &self.segments,
+            &mut self.index,
+            pos,
+            buf,
+            scratch,
+        )
+    }
+}
+
+/// [`Aligned::xor_into`] over explicit state, for the push decoder that owns its base.
+fn xor_segments(
+    base: &File,
+    segments: &[Segment],
+    index: &mut usize,
+    pos: u64,
+    buf: &mut [u8],
+    scratch: &mut [u8],
+) -> io::Result<()> {
+    {
         let end = pos + buf.len() as u64;
         let mut at = pos;
         while at < end {
-            while self.segments[self.index].end <= at {
-                self.index += 1;
+            while segments[*index].end <= at {
+                *index += 1;
             }
-            let seg = &self.segments[self.index];
+            let seg = &segments[*index];
             let upto = seg.end.min(end);
             if let Some(off) = seg.base_offset {
                 let n = (upto - at) as usize;
                 let from = off + (at - seg.start);
-                self.base.read_exact_at(&mut scratch[..n], from)?;
+                base.read_exact_at(&mut scratch[..n], from)?;
                 let dst = &mut buf[(at - pos) as usize..(upto - pos) as usize];
                 for (d, s) in dst.iter_mut().zip(&scratch[..n]) {
                     *d ^= s;
@@ -300,6 +321,8 @@ pub struct Encoded {
     pub patch_size: u64,
     /// Bytes of the aligned base that came from the base file (the rest is zero).
     pub aligned_bytes: u64,
+    /// SHA-256 of the new file as read for the patch.
+    pub new_sha256: String,
 }
 
 /// Writes the patch that rebuilds `new` from `base` to `out`, as one zstd frame at `level`.
@@ -347,9 +370,11 @@ pub fn encode<W: Write>(
     let mut buf = vec![0u8; PIECE];
     let mut scratch = vec![0u8; PIECE];
     let mut pos = 0u64;
+    let mut hash = <sha2::Sha256 as sha2::Digest>::new();
     while pos < new_len {
         let n = (new_len - pos).min(PIECE as u64) as usize;
         new.read_exact_at(&mut buf[..n], pos)?;
+        sha2::Digest::update(&mut hash, &buf[..n]);
         aligned.xor_into(pos, &mut buf[..n], &mut scratch)?;
         enc.write_all(&buf[..n])?;
         pos += n as u64;
@@ -358,6 +383,7 @@ pub fn encode<W: Write>(
     let encoded = Encoded {
         patch_size: counter.count,
         aligned_bytes,
+        new_sha256: hex::encode(sha2::Digest::finalize(hash)),
     };
     Ok((counter.inner, encoded))
 }
@@ -480,6 +506,198 @@ pub fn decode<R: Read, W: Write>(
         Ok(0) => Ok(()),
         Ok(_) => Err(PatchError::Frame("bytes follow the frame".into())),
         Err(e) => Err(PatchError::Io(e)),
+    }
+}
+
+/// The push form of [`decode`]: the patch arrives in pieces (as a tar entry's content does) and
+/// the rebuilt bytes leave through a callback, front to back. Memory: two [`PIECE`] buffers,
+/// the zstd window (at most 2^27 bytes) and, with [`Map::Safetensors`], the new header.
+pub struct PushDecoder {
+    raw: zstd::stream::raw::Decoder<'static>,
+    base: File,
+    base_len: u64,
+    size: u64,
+    /// Bytes of the new file produced so far.
+    pos: u64,
+    /// The length prefix and header while they are collected (safetensors), then `None`.
+    header: Option<Vec<u8>>,
+    segments: Vec<Segment>,
+    index: usize,
+    frame_done: bool,
+    out: Vec<u8>,
+    scratch: Vec<u8>,
+}
+
+impl PushDecoder {
+    /// Starts rebuilding a `size`-byte file from `base` with `map`.
+    pub fn new(base: File, map: Map, size: u64) -> Result<Self, PatchError> {
+        let base_len = file_len(&base)?;
+        let mut raw = zstd::stream::raw::Decoder::new()?;
+        raw.set_parameter(zstd::stream::raw::DParameter::WindowLogMax(WINDOW_LOG_MAX))?;
+        let (header, segments) = match map {
+            Map::Bytes => (None, bytes_segments(size, base_len)),
+            Map::Safetensors => (Some(Vec::new()), Vec::new()),
+        };
+        Ok(PushDecoder {
+            raw,
+            base,
+            base_len,
+            size,
+            pos: 0,
+            header,
+            segments,
+            index: 0,
+            frame_done: false,
+            out: vec![0u8; PIECE],
+            scratch: vec![0u8; PIECE],
+        })
+    }
+
+    /// Feeds the next piece of the patch; rebuilt bytes go to `emit`.
+    pub fn write(
+        &mut self,
+        input: &[u8],
+        emit: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+    ) -> Result<(), PatchError> {
+        let mut at = 0;
+        loop {
+            if self.frame_done {
+                if at < input.len() {
+                    return Err(PatchError::Frame("bytes follow the frame".into()));
+                }
+                return Ok(());
+            }
+            let (used, produced) = self.step(&input[at..], emit)?;
+            at += used;
+            // Done with this piece once it is consumed and the output buffer was not filled
+            // (a full buffer may mean more output is pending for input already consumed).
+            if at == input.len() && produced < PIECE {
+                return Ok(());
+            }
+        }
+    }
+
+    /// One decoder call: returns the input bytes consumed and the output bytes produced.
+    fn step(
+        &mut self,
+        input: &[u8],
+        emit: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+    ) -> Result<(usize, usize), PatchError> {
+        use zstd::stream::raw::{InBuffer, Operation, OutBuffer};
+        let mut inb = InBuffer::around(input);
+        let mut out = std::mem::take(&mut self.out);
+        let ran = {
+            let mut outb = OutBuffer::around(&mut out[..]);
+            self.raw
+                .run(&mut inb, &mut outb)
+                .map(|hint| (hint, outb.pos()))
+        };
+        let result = match ran {
+            Err(e) => Err(PatchError::Frame(e.to_string())),
+            Ok((hint, produced)) => {
+                if hint == 0 {
+                    self.frame_done = true;
+                }
+                self.apply(&mut out[..produced], emit)
+                    .map(|()| (inb.pos(), produced))
+            }
+        };
+        self.out = out;
+        result
+    }
+
+    /// Ends the patch: drains the decoder and checks the frame ended and the length is right.
+    pub fn finish(
+        mut self,
+        emit: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+    ) -> Result<(), PatchError> {
+        while !self.frame_done {
+            let (_, produced) = self.step(&[], emit)?;
+            if produced == 0 {
+                break;
+            }
+        }
+        if self.pos > self.size || (self.frame_done && self.pos != self.size) {
+            return Err(PatchError::Length {
+                expected: self.size,
+                got: self.pos,
+            });
+        }
+        if !self.frame_done {
+            return Err(PatchError::Frame(format!(
+                "the frame is truncated after {} of {} bytes",
+                self.pos, self.size
+            )));
+        }
+        Ok(())
+    }
+
+    /// XORs decoded bytes with the aligned base and emits them.
+    fn apply(
+        &mut self,
+        mut bytes: &mut [u8],
+        emit: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+    ) -> Result<(), PatchError> {
+        if self.pos + bytes.len() as u64 > self.size {
+            return Err(PatchError::Length {
+                expected: self.size,
+                got: self.pos + bytes.len() as u64,
+            });
+        }
+        while let Some(header) = &mut self.header {
+            let bad = |reason: String| PatchError::Header {
+                which: "new",
+                reason,
+            };
+            if self.size < 8 {
+                return Err(bad(format!(
+                    "the file has {} bytes, fewer than 8",
+                    self.size
+                )));
+            }
+            let target = if header.len() < 8 {
+                8
+            } else {
+                8 + u64::from_le_bytes(header[..8].try_into().expect("8 bytes")) as usize
+            };
+            let take = (target - header.len()).min(bytes.len());
+            header.extend_from_slice(&bytes[..take]);
+            emit(&bytes[..take])?;
+            self.pos += take as u64;
+            bytes = &mut bytes[take..];
+            if header.len() < target {
+                return Ok(());
+            }
+            if target == 8 {
+                let n = u64::from_le_bytes(header[..8].try_into().expect("8 bytes"));
+                if n > MAX_SAFETENSORS_HEADER || n > self.size - 8 {
+                    return Err(bad(format!(
+                        "header length {n} exceeds the limit or the {}-byte file",
+                        self.size
+                    )));
+                }
+                if n > 0 {
+                    continue;
+                }
+            }
+            let header = self.header.take().expect("present");
+            let len = header.len() as u64;
+            self.segments =
+                safetensors_segments(&header[8..], len, self.size, &self.base, self.base_len)?;
+        }
+        for piece in bytes.chunks_mut(PIECE) {
+            xor_segments(
+                &self.base,
+                &self.segments,
+                &mut self.index,
+                self.pos,
+                piece,
+                &mut self.scratch,
+            )?;
+            emit(piece)?;
+            self.pos += piece.len() as u64;
+        }
+        Ok(())
     }
 }
 
@@ -747,5 +965,83 @@ mod tests {
             Vec::new(),
         );
         assert!(matches!(r, Err(PatchError::Header { .. })), "{r:?}");
+    }
+
+    /// Applies `patch` with the push decoder, fed in pieces of `step` bytes.
+    fn push_decode(
+        patch: &[u8],
+        size: u64,
+        base: &File,
+        map: Map,
+        step: usize,
+    ) -> Result<Vec<u8>, PatchError> {
+        let mut out = Vec::new();
+        let mut emit = |b: &[u8]| -> io::Result<()> {
+            out.extend_from_slice(b);
+            Ok(())
+        };
+        let mut dec = PushDecoder::new(base.try_clone().unwrap(), map, size)?;
+        for piece in patch.chunks(step.max(1)) {
+            dec.write(piece, &mut emit)?;
+        }
+        dec.finish(&mut emit)?;
+        Ok(out)
+    }
+
+    #[test]
+    fn the_push_decoder_rebuilds_what_encode_made_in_any_piece_size() {
+        let a = noise(20, 300_000);
+        let b = noise(21, 3 << 20);
+        let base = safetensors(&[
+            ("a", "BF16", vec![150_000], a.clone()),
+            ("b", "BF16", vec![3 << 19], b.clone()),
+        ]);
+        let new = safetensors(&[
+            ("new", "F32", vec![3], noise(22, 12)),
+            ("a", "BF16", vec![150_000], perturb(&a, 20, 23)),
+            ("b", "BF16", vec![3 << 19], b),
+        ]);
+        let dir = tempfile::tempdir().unwrap();
+        let base_f = file(&dir, "base", &base);
+        let new_f = file(&dir, "new", &new);
+        for map in [Map::Bytes, Map::Safetensors] {
+            let (patch, _) = encode(&new_f, &base_f, map, 1, Vec::new()).unwrap();
+            for step in [1, 7, 4096, 1 << 20, patch.len()] {
+                if step == 1 && patch.len() > 200_000 {
+                    continue;
+                }
+                let out = push_decode(&patch, new.len() as u64, &base_f, map, step).unwrap();
+                assert!(out == new, "{map:?} step {step}: rebuilt bytes differ");
+            }
+        }
+    }
+
+    #[test]
+    fn the_push_decoder_refuses_truncated_long_short_and_trailing_patches() {
+        let base = noise(24, 100_000);
+        let new = perturb(&base, 50, 25);
+        let dir = tempfile::tempdir().unwrap();
+        let base_f = file(&dir, "base", &base);
+        let (patch, _) =
+            encode(&file(&dir, "new", &new), &base_f, Map::Bytes, 1, Vec::new()).unwrap();
+        let n = new.len() as u64;
+        let r = push_decode(&patch[..patch.len() - 3], n, &base_f, Map::Bytes, 999);
+        assert!(matches!(r, Err(PatchError::Frame(_))), "{r:?}");
+        let r = push_decode(&patch, n + 1, &base_f, Map::Bytes, 999);
+        assert!(matches!(r, Err(PatchError::Length { .. })), "{r:?}");
+        let r = push_decode(&patch, n - 1, &base_f, Map::Bytes, 999);
+        assert!(matches!(r, Err(PatchError::Length { .. })), "{r:?}");
+        let mut two = patch.clone();
+        two.extend_from_slice(&patch);
+        let r = push_decode(&two, n, &base_f, Map::Bytes, 999);
+        assert!(matches!(r, Err(PatchError::Frame(_))), "{r:?}");
+        let mut flipped = patch.clone();
+        let mid = flipped.len() / 2;
+        flipped[mid] ^= 0x55;
+        let r = push_decode(&flipped, n, &base_f, Map::Bytes, 999);
+        assert!(
+            r.map_or(true, |out| out != new),
+            "a flipped patch rebuilt the file"
+        );
     }
 }

@@ -2,6 +2,7 @@
 
 mod cli;
 mod crash;
+mod delta;
 mod hfcache;
 mod hostile;
 mod interop;
