@@ -1273,6 +1273,7 @@ mod tests {
                 source: None,
                 etags: vec![],
                 parity: Some(25.0),
+                base: None,
             },
             &crate::progress::Silent,
         )

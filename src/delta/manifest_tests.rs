@@ -76,6 +76,7 @@ fn delta() -> Manifest {
         },
         warnings: vec![],
         source: None,
+        parity: None,
         base: Some(Base {
             name: "m".into(),
             version: 1,
