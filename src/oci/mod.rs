@@ -18,6 +18,7 @@
 
 pub mod auth;
 pub mod client;
+mod delta;
 pub mod modelpack;
 pub mod push;
 pub mod reference;

@@ -894,3 +894,273 @@ fn tls_needs_the_site_ca_and_references_are_checked() {
     );
     assert!(text.contains("not a registry reference"), "{text}");
 }
+
+/// The Python of the venv `scripts/make-fixtures.py --venv-only` makes ($AIRLOCK_VENV,
+/// default `<repo>/.venv`), which has the real `safetensors` package.
+fn venv_python() -> PathBuf {
+    let venv = std::env::var_os("AIRLOCK_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv"));
+    let python = venv.join("bin").join("python");
+    assert!(
+        python.is_file(),
+        "the safetensors package is not installed for the tests: {} does not exist. Run \
+         `python3 scripts/make-fixtures.py --venv-only`, or point AIRLOCK_VENV at a venv with \
+         scripts/requirements-test.txt installed",
+        python.display()
+    );
+    python
+}
+
+/// Two bf16 shards written by the real safetensors writer (shard 2 over 8 MiB, so installs
+/// stream it), an index and a config. Version 2 retrains 2% of shard 2's elements and changes
+/// the config.
+const SYNTH: &str = r#"
+import json, os, sys
+import numpy as np
+from safetensors import TensorSpec, serialize_file
+
+out, v = sys.argv[1], int(sys.argv[2])
+os.makedirs(out, exist_ok=True)
+weight_map, keep = {}, []
+for i in (1, 2):
+    rng = np.random.default_rng(100 + i)
+    name = f"model-{i:05d}-of-00002.safetensors"
+    tensors = {}
+    for t, n in (("attn", 1 << 20), ("mlp", 3 << 20)):
+        data = rng.integers(0, 1 << 16, n, dtype=np.uint16)
+        if v == 2 and i == 2:
+            step = np.random.default_rng(7 + (t == "mlp"))
+            idx = step.choice(n, size=n // 50, replace=False)
+            data[idx] = step.integers(0, 1 << 16, idx.size, dtype=np.uint16)
+        keep.append(data)
+        key = f"layers.{i}.{t}.weight"
+        tensors[key] = TensorSpec(dtype="bfloat16", shape=[n // 256, 256],
+                                  data_ptr=data.ctypes.data, data_len=data.nbytes)
+        weight_map[key] = name
+    serialize_file(tensors, os.path.join(out, name), metadata={"format": "pt"})
+config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": "bfloat16"}
+if v == 2:
+    config["rope_theta"] = 500000.0
+json.dump(config, open(os.path.join(out, "config.json"), "w"), indent=2)
+json.dump({"metadata": {"total_size": 16 << 20}, "weight_map": weight_map},
+          open(os.path.join(out, "model.safetensors.index.json"), "w"), indent=2)
+"#;
+
+fn synth(env: &Env, rel: &str, version: u32) {
+    let out = Command::new(venv_python())
+        .args([
+            "-c",
+            SYNTH,
+            env.path(rel).to_str().unwrap(),
+            &version.to_string(),
+        ])
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "synth {version}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Version 1 packed in full and, on the landing host, installed into `base`; version 2 packed
+/// as a delta over it (`d2`): shard 1 and the index copied, shard 2 patched (`safetensors`
+/// map), `extra.bin` and the config patched (`bytes` map), a new file carried.
+fn delta_versions(env: &Env) {
+    synth(env, "v1", 1);
+    env.write("v1/extra.bin", &pseudo_random(1 << 20, 11));
+    env.ok(&[
+        "pack",
+        "v1",
+        "-o",
+        "b1",
+        "--key",
+        "k.key",
+        "--name",
+        "m",
+        "--version",
+        "1",
+    ]);
+    env.ok(&["unpack", "b1", "--trust", "k.pub", "--dest", "base"]);
+    synth(env, "v2", 2);
+    let mut extra = pseudo_random(1 << 20, 11);
+    for at in [10, 4096, 500_000, (1 << 20) - 1] {
+        extra[at] ^= 0x5a;
+    }
+    env.write("v2/extra.bin", &extra);
+    env.write("v2/generation_config.json", b"{\"temperature\": 0.6}\n");
+    env.ok(&[
+        "pack",
+        "v2",
+        "-o",
+        "d2",
+        "--key",
+        "k.key",
+        "--name",
+        "m",
+        "--version",
+        "2",
+        "--base",
+        "base",
+    ]);
+}
+
+/// A tree as `(path, sha256)` (the safetensors writer makes 0600 files; installs are 0644).
+fn digests(t: Vec<(String, u32, Option<Vec<u8>>)>) -> Vec<(String, Option<String>)> {
+    t.into_iter()
+        .map(|(p, _, c)| (p, c.map(|c| sha256_hex(&c))))
+        .collect()
+}
+
+/// `(path, op)` of every file of a bundle's manifest (`carried` for files in the stream).
+fn ops(env: &Env, bundle: &str) -> Vec<(String, String)> {
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(env.path(bundle).join("manifest.json")).unwrap())
+            .unwrap();
+    m["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let op = match &f["from"] {
+                serde_json::Value::Null => "carried".to_string(),
+                from => format!(
+                    "{}{}",
+                    from["op"].as_str().unwrap(),
+                    from["map"]
+                        .as_str()
+                        .map(|m| format!(" {m}"))
+                        .unwrap_or_default()
+                ),
+            };
+            (f["path"].as_str().unwrap().to_string(), op)
+        })
+        .collect()
+}
+
+#[test]
+fn a_delta_is_pushed_over_its_base_and_installs_whole_from_the_registry() {
+    let reg = Registry::start();
+    let env = Env::new();
+    delta_versions(&env);
+    let owned = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(p, o)| (p.to_string(), o.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        ops(&env, "d2"),
+        owned(&[
+            ("config.json", "xor bytes"),
+            ("extra.bin", "xor bytes"),
+            ("generation_config.json", "carried"),
+            ("model-00001-of-00002.safetensors", "copy"),
+            ("model-00002-of-00002.safetensors", "xor safetensors"),
+            ("model.safetensors.index.json", "copy"),
+        ])
+    );
+    let v1 = reg.reference("models/m:1");
+    let v2 = reg.reference("models/m:2");
+
+    // The base is not in the repository yet: refused, naming it, before any upload.
+    let err = reg.fails(&env, 1, &["push", "d2", &v2, "--trust", "k.pub"]);
+    assert!(
+        err.contains("push m version 1 to oci://") && err.contains("or push the full bundle"),
+        "{err}"
+    );
+    assert_eq!(reg.uploads(), 0, "{}", reg.log());
+    assert_eq!(reg.storage_bytes(), 0);
+
+    reg.ok(&env, &["push", "b1", &v1, "--trust", "k.pub"]);
+    let uploads = reg.uploads();
+    let before = reg.storage_bytes();
+    let out = reg.airlock(&env, &["push", "d2", &v2, "--trust", "k.pub", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Only the changed files and the airlock layers; the copied files are the base's blobs.
+    let mut uploaded: Vec<&str> = doc["uploaded_files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    uploaded.sort_unstable();
+    assert_eq!(
+        uploaded,
+        [
+            ".airlock/manifest.json",
+            ".airlock/manifest.json.minisig",
+            "config.json",
+            "extra.bin",
+            "generation_config.json",
+            "model-00002-of-00002.safetensors",
+        ],
+        "{doc}"
+    );
+    assert_eq!(doc["layers"], 8, "{doc}");
+    // The changed blobs, the airlock manifest and signature, the ModelPack config.
+    assert_eq!(reg.uploads() - uploads, 7, "{}", reg.log());
+    let shard = std::fs::read(env.path("v2/model-00002-of-00002.safetensors")).unwrap();
+    assert_eq!(
+        std::fs::read(reg.blob_file(&sha256_hex(&shard))).unwrap(),
+        shard
+    );
+    assert!(reg.storage_bytes() - before < 12 << 20);
+    // The config was patched, not carried: its precision still reaches the ModelPack config.
+    let manifest: serde_json::Value = serde_json::from_slice(&reg.curl(
+        "models/m/manifests/2",
+        "application/vnd.oci.image.manifest.v1+json",
+    ))
+    .unwrap();
+    assert_eq!(manifest["layers"].as_array().unwrap().len(), 8);
+    let config: serde_json::Value = serde_json::from_slice(&reg.curl(
+        &format!(
+            "models/m/blobs/{}",
+            manifest["config"]["digest"].as_str().unwrap()
+        ),
+        "*/*",
+    ))
+    .unwrap();
+    assert_eq!(config["config"]["precision"], "bf16", "{config}");
+
+    // A node with nothing installed gets the whole version 2.
+    reg.ok(
+        &env,
+        &["unpack", &v2, "--trust", "k.pub", "--dest", "fresh"],
+    );
+    assert_eq!(
+        digests(tree_without_receipt(&env.path("fresh"))),
+        digests(tree(&env.path("v2")))
+    );
+    env.ok(&["check", "fresh", "--trust", "k.pub"]);
+    // A node on version 1 is replaced by it.
+    reg.ok(&env, &["unpack", &v1, "--trust", "k.pub", "--dest", "node"]);
+    let text = reg.ok(
+        &env,
+        &[
+            "unpack",
+            &v2,
+            "--trust",
+            "k.pub",
+            "--dest",
+            "node",
+            "--replace",
+        ],
+    );
+    assert!(text.contains("version 2"), "{text}");
+    assert_eq!(
+        digests(tree_without_receipt(&env.path("node"))),
+        digests(tree(&env.path("v2")))
+    );
+    assert!(staging_leftovers(env.dir.path()).is_empty());
+
+    // Pushing the delta again uploads nothing.
+    let uploads = reg.uploads();
+    reg.ok(&env, &["push", "d2", &v2, "--trust", "k.pub"]);
+    assert_eq!(reg.uploads(), uploads, "{}", reg.log());
+}
