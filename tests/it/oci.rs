@@ -1164,3 +1164,43 @@ fn a_delta_is_pushed_over_its_base_and_installs_whole_from_the_registry() {
     reg.ok(&env, &["push", "d2", &v2, "--trust", "k.pub"]);
     assert_eq!(reg.uploads(), uploads, "{}", reg.log());
 }
+
+#[test]
+fn a_delta_push_over_a_damaged_base_blob_is_exit_3_and_publishes_nothing() {
+    let reg = Registry::start();
+    let env = Env::new();
+    delta_versions(&env);
+    let v2 = reg.reference("models/m:2");
+    reg.ok(
+        &env,
+        &[
+            "push",
+            "b1",
+            &reg.reference("models/m:1"),
+            "--trust",
+            "k.pub",
+        ],
+    );
+    // The stored base of the patched shard rots (same size, one bit).
+    let base_shard = std::fs::read(env.path("v1/model-00002-of-00002.safetensors")).unwrap();
+    let blob = reg.blob_file(&sha256_hex(&base_shard));
+    let mut bytes = std::fs::read(&blob).unwrap();
+    bytes[5 << 20] ^= 1;
+    std::fs::write(&blob, &bytes).unwrap();
+
+    let err = reg.fails(&env, 3, &["push", "d2", &v2, "--trust", "k.pub"]);
+    assert!(
+        err.contains("the base of model-00002-of-00002.safetensors"),
+        "{err}"
+    );
+    // The new shard was never stored and the tag was not written.
+    let new_shard = std::fs::read(env.path("v2/model-00002-of-00002.safetensors")).unwrap();
+    assert!(!reg.blob_file(&sha256_hex(&new_shard)).exists());
+    let text = reg.fails(
+        &env,
+        1,
+        &["unpack", &v2, "--trust", "k.pub", "--dest", "out"],
+    );
+    assert!(text.contains("no such tag"), "{text}");
+    assert!(!env.path("out").exists());
+}
