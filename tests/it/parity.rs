@@ -507,3 +507,79 @@ cd ../manual && sha256sum -c --strict ../sums
     });
     same_tree(&env.path("manual"), &env.path("m"));
 }
+
+/// Delta and parity compose: a delta packed with parity, damaged on the way, still installs
+/// over its base (the patches are read through the in-memory rebuild), and the result is the
+/// new version exactly.
+#[test]
+fn a_damaged_delta_with_parity_installs_over_its_base() {
+    let env = Env::new();
+    let v1 = packed(&env, "v1", None);
+    env.ok(&[
+        "unpack",
+        v1.to_str().unwrap(),
+        "--trust",
+        "k.pub",
+        "--dest",
+        "inst",
+    ]);
+    // Version 2: a few thousand bytes of the weights changed (patched), the config too (carried).
+    let mut w = fs::read(env.path("m/weights.bin")).unwrap();
+    for i in (0..w.len()).step_by(997) {
+        w[i] ^= 0x5a;
+    }
+    env.write("m/weights.bin", &w);
+    env.write("m/config.json", b"{\"model_type\": \"test\", \"v\": 2}\n");
+    let chunk = CHUNK.to_string();
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "v2",
+        "--key",
+        "k.key",
+        "--version",
+        "2",
+        "--base",
+        "inst",
+        "--parity",
+        "50%",
+        "--compress",
+        "none",
+        "--volume-size",
+        "32768",
+        "--chunk-size",
+        &chunk,
+    ]);
+    let m = manifest(&env.path("v2"));
+    assert!(m["base"].is_object() && m["parity"].is_object(), "{m}");
+    assert_eq!(
+        m["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == "weights.bin")
+            .unwrap()["from"]["op"],
+        "xor"
+    );
+    // One flipped byte in the first data volume (it holds the patch entries).
+    flip(&env.path("v2/data.000"), 700);
+    let text = env.fails(3, &["verify", "v2", "--trust", "k.pub"]);
+    assert!(text.contains("REPAIRABLE"), "{text}");
+    let out = env.ok(&[
+        "unpack",
+        "v2",
+        "--trust",
+        "k.pub",
+        "--dest",
+        "inst",
+        "--replace",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("rebuilt from parity") && err.contains("data.000"),
+        "{err}"
+    );
+    same_tree(&env.path("inst"), &env.path("m"));
+    env.ok(&["check", "inst", "--trust", "k.pub"]);
+}
