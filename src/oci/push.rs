@@ -7,6 +7,10 @@
 //! (bounded channel, so memory stays at a few megabytes whatever the file size). The registry
 //! checks each blob against the digest the signed manifest gives before keeping it. The image
 //! manifest goes last, so a tag never names an incomplete artifact.
+//!
+//! A delta bundle is pushed over its base, already in the repository: its copied files are the
+//! base's blobs, and each patched file is rebuilt from the base's blob and its patch as the
+//! stream passes, then uploaded whole (`oci::delta`), so the tag names the complete version.
 
 use std::collections::HashSet;
 use std::io::Read;
