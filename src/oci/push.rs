@@ -209,11 +209,18 @@ impl<'scope, 'env> UploadSink<'scope, 'env> {
         else {
             return Ok(());
         };
-        let mut ready: Vec<Vec<u8>> = Vec::new();
+        // Each rebuilt piece goes to the upload as it is made (a patch of zeros decodes to far
+        // more than it is, so nothing is collected), one piece behind.
+        let tx = self.current.as_ref().map(|u| &u.tx);
+        let mut stopped = false;
         let mut emit = |b: &[u8]| -> std::io::Result<()> {
             hash.update(b);
-            if let Some(p) = pending.replace(b.to_vec()) {
-                ready.push(p);
+            if let Some(p) = pending.replace(b.to_vec())
+                && let Some(tx) = tx
+                && tx.send(Some(p)).is_err()
+            {
+                stopped = true;
+                return Err(std::io::Error::other("the upload stopped"));
             }
             Ok(())
         };
@@ -221,15 +228,20 @@ impl<'scope, 'env> UploadSink<'scope, 'env> {
             Some(b) => (dec.write(b, &mut emit), Some(dec)),
             None => (dec.finish(&mut emit), None),
         };
+        if stopped {
+            // The upload ended early: its error says why.
+            self.finish_upload()?;
+            return Err(Error::Registry {
+                registry: self.registry.reference.registry.clone(),
+                reason: format!(
+                    "the upload of {} stopped before the file's end",
+                    self.manifest.files[index].path
+                ),
+            });
+        }
         if let Err(e) = decoded {
             self.abort_upload();
             return Err(patch_error(self.manifest, index, e));
-        }
-        for piece in ready {
-            if let Err(e) = self.send(piece) {
-                self.abort_upload();
-                return Err(e);
-            }
         }
         if let Some(dec) = dec {
             self.rebuilding = Some(Rebuilding {
