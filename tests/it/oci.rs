@@ -1163,6 +1163,45 @@ fn a_delta_is_pushed_over_its_base_and_installs_whole_from_the_registry() {
     let uploads = reg.uploads();
     reg.ok(&env, &["push", "d2", &v2, "--trust", "k.pub"]);
     assert_eq!(reg.uploads(), uploads, "{}", reg.log());
+
+    // A chain: version 3 as a delta over the version 2 a node installed from the registry
+    // (whose airlock manifest is the delta's): pushed over it, installed whole.
+    std::fs::create_dir_all(env.path("v3")).unwrap();
+    for f in std::fs::read_dir(env.path("v2")).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), env.path("v3").join(f.file_name())).unwrap();
+    }
+    let mut extra = std::fs::read(env.path("v3/extra.bin")).unwrap();
+    extra[777_777] ^= 0x11;
+    env.write("v3/extra.bin", &extra);
+    env.ok(&[
+        "pack",
+        "v3",
+        "-o",
+        "d3",
+        "--key",
+        "k.key",
+        "--name",
+        "m",
+        "--version",
+        "3",
+        "--base",
+        "node",
+    ]);
+    assert!(ops(&env, "d3").contains(&("extra.bin".into(), "xor bytes".into())));
+    let v3 = reg.reference("models/m:3");
+    let uploads = reg.uploads();
+    reg.ok(&env, &["push", "d3", &v3, "--trust", "k.pub"]);
+    // extra.bin, the airlock manifest and signature, the ModelPack config.
+    assert_eq!(reg.uploads() - uploads, 4, "{}", reg.log());
+    reg.ok(
+        &env,
+        &["unpack", &v3, "--trust", "k.pub", "--dest", "fresh3"],
+    );
+    assert_eq!(
+        digests(tree_without_receipt(&env.path("fresh3"))),
+        digests(tree(&env.path("v3")))
+    );
 }
 
 #[test]
