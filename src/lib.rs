@@ -7,7 +7,6 @@
 
 pub mod bundle;
 pub mod delta;
-pub mod direct;
 pub mod error;
 pub mod fsinfo;
 pub mod fsio;

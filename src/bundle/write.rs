@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 use crossbeam_channel::{Receiver, Sender, bounded};
 use sha2::{Digest, Sha256};
 
-use crate::direct::VolumeFile;
 use crate::error::{Error, Result};
 use crate::fsio;
 use crate::hfcache::{EtagKind, GitBlobSha1};
@@ -159,7 +158,7 @@ struct VolumeWriter {
     dir: PathBuf,
     volume_size: u64,
     chunk_size: u64,
-    file: Option<VolumeFile>,
+    file: Option<File>,
     in_volume: u64,
     in_chunk: u64,
     chunk_hasher: ChunkHasher,
@@ -278,7 +277,7 @@ impl VolumeWriter {
             self.chunk_hasher.cut()?;
             self.chunks += 1;
         }
-        file.finish()?;
+        file.sync_all()?;
         self.since_flush = 0;
         let index = self.done.len();
         self.done.push((
@@ -324,7 +323,9 @@ impl Write for VolumeWriter {
         }
         if self.file.is_none() {
             let path = self.dir.join(temp_volume_name(self.done.len()));
-            self.file = Some(VolumeFile::create_new(&path, 0o644)?);
+            let file = File::create_new(&path)?;
+            file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
+            self.file = Some(file);
         }
         let room_volume = self.volume_size - self.in_volume;
         let room_chunk = self.chunk_size - self.in_chunk;
@@ -333,9 +334,9 @@ impl Write for VolumeWriter {
         let file = self.file.as_mut().expect("opened above");
         file.write_all(part)?;
         self.since_flush += n as u64;
-        if self.since_flush >= FLUSH_EVERY && !file.is_direct() {
+        if self.since_flush >= FLUSH_EVERY {
             let path = self.dir.join(temp_volume_name(self.done.len()));
-            self.flusher.flush(file.file(), path);
+            self.flusher.flush(file, path);
             self.since_flush = 0;
         }
         self.chunk_hasher.update(part)?;
