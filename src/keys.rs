@@ -1691,6 +1691,26 @@ trusted comment: signed with the encrypted key\n\
         verify(&sk.public_key(), &sig, MESSAGE).unwrap();
     }
 
+    /// The comment limits are minisign's buffers, in numbers: a signature's first line must
+    /// fit `fgets` into 1024 bytes with its LF and the NUL, the trusted comment line into 8192.
+    /// (The tests above use the constants by name, so a wrong constant would pass them.)
+    #[test]
+    fn comment_limits_are_minisigns_buffers() {
+        assert_eq!(UNTRUSTED_COMMENT_MAX_BYTES, 1003);
+        assert_eq!(TRUSTED_COMMENT_MAX_BYTES, 8173);
+        let sk = SecretKey::parse(UNENC_KEY, None).unwrap();
+        let sig = sign(&sk, MESSAGE, &"u".repeat(1003), &"t".repeat(8173)).unwrap();
+        let text = sig.to_file_text();
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        assert_eq!(lines[0].len() + 1, 1024);
+        assert_eq!(lines[2].len() + 1, 8192);
+        Signature::parse(&text).unwrap();
+        for (u, t) in [(1004, 1), (1, 8174)] {
+            let err = sign(&sk, MESSAGE, &"u".repeat(u), &"t".repeat(t)).unwrap_err();
+            assert!(err.to_string().contains("longer than"), "{err}");
+        }
+    }
+
     #[test]
     fn prehash_streams() {
         let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
