@@ -1711,6 +1711,59 @@ trusted comment: signed with the encrypted key\n\
         }
     }
 
+    /// Each base64 fault is named as what it is, with its column (the line alone would stay
+    /// right if the reasons were lost).
+    #[test]
+    fn base64_faults_name_the_fault_and_column() {
+        let lines: Vec<&str> = UNENC_SIG.lines().collect();
+        let reason = |line2: &str| {
+            let text = format!("{}\n{line2}\n{}\n{}\n", lines[0], lines[2], lines[3]);
+            match Signature::parse(&text) {
+                Err(KeyError::Malformed {
+                    line: 2, reason, ..
+                }) => reason,
+                other => panic!("expected Malformed on line 2, got {other:?}"),
+            }
+        };
+        let sig = lines[1];
+        let mut bad = sig.to_string();
+        bad.replace_range(10..11, "*");
+        assert_eq!(reason(&bad), "invalid base64 character at column 11");
+        // The last symbol before the padding, with bits set that the 74 bytes do not use.
+        let alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let last = sig.len() - 2;
+        let v = alphabet.find(&sig[last..=last]).unwrap();
+        let mut bad = sig.to_string();
+        bad.replace_range(last..=last, &alphabet[v + 1..v + 2]);
+        assert_eq!(reason(&bad), "non-canonical base64 ending at column 99");
+        let bad = format!("{}AAAA", &sig[..sig.len() - 4]);
+        assert_eq!(reason(&bad), "base64 decodes to 75 bytes, expected 74");
+    }
+
+    /// Algorithm bytes are shown as text when printable, in hex otherwise.
+    #[test]
+    fn unsupported_algorithms_are_shown_as_their_bytes() {
+        let found = |tag: [u8; 2]| {
+            let mut raw = B64.decode(key_line(UNENC_PUB)).unwrap();
+            raw[..2].copy_from_slice(&tag);
+            match PublicKey::parse(&B64.encode(&raw)) {
+                Err(KeyError::UnsupportedAlgorithm { found, .. }) => found,
+                other => panic!("expected UnsupportedAlgorithm, got {other:?}"),
+            }
+        };
+        assert_eq!(found(*b"ED"), "\"ED\"");
+        assert_eq!(found([0, 1]), "0x0001");
+        assert_eq!(found(*b"E "), "0x4520");
+    }
+
+    /// CRLF line ends are accepted whether or not the last line has one.
+    #[test]
+    fn crlf_without_a_final_line_end() {
+        let good = Signature::parse(UNENC_SIG).unwrap();
+        let crlf = UNENC_SIG.trim_end().replace('\n', "\r\n");
+        assert_eq!(Signature::parse(&crlf).unwrap(), good);
+    }
+
     #[test]
     fn prehash_streams() {
         let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
