@@ -1756,6 +1756,42 @@ trusted comment: signed with the encrypted key\n\
         assert_eq!(found(*b"E "), "0x4520");
     }
 
+    /// Each refused secret key algorithm is named with its own two bytes.
+    #[test]
+    fn secret_key_algorithms_are_named_with_their_bytes() {
+        let raw = decode_sk(UNENC_KEY);
+        for (pos, value, what) in [
+            (0usize, *b"ED", "secret key signature"),
+            (SK_KDF_ALG, *b"Sd", "secret key derivation"),
+            (SK_CHK_ALG, *b"B3", "secret key checksum"),
+        ] {
+            let mut bad = raw.clone();
+            bad[pos..pos + 2].copy_from_slice(&value);
+            match SecretKey::parse(&encode_sk(&bad), None) {
+                Err(KeyError::UnsupportedAlgorithm { what: w, found }) => {
+                    assert_eq!(
+                        (w, found.as_str()),
+                        (
+                            what,
+                            &*format!("{:?}", std::str::from_utf8(&value).unwrap())
+                        )
+                    );
+                }
+                other => panic!("expected UnsupportedAlgorithm, got {other:?}"),
+            }
+        }
+    }
+
+    /// A secret key's debug form shows its id and nothing else.
+    #[test]
+    fn secret_key_debug_shows_only_the_id() {
+        let sk = SecretKey::parse(UNENC_KEY, None).unwrap();
+        assert_eq!(
+            format!("{sk:?}"),
+            "SecretKey { key_id: \"D497470B34166912\", .. }"
+        );
+    }
+
     /// CRLF line ends are accepted whether or not the last line has one.
     #[test]
     fn crlf_without_a_final_line_end() {
