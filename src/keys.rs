@@ -1782,6 +1782,21 @@ trusted comment: signed with the encrypted key\n\
         }
     }
 
+    /// The checksum comparison notices any difference, including two that cancel out when
+    /// XORed together.
+    #[test]
+    fn checksum_differences_never_cancel() {
+        assert!(ct_eq(b"abc", b"abc"));
+        assert!(!ct_eq(&[1, 1], &[0, 0]));
+        assert!(!ct_eq(&[1, 2, 3], &[1, 2]));
+        // A key with a real checksum (`minisign -C -W` keeps it).
+        let mut bad = decode_sk(ENC_KEY_DECRYPTED);
+        bad[SK_CHK] ^= 1;
+        bad[SK_CHK + 1] ^= 1;
+        let err = SecretKey::parse(&encode_sk(&bad), None).unwrap_err();
+        assert!(err.to_string().contains("checksum does not match"), "{err}");
+    }
+
     /// A secret key's debug form shows its id and nothing else.
     #[test]
     fn secret_key_debug_shows_only_the_id() {
