@@ -1797,6 +1797,19 @@ trusted comment: signed with the encrypted key\n\
         assert!(err.to_string().contains("checksum does not match"), "{err}");
     }
 
+    /// A read error other than `Interrupted` ends the hash with that error (it is not retried).
+    #[test]
+    fn prehash_passes_read_errors_on() {
+        struct Broken;
+        impl Read for Broken {
+            fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+                Err(io::Error::other("disk on fire"))
+            }
+        }
+        let err = prehash(Broken).unwrap_err();
+        assert_eq!(err.to_string(), "disk on fire");
+    }
+
     /// A secret key's debug form shows its id and nothing else.
     #[test]
     fn secret_key_debug_shows_only_the_id() {
