@@ -1810,6 +1810,35 @@ trusted comment: signed with the encrypted key\n\
         assert_eq!(err.to_string(), "disk on fire");
     }
 
+    /// Encryption covers all 104 bytes after the limits: key id, both halves of the key pair
+    /// and the checksum (minisign's layout), not a prefix of them. (Our own files round-trip
+    /// even if it covered less; minisign's encrypted vector, checked in a slower test, would not.)
+    #[test]
+    fn encryption_covers_id_key_pair_and_checksum() {
+        let sk = SecretKey::generate().unwrap();
+        let plain = decode_sk(&sk.to_file_text(None).unwrap());
+        let text = sk
+            .to_file_text_with_kdf_limits(Some(PASSWORD), CHEAP_OPS, CHEAP_MEM)
+            .unwrap();
+        let enc = decode_sk(&text);
+        assert_eq!(enc.len(), plain.len());
+        for (from, to) in [
+            (SK_KEYNUM, SK_SECRET),
+            (SK_SECRET, SK_SECRET + 32),
+            (SK_SECRET + 32, SK_CHK),
+            (SK_CHK, enc.len()),
+        ] {
+            // Equal only if the keystream is all zero there: a chance of 2^-64 or less.
+            assert_ne!(
+                enc[from..to],
+                plain[from..to],
+                "bytes {from}..{to} in the clear"
+            );
+        }
+        let back = SecretKey::parse(&text, Some(PASSWORD)).unwrap();
+        assert_eq!(back.public_key(), sk.public_key());
+    }
+
     /// A secret key's debug form shows its id and nothing else.
     #[test]
     fn secret_key_debug_shows_only_the_id() {
