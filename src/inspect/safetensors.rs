@@ -686,6 +686,19 @@ pub(crate) mod tests {
         );
         assert!(f.problem.contains("F16 [2, 3] = 12 bytes"), "{}", f.problem);
         assert!(f.problem.contains("span 16 bytes"), "{}", f.problem);
+        // The span of a tensor that does not start at 0 is its length, not its end.
+        let second = r#"{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[2],"data_offsets":[4,10]}}"#;
+        let f = one(
+            "m.safetensors",
+            &make(second, 10),
+            codes::SAFETENSORS_TENSOR_INVALID_INFO,
+        );
+        assert!(
+            f.problem
+                .contains("`b` of U8 [2] = 2 bytes whose data_offsets span 6 bytes"),
+            "{}",
+            f.problem
+        );
     }
 
     #[test]
