@@ -501,7 +501,7 @@ impl SecretKey {
                 found: show_alg(&raw[SK_CHK_ALG..SK_CHK_ALG + 2]),
             });
         }
-        let kdf = &raw[SK_KDF_ALG..SK_KDF_ALG + 2];
+        let kdf = &raw[SK_KDF_ALG..SK_CHK_ALG];
         let encrypted = if kdf == KDFALG {
             true
         } else if kdf == KDFNONE {
