@@ -974,6 +974,162 @@ pub(crate) mod tests {
         assert!(ggml_type(GGML_TYPE_COUNT).is_err());
     }
 
+    /// The whole ggml type table, entry by entry. Checked against gguf-py 0.19's
+    /// `GGML_QUANT_SIZES` (2026-12-03): equal for every type it lists except Q8_1, where ggml's
+    /// `block_q8_1` (two halves and 32 quants) is 36 bytes and gguf-py says 40; Q2_0 is newer
+    /// than gguf-py 0.19 and is as ggml-common.h has it.
+    #[test]
+    fn the_whole_type_table() {
+        let table: [Result<(&str, u64, u64), &str>; 43] = [
+            Ok(("F32", 1, 4)),
+            Ok(("F16", 1, 2)),
+            Ok(("Q4_0", 32, 18)),
+            Ok(("Q4_1", 32, 20)),
+            Err("Q4_2"),
+            Err("Q4_3"),
+            Ok(("Q5_0", 32, 22)),
+            Ok(("Q5_1", 32, 24)),
+            Ok(("Q8_0", 32, 34)),
+            Ok(("Q8_1", 32, 36)),
+            Ok(("Q2_K", 256, 84)),
+            Ok(("Q3_K", 256, 110)),
+            Ok(("Q4_K", 256, 144)),
+            Ok(("Q5_K", 256, 176)),
+            Ok(("Q6_K", 256, 210)),
+            Ok(("Q8_K", 256, 292)),
+            Ok(("IQ2_XXS", 256, 66)),
+            Ok(("IQ2_XS", 256, 74)),
+            Ok(("IQ3_XXS", 256, 98)),
+            Ok(("IQ1_S", 256, 50)),
+            Ok(("IQ4_NL", 32, 18)),
+            Ok(("IQ3_S", 256, 110)),
+            Ok(("IQ2_S", 256, 82)),
+            Ok(("IQ4_XS", 256, 136)),
+            Ok(("I8", 1, 1)),
+            Ok(("I16", 1, 2)),
+            Ok(("I32", 1, 4)),
+            Ok(("I64", 1, 8)),
+            Ok(("F64", 1, 8)),
+            Ok(("IQ1_M", 256, 56)),
+            Ok(("BF16", 1, 2)),
+            Err("Q4_0_4_4"),
+            Err("Q4_0_4_8"),
+            Err("Q4_0_8_8"),
+            Ok(("TQ1_0", 256, 54)),
+            Ok(("TQ2_0", 256, 66)),
+            Err("IQ4_NL_4_4"),
+            Err("IQ4_NL_4_8"),
+            Err("IQ4_NL_8_8"),
+            Ok(("MXFP4", 32, 17)),
+            Ok(("NVFP4", 64, 36)),
+            Ok(("Q1_0", 128, 18)),
+            Ok(("Q2_0", 64, 18)),
+        ];
+        for (t, want) in table.iter().enumerate() {
+            assert_eq!(ggml_type(t as i32), *want, "type {t}");
+        }
+        assert_eq!(ggml_type(-1), Err("unknown"));
+        assert_eq!(GGML_TYPE_COUNT as usize, table.len());
+    }
+
+    /// A key/value of every scalar type is skipped by its own size (a wrong size would misread
+    /// the key that follows), alone and in an array.
+    #[test]
+    fn every_scalar_value_type_has_its_size() {
+        let sizes = [
+            (0u32, 1usize),
+            (1, 1),
+            (2, 2),
+            (3, 2),
+            (4, 4),
+            (5, 4),
+            (6, 4),
+            (7, 1),
+            (10, 8),
+            (11, 8),
+            (12, 8),
+        ];
+        for (t, size) in sizes {
+            for array in [false, true] {
+                let mut w = Writer::new(false);
+                let mut kv = Vec::new();
+                w.string(&mut kv, b"k");
+                if array {
+                    w.u32(&mut kv, TYPE_ARRAY);
+                    w.u32(&mut kv, t);
+                    w.u64(&mut kv, 3);
+                    kv.extend(vec![0xAB; 3 * size]);
+                } else {
+                    w.u32(&mut kv, t);
+                    kv.extend(vec![0xAB; size]);
+                }
+                w.kvs.extend(kv);
+                w.n_kv += 1;
+                w.kv_u32("next", 7).tensor("a", &[4], 0, 16);
+                let findings = check_bytes("model.gguf", &w.bytes());
+                assert!(findings.is_empty(), "type {t} array {array}: {findings:#?}");
+            }
+        }
+    }
+
+    /// general.alignment of another type is named by its GGUF type name.
+    #[test]
+    fn a_mistyped_alignment_names_its_type() {
+        for (t, size, name) in [(0u32, 1usize, "u8"), (12, 8, "f64"), (8, 0, "string")] {
+            let mut w = Writer::new(false);
+            let mut kv = Vec::new();
+            w.string(&mut kv, b"general.alignment");
+            w.u32(&mut kv, t);
+            if t == TYPE_STRING {
+                w.string(&mut kv, b"32");
+            } else {
+                kv.extend(vec![0; size]);
+            }
+            w.kvs.extend(kv);
+            w.n_kv += 1;
+            let f = one(&w.bytes(), codes::GGUF_INVALID_KV);
+            assert!(
+                f.problem
+                    .contains(&format!("must be of type u32 but is {name}\"")),
+                "{}",
+                f.problem
+            );
+        }
+    }
+
+    /// A count over airlock's cap is compared with the records the rest of the file could
+    /// hold: at least 24 bytes a tensor info and 14 a key/value.
+    #[test]
+    fn counts_over_the_cap_say_how_many_could_fit() {
+        for (n_tensors, n_kv, rest, want) in [
+            (
+                MAX_TENSORS + 1,
+                0,
+                48,
+                "more than the 48 bytes left after the header could hold (at most 2)",
+            ),
+            (
+                0,
+                MAX_KVS + 1,
+                13,
+                "more than the 13 bytes left after the header could hold (at most 0)",
+            ),
+            (
+                0,
+                MAX_KVS + 1,
+                14,
+                "more than the 14 bytes left after the header could hold (at most 1)",
+            ),
+        ] {
+            let mut bytes = b"GGUF\x03\x00\x00\x00".to_vec();
+            bytes.extend(n_tensors.to_le_bytes());
+            bytes.extend(n_kv.to_le_bytes());
+            bytes.extend(vec![0; rest]);
+            let f = one(&bytes, codes::GGUF_INVALID_HEADER);
+            assert!(f.problem.contains(want), "{}", f.problem);
+        }
+    }
+
     #[test]
     fn the_fixtures() {
         let valid = fixtures().join("valid");
