@@ -1097,6 +1097,39 @@ pub(crate) mod tests {
         }
     }
 
+    /// ggml's string cap is 2^30 bytes inclusive: a key of exactly that length is only too long
+    /// for this file, one byte more is refused as over the cap.
+    #[test]
+    fn string_cap_is_inclusive() {
+        for (len, code) in [
+            (MAX_STRING_LENGTH, codes::GGUF_TRUNCATED),
+            (MAX_STRING_LENGTH + 1, codes::GGUF_INVALID_KV),
+        ] {
+            let mut bytes = b"GGUF\x03\x00\x00\x00".to_vec();
+            bytes.extend(0u64.to_le_bytes());
+            bytes.extend(1u64.to_le_bytes());
+            bytes.extend(len.to_le_bytes());
+            one(&bytes, code);
+        }
+    }
+
+    /// A key that ends exactly at the end of the file is read; what is missing is its value.
+    #[test]
+    fn a_key_at_the_very_end_is_read_then_its_value_is_missing() {
+        let mut bytes = b"GGUF\x03\x00\x00\x00".to_vec();
+        bytes.extend(0u64.to_le_bytes());
+        bytes.extend(1u64.to_le_bytes());
+        bytes.extend(3u64.to_le_bytes());
+        bytes.extend(b"abc");
+        let f = one(&bytes, codes::GGUF_TRUNCATED);
+        assert!(
+            f.problem
+                .contains("key/value 1 of 1 (`abc`), which needs 4 bytes where 0 bytes are left"),
+            "{}",
+            f.problem
+        );
+    }
+
     /// A count over airlock's cap is compared with the records the rest of the file could
     /// hold: at least 24 bytes a tensor info and 14 a key/value.
     #[test]
