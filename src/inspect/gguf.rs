@@ -1097,6 +1097,19 @@ pub(crate) mod tests {
         }
     }
 
+    /// airlock's caps on the counts are inclusive: exactly the cap is parsed (and here runs out
+    /// of file).
+    #[test]
+    fn count_caps_are_inclusive() {
+        for (n_tensors, n_kv) in [(MAX_TENSORS, 0), (0, MAX_KVS)] {
+            let mut bytes = b"GGUF\x03\x00\x00\x00".to_vec();
+            bytes.extend(n_tensors.to_le_bytes());
+            bytes.extend(n_kv.to_le_bytes());
+            bytes.extend([0; 4]);
+            one(&bytes, codes::GGUF_TRUNCATED);
+        }
+    }
+
     /// ggml's string cap is 2^30 bytes inclusive: a key of exactly that length is only too long
     /// for this file, one byte more is refused as over the cap.
     #[test]
