@@ -1075,6 +1075,18 @@ pub(crate) mod tests {
     /// general.alignment of another type is named by its GGUF type name.
     #[test]
     fn a_mistyped_alignment_names_its_type() {
+        // An array of u32 is not a u32.
+        let mut w = Writer::new(false);
+        let mut kv = Vec::new();
+        w.string(&mut kv, b"general.alignment");
+        w.u32(&mut kv, TYPE_ARRAY);
+        w.u32(&mut kv, TYPE_UINT32);
+        w.u64(&mut kv, 1);
+        w.u32(&mut kv, 32);
+        w.kvs.extend(kv);
+        w.n_kv += 1;
+        let f = one(&w.bytes(), codes::GGUF_INVALID_KV);
+        assert!(f.problem.contains("but is array"), "{}", f.problem);
         for (t, size, name) in [(0u32, 1usize, "u8"), (12, 8, "f64"), (8, 0, "string")] {
             let mut w = Writer::new(false);
             let mut kv = Vec::new();
@@ -1107,6 +1119,32 @@ pub(crate) mod tests {
             bytes.extend(n_kv.to_le_bytes());
             bytes.extend([0; 4]);
             one(&bytes, codes::GGUF_TRUNCATED);
+        }
+    }
+
+    /// A count over the cap in a file big enough to hold that many records is refused for the
+    /// cap (the file here is sparse: only its length matters).
+    #[test]
+    fn counts_over_the_cap_in_a_big_enough_file() {
+        for extra in [0, 1] {
+            let mut bytes = b"GGUF\x03\x00\x00\x00".to_vec();
+            bytes.extend(0u64.to_le_bytes());
+            bytes.extend((MAX_KVS + 1).to_le_bytes());
+            let dir = tree(&[("model.gguf", &bytes)]);
+            let file = File::options()
+                .append(true)
+                .open(dir.path().join("model.gguf"))
+                .unwrap();
+            file.set_len(bytes.len() as u64 + (MAX_KVS + 1 + extra) * MIN_KV)
+                .unwrap();
+            let findings = check_file(dir.path(), "model.gguf").unwrap();
+            let f = only(&findings, codes::GGUF_INVALID_HEADER, "model.gguf");
+            assert!(
+                f.problem
+                    .contains("declares 1048577 key/values, over airlock's limit of 1048576"),
+                "{extra}: {}",
+                f.problem
+            );
         }
     }
 
