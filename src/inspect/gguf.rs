@@ -1148,6 +1148,30 @@ pub(crate) mod tests {
         }
     }
 
+    /// ggml's array cap is 2^30 elements inclusive, for scalars and strings alike.
+    #[test]
+    fn array_cap_is_inclusive() {
+        for elem in [0u32, TYPE_STRING] {
+            for (n, code) in [
+                (MAX_ARRAY_ELEMENTS, codes::GGUF_TRUNCATED),
+                (MAX_ARRAY_ELEMENTS + 1, codes::GGUF_INVALID_KV),
+            ] {
+                let mut w = Writer::new(false);
+                let mut kv = Vec::new();
+                w.string(&mut kv, b"k");
+                w.u32(&mut kv, TYPE_ARRAY);
+                w.u32(&mut kv, elem);
+                w.u64(&mut kv, n);
+                w.kvs.extend(kv);
+                w.n_kv += 1;
+                let f = one(&w.bytes(), code);
+                if code == codes::GGUF_INVALID_KV {
+                    assert!(f.problem.contains("over ggml's 2^30"), "{}", f.problem);
+                }
+            }
+        }
+    }
+
     /// ggml's string cap is 2^30 bytes inclusive: a key of exactly that length is only too long
     /// for this file, one byte more is refused as over the cap.
     #[test]
