@@ -1172,6 +1172,56 @@ pub(crate) mod tests {
         }
     }
 
+    /// An array of strings is compared with the room for its lengths before any is read:
+    /// exactly enough room passes, less is reported for the whole array.
+    #[test]
+    fn string_arrays_need_room_for_their_lengths() {
+        let array = |n: u64, rest: usize| {
+            let mut w = Writer::new(false);
+            let mut kv = Vec::new();
+            w.string(&mut kv, b"k");
+            w.u32(&mut kv, TYPE_ARRAY);
+            w.u32(&mut kv, TYPE_STRING);
+            w.u64(&mut kv, n);
+            kv.extend(vec![0; rest]);
+            w.kvs.extend(kv);
+            w.n_kv += 1;
+            w.bytes()
+        };
+        // Two empty strings end the file exactly.
+        assert!(check_bytes("model.gguf", &array(2, 16)).is_empty());
+        let f = one(&array(10, 50), codes::GGUF_TRUNCATED);
+        assert!(
+            f.problem.contains("needs 80 bytes where 50 bytes are left"),
+            "{}",
+            f.problem
+        );
+    }
+
+    /// Four dimensions, a dimension of 0 and large element counts are all valid; a count of
+    /// i64::MAX is where ggml's overflow check refuses.
+    #[test]
+    fn tensor_shape_edges() {
+        let mut w = Writer::new(false);
+        w.tensor("four", &[2, 2, 2, 2], 0, 64)
+            .tensor("empty", &[4, 0], 0, 0)
+            .tensor("zero", &[0], 0, 0);
+        let findings = check_bytes("model.gguf", &w.bytes());
+        assert!(findings.is_empty(), "{findings:#?}");
+        let mut w = Writer::new(false);
+        w.tensor("a", &[i64::MAX as u64], 24, 0);
+        let f = one(&w.bytes(), codes::GGUF_INVALID_TENSOR_INFO);
+        assert!(
+            f.problem.contains("element count overflows"),
+            "{}",
+            f.problem
+        );
+        let mut w = Writer::new(false);
+        w.tensor("a", &[i64::MAX as u64 - 1], 24, 0);
+        let f = one(&w.bytes(), codes::GGUF_TENSOR_OUT_OF_BOUNDS);
+        assert!(f.problem.contains("'a'"), "{}", f.problem);
+    }
+
     /// ggml's string cap is 2^30 bytes inclusive: a key of exactly that length is only too long
     /// for this file, one byte more is refused as over the cap.
     #[test]
