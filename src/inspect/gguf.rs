@@ -1222,6 +1222,25 @@ pub(crate) mod tests {
         assert!(f.problem.contains("'a'"), "{}", f.problem);
     }
 
+    /// The tensor data starts at the end of the infos padded to the alignment: a file of empty
+    /// tensors may end exactly there; a file cut inside the padding says how much is missing.
+    #[test]
+    fn padding_before_the_data() {
+        let mut w = Writer::new(false);
+        w.tensor("z", &[0], 0, 0);
+        let bytes = w.bytes();
+        let end_of_infos = 24 + w.kvs.len() + w.infos.len();
+        assert_eq!(bytes.len(), end_of_infos.next_multiple_of(32));
+        assert!(bytes.len() - end_of_infos >= 5);
+        assert!(check_bytes("model.gguf", &bytes).is_empty());
+        let f = one(&bytes[..end_of_infos + 3], codes::GGUF_TRUNCATED);
+        let want = format!(
+            "the padding before the tensor data, which needs {} bytes where 3 bytes are left",
+            bytes.len() - end_of_infos
+        );
+        assert!(f.problem.contains(&want), "{}", f.problem);
+    }
+
     /// ggml's string cap is 2^30 bytes inclusive: a key of exactly that length is only too long
     /// for this file, one byte more is refused as over the cap.
     #[test]
