@@ -662,6 +662,85 @@ pub(crate) mod tests {
         );
     }
 
+    /// Every field of the three end records that miniz refuses, each on its own: one broken
+    /// rule per input, so deleting any one check fails this test.
+    #[test]
+    fn each_end_record_field_on_its_own() {
+        let zip64 = torch_zip(ENTRIES, true);
+        let n = zip64.len();
+        let (eocd, locator, eocd64) = (n - 22, n - 22 - 20, n - 22 - 20 - 56);
+        let patch = |bytes: &[u8], at: usize, value: &[u8]| {
+            let mut b = bytes.to_vec();
+            b[at..at + value.len()].copy_from_slice(value);
+            b
+        };
+        let multidisk = "spans several disks";
+        for (at, value) in [
+            (eocd + 4, &[1u8, 0][..]),     // this disk
+            (eocd + 6, &[1, 0]),           // disk of the central directory
+            (eocd64 + 16, &[1, 0, 0, 0]),  // ZIP64: this disk
+            (eocd64 + 20, &[1, 0, 0, 0]),  // ZIP64: disk of the central directory
+            (eocd64 + 24, &[3, 0, 0, 0]),  // ZIP64: entries on this disk
+            (locator + 4, &[1, 0, 0, 0]),  // locator: disk of the ZIP64 record
+            (locator + 16, &[2, 0, 0, 0]), // locator: total disks
+        ] {
+            let f = one(
+                &patch(&zip64, at, value),
+                codes::TORCH_ZIP_BAD_CENTRAL_DIRECTORY,
+            );
+            assert!(f.problem.contains(multidisk), "{at}: {}", f.problem);
+        }
+        // The end record may defer each field to ZIP64 by saturating it...
+        for (at, value) in [
+            (eocd + 10, &[0xFF, 0xFF][..]),
+            (eocd + 12, &[0xFF; 4]),
+            (eocd + 16, &[0xFF; 4]),
+        ] {
+            assert!(
+                check_bytes("m.pt", &patch(&zip64, at, value)).is_empty(),
+                "{at}"
+            );
+        }
+        // ...but otherwise each must agree with it.
+        for (at, field) in [
+            (eocd + 10, "entry count is 5"),
+            (eocd + 12, "central directory size is 5"),
+            (eocd + 16, "central directory offset is 5"),
+        ] {
+            let f = one(&patch(&zip64, at, &[5, 0]), codes::TORCH_ZIP_BAD_ZIP64);
+            assert!(f.problem.contains(field), "{at}: {}", f.problem);
+        }
+        // Without ZIP64 records, saturating a field defers to records that are not there.
+        let plain = torch_zip(ENTRIES, false);
+        let m = plain.len();
+        for (at, value) in [
+            (m - 22 + 10, &[0xFF, 0xFF][..]),
+            (m - 22 + 12, &[0xFF; 4]),
+            (m - 22 + 16, &[0xFF; 4]),
+        ] {
+            let f = one(&patch(&plain, at, value), codes::TORCH_ZIP_BAD_ZIP64);
+            assert!(
+                f.problem.contains("no ZIP64 locator"),
+                "{at}: {}",
+                f.problem
+            );
+        }
+        for (at, value) in [
+            (m - 22 + 4, &[1u8, 0][..]),
+            (m - 22 + 6, &[1, 0]),
+            (m - 22 + 8, &[3, 0]),
+        ] {
+            let findings = check_bytes("m.pt", &patch(&plain, at, value));
+            let f = &findings[0];
+            assert_eq!(
+                f.code,
+                codes::TORCH_ZIP_BAD_CENTRAL_DIRECTORY,
+                "{at}: {findings:#?}"
+            );
+            assert!(f.problem.contains(multidisk), "{at}: {}", f.problem);
+        }
+    }
+
     #[test]
     fn entries_must_be_where_the_directory_says() {
         let good = torch_zip(ENTRIES, true);
