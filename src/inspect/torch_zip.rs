@@ -741,6 +741,47 @@ pub(crate) mod tests {
         }
     }
 
+    /// The end record may carry a comment: it is found by its comment length reaching the end.
+    #[test]
+    fn an_end_record_with_a_comment() {
+        let mut bytes = torch_zip(ENTRIES, true);
+        let n = bytes.len();
+        bytes[n - 2..].copy_from_slice(&10u16.to_le_bytes());
+        bytes.extend(b"a comment!");
+        assert!(check_bytes("m.pt", &bytes).is_empty());
+    }
+
+    /// The end record is looked for in the last 22 + 65535 bytes (the record and the longest
+    /// comment), and the message says so.
+    #[test]
+    fn the_end_record_search_window() {
+        let big = vec![7u8; 100_000];
+        let entries: &[(&str, &[u8])] =
+            &[("archive/data.pkl", b"\x80\x02."), ("archive/data/0", &big)];
+        let bytes = torch_zip(entries, true);
+        let f = one(&bytes[..bytes.len() - 1], codes::TORCH_ZIP_NO_EOCD);
+        assert!(
+            f.problem.contains("in its last 65.6 kB (65557 bytes)"),
+            "{}",
+            f.problem
+        );
+    }
+
+    /// A bare pickle (protocol 2 to 5) is a legacy checkpoint under any checkpoint name.
+    #[test]
+    fn legacy_pickles_by_protocol() {
+        for proto in 2u8..=5 {
+            assert!(
+                check_bytes("model.pt", &[0x80, proto, b'}', b'.']).is_empty(),
+                "{proto}"
+            );
+        }
+        for proto in [1u8, 6] {
+            let findings = check_bytes("model.pt", &[0x80, proto, b'}', b'.']);
+            only(&findings, codes::TORCH_UNRECOGNIZED_FORMAT, "model.pt");
+        }
+    }
+
     #[test]
     fn entries_must_be_where_the_directory_says() {
         let good = torch_zip(ENTRIES, true);
