@@ -644,10 +644,25 @@ pub(crate) mod tests {
         let mut bytes = good.clone();
         bytes[n - 22 + 10] = 9;
         one(&bytes, codes::TORCH_ZIP_BAD_ZIP64);
-        // The locator points at the wrong place.
+        // The locator points at the wrong place: too late for a whole record before it, or
+        // somewhere with no record.
         let mut bytes = good.clone();
-        bytes[n - 22 - 20 + 8] ^= 0x40;
-        one(&bytes, codes::TORCH_ZIP_BAD_ZIP64);
+        let late = (n - 22 - 20 - 55) as u64;
+        bytes[n - 22 - 20 + 8..n - 22 - 20 + 16].copy_from_slice(&late.to_le_bytes());
+        let f = one(&bytes, codes::TORCH_ZIP_BAD_ZIP64);
+        assert!(
+            f.problem.contains("where no 56-byte ZIP64 end record fits"),
+            "{}",
+            f.problem
+        );
+        let mut bytes = good.clone();
+        bytes[n - 22 - 20 + 8] -= 8;
+        let f = one(&bytes, codes::TORCH_ZIP_BAD_ZIP64);
+        assert!(
+            f.problem.contains("has no ZIP64 end record at byte"),
+            "{}",
+            f.problem
+        );
         // The ZIP64 record's central directory size is off by one: the directory no longer
         // ends where the ZIP64 record begins.
         let mut bytes = good.clone();
