@@ -832,6 +832,22 @@ pub(crate) mod tests {
         let flat: &[(&str, &[u8])] = &[("data.pkl", b"\x80\x02."), ("version", b"3\n")];
         let f = one(&torch_zip(flat, true), codes::TORCH_ZIP_BAD_LAYOUT);
         assert!(f.problem.contains("not in a subdirectory"), "{}", f.problem);
+        let no_version: &[(&str, &[u8])] = &[
+            ("archive/data.pkl", b"\x80\x02."),
+            ("archive/byteorder", b"little"),
+        ];
+        let f = one(&torch_zip(no_version, true), codes::TORCH_ZIP_BAD_LAYOUT);
+        assert!(
+            f.problem.contains("`archive/` version record"),
+            "{}",
+            f.problem
+        );
+        // Newer torch.save writes the version as `.data/version`.
+        let dot_data: &[(&str, &[u8])] = &[
+            ("archive/data.pkl", b"\x80\x02."),
+            ("archive/.data/version", b"3\n"),
+        ];
+        assert!(check_bytes("m.pt", &torch_zip(dot_data, true)).is_empty());
         let no_pickle: &[(&str, &[u8])] = &[("archive/version", b"3\n")];
         let f = one(&torch_zip(no_pickle, true), codes::TORCH_ZIP_BAD_LAYOUT);
         assert!(f.problem.contains("data.pkl record"), "{}", f.problem);
