@@ -797,6 +797,62 @@ pub(crate) mod tests {
         }
     }
 
+    /// The ZIP64 extra field (id 1) holds, in order, the 64-bit value of each saturated field
+    /// among uncompressed size, compressed size and local header offset; other fields before it
+    /// are skipped by their sizes.
+    #[test]
+    fn zip64_extra_fields() {
+        const SAT: u64 = 0xFFFF_FFFF;
+        let field = |id: u16, body: &[u8]| {
+            let mut f = id.to_le_bytes().to_vec();
+            f.extend((body.len() as u16).to_le_bytes());
+            f.extend(body);
+            f
+        };
+        let values = |vs: &[u64]| vs.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
+        let apply = |extra: &[u8], mut v: [u64; 3]| {
+            let [u, c, l] = &mut v;
+            let ok = zip64_extra(extra, u, c, l);
+            (ok, v)
+        };
+        // Nothing saturated: nothing needed, whatever the extra field holds.
+        assert_eq!(apply(&[1], [5, 6, 7]), (true, [5, 6, 7]));
+        // Two saturated, after an unrelated field: filled in order.
+        let mut extra = field(0x5455, &[1, 2, 3, 4, 5]);
+        extra.extend(field(1, &values(&[1 << 33, 1 << 34])));
+        assert_eq!(apply(&extra, [SAT, SAT, 7]), (true, [1 << 33, 1 << 34, 7]));
+        // Only the offset saturated: the first value is the offset.
+        let extra = field(1, &values(&[1 << 35]));
+        assert_eq!(apply(&extra, [5, 6, SAT]), (true, [5, 6, 1 << 35]));
+        // All three, exactly 24 bytes.
+        let extra = field(1, &values(&[10, 20, 30]));
+        assert_eq!(apply(&extra, [SAT, SAT, SAT]), (true, [10, 20, 30]));
+        // Too few values, a body cut short by the end of the extra data, no id 1 at all, and an
+        // extra field too short for a header: the sizes are missing.
+        let short = field(1, &values(&[10, 20]));
+        assert!(!apply(&short, [SAT, SAT, SAT]).0);
+        let mut cut = field(1, &values(&[10, 20]));
+        cut.truncate(12);
+        assert!(!apply(&cut, [SAT, SAT, 7]).0);
+        assert!(!apply(&field(0x5455, &values(&[10, 20])), [SAT, SAT, 7]).0);
+        for len in 0..4 {
+            assert!(!apply(&[1, 0, 16, 0][..len], [SAT, 6, 7]).0, "{len}");
+        }
+    }
+
+    /// A zip with neither record names both.
+    #[test]
+    fn a_zip_with_neither_record() {
+        let neither: &[(&str, &[u8])] = &[("archive/byteorder", b"little")];
+        let f = one(&torch_zip(neither, true), codes::TORCH_ZIP_BAD_LAYOUT);
+        assert!(
+            f.problem
+                .contains("`archive/` data.pkl and version records"),
+            "{}",
+            f.problem
+        );
+    }
+
     #[test]
     fn entries_must_be_where_the_directory_says() {
         let good = torch_zip(ENTRIES, true);
