@@ -840,6 +840,38 @@ pub(crate) mod tests {
         }
     }
 
+    /// A local header may end exactly where the central directory starts; one that is cut
+    /// short (the file shrank under the reader) is not a local header.
+    #[test]
+    fn local_header_edges() {
+        let mut header = LOCAL_SIG.to_le_bytes().to_vec();
+        header.extend([0u8; 26]); // version .. extra length, all zero: empty name, no data
+        let dir = tree(&[("full", &header), ("cut", &header[..14])]);
+        let open = |name: &str| File::open(dir.path().join(name)).unwrap();
+        assert!(
+            local_header("m.pt", &open("full"), "", 0, 0, 30)
+                .unwrap()
+                .is_ok()
+        );
+        let f = local_header("m.pt", &open("full"), "", 1, 0, 30)
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            f.problem
+                .contains("lies past the start of the central directory"),
+            "{}",
+            f.problem
+        );
+        let f = local_header("m.pt", &open("cut"), "", 0, 0, 30)
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            f.problem.contains("has no local header at byte 0"),
+            "{}",
+            f.problem
+        );
+    }
+
     /// A zip with neither record names both.
     #[test]
     fn a_zip_with_neither_record() {
