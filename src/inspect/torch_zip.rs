@@ -872,6 +872,30 @@ pub(crate) mod tests {
         );
     }
 
+    /// The last entry's data ends exactly where the central directory starts, after its name
+    /// and extra field; one byte more runs into the directory.
+    #[test]
+    fn data_may_end_at_the_central_directory_and_no_further() {
+        let good = torch_zip(ENTRIES, true);
+        let cd_entry = good
+            .windows(15)
+            .rposition(|w| w == b"archive/version")
+            .unwrap()
+            - 46;
+        let mut bytes = good.clone();
+        bytes[cd_entry + 20] += 1; // compressed size 2 -> 3
+        let cd_offset = u64_at(&good, good.len() - 22 - 20 - 56 + 48);
+        let f = one(&bytes, codes::TORCH_ZIP_ENTRY_OUT_OF_BOUNDS);
+        assert!(
+            f.problem.contains(&format!(
+                "whose 3 bytes of data run to byte {}, past the start of the central directory (byte {cd_offset})",
+                cd_offset + 1
+            )),
+            "{}",
+            f.problem
+        );
+    }
+
     /// A zip with neither record names both.
     #[test]
     fn a_zip_with_neither_record() {
