@@ -290,6 +290,97 @@ mod tests {
     }
 
     #[test]
+    fn size_edges() {
+        assert_eq!(human_size(0), "0 bytes");
+        assert_eq!(human_size(999), "999 bytes");
+        assert_eq!(human_size(1000), "1.0 kB (1000 bytes)");
+        assert_eq!(human_size(999_949), "999.9 kB (999949 bytes)");
+        assert_eq!(human_size(999_950), "1.0 MB (999950 bytes)");
+        assert_eq!(
+            human_size(1_500_000_000_000),
+            "1.5 TB (1500000000000 bytes)"
+        );
+        assert_eq!(human_size(u64::MAX), "18.4 EB (18446744073709551615 bytes)");
+    }
+
+    #[test]
+    fn text_edges() {
+        // Four bytes is the least that can be judged.
+        assert!(looks_like_text(b"abcd"));
+        assert!(!looks_like_text(b"abc"));
+        // Tab, CR and LF are text; other control characters are not.
+        assert!(looks_like_text(b"a\tb\r\nc"));
+        assert!(!looks_like_text(b"ab\x07c"));
+        assert!(!looks_like_text(b"abc\x00"));
+        // Only the first 512 bytes are looked at, and a character cut there is still text.
+        let mut late = vec![b'a'; 512];
+        late.push(0);
+        assert!(looks_like_text(&late));
+        let mut early = vec![b'a'; 511];
+        early.push(0);
+        assert!(!looks_like_text(&early));
+        let mut cut = vec![b'a'; 511];
+        cut.extend("é".as_bytes());
+        assert!(looks_like_text(&cut));
+        // An invalid byte inside the sample is not text.
+        let mut bad = vec![b'a'; 100];
+        bad.push(0xFF);
+        bad.extend([b'a'; 100]);
+        assert!(!looks_like_text(&bad));
+    }
+
+    #[test]
+    fn start_description_edges() {
+        assert_eq!(describe_start(b""), "is empty");
+        assert_eq!(describe_start(&[0]), "starts with 1 zero bytes");
+        // The first non-blank line, trimmed, at most 60 characters.
+        assert_eq!(
+            describe_start(b"\n   \n  <html lang=en>  \nmore"),
+            "starts with text `<html lang=en>`"
+        );
+        let sixty = "é".repeat(60);
+        assert_eq!(
+            describe_start(sixty.as_bytes()),
+            format!("starts with text `{sixty}`")
+        );
+        let long = format!("{sixty}x");
+        assert_eq!(
+            describe_start(long.as_bytes()),
+            format!("starts with text `{sixty}…`")
+        );
+        // Binary: the first 8 bytes in hex.
+        assert_eq!(
+            describe_start(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]),
+            "starts with bytes 01 02 03 04 05 06 07 08"
+        );
+    }
+
+    #[test]
+    fn prefixes_and_positions() {
+        let (_tmp, file) = temp_with(b"0123456789");
+        assert_eq!(read_prefix(&file, 10, 4).unwrap(), b"0123");
+        assert_eq!(read_prefix(&file, 10, 64).unwrap(), b"0123456789");
+        // A length larger than the file (it shrank): what is there.
+        assert_eq!(read_prefix(&file, 20, 64).unwrap(), b"0123456789");
+        let mut buf = [0u8; 4];
+        assert_eq!(read_at(&file, 8, &mut buf).unwrap(), 2);
+        assert_eq!(&buf[..2], b"89");
+        // A start past the end is the end.
+        let r = PosReader::new(&file, 10, 15);
+        assert_eq!((r.pos(), r.remaining()), (10, 0));
+        let mut r = PosReader::new(&file, 10, 3);
+        assert_eq!(r.remaining(), 7);
+        r.skip(7).unwrap();
+        assert_eq!((r.pos(), r.remaining()), (10, 0));
+        // A file that shrank under the reader: the read fails, it does not loop or invent bytes.
+        let mut r = PosReader::new(&file, 20, 8);
+        match r.bytes(6) {
+            Err(Short::End { needed, available }) => assert_eq!((needed, available), (4, 0)),
+            other => panic!("expected End, got {other:?}"),
+        }
+    }
+
+    #[test]
     fn sizes_read_like_the_hub() {
         assert_eq!(human_size(1), "1 byte");
         assert_eq!(human_size(130), "130 bytes");
