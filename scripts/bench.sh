@@ -4,11 +4,13 @@
 #   scripts/bench.sh --quick          # smoke test: 256 MiB models, one run (a minute or two)
 #   scripts/bench.sh                  # 1 GiB and 4 GiB models, 3 runs of each command
 #   scripts/bench.sh --cold           # drop the page cache before every timed command
+#   scripts/bench.sh --fleet [--fleet-gib 1]   # only the registry section at the end (issue 14)
 #
 # Options: --sizes "1 4" (GiB), --runs N, --kinds "random bf16", --dir DIR (default /tmp/perf,
 # needs ~8x the largest size free), --keep (keep the models for the next run), --no-install
 # (skip apt-get and pip), --results FILE (raw TSV, default DIR/results.tsv), --bin PATH (an
-# airlock binary to measure instead of building one).
+# airlock binary to measure instead of building one), --parity-only (only the parity rows of
+# the last section: pack --parity vs pack, repair vs par2 create/repair).
 #
 # Every comparison is one alternating loop: each round runs airlock and its peers once, in an
 # order that rotates from round to round, so drift from other load on the machine hits both
@@ -31,6 +33,7 @@ KEEP=0
 INSTALL=1
 RESULTS=""
 BIN=""
+PARITY_ONLY=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) SIZES="0.25"; RUNS=1 ;;
@@ -43,12 +46,21 @@ while [ $# -gt 0 ]; do
         --no-install) INSTALL=0 ;;
         --results) RESULTS="$2"; shift ;;
         --bin) BIN="$2"; shift ;;
+        --parity-only) PARITY_ONLY=1 ;;
+        --fleet) FLEET=1 ;;
+        --fleet-gib) FLEET_GIB="$2"; shift ;;
         -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
 done
 RESULTS=${RESULTS:-$DIR/results.tsv}
+# --fleet runs only the registry section at the end of this file (issue 14), nothing above.
+if [ "${FLEET:-0}" = 1 ]; then
+    FLEET_SECTION=1 REPO=$REPO DIR=$DIR BIN=$BIN FLEET_GIB=${FLEET_GIB:-1} \
+        bash -c "$(sed -n '/^# ==== fleet: concurrent installs/,$p' "$0")"
+    exit $?
+fi
 if [ "$COLD" = 1 ] && [ "$(id -u)" != 0 ]; then
     echo "bench.sh: --cold drops the page cache and needs root" >&2
     exit 2
@@ -62,15 +74,15 @@ PY_PINS="model-signing==1.1.1 pyopenssl==26.4.0 bagit==1.9.0"
 mkdir -p "$DIR"
 if [ "$INSTALL" = 1 ]; then
     missing=""
-    for t in hyperfine openssl zstd tar sha256sum /usr/bin/time; do
+    for t in hyperfine openssl zstd tar sha256sum /usr/bin/time par2; do
         command -v "$t" >/dev/null || missing="$missing $t"
     done
     if [ -n "$missing" ]; then
         log "installing from Debian:$missing"
         apt-get update -qq
-        apt-get install -y -qq hyperfine openssl zstd tar coreutils time >/dev/null
+        apt-get install -y -qq hyperfine openssl zstd tar coreutils time par2 >/dev/null
     fi
-    if [ ! -x "$VENV/bin/model_signing" ] || [ ! -x "$VENV/bin/bagit.py" ]; then
+    if [ "$PARITY_ONLY" = 0 ] && { [ ! -x "$VENV/bin/model_signing" ] || [ ! -x "$VENV/bin/bagit.py" ]; }; then
         log "installing $PY_PINS into $VENV"
         python3 -m venv "$VENV"
         # shellcheck disable=SC2086
@@ -88,7 +100,9 @@ if [ -z "$SYNTH" ]; then
     exit 2
 fi
 
-for t in openssl zstd tar sha256sum /usr/bin/time "$VENV/bin/model_signing" "$VENV/bin/bagit.py"; do
+PEERS="openssl zstd tar sha256sum /usr/bin/time par2"
+[ "$PARITY_ONLY" = 1 ] || PEERS="$PEERS $VENV/bin/model_signing $VENV/bin/bagit.py"
+for t in $PEERS; do
     if ! command -v "$t" >/dev/null; then
         echo "bench.sh: $t is missing (run without --no-install to install the peers)" >&2
         exit 2
@@ -148,7 +162,9 @@ log "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f
 log "cache: $([ "$COLD" = 1 ] && echo cold || echo warm); runs: $RUNS; results: $RESULTS"
 
 first_kind=${KINDS%% *}
-for size in $SIZES; do
+MAIN_SIZES=$SIZES
+[ "$PARITY_ONLY" = 0 ] || MAIN_SIZES=""
+for size in $MAIN_SIZES; do
     for kind in $KINDS; do
         M=$DIR/model-$size-$kind
         W=$DIR/work-$size-$kind
@@ -213,7 +229,7 @@ done
 rm -f "$DIR/time.out" "$DIR/cmd.out"
 
 # ---- the table ------------------------------------------------------------------------------
-python3 - "$RESULTS" "$COLD" <<'EOF'
+[ "$PARITY_ONLY" = 1 ] || python3 - "$RESULTS" "$COLD" <<'EOF'
 import collections, statistics, sys
 path, cold = sys.argv[1], sys.argv[2] == "1"
 t = collections.defaultdict(list)
@@ -270,3 +286,159 @@ for size in sizes:
                  for l in labels]
         print(f"| {size} | {kind} | " + " | ".join(cells) + " |")
 EOF
+
+# ---- parity (issue #13) ---------------------------------------------------------------------
+# pack --parity 10% against pack (target: at most 1.3x), and airlock's repair of a lost volume
+# against par2cmdline (Debian's par2) creating 10% recovery data and repairing the same loss.
+# One model size (the first of --sizes), the first kind, zstd; volumes of about 1/20 of the
+# model so 10% parity covers one whole lost volume. Raw rows in DIR/parity.tsv.
+bench_parity() {
+    local size=${SIZES%% *} kind=${KINDS%% *}
+    local M=$DIR/model-$size-$kind W=$DIR/work-parity
+    rm -rf "$W"
+    mkdir -p "$W"
+    if [ ! -f "$M/config.json" ]; then
+        log "making $M"
+        python3 "$SYNTH" "$M" "$size" --kind "$kind" >/dev/null
+    fi
+    # 4 MiB chunks (the hidden --chunk-size) so that even the --quick model has enough units
+    # for 10% parity to be 10%: parity comes in whole chunks, and a volume shorter than a chunk
+    # costs a whole chunk of parity.
+    local bytes vol chunk=4194304
+    bytes=$(du -sb "$M" | cut -f1)
+    vol=$((bytes / 20 / chunk * chunk))
+    [ "$vol" -ge "$chunk" ] || vol=$chunk
+    local saved=$RESULTS
+    RESULTS=$DIR/parity.tsv
+    printf 'size\tkind\tlabel\trun\twall_s\tcpu_s\tmax_rss_kib\n' >"$RESULTS"
+    log "$size GiB $kind: pack --parity 10% vs pack"
+    bench "$size" "$kind" \
+        "pack" "rm -rf $W/b" "$AL pack $M -o $W/b --key $KEYS/a.key --volume-size $vol --chunk-size $chunk" \
+        "pack-parity10" "rm -rf $W/bp" \
+        "$AL pack $M -o $W/bp --key $KEYS/a.key --volume-size $vol --chunk-size $chunk --parity 10%"
+    # Unpack of an intact bundle with parity (each unit hashed before it streams) and without.
+    rm -rf "$W/b" "$W/bp"
+    $AL pack "$M" -o "$W/b" --key "$KEYS/a.key" --volume-size "$vol" --chunk-size "$chunk"
+    $AL pack "$M" -o "$W/bp" --key "$KEYS/a.key" --volume-size "$vol" --chunk-size "$chunk" --parity 10%
+    log "$size GiB $kind: unpack with parity vs without (intact)"
+    bench "$size" "$kind" \
+        "unpack" "rm -rf $W/u" "$AL unpack $W/b --trust $KEYS/a.pub --dest $W/u" \
+        "unpack-parity10" "rm -rf $W/u" "$AL unpack $W/bp --trust $KEYS/a.pub --dest $W/u"
+    rm -rf "$W/u" "$W/b"
+    # The same bundle for both repairs: airlock's parity, and par2 recovery data over the data
+    # volumes (10% redundancy, made here and timed as par2-create).
+    mkdir -p "$W/p2"
+    cp "$W"/bp/data.* "$W/p2/"
+    log "$size GiB $kind: par2 create vs pack --parity"
+    bench "$size" "$kind" \
+        "par2-create" "rm -f $W/p2/*.par2" "cd $W/p2 && par2 create -q -q -r10 -n1 rec.par2 data.*"
+    log "$size GiB $kind: repair one lost volume: airlock repair vs par2 repair"
+    bench "$size" "$kind" \
+        "repair" "cp -n $W/bp/data.001 $W/data.001.good 2>/dev/null; rm -f $W/bp/data.001" \
+        "$AL repair $W/bp --trust $KEYS/a.pub" \
+        "par2-repair" "cp -n $W/p2/data.001 $W/p2-data.001.good 2>/dev/null; rm -f $W/p2/data.001" \
+        "cd $W/p2 && par2 repair -q -q rec.par2"
+    # Both repairs must have restored the exact volume.
+    cmp "$W/bp/data.001" "$W/data.001.good" || { echo "bench.sh: airlock repair differs" >&2; exit 1; }
+    cmp "$W/p2/data.001" "$W/p2-data.001.good" || { echo "bench.sh: par2 repair differs" >&2; exit 1; }
+    python3 - "$RESULTS" <<'PY'
+import collections, statistics, sys
+t = collections.defaultdict(list); r = collections.defaultdict(list)
+for line in open(sys.argv[1]).read().splitlines()[1:]:
+    size, kind, label, run, secs, cpus, kib = line.split("\t")
+    t[label].append(float(secs)); r[label].append(int(kib))
+m = {k: statistics.median(v) for k, v in t.items()}
+print("\n| airlock | peer | airlock s | peer s | ratio | target | airlock peak RSS MiB |")
+print("|---|---|---|---|---|---|---|")
+if "pack-parity10" in m and "pack" in m:
+    m["parity-pass"] = m["pack-parity10"] - m["pack"]  # the parity pass alone, for par2 create
+    r["parity-pass"] = r["pack-parity10"]
+for a, p, target in [("pack-parity10", "pack", 1.3), ("parity-pass", "par2-create", None),
+                     ("unpack-parity10", "unpack", None), ("repair", "par2-repair", None)]:
+    if a in m and p in m:
+        ratio = m[a] / m[p]
+        tg = "" if target is None else f"<= {target} ({'met' if ratio <= target else 'NOT met'})"
+        print(f"| {a} | {p} | {m[a]:.2f} | {m[p]:.2f} | {ratio:.2f} | {tg} | {statistics.median(r[a]) / 1024:.1f} |")
+PY
+    RESULTS=$saved
+    rm -rf "$W"
+    [ "$KEEP" = 1 ] || rm -rf "$M"
+}
+bench_parity
+# ==== fleet: concurrent installs from a local registry vs curl (issue 14) ====================
+# Run with `scripts/bench.sh --fleet [--fleet-gib G] [--dir DIR] [--bin PATH]`; the main run
+# above ends before this section. A model of G GiB (default 1) is packed uncompressed, pushed
+# into Debian's docker-registry on 127.0.0.1 (plain HTTP, no auth: the transfer is measured, not
+# TLS), then installed by 1, 4 and 8 concurrent `airlock unpack oci://` (each verifies the
+# signature, checks every byte's SHA-256, fsyncs and renames), against the same blobs fetched
+# by as many concurrent `curl` processes, each then fsyncing its files (`sync FILE...`). Aggregate throughput = installs x
+# model bytes / wall seconds of the whole round.
+[ "${FLEET_SECTION:-0}" = 1 ] || exit 0
+set -euo pipefail
+fleet_bench() {
+    local d=$DIR/fleet gib=${FLEET_GIB:-1} bin=${BIN:-} port pid synth=""
+    for c in "$REPO/../shared/bench/synth-model.py" "$REPO/../../shared/bench/synth-model.py"; do
+        if [ -z "$synth" ] && [ -f "$c" ]; then synth=$c; fi
+    done
+    for t in docker-registry curl /usr/bin/time python3; do
+        command -v "$t" >/dev/null || { echo "bench.sh --fleet: $t is missing (scripts/setup.sh)" >&2; exit 2; }
+    done
+    [ -n "$synth" ] || { echo "bench.sh --fleet: synth-model.py not found" >&2; exit 2; }
+    if [ -z "$bin" ]; then
+        (cd "$REPO" && cargo build --release --locked -q)
+        bin=$REPO/target/release/airlock
+    fi
+    rm -rf "$d" && mkdir -p "$d/storage"
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    printf 'version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: %s/storage\nhttp:\n  addr: 127.0.0.1:%s\n' \
+        "$d" "$port" > "$d/config.yml"
+    docker-registry serve "$d/config.yml" > "$d/registry.log" 2>&1 &
+    pid=$!
+    trap 'kill "$pid" 2>/dev/null || true' RETURN
+    for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/v2/" >/dev/null && break; sleep 0.1; done
+    python3 "$synth" "$d/model" "$gib" --kind random >/dev/null
+    "$bin" keygen --out "$d/k" --unencrypted >/dev/null
+    "$bin" pack "$d/model" -o "$d/bundle" --key "$d/k.key" --compress none --progress none >/dev/null
+    local ref=oci://127.0.0.1:$port/models/m:1 bytes
+    "$bin" push "$d/bundle" "$ref" --trust "$d/k.pub" --plain-http --progress none
+    bytes=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["totals"]["file_bytes"])' "$d/bundle/manifest.json")
+    local digests
+    digests=$(curl -sf -H "Accept: application/vnd.oci.image.manifest.v1+json" \
+        "http://127.0.0.1:$port/v2/models/m/manifests/1" |
+        python3 -c 'import json,sys; print(" ".join(l["digest"] for l in json.load(sys.stdin)["layers"] if not l["annotations"]["org.cncf.model.filepath"].startswith(".airlock/")))')
+    echo "| installs | airlock s | airlock MiB/s (aggregate) | airlock peak RSS MiB (max) | curl + fsync s | curl MiB/s (aggregate) |"
+    echo "|---|---|---|---|---|---|"
+    local n i t0 t1 ta tc rss jobs
+    for n in 1 4 8; do
+        rm -rf "$d"/a* "$d"/c*; sync
+        t0=$(date +%s.%N)
+        jobs=()
+        for i in $(seq "$n"); do
+            /usr/bin/time -f %M -o "$d/rss.$i" "$bin" unpack "$ref" --plain-http --trust "$d/k.pub" \
+                --dest "$d/a$i" --progress none >/dev/null &
+            jobs+=($!)
+        done
+        wait "${jobs[@]}"  # not the registry, also a child
+        t1=$(date +%s.%N)
+        ta=$(python3 -c "print(f'{$t1-$t0:.2f}')")
+        rss=$(cat "$d"/rss.* | sort -n | tail -1)
+        rm -rf "$d"/a*; sync
+        t0=$(date +%s.%N)
+        jobs=()
+        for i in $(seq "$n"); do
+            (mkdir -p "$d/c$i" && for dg in $digests; do
+                curl -sf -o "$d/c$i/${dg#sha256:}" "http://127.0.0.1:$port/v2/models/m/blobs/$dg"
+            done && sync "$d/c$i"/*) &
+            jobs+=($!)
+        done
+        wait "${jobs[@]}"
+        t1=$(date +%s.%N)
+        tc=$(python3 -c "print(f'{$t1-$t0:.2f}')")
+        python3 -c "
+n,b,ta,tc,rss=$n,$bytes,$ta,$tc,$rss
+print(f'| {n} | {ta} | {n*b/ta/2**20:.0f} | {rss/1024:.1f} | {tc} | {n*b/tc/2**20:.0f} |')"
+    done
+    rm -rf "$d"/a* "$d"/c*
+    echo "model: $gib GiB ($bytes bytes, $(find "$d/model" -type f | wc -l) files); load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+fleet_bench

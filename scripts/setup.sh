@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what airlock's demo and tests need on a fresh Debian machine: the real minisign, zstd
 # and GNU tar from Debian, util-linux's `script` (the progress-bar tests run airlock on a
-# pseudo-terminal), and a Python venv with the pinned safetensors/gguf/numpy/huggingface_hub.
+# pseudo-terminal), Debian's docker-registry (CNCF distribution), htpasswd, openssl and curl for
+# the registry tests, and a Python venv with the pinned safetensors/gguf/numpy/huggingface_hub.
 # Idempotent; safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for tool in minisign zstd tar sha256sum script python3 man unshare; do
+for tool in minisign zstd tar sha256sum script python3 man unshare docker-registry htpasswd openssl curl; do
   command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
 done
 if ((${#need[@]})); then
@@ -18,6 +19,7 @@ if ((${#need[@]})); then
       script) pkgs+=(bsdutils) ;;
       man) pkgs+=(man-db) ;;
       unshare) pkgs+=(util-linux) ;;
+      htpasswd) pkgs+=(apache2-utils) ;;
       python3) pkgs+=(python3 python3-venv) ;;
       *) pkgs+=("$t") ;;
     esac

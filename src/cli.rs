@@ -118,6 +118,10 @@ pub enum Command {
     Check(CheckArgs),
     /// Sign a file (FILE.minisig) the way `minisign -S` does, e.g. an airlock release binary.
     Sign(SignArgs),
+    /// Restore damaged or missing volumes of a bundle from its parity and from other copies.
+    Repair(RepairArgs),
+    /// Verify a bundle in full, then publish it to an OCI registry as a ModelPack artifact.
+    Push(PushArgs),
     /// Print a shell completion script.
     Completions {
         /// The shell.
@@ -132,7 +136,7 @@ pub enum Command {
 }
 
 /// The commands that have a manual page of their own.
-pub const MAN_PAGES: [&str; 8] = [
+pub const MAN_PAGES: [&str; 10] = [
     "keygen",
     "pack",
     "verify",
@@ -140,6 +144,8 @@ pub const MAN_PAGES: [&str; 8] = [
     "inspect",
     "check",
     "sign",
+    "repair",
+    "push",
     "completions",
 ];
 
@@ -245,6 +251,13 @@ pub struct PackArgs {
     /// With --hf-repo: the repository type [default: model].
     #[arg(long, value_enum, requires = "hf_repo")]
     pub repo_type: Option<RepoTypeArg>,
+    /// Add Reed-Solomon parity volumes (parity.000, ...) of PCT of the data, e.g. 10%: damaged
+    /// or missing volumes within that budget are rebuilt by unpack and `airlock repair`.
+    #[arg(long, value_name = "PCT")]
+    pub parity: Option<String>,
+    /// Chunk size in bytes (a power of two, 4096 to 1 GiB); for tests.
+    #[arg(long, hide = true, value_name = "BYTES")]
+    pub chunk_size: Option<u64>,
     /// Progress display.
     #[command(flatten)]
     pub progress: ProgressArgs,
@@ -266,10 +279,31 @@ pub struct VerifyArgs {
     pub progress: ProgressArgs,
 }
 
+/// `airlock repair`.
+#[derive(Args, Debug)]
+pub struct RepairArgs {
+    /// The bundle directory.
+    pub bundle: PathBuf,
+    /// Trusted keys.
+    #[command(flatten)]
+    pub trust: TrustArgs,
+    /// Write a complete repaired bundle to this new directory instead of repairing in place
+    /// (for read-only media).
+    #[arg(long, short, value_name = "OUT")]
+    pub output: Option<PathBuf>,
+    /// Another copy of the same bundle to take intact chunks from (repeatable).
+    #[arg(long, value_name = "OTHER_COPY")]
+    pub from: Vec<PathBuf>,
+    /// Progress display.
+    #[command(flatten)]
+    pub progress: ProgressArgs,
+}
+
 /// `airlock unpack`.
 #[derive(Args, Debug)]
 pub struct UnpackArgs {
-    /// The bundle directory.
+    /// The bundle directory, or a registry reference oci://HOST[:PORT]/REPOSITORY:TAG that
+    /// `airlock push` published.
     pub bundle: PathBuf,
     /// Trusted keys.
     #[command(flatten)]
@@ -306,6 +340,9 @@ pub struct UnpackArgs {
     /// With --hf-cache: the repository type (default: the bundle's, else model).
     #[arg(long, value_enum, requires = "hf_cache")]
     pub repo_type: Option<RepoTypeArg>,
+    /// With an oci:// reference: how to reach the registry.
+    #[command(flatten)]
+    pub registry: RegistryArgs,
     /// Progress display.
     #[command(flatten)]
     pub progress: ProgressArgs,
@@ -357,4 +394,36 @@ fn bundle_version(text: &str) -> Result<u64, String> {
              a higher one (for a release name such as v2, use --name)"
         )
     })
+}
+
+/// `airlock push`.
+#[derive(Args, Debug)]
+pub struct PushArgs {
+    /// The bundle directory.
+    pub bundle: PathBuf,
+    /// Where to publish it: oci://HOST[:PORT]/REPOSITORY:TAG.
+    #[arg(value_name = "REFERENCE")]
+    pub target: String,
+    /// Trusted keys: the bundle must verify against them before anything is uploaded.
+    #[command(flatten)]
+    pub trust: TrustArgs,
+    /// How to reach the registry.
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+    /// Progress display.
+    #[command(flatten)]
+    pub progress: ProgressArgs,
+}
+
+/// How to reach an OCI registry. Credentials come from the docker config
+/// ($DOCKER_CONFIG/config.json or ~/.docker/config.json, its `auths` entries).
+#[derive(Args, Debug)]
+pub struct RegistryArgs {
+    /// Trust the CA certificates in this PEM file for the registry's TLS, besides the system
+    /// roots (a site CA).
+    #[arg(long, value_name = "PEM")]
+    pub ca_file: Option<PathBuf>,
+    /// Speak plain HTTP to the registry, without TLS (only for a registry that has none).
+    #[arg(long)]
+    pub plain_http: bool,
 }

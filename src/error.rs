@@ -281,6 +281,36 @@ pub enum Error {
         /// The first problem.
         first: String,
     },
+    /// An OCI registry could not be reached or answered with an error (down, unreachable,
+    /// a refused upload): nothing was installed or the push is incomplete.
+    #[error("registry {registry}: {reason}")]
+    Registry {
+        /// `HOST[:PORT]`.
+        registry: String,
+        /// What failed.
+        reason: String,
+    },
+    /// An OCI registry refused the credentials (or asked for some and none were found).
+    #[error(
+        "registry {registry}: authentication refused ({reason}); credentials are read from {creds_from}"
+    )]
+    RegistryAuth {
+        /// `HOST[:PORT]`.
+        registry: String,
+        /// What the registry answered.
+        reason: String,
+        /// Where credentials were looked for.
+        creds_from: String,
+    },
+    /// An artifact in a registry is not a signed airlock publication, or a blob in it does not
+    /// match the signed manifest.
+    #[error("{reference}: {reason}")]
+    Artifact {
+        /// The `oci://` reference.
+        reference: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 impl Error {
@@ -309,6 +339,8 @@ impl Error {
             | Error::NotCached { .. }
             | Error::ManifestTooLarge { .. }
             | Error::NotReplaceable { .. } => EXIT_OPERATIONAL,
+            Error::Registry { .. } | Error::RegistryAuth { .. } => EXIT_OPERATIONAL,
+            Error::Artifact { .. } => EXIT_VERIFY,
             Error::TrustEnv { source } => source.exit_code(),
             Error::Usage(_) | Error::Arguments { .. } => EXIT_USAGE,
             Error::ModelChecks { .. }
@@ -353,6 +385,9 @@ impl Error {
             Error::ManifestTooLarge { .. } => "manifest-too-large",
             Error::NotReplaceable { .. } => "not-replaceable",
             Error::TrustEnv { source } => source.kind(),
+            Error::Registry { .. } => "registry",
+            Error::RegistryAuth { .. } => "registry-auth",
+            Error::Artifact { .. } => "artifact",
         }
     }
 
@@ -398,7 +433,7 @@ impl Error {
             }
             Error::ModelChecks { fix, .. } => fix.clone(),
             Error::MissingSignature { path } if is_receipt(path) => {
-                "unpack the model from its bundle to get a signed receipt, or run check without --trust to lint the files only".into()
+                "unpack the model from its bundle to get a signed receipt, or run check with no trust set (no --trust, AIRLOCK_TRUST unset) to lint the files only".into()
             }
             Error::MissingSignature { .. } => {
                 "copy manifest.json.minisig from the staging host again; without it nothing can be trusted".into()
@@ -431,6 +466,10 @@ impl Error {
                         remove.join(", ")
                     ));
                 }
+                if steps.is_empty() {
+                    // Damage within the parity budget (FORMAT.md section 17).
+                    steps.push("run `airlock repair BUNDLE --trust KEY` (or `-o NEW_BUNDLE` on read-only media)".to_string());
+                }
                 format!("{}, then verify again", steps.join(" and "))
             }
             Error::BadStream { .. } | Error::BadFile { .. } => {
@@ -459,6 +498,15 @@ impl Error {
             }
             Error::HfCache { .. } => {
                 "finish or repeat the download with huggingface_hub (`hf download ORG/NAME --revision REV`), or remove what the message names, then try again".into()
+            }
+            Error::Registry { .. } => {
+                "check that the registry is up and reachable from this host (and --ca-file for a site CA, --plain-http for a registry without TLS), then run the command again; nothing was installed".into()
+            }
+            Error::RegistryAuth { registry, .. } => format!(
+                "log in with `docker login {registry}` (or put an `auths` entry for {registry} in that file), then run the command again"
+            ),
+            Error::Artifact { .. } => {
+                "do not use this artifact: push the verified bundle again from the landing host (`airlock push BUNDLE oci://...`), then install again".into()
             }
         })
     }
@@ -669,7 +717,7 @@ mod tests {
             path: PathBuf::from("m/.airlock/manifest.json.minisig"),
         };
         assert!(e.to_string().contains("no signed receipt"), "{e}");
-        assert!(e.hint().unwrap().contains("without --trust"));
+        assert!(e.hint().unwrap().contains("AIRLOCK_TRUST unset"));
         let e = Error::MissingSignature {
             path: PathBuf::from("b/manifest.json.minisig"),
         };

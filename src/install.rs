@@ -80,6 +80,9 @@ pub struct InstallNotes {
     /// Files the model checks could not reach (a path too long for path-based reads); their
     /// bytes were verified against the manifest all the same.
     pub unchecked: Vec<String>,
+    /// Data volumes that were damaged and rebuilt from parity as they were read (FORMAT.md
+    /// section 17); the installed bytes match the signed digests all the same.
+    pub repaired_volumes: Vec<String>,
 }
 
 impl InstallNotes {
@@ -92,6 +95,7 @@ impl InstallNotes {
             stale_skipped: cleanup.skipped,
             findings,
             unchecked,
+            repaired_volumes: Vec::new(),
         })
     }
 }
@@ -378,9 +382,12 @@ fn replaceable(
 
 /// Unpacks the verified bundle into `opts.dest`.
 pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) -> Result<Installed> {
-    unpack_with(opened, opts, &mut |sink| {
-        read::stream(opened, ReadMode::Strict, sink, progress).map(|_| ())
-    })
+    let mut repaired = Vec::new();
+    let mut installed = unpack_with(opened, opts, &mut |sink| {
+        read::stream(opened, ReadMode::Strict, sink, progress).map(|r| repaired = r.repaired)
+    })?;
+    installed.notes.repaired_volumes = repaired;
+    Ok(installed)
 }
 
 /// Installs `opened.manifest`'s tree into `opts.dest` with every rule of [`unpack`] (the

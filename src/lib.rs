@@ -7,6 +7,7 @@
 
 pub mod bundle;
 pub mod delta;
+pub mod direct;
 pub mod error;
 pub mod fsinfo;
 pub mod fsio;
@@ -14,12 +15,15 @@ pub mod hfcache;
 pub mod inspect;
 pub mod install;
 pub mod install_hf;
+pub mod install_oci;
 pub mod keys;
 pub mod manifest;
+pub mod oci;
 pub mod parity;
 pub mod paths;
 pub mod progress;
 pub mod receipt;
+pub mod repair;
 pub mod scan;
 pub mod size;
 pub mod staging;

@@ -45,7 +45,7 @@ fn main() -> ExitCode {
 }
 
 /// Every subcommand's name, as the JSON `command` field gives it.
-const SUBCOMMANDS: [&str; 9] = [
+const SUBCOMMANDS: [&str; 11] = [
     "keygen",
     "pack",
     "verify",
@@ -53,6 +53,8 @@ const SUBCOMMANDS: [&str; 9] = [
     "inspect",
     "check",
     "sign",
+    "repair",
+    "push",
     "completions",
     "man",
 ];

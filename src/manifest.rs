@@ -74,6 +74,120 @@ pub struct Manifest {
         deserialize_with = "present"
     )]
     pub source: Option<HfSource>,
+    /// Reed-Solomon parity volumes over the data chunks (FORMAT.md section 17).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub parity: Option<Parity>,
+}
+
+/// The `parity` object (FORMAT.md section 17.1): the stripe geometry and the parity volumes.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Parity {
+    /// Always [`PARITY_ALGORITHM`].
+    pub algorithm: String,
+    /// `D`, data units per stripe.
+    pub data_units: u32,
+    /// `R`, recovery units per stripe.
+    pub recovery_units: u32,
+    /// `K = ceil(U / D)`.
+    pub stripes: u64,
+    /// The parity volumes (`parity.000`, ...): name, size and chunk digests, no `sha256`.
+    pub volumes: Vec<Volume>,
+}
+
+/// The one parity code (FORMAT.md section 17.1).
+pub const PARITY_ALGORITHM: &str = "rs-leopard-gf16";
+
+/// Name of parity volume `index` when the bundle has `count` of them (section 2's width rule).
+pub fn parity_volume_name(index: usize, count: usize) -> String {
+    let width = count.saturating_sub(1).to_string().len().max(3);
+    format!("parity.{index:0width$}")
+}
+
+impl Manifest {
+    /// The number of data units `U`: every chunk of every data volume.
+    pub fn data_units(&self) -> u64 {
+        self.volumes.iter().map(|v| v.chunks.len() as u64).sum()
+    }
+
+    /// The parity geometry, when the bundle has parity (validated by [`Manifest::validate`]).
+    pub fn parity_geometry(&self) -> Option<crate::parity::Geometry> {
+        self.parity.as_ref().map(|p| crate::parity::Geometry {
+            unit_size: self.chunk_size,
+            units: self.data_units(),
+            data: p.data_units,
+            recovery: p.recovery_units,
+        })
+    }
+
+    /// The section 17.1 and 17.2 rules for the `parity` object.
+    fn validate_parity(&self, p: &Parity) -> Result<(), String> {
+        if self.format_version < 2 {
+            return Err("has parity, which needs format version 2".into());
+        }
+        if p.algorithm != PARITY_ALGORITHM {
+            return Err(format!(
+                "names an unknown parity algorithm {:?}",
+                p.algorithm
+            ));
+        }
+        let g = self.parity_geometry().expect("parity is present");
+        g.validate().map_err(|e| format!("has {e}"))?;
+        if p.stripes != g.stripes() {
+            return Err(format!(
+                "says parity has {} stripes, its geometry makes {}",
+                p.stripes,
+                g.stripes()
+            ));
+        }
+        if p.volumes.is_empty() {
+            return Err("has parity without parity volumes".into());
+        }
+        let count = p.volumes.len();
+        let mut units: u64 = 0;
+        for (i, v) in p.volumes.iter().enumerate() {
+            let want = parity_volume_name(i, count);
+            if v.name != want {
+                return Err(format!(
+                    "names parity volume {} {:?}, expected {want:?}",
+                    i + 1,
+                    v.name
+                ));
+            }
+            if v.size == 0 || v.size % self.chunk_size != 0 {
+                return Err(format!(
+                    "lists parity volume {} with size {}, not a positive multiple of the chunk size",
+                    v.name, v.size
+                ));
+            }
+            if v.sha256.is_some() {
+                return Err(format!("lists parity volume {} with a sha256", v.name));
+            }
+            if !v.chunks.iter().all(|c| is_hex64(c)) {
+                return Err(format!("has a malformed sha256 for volume {}", v.name));
+            }
+            if v.chunks.len() as u64 != v.size / self.chunk_size {
+                return Err(format!(
+                    "lists {} chunk digests for parity volume {}, its size needs {}",
+                    v.chunks.len(),
+                    v.name,
+                    v.size / self.chunk_size
+                ));
+            }
+            units += v.chunks.len() as u64;
+        }
+        if units != g.recovery_units() {
+            return Err(format!(
+                "lists {units} recovery units in its parity volumes, its geometry makes {}",
+                g.recovery_units()
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Compression of the tar stream.
@@ -434,6 +548,9 @@ impl Manifest {
         if let Some(src) = &self.source {
             self.validate_source(src)?;
         }
+        if let Some(p) = &self.parity {
+            self.validate_parity(p)?;
+        }
         Ok(())
     }
 
@@ -603,6 +720,7 @@ mod tests {
             },
             warnings: vec![],
             source: None,
+            parity: None,
         }
     }
 
@@ -706,8 +824,85 @@ mod tests {
     }
 
     #[test]
+    fn the_parity_object_is_validated_as_documented() {
+        let mut m = sample();
+        m.format_version = 2;
+        m.volumes[0].sha256 = None;
+        let units = m.volumes[0].chunks.len() as u64;
+        m.parity = Some(Parity {
+            algorithm: PARITY_ALGORITHM.into(),
+            data_units: 1,
+            recovery_units: 1,
+            stripes: units,
+            volumes: vec![Volume {
+                name: "parity.000".into(),
+                size: units * 4096,
+                sha256: None,
+                chunks: vec!["4".repeat(64); units as usize],
+            }],
+        });
+        m.validate().unwrap();
+        let back = Manifest::parse(&m.to_bytes()).unwrap();
+        assert_eq!(back, m);
+        type Mutation = Box<dyn Fn(&mut Manifest)>;
+        let cases: Vec<(Mutation, &str)> = vec![
+            (
+                Box::new(|m| {
+                    m.format_version = 1;
+                    m.volumes[0].sha256 = Some("2".repeat(64));
+                }),
+                "needs format version 2",
+            ),
+            (
+                Box::new(|m| m.parity.as_mut().unwrap().algorithm = "rs".into()),
+                "unknown parity algorithm",
+            ),
+            (
+                Box::new(|m| m.parity.as_mut().unwrap().stripes += 1),
+                "stripes",
+            ),
+            (
+                Box::new(|m| m.parity.as_mut().unwrap().data_units = 0),
+                "data units",
+            ),
+            (
+                Box::new(|m| m.parity.as_mut().unwrap().volumes[0].name = "parity.0".into()),
+                "expected \"parity.000\"",
+            ),
+            (
+                Box::new(|m| m.parity.as_mut().unwrap().volumes[0].size -= 1),
+                "multiple of the chunk size",
+            ),
+            (
+                Box::new(|m| {
+                    let v = &mut m.parity.as_mut().unwrap().volumes[0];
+                    v.size += 4096;
+                    v.chunks.push("4".repeat(64));
+                }),
+                "recovery units",
+            ),
+            (
+                Box::new(|m| m.parity.as_mut().unwrap().volumes[0].sha256 = Some("5".repeat(64))),
+                "with a sha256",
+            ),
+            (
+                Box::new(|m| m.parity.as_mut().unwrap().volumes.clear()),
+                "without parity volumes",
+            ),
+        ];
+        for (mutate, want) in cases {
+            let mut bad = m.clone();
+            mutate(&mut bad);
+            let err = bad.validate().unwrap_err();
+            assert!(err.contains(want), "{want}: {err}");
+        }
+    }
+
+    #[test]
     fn reserved_extension_names_are_refused_until_a_reader_knows_them() {
-        for key in ["base", "parity"] {
+        // `parity` is read since section 17 was implemented; `base` until section 16 is.
+        #[allow(clippy::single_element_loop)]
+        for key in ["base"] {
             let mut v: serde_json::Value = serde_json::from_slice(&sample().to_bytes()).unwrap();
             v[key] = serde_json::json!({});
             let err = Manifest::parse(&serde_json::to_vec(&v).unwrap()).unwrap_err();

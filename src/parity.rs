@@ -276,6 +276,21 @@ pub fn rebuild_stripe(
     read: &mut ReadShard<'_>,
     write: &mut WriteShard<'_>,
 ) -> Result<(), ParityError> {
+    rebuild_range(g, stripe, erased, 0, g.unit_size, read, write)
+}
+
+/// [`rebuild_stripe`] over the byte range `[start, end)` of the units only: `start` a multiple
+/// of [`Geometry::slice_size`] and `end` the next such multiple or the unit's end, or any
+/// range of whole slices. A reader streaming a rebuilt unit asks for one slice at a time.
+pub fn rebuild_range(
+    g: &Geometry,
+    stripe: u64,
+    erased: &[Shard],
+    start: u64,
+    end: u64,
+    read: &mut ReadShard<'_>,
+    write: &mut WriteShard<'_>,
+) -> Result<(), ParityError> {
     let lost = |s: Shard| erased.contains(&s);
     if erased.len() > g.recovery as usize {
         return Err(ParityError::BeyondRepair {
@@ -288,15 +303,17 @@ pub fn rebuild_stripe(
     let lost_recovery: Vec<u32> = (0..g.recovery)
         .filter(|&r| lost(Shard::Recovery(r)))
         .collect();
-    let slice = g.slice_size();
+    let slice = (g.slice_size() as u64)
+        .min(end.saturating_sub(start))
+        .max(64) as usize;
     let mut dec =
         ReedSolomonDecoder::new(g.data as usize, g.recovery as usize, slice).map_err(codec)?;
     let mut enc =
         ReedSolomonEncoder::new(g.data as usize, g.recovery as usize, slice).map_err(codec)?;
     let mut buf = vec![0u8; slice];
     let mut originals = vec![vec![0u8; slice]; g.data as usize];
-    let mut offset = 0u64;
-    while offset < g.unit_size {
+    let mut offset = start;
+    while offset < end {
         for d in 0..g.data {
             if lost(Shard::Data(d)) {
                 continue;

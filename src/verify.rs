@@ -11,7 +11,7 @@
 
 use crate::bundle::open::Opened;
 use crate::bundle::stream::{self, Mode, NullSink};
-use crate::bundle::volumes::{self, StrayFile, StrayKind, VolumeProblem};
+use crate::bundle::volumes::{self, Repairability, StrayFile, StrayKind, VolumeProblem};
 use crate::error::Error;
 use crate::manifest::Warning;
 use crate::progress::Progress;
@@ -49,6 +49,8 @@ pub struct Verdict {
     pub depth: Depth,
     /// How many volumes the manifest lists (all were checked).
     pub volumes_checked: usize,
+    /// How many parity volumes the manifest lists (all were checked).
+    pub parity_checked: usize,
     /// Listed volumes that are missing, of the wrong size or fail their digests, in manifest
     /// order.
     pub bad_volumes: Vec<VolumeProblem>,
@@ -62,6 +64,11 @@ pub struct Verdict {
     pub recorded_warnings: Vec<Warning>,
     /// Disagreements between the signature's trusted comment and the manifest.
     pub signature_warnings: Vec<String>,
+    /// Parity volumes that are missing, of the wrong size or fail their digests (FORMAT.md
+    /// section 17), in manifest order.
+    pub bad_parity: Vec<VolumeProblem>,
+    /// With parity and damage: how the damage compares with the parity budget.
+    pub repair: Option<Repairability>,
 }
 
 impl Verdict {
@@ -88,6 +95,7 @@ impl Verdict {
     /// Whether the bundle passed every check made.
     pub fn is_ok(&self) -> bool {
         self.bad_volumes.is_empty()
+            && self.bad_parity.is_empty()
             && self.stray_volumes().next().is_none()
             && match &self.deep {
                 None => true,
@@ -99,13 +107,36 @@ impl Verdict {
     /// The error the verdict amounts to, `None` when the bundle is good. Volume problems come
     /// first (they explain any stream failure), then a stream failure, then bad files.
     pub fn into_error(self) -> Option<Error> {
-        if !self.bad_volumes.is_empty() || self.stray_volumes().next().is_some() {
-            return Some(volumes::volumes_error(
-                &self.bad_volumes,
+        if !self.bad_volumes.is_empty()
+            || !self.bad_parity.is_empty()
+            || self.stray_volumes().next().is_some()
+        {
+            let mut listed = self.bad_volumes.clone();
+            listed.extend(self.bad_parity.iter().cloned());
+            let mut e = volumes::volumes_error(
+                &listed,
                 &self.stray,
-                self.volumes_checked,
+                self.volumes_checked + self.parity_checked,
                 true,
-            ));
+            );
+            if let (
+                Some(r),
+                Error::BadVolumes {
+                    summary,
+                    copy_again,
+                    ..
+                },
+            ) = (&self.repair, &mut e)
+            {
+                summary.push_str("; ");
+                summary.push_str(&r.describe());
+                *copy_again = if r.repairable {
+                    vec![]
+                } else {
+                    r.copy_again.clone()
+                };
+            }
+            return Some(e);
         }
         match self.deep {
             Some(DeepOutcome::Failed(e)) => Some(e),
@@ -144,6 +175,12 @@ pub fn verify(opened: &Opened, depth: Depth, progress: &dyn Progress) -> Verdict
         Some(Ok(report)) if report.volume_problems.is_empty() => vec![],
         _ => volumes::check_volumes(opened, progress),
     };
+    let bad_parity = volumes::check_parity_volumes(opened, progress);
+    let repair = if bad_volumes.is_empty() && bad_parity.is_empty() {
+        None
+    } else {
+        volumes::assess(opened, &bad_volumes, &bad_parity)
+    };
     let stray = volumes::stray_files(opened);
     let damaged = !bad_volumes.is_empty() || stray.iter().any(|s| s.kind == StrayKind::VolumeLike);
     let deep = (depth == Depth::Deep).then(|| {
@@ -160,7 +197,10 @@ pub fn verify(opened: &Opened, depth: Depth, progress: &dyn Progress) -> Verdict
     Verdict {
         depth,
         volumes_checked: m.volumes.len(),
+        parity_checked: m.parity.as_ref().map_or(0, |p| p.volumes.len()),
         bad_volumes,
+        bad_parity,
+        repair,
         stray,
         deep,
         recorded_warnings: m.warnings.clone(),

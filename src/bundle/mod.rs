@@ -4,6 +4,7 @@
 //! a sink). The verdict that combines them is `crate::verify`.
 
 pub mod open;
+pub mod parity_write;
 pub mod stream;
 pub mod volumes;
 pub mod write;

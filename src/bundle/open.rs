@@ -236,6 +236,19 @@ pub fn verify_signed(manifest_path: &Path, sig_path: &Path, trust: &[PublicKey])
             path: sig_path.to_path_buf(),
         });
     };
+    verify_signed_bytes(bytes, text, manifest_path, sig_path, trust)
+}
+
+/// [`verify_signed`] on a manifest and signature already read (bounded) from elsewhere, such
+/// as a registry: the same checks, in the same order. `manifest_path` and `sig_path` only name
+/// the two in errors.
+pub fn verify_signed_bytes(
+    bytes: Vec<u8>,
+    text: String,
+    manifest_path: &Path,
+    sig_path: &Path,
+    trust: &[PublicKey],
+) -> Result<Signed> {
     let sig = Signature::parse(&text).map_err(|e| Error::BadSignature {
         path: sig_path.to_path_buf(),
         reason: format!("is not a valid minisign signature: {e}"),

@@ -91,6 +91,8 @@ pub struct StreamReport {
     pub volume_problems: Vec<VolumeProblem>,
     /// Files whose content failed their digest.
     pub bad_files: Vec<String>,
+    /// Data volumes with chunks rebuilt from parity as they were read (FORMAT.md section 17).
+    pub repaired: Vec<String>,
 }
 
 fn stream_error(e: TarError) -> Error {
@@ -214,7 +216,7 @@ pub fn stream_volumes(
         (checked, problems)
     });
     checked?;
-    report.volume_problems = problems;
+    (report.volume_problems, report.repaired) = problems;
     progress.finish();
     Ok(report)
 }

@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 use super::open::{BoundedReadError, Opened, open_regular};
 use crate::error::Error;
 use crate::manifest::{self, Manifest};
+use crate::parity::{self, Geometry, ParityError, Shard};
 use crate::progress::Progress;
 
 /// What is wrong with one volume the manifest lists.
@@ -126,12 +127,38 @@ type JobResult = std::result::Result<(Vec<(usize, bool)>, Option<bool>), String>
 pub fn check_volumes(opened: &Opened, progress: &dyn Progress) -> Vec<VolumeProblem> {
     let m = &opened.manifest;
     progress.start("verify volumes", m.totals.volume_bytes);
-    let (mut problems, passed) = stat_volumes(opened);
+    let problems = check_list(opened, &m.volumes, progress);
+    progress.finish();
+    problems
+}
+
+/// [`check_volumes`] for the parity volumes (FORMAT.md section 17): checked the same way, by
+/// their signed chunk digests. Empty without parity.
+pub fn check_parity_volumes(opened: &Opened, progress: &dyn Progress) -> Vec<VolumeProblem> {
+    let Some(p) = &opened.manifest.parity else {
+        return vec![];
+    };
+    progress.start(
+        "verify parity volumes",
+        p.volumes.iter().map(|v| v.size).sum(),
+    );
+    let problems = check_list(opened, &p.volumes, progress);
+    progress.finish();
+    problems
+}
+
+fn check_list(
+    opened: &Opened,
+    list: &[manifest::Volume],
+    progress: &dyn Progress,
+) -> Vec<VolumeProblem> {
+    let m = &opened.manifest;
+    let (mut problems, passed) = stat_list(opened, list);
     let jobs: Vec<Job> = passed
         .iter()
-        .flat_map(|&i| match m.volumes[i].sha256 {
+        .flat_map(|&i| match list[i].sha256 {
             Some(_) => vec![Job::Whole(i)],
-            None => (0..m.volumes[i].chunks.len())
+            None => (0..list[i].chunks.len())
                 .map(|c| Job::Chunk(i, c))
                 .collect(),
         })
@@ -142,12 +169,12 @@ pub fn check_volumes(opened: &Opened, progress: &dyn Progress) -> Vec<VolumeProb
             let i = match job {
                 Job::Chunk(i, _) | Job::Whole(i) => i,
             };
-            let v = &m.volumes[i];
+            let v = &list[i];
             progress.item(&v.name);
             let path = opened.dir.join(&v.name);
             let r = match job {
                 Job::Chunk(_, c) => {
-                    let (start, end) = chunk_range(m, i, c);
+                    let (start, end) = chunk_range(m.chunk_size, v, c);
                     hash_range(&path, start, end, progress)
                         .map(|h| (vec![(c, h == v.chunks[c])], None))
                 }
@@ -163,11 +190,11 @@ pub fn check_volumes(opened: &Opened, progress: &dyn Progress) -> Vec<VolumeProb
             Ok((chunks, whole)) => {
                 for (c, ok) in chunks {
                     if !ok {
-                        per_volume
-                            .entry(i)
-                            .or_default()
-                            .0
-                            .push(chunk_range(m, i, c));
+                        per_volume.entry(i).or_default().0.push(chunk_range(
+                            m.chunk_size,
+                            &list[i],
+                            c,
+                        ));
                     }
                 }
                 if whole == Some(false) {
@@ -179,7 +206,7 @@ pub fn check_volumes(opened: &Opened, progress: &dyn Progress) -> Vec<VolumeProb
     }
     for (i, (mut ranges, err, whole_bad)) in per_volume {
         ranges.sort();
-        let v = &m.volumes[i];
+        let v = &list[i];
         let problem = match err {
             Some(e) => format!("cannot be read: {e}"),
             None if ranges.is_empty() && whole_bad => WHOLE_DIGEST_DISAGREES.to_string(),
@@ -200,7 +227,6 @@ pub fn check_volumes(opened: &Opened, progress: &dyn Progress) -> Vec<VolumeProb
         });
     }
     problems.sort_by_key(|p| p.index);
-    progress.finish();
     problems
 }
 
@@ -208,20 +234,23 @@ pub fn check_volumes(opened: &Opened, progress: &dyn Progress) -> Vec<VolumeProb
 /// does not: the signed manifest disagrees with itself.
 pub const WHOLE_DIGEST_DISAGREES: &str = "fails its whole-volume sha256 although every chunk digest matches (the signed manifest disagrees with itself: the bundle must be packed again)";
 
-/// Byte range `[start, end)` of chunk `c` of volume `i`.
-fn chunk_range(m: &Manifest, i: usize, c: usize) -> (u64, u64) {
-    let start = c as u64 * m.chunk_size;
-    (start, (start + m.chunk_size).min(m.volumes[i].size))
+/// Byte range `[start, end)` of chunk `c` of volume `v`.
+fn chunk_range(chunk_size: u64, v: &manifest::Volume, c: usize) -> (u64, u64) {
+    let start = c as u64 * chunk_size;
+    (start, (start + chunk_size).min(v.size))
 }
 
 /// The checks of [`check_volumes`] that need no reading: every listed volume exists, is a
 /// regular file and has its manifest size. Returns the problems found and the indexes of the
 /// volumes that passed, to hash.
 fn stat_volumes(opened: &Opened) -> (Vec<VolumeProblem>, Vec<usize>) {
-    let m = &opened.manifest;
+    stat_list(opened, &opened.manifest.volumes)
+}
+
+fn stat_list(opened: &Opened, list: &[manifest::Volume]) -> (Vec<VolumeProblem>, Vec<usize>) {
     let mut problems = Vec::new();
     let mut passed = Vec::new();
-    for (i, v) in m.volumes.iter().enumerate() {
+    for (i, v) in list.iter().enumerate() {
         let path = opened.dir.join(&v.name);
         let problem = match std::fs::metadata(&path) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => "is missing".to_string(),
@@ -270,6 +299,11 @@ pub fn stray_files(opened: &Opened) -> Vec<StrayFile> {
             n != manifest::MANIFEST_NAME
                 && n != manifest::SIGNATURE_NAME
                 && !opened.manifest.volumes.iter().any(|v| &v.name == n)
+                && !opened
+                    .manifest
+                    .parity
+                    .as_ref()
+                    .is_some_and(|p| p.volumes.iter().any(|v| &v.name == n))
         })
         .map(|name| StrayFile {
             kind: if is_volume_like(&name) {
@@ -287,6 +321,7 @@ pub fn stray_files(opened: &Opened) -> Vec<StrayFile> {
 /// Whether a stray file in a bundle directory looks like a volume (`data.` followed by digits).
 pub fn is_volume_like(name: &str) -> bool {
     name.strip_prefix("data.")
+        .or_else(|| name.strip_prefix("parity."))
         .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()))
 }
 
@@ -320,7 +355,7 @@ fn hash_volume(path: &Path, m: &Manifest, i: usize, progress: &dyn Progress) -> 
     let f = File::open(path)?;
     let mut buf = vec![0u8; 1 << 20];
     for c in 0..v.chunks.len() {
-        let (start, end) = chunk_range(m, i, c);
+        let (start, end) = chunk_range(m.chunk_size, v, c);
         let mut h = Sha256::new();
         let mut pos = start;
         while pos < end {
@@ -351,6 +386,16 @@ pub trait VolumeSource: Sync {
     fn open(&self, index: usize, name: &str) -> io::Result<Box<dyn Read + Send + '_>>;
     /// The path that errors about the volume name.
     fn path(&self, name: &str) -> PathBuf;
+    /// Fills `buf` from the volume (data or parity) called `name` at `offset`; a volume that is
+    /// missing or too short is an error. Only needed for bundles with parity, which are read
+    /// unit by unit (FORMAT.md section 17.3).
+    fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let _ = (name, offset, buf);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this volume source has no random access",
+        ))
+    }
 }
 
 /// The volumes of a bundle directory. Each is opened without blocking and must be a regular
@@ -371,6 +416,18 @@ impl VolumeSource for DirVolumes<'_> {
     }
     fn path(&self, name: &str) -> PathBuf {
         self.0.join(name)
+    }
+    fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let f = match open_regular(&self.0.join(name)) {
+            Ok((f, _)) => f,
+            Err(BoundedReadError::NotFound) => return Err(io::ErrorKind::NotFound.into()),
+            Err(BoundedReadError::NotRegular(what)) => {
+                return Err(io::Error::other(format!("is {what}, not a regular file")));
+            }
+            Err(BoundedReadError::Io(e)) => return Err(e),
+            Err(BoundedReadError::TooLarge(_)) => unreachable!("open_regular has no cap"),
+        };
+        f.read_exact_at(buf, offset)
     }
 }
 
@@ -441,6 +498,15 @@ pub(super) struct VolumeReader<'a> {
     /// Byte ranges of the open volume whose chunk digest failed.
     bad_ranges: Vec<(u64, u64)>,
     problems: Vec<VolumeProblem>,
+    /// With parity: unit-by-unit reading, rebuilding erased units (FORMAT.md section 17.3).
+    units: Option<UnitReader<'a>>,
+    /// The erased shards of the stripe of the data unit being rebuilt, while one is.
+    rebuilding: Option<Vec<Shard>>,
+    /// Rebuilt bytes `[slice_start, slice_start + slice.len())` of that unit.
+    slice: Vec<u8>,
+    slice_start: u64,
+    /// Names of the data volumes with units rebuilt from parity, in order.
+    repaired: Vec<String>,
 }
 
 /// What the volume-reading thread hands on, in stream order.
@@ -466,6 +532,11 @@ impl<'a> VolumeReader<'a> {
             chunk_index: 0,
             bad_ranges: Vec::new(),
             problems: Vec::new(),
+            units: UnitReader::new(manifest, source),
+            rebuilding: None,
+            slice: Vec::new(),
+            slice_start: 0,
+            repaired: Vec::new(),
         }
     }
 
@@ -504,8 +575,12 @@ impl<'a> VolumeReader<'a> {
 
     /// The thread's body: fills buffers from the pool and sends them until the last volume
     /// ends, an error is sent, or the consumer goes away. Returns the problems collected in
-    /// [`Mode::Collect`].
-    pub(super) fn run(mut self, tx: Sender<Piece>, pool: Receiver<Vec<u8>>) -> Vec<VolumeProblem> {
+    /// [`Mode::Collect`], and the data volumes rebuilt in part from parity.
+    pub(super) fn run(
+        mut self,
+        tx: Sender<Piece>,
+        pool: Receiver<Vec<u8>>,
+    ) -> (Vec<VolumeProblem>, Vec<String>) {
         while let Ok(mut buf) = pool.recv() {
             match self.read(&mut buf) {
                 Ok(0) => break,
@@ -520,12 +595,137 @@ impl<'a> VolumeReader<'a> {
                 }
             }
         }
-        self.problems
+        (self.problems, self.repaired)
+    }
+
+    /// [`Read::read`] for a bundle with parity: each data unit is hashed before any of its
+    /// bytes are handed on; an intact unit is then read again (and hashed again as it goes, so
+    /// media that change between the two reads are caught), an erased one is rebuilt from its
+    /// stripe slice by slice, and checked against its signed digest at its end. Memory stays
+    /// at `(D + R)` slices.
+    fn read_parity(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let volumes = &self.manifest.volumes;
+            if self.index >= volumes.len() {
+                return Ok(0);
+            }
+            let v = &volumes[self.index];
+            if self.read_in_volume == v.size {
+                if !self.bad_ranges.is_empty() {
+                    self.fail("fails its sha256".to_string())?;
+                }
+                self.index += 1;
+                self.read_in_volume = 0;
+                self.chunk_index = 0;
+                self.in_chunk = 0;
+                self.bad_ranges.clear();
+                continue;
+            }
+            let ur = self.units.as_ref().expect("parity mode");
+            let g = ur.g;
+            let u = ur.layout.unit_of_chunk(self.index, self.chunk_index);
+            let (_, _, len) = ur.layout.data_unit(u);
+            if self.in_chunk == 0 && self.rebuilding.is_none() && !ur.intact(false, u) {
+                let (k, _) = g.locate(u);
+                let erased = ur.erased(k);
+                if erased.len() > g.recovery as usize {
+                    let msg = format!(
+                        "is damaged (chunk {}) and its parity stripe {k} lost {} units, more than its {} recovery units: beyond what parity can rebuild",
+                        self.chunk_index,
+                        erased.len(),
+                        g.recovery
+                    );
+                    self.fail(msg)?;
+                    return Err(io::Error::other(format!(
+                        "{} cannot be rebuilt from parity",
+                        v.name
+                    )));
+                }
+                if self.repaired.last() != Some(&v.name) {
+                    self.repaired.push(v.name.clone());
+                    if self.mode == Mode::Collect {
+                        self.problems.push(VolumeProblem {
+                            volume: v.name.clone(),
+                            index: self.index + 1,
+                            problem: "is damaged (rebuilt from parity to read on)".into(),
+                            bad_ranges: vec![],
+                        });
+                    }
+                }
+                self.rebuilding = Some(erased);
+                self.slice.clear();
+                self.slice_start = 0;
+            }
+            let want = (buf.len() as u64).min(len - self.in_chunk) as usize;
+            let n = match &self.rebuilding {
+                None => {
+                    let ur = self.units.as_ref().expect("parity mode");
+                    if let Err(e) = ur.read_data(u, self.in_chunk, &mut buf[..want]) {
+                        return Err(io::Error::other(VolumeIo {
+                            path: self.source.path(&v.name),
+                            source: e,
+                        }));
+                    }
+                    want
+                }
+                Some(erased) => {
+                    let held = self.slice_start..self.slice_start + self.slice.len() as u64;
+                    if !held.contains(&self.in_chunk) {
+                        let size = g.slice_size() as u64;
+                        let start = self.in_chunk / size * size;
+                        let end = (start + size).min(g.unit_size);
+                        let (k, d) = g.locate(u);
+                        let ur = self.units.as_ref().expect("parity mode");
+                        let mut slice = std::mem::take(&mut self.slice);
+                        slice.resize((end - start) as usize, 0);
+                        let r = ur.rebuild(k, erased, start, end, &mut |shard, off, bytes| {
+                            if shard == Shard::Data(d) {
+                                let o = (off - start) as usize;
+                                slice[o..o + bytes.len()].copy_from_slice(bytes);
+                            }
+                            Ok(())
+                        });
+                        if let Err(e) = r {
+                            return Err(io::Error::other(VolumeIo {
+                                path: self.source.path(&v.name),
+                                source: io::Error::other(format!(
+                                    "rebuilding chunk {} from parity: {e}",
+                                    self.chunk_index
+                                )),
+                            }));
+                        }
+                        self.slice = slice;
+                        self.slice_start = start;
+                    }
+                    let from = (self.in_chunk - self.slice_start) as usize;
+                    let n = want.min(self.slice.len() - from);
+                    buf[..n].copy_from_slice(&self.slice[from..from + n]);
+                    n
+                }
+            };
+            self.chunk_hasher.update(&buf[..n]);
+            self.in_chunk += n as u64;
+            self.read_in_volume += n as u64;
+            if self.in_chunk == len {
+                let before = self.bad_ranges.len();
+                let chunk = self.chunk_index;
+                self.end_chunk();
+                if self.rebuilding.take().is_some() && self.bad_ranges.len() > before {
+                    self.fail(format!(
+                        "chunk {chunk} rebuilt from parity does not match its signed digest (the parity volumes are damaged or not this bundle's)"
+                    ))?;
+                }
+            }
+            return Ok(n);
+        }
     }
 }
 
 impl Read for VolumeReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.units.is_some() {
+            return self.read_parity(buf);
+        }
         loop {
             let volumes = &self.manifest.volumes;
             if self.index >= volumes.len() {
@@ -693,5 +893,443 @@ impl Read for PipeReader {
         out[..n].copy_from_slice(&avail[..n]);
         self.consume(n);
         Ok(n)
+    }
+}
+
+/// Where each parity unit lives (FORMAT.md section 17.2): data unit `u` is chunk `c` of data
+/// volume `i` (units numbered over the volumes in order), recovery unit `n` is chunk
+/// `n - first` of the parity volume holding it.
+#[derive(Clone, Debug)]
+pub struct UnitLayout {
+    chunk_size: u64,
+    /// For each data volume: its first unit and its size.
+    data: Vec<(u64, u64)>,
+    /// For each parity volume: its first recovery unit.
+    parity: Vec<u64>,
+}
+
+impl UnitLayout {
+    /// The layout of `data` and `parity` volumes (their sizes and chunk counts).
+    pub fn new(chunk_size: u64, data: &[manifest::Volume], parity: &[manifest::Volume]) -> Self {
+        let mut first = 0;
+        let data = data
+            .iter()
+            .map(|v| {
+                let here = first;
+                first += v.size.div_ceil(chunk_size);
+                (here, v.size)
+            })
+            .collect();
+        let mut first = 0;
+        let parity = parity
+            .iter()
+            .map(|v| {
+                let here = first;
+                first += v.size / chunk_size;
+                here
+            })
+            .collect();
+        UnitLayout {
+            chunk_size,
+            data,
+            parity,
+        }
+    }
+
+    /// The layout of an opened bundle with parity (empty parity otherwise).
+    pub fn of(m: &Manifest) -> Self {
+        let parity = m.parity.as_ref().map_or(&[][..], |p| &p.volumes[..]);
+        UnitLayout::new(m.chunk_size, &m.volumes, parity)
+    }
+
+    /// Data unit `u`: its volume, its byte offset there and its real length (the last chunk of
+    /// a volume may be short; the unit is zero-padded past it).
+    pub fn data_unit(&self, u: u64) -> (usize, u64, u64) {
+        let i = self.data.partition_point(|(first, _)| *first <= u) - 1;
+        let (first, size) = self.data[i];
+        let start = (u - first) * self.chunk_size;
+        (i, start, (size - start).min(self.chunk_size))
+    }
+
+    /// The data unit at chunk `c` of data volume `i`.
+    pub fn unit_of_chunk(&self, i: usize, c: usize) -> u64 {
+        self.data[i].0 + c as u64
+    }
+
+    /// Recovery unit `n` (in the order of section 17.2): its parity volume and byte offset.
+    pub fn recovery_unit(&self, n: u64) -> (usize, u64) {
+        let j = self.parity.partition_point(|first| *first <= n) - 1;
+        (j, (n - self.parity[j]) * self.chunk_size)
+    }
+
+    /// The recovery unit at chunk `c` of parity volume `j`.
+    pub fn recovery_of_chunk(&self, j: usize, c: usize) -> u64 {
+        self.parity[j] + c as u64
+    }
+}
+
+/// Unit-by-unit access to a bundle with parity (FORMAT.md section 17.3): which data and
+/// recovery units are intact (their signed chunk digest matches; a missing or short volume
+/// erases its units), whether a stripe can be rebuilt, and rebuilt bytes of an erased unit,
+/// slice by slice. A unit's state is found once (by hashing it) and remembered.
+pub struct UnitReader<'a> {
+    m: &'a Manifest,
+    source: &'a dyn VolumeSource,
+    /// The geometry.
+    pub g: Geometry,
+    /// Where the units are.
+    pub layout: UnitLayout,
+    known: std::sync::Mutex<std::collections::HashMap<(bool, u64), bool>>,
+}
+
+impl<'a> UnitReader<'a> {
+    /// For a manifest with parity; `None` without.
+    pub fn new(m: &'a Manifest, source: &'a dyn VolumeSource) -> Option<Self> {
+        Some(UnitReader {
+            m,
+            source,
+            g: m.parity_geometry()?,
+            layout: UnitLayout::of(m),
+            known: Default::default(),
+        })
+    }
+
+    fn parity_volumes(&self) -> &'a [manifest::Volume] {
+        self.m.parity.as_ref().map_or(&[][..], |p| &p.volumes[..])
+    }
+
+    /// Reads `[offset, offset + buf.len())` of data unit `u` (zeros past its real end) from
+    /// the media, unchecked.
+    pub fn read_data(&self, u: u64, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let (i, start, len) = self.layout.data_unit(u);
+        let real = len.saturating_sub(offset).min(buf.len() as u64) as usize;
+        self.source
+            .read_at(&self.m.volumes[i].name, start + offset, &mut buf[..real])?;
+        buf[real..].fill(0);
+        Ok(())
+    }
+
+    /// Reads part of recovery unit `n` from the media, unchecked.
+    pub fn read_recovery(&self, n: u64, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let (j, start) = self.layout.recovery_unit(n);
+        self.source
+            .read_at(&self.parity_volumes()[j].name, start + offset, buf)
+    }
+
+    /// The signed digest and real length of a unit.
+    fn digest(&self, recovery: bool, n: u64) -> (&'a str, u64) {
+        let cs = self.m.chunk_size;
+        if recovery {
+            let (j, start) = self.layout.recovery_unit(n);
+            (&self.parity_volumes()[j].chunks[(start / cs) as usize], cs)
+        } else {
+            let (i, start, len) = self.layout.data_unit(n);
+            (&self.m.volumes[i].chunks[(start / cs) as usize], len)
+        }
+    }
+
+    /// Whether a unit is intact: readable in full and matching its signed digest.
+    pub fn intact(&self, recovery: bool, n: u64) -> bool {
+        if let Some(ok) = self.known.lock().expect("not poisoned").get(&(recovery, n)) {
+            return *ok;
+        }
+        let (want, len) = self.digest(recovery, n);
+        let mut h = Sha256::new();
+        let mut buf = vec![0u8; (1 << 20).min(len as usize)];
+        let mut pos = 0;
+        let ok = loop {
+            if pos == len {
+                break hex::encode(h.finalize()) == want;
+            }
+            let n_read = (len - pos).min(buf.len() as u64) as usize;
+            let r = if recovery {
+                self.read_recovery(n, pos, &mut buf[..n_read])
+            } else {
+                self.read_data(n, pos, &mut buf[..n_read])
+            };
+            if r.is_err() {
+                break false;
+            }
+            h.update(&buf[..n_read]);
+            pos += n_read as u64;
+        };
+        self.known
+            .lock()
+            .expect("not poisoned")
+            .insert((recovery, n), ok);
+        ok
+    }
+
+    /// Records a unit's state found elsewhere (a full volume check), so it is not hashed again.
+    pub fn set_known(&self, recovery: bool, n: u64, ok: bool) {
+        self.known
+            .lock()
+            .expect("not poisoned")
+            .insert((recovery, n), ok);
+    }
+
+    /// The erased shards of `stripe` (hashing every unit of it not yet known).
+    pub fn erased(&self, stripe: u64) -> Vec<Shard> {
+        let g = &self.g;
+        let mut out = Vec::new();
+        for d in 0..g.data {
+            if let Some(u) = g.data_unit(stripe, d)
+                && !self.intact(false, u)
+            {
+                out.push(Shard::Data(d));
+            }
+        }
+        for r in 0..g.recovery {
+            if !self.intact(true, g.recovery_index(stripe, r)) {
+                out.push(Shard::Recovery(r));
+            }
+        }
+        out
+    }
+
+    /// Rebuilds `[start, end)` (whole slices) of the erased shards of `stripe`; `write`
+    /// receives each rebuilt shard's bytes. The caller checks rebuilt units against their
+    /// digests.
+    pub fn rebuild(
+        &self,
+        stripe: u64,
+        erased: &[Shard],
+        start: u64,
+        end: u64,
+        write: &mut parity::WriteShard<'_>,
+    ) -> Result<(), ParityError> {
+        let g = &self.g;
+        parity::rebuild_range(
+            g,
+            stripe,
+            erased,
+            start,
+            end,
+            &mut |shard, offset, buf| match shard {
+                Shard::Data(d) => {
+                    let u = g.data_unit(stripe, d).expect("a zero unit is not read");
+                    self.read_data(u, offset, buf)
+                }
+                Shard::Recovery(r) => self.read_recovery(g.recovery_index(stripe, r), offset, buf),
+            },
+            write,
+        )
+    }
+}
+
+/// How the damage found compares with the parity budget (FORMAT.md section 17.3).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Repairability {
+    /// Whether every stripe has at most `R` erased units.
+    pub repairable: bool,
+    /// Erased data units (chunks of data volumes).
+    pub erased_data_units: u64,
+    /// Erased recovery units (chunks of parity volumes).
+    pub erased_recovery_units: u64,
+    /// Stripes with at least one erased unit, of `stripes`.
+    pub damaged_stripes: u64,
+    /// Stripes in the bundle.
+    pub stripes: u64,
+    /// Erased units in the worst stripe.
+    pub worst_stripe_erased: u32,
+    /// Recovery units per stripe (`R`).
+    pub recovery_per_stripe: u32,
+    /// Recovery units left in the worst stripe (`R` minus its erased units, at least 0).
+    pub parity_left_in_worst_stripe: u32,
+    /// Data volumes with damage that cannot be rebuilt (to copy again), when not repairable.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub copy_again: Vec<String>,
+}
+
+impl Repairability {
+    /// One sentence for the operator: how much is damaged, how much parity is left, and
+    /// whether it can be rebuilt.
+    pub fn describe(&self) -> String {
+        let what = format!(
+            "{} damaged data chunk(s) and {} damaged parity chunk(s) in {} of {} parity stripes; the worst stripe lost {} unit(s) of the {} its parity can rebuild",
+            self.erased_data_units,
+            self.erased_recovery_units,
+            self.damaged_stripes,
+            self.stripes,
+            self.worst_stripe_erased,
+            self.recovery_per_stripe
+        );
+        if self.repairable {
+            format!(
+                "REPAIRABLE from parity: {what} ({} left); `airlock unpack` installs it as it is, `airlock repair` fixes the bundle",
+                self.parity_left_in_worst_stripe
+            )
+        } else {
+            format!("NOT repairable from parity: {what}")
+        }
+    }
+}
+
+/// Assesses a bundle with parity whose volumes were checked: `data` and `parity` are the
+/// problems [`check_volumes`] and [`check_parity_volumes`] found. Units of volumes without
+/// problems are intact; the units of damaged volumes are read and hashed one by one.
+pub fn assess(
+    opened: &Opened,
+    data: &[VolumeProblem],
+    parity: &[VolumeProblem],
+) -> Option<Repairability> {
+    let source = DirVolumes(&opened.dir);
+    let ur = UnitReader::new(&opened.manifest, &source)?;
+    Some(assess_with(&ur, data, parity))
+}
+
+/// [`assess`] with a given unit reader (whose remembered states are reused by a repair).
+pub fn assess_with(
+    ur: &UnitReader<'_>,
+    data: &[VolumeProblem],
+    parity: &[VolumeProblem],
+) -> Repairability {
+    let m = ur.m;
+    let g = ur.g;
+    let mut erased: Vec<(u64, Shard)> = Vec::new();
+    let mut erased_data = 0;
+    let mut erased_recovery = 0;
+    let mut lost_units_of: std::collections::BTreeMap<u64, usize> = Default::default();
+    for p in data {
+        let i = p.index - 1;
+        for c in 0..m.volumes[i].chunks.len() {
+            let u = ur.layout.unit_of_chunk(i, c);
+            if !ur.intact(false, u) {
+                let (k, d) = g.locate(u);
+                erased.push((k, Shard::Data(d)));
+                lost_units_of.insert(u, i);
+                erased_data += 1;
+            }
+        }
+    }
+    for p in parity {
+        let j = p.index - 1;
+        for c in 0..ur.parity_volumes()[j].chunks.len() {
+            let n = ur.layout.recovery_of_chunk(j, c);
+            if !ur.intact(true, n) {
+                let r = (n % u64::from(g.recovery)) as u32;
+                erased.push((n / u64::from(g.recovery), Shard::Recovery(r)));
+                erased_recovery += 1;
+            }
+        }
+    }
+    let a = g.assess(&erased);
+    let mut per_stripe: std::collections::BTreeMap<u64, u32> = Default::default();
+    for (k, _) in &erased {
+        *per_stripe.entry(*k).or_default() += 1;
+    }
+    let mut copy_again: Vec<String> = lost_units_of
+        .iter()
+        .filter(|(u, _)| per_stripe[&g.locate(**u).0] > g.recovery)
+        .map(|(_, i)| m.volumes[*i].name.clone())
+        .collect();
+    copy_again.dedup();
+    Repairability {
+        repairable: a.repairable,
+        erased_data_units: erased_data,
+        erased_recovery_units: erased_recovery,
+        damaged_stripes: a.damaged_stripes,
+        stripes: g.stripes(),
+        worst_stripe_erased: a.worst_stripe_erased,
+        recovery_per_stripe: g.recovery,
+        parity_left_in_worst_stripe: g.recovery.saturating_sub(a.worst_stripe_erased),
+        copy_again,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bundle::stream::{NullSink, stream_volumes};
+    use crate::bundle::write::{self, Compress, PackOptions};
+
+    /// A bundle of about 200 KB in 4 KiB chunks and 16 KiB volumes with 25% parity.
+    fn packed(dir: &Path) -> Manifest {
+        let model = dir.join("m");
+        std::fs::create_dir_all(&model).unwrap();
+        let mut x: u64 = 0x9e3779b97f4a7c15;
+        let bytes: Vec<u8> = (0..200_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        std::fs::write(model.join("w.bin"), bytes).unwrap();
+        let key = crate::keys::SecretKey::generate().unwrap();
+        let packed = write::pack(
+            PackOptions {
+                entries: crate::scan::scan(&model, &model).unwrap(),
+                out: dir.join("b"),
+                key: &key,
+                name: "m".into(),
+                version: 1,
+                compress: Compress::None,
+                volume_size: 16384,
+                chunk_size: 4096,
+                created_unix: 0,
+                warnings: vec![],
+                source: None,
+                etags: vec![],
+                parity: Some(25.0),
+            },
+            &crate::progress::Silent,
+        )
+        .unwrap();
+        packed.manifest
+    }
+
+    fn flip(path: &Path, at: usize) {
+        let mut b = std::fs::read(path).unwrap();
+        b[at] ^= 1;
+        std::fs::write(path, b).unwrap();
+    }
+
+    #[test]
+    fn an_erased_unit_is_rebuilt_while_streaming_and_the_volume_named() {
+        let t = tempfile::tempdir().unwrap();
+        let m = packed(t.path());
+        let b = t.path().join("b");
+        flip(&b.join("data.000"), 3);
+        std::fs::remove_file(b.join("data.002")).unwrap();
+        let report = stream_volumes(
+            &m,
+            &DirVolumes(&b),
+            Mode::Strict,
+            &mut NullSink,
+            &crate::progress::Silent,
+        )
+        .unwrap();
+        assert_eq!(report.repaired, ["data.000", "data.002"]);
+    }
+
+    #[test]
+    fn a_rebuilt_unit_that_fails_its_signed_digest_is_refused() {
+        // The recovery unit of stripe 0 is changed and its digest in the manifest with it (a
+        // parity volume that verifies but lies): the rebuilt data unit 0 must not be used.
+        let t = tempfile::tempdir().unwrap();
+        let mut m = packed(t.path());
+        let b = t.path().join("b");
+        let g = m.parity_geometry().unwrap();
+        assert_eq!(g.recovery_index(0, 0), 0);
+        let p0 = b.join("parity.000");
+        flip(&p0, 10);
+        let unit = std::fs::read(&p0).unwrap()[..4096].to_vec();
+        m.parity.as_mut().unwrap().volumes[0].chunks[0] = hex::encode(Sha256::digest(&unit));
+        flip(&b.join("data.000"), 3);
+        let e = stream_volumes(
+            &m,
+            &DirVolumes(&b),
+            Mode::Strict,
+            &mut NullSink,
+            &crate::progress::Silent,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("chunk 0 rebuilt from parity does not match its signed digest"),
+            "{e}"
+        );
     }
 }

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use crossbeam_channel::{Receiver, Sender, bounded};
 use sha2::{Digest, Sha256};
 
+use crate::direct::VolumeFile;
 use crate::error::{Error, Result};
 use crate::fsio;
 use crate::hfcache::{EtagKind, GitBlobSha1};
@@ -121,6 +122,8 @@ pub struct PackOptions<'a> {
     pub source: Option<HfSource>,
     /// With `source`: one per file, in `entries` order, what to do about the file's etag.
     pub etags: Vec<EtagCheck>,
+    /// Parity to add, in percent of the data (`pack --parity`; FORMAT.md section 17).
+    pub parity: Option<f64>,
 }
 
 /// What the packer does about one file's Hugging Face etag (its blob name) while it hashes it.
@@ -154,7 +157,7 @@ struct VolumeWriter {
     dir: PathBuf,
     volume_size: u64,
     chunk_size: u64,
-    file: Option<File>,
+    file: Option<VolumeFile>,
     in_volume: u64,
     in_chunk: u64,
     chunk_hasher: ChunkHasher,
@@ -273,7 +276,7 @@ impl VolumeWriter {
             self.chunk_hasher.cut()?;
             self.chunks += 1;
         }
-        file.sync_all()?;
+        file.finish()?;
         self.since_flush = 0;
         let index = self.done.len();
         self.done.push((
@@ -319,9 +322,7 @@ impl Write for VolumeWriter {
         }
         if self.file.is_none() {
             let path = self.dir.join(temp_volume_name(self.done.len()));
-            let file = File::create_new(&path)?;
-            file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
-            self.file = Some(file);
+            self.file = Some(VolumeFile::create_new(&path, 0o644)?);
         }
         let room_volume = self.volume_size - self.in_volume;
         let room_chunk = self.chunk_size - self.in_chunk;
@@ -330,9 +331,9 @@ impl Write for VolumeWriter {
         let file = self.file.as_mut().expect("opened above");
         file.write_all(part)?;
         self.since_flush += n as u64;
-        if self.since_flush >= FLUSH_EVERY {
+        if self.since_flush >= FLUSH_EVERY && !file.is_direct() {
             let path = self.dir.join(temp_volume_name(self.done.len()));
-            self.flusher.flush(file, path);
+            self.flusher.flush(file.file(), path);
             self.since_flush = 0;
         }
         self.chunk_hasher.update(part)?;
@@ -629,6 +630,9 @@ pub fn manifest_size_estimate(opts: &PackOptions<'_>) -> u64 {
             }
         })
         .collect();
+    let parity = opts.parity.and_then(|p| {
+        super::parity_write::estimate(&volumes, opts.chunk_size, opts.volume_size, p)
+    });
     let m = Manifest {
         format: manifest::FORMAT_ID.into(),
         format_version: manifest::FORMAT_VERSION,
@@ -654,6 +658,7 @@ pub fn manifest_size_estimate(opts: &PackOptions<'_>) -> u64 {
             etags: vec![digest.clone(); files.len()],
             ..s
         }),
+        parity,
         directories,
         files,
     };
@@ -876,6 +881,17 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
     read_result?;
     let (volumes, stream_size) = write_result.map_err(|e| Error::io(dir, e))?;
     progress.finish();
+    let parity = match opts.parity {
+        Some(percent) => Some(super::parity_write::write_parity(
+            dir,
+            &volumes,
+            opts.chunk_size,
+            opts.volume_size,
+            percent,
+            progress,
+        )?),
+        None => None,
+    };
 
     let totals = Totals {
         files: files.len() as u64,
@@ -909,6 +925,7 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
         totals,
         warnings: opts.warnings.clone(),
         source: opts.source.clone().map(|s| HfSource { etags, ..s }),
+        parity,
     };
     // The packer holds itself to the same rules as the reader.
     manifest.validate().map_err(|why| {
@@ -969,6 +986,7 @@ mod tests {
             warnings: vec![],
             source: None,
             etags: vec![],
+            parity: None,
         }
     }
 

@@ -15,8 +15,13 @@ struct EnvVar {
 
 const ENVIRONMENT: &[EnvVar] = &[
     EnvVar {
+        name: "DOCKER_CONFIG",
+        commands: &["push", "unpack"],
+        text: "The directory of the docker config.json whose `auths` entries give registry credentials (default ~/.docker).",
+    },
+    EnvVar {
         name: "AIRLOCK_TRUST",
-        commands: &["verify", "unpack", "check"],
+        commands: &["verify", "unpack", "check", "repair", "push"],
         text: "A trusted public key file (.pub) or a directory of them, used when no --trust is given. One path, not split on colons. check uses it only for a directory that holds a receipt.",
     },
     EnvVar {
@@ -52,6 +57,10 @@ fn exit_status(command: Option<&str>) -> Vec<(&'static str, String)> {
             "the bundle failed verification, or the install would downgrade an installed version",
         ),
         Some("inspect") => Some("the manifest is malformed"),
+        Some("repair") => Some(
+            "the bundle failed verification, or some damage has no intact copy and is beyond its parity (nothing was changed; the message lists the volumes to copy again)",
+        ),
+        Some("push") => Some("the bundle failed verification (nothing was uploaded)"),
         Some("check") => Some(
             "the tree differs from its receipt, the receipt's signature fails, the model checks found errors, or the Hugging Face cache is damaged",
         ),
@@ -169,6 +178,26 @@ fn examples(command: Option<&str>) -> &'static [(&'static str, &'static str)] {
                 "airlock sign airlock --key release.key",
             ),
             ("On the target:", "minisign -Vm airlock -p release.pub"),
+        ],
+        Some("repair") => &[
+            (
+                "Rebuild damaged volumes from parity, in place:",
+                "airlock repair /var/tmp/llama --trust /etc/airlock/trust",
+            ),
+            (
+                "From read-only media, combining two damaged copies:",
+                "airlock repair /media/cdrom/llama --from /media/usb/llama -o /var/tmp/llama",
+            ),
+        ],
+        Some("push") => &[
+            (
+                "On the landing host, verify the bundle in full and publish it:",
+                "airlock push llama-v3 oci://registry.site:5000/models/llama:3 --trust /etc/airlock/trust",
+            ),
+            (
+                "On each node, install from the registry:",
+                "airlock unpack oci://registry.site:5000/models/llama:3 --trust /etc/airlock/trust --dest /srv/models/llama",
+            ),
         ],
         Some("completions") => &[(
             "bash:",

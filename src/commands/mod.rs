@@ -6,6 +6,8 @@ mod files;
 mod keygen;
 mod man;
 mod pack;
+mod push;
+mod repair;
 mod secret;
 mod sign;
 mod ui;
@@ -60,6 +62,8 @@ pub fn run(cli: Cli) -> u8 {
         Command::Verify(a) => a.progress.progress,
         Command::Unpack(a) => a.progress.progress,
         Command::Check(a) => a.progress.progress,
+        Command::Repair(a) => a.progress.progress,
+        Command::Push(a) => a.progress.progress,
         _ => None,
     }
     .or(cli.progress)
@@ -79,6 +83,11 @@ pub fn run(cli: Cli) -> u8 {
         Command::Inspect(a) => inspect(&a.bundle, a.sha256sums),
         Command::Check(a) => check::run(a, &ui),
         Command::Sign(a) => sign::run(a, &ui),
+        Command::Repair(a) => repair::run(a, &ui),
+        Command::Push(a) => {
+            exit_cleanly_on_signals();
+            push::run(a, &ui)
+        }
         Command::Completions { .. } | Command::Man { .. } if json => {
             // Their output is a script or a roff page; wrapping it in JSON would serve no one,
             // and printing it unwrapped would break the one-document promise of --json.
@@ -157,6 +166,8 @@ fn command_name(command: &Command) -> &'static str {
         Command::Inspect(_) => "inspect",
         Command::Check(_) => "check",
         Command::Sign(_) => "sign",
+        Command::Repair(_) => "repair",
+        Command::Push(_) => "push",
         Command::Completions { .. } => "completions",
         Command::Man { .. } => "man",
     }
@@ -254,9 +265,32 @@ fn exit_cleanly_on_signals() {
     });
 }
 
-/// Reads a password from the first line of a file.
+/// The most a password file is read: a password is one line; `/dev/zero` or a multi-gigabyte
+/// file given by mistake must not be read to the end.
+const PASSWORD_FILE_CAP: u64 = 64 << 10;
+
+/// Reads a password from the first line of a file. A FIFO (`--password-file <(pass show k)`)
+/// works; at most [`PASSWORD_FILE_CAP`] bytes are read.
 pub fn password_from_file(path: &Path) -> Result<zeroize::Zeroizing<Vec<u8>>> {
-    let text = zeroize::Zeroizing::new(std::fs::read(path).map_err(|e| Error::io(path, e))?);
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut text = zeroize::Zeroizing::new(Vec::new());
+    file.take(PASSWORD_FILE_CAP + 1)
+        .read_to_end(&mut text)
+        .map_err(|e| Error::io(path, e))?;
+    if text.len() as u64 > PASSWORD_FILE_CAP && !text[..PASSWORD_FILE_CAP as usize].contains(&b'\n')
+    {
+        return Err(Error::io(
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "not a password file: no line break in its first {} KiB",
+                    PASSWORD_FILE_CAP >> 10
+                ),
+            ),
+        ));
+    }
     let line = text.split(|&b| b == b'\n').next().unwrap_or(&[]);
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     Ok(zeroize::Zeroizing::new(line.to_vec()))
@@ -264,7 +298,9 @@ pub fn password_from_file(path: &Path) -> Result<zeroize::Zeroizing<Vec<u8>>> {
 
 /// The findings the packer recorded in the signed manifest (a bundle packed with
 /// `--no-model-checks`), as warnings: verify, unpack and inspect all show them.
-fn recorded_warnings(m: &airlock::manifest::Manifest) -> impl Iterator<Item = String> + '_ {
+pub(crate) fn recorded_warnings(
+    m: &airlock::manifest::Manifest,
+) -> impl Iterator<Item = String> + '_ {
     m.warnings.iter().map(|w| {
         format!(
             "recorded at pack time: {}: {} ({})",
@@ -297,6 +333,15 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
     }
     out.set("volumes_checked", verdict.volumes_checked);
     out.set("bad_volumes", &verdict.bad_volumes);
+    out.set("parity_volumes_checked", verdict.parity_checked);
+    out.set("bad_parity_volumes", &verdict.bad_parity);
+    // Whether the damage can be rebuilt from parity: null when there is nothing to rebuild.
+    let damaged = !verdict.is_ok();
+    out.set(
+        "repairable",
+        damaged.then(|| verdict.repair.as_ref().is_some_and(|r| r.repairable)),
+    );
+    out.set("parity_assessment", &verdict.repair);
     out.set(
         "stray_volumes",
         verdict.stray_volumes().map(|s| &s.name).collect::<Vec<_>>(),
@@ -323,12 +368,20 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
     if verdict.is_ok() {
         let findings = verdict.recorded_warnings.len();
         out.line(format!(
-            "OK   {} version {}: signature by {}, {} volume(s), {}{}{}",
+            "OK   {} version {}: signature by {}, {} volume(s), {}{}{}{}",
             m.name,
             m.version,
             opened.signer.key_id_hex(),
             m.volumes.len(),
             human(m.totals.volume_bytes),
+            match &m.parity {
+                Some(p) => format!(
+                    " + {} parity volume(s), {}",
+                    p.volumes.len(),
+                    human(p.volumes.iter().map(|v| v.size).sum())
+                ),
+                None => String::new(),
+            },
             if deep {
                 format!(", {} files checked", m.files.len())
             } else {
@@ -342,8 +395,11 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
         ));
         return Ok(out);
     }
-    for p in &verdict.bad_volumes {
+    for p in verdict.bad_volumes.iter().chain(&verdict.bad_parity) {
         out.line(format!("BAD  {}: {}", p.volume, p.problem));
+    }
+    if let Some(r) = &verdict.repair {
+        out.line(r.describe());
     }
     for s in verdict.stray_volumes() {
         out.line(format!("BAD  {}: {}", s.name, s.problem()));
@@ -356,7 +412,10 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
 }
 
 /// Verifies the bundle's signature for an unpack and starts its output.
-fn open_for_unpack(bundle: &Path, trust: &[PublicKey]) -> Result<(open::Opened, Output)> {
+pub(crate) fn open_for_unpack(
+    bundle: &Path,
+    trust: &[PublicKey],
+) -> Result<(open::Opened, Output)> {
     let mut out = Output::default();
     let opened = open::open(bundle, trust)?;
     out.warnings.extend(opened.warnings.iter().cloned());
@@ -369,7 +428,7 @@ fn open_for_unpack(bundle: &Path, trust: &[PublicKey]) -> Result<(open::Opened, 
 }
 
 /// What every install reports: stale staging it removed or left, and model-check findings.
-fn report_install(out: &mut Output, notes: &install::InstallNotes) {
+pub(crate) fn report_install(out: &mut Output, notes: &install::InstallNotes) {
     for p in &notes.unchecked {
         out.warnings.push(format!(
             "model check: {p}: not checked, its path is too long for the format checks (its bytes match the signed manifest)"
@@ -393,14 +452,24 @@ fn report_install(out: &mut Output, notes: &install::InstallNotes) {
             f.path, f.problem, f.fix
         ));
     }
+    if !notes.repaired_volumes.is_empty() {
+        out.warnings.push(format!(
+            "damaged volume(s) {} were rebuilt from parity as they were read; the installed files match the signed digests (run `airlock repair` to fix the bundle itself)",
+            notes.repaired_volumes.join(", ")
+        ));
+    }
 }
 
 fn unpack(bundle: &Path, opts: UnpackOptions, ui: &Ui) -> Result<Output> {
     let (opened, mut out) = open_for_unpack(bundle, &opts.trust)?;
     let m = &opened.manifest;
-    let installed = install::unpack(&opened, &opts, ui)?;
+    let installed = match install::unpack(&opened, &opts, ui) {
+        Ok(i) => i,
+        Err(e) => return Err(with_parity_assessment(&opened, e, ui)),
+    };
     report_install(&mut out, &installed.notes);
     out.set("findings", &installed.notes.findings);
+    out.set("repaired_volumes", &installed.notes.repaired_volumes);
     out.set("dest", &installed.dest);
     out.set("replaced", installed.replaced);
     out.set("previous_version", installed.previous_version);
@@ -417,6 +486,37 @@ fn unpack(bundle: &Path, opts: UnpackOptions, ui: &Ui) -> Result<Output> {
     Ok(out)
 }
 
+/// For a bundle with parity whose unpack failed on damaged volumes (beyond what parity can
+/// rebuild as it streams): the damage measured against the parity budget, appended to the
+/// message, and the volumes to copy again narrowed to those parity cannot rebuild.
+fn with_parity_assessment(opened: &open::Opened, e: Error, ui: &Ui) -> Error {
+    use airlock::bundle::volumes;
+    let Error::BadVolumes {
+        mut summary,
+        mut copy_again,
+        remove,
+    } = e
+    else {
+        return e;
+    };
+    if opened.manifest.parity.is_some() && remove.is_empty() {
+        let data = volumes::check_volumes(opened, ui);
+        let parity = volumes::check_parity_volumes(opened, ui);
+        if let Some(r) = volumes::assess(opened, &data, &parity) {
+            summary.push_str("; ");
+            summary.push_str(&r.describe());
+            if !r.repairable {
+                copy_again = r.copy_again;
+            }
+        }
+    }
+    Error::BadVolumes {
+        summary,
+        copy_again,
+        remove,
+    }
+}
+
 fn unpack_command(a: UnpackArgs, ui: &Ui) -> Result<Output> {
     only_with(
         "--hf-cache",
@@ -428,6 +528,9 @@ fn unpack_command(a: UnpackArgs, ui: &Ui) -> Result<Output> {
         ],
     )?;
     let trust = load_trust(&a.trust)?;
+    if airlock::install_oci::is_reference(&a.bundle) {
+        return push::unpack_oci(a, trust, ui);
+    }
     match a.hf_cache {
         Some(cache) => unpack_hf(
             &a.bundle,
@@ -589,6 +692,26 @@ fn inspect(bundle: &Path, sha256sums: bool) -> Result<Output> {
             str::to_string,
         );
         out.line(format!("  {}  {:>14}  {digest}", v.name, v.size));
+    }
+    if let Some(p) = &m.parity {
+        out.set("parity", p);
+        out.line(format!(
+            "parity:      {} volume(s) ({}), {} of {} units per stripe, {} stripes ({})",
+            p.volumes.len(),
+            human(p.volumes.iter().map(|v| v.size).sum()),
+            p.recovery_units,
+            p.data_units + p.recovery_units,
+            p.stripes,
+            p.algorithm
+        ));
+        for v in &p.volumes {
+            out.line(format!(
+                "  {}  {:>14}  {} chunk digest(s)",
+                v.name,
+                v.size,
+                v.chunks.len()
+            ));
+        }
     }
     out.line("files:".to_string());
     for f in &m.files {

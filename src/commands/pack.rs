@@ -68,6 +68,18 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
             "--volume-size must be at least {MIN_VOLUME_SIZE} bytes (for a FAT32 medium, use fat32)"
         )));
     }
+    let parity = a
+        .parity
+        .as_deref()
+        .map(airlock::bundle::parity_write::parse_percent)
+        .transpose()
+        .map_err(|e| Error::Usage(format!("--parity {e}")))?;
+    let chunk_size = a.chunk_size.unwrap_or(manifest::DEFAULT_CHUNK_SIZE);
+    if !(4096..=(1 << 30)).contains(&chunk_size) || !chunk_size.is_power_of_two() {
+        return Err(Error::Usage(format!(
+            "--chunk-size {chunk_size} is not a power of two from 4096 to 1073741824"
+        )));
+    }
     super::only_with(
         "--hf-repo",
         a.hf_repo.is_some(),
@@ -169,7 +181,7 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
             version: a.bundle_version,
             compress,
             volume_size,
-            chunk_size: manifest::DEFAULT_CHUNK_SIZE,
+            chunk_size,
             created_unix: created,
             warnings,
             source: hf.as_ref().map(|hf| HfSource {
@@ -192,6 +204,7 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
                         .collect()
                 })
                 .unwrap_or_default(),
+            parity,
         },
         ui,
     )?;
@@ -241,6 +254,37 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
         human(m.totals.volume_bytes),
         key.public_key().key_id_hex()
     ));
+    if let Some(p) = &m.parity {
+        let bytes: u64 = p.volumes.iter().map(|v| v.size).sum();
+        out.set(
+            "parity",
+            serde_json::json!({
+                "data_units": p.data_units,
+                "recovery_units": p.recovery_units,
+                "stripes": p.stripes,
+                "volumes": p.volumes.len(),
+                "bytes": bytes,
+            }),
+        );
+        let got = bytes as f64 * 100.0 / m.totals.volume_bytes as f64;
+        if let Some(asked) = parity
+            && (got - asked).abs() > 1.0
+        {
+            out.warnings.push(format!(
+                "parity is {got:.1}% of the data, not the {asked}% asked: parity comes in whole chunks of {} and the bundle has only {} (a small bundle)",
+                human(m.chunk_size),
+                m.data_units()
+            ));
+        }
+        out.line(format!(
+            "OK   parity: {} volume(s) ({}, {:.1}% of the data), {} of every {} chunks rebuildable per stripe",
+            p.volumes.len(),
+            human(bytes),
+            bytes as f64 * 100.0 / m.totals.volume_bytes as f64,
+            p.recovery_units,
+            p.data_units + p.recovery_units
+        ));
+    }
     Ok(out)
 }
 

@@ -193,6 +193,57 @@ fn airlock_signatures_and_keys_work_in_minisign() {
 }
 
 #[test]
+fn password_file_is_read_bounded_and_a_fifo_works() {
+    let env = Env::new();
+    env.model("m");
+    env.write("pw", b"correct horse\n");
+    env.ok(&["keygen", "--out", "enc", "--password-file", "pw"]);
+    // /dev/zero given by mistake: refused after 64 KiB, naming the file, nothing written.
+    let text = env.fails(
+        1,
+        &[
+            "pack",
+            "m",
+            "-o",
+            "b",
+            "--key",
+            "enc.key",
+            "--password-file",
+            "/dev/zero",
+        ],
+    );
+    assert!(
+        text.contains("/dev/zero") && text.contains("not a password file"),
+        "{text}"
+    );
+    assert!(!env.path("b").exists());
+    // A FIFO (as `--password-file <(pass show key)` gives) is read like a file.
+    let fifo = env.path("pw.fifo");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::write(fifo, b"correct horse\n").unwrap())
+    };
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "enc.key",
+        "--password-file",
+        fifo.to_str().unwrap(),
+    ]);
+    writer.join().unwrap();
+}
+
+#[test]
 fn encrypted_airlock_key_signs_with_password_file() {
     let env = Env::new();
     env.model("m");

@@ -6,6 +6,8 @@ mod hfcache;
 mod hostile;
 mod interop;
 mod model_checks;
+mod oci;
+mod parity;
 mod roundtrip;
 mod support;
 mod tamper;

@@ -59,6 +59,7 @@ fn help_of_every_command() {
         "unpack",
         "inspect",
         "check",
+        "push",
         "completions",
         "man",
     ] {

@@ -1,0 +1,204 @@
+//! The parity pass of `pack --parity` (FORMAT.md section 17): once the data volumes are written
+//! and before the manifest is signed, read them back stripe by stripe, in slices, and write the
+//! Reed-Solomon recovery units as `parity.NNN` volumes beside them, with a digest per unit.
+//!
+//! Memory is `(D + R) * slice` per stripe in flight (one per core), whatever the bundle size.
+//! Every data unit read back is hashed as it is encoded and checked against the chunk digest
+//! just computed for it, so the parity is over exactly the signed bytes (a disk that returns
+//! other bytes than were written fails the pack instead of making useless parity).
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use rayon::prelude::*;
+use sha2::{Digest, Sha256};
+
+use super::volumes::UnitLayout;
+use crate::error::{Error, Result};
+use crate::manifest::{self, PARITY_ALGORITHM, Parity, Volume};
+use crate::parity::{self, Geometry};
+use crate::progress::Progress;
+
+/// How many recovery units go into each parity volume: as many whole units as fit in the
+/// volume size (at least one), so parity volumes are no larger than data volumes.
+pub fn units_per_parity_volume(volume_size: u64, chunk_size: u64) -> u64 {
+    (volume_size / chunk_size).max(1)
+}
+
+/// Parses `--parity`: a percentage such as `10%` or `12.5%` (the `%` may be left out), more
+/// than 0 and at most 100.
+pub fn parse_percent(s: &str) -> std::result::Result<f64, String> {
+    let t = s.trim();
+    let t = t.strip_suffix('%').unwrap_or(t);
+    match t.parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 100.0 && p.is_finite() => Ok(p),
+        _ => Err(format!(
+            "{s:?} is not a percentage between 0 and 100 (e.g. 10%)"
+        )),
+    }
+}
+
+/// The geometry and parity volume names and sizes for `data` at `percent` (digests empty).
+pub fn plan(
+    data: &[Volume],
+    chunk_size: u64,
+    volume_size: u64,
+    percent: f64,
+) -> std::result::Result<(Geometry, Vec<Volume>), String> {
+    let units: u64 = data.iter().map(|v| v.chunks.len() as u64).sum();
+    let g = Geometry::choose(units, chunk_size, percent).map_err(|e| e.to_string())?;
+    let total = g.recovery_units();
+    let per = units_per_parity_volume(volume_size, chunk_size);
+    let count = total.div_ceil(per) as usize;
+    let volumes = (0..count)
+        .map(|j| {
+            let n = per.min(total - j as u64 * per);
+            Volume {
+                name: manifest::parity_volume_name(j, count),
+                size: n * chunk_size,
+                sha256: None,
+                chunks: Vec::new(),
+            }
+        })
+        .collect();
+    Ok((g, volumes))
+}
+
+/// An upper bound of the `parity` object for the manifest size estimate: the same shape with
+/// placeholder digests.
+pub fn estimate(
+    data: &[Volume],
+    chunk_size: u64,
+    volume_size: u64,
+    percent: f64,
+) -> Option<Parity> {
+    let (g, mut volumes) = plan(data, chunk_size, volume_size, percent).ok()?;
+    for v in &mut volumes {
+        v.chunks = vec!["0".repeat(64); (v.size / chunk_size) as usize];
+    }
+    Some(Parity {
+        algorithm: PARITY_ALGORITHM.into(),
+        data_units: g.data,
+        recovery_units: g.recovery,
+        stripes: g.stripes(),
+        volumes,
+    })
+}
+
+/// Writes the parity volumes for the data volumes `data` (already in `dir`, with their chunk
+/// digests) and returns the manifest's `parity` object.
+pub fn write_parity(
+    dir: &Path,
+    data: &[Volume],
+    chunk_size: u64,
+    volume_size: u64,
+    percent: f64,
+    progress: &dyn Progress,
+) -> Result<Parity> {
+    let (g, mut volumes) = plan(data, chunk_size, volume_size, percent)
+        .map_err(|why| Error::Usage(format!("--parity {percent}%: {why}")))?;
+    let layout = UnitLayout::new(chunk_size, data, &volumes);
+    let inputs: Vec<File> = data
+        .iter()
+        .map(|v| File::open(dir.join(&v.name)).map_err(|e| Error::io(dir.join(&v.name), e)))
+        .collect::<Result<_>>()?;
+    let outputs: Vec<File> = volumes
+        .iter()
+        .map(|v| {
+            let path = dir.join(&v.name);
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .map_err(|e| Error::io(&path, e))?;
+            f.set_len(v.size).map_err(|e| Error::io(&path, e))?;
+            Ok(f)
+        })
+        .collect::<Result<_>>()?;
+    progress.start("parity", g.units * chunk_size);
+    let digests: Vec<(u64, Vec<String>)> = (0..g.stripes())
+        .into_par_iter()
+        .map(|k| -> Result<(u64, Vec<String>)> {
+            let mut data_hash: Vec<Sha256> = vec![Sha256::new(); g.data as usize];
+            let mut rec_hash: Vec<Sha256> = vec![Sha256::new(); g.recovery as usize];
+            let r = parity::encode_stripe(
+                &g,
+                k,
+                &mut |unit, offset, buf| {
+                    let (i, start, len) = layout.data_unit(unit);
+                    read_padded(&inputs[i], start, len, offset, buf)
+                        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", data[i].name)))?;
+                    let (_, d) = g.locate(unit);
+                    // Only the unit's real bytes count for its chunk digest.
+                    let real = len.saturating_sub(offset).min(buf.len() as u64) as usize;
+                    data_hash[d as usize].update(&buf[..real]);
+                    progress.advance(real as u64);
+                    Ok(())
+                },
+                &mut |r, offset, bytes| {
+                    let (j, start) = layout.recovery_unit(g.recovery_index(k, r));
+                    rec_hash[r as usize].update(bytes);
+                    outputs[j].write_all_at(bytes, start + offset)
+                },
+            );
+            r.map_err(|e| Error::io(dir, io::Error::other(e.to_string())))?;
+            for (d, h) in data_hash.into_iter().enumerate() {
+                if let Some(unit) = g.data_unit(k, d as u32) {
+                    let (i, start, _) = layout.data_unit(unit);
+                    let c = (start / chunk_size) as usize;
+                    if hex::encode(h.finalize()) != data[i].chunks[c] {
+                        return Err(Error::io(
+                            dir.join(&data[i].name),
+                            io::Error::other(format!(
+                                "chunk {c} read back for parity differs from what was written"
+                            )),
+                        ));
+                    }
+                }
+            }
+            Ok((
+                k,
+                rec_hash
+                    .into_iter()
+                    .map(|h| hex::encode(h.finalize()))
+                    .collect(),
+            ))
+        })
+        .collect::<Result<_>>()?;
+    let mut all = vec![String::new(); g.recovery_units() as usize];
+    for (k, ds) in digests {
+        for (r, d) in ds.into_iter().enumerate() {
+            all[g.recovery_index(k, r as u32) as usize] = d;
+        }
+    }
+    let mut all = all.into_iter();
+    for (v, f) in volumes.iter_mut().zip(&outputs) {
+        v.chunks = all.by_ref().take((v.size / chunk_size) as usize).collect();
+        f.sync_all().map_err(|e| Error::io(dir.join(&v.name), e))?;
+    }
+    progress.finish();
+    Ok(Parity {
+        algorithm: PARITY_ALGORITHM.into(),
+        data_units: g.data,
+        recovery_units: g.recovery,
+        stripes: g.stripes(),
+        volumes,
+    })
+}
+
+/// Fills `buf` with the bytes of a unit of `len` real bytes at `start` of `f`, from `offset`
+/// into the unit; zeros past its real end.
+pub(crate) fn read_padded(
+    f: &File,
+    start: u64,
+    len: u64,
+    offset: u64,
+    buf: &mut [u8],
+) -> io::Result<()> {
+    let real = len.saturating_sub(offset).min(buf.len() as u64) as usize;
+    f.read_exact_at(&mut buf[..real], start + offset)?;
+    buf[real..].fill(0);
+    Ok(())
+}

@@ -1,0 +1,56 @@
+//! `airlock repair`: the library's repair, rendered.
+
+use airlock::bundle::open;
+use airlock::error::Result;
+use airlock::repair::{self, RepairOptions};
+
+use super::{Output, load_trust, recorded_warnings};
+use crate::cli::RepairArgs;
+use crate::commands::ui::Ui;
+
+/// Repairs the bundle in place, or into `-o OUT`.
+pub fn run(a: RepairArgs, ui: &Ui) -> Result<Output> {
+    let trust = load_trust(&a.trust)?;
+    let mut out = Output::default();
+    let opened = open::open(&a.bundle, &trust)?;
+    out.warnings.extend(opened.warnings.iter().cloned());
+    out.warnings.extend(recorded_warnings(&opened.manifest));
+    let opts = RepairOptions {
+        out: a.output.clone(),
+        from: a.from.clone(),
+    };
+    let done = repair::repair(&opened, &opts, &trust, ui)?;
+    for (copy, why) in &done.copies_skipped {
+        out.warnings
+            .push(format!("{}: {why}; not used", copy.display()));
+    }
+    out.set("bundle", &done.bundle);
+    out.set("repaired_volumes", &done.volumes);
+    out.set("chunks_from_copies", done.chunks_from_copies);
+    out.set("chunks_from_parity", done.chunks_from_parity);
+    out.set(
+        "copies_skipped",
+        done.copies_skipped
+            .iter()
+            .map(|(p, _)| p)
+            .collect::<Vec<_>>(),
+    );
+    if done.volumes.is_empty() {
+        out.line(match &a.output {
+            Some(o) => format!(
+                "OK   nothing to repair: every volume is intact; copied the bundle to {}",
+                o.display()
+            ),
+            None => "OK   nothing to repair: every volume is intact".to_string(),
+        });
+    } else {
+        out.line(format!(
+            "OK   repaired {} in {} ({} chunk(s) from other copies, {} rebuilt from parity); every repaired chunk matches its signed digest",
+            done.volumes.join(", "),
+            done.bundle.display(),
+            done.chunks_from_copies,
+            done.chunks_from_parity
+        ));
+    }
+    Ok(out)
+}

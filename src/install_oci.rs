@@ -1,0 +1,332 @@
+//! Installing from an OCI registry (`airlock unpack oci://...`): the artifact `airlock push`
+//! published, verified as a bundle is, installed with every rule of [`crate::install`].
+//!
+//! The registry is not trusted. First the airlock manifest and its signature are fetched
+//! (bounded) from their layers and verified against the trust set with the very code that
+//! verifies a bundle ([`crate::bundle::open::verify_signed_bytes`]); nothing else is read
+//! before that. Then each file is fetched by the digest the *signed* manifest gives (never by
+//! what the registry's own manifest lists) and streamed into the private staging tree through
+//! [`install::unpack_with`], its size and SHA-256 checked here as the bytes pass: a byte too
+//! many, too few or different fails the install (exit 3) and nothing is installed. A transfer
+//! that breaks is resumed from the byte it reached (`Range`), a few times; a registry that
+//! stays down fails the install (exit 1), nothing installed.
+//!
+//! Large files are fetched one after the other, in bundle order, each streamed straight into its
+//! staged file (no second copy on disk); small files are fetched ahead, a few at once, into a
+//! bounded amount of memory (see `fill`), so a model of many small files is not one round trip
+//! per file.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use crate::bundle::open::{MAX_SIGNATURE_BYTES, Opened, Signed, verify_signed_bytes};
+use crate::bundle::stream::EntrySink;
+use crate::error::{Error, Result};
+use crate::install::{self, Installed, UnpackOptions};
+use crate::keys::PublicKey;
+use crate::manifest::{self, Expected, FileEntry, Manifest};
+use crate::oci::Registry;
+use crate::oci::modelpack::{self, Layer};
+use crate::progress::Progress;
+
+/// Tries to fetch one file (the first and each resume).
+const TRIES: u32 = 4;
+
+fn artifact(registry: &Registry, reason: impl Into<String>) -> Error {
+    Error::Artifact {
+        reference: registry.reference.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// Fetches a small layer whole and checks it against its descriptor's digest and size.
+fn fetch_small(registry: &Registry, layer: &Layer, cap: u64, what: &str) -> Result<Vec<u8>> {
+    if layer.size > cap {
+        return Err(artifact(
+            registry,
+            format!(
+                "its {what} layer declares {} bytes, more than the {cap}-byte limit",
+                layer.size
+            ),
+        ));
+    }
+    let bytes = registry.blob_bytes(&layer.digest, cap)?.ok_or_else(|| {
+        artifact(
+            registry,
+            format!("its {what} blob {} is missing", layer.digest),
+        )
+    })?;
+    if modelpack::digest_of(&bytes) != layer.digest || bytes.len() as u64 != layer.size {
+        return Err(artifact(
+            registry,
+            format!(
+                "its {what} blob does not match its descriptor {}",
+                layer.digest
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Fetches the artifact's airlock manifest and signature and verifies them against `trust`.
+/// Nothing else is read from the registry before this succeeds.
+pub fn open(registry: &Registry, trust: &[PublicKey]) -> Result<Opened> {
+    let reference = registry.reference.to_string();
+    let (image, _media_type) = registry.get_manifest()?.ok_or_else(|| Error::Registry {
+        registry: registry.reference.registry.clone(),
+        reason: format!(
+            "{reference}: no such tag (or repository) in the registry; check the reference"
+        ),
+    })?;
+    let (mlayer, slayer) =
+        modelpack::airlock_layers(&image).map_err(|why| artifact(registry, why))?;
+    let bytes = fetch_small(
+        registry,
+        &mlayer,
+        manifest::MAX_MANIFEST_BYTES,
+        "airlock manifest",
+    )?;
+    let sig = fetch_small(registry, &slayer, MAX_SIGNATURE_BYTES, "airlock signature")?;
+    let mpath = PathBuf::from(format!("{reference}#{}", modelpack::manifest_layer_path()));
+    let spath = PathBuf::from(format!("{reference}#{}", modelpack::signature_layer_path()));
+    let text = String::from_utf8(sig).map_err(|_| Error::BadSignature {
+        path: spath.clone(),
+        reason: "is not UTF-8 text".into(),
+    })?;
+    let Signed {
+        manifest,
+        bytes: manifest_bytes,
+        signature_text,
+        signer,
+        warnings,
+    } = verify_signed_bytes(bytes, text, &mpath, &spath, trust)?;
+    let manifest_sha256 = hex::encode(Sha256::digest(&manifest_bytes));
+    Ok(Opened {
+        dir: PathBuf::from(reference),
+        manifest,
+        manifest_bytes,
+        manifest_sha256,
+        signature_text,
+        signer,
+        warnings,
+    })
+}
+
+/// Streams one file's blob into `sink`, checking its size and SHA-256 against the signed
+/// entry; resumes a broken transfer where it stopped.
+fn fetch_file(
+    registry: &Registry,
+    f: &FileEntry,
+    out: &mut dyn FnMut(&[u8]) -> Result<()>,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let digest = format!("sha256:{}", f.sha256);
+    let mut hasher = Sha256::new();
+    let mut got = 0u64;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let (mut reader, mut skip) = registry.open_blob(&digest, got)?;
+        let broke = loop {
+            let n = match reader.read(&mut buf) {
+                Ok(0) => break None,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => break Some(e),
+            };
+            let mut chunk = &buf[..n];
+            if skip > 0 {
+                let s = skip.min(n as u64) as usize;
+                chunk = &chunk[s..];
+                skip -= s as u64;
+            }
+            if got + chunk.len() as u64 > f.size {
+                return Err(artifact(
+                    registry,
+                    format!(
+                        "{}: blob {digest} holds more than the {} bytes the signed manifest gives",
+                        f.path, f.size
+                    ),
+                ));
+            }
+            hasher.update(chunk);
+            out(chunk)?;
+            got += chunk.len() as u64;
+            progress.advance(chunk.len() as u64);
+        };
+        match broke {
+            None => break,
+            Some(e) if attempt < TRIES => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(250 << attempt));
+            }
+            Some(e) => {
+                return Err(Error::Registry {
+                    registry: registry.reference.registry.clone(),
+                    reason: format!(
+                        "reading blob {digest} ({}) broke at byte {got} of {}, {TRIES} times: {e}",
+                        f.path, f.size
+                    ),
+                });
+            }
+        }
+    }
+    if got != f.size {
+        return Err(artifact(
+            registry,
+            format!(
+                "{}: blob {digest} holds {got} bytes, the signed manifest gives {}",
+                f.path, f.size
+            ),
+        ));
+    }
+    let actual = hex::encode(hasher.finalize());
+    if actual != f.sha256 {
+        return Err(artifact(
+            registry,
+            format!(
+                "{}: the registry's blob {digest} does not match the signed manifest: its content hashes to sha256:{actual}",
+                f.path
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Files at most this large are fetched ahead, several at once, into memory.
+const PREFETCH_MAX_FILE: u64 = 8 << 20;
+/// Bytes of fetched-ahead files held at once (memory stays bounded whatever the model).
+const PREFETCH_BUDGET: u64 = 64 << 20;
+/// Small files in flight at once, besides the large file streaming.
+const PREFETCH_WORKERS: usize = 4;
+
+/// The queue the prefetch workers take small files from, in bundle order, each taking its
+/// bytes out of the budget first. Taking in order is what makes it deadlock-free: the file the
+/// installer waits for is always taken before any later one, so it never waits for budget held
+/// by files behind it.
+struct Queue {
+    next: usize,
+    used: u64,
+    cancelled: bool,
+}
+
+/// Feeds the whole tree, in bundle order, from the registry into `sink`. Large files stream
+/// straight into their staged file; small ones (config, tokenizer, shards of a few MiB) are
+/// fetched ahead by a few workers into a bounded amount of memory, each checked against its
+/// signed size and SHA-256 before the installer writes it.
+fn fill(
+    m: &Manifest,
+    registry: &Registry,
+    sink: &mut dyn EntrySink,
+    progress: &dyn Progress,
+) -> Result<()> {
+    progress.start("download", m.totals.file_bytes);
+    let small: Vec<&FileEntry> = m
+        .files
+        .iter()
+        .filter(|f| f.size <= PREFETCH_MAX_FILE)
+        .collect();
+    let (txs, rxs): (Vec<_>, Vec<_>) = small
+        .iter()
+        .map(|_| crossbeam_channel::bounded::<Result<Vec<u8>>>(1))
+        .unzip();
+    let queue = Mutex::new(Queue {
+        next: 0,
+        used: 0,
+        cancelled: false,
+    });
+    let ready = Condvar::new();
+    let result = std::thread::scope(|scope| {
+        for _ in 0..PREFETCH_WORKERS.min(small.len()) {
+            scope.spawn(|| {
+                loop {
+                    let (i, f) = {
+                        let mut q = queue.lock().expect("not poisoned");
+                        loop {
+                            if q.cancelled || q.next >= small.len() {
+                                return;
+                            }
+                            let f = small[q.next];
+                            if q.used == 0 || q.used + f.size <= PREFETCH_BUDGET {
+                                q.used += f.size;
+                                q.next += 1;
+                                break (q.next - 1, f);
+                            }
+                            q = ready.wait(q).expect("not poisoned");
+                        }
+                    };
+                    let mut bytes = Vec::with_capacity(f.size as usize);
+                    let fetched = fetch_file(
+                        registry,
+                        f,
+                        &mut |b| {
+                            bytes.extend_from_slice(b);
+                            Ok(())
+                        },
+                        progress,
+                    )
+                    .map(|()| bytes);
+                    let _ = txs[i].send(fetched);
+                }
+            });
+        }
+        let mut next_small = 0;
+        let installed = (|| {
+            for entry in m.expected_entries() {
+                match entry {
+                    Expected::Dir(p) => sink.dir(p)?,
+                    Expected::File(f) if f.size <= PREFETCH_MAX_FILE => {
+                        progress.item(&f.path);
+                        let bytes = rxs[next_small]
+                            .recv()
+                            .expect("a worker answers every file it takes")?;
+                        next_small += 1;
+                        sink.begin_file(f)?;
+                        for chunk in bytes.chunks(1 << 20) {
+                            sink.data(chunk)?;
+                        }
+                        sink.end_file(f)?;
+                        drop(bytes);
+                        queue.lock().expect("not poisoned").used -= f.size;
+                        ready.notify_all();
+                    }
+                    Expected::File(f) => {
+                        progress.item(&f.path);
+                        sink.begin_file(f)?;
+                        fetch_file(registry, f, &mut |b| sink.data(b), progress)?;
+                        sink.end_file(f)?;
+                    }
+                }
+            }
+            Ok(())
+        })();
+        // Whatever happened, the workers stop taking files.
+        queue.lock().expect("not poisoned").cancelled = true;
+        ready.notify_all();
+        installed
+    });
+    progress.finish();
+    result
+}
+
+/// Installs the verified artifact `opened` (from [`open`]) into `opts.dest`.
+pub fn unpack(
+    opened: &Opened,
+    registry: &Registry,
+    opts: &UnpackOptions,
+    progress: &dyn Progress,
+) -> Result<Installed> {
+    install::unpack_with(opened, opts, &mut |sink| {
+        fill(&opened.manifest, registry, sink, progress)
+    })
+}
+
+/// Whether `path` (an unpack argument) is a registry reference.
+pub fn is_reference(path: &Path) -> bool {
+    path.to_str().is_some_and(crate::oci::reference::is_oci)
+}

@@ -1,0 +1,346 @@
+//! The CNCF ModelPack artifact airlock publishes: media types, the config and the image
+//! manifest, built from a signed airlock manifest (model-spec, `specs-go/v1/mediatype.go`,
+//! `docs/config.md`, `docs/annotations.md`).
+//!
+//! Every model file is one raw (untarred, uncompressed) layer: its digest is the file's
+//! SHA-256 from the signed manifest and its `org.cncf.model.filepath` annotation its path,
+//! so the artifact's content is exactly the signed list, byte for byte, and an unchanged file
+//! is the same blob in every version. The signed `manifest.json` and its signature are two
+//! more layers of airlock's own media types, at the paths of an install's receipt
+//! (`.airlock/`), so a ModelPack tool that extracts the artifact leaves a tree
+//! `airlock check --trust` can verify.
+
+use serde_json::{Value, json};
+
+use crate::manifest::{FileEntry, Manifest};
+use crate::paths::RECEIPT_DIR;
+
+/// The manifest's `artifactType`.
+pub const ARTIFACT_TYPE: &str = "application/vnd.cncf.model.manifest.v1+json";
+/// The config's media type.
+pub const CONFIG: &str = "application/vnd.cncf.model.config.v1+json";
+/// Raw weights.
+pub const WEIGHT_RAW: &str = "application/vnd.cncf.model.weight.v1.raw";
+/// Raw weight configuration (config.json, tokenizer files).
+pub const WEIGHT_CONFIG_RAW: &str = "application/vnd.cncf.model.weight.config.v1.raw";
+/// Raw documentation (README, LICENSE).
+pub const DOC_RAW: &str = "application/vnd.cncf.model.doc.v1.raw";
+/// Raw code (scripts, modelling code).
+pub const CODE_RAW: &str = "application/vnd.cncf.model.code.v1.raw";
+/// airlock's signed manifest.
+pub const AIRLOCK_MANIFEST: &str = "application/vnd.airlock.manifest.v1+json";
+/// Its minisign signature.
+pub const AIRLOCK_SIGNATURE: &str = "application/vnd.airlock.signature.v1";
+/// The layer annotation naming a file's path.
+pub const FILEPATH: &str = "org.cncf.model.filepath";
+/// The OCI title annotation (what ORAS names a file by).
+pub const TITLE: &str = "org.opencontainers.image.title";
+
+/// The receipt path of the signed manifest layer.
+pub fn manifest_layer_path() -> String {
+    format!("{RECEIPT_DIR}/manifest.json")
+}
+
+/// The receipt path of the signature layer.
+pub fn signature_layer_path() -> String {
+    format!("{RECEIPT_DIR}/manifest.json.minisig")
+}
+
+fn ext(path: &str) -> String {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.rsplit_once('.')
+        .map(|(_, e)| e.to_ascii_lowercase())
+        .unwrap_or_default()
+}
+
+/// The model-spec media type for a file, by its name.
+pub fn media_type(path: &str) -> &'static str {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let upper = name.to_ascii_uppercase();
+    match ext(path).as_str() {
+        "safetensors" | "gguf" | "bin" | "pt" | "pth" | "ckpt" | "onnx" | "h5" | "msgpack"
+        | "npz" | "tflite" | "pb" | "ot" | "mlmodel" | "pkl" | "engine" | "plan" => WEIGHT_RAW,
+        "py" | "sh" | "ipynb" | "js" | "ts" | "c" | "cc" | "cpp" | "cu" | "h" | "rs" | "go"
+        | "java" => CODE_RAW,
+        "md" | "pdf" | "rst" | "html" => DOC_RAW,
+        _ if [
+            "README",
+            "LICENSE",
+            "LICENCE",
+            "NOTICE",
+            "COPYING",
+            "USE_POLICY",
+        ]
+        .iter()
+        .any(|p| upper.starts_with(p)) =>
+        {
+            DOC_RAW
+        }
+        _ => WEIGHT_CONFIG_RAW,
+    }
+}
+
+/// The model format, from the weight files' names.
+pub fn format_of(m: &Manifest) -> Option<&'static str> {
+    let mut found = None;
+    for f in &m.files {
+        let fmt = match ext(&f.path).as_str() {
+            "safetensors" => "safetensors",
+            "gguf" => "gguf",
+            "onnx" => "onnx",
+            "bin" | "pt" | "pth" | "ckpt" => "pytorch",
+            _ => continue,
+        };
+        // safetensors wins over a leftover pytorch_model.bin beside it.
+        if found.is_none() || fmt == "safetensors" {
+            found = Some(fmt);
+        }
+    }
+    found
+}
+
+/// Precision and quantization as a Hugging Face `config.json` states them.
+pub fn precision_of(config_json: &[u8]) -> (Option<String>, Option<String>) {
+    let Ok(v) = serde_json::from_slice::<Value>(config_json) else {
+        return (None, None);
+    };
+    let dtype = v
+        .get("torch_dtype")
+        .or_else(|| v.get("dtype"))
+        .and_then(|d| d.as_str())
+        .map(|d| match d {
+            "bfloat16" => "bf16".to_string(),
+            "float16" => "fp16".to_string(),
+            "float32" => "fp32".to_string(),
+            other => other.to_string(),
+        });
+    let quant = v
+        .get("quantization_config")
+        .and_then(|q| q.get("quant_method"))
+        .and_then(|q| q.as_str())
+        .map(str::to_string);
+    (dtype, quant)
+}
+
+/// One layer of the artifact.
+#[derive(Clone, Debug)]
+pub struct Layer {
+    /// The media type.
+    pub media_type: &'static str,
+    /// `sha256:HEX`.
+    pub digest: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// The path the layer's content has in the model (or the receipt).
+    pub path: String,
+}
+
+impl Layer {
+    /// The layer of a model file.
+    pub fn of_file(f: &FileEntry) -> Layer {
+        Layer {
+            media_type: media_type(&f.path),
+            digest: format!("sha256:{}", f.sha256),
+            size: f.size,
+            path: f.path.clone(),
+        }
+    }
+
+    fn descriptor(&self) -> Value {
+        json!({
+            "mediaType": self.media_type,
+            "digest": self.digest,
+            "size": self.size,
+            "annotations": { FILEPATH: self.path, TITLE: self.path },
+        })
+    }
+}
+
+/// `sha256:HEX` of bytes.
+pub fn digest_of(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// The layers of a signed manifest: every file in manifest order, then the airlock manifest
+/// and signature.
+pub fn layers(m: &Manifest, manifest_bytes: &[u8], signature_text: &str) -> Vec<Layer> {
+    let mut out: Vec<Layer> = m.files.iter().map(Layer::of_file).collect();
+    out.push(Layer {
+        media_type: AIRLOCK_MANIFEST,
+        digest: digest_of(manifest_bytes),
+        size: manifest_bytes.len() as u64,
+        path: manifest_layer_path(),
+    });
+    out.push(Layer {
+        media_type: AIRLOCK_SIGNATURE,
+        digest: digest_of(signature_text.as_bytes()),
+        size: signature_text.len() as u64,
+        path: signature_layer_path(),
+    });
+    out
+}
+
+/// The ModelPack config document.
+pub fn config(
+    m: &Manifest,
+    layers: &[Layer],
+    precision: (Option<String>, Option<String>),
+) -> Vec<u8> {
+    let mut cfg = serde_json::Map::new();
+    if let Some(f) = format_of(m) {
+        cfg.insert("format".into(), json!(f));
+    }
+    if let Some(p) = precision.0 {
+        cfg.insert("precision".into(), json!(p));
+    }
+    if let Some(q) = precision.1 {
+        cfg.insert("quantization".into(), json!(q));
+    }
+    let doc = json!({
+        "descriptor": {
+            "name": m.name,
+            "version": m.version.to_string(),
+            "createdAt": m.created,
+        },
+        "config": cfg,
+        "modelfs": {
+            "type": "layers",
+            "diffIds": layers.iter().map(|l| l.digest.clone()).collect::<Vec<_>>(),
+        },
+    });
+    serde_json::to_vec(&doc).expect("json")
+}
+
+/// The OCI image manifest of the artifact.
+pub fn image_manifest(
+    m: &Manifest,
+    config: &[u8],
+    layers: &[Layer],
+    manifest_sha256: &str,
+) -> Vec<u8> {
+    let doc = json!({
+        "schemaVersion": 2,
+        "mediaType": super::client::OCI_MANIFEST,
+        "artifactType": ARTIFACT_TYPE,
+        "config": {
+            "mediaType": CONFIG,
+            "digest": digest_of(config),
+            "size": config.len(),
+        },
+        "layers": layers.iter().map(Layer::descriptor).collect::<Vec<_>>(),
+        "annotations": {
+            "org.cncf.model.name": m.name,
+            "org.cncf.model.version": m.version.to_string(),
+            "org.cncf.model.created": m.created,
+            "org.opencontainers.image.created": m.created,
+            "dev.airlock.manifest.sha256": manifest_sha256,
+        },
+    });
+    serde_json::to_vec(&doc).expect("json")
+}
+
+/// Finds the digests of the airlock manifest and signature layers in an image manifest.
+/// `Err` says what is missing or malformed.
+pub fn airlock_layers(image_manifest: &[u8]) -> Result<(Layer, Layer), String> {
+    let v: Value = serde_json::from_slice(image_manifest)
+        .map_err(|e| format!("its manifest is not JSON: {e}"))?;
+    let layers = v
+        .get("layers")
+        .and_then(|l| l.as_array())
+        .ok_or("its manifest has no layers (is it an image index or a Docker v2 manifest?)")?;
+    let find = |media_type: &'static str| -> Result<Option<Layer>, String> {
+        let mut hits = layers
+            .iter()
+            .filter(|l| l.get("mediaType").and_then(|t| t.as_str()) == Some(media_type));
+        let Some(l) = hits.next() else {
+            return Ok(None);
+        };
+        if hits.next().is_some() {
+            return Err(format!("it has more than one {media_type} layer"));
+        }
+        let digest = l
+            .get("digest")
+            .and_then(|d| d.as_str())
+            .filter(|d| {
+                d.strip_prefix("sha256:")
+                    .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+            })
+            .ok_or(format!("its {media_type} layer has no sha256 digest"))?;
+        let size = l
+            .get("size")
+            .and_then(|s| s.as_u64())
+            .ok_or(format!("its {media_type} layer has no size"))?;
+        Ok(Some(Layer {
+            media_type,
+            digest: digest.to_ascii_lowercase(),
+            size,
+            path: String::new(),
+        }))
+    };
+    match (find(AIRLOCK_MANIFEST)?, find(AIRLOCK_SIGNATURE)?) {
+        (Some(m), Some(s)) => Ok((m, s)),
+        (None, _) => Err(format!(
+            "it carries no airlock manifest (no {AIRLOCK_MANIFEST} layer): it was not published by `airlock push`, so nothing in it can be verified"
+        )),
+        (Some(_), None) => Err(format!(
+            "it carries no airlock signature (no {AIRLOCK_SIGNATURE} layer), so nothing in it can be trusted"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_get_the_model_spec_kind_by_name() {
+        assert_eq!(media_type("model-00001-of-00002.safetensors"), WEIGHT_RAW);
+        assert_eq!(media_type("sub/ggml-q4.gguf"), WEIGHT_RAW);
+        assert_eq!(media_type("config.json"), WEIGHT_CONFIG_RAW);
+        assert_eq!(media_type("tokenizer.model"), WEIGHT_CONFIG_RAW);
+        assert_eq!(media_type("merges.txt"), WEIGHT_CONFIG_RAW);
+        assert_eq!(media_type("README.md"), DOC_RAW);
+        assert_eq!(media_type("LICENSE"), DOC_RAW);
+        assert_eq!(media_type("modeling_x.py"), CODE_RAW);
+    }
+
+    #[test]
+    fn precision_comes_from_config_json() {
+        assert_eq!(
+            precision_of(
+                br#"{"torch_dtype":"bfloat16","quantization_config":{"quant_method":"gptq"}}"#
+            ),
+            (Some("bf16".into()), Some("gptq".into()))
+        );
+        assert_eq!(precision_of(b"not json"), (None, None));
+    }
+
+    #[test]
+    fn airlock_layers_are_required() {
+        let sig = format!(
+            r#"{{"mediaType":"{AIRLOCK_SIGNATURE}","digest":"sha256:{}","size":3}}"#,
+            "b".repeat(64)
+        );
+        let man = format!(
+            r#"{{"mediaType":"{AIRLOCK_MANIFEST}","digest":"sha256:{}","size":9}}"#,
+            "a".repeat(64)
+        );
+        let both = format!(r#"{{"layers":[{man},{sig}]}}"#);
+        let (m, s) = airlock_layers(both.as_bytes()).unwrap();
+        assert_eq!((m.size, s.size), (9, 3));
+        let only_man = format!(r#"{{"layers":[{man}]}}"#);
+        assert!(
+            airlock_layers(only_man.as_bytes())
+                .unwrap_err()
+                .contains("no airlock signature")
+        );
+        assert!(
+            airlock_layers(br#"{"layers":[]}"#)
+                .unwrap_err()
+                .contains("no airlock manifest")
+        );
+        let twice = format!(r#"{{"layers":[{man},{man},{sig}]}}"#);
+        assert!(airlock_layers(twice.as_bytes()).is_err());
+    }
+}
