@@ -831,6 +831,10 @@ pub(crate) mod tests {
         // extra field too short for a header: the sizes are missing.
         let short = field(1, &values(&[10, 20]));
         assert!(!apply(&short, [SAT, SAT, SAT]).0);
+        // A short id-1 body is not lengthened by the field after it.
+        let mut followed = field(1, &values(&[10]));
+        followed.extend(field(0x5455, &values(&[20, 30])));
+        assert!(!apply(&followed, [SAT, SAT, 7]).0);
         let mut cut = field(1, &values(&[10, 20]));
         cut.truncate(12);
         assert!(!apply(&cut, [SAT, SAT, 7]).0);
