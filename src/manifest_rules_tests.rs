@@ -346,3 +346,100 @@ fn rfc3339_matches_a_day_by_day_calendar() {
     assert_eq!(rfc3339(-1), "1969-12-31T23:59:59Z");
     assert_eq!(rfc3339(86_399), "1970-01-01T23:59:59Z");
 }
+
+/// The sample as format version 2 with parity: 2 data units (chunks), one data unit and one
+/// recovery unit per stripe, so 2 stripes and 2 recovery units, in two parity volumes of one
+/// chunk each (FORMAT.md section 17).
+fn parity_sample() -> Manifest {
+    let mut m = sample();
+    m.format_version = 2;
+    m.volumes[0].sha256 = None;
+    assert_eq!(m.data_units(), 2);
+    m.parity = Some(
+        serde_json::from_value(json!({
+            "algorithm": PARITY_ALGORITHM,
+            "data_units": 1,
+            "recovery_units": 1,
+            "stripes": 2,
+            "volumes": [
+                {"name": "parity.000", "size": 4096, "chunks": ["4".repeat(64)]},
+                {"name": "parity.001", "size": 4096, "chunks": ["5".repeat(64)]},
+            ],
+        }))
+        .unwrap(),
+    );
+    m.validate().unwrap();
+    m
+}
+
+fn parity(m: &mut Manifest) -> &mut Parity {
+    m.parity.as_mut().unwrap()
+}
+
+#[test]
+fn parity_rules_one_by_one() {
+    accepted(parity_sample, |_| {});
+    // One volume of two chunks holds the same two recovery units.
+    accepted(parity_sample, |m| {
+        let p = parity(m);
+        p.volumes.pop();
+        p.volumes[0].size = 8192;
+        p.volumes[0].chunks.push("5".repeat(64));
+    });
+    type Case = (&'static str, fn(&mut Manifest));
+    let cases: [Case; 11] = [
+        ("has parity, which needs format version 2", |m| {
+            m.format_version = 1;
+            m.volumes[0].sha256 = Some("2".repeat(64));
+        }),
+        ("unknown parity algorithm \"rs\"", |m| {
+            parity(m).algorithm = "rs".into()
+        }),
+        ("says parity has 3 stripes, its geometry makes 2", |m| {
+            parity(m).stripes = 3
+        }),
+        ("has parity without parity volumes", |m| {
+            parity(m).volumes.clear()
+        }),
+        (
+            "names parity volume 2 \"parity.002\", expected \"parity.001\"",
+            |m| parity(m).volumes[1].name = "parity.002".into(),
+        ),
+        (
+            "parity volume parity.001 with size 0, not a positive multiple",
+            |m| {
+                let v = &mut parity(m).volumes[1];
+                v.size = 0;
+                v.chunks.clear();
+            },
+        ),
+        (
+            "parity volume parity.001 with size 4097, not a positive multiple",
+            |m| parity(m).volumes[1].size = 4097,
+        ),
+        ("lists parity volume parity.001 with a sha256", |m| {
+            parity(m).volumes[1].sha256 = Some("6".repeat(64))
+        }),
+        ("malformed sha256 for volume parity.001", |m| {
+            parity(m).volumes[1].chunks[0] = "G".repeat(64)
+        }),
+        (
+            "lists 2 chunk digests for parity volume parity.001, its size needs 1",
+            |m| parity(m).volumes[1].chunks.push("7".repeat(64)),
+        ),
+        (
+            "lists 3 recovery units in its parity volumes, its geometry makes 2",
+            |m| {
+                let v = &mut parity(m).volumes[1];
+                v.size = 8192;
+                v.chunks.push("7".repeat(64));
+            },
+        ),
+    ];
+    for (want, mutate) in cases {
+        let why = refusal(parity_sample, mutate);
+        assert!(why.contains(want), "{want}: {why}");
+    }
+    assert_eq!(parity_volume_name(7, 1000), "parity.007");
+    assert_eq!(parity_volume_name(1000, 1001), "parity.1000");
+}
