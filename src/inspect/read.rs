@@ -11,12 +11,21 @@ use std::io;
 /// Reads as many bytes as are available at `offset` into `buf`; returns the count (short at
 /// end of file).
 pub(crate) fn read_at(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+    read_at_with(|at, b| positioned_read(file, at, b), offset, buf)
+}
+
+/// [`read_at`] over any positioned read (so tests can inject `Interrupted` and other errors).
+fn read_at_with(
+    mut read: impl FnMut(u64, &mut [u8]) -> io::Result<usize>,
+    offset: u64,
+    buf: &mut [u8],
+) -> io::Result<usize> {
     let mut filled = 0;
     while filled < buf.len() {
         let Some(at) = offset.checked_add(filled as u64) else {
             break;
         };
-        match positioned_read(file, at, &mut buf[filled..]) {
+        match read(at, &mut buf[filled..]) {
             Ok(0) => break,
             Ok(n) => filled += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -26,14 +35,14 @@ pub(crate) fn read_at(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<us
     Ok(filled)
 }
 
-#[cfg(unix)]
+/// One `pread` (Unix) or `seek_read` (Windows). One function with the platform inside, so the
+/// code a mutation test changes is the code the platform runs.
 fn positioned_read(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-    std::os::unix::fs::FileExt::read_at(file, buf, offset)
-}
-
-#[cfg(windows)]
-fn positioned_read(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-    std::os::windows::fs::FileExt::seek_read(file, buf, offset)
+    #[cfg(unix)]
+    let n = std::os::unix::fs::FileExt::read_at(file, buf, offset);
+    #[cfg(windows)]
+    let n = std::os::windows::fs::FileExt::seek_read(file, buf, offset);
+    n
 }
 
 /// Reads up to `max` bytes from the start of the file.
@@ -287,6 +296,38 @@ mod tests {
             describe_start(b"PK\x03\x04\x00"),
             "starts with bytes 50 4b 03 04 00"
         );
+    }
+
+    /// `Interrupted` is retried; any other error ends the read with that error; short reads
+    /// are continued where they stopped.
+    #[test]
+    fn read_at_retries_interrupted_and_passes_other_errors_on() {
+        let data = b"0123456789";
+        let mut calls = 0;
+        let mut buf = [0u8; 6];
+        let n = read_at_with(
+            |at, b| {
+                calls += 1;
+                if calls % 2 == 1 {
+                    return Err(io::ErrorKind::Interrupted.into());
+                }
+                let at = at as usize;
+                let k = b.len().min(2).min(data.len() - at);
+                b[..k].copy_from_slice(&data[at..at + k]);
+                Ok(k)
+            },
+            3,
+            &mut buf,
+        )
+        .unwrap();
+        assert_eq!((n, &buf), (6, b"345678"));
+        let err =
+            read_at_with(|_, _| Err(io::Error::other("disk on fire")), 0, &mut buf).unwrap_err();
+        assert_eq!(err.to_string(), "disk on fire");
+        // A directory opened as a file: the real read fails, and says so.
+        let dir = tempfile::tempdir().unwrap();
+        let file = File::open(dir.path()).unwrap();
+        assert!(read_at(&file, 0, &mut buf).is_err());
     }
 
     #[test]
