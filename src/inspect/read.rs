@@ -274,6 +274,22 @@ mod tests {
         assert_eq!(got, data[65_530..65_550]);
     }
 
+    /// A read that starts in the loaded buffer and ends past it takes the rest from the next
+    /// load.
+    #[test]
+    fn pos_reader_reads_across_a_reload() {
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let (_tmp, file) = temp_with(&data);
+        let mut r = PosReader::new(&file, data.len() as u64, 0);
+        assert_eq!(r.array::<4>().unwrap(), data[..4]);
+        r.skip(READ_BUF as u64 - 10).unwrap();
+        let got = r.bytes(20).unwrap();
+        assert_eq!(got, data[READ_BUF - 6..READ_BUF + 14]);
+        let got = r.bytes(3 * READ_BUF as u64 / 2).unwrap();
+        let from = READ_BUF + 14;
+        assert_eq!(got, data[from..from + 3 * READ_BUF / 2]);
+    }
+
     #[test]
     fn text_and_binary_are_told_apart() {
         assert!(looks_like_text(b"<!DOCTYPE html>\n<html>"));
