@@ -595,10 +595,10 @@ impl SecretKey {
         let chk = Zeroizing::new(checksum(self.key_id, &keypair[..]));
         raw[SK_CHK..].copy_from_slice(&chk[..]);
         match password {
-            None => raw[SK_KDF_ALG..SK_KDF_ALG + 2].copy_from_slice(&KDFNONE),
+            None => raw[SK_KDF_ALG..SK_CHK_ALG].copy_from_slice(&KDFNONE),
             Some(password) => {
                 check_password_usable(password)?;
-                raw[SK_KDF_ALG..SK_KDF_ALG + 2].copy_from_slice(&KDFALG);
+                raw[SK_KDF_ALG..SK_CHK_ALG].copy_from_slice(&KDFALG);
                 let mut salt = [0u8; SALT_BYTES];
                 random_bytes(&mut salt)?;
                 raw[SK_SALT..SK_SALT + SALT_BYTES].copy_from_slice(&salt);
