@@ -1447,6 +1447,17 @@ trusted comment: signed with the encrypted key\n\
         }
     }
 
+    /// minisign reads a password of up to 1023 bytes (its 1024-byte buffer less the NUL).
+    #[test]
+    fn the_longest_password_minisign_reads_is_usable() {
+        assert_eq!(PASSWORD_MAX_BYTES, 1023);
+        check_password_usable(&[b'x'; 1023]).unwrap();
+        assert!(matches!(
+            check_password_usable(&[b'x'; 1024]),
+            Err(KeyError::UnusablePassword { .. })
+        ));
+    }
+
     #[test]
     fn pick_params_matches_libsodium() {
         // Values libsodium documents for its presets.
