@@ -501,7 +501,7 @@ impl SecretKey {
                 found: show_alg(&raw[SK_CHK_ALG..SK_CHK_ALG + 2]),
             });
         }
-        let kdf = &raw[SK_KDF_ALG..SK_KDF_ALG + 2];
+        let kdf = &raw[SK_KDF_ALG..SK_CHK_ALG];
         let encrypted = if kdf == KDFALG {
             true
         } else if kdf == KDFNONE {
@@ -595,10 +595,10 @@ impl SecretKey {
         let chk = Zeroizing::new(checksum(self.key_id, &keypair[..]));
         raw[SK_CHK..].copy_from_slice(&chk[..]);
         match password {
-            None => raw[SK_KDF_ALG..SK_KDF_ALG + 2].copy_from_slice(&KDFNONE),
+            None => raw[SK_KDF_ALG..SK_CHK_ALG].copy_from_slice(&KDFNONE),
             Some(password) => {
                 check_password_usable(password)?;
-                raw[SK_KDF_ALG..SK_KDF_ALG + 2].copy_from_slice(&KDFALG);
+                raw[SK_KDF_ALG..SK_CHK_ALG].copy_from_slice(&KDFALG);
                 let mut salt = [0u8; SALT_BYTES];
                 random_bytes(&mut salt)?;
                 raw[SK_SALT..SK_SALT + SALT_BYTES].copy_from_slice(&salt);
@@ -1447,6 +1447,17 @@ trusted comment: signed with the encrypted key\n\
         }
     }
 
+    /// minisign reads a password of up to 1023 bytes (its 1024-byte buffer less the NUL).
+    #[test]
+    fn the_longest_password_minisign_reads_is_usable() {
+        assert_eq!(PASSWORD_MAX_BYTES, 1023);
+        check_password_usable(&[b'x'; 1023]).unwrap();
+        assert!(matches!(
+            check_password_usable(&[b'x'; 1024]),
+            Err(KeyError::UnusablePassword { .. })
+        ));
+    }
+
     #[test]
     fn pick_params_matches_libsodium() {
         // Values libsodium documents for its presets.
@@ -1689,6 +1700,172 @@ trusted comment: signed with the encrypted key\n\
         verify(&sk.public_key(), &parsed, MESSAGE).unwrap();
         let sig = sign(&sk, MESSAGE, "", "tab\tand ünïcødé").unwrap();
         verify(&sk.public_key(), &sig, MESSAGE).unwrap();
+    }
+
+    /// The comment limits are minisign's buffers, in numbers: a signature's first line must
+    /// fit `fgets` into 1024 bytes with its LF and the NUL, the trusted comment line into 8192.
+    /// (The tests above use the constants by name, so a wrong constant would pass them.)
+    #[test]
+    fn comment_limits_are_minisigns_buffers() {
+        assert_eq!(UNTRUSTED_COMMENT_MAX_BYTES, 1003);
+        assert_eq!(TRUSTED_COMMENT_MAX_BYTES, 8173);
+        let sk = SecretKey::parse(UNENC_KEY, None).unwrap();
+        let sig = sign(&sk, MESSAGE, &"u".repeat(1003), &"t".repeat(8173)).unwrap();
+        let text = sig.to_file_text();
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        assert_eq!(lines[0].len() + 1, 1024);
+        assert_eq!(lines[2].len() + 1, 8192);
+        Signature::parse(&text).unwrap();
+        for (u, t) in [(1004, 1), (1, 8174)] {
+            let err = sign(&sk, MESSAGE, &"u".repeat(u), &"t".repeat(t)).unwrap_err();
+            assert!(err.to_string().contains("longer than"), "{err}");
+        }
+    }
+
+    /// Each base64 fault is named as what it is, with its column (the line alone would stay
+    /// right if the reasons were lost).
+    #[test]
+    fn base64_faults_name_the_fault_and_column() {
+        let lines: Vec<&str> = UNENC_SIG.lines().collect();
+        let reason = |line2: &str| {
+            let text = format!("{}\n{line2}\n{}\n{}\n", lines[0], lines[2], lines[3]);
+            match Signature::parse(&text) {
+                Err(KeyError::Malformed {
+                    line: 2, reason, ..
+                }) => reason,
+                other => panic!("expected Malformed on line 2, got {other:?}"),
+            }
+        };
+        let sig = lines[1];
+        let mut bad = sig.to_string();
+        bad.replace_range(10..11, "*");
+        assert_eq!(reason(&bad), "invalid base64 character at column 11");
+        // The last symbol before the padding, with bits set that the 74 bytes do not use.
+        let alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let last = sig.len() - 2;
+        let v = alphabet.find(&sig[last..=last]).unwrap();
+        let mut bad = sig.to_string();
+        bad.replace_range(last..=last, &alphabet[v + 1..v + 2]);
+        assert_eq!(reason(&bad), "non-canonical base64 ending at column 99");
+        let bad = format!("{}AAAA", &sig[..sig.len() - 4]);
+        assert_eq!(reason(&bad), "base64 decodes to 75 bytes, expected 74");
+    }
+
+    /// Algorithm bytes are shown as text when printable, in hex otherwise.
+    #[test]
+    fn unsupported_algorithms_are_shown_as_their_bytes() {
+        let found = |tag: [u8; 2]| {
+            let mut raw = B64.decode(key_line(UNENC_PUB)).unwrap();
+            raw[..2].copy_from_slice(&tag);
+            match PublicKey::parse(&B64.encode(&raw)) {
+                Err(KeyError::UnsupportedAlgorithm { found, .. }) => found,
+                other => panic!("expected UnsupportedAlgorithm, got {other:?}"),
+            }
+        };
+        assert_eq!(found(*b"ED"), "\"ED\"");
+        assert_eq!(found([0, 1]), "0x0001");
+        assert_eq!(found(*b"E "), "0x4520");
+    }
+
+    /// Each refused secret key algorithm is named with its own two bytes.
+    #[test]
+    fn secret_key_algorithms_are_named_with_their_bytes() {
+        let raw = decode_sk(UNENC_KEY);
+        for (pos, value, what) in [
+            (0usize, *b"ED", "secret key signature"),
+            (SK_KDF_ALG, *b"Sd", "secret key derivation"),
+            (SK_CHK_ALG, *b"B3", "secret key checksum"),
+        ] {
+            let mut bad = raw.clone();
+            bad[pos..pos + 2].copy_from_slice(&value);
+            match SecretKey::parse(&encode_sk(&bad), None) {
+                Err(KeyError::UnsupportedAlgorithm { what: w, found }) => {
+                    assert_eq!(
+                        (w, found.as_str()),
+                        (
+                            what,
+                            &*format!("{:?}", std::str::from_utf8(&value).unwrap())
+                        )
+                    );
+                }
+                other => panic!("expected UnsupportedAlgorithm, got {other:?}"),
+            }
+        }
+    }
+
+    /// The checksum comparison notices any difference, including two that cancel out when
+    /// XORed together.
+    #[test]
+    fn checksum_differences_never_cancel() {
+        assert!(ct_eq(b"abc", b"abc"));
+        assert!(!ct_eq(&[1, 1], &[0, 0]));
+        assert!(!ct_eq(&[1, 2, 3], &[1, 2]));
+        // A key with a real checksum (`minisign -C -W` keeps it).
+        let mut bad = decode_sk(ENC_KEY_DECRYPTED);
+        bad[SK_CHK] ^= 1;
+        bad[SK_CHK + 1] ^= 1;
+        let err = SecretKey::parse(&encode_sk(&bad), None).unwrap_err();
+        assert!(err.to_string().contains("checksum does not match"), "{err}");
+    }
+
+    /// A read error other than `Interrupted` ends the hash with that error (it is not retried).
+    #[test]
+    fn prehash_passes_read_errors_on() {
+        struct Broken;
+        impl Read for Broken {
+            fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+                Err(io::Error::other("disk on fire"))
+            }
+        }
+        let err = prehash(Broken).unwrap_err();
+        assert_eq!(err.to_string(), "disk on fire");
+    }
+
+    /// Encryption covers all 104 bytes after the limits: key id, both halves of the key pair
+    /// and the checksum (minisign's layout), not a prefix of them. (Our own files round-trip
+    /// even if it covered less; minisign's encrypted vector, checked in a slower test, would not.)
+    #[test]
+    fn encryption_covers_id_key_pair_and_checksum() {
+        let sk = SecretKey::generate().unwrap();
+        let plain = decode_sk(&sk.to_file_text(None).unwrap());
+        let text = sk
+            .to_file_text_with_kdf_limits(Some(PASSWORD), CHEAP_OPS, CHEAP_MEM)
+            .unwrap();
+        let enc = decode_sk(&text);
+        assert_eq!(enc.len(), plain.len());
+        for (from, to) in [
+            (SK_KEYNUM, SK_SECRET),
+            (SK_SECRET, SK_SECRET + 32),
+            (SK_SECRET + 32, SK_CHK),
+            (SK_CHK, enc.len()),
+        ] {
+            // Equal only if the keystream is all zero there: a chance of 2^-64 or less.
+            assert_ne!(
+                enc[from..to],
+                plain[from..to],
+                "bytes {from}..{to} in the clear"
+            );
+        }
+        let back = SecretKey::parse(&text, Some(PASSWORD)).unwrap();
+        assert_eq!(back.public_key(), sk.public_key());
+    }
+
+    /// A secret key's debug form shows its id and nothing else.
+    #[test]
+    fn secret_key_debug_shows_only_the_id() {
+        let sk = SecretKey::parse(UNENC_KEY, None).unwrap();
+        assert_eq!(
+            format!("{sk:?}"),
+            "SecretKey { key_id: \"D497470B34166912\", .. }"
+        );
+    }
+
+    /// CRLF line ends are accepted whether or not the last line has one.
+    #[test]
+    fn crlf_without_a_final_line_end() {
+        let good = Signature::parse(UNENC_SIG).unwrap();
+        let crlf = UNENC_SIG.trim_end().replace('\n', "\r\n");
+        assert_eq!(Signature::parse(&crlf).unwrap(), good);
     }
 
     #[test]

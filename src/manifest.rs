@@ -1278,3 +1278,7 @@ mod tests {
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
     }
 }
+
+#[cfg(test)]
+#[path = "manifest_rules_tests.rs"]
+mod rules_tests;

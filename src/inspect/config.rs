@@ -167,6 +167,62 @@ mod tests {
         );
     }
 
+    /// A config of exactly 16 MiB is parsed (these zeros are not JSON); one byte more is not
+    /// read at all.
+    #[test]
+    fn config_size_limit_is_16_mib() {
+        for (len, want) in [
+            (16 << 20, "is not valid JSON"),
+            ((16 << 20) + 1, "far larger than any model configuration"),
+        ] {
+            let dir = tree(&[]);
+            File::create(dir.path().join("config.json"))
+                .unwrap()
+                .set_len(len)
+                .unwrap();
+            let findings = crate::inspect::check_file(dir.path(), "config.json").unwrap();
+            let f = only(&findings, codes::CONFIG_INVALID_JSON, "config.json");
+            assert!(f.problem.contains(want), "{len}: {}", f.problem);
+        }
+    }
+
+    /// One remote use is named alone; local modules are looked for beside the config, at the
+    /// root too; references without a module, or with a module outside the model, are not
+    /// looked for; a directory or a dangling link is not the module.
+    #[test]
+    fn auto_map_references_one_by_one() {
+        let one_remote = r#"{"auto_map":{"AutoModel":"org/base--modeling_x.XModel"}}"#;
+        let findings = check_bytes("config.json", one_remote.as_bytes());
+        let f = only(&findings, codes::AUTO_MAP_REMOTE_CODE, "config.json");
+        assert!(
+            f.problem.contains("`org/base--modeling_x.XModel`: code"),
+            "{}",
+            f.problem
+        );
+        let local = r#"{"auto_map":{"AutoModel":"modeling_x.XModel","AutoConfig":"NoModule","AutoX":"../up.X"}}"#;
+        let dir = tree(&[
+            ("config.json", local.as_bytes()),
+            ("modeling_x.py", b"class XModel: pass\n"),
+        ]);
+        assert!(check_tree(dir.path()).unwrap().is_empty());
+        for broken in ["dir", "dangling"] {
+            let dir = tree(&[("config.json", local.as_bytes())]);
+            let module = dir.path().join("modeling_x.py");
+            if broken == "dir" {
+                std::fs::create_dir(&module).unwrap();
+            } else {
+                std::os::unix::fs::symlink("nowhere.py", &module).unwrap();
+            }
+            let findings = crate::inspect::check_file(dir.path(), "config.json").unwrap();
+            let f = only(&findings, codes::AUTO_MAP_MODULE_MISSING, "config.json");
+            assert!(
+                f.problem.contains("`modeling_x.py` is not"),
+                "{broken}: {}",
+                f.problem
+            );
+        }
+    }
+
     #[test]
     fn plain_configs_pass_and_broken_ones_do_not() {
         assert!(check_bytes("config.json", br#"{"model_type":"llama"}"#).is_empty());

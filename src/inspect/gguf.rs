@@ -974,6 +974,339 @@ pub(crate) mod tests {
         assert!(ggml_type(GGML_TYPE_COUNT).is_err());
     }
 
+    /// The whole ggml type table, entry by entry. Checked against gguf-py 0.19's
+    /// `GGML_QUANT_SIZES` (2026-12-03): equal for every type it lists except Q8_1, where ggml's
+    /// `block_q8_1` (two halves and 32 quants) is 36 bytes and gguf-py says 40; Q2_0 is newer
+    /// than gguf-py 0.19 and is as ggml-common.h has it.
+    #[test]
+    fn the_whole_type_table() {
+        let table: [Result<(&str, u64, u64), &str>; 43] = [
+            Ok(("F32", 1, 4)),
+            Ok(("F16", 1, 2)),
+            Ok(("Q4_0", 32, 18)),
+            Ok(("Q4_1", 32, 20)),
+            Err("Q4_2"),
+            Err("Q4_3"),
+            Ok(("Q5_0", 32, 22)),
+            Ok(("Q5_1", 32, 24)),
+            Ok(("Q8_0", 32, 34)),
+            Ok(("Q8_1", 32, 36)),
+            Ok(("Q2_K", 256, 84)),
+            Ok(("Q3_K", 256, 110)),
+            Ok(("Q4_K", 256, 144)),
+            Ok(("Q5_K", 256, 176)),
+            Ok(("Q6_K", 256, 210)),
+            Ok(("Q8_K", 256, 292)),
+            Ok(("IQ2_XXS", 256, 66)),
+            Ok(("IQ2_XS", 256, 74)),
+            Ok(("IQ3_XXS", 256, 98)),
+            Ok(("IQ1_S", 256, 50)),
+            Ok(("IQ4_NL", 32, 18)),
+            Ok(("IQ3_S", 256, 110)),
+            Ok(("IQ2_S", 256, 82)),
+            Ok(("IQ4_XS", 256, 136)),
+            Ok(("I8", 1, 1)),
+            Ok(("I16", 1, 2)),
+            Ok(("I32", 1, 4)),
+            Ok(("I64", 1, 8)),
+            Ok(("F64", 1, 8)),
+            Ok(("IQ1_M", 256, 56)),
+            Ok(("BF16", 1, 2)),
+            Err("Q4_0_4_4"),
+            Err("Q4_0_4_8"),
+            Err("Q4_0_8_8"),
+            Ok(("TQ1_0", 256, 54)),
+            Ok(("TQ2_0", 256, 66)),
+            Err("IQ4_NL_4_4"),
+            Err("IQ4_NL_4_8"),
+            Err("IQ4_NL_8_8"),
+            Ok(("MXFP4", 32, 17)),
+            Ok(("NVFP4", 64, 36)),
+            Ok(("Q1_0", 128, 18)),
+            Ok(("Q2_0", 64, 18)),
+        ];
+        for (t, want) in table.iter().enumerate() {
+            assert_eq!(ggml_type(t as i32), *want, "type {t}");
+        }
+        assert_eq!(ggml_type(-1), Err("unknown"));
+        assert_eq!(GGML_TYPE_COUNT as usize, table.len());
+    }
+
+    /// A key/value of every scalar type is skipped by its own size (a wrong size would misread
+    /// the key that follows), alone and in an array.
+    #[test]
+    fn every_scalar_value_type_has_its_size() {
+        let sizes = [
+            (0u32, 1usize),
+            (1, 1),
+            (2, 2),
+            (3, 2),
+            (4, 4),
+            (5, 4),
+            (6, 4),
+            (7, 1),
+            (10, 8),
+            (11, 8),
+            (12, 8),
+        ];
+        for (t, size) in sizes {
+            for array in [false, true] {
+                let mut w = Writer::new(false);
+                let mut kv = Vec::new();
+                w.string(&mut kv, b"k");
+                if array {
+                    w.u32(&mut kv, TYPE_ARRAY);
+                    w.u32(&mut kv, t);
+                    w.u64(&mut kv, 3);
+                    kv.extend(vec![0xAB; 3 * size]);
+                } else {
+                    w.u32(&mut kv, t);
+                    kv.extend(vec![0xAB; size]);
+                }
+                w.kvs.extend(kv);
+                w.n_kv += 1;
+                w.kv_u32("next", 7).tensor("a", &[4], 0, 16);
+                let findings = check_bytes("model.gguf", &w.bytes());
+                assert!(findings.is_empty(), "type {t} array {array}: {findings:#?}");
+            }
+        }
+    }
+
+    /// general.alignment of another type is named by its GGUF type name.
+    #[test]
+    fn a_mistyped_alignment_names_its_type() {
+        // An array of u32 is not a u32.
+        let mut w = Writer::new(false);
+        let mut kv = Vec::new();
+        w.string(&mut kv, b"general.alignment");
+        w.u32(&mut kv, TYPE_ARRAY);
+        w.u32(&mut kv, TYPE_UINT32);
+        w.u64(&mut kv, 1);
+        w.u32(&mut kv, 32);
+        w.kvs.extend(kv);
+        w.n_kv += 1;
+        let f = one(&w.bytes(), codes::GGUF_INVALID_KV);
+        assert!(f.problem.contains("but is array"), "{}", f.problem);
+        for (t, size, name) in [(0u32, 1usize, "u8"), (12, 8, "f64"), (8, 0, "string")] {
+            let mut w = Writer::new(false);
+            let mut kv = Vec::new();
+            w.string(&mut kv, b"general.alignment");
+            w.u32(&mut kv, t);
+            if t == TYPE_STRING {
+                w.string(&mut kv, b"32");
+            } else {
+                kv.extend(vec![0; size]);
+            }
+            w.kvs.extend(kv);
+            w.n_kv += 1;
+            let f = one(&w.bytes(), codes::GGUF_INVALID_KV);
+            assert!(
+                f.problem
+                    .contains(&format!("must be of type u32 but is {name}\"")),
+                "{}",
+                f.problem
+            );
+        }
+    }
+
+    /// airlock's caps on the counts are inclusive: exactly the cap is parsed (and here runs out
+    /// of file).
+    #[test]
+    fn count_caps_are_inclusive() {
+        for (n_tensors, n_kv) in [(MAX_TENSORS, 0), (0, MAX_KVS)] {
+            let mut bytes = b"GGUF\x03\x00\x00\x00".to_vec();
+            bytes.extend(n_tensors.to_le_bytes());
+            bytes.extend(n_kv.to_le_bytes());
+            bytes.extend([0; 4]);
+            one(&bytes, codes::GGUF_TRUNCATED);
+        }
+    }
+
+    /// A count over the cap in a file big enough to hold that many records is refused for the
+    /// cap (the file here is sparse: only its length matters).
+    #[test]
+    fn counts_over_the_cap_in_a_big_enough_file() {
+        for extra in [0, 1] {
+            let mut bytes = b"GGUF\x03\x00\x00\x00".to_vec();
+            bytes.extend(0u64.to_le_bytes());
+            bytes.extend((MAX_KVS + 1).to_le_bytes());
+            let dir = tree(&[("model.gguf", &bytes)]);
+            let file = File::options()
+                .append(true)
+                .open(dir.path().join("model.gguf"))
+                .unwrap();
+            file.set_len(bytes.len() as u64 + (MAX_KVS + 1 + extra) * MIN_KV)
+                .unwrap();
+            let findings = check_file(dir.path(), "model.gguf").unwrap();
+            let f = only(&findings, codes::GGUF_INVALID_HEADER, "model.gguf");
+            assert!(
+                f.problem
+                    .contains("declares 1048577 key/values, over airlock's limit of 1048576"),
+                "{extra}: {}",
+                f.problem
+            );
+        }
+    }
+
+    /// ggml's array cap is 2^30 elements inclusive, for scalars and strings alike.
+    #[test]
+    fn array_cap_is_inclusive() {
+        for elem in [0u32, TYPE_STRING] {
+            for (n, code) in [
+                (MAX_ARRAY_ELEMENTS, codes::GGUF_TRUNCATED),
+                (MAX_ARRAY_ELEMENTS + 1, codes::GGUF_INVALID_KV),
+            ] {
+                let mut w = Writer::new(false);
+                let mut kv = Vec::new();
+                w.string(&mut kv, b"k");
+                w.u32(&mut kv, TYPE_ARRAY);
+                w.u32(&mut kv, elem);
+                w.u64(&mut kv, n);
+                w.kvs.extend(kv);
+                w.n_kv += 1;
+                let f = one(&w.bytes(), code);
+                if code == codes::GGUF_INVALID_KV {
+                    assert!(f.problem.contains("over ggml's 2^30"), "{}", f.problem);
+                }
+            }
+        }
+    }
+
+    /// An array of strings is compared with the room for its lengths before any is read:
+    /// exactly enough room passes, less is reported for the whole array.
+    #[test]
+    fn string_arrays_need_room_for_their_lengths() {
+        let array = |n: u64, rest: usize| {
+            let mut w = Writer::new(false);
+            let mut kv = Vec::new();
+            w.string(&mut kv, b"k");
+            w.u32(&mut kv, TYPE_ARRAY);
+            w.u32(&mut kv, TYPE_STRING);
+            w.u64(&mut kv, n);
+            kv.extend(vec![0; rest]);
+            w.kvs.extend(kv);
+            w.n_kv += 1;
+            w.bytes()
+        };
+        // Two empty strings end the file exactly.
+        assert!(check_bytes("model.gguf", &array(2, 16)).is_empty());
+        let f = one(&array(10, 50), codes::GGUF_TRUNCATED);
+        assert!(
+            f.problem.contains("needs 80 bytes where 50 bytes are left"),
+            "{}",
+            f.problem
+        );
+    }
+
+    /// Four dimensions, a dimension of 0 and large element counts are all valid; a count of
+    /// i64::MAX is where ggml's overflow check refuses.
+    #[test]
+    fn tensor_shape_edges() {
+        let mut w = Writer::new(false);
+        w.tensor("four", &[2, 2, 2, 2], 0, 64)
+            .tensor("empty", &[4, 0], 0, 0)
+            .tensor("zero", &[0], 0, 0);
+        let findings = check_bytes("model.gguf", &w.bytes());
+        assert!(findings.is_empty(), "{findings:#?}");
+        let mut w = Writer::new(false);
+        w.tensor("a", &[i64::MAX as u64], 24, 0);
+        let f = one(&w.bytes(), codes::GGUF_INVALID_TENSOR_INFO);
+        assert!(
+            f.problem.contains("element count overflows"),
+            "{}",
+            f.problem
+        );
+        let mut w = Writer::new(false);
+        w.tensor("a", &[i64::MAX as u64 - 1], 24, 0);
+        let f = one(&w.bytes(), codes::GGUF_TENSOR_OUT_OF_BOUNDS);
+        assert!(f.problem.contains("'a'"), "{}", f.problem);
+    }
+
+    /// The tensor data starts at the end of the infos padded to the alignment: a file of empty
+    /// tensors may end exactly there; a file cut inside the padding says how much is missing.
+    #[test]
+    fn padding_before_the_data() {
+        let mut w = Writer::new(false);
+        w.tensor("z", &[0], 0, 0);
+        let bytes = w.bytes();
+        let end_of_infos = 24 + w.kvs.len() + w.infos.len();
+        assert_eq!(bytes.len(), end_of_infos.next_multiple_of(32));
+        assert!(bytes.len() - end_of_infos >= 5);
+        assert!(check_bytes("model.gguf", &bytes).is_empty());
+        let f = one(&bytes[..end_of_infos + 3], codes::GGUF_TRUNCATED);
+        let want = format!(
+            "the padding before the tensor data, which needs {} bytes where 3 bytes are left",
+            bytes.len() - end_of_infos
+        );
+        assert!(f.problem.contains(&want), "{}", f.problem);
+    }
+
+    /// ggml's string cap is 2^30 bytes inclusive: a key of exactly that length is only too long
+    /// for this file, one byte more is refused as over the cap.
+    #[test]
+    fn string_cap_is_inclusive() {
+        for (len, code) in [
+            (MAX_STRING_LENGTH, codes::GGUF_TRUNCATED),
+            (MAX_STRING_LENGTH + 1, codes::GGUF_INVALID_KV),
+        ] {
+            let mut bytes = b"GGUF\x03\x00\x00\x00".to_vec();
+            bytes.extend(0u64.to_le_bytes());
+            bytes.extend(1u64.to_le_bytes());
+            bytes.extend(len.to_le_bytes());
+            one(&bytes, code);
+        }
+    }
+
+    /// A key that ends exactly at the end of the file is read; what is missing is its value.
+    #[test]
+    fn a_key_at_the_very_end_is_read_then_its_value_is_missing() {
+        let mut bytes = b"GGUF\x03\x00\x00\x00".to_vec();
+        bytes.extend(0u64.to_le_bytes());
+        bytes.extend(1u64.to_le_bytes());
+        bytes.extend(3u64.to_le_bytes());
+        bytes.extend(b"abc");
+        let f = one(&bytes, codes::GGUF_TRUNCATED);
+        assert!(
+            f.problem
+                .contains("key/value 1 of 1 (`abc`), which needs 4 bytes where 0 bytes are left"),
+            "{}",
+            f.problem
+        );
+    }
+
+    /// A count over airlock's cap is compared with the records the rest of the file could
+    /// hold: at least 24 bytes a tensor info and 14 a key/value.
+    #[test]
+    fn counts_over_the_cap_say_how_many_could_fit() {
+        for (n_tensors, n_kv, rest, want) in [
+            (
+                MAX_TENSORS + 1,
+                0,
+                48,
+                "more than the 48 bytes left after the header could hold (at most 2)",
+            ),
+            (
+                0,
+                MAX_KVS + 1,
+                13,
+                "more than the 13 bytes left after the header could hold (at most 0)",
+            ),
+            (
+                0,
+                MAX_KVS + 1,
+                14,
+                "more than the 14 bytes left after the header could hold (at most 1)",
+            ),
+        ] {
+            let mut bytes = b"GGUF\x03\x00\x00\x00".to_vec();
+            bytes.extend(n_tensors.to_le_bytes());
+            bytes.extend(n_kv.to_le_bytes());
+            bytes.extend(vec![0; rest]);
+            let f = one(&bytes, codes::GGUF_INVALID_HEADER);
+            assert!(f.problem.contains(want), "{}", f.problem);
+        }
+    }
+
     #[test]
     fn the_fixtures() {
         let valid = fixtures().join("valid");

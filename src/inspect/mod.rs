@@ -497,6 +497,42 @@ mod tests {
         assert!(err.to_string().contains("nope.json"));
     }
 
+    /// Errors other than "not found" while looking a path up are errors, not a missing file.
+    #[test]
+    fn a_path_through_a_file_is_an_error_not_a_missing_file() {
+        let dir = tree(&[("a.json", b"{}")]);
+        let err = check_file(dir.path(), "a.json/x").unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotADirectory, "{err}");
+    }
+
+    /// A file that exists but whose full path cannot be resolved (here: longer than PATH_MAX,
+    /// reached through short symlinks) is an error, not a missing file nor a dangling link.
+    #[test]
+    fn an_unresolvable_existing_file_is_an_error() {
+        let dir = tree(&[]);
+        let root = dir.path();
+        let comp = "d".repeat(200);
+        std::fs::create_dir(root.join(&comp)).unwrap();
+        std::os::unix::fs::symlink(&comp, root.join("l0")).unwrap();
+        for i in 1..25 {
+            std::fs::create_dir(root.join(format!("l{}", i - 1)).join(&comp)).unwrap();
+            std::os::unix::fs::symlink(format!("l{}/{comp}", i - 1), root.join(format!("l{i}")))
+                .unwrap();
+        }
+        std::fs::write(root.join("l24/f.json"), b"{}").unwrap();
+        let err = check_file(root, "l24/f.json").unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidFilename, "{err}");
+    }
+
+    #[test]
+    fn has_errors_means_at_least_one_error() {
+        let warning = Finding::warning("w", "p", "problem", "fix");
+        let error = Finding::error("e", "p", "problem", "fix");
+        assert!(!has_errors(&[]));
+        assert!(!has_errors(std::slice::from_ref(&warning)));
+        assert!(has_errors(&[warning, error]));
+    }
+
     #[test]
     fn findings_are_sorted_by_path_then_code() {
         let dir = tree(&[

@@ -11,12 +11,21 @@ use std::io;
 /// Reads as many bytes as are available at `offset` into `buf`; returns the count (short at
 /// end of file).
 pub(crate) fn read_at(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+    read_at_with(|at, b| positioned_read(file, at, b), offset, buf)
+}
+
+/// [`read_at`] over any positioned read (so tests can inject `Interrupted` and other errors).
+fn read_at_with(
+    mut read: impl FnMut(u64, &mut [u8]) -> io::Result<usize>,
+    offset: u64,
+    buf: &mut [u8],
+) -> io::Result<usize> {
     let mut filled = 0;
     while filled < buf.len() {
         let Some(at) = offset.checked_add(filled as u64) else {
             break;
         };
-        match positioned_read(file, at, &mut buf[filled..]) {
+        match read(at, &mut buf[filled..]) {
             Ok(0) => break,
             Ok(n) => filled += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -26,14 +35,14 @@ pub(crate) fn read_at(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<us
     Ok(filled)
 }
 
-#[cfg(unix)]
+/// One `pread` (Unix) or `seek_read` (Windows). One function with the platform inside, so the
+/// code a mutation test changes is the code the platform runs.
 fn positioned_read(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-    std::os::unix::fs::FileExt::read_at(file, buf, offset)
-}
-
-#[cfg(windows)]
-fn positioned_read(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-    std::os::windows::fs::FileExt::seek_read(file, buf, offset)
+    #[cfg(unix)]
+    let n = std::os::unix::fs::FileExt::read_at(file, buf, offset);
+    #[cfg(windows)]
+    let n = std::os::windows::fs::FileExt::seek_read(file, buf, offset);
+    n
 }
 
 /// Reads up to `max` bytes from the start of the file.
@@ -265,6 +274,22 @@ mod tests {
         assert_eq!(got, data[65_530..65_550]);
     }
 
+    /// A read that starts in the loaded buffer and ends past it takes the rest from the next
+    /// load.
+    #[test]
+    fn pos_reader_reads_across_a_reload() {
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let (_tmp, file) = temp_with(&data);
+        let mut r = PosReader::new(&file, data.len() as u64, 0);
+        assert_eq!(r.array::<4>().unwrap(), data[..4]);
+        r.skip(READ_BUF as u64 - 10).unwrap();
+        let got = r.bytes(20).unwrap();
+        assert_eq!(got, data[READ_BUF - 6..READ_BUF + 14]);
+        let got = r.bytes(3 * READ_BUF as u64 / 2).unwrap();
+        let from = READ_BUF + 14;
+        assert_eq!(got, data[from..from + 3 * READ_BUF / 2]);
+    }
+
     #[test]
     fn text_and_binary_are_told_apart() {
         assert!(looks_like_text(b"<!DOCTYPE html>\n<html>"));
@@ -287,6 +312,129 @@ mod tests {
             describe_start(b"PK\x03\x04\x00"),
             "starts with bytes 50 4b 03 04 00"
         );
+    }
+
+    /// `Interrupted` is retried; any other error ends the read with that error; short reads
+    /// are continued where they stopped.
+    #[test]
+    fn read_at_retries_interrupted_and_passes_other_errors_on() {
+        let data = b"0123456789";
+        let mut calls = 0;
+        let mut buf = [0u8; 6];
+        let n = read_at_with(
+            |at, b| {
+                calls += 1;
+                if calls % 2 == 1 {
+                    return Err(io::ErrorKind::Interrupted.into());
+                }
+                let at = at as usize;
+                let k = b.len().min(2).min(data.len() - at);
+                b[..k].copy_from_slice(&data[at..at + k]);
+                Ok(k)
+            },
+            3,
+            &mut buf,
+        )
+        .unwrap();
+        assert_eq!((n, &buf), (6, b"345678"));
+        let err =
+            read_at_with(|_, _| Err(io::Error::other("disk on fire")), 0, &mut buf).unwrap_err();
+        assert_eq!(err.to_string(), "disk on fire");
+        // A directory opened as a file: the real read fails, and says so.
+        let dir = tempfile::tempdir().unwrap();
+        let file = File::open(dir.path()).unwrap();
+        assert!(read_at(&file, 0, &mut buf).is_err());
+    }
+
+    #[test]
+    fn size_edges() {
+        assert_eq!(human_size(0), "0 bytes");
+        assert_eq!(human_size(999), "999 bytes");
+        assert_eq!(human_size(1000), "1.0 kB (1000 bytes)");
+        assert_eq!(human_size(999_949), "999.9 kB (999949 bytes)");
+        assert_eq!(human_size(999_950), "1.0 MB (999950 bytes)");
+        assert_eq!(
+            human_size(1_500_000_000_000),
+            "1.5 TB (1500000000000 bytes)"
+        );
+        assert_eq!(human_size(u64::MAX), "18.4 EB (18446744073709551615 bytes)");
+    }
+
+    #[test]
+    fn text_edges() {
+        // Four bytes is the least that can be judged.
+        assert!(looks_like_text(b"abcd"));
+        assert!(!looks_like_text(b"abc"));
+        // Tab, CR and LF are text; other control characters are not.
+        assert!(looks_like_text(b"a\tb\r\nc"));
+        assert!(!looks_like_text(b"ab\x07c"));
+        assert!(!looks_like_text(b"abc\x00"));
+        // Only the first 512 bytes are looked at, and a character cut there is still text.
+        let mut late = vec![b'a'; 512];
+        late.push(0);
+        assert!(looks_like_text(&late));
+        let mut early = vec![b'a'; 511];
+        early.push(0);
+        assert!(!looks_like_text(&early));
+        let mut cut = vec![b'a'; 511];
+        cut.extend("é".as_bytes());
+        assert!(looks_like_text(&cut));
+        // An invalid byte inside the sample is not text.
+        let mut bad = vec![b'a'; 100];
+        bad.push(0xFF);
+        bad.extend([b'a'; 100]);
+        assert!(!looks_like_text(&bad));
+    }
+
+    #[test]
+    fn start_description_edges() {
+        assert_eq!(describe_start(b""), "is empty");
+        assert_eq!(describe_start(&[0]), "starts with 1 zero bytes");
+        // The first non-blank line, trimmed, at most 60 characters.
+        assert_eq!(
+            describe_start(b"\n   \n  <html lang=en>  \nmore"),
+            "starts with text `<html lang=en>`"
+        );
+        let sixty = "é".repeat(60);
+        assert_eq!(
+            describe_start(sixty.as_bytes()),
+            format!("starts with text `{sixty}`")
+        );
+        let long = format!("{sixty}x");
+        assert_eq!(
+            describe_start(long.as_bytes()),
+            format!("starts with text `{sixty}…`")
+        );
+        // Binary: the first 8 bytes in hex.
+        assert_eq!(
+            describe_start(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]),
+            "starts with bytes 01 02 03 04 05 06 07 08"
+        );
+    }
+
+    #[test]
+    fn prefixes_and_positions() {
+        let (_tmp, file) = temp_with(b"0123456789");
+        assert_eq!(read_prefix(&file, 10, 4).unwrap(), b"0123");
+        assert_eq!(read_prefix(&file, 10, 64).unwrap(), b"0123456789");
+        // A length larger than the file (it shrank): what is there.
+        assert_eq!(read_prefix(&file, 20, 64).unwrap(), b"0123456789");
+        let mut buf = [0u8; 4];
+        assert_eq!(read_at(&file, 8, &mut buf).unwrap(), 2);
+        assert_eq!(&buf[..2], b"89");
+        // A start past the end is the end.
+        let r = PosReader::new(&file, 10, 15);
+        assert_eq!((r.pos(), r.remaining()), (10, 0));
+        let mut r = PosReader::new(&file, 10, 3);
+        assert_eq!(r.remaining(), 7);
+        r.skip(7).unwrap();
+        assert_eq!((r.pos(), r.remaining()), (10, 0));
+        // A file that shrank under the reader: the read fails, it does not loop or invent bytes.
+        let mut r = PosReader::new(&file, 20, 8);
+        match r.bytes(6) {
+            Err(Short::End { needed, available }) => assert_eq!((needed, available), (4, 0)),
+            other => panic!("expected End, got {other:?}"),
+        }
     }
 
     #[test]

@@ -524,6 +524,46 @@ pub(crate) mod tests {
         assert!(f.problem.contains("HeaderTooSmall"));
     }
 
+    /// 8 bytes is enough for the length: an 8-byte file is judged by the length it states.
+    #[test]
+    fn eight_bytes_pass_the_size_rule() {
+        one(
+            "m.safetensors",
+            &[0x10, 0, 0, 0, 0, 0, 0],
+            codes::SAFETENSORS_HEADER_TOO_SMALL,
+        );
+        let f = one(
+            "m.safetensors",
+            &2u64.to_le_bytes(),
+            codes::SAFETENSORS_HEADER_TRUNCATED,
+        );
+        assert!(f.problem.contains("InvalidHeaderLength"), "{}", f.problem);
+    }
+
+    /// A file that is shorter than the length it was measured at (it shrank while being read)
+    /// is refused for what is missing, not parsed from zeros.
+    #[test]
+    fn a_file_that_shrank_is_refused() {
+        let full = make(TWO, 22);
+        let dir = tree(&[("m.safetensors", &full[..20]), ("tiny", &full[..3])]);
+        let open = |name: &str| File::open(dir.path().join(name)).unwrap();
+        let got = read_header(&open("tiny"), full.len() as u64).unwrap();
+        assert!(matches!(got, Err(Invalid::TooSmall { .. })), "{got:?}");
+        let got = read_header(&open("m.safetensors"), full.len() as u64).unwrap();
+        assert!(matches!(got, Err(Invalid::HeaderPastEnd { .. })), "{got:?}");
+        // The whole file, for contrast, is valid.
+        let dir = tree(&[("m.safetensors", &full)]);
+        let file = File::open(dir.path().join("m.safetensors")).unwrap();
+        assert!(read_header(&file, full.len() as u64).unwrap().is_ok());
+    }
+
+    /// A tensor with no elements has equal offsets, and that is valid.
+    #[test]
+    fn empty_tensors_are_valid() {
+        let header = r#"{"e":{"dtype":"F32","shape":[2,0],"data_offsets":[0,0]},"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"z":{"dtype":"F16","shape":[0],"data_offsets":[1,1]}}"#;
+        assert!(check_bytes("m.safetensors", &make(header, 1)).is_empty());
+    }
+
     #[test]
     fn header_too_large_names_what_the_file_starts_with() {
         let f = one(
@@ -646,6 +686,19 @@ pub(crate) mod tests {
         );
         assert!(f.problem.contains("F16 [2, 3] = 12 bytes"), "{}", f.problem);
         assert!(f.problem.contains("span 16 bytes"), "{}", f.problem);
+        // The span of a tensor that does not start at 0 is its length, not its end.
+        let second = r#"{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[2],"data_offsets":[4,10]}}"#;
+        let f = one(
+            "m.safetensors",
+            &make(second, 10),
+            codes::SAFETENSORS_TENSOR_INVALID_INFO,
+        );
+        assert!(
+            f.problem
+                .contains("`b` of U8 [2] = 2 bytes whose data_offsets span 6 bytes"),
+            "{}",
+            f.problem
+        );
     }
 
     #[test]

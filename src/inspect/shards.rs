@@ -340,6 +340,42 @@ mod tests {
         assert!(f.problem.contains("pytorch_model-00002-of-00002.bin"));
     }
 
+    /// An index of exactly 64 MiB is read (here it fails as JSON: it is zeros); one byte more
+    /// is refused unread.
+    #[test]
+    fn index_size_limit_is_64_mib() {
+        let name = "model.safetensors.index.json";
+        for (len, want) in [
+            (64 << 20, "is not valid JSON"),
+            ((64 << 20) + 1, "far larger than any shard index"),
+        ] {
+            let dir = tree(&[]);
+            let file = File::create(dir.path().join(name)).unwrap();
+            file.set_len(len).unwrap();
+            let findings = check_file(dir.path(), name).unwrap();
+            let f = only(&findings, codes::SHARD_INDEX_INVALID, name);
+            assert!(f.problem.contains(want), "{len}: {}", f.problem);
+        }
+    }
+
+    /// Up to three missing tensor names are quoted; beyond that the rest are counted.
+    #[test]
+    fn missing_tensor_names_are_quoted_up_to_three() {
+        let four = r#"{"weight_map":{"a":"s.safetensors","b":"s.safetensors","c":"s.safetensors","d":"s.safetensors","e":"s.safetensors"}}"#;
+        for (present, quoted) in [
+            (&[("e", 1)][..], "`a`, `b`, `c`, and 1 more"),
+            (&[("d", 1), ("e", 1)][..], "`a`, `b`, `c`"),
+        ] {
+            let dir = tree(&[
+                ("model.safetensors.index.json", four.as_bytes()),
+                ("s.safetensors", &shard(present)),
+            ]);
+            let findings = check_file(dir.path(), "model.safetensors.index.json").unwrap();
+            let f = only(&findings, codes::SHARD_TENSOR_MISSING, "s.safetensors");
+            assert!(f.problem.ends_with(quoted), "{}", f.problem);
+        }
+    }
+
     #[test]
     fn invalid_indexes() {
         for index in [

@@ -644,10 +644,25 @@ pub(crate) mod tests {
         let mut bytes = good.clone();
         bytes[n - 22 + 10] = 9;
         one(&bytes, codes::TORCH_ZIP_BAD_ZIP64);
-        // The locator points at the wrong place.
+        // The locator points at the wrong place: too late for a whole record before it, or
+        // somewhere with no record.
         let mut bytes = good.clone();
-        bytes[n - 22 - 20 + 8] ^= 0x40;
-        one(&bytes, codes::TORCH_ZIP_BAD_ZIP64);
+        let late = (n - 22 - 20 - 55) as u64;
+        bytes[n - 22 - 20 + 8..n - 22 - 20 + 16].copy_from_slice(&late.to_le_bytes());
+        let f = one(&bytes, codes::TORCH_ZIP_BAD_ZIP64);
+        assert!(
+            f.problem.contains("where no 56-byte ZIP64 end record fits"),
+            "{}",
+            f.problem
+        );
+        let mut bytes = good.clone();
+        bytes[n - 22 - 20 + 8] -= 8;
+        let f = one(&bytes, codes::TORCH_ZIP_BAD_ZIP64);
+        assert!(
+            f.problem.contains("has no ZIP64 end record at byte"),
+            "{}",
+            f.problem
+        );
         // The ZIP64 record's central directory size is off by one: the directory no longer
         // ends where the ZIP64 record begins.
         let mut bytes = good.clone();
@@ -657,6 +672,242 @@ pub(crate) mod tests {
         let f = one(&bytes, codes::TORCH_ZIP_BAD_CENTRAL_DIRECTORY);
         assert!(
             f.problem.contains("ZIP64 end record begins"),
+            "{}",
+            f.problem
+        );
+    }
+
+    /// Every field of the three end records that miniz refuses, each on its own: one broken
+    /// rule per input, so deleting any one check fails this test.
+    #[test]
+    fn each_end_record_field_on_its_own() {
+        let zip64 = torch_zip(ENTRIES, true);
+        let n = zip64.len();
+        let (eocd, locator, eocd64) = (n - 22, n - 22 - 20, n - 22 - 20 - 56);
+        let patch = |bytes: &[u8], at: usize, value: &[u8]| {
+            let mut b = bytes.to_vec();
+            b[at..at + value.len()].copy_from_slice(value);
+            b
+        };
+        let multidisk = "spans several disks";
+        for (at, value) in [
+            (eocd + 4, &[1u8, 0][..]),     // this disk
+            (eocd + 6, &[1, 0]),           // disk of the central directory
+            (eocd64 + 16, &[1, 0, 0, 0]),  // ZIP64: this disk
+            (eocd64 + 20, &[1, 0, 0, 0]),  // ZIP64: disk of the central directory
+            (eocd64 + 24, &[3, 0, 0, 0]),  // ZIP64: entries on this disk
+            (locator + 4, &[1, 0, 0, 0]),  // locator: disk of the ZIP64 record
+            (locator + 16, &[2, 0, 0, 0]), // locator: total disks
+        ] {
+            let f = one(
+                &patch(&zip64, at, value),
+                codes::TORCH_ZIP_BAD_CENTRAL_DIRECTORY,
+            );
+            assert!(f.problem.contains(multidisk), "{at}: {}", f.problem);
+        }
+        // The end record may defer each field to ZIP64 by saturating it...
+        for (at, value) in [
+            (eocd + 10, &[0xFF, 0xFF][..]),
+            (eocd + 12, &[0xFF; 4]),
+            (eocd + 16, &[0xFF; 4]),
+        ] {
+            assert!(
+                check_bytes("m.pt", &patch(&zip64, at, value)).is_empty(),
+                "{at}"
+            );
+        }
+        // ...but otherwise each must agree with it.
+        for (at, field) in [
+            (eocd + 10, "entry count is 5"),
+            (eocd + 12, "central directory size is 5"),
+            (eocd + 16, "central directory offset is 5"),
+        ] {
+            let f = one(&patch(&zip64, at, &[5, 0]), codes::TORCH_ZIP_BAD_ZIP64);
+            assert!(f.problem.contains(field), "{at}: {}", f.problem);
+        }
+        // Without ZIP64 records, saturating a field defers to records that are not there.
+        let plain = torch_zip(ENTRIES, false);
+        let m = plain.len();
+        for (at, value) in [
+            (m - 22 + 10, &[0xFF, 0xFF][..]),
+            (m - 22 + 12, &[0xFF; 4]),
+            (m - 22 + 16, &[0xFF; 4]),
+        ] {
+            let f = one(&patch(&plain, at, value), codes::TORCH_ZIP_BAD_ZIP64);
+            assert!(
+                f.problem.contains("no ZIP64 locator"),
+                "{at}: {}",
+                f.problem
+            );
+        }
+        for (at, value) in [
+            (m - 22 + 4, &[1u8, 0][..]),
+            (m - 22 + 6, &[1, 0]),
+            (m - 22 + 8, &[3, 0]),
+        ] {
+            let findings = check_bytes("m.pt", &patch(&plain, at, value));
+            let f = &findings[0];
+            assert_eq!(
+                f.code,
+                codes::TORCH_ZIP_BAD_CENTRAL_DIRECTORY,
+                "{at}: {findings:#?}"
+            );
+            assert!(f.problem.contains(multidisk), "{at}: {}", f.problem);
+        }
+    }
+
+    /// The end record may carry a comment: it is found by its comment length reaching the end.
+    #[test]
+    fn an_end_record_with_a_comment() {
+        let mut bytes = torch_zip(ENTRIES, true);
+        let n = bytes.len();
+        bytes[n - 2..].copy_from_slice(&10u16.to_le_bytes());
+        bytes.extend(b"a comment!");
+        assert!(check_bytes("m.pt", &bytes).is_empty());
+    }
+
+    /// The end record is looked for in the last 22 + 65535 bytes (the record and the longest
+    /// comment), and the message says so.
+    #[test]
+    fn the_end_record_search_window() {
+        let big = vec![7u8; 100_000];
+        let entries: &[(&str, &[u8])] =
+            &[("archive/data.pkl", b"\x80\x02."), ("archive/data/0", &big)];
+        let bytes = torch_zip(entries, true);
+        let f = one(&bytes[..bytes.len() - 1], codes::TORCH_ZIP_NO_EOCD);
+        assert!(
+            f.problem.contains("in its last 65.6 kB (65557 bytes)"),
+            "{}",
+            f.problem
+        );
+    }
+
+    /// A bare pickle (protocol 2 to 5) is a legacy checkpoint under any checkpoint name.
+    #[test]
+    fn legacy_pickles_by_protocol() {
+        for proto in 2u8..=5 {
+            assert!(
+                check_bytes("model.pt", &[0x80, proto, b'}', b'.']).is_empty(),
+                "{proto}"
+            );
+        }
+        for proto in [1u8, 6] {
+            let findings = check_bytes("model.pt", &[0x80, proto, b'}', b'.']);
+            only(&findings, codes::TORCH_UNRECOGNIZED_FORMAT, "model.pt");
+        }
+    }
+
+    /// The ZIP64 extra field (id 1) holds, in order, the 64-bit value of each saturated field
+    /// among uncompressed size, compressed size and local header offset; other fields before it
+    /// are skipped by their sizes.
+    #[test]
+    fn zip64_extra_fields() {
+        const SAT: u64 = 0xFFFF_FFFF;
+        let field = |id: u16, body: &[u8]| {
+            let mut f = id.to_le_bytes().to_vec();
+            f.extend((body.len() as u16).to_le_bytes());
+            f.extend(body);
+            f
+        };
+        let values = |vs: &[u64]| vs.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
+        let apply = |extra: &[u8], mut v: [u64; 3]| {
+            let [u, c, l] = &mut v;
+            let ok = zip64_extra(extra, u, c, l);
+            (ok, v)
+        };
+        // Nothing saturated: nothing needed, whatever the extra field holds.
+        assert_eq!(apply(&[1], [5, 6, 7]), (true, [5, 6, 7]));
+        // Two saturated, after an unrelated field: filled in order.
+        let mut extra = field(0x5455, &[1, 2, 3, 4, 5]);
+        extra.extend(field(1, &values(&[1 << 33, 1 << 34])));
+        assert_eq!(apply(&extra, [SAT, SAT, 7]), (true, [1 << 33, 1 << 34, 7]));
+        // Only the offset saturated: the first value is the offset.
+        let extra = field(1, &values(&[1 << 35]));
+        assert_eq!(apply(&extra, [5, 6, SAT]), (true, [5, 6, 1 << 35]));
+        // All three, exactly 24 bytes.
+        let extra = field(1, &values(&[10, 20, 30]));
+        assert_eq!(apply(&extra, [SAT, SAT, SAT]), (true, [10, 20, 30]));
+        // Too few values, a body cut short by the end of the extra data, no id 1 at all, and an
+        // extra field too short for a header: the sizes are missing.
+        let short = field(1, &values(&[10, 20]));
+        assert!(!apply(&short, [SAT, SAT, SAT]).0);
+        // A short id-1 body is not lengthened by the field after it.
+        let mut followed = field(1, &values(&[10]));
+        followed.extend(field(0x5455, &values(&[20, 30])));
+        assert!(!apply(&followed, [SAT, SAT, 7]).0);
+        let mut cut = field(1, &values(&[10, 20]));
+        cut.truncate(12);
+        assert!(!apply(&cut, [SAT, SAT, 7]).0);
+        assert!(!apply(&field(0x5455, &values(&[10, 20])), [SAT, SAT, 7]).0);
+        for len in 0..4 {
+            assert!(!apply(&[1, 0, 16, 0][..len], [SAT, 6, 7]).0, "{len}");
+        }
+    }
+
+    /// A local header may end exactly where the central directory starts; one that is cut
+    /// short (the file shrank under the reader) is not a local header.
+    #[test]
+    fn local_header_edges() {
+        let mut header = LOCAL_SIG.to_le_bytes().to_vec();
+        header.extend([0u8; 26]); // version .. extra length, all zero: empty name, no data
+        let dir = tree(&[("full", &header), ("cut", &header[..14])]);
+        let open = |name: &str| File::open(dir.path().join(name)).unwrap();
+        assert!(
+            local_header("m.pt", &open("full"), "", 0, 0, 30)
+                .unwrap()
+                .is_ok()
+        );
+        let f = local_header("m.pt", &open("full"), "", 1, 0, 30)
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            f.problem
+                .contains("lies past the start of the central directory"),
+            "{}",
+            f.problem
+        );
+        let f = local_header("m.pt", &open("cut"), "", 0, 0, 30)
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            f.problem.contains("has no local header at byte 0"),
+            "{}",
+            f.problem
+        );
+    }
+
+    /// The last entry's data ends exactly where the central directory starts, after its name
+    /// and extra field; one byte more runs into the directory.
+    #[test]
+    fn data_may_end_at_the_central_directory_and_no_further() {
+        let good = torch_zip(ENTRIES, true);
+        let cd_entry = good
+            .windows(15)
+            .rposition(|w| w == b"archive/version")
+            .unwrap()
+            - 46;
+        let mut bytes = good.clone();
+        bytes[cd_entry + 20] += 1; // compressed size 2 -> 3
+        let cd_offset = u64_at(&good, good.len() - 22 - 20 - 56 + 48);
+        let f = one(&bytes, codes::TORCH_ZIP_ENTRY_OUT_OF_BOUNDS);
+        assert!(
+            f.problem.contains(&format!(
+                "whose 3 bytes of data run to byte {}, past the start of the central directory (byte {cd_offset})",
+                cd_offset + 1
+            )),
+            "{}",
+            f.problem
+        );
+    }
+
+    /// A zip with neither record names both.
+    #[test]
+    fn a_zip_with_neither_record() {
+        let neither: &[(&str, &[u8])] = &[("archive/byteorder", b"little")];
+        let f = one(&torch_zip(neither, true), codes::TORCH_ZIP_BAD_LAYOUT);
+        assert!(
+            f.problem
+                .contains("`archive/` data.pkl and version records"),
             "{}",
             f.problem
         );
@@ -697,6 +948,22 @@ pub(crate) mod tests {
         let flat: &[(&str, &[u8])] = &[("data.pkl", b"\x80\x02."), ("version", b"3\n")];
         let f = one(&torch_zip(flat, true), codes::TORCH_ZIP_BAD_LAYOUT);
         assert!(f.problem.contains("not in a subdirectory"), "{}", f.problem);
+        let no_version: &[(&str, &[u8])] = &[
+            ("archive/data.pkl", b"\x80\x02."),
+            ("archive/byteorder", b"little"),
+        ];
+        let f = one(&torch_zip(no_version, true), codes::TORCH_ZIP_BAD_LAYOUT);
+        assert!(
+            f.problem.contains("`archive/` version record"),
+            "{}",
+            f.problem
+        );
+        // Newer torch.save writes the version as `.data/version`.
+        let dot_data: &[(&str, &[u8])] = &[
+            ("archive/data.pkl", b"\x80\x02."),
+            ("archive/.data/version", b"3\n"),
+        ];
+        assert!(check_bytes("m.pt", &torch_zip(dot_data, true)).is_empty());
         let no_pickle: &[(&str, &[u8])] = &[("archive/version", b"3\n")];
         let f = one(&torch_zip(no_pickle, true), codes::TORCH_ZIP_BAD_LAYOUT);
         assert!(f.problem.contains("data.pkl record"), "{}", f.problem);
