@@ -23,7 +23,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{Mode, OFlags};
+use rustix::fs::Mode;
 
 use crate::bundle::read::{self, EntrySink, Mode as ReadMode, Opened};
 use crate::error::{Error, Result};
@@ -168,16 +168,6 @@ fn err_at(root: &Path, path: &str, e: rustix::io::Errno) -> Error {
 /// Directory handles kept open at once.
 const DIR_CACHE: usize = 64;
 
-/// Opens `path` below `root` one component at a time, never following a symlink.
-fn open_below(root: &OwnedFd, path: &str) -> rustix::io::Result<OwnedFd> {
-    let flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC;
-    let mut fd = rustix::fs::openat(root, ".", flags, Mode::empty())?;
-    for component in path.split('/') {
-        fd = rustix::fs::openat(&fd, component, flags, Mode::empty())?;
-    }
-    Ok(fd)
-}
-
 impl StagingSink<'_> {
     fn parent_and_name<'p>(&mut self, path: &'p str) -> Result<(&OwnedFd, &'p str)> {
         let Some((parent, name)) = path.rsplit_once('/') else {
@@ -193,7 +183,7 @@ impl StagingSink<'_> {
             if self.dirs.len() >= DIR_CACHE {
                 self.dirs.clear();
             }
-            let fd = open_below(&self.root, parent).map_err(|e| self.err(parent, e))?;
+            let fd = fsio::open_below(&self.root, parent).map_err(|e| self.err(parent, e))?;
             self.dirs.insert(parent.to_string(), fd);
         }
         Ok((&self.dirs[parent], name))
@@ -227,16 +217,9 @@ impl EntrySink for StagingSink<'_> {
         let root_path = self.root_path.clone();
         let (parent, name) = self.parent_and_name(&file.path)?;
         let mode = if file.executable { 0o755 } else { 0o644 };
-        let fd = rustix::fs::openat(
-            parent,
-            name,
-            OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(mode),
-        )
-        .map_err(|e| err_at(&root_path, &file.path, e))?;
-        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))
+        let f = fsio::create_at(parent, name, mode, false)
             .map_err(|e| err_at(&root_path, &file.path, e))?;
-        self.current = Some((File::from(fd), file.path.clone()));
+        self.current = Some((f, file.path.clone()));
         self.files.insert(file.path.clone());
         self.since_flush = 0;
         Ok(())
@@ -258,24 +241,16 @@ impl EntrySink for StagingSink<'_> {
         let root_path = self.root_path.clone();
         let (parent, name) = self.parent_and_name(&file.path)?;
         let mode = if file.executable { 0o755 } else { 0o644 };
-        let fd = rustix::fs::openat(
-            parent,
-            name,
-            OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(mode),
-        )
-        .map_err(|e| err_at(&root_path, &file.path, e))?;
-        if rustix::fs::ioctl_ficlone(&fd, src).is_err() {
+        let f = fsio::create_at(parent, name, mode, true)
+            .map_err(|e| err_at(&root_path, &file.path, e))?;
+        if rustix::fs::ioctl_ficlone(&f, src).is_err() {
             // No reflinks here (another filesystem, or none at all): the caller copies.
             rustix::fs::unlinkat(parent, name, rustix::fs::AtFlags::empty())
                 .map_err(|e| err_at(&root_path, &file.path, e))?;
             return Ok(None);
         }
-        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))
-            .map_err(|e| err_at(&root_path, &file.path, e))?;
-        let f = File::from(fd);
-        let digest =
-            crate::delta::hash_file(&f).map_err(|e| Error::io(root_path.join(&file.path), e))?;
+        let (digest, _) =
+            fsio::hash_file(&f, &|_| {}).map_err(|e| Error::io(root_path.join(&file.path), e))?;
         self.current = Some((f, file.path.clone()));
         self.files.insert(file.path.clone());
         Ok(Some(digest))
@@ -556,7 +531,7 @@ pub fn unpack_with(
     // Receipt: the signed manifest and its signature, so `check` can re-verify later.
     receipt::write(&root, &tree, &opened.manifest_bytes, &opened.signature_text)?;
     for path in &known {
-        let fd = open_below(&root, path).map_err(|e| Error::io(tree.join(path), e.into()))?;
+        let fd = fsio::open_below(&root, path).map_err(|e| Error::io(tree.join(path), e.into()))?;
         fsio::sync_dir_fd(&fd, &tree.join(path))?;
     }
     if let Some(k) = &keep {

@@ -295,9 +295,7 @@ impl EntrySink for BlobSink<'_> {
     fn begin_file(&mut self, file: &FileEntry) -> Result<()> {
         let index = self.placed.len();
         let tmp = self.blobs.join(format!(".incoming-{index}"));
-        let f = File::create_new(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        f.set_permissions(fs::Permissions::from_mode(0o644))
-            .map_err(|e| Error::io(&tmp, e))?;
+        let f = fsio::create_new(&tmp, 0o644).map_err(|e| Error::io(&tmp, e))?;
         let git = match &self.etags[index] {
             Some(e) => EtagKind::of(e) == Some(EtagKind::GitSha1),
             None => true,

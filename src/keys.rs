@@ -31,7 +31,6 @@
 //! error message ever contains key bytes.
 
 use std::fmt;
-use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
@@ -330,8 +329,15 @@ fn strip_prefix_checked<'a>(
         .ok_or_else(|| malformed(what, line_no, format!("line must start with \"{prefix}\"")))
 }
 
+/// The most read of a key or signature file: minisign's are a few hundred bytes (a trusted
+/// comment is at most 1024), and `/dev/zero` or a huge file named by mistake is not read.
+const MAX_TEXT_FILE_BYTES: u64 = 64 << 10;
+
 fn read_text(path: &Path, what: &'static str) -> Result<Zeroizing<String>, KeyError> {
-    let bytes = Zeroizing::new(fs::read(path).map_err(|e| io_err(path, e))?);
+    let bytes = Zeroizing::new(
+        crate::fsio::read_capped(path, MAX_TEXT_FILE_BYTES, crate::fsio::Follow::Final)
+            .map_err(|e| io_err(path, e.into()))?,
+    );
     match std::str::from_utf8(&bytes) {
         Ok(s) => Ok(Zeroizing::new(s.to_owned())),
         Err(e) => {
@@ -858,7 +864,8 @@ pub fn prehash(mut reader: impl Read) -> io::Result<[u8; 64]> {
 
 /// [`prehash`] of a file; errors name the path.
 pub fn prehash_file(path: &Path) -> Result<[u8; 64], KeyError> {
-    let file = fs::File::open(path).map_err(|e| io_err(path, e))?;
+    let (file, _) = crate::fsio::open_regular(path, crate::fsio::Follow::Final)
+        .map_err(|e| io_err(path, e.into()))?;
     prehash(file).map_err(|e| io_err(path, e))
 }
 
@@ -980,6 +987,7 @@ fn check_ed25519(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::fs;
     use std::io::Write as _;
     use std::process::{Command, Output, Stdio};
     use std::sync::{Mutex, MutexGuard};

@@ -12,20 +12,17 @@
 //! files planted under `.airlock/`, and modes that drifted (group- or world-writable, setuid,
 //! setgid) are each named.
 
-use std::fs::File;
-use std::io::Read;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{FileType, Mode, OFlags};
+use rustix::fs::FileType;
 
 use rayon::prelude::*;
-use sha2::{Digest, Sha256};
 
 use crate::bundle::read;
 use crate::error::{Error, Result};
-use crate::fsio;
+use crate::fsio::{self, OpenError};
 use crate::keys::PublicKey;
 use crate::manifest::{self, Manifest};
 use crate::paths::{self, RECEIPT_DIR};
@@ -143,20 +140,6 @@ pub struct Drift {
     pub detail: String,
 }
 
-fn hash_file(mut f: File, progress: &dyn Progress) -> std::io::Result<String> {
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-        progress.advance(n as u64);
-    }
-    Ok(hex::encode(h.finalize()))
-}
-
 /// Mode bits an installed entry never has: group/world write, setuid, setgid, sticky.
 const UNSAFE_BITS: u32 = 0o7022;
 
@@ -193,30 +176,6 @@ fn mode_drift(path: &str, mode: u32) -> Option<Drift> {
     })
 }
 
-/// Opens `rel` below the directory handle `root` one component at a time, never following a
-/// link, so paths of any length that the tree holds can be reached.
-fn open_below(root: &OwnedFd, rel: &str, dir: bool) -> rustix::io::Result<OwnedFd> {
-    let (parents, name) = match rel.rsplit_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, rel),
-    };
-    let mut fd = fsio::open_dir_at(root, ".")?;
-    if let Some(parents) = parents {
-        for c in parents.split('/') {
-            fd = fsio::open_dir_at(&fd, c)?;
-        }
-    }
-    if dir {
-        return fsio::open_dir_at(&fd, name);
-    }
-    rustix::fs::openat(
-        &fd,
-        name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
-        Mode::empty(),
-    )
-}
-
 /// The differences of one receipt file.
 fn file_drift(
     root: &OwnedFd,
@@ -231,23 +190,21 @@ fn file_drift(
             detail,
         }]
     };
-    let fd = match open_below(root, &f.path, false) {
-        Ok(fd) => fd,
-        Err(rustix::io::Errno::NOENT) => return one("missing", "is missing".into()),
-        Err(rustix::io::Errno::LOOP) | Err(rustix::io::Errno::NOTDIR) => {
+    let file = match fsio::open_file_below(root, &f.path) {
+        Ok((file, _)) => file,
+        Err(OpenError::NotFound) => return one("missing", "is missing".into()),
+        Err(OpenError::Link) => {
             return one(
                 "type",
                 "is no longer a regular file (a link is in its path)".into(),
             );
         }
-        Err(e) => {
-            return one(
-                "unreadable",
-                format!("cannot be opened: {}", std::io::Error::from(e)),
-            );
+        Err(OpenError::NotRegular(_)) => {
+            return one("type", "is no longer a regular file".into());
         }
+        Err(e) => return one("unreadable", format!("cannot be opened: {e}")),
     };
-    let st = match rustix::fs::fstat(&fd) {
+    let st = match rustix::fs::fstat(&file) {
         Ok(st) => st,
         Err(e) => {
             return one(
@@ -256,9 +213,6 @@ fn file_drift(
             );
         }
     };
-    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-        return one("type", "is no longer a regular file".into());
-    }
     let mut out = Vec::new();
     let mode = st.st_mode;
     out.extend(mode_drift(&f.path, mode));
@@ -291,9 +245,9 @@ fn file_drift(
         return out;
     }
     progress.item(&f.path);
-    match hash_file(File::from(fd), progress) {
-        Ok(h) if h == f.sha256 => {}
-        Ok(h) => out.push(Drift {
+    match fsio::hash_file(&file, &|n| progress.advance(n)) {
+        Ok((h, _)) if h == f.sha256 => {}
+        Ok((h, _)) => out.push(Drift {
             path: f.path.clone(),
             kind: "modified",
             detail: format!(
@@ -376,12 +330,8 @@ pub fn compare(
             manifest.totals.file_bytes
         },
     );
-    let root = rustix::fs::open(
-        dir,
-        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| Error::io(dir, e.into()))?;
+    let root =
+        fsio::open_dir_path(dir, fsio::Follow::Final).map_err(|e| Error::io(dir, e.into()))?;
     let mut drift: Vec<Drift> = manifest
         .files
         .par_iter()
@@ -391,7 +341,7 @@ pub fn compare(
         drift.extend(mode_drift(".", st.st_mode));
     }
     for d in &manifest.directories {
-        match open_below(&root, d, true).and_then(|fd| rustix::fs::fstat(&fd)) {
+        match fsio::open_below(&root, d).and_then(|fd| rustix::fs::fstat(&fd)) {
             Ok(st) => drift.extend(mode_drift(d, st.st_mode)),
             Err(_) => drift.push(Drift {
                 path: d.clone(),

@@ -13,7 +13,6 @@
 //! `OUT.partial` and renamed to `OUT` once it is whole.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -284,7 +283,7 @@ pub fn repair(
         None => {
             // Refuse read-only media before any work, with the way out.
             let probe = opened.dir.join(".airlock-repair-probe");
-            match File::create(&probe) {
+            match crate::fsio::create_new(&probe, 0o600) {
                 Ok(_) => {
                     let _ = std::fs::remove_file(&probe);
                 }
@@ -309,17 +308,13 @@ pub fn repair(
         } else {
             &tmp_name
         });
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .map_err(|e| {
-                if opts.out.is_none() {
-                    read_only(&opened.dir, e)
-                } else {
-                    Error::io(&tmp, e)
-                }
-            })?;
+        let f = crate::fsio::create_new(&tmp, 0o644).map_err(|e| {
+            if opts.out.is_none() {
+                read_only(&opened.dir, e)
+            } else {
+                Error::io(&tmp, e)
+            }
+        })?;
         let result = (|| -> Result<()> {
             for (c, want) in v.chunks.iter().enumerate() {
                 let start = c as u64 * cs;

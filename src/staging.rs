@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, RenameFlags};
+use rustix::fs::{AtFlags, FileType, FlockOperation, RenameFlags};
 
 use crate::error::{Error, Result};
 use crate::fsio;
@@ -126,12 +126,8 @@ impl Staging {
     /// Creates `PARENT/NAME`, private and locked before the name appears. Fails with an
     /// `AlreadyExists` I/O error if the name is taken.
     pub fn create_named(parent: &Path, name: &str) -> Result<Staging> {
-        let parent_fd = rustix::fs::open(
-            parent,
-            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| Error::io(parent, e.into()))?;
+        let parent_fd = fsio::open_dir_path(parent, fsio::Follow::Final)
+            .map_err(|e| Error::io(parent, e.into()))?;
         let birth = format!("{BIRTH_PREFIX}{}", random_hex());
         let birth_path = parent.join(&birth);
         // Registered under the guard before it exists: a signal either comes first (and this
@@ -215,12 +211,8 @@ impl Staging {
             .file_name()
             .and_then(|n| n.to_str())
             .ok_or_else(|| Error::Usage(format!("{}: not a usable name", to.display())))?;
-        let to_dir = rustix::fs::open(
-            &to_parent,
-            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| Error::io(&to_parent, e.into()))?;
+        let to_dir = fsio::open_dir_path(&to_parent, fsio::Follow::Final)
+            .map_err(|e| Error::io(&to_parent, e.into()))?;
         {
             let _commit = commit_guard();
             fsio::rename_at(&self.dir, from, &to_dir, to_name, flags)
@@ -313,16 +305,11 @@ impl SyncThread {
 /// Creates the lock file in the new directory `dir` and takes the exclusive lock.
 fn new_lock(dir: &OwnedFd, dir_path: &Path) -> Result<File> {
     let path = dir_path.join(LOCK_NAME);
-    let fd = rustix::fs::openat(
-        dir,
-        LOCK_NAME,
-        OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
-    )
-    .map_err(|e| Error::io(&path, e.into()))?;
-    rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive)
+    let file =
+        fsio::create_at(dir, LOCK_NAME, 0o600, true).map_err(|e| Error::io(&path, e.into()))?;
+    rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive)
         .map_err(|e| Error::io(&path, e.into()))?;
-    Ok(File::from(fd))
+    Ok(file)
 }
 
 /// What [`clean_stale`] did.
@@ -338,12 +325,8 @@ pub struct Cleanup {
 pub fn clean_stale(parent: &Path) -> Result<Cleanup> {
     let mut out = Cleanup::default();
     let rd = std::fs::read_dir(parent).map_err(|e| Error::io(parent, e))?;
-    let parent_fd = rustix::fs::open(
-        parent,
-        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| Error::io(parent, e.into()))?;
+    let parent_fd = fsio::open_dir_path(parent, fsio::Follow::Final)
+        .map_err(|e| Error::io(parent, e.into()))?;
     for e in rd.flatten() {
         let name = e.file_name();
         let Some(name) = name.to_str() else { continue };
@@ -387,21 +370,18 @@ pub fn remove_if_stale(
             .saturating_sub(st.st_mtime as i64);
         age >= BIRTH_GRACE.as_secs() as i64
     };
-    let lock = match rustix::fs::openat(
-        &dir,
-        LOCK_NAME,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) {
-        Ok(l) => l,
-        Err(rustix::io::Errno::NOENT) => {
+    let lock = match fsio::open_file_below(&dir, LOCK_NAME) {
+        Ok((l, _)) => l,
+        Err(fsio::OpenError::NotFound) => {
             // Killed before its lock existed: only an empty birth directory can be that.
             if birth && st.st_uid == me && old_enough() {
                 return Ok(rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR).is_ok());
             }
             return Ok(false);
         }
-        Err(rustix::io::Errno::ACCESS) if st.st_uid != me => {
+        Err(fsio::OpenError::Io(e))
+            if e.kind() == io::ErrorKind::PermissionDenied && st.st_uid != me =>
+        {
             return Err(format!(
                 "belongs to user {}: its lock cannot be checked; left alone (its owner or an administrator can remove it)",
                 st.st_uid
@@ -409,10 +389,6 @@ pub fn remove_if_stale(
         }
         Err(_) => return Ok(false),
     };
-    match rustix::fs::fstat(&lock) {
-        Ok(l) if FileType::from_raw_mode(l.st_mode) == FileType::RegularFile => {}
-        _ => return Ok(false),
-    }
     if rustix::fs::flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() {
         return Ok(false);
     }
@@ -440,11 +416,7 @@ pub fn remove_tree(path: &Path) -> io::Result<()> {
         .file_name()
         .and_then(|n| n.to_str())
         .ok_or_else(|| io::Error::other("not a usable name"))?;
-    let parent_fd = rustix::fs::open(
-        &parent,
-        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
+    let parent_fd = fsio::open_dir_path(&parent, fsio::Follow::Final)?;
     remove_tree_at(&parent_fd, name, path)
 }
 

@@ -6,13 +6,13 @@
 //! `/dev/zero`, a FIFO or a directory, followed through a symlink or not), and at most its
 //! documented limit plus one byte is ever read (FORMAT.md, sections 2 and 9).
 
-use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
+use crate::fsio::{Follow, OpenError, read_capped};
 use crate::keys::{self, PublicKey, Signature};
 use crate::manifest::{self, Manifest};
 
@@ -38,79 +38,6 @@ pub struct Opened {
     pub warnings: Vec<String>,
 }
 
-/// Why a bounded read refused a file.
-#[derive(Debug)]
-pub enum BoundedReadError {
-    /// The file does not exist (or a path component is not a directory).
-    NotFound,
-    /// The file is not a regular file; the text says what it is ("a FIFO").
-    NotRegular(&'static str),
-    /// The file holds more than the limit; the number is its size when known, else `cap + 1`.
-    TooLarge(u64),
-    /// Opening or reading failed.
-    Io(io::Error),
-}
-
-/// What a file type is called in messages.
-pub fn describe_type(ft: std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if ft.is_dir() {
-        "a directory"
-    } else if ft.is_fifo() {
-        "a FIFO"
-    } else if ft.is_char_device() {
-        "a character device"
-    } else if ft.is_block_device() {
-        "a block device"
-    } else if ft.is_socket() {
-        "a socket"
-    } else if ft.is_symlink() {
-        "a symbolic link"
-    } else if ft.is_file() {
-        "a regular file"
-    } else {
-        "not a regular file"
-    }
-}
-
-/// Opens `path` for reading without blocking (a FIFO returns at once) and checks on the open
-/// handle that it is a regular file. Returns the file and its size.
-pub fn open_regular(path: &Path) -> std::result::Result<(File, u64), BoundedReadError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-        .open(path)
-        .map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound | io::ErrorKind::NotADirectory => BoundedReadError::NotFound,
-            _ => BoundedReadError::Io(e),
-        })?;
-    let meta = f.metadata().map_err(BoundedReadError::Io)?;
-    if !meta.is_file() {
-        return Err(BoundedReadError::NotRegular(describe_type(
-            meta.file_type(),
-        )));
-    }
-    Ok((f, meta.len()))
-}
-
-/// Reads a whole regular file of at most `cap` bytes: refuses anything else before reading,
-/// and reads at most `cap + 1` bytes, so a file that grows while it is read is refused too.
-pub fn read_bounded(path: &Path, cap: u64) -> std::result::Result<Vec<u8>, BoundedReadError> {
-    let (f, len) = open_regular(path)?;
-    if len > cap {
-        return Err(BoundedReadError::TooLarge(len));
-    }
-    let mut out = Vec::with_capacity(len as usize);
-    f.take(cap + 1)
-        .read_to_end(&mut out)
-        .map_err(BoundedReadError::Io)?;
-    if out.len() as u64 > cap {
-        return Err(BoundedReadError::TooLarge(cap + 1));
-    }
-    Ok(out)
-}
-
 fn too_large(len: u64, cap: u64) -> String {
     if len > cap + 1 {
         format!("is {len} bytes, more than the {cap}-byte limit")
@@ -122,32 +49,32 @@ fn too_large(len: u64, cap: u64) -> String {
 /// Reads `manifest.json` (bounded); the errors say what a missing or hostile file is.
 fn read_manifest_bytes(path: &Path) -> Result<Vec<u8>> {
     let cap = manifest::MAX_MANIFEST_BYTES;
-    read_bounded(path, cap).map_err(|e| match e {
-        BoundedReadError::NotFound => not_a_bundle(path),
-        BoundedReadError::NotRegular(what) => Error::BadManifest {
+    read_capped(path, cap, Follow::Final).map_err(|e| match e {
+        OpenError::NotFound => not_a_bundle(path),
+        OpenError::NotRegular(what) => Error::BadManifest {
             path: path.to_path_buf(),
             reason: format!("is {what}, not a regular file; refusing to read it"),
         },
-        BoundedReadError::TooLarge(len) => Error::BadManifest {
+        OpenError::TooLarge(len) => Error::BadManifest {
             path: path.to_path_buf(),
             reason: too_large(len, cap),
         },
-        BoundedReadError::Io(e) => Error::io(path, e),
+        e @ (OpenError::Io(_) | OpenError::Link) => Error::io(path, e.into()),
     })
 }
 
 /// Reads `manifest.json.minisig` (bounded) as UTF-8 text. `Ok(None)` when it does not exist.
 fn read_signature_text(path: &Path) -> Result<Option<String>> {
-    let bytes = match read_bounded(path, MAX_SIGNATURE_BYTES) {
+    let bytes = match read_capped(path, MAX_SIGNATURE_BYTES, Follow::Final) {
         Ok(b) => b,
-        Err(BoundedReadError::NotFound) => return Ok(None),
-        Err(BoundedReadError::NotRegular(what)) => {
+        Err(OpenError::NotFound) => return Ok(None),
+        Err(OpenError::NotRegular(what)) => {
             return Err(Error::BadSignature {
                 path: path.to_path_buf(),
                 reason: format!("is {what}, not a regular file; refusing to read it"),
             });
         }
-        Err(BoundedReadError::TooLarge(len)) => {
+        Err(OpenError::TooLarge(len)) => {
             return Err(Error::BadSignature {
                 path: path.to_path_buf(),
                 reason: format!(
@@ -156,7 +83,7 @@ fn read_signature_text(path: &Path) -> Result<Option<String>> {
                 ),
             });
         }
-        Err(BoundedReadError::Io(e)) => return Err(Error::io(path, e)),
+        Err(e @ (OpenError::Io(_) | OpenError::Link)) => return Err(Error::io(path, e.into())),
     };
     String::from_utf8(bytes)
         .map(Some)
@@ -326,47 +253,4 @@ pub fn open(dir: &Path, trust: &[PublicKey]) -> Result<Opened> {
         signer,
         warnings,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bounded_read_refuses_devices_fifos_and_directories_without_reading() {
-        let dir = tempfile::tempdir().unwrap();
-        let zero = dir.path().join("zero");
-        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
-        assert!(matches!(
-            read_bounded(&zero, 16),
-            Err(BoundedReadError::NotRegular("a character device"))
-        ));
-        let fifo = dir.path().join("fifo");
-        rustix::fs::mkfifoat(
-            rustix::fs::CWD,
-            &fifo,
-            rustix::fs::Mode::from_raw_mode(0o600),
-        )
-        .unwrap();
-        assert!(matches!(
-            read_bounded(&fifo, 16),
-            Err(BoundedReadError::NotRegular("a FIFO"))
-        ));
-        assert!(matches!(
-            read_bounded(dir.path(), 16),
-            Err(BoundedReadError::NotRegular("a directory"))
-        ));
-        let big = dir.path().join("big");
-        std::fs::write(&big, [0u8; 17]).unwrap();
-        assert!(matches!(
-            read_bounded(&big, 16),
-            Err(BoundedReadError::TooLarge(17))
-        ));
-        std::fs::write(&big, [0u8; 16]).unwrap();
-        assert_eq!(read_bounded(&big, 16).unwrap().len(), 16);
-        assert!(matches!(
-            read_bounded(&dir.path().join("absent"), 16),
-            Err(BoundedReadError::NotFound)
-        ));
-    }
 }

@@ -17,6 +17,7 @@ use sha2::{Digest, Sha256};
 
 use super::volumes::UnitLayout;
 use crate::error::{Error, Result};
+use crate::fsio;
 use crate::manifest::{self, PARITY_ALGORITHM, Parity, Volume};
 use crate::parity::{self, Geometry};
 use crate::progress::Progress;
@@ -102,17 +103,19 @@ pub fn write_parity(
     let layout = UnitLayout::new(chunk_size, data, &volumes);
     let inputs: Vec<File> = data
         .iter()
-        .map(|v| File::open(dir.join(&v.name)).map_err(|e| Error::io(dir.join(&v.name), e)))
+        .map(|v| {
+            let path = dir.join(&v.name);
+            fsio::open_regular(&path, fsio::Follow::Never)
+                .map(|(f, _)| f)
+                .map_err(|e| Error::io(&path, e.into()))
+        })
         .collect::<Result<_>>()?;
     let outputs: Vec<File> = volumes
         .iter()
         .map(|v| {
             let path = dir.join(&v.name);
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&path)
-                .map_err(|e| Error::io(&path, e))?;
+            // Mode set explicitly, like the data volumes: never the umask's choice.
+            let f = fsio::create_new(&path, 0o644).map_err(|e| Error::io(&path, e))?;
             f.set_len(v.size).map_err(|e| Error::io(&path, e))?;
             Ok(f)
         })

@@ -8,7 +8,6 @@
 //! name the damaged byte ranges. A version 1 manifest also carries `volumes[].sha256`; where it
 //! is present it is checked too, so a manifest whose two digests disagree is refused.
 
-use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -17,8 +16,9 @@ use crossbeam_channel::{Receiver, Sender};
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
-use super::open::{BoundedReadError, Opened, open_regular};
+use super::open::Opened;
 use crate::error::Error;
+use crate::fsio::{Follow, open_regular};
 use crate::manifest::{self, Manifest};
 use crate::parity::{self, Geometry, ParityError, Shard};
 use crate::progress::Progress;
@@ -326,7 +326,7 @@ pub fn is_volume_like(name: &str) -> bool {
 }
 
 fn hash_range(path: &Path, start: u64, end: u64, progress: &dyn Progress) -> io::Result<String> {
-    let f = File::open(path)?;
+    let (f, _) = open_regular(path, Follow::Final)?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut pos = start;
@@ -352,7 +352,7 @@ fn hash_volume(path: &Path, m: &Manifest, i: usize, progress: &dyn Progress) -> 
     let v = &m.volumes[i];
     let mut whole = Sha256::new();
     let mut chunks = Vec::with_capacity(v.chunks.len());
-    let f = File::open(path)?;
+    let (f, _) = open_regular(path, Follow::Final)?;
     let mut buf = vec![0u8; 1 << 20];
     for c in 0..v.chunks.len() {
         let (start, end) = chunk_range(m.chunk_size, v, c);
@@ -404,29 +404,14 @@ pub struct DirVolumes<'a>(pub &'a Path);
 
 impl VolumeSource for DirVolumes<'_> {
     fn open(&self, _index: usize, name: &str) -> io::Result<Box<dyn Read + Send + '_>> {
-        match open_regular(&self.0.join(name)) {
-            Ok((f, _)) => Ok(Box::new(f)),
-            Err(BoundedReadError::NotFound) => Err(io::ErrorKind::NotFound.into()),
-            Err(BoundedReadError::NotRegular(what)) => {
-                Err(io::Error::other(format!("is {what}, not a regular file")))
-            }
-            Err(BoundedReadError::Io(e)) => Err(e),
-            Err(BoundedReadError::TooLarge(_)) => unreachable!("open_regular has no cap"),
-        }
+        let (f, _) = open_regular(&self.0.join(name), Follow::Final)?;
+        Ok(Box::new(f))
     }
     fn path(&self, name: &str) -> PathBuf {
         self.0.join(name)
     }
     fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        let f = match open_regular(&self.0.join(name)) {
-            Ok((f, _)) => f,
-            Err(BoundedReadError::NotFound) => return Err(io::ErrorKind::NotFound.into()),
-            Err(BoundedReadError::NotRegular(what)) => {
-                return Err(io::Error::other(format!("is {what}, not a regular file")));
-            }
-            Err(BoundedReadError::Io(e)) => return Err(e),
-            Err(BoundedReadError::TooLarge(_)) => unreachable!("open_regular has no cap"),
-        };
+        let (f, _) = open_regular(&self.0.join(name), Follow::Final)?;
         f.read_exact_at(buf, offset)
     }
 }

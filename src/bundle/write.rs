@@ -83,7 +83,8 @@ pub fn estimate_saving(entries: &[ScanEntry]) -> Result<Option<f64>> {
         let n = size.min(AUTO_SAMPLE_BYTES);
         let offset = (size - n) / 2 / 4096 * 4096;
         buf.resize(n as usize, 0);
-        let f = File::open(path).map_err(|e| Error::io(path, e))?;
+        let (f, _) =
+            fsio::open_regular(path, fsio::Follow::Final).map_err(|e| Error::io(path, e.into()))?;
         f.read_exact_at(&mut buf, offset)
             .map_err(|e| Error::io(path, e))?;
         let packed = zstd::bulk::compress(&buf, 1).map_err(|e| Error::io(path, e))?;
@@ -323,9 +324,7 @@ impl Write for VolumeWriter {
         }
         if self.file.is_none() {
             let path = self.dir.join(temp_volume_name(self.done.len()));
-            let file = File::create_new(&path)?;
-            file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
-            self.file = Some(file);
+            self.file = Some(fsio::create_new(&path, 0o644)?);
         }
         let room_volume = self.volume_size - self.in_volume;
         let room_chunk = self.chunk_size - self.in_chunk;
@@ -433,7 +432,8 @@ fn read_file(
     pool: &Receiver<Vec<u8>>,
     progress: &dyn Progress,
 ) -> Result<Option<FileDigests>> {
-    let mut file = File::open(source).map_err(|e| Error::io(source, e))?;
+    let (mut file, _) =
+        fsio::open_regular(source, fsio::Follow::Final).map_err(|e| Error::io(source, e.into()))?;
     let before = file.metadata().map_err(|e| Error::io(source, e))?;
     if before.len() != size {
         return Err(Error::SourceChanged {
@@ -732,11 +732,7 @@ fn manifest_too_large(opts: &PackOptions<'_>, size: u64) -> Error {
 /// its lock and the final rename, leaving a signed bundle under the work name).
 fn remove_abandoned_partial(parent: &Path, name: &str) -> bool {
     let partial = parent.join(name);
-    let Ok(parent_fd) = rustix::fs::open(
-        parent,
-        rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    ) else {
+    let Ok(parent_fd) = fsio::open_dir_path(parent, fsio::Follow::Final) else {
         return false;
     };
     match staging::remove_if_stale(&parent_fd, name, &partial, false) {

@@ -2,7 +2,7 @@
 //! or loses the old one: write a temporary sibling, then rename it into place.
 
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use airlock::error::{Error, Result};
@@ -22,12 +22,7 @@ impl Staged {
         name.push(format!(".airlock-tmp{}", std::process::id()));
         let tmp = PathBuf::from(name);
         // create_new: a name already taken is someone else's file, never overwritten or removed.
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| Error::io(&tmp, e))?;
+        let mut f = airlock::fsio::create_new(&tmp, 0o600).map_err(|e| Error::io(&tmp, e))?;
         let staged = Staged {
             tmp: Some(tmp.clone()),
             dest: dest.to_path_buf(),

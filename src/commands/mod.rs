@@ -273,7 +273,7 @@ const PASSWORD_FILE_CAP: u64 = 64 << 10;
 /// works; at most [`PASSWORD_FILE_CAP`] bytes are read.
 pub fn password_from_file(path: &Path) -> Result<zeroize::Zeroizing<Vec<u8>>> {
     use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let file = airlock::fsio::open_operator_stream(path).map_err(|e| Error::io(path, e))?;
     let mut text = zeroize::Zeroizing::new(Vec::new());
     file.take(PASSWORD_FILE_CAP + 1)
         .read_to_end(&mut text)

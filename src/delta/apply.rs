@@ -16,7 +16,6 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use rustix::fs::{Mode, OFlags};
 use sha2::{Digest, Sha256};
 
 use super::patch::{Map, PatchError, PushDecoder};
@@ -153,23 +152,8 @@ fn check_base(opened: &Opened, opts: &UnpackOptions) -> Result<Manifest> {
 /// Opens `path` below `dest` for reading, one component at a time, following no symbolic
 /// link and refusing anything but a regular file (a FIFO does not block the open).
 fn open_base(dest: &Path, path: &str) -> io::Result<File> {
-    let dir_flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC;
-    let mut fd = rustix::fs::open(dest, dir_flags, Mode::empty())?;
-    let (parents, name) = path.rsplit_once('/').unwrap_or(("", path));
-    for c in parents.split('/').filter(|c| !c.is_empty()) {
-        fd = rustix::fs::openat(&fd, c, dir_flags, Mode::empty())?;
-    }
-    let f = rustix::fs::openat(
-        &fd,
-        name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
-        Mode::empty(),
-    )?;
-    let f = File::from(f);
-    if !f.metadata()?.is_file() {
-        return Err(io::Error::other("not a regular file"));
-    }
-    Ok(f)
+    let root = crate::fsio::open_dir_path(dest, crate::fsio::Follow::Never)?;
+    Ok(crate::fsio::open_file_below(&root, path)?.0)
 }
 
 /// The base file `b` as installed under `dest`, re-hashed against its receipt entry; a
@@ -199,7 +183,7 @@ fn checked_base(dest: &Path, b: &FileEntry, m: &Manifest) -> Result<File> {
             b.size
         )));
     }
-    let digest = hash_file(&f, len).map_err(|e| Error::io(dest.join(&b.path), e))?;
+    let digest = crate::fsio::hash_exact(&f, len).map_err(|e| Error::io(dest.join(&b.path), e))?;
     if digest != b.sha256 {
         return Err(changed(format!(
             "its sha256 is {digest}, the receipt says {}",
@@ -207,19 +191,6 @@ fn checked_base(dest: &Path, b: &FileEntry, m: &Manifest) -> Result<File> {
         )));
     }
     Ok(f)
-}
-
-fn hash_file(f: &File, len: u64) -> io::Result<String> {
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; PIECE];
-    let mut pos = 0u64;
-    while pos < len {
-        let n = (len - pos).min(PIECE as u64) as usize;
-        f.read_exact_at(&mut buf[..n], pos)?;
-        h.update(&buf[..n]);
-        pos += n as u64;
-    }
-    Ok(hex::encode(h.finalize()))
 }
 
 /// Feeds the staging tree: directories, copies, then the stream.

@@ -22,21 +22,3 @@ pub mod patch;
 
 #[cfg(test)]
 mod manifest_tests;
-
-/// SHA-256 of a whole file, read with positioned reads from its start to its current end.
-pub fn hash_file(f: &std::fs::File) -> std::io::Result<String> {
-    use sha2::{Digest, Sha256};
-    use std::os::unix::fs::FileExt;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut pos = 0u64;
-    loop {
-        let n = f.read_at(&mut buf, pos)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-        pos += n as u64;
-    }
-    Ok(hex::encode(h.finalize()))
-}

@@ -222,8 +222,11 @@ impl Counts {
 }
 
 fn hash_path(path: &Path) -> Result<String> {
-    let f = File::open(path).map_err(|e| Error::io(path, e))?;
-    super::hash_file(&f).map_err(|e| Error::io(path, e))
+    let (f, _) =
+        fsio::open_regular(path, fsio::Follow::Final).map_err(|e| Error::io(path, e.into()))?;
+    Ok(fsio::hash_file(&f, &|_| {})
+        .map_err(|e| Error::io(path, e))?
+        .0)
 }
 
 /// Counts and hashes what passes through.
@@ -329,15 +332,17 @@ pub fn plan(
             continue;
         };
         progress.item(path);
-        let new = File::open(source).map_err(|e| Error::io(source, e))?;
-        let old = File::open(base_path).map_err(|e| Error::io(base_path, e))?;
+        let (new, _) = fsio::open_regular(source, fsio::Follow::Final)
+            .map_err(|e| Error::io(source, e.into()))?;
+        let (old, _) = fsio::open_regular(base_path, fsio::Follow::Final)
+            .map_err(|e| Error::io(base_path, e.into()))?;
         let map = if patch::safetensors_pair(&new, &old) {
             Map::Safetensors
         } else {
             Map::Bytes
         };
         let out_path = patch_dir.join(index.to_string());
-        let out = File::create_new(&out_path).map_err(|e| Error::io(&out_path, e))?;
+        let out = fsio::create_new(&out_path, 0o600).map_err(|e| Error::io(&out_path, e))?;
         let writer = HashingWriter {
             inner: BufWriter::with_capacity(1 << 20, out),
             hash: Sha256::new(),
@@ -543,7 +548,7 @@ impl read::EntrySink for Extract<'_> {
     fn begin_file(&mut self, file: &FileEntry) -> Result<()> {
         self.current = match self.wanted.get(&file.path) {
             Some(to) => {
-                let f = File::create_new(to).map_err(|e| Error::io(to, e))?;
+                let f = fsio::create_new(to, 0o600).map_err(|e| Error::io(to, e))?;
                 Some((file.path.clone(), BufWriter::with_capacity(1 << 20, f)))
             }
             None => None,

@@ -21,43 +21,42 @@
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 
-use rustix::fs::{Mode, OFlags};
+use rustix::fs::Mode;
 
 use super::names::{EtagKind, is_hex};
 use crate::error::{Error, Result};
+use crate::fsio::{self, OpenError};
 
 /// The sentence every refusal of a link ends with.
 pub(crate) const LINK_RULE: &str = "airlock follows only a snapshot file's link to ../../blobs/<etag> in the same repository (and a blob's link into the cache's shared blobs/ store)";
 
 /// Opens `path` for reading without blocking and returns it with its size, if it is a regular
-/// file. With `follow` false a final symlink is refused (`ELOOP`).
+/// file. With `follow` false a final symlink is refused. Errors in the cache's words.
 pub(crate) fn open_regular(path: &Path, follow: bool) -> io::Result<(File, u64)> {
-    let mut flags = OFlags::NONBLOCK;
-    if !follow {
-        flags |= OFlags::NOFOLLOW;
-    }
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(flags.bits() as i32)
-        .open(path)
-        .map_err(|e| {
-            if !follow && e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
-                io::Error::new(io::ErrorKind::InvalidInput, "is a symlink")
-            } else {
-                e
-            }
-        })?;
-    let meta = f.metadata()?;
-    if !meta.is_file() {
-        return Err(io::Error::new(
+    let follow = if follow {
+        fsio::Follow::Final
+    } else {
+        fsio::Follow::Never
+    };
+    fsio::open_regular(path, follow).map_err(|e| match e {
+        OpenError::Link => io::Error::new(io::ErrorKind::InvalidInput, "is a symlink"),
+        OpenError::NotRegular(what) => io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("is {}, not a regular file", describe(&meta.file_type())),
-        ));
+            format!("is {}, not a regular file", cache_words(what)),
+        ),
+        e => e.into(),
+    })
+}
+
+/// [`fsio::describe_type`]'s words as the cache's messages say them.
+fn cache_words(what: &'static str) -> &'static str {
+    match what {
+        "a character device" | "a block device" => "a device",
+        "a symbolic link" => "a symlink",
+        other => other,
     }
-    Ok((f, meta.len()))
 }
 
 /// Reads the regular file at `path` (not following a final link) if it holds at most `limit`
@@ -284,7 +283,6 @@ pub struct RepoDirs {
 /// through the returned handles, or by path right after this check, cannot land at a link's
 /// target outside the repository.
 pub fn open_repo_dirs_nofollow(repo: &Path, revision: Option<&str>) -> Result<RepoDirs> {
-    let flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC;
     let refuse = |path: PathBuf| -> Error {
         match real_dir(&path) {
             Err(e) => e,
@@ -295,7 +293,7 @@ pub fn open_repo_dirs_nofollow(repo: &Path, revision: Option<&str>) -> Result<Re
         }
     };
     let open = |dir: &OwnedFd, path: &Path, name: &str| -> Result<Option<OwnedFd>> {
-        match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+        match fsio::open_dir_at(dir, name) {
             Ok(fd) => Ok(Some(fd)),
             Err(rustix::io::Errno::NOENT) => Ok(None),
             Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
@@ -304,7 +302,7 @@ pub fn open_repo_dirs_nofollow(repo: &Path, revision: Option<&str>) -> Result<Re
             Err(e) => Err(Error::io(path.join(name), e.into())),
         }
     };
-    let repo_fd = match rustix::fs::open(repo, flags, Mode::empty()) {
+    let repo_fd = match fsio::open_dir_path(repo, fsio::Follow::Never) {
         Ok(fd) => fd,
         Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
             return Err(refuse(repo.to_path_buf()));
@@ -346,44 +344,18 @@ pub const TRACE_DIR: &str = ".airlock";
 /// Notes in `repo` that airlock installed `commit` (`text`: what was installed, one line). The
 /// folder and file are created through handles that refuse links, mode 0755 and 0644.
 pub fn leave_trace(repo: &Path, commit: &str, text: &str) -> Result<()> {
-    use std::io::Write;
     let dirs = open_repo_dirs_nofollow(repo, None)?;
-    let dir_flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC;
     let trace = repo.join(TRACE_DIR);
     match rustix::fs::mkdirat(&dirs.repo, TRACE_DIR, Mode::from_raw_mode(0o755)) {
         Ok(()) | Err(rustix::io::Errno::EXIST) => {}
         Err(e) => return Err(Error::io(&trace, e.into())),
     }
-    let dir =
-        rustix::fs::openat(&dirs.repo, TRACE_DIR, dir_flags, Mode::empty()).map_err(|_| {
-            real_dir(&trace).err().unwrap_or_else(|| {
-                Error::io(&trace, io::Error::other("cannot be opened as a directory"))
-            })
-        })?;
-    let path = trace.join(commit);
-    let fd = rustix::fs::openat(
-        &dir,
-        commit,
-        OFlags::CREATE
-            | OFlags::TRUNC
-            | OFlags::WRONLY
-            | OFlags::NOFOLLOW
-            | OFlags::NONBLOCK
-            | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o644),
-    )
-    .map_err(|e| Error::io(&path, e.into()))?;
-    rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o644)).map_err(|e| Error::io(&path, e.into()))?;
-    let mut f = File::from(fd);
-    if !f.metadata().map_err(|e| Error::io(&path, e))?.is_file() {
-        return Err(Error::HfCache {
-            path,
-            reason: "is not a regular file".into(),
-        });
-    }
-    f.write_all(format!("{text}\n").as_bytes())
-        .and_then(|()| f.sync_all())
-        .map_err(|e| Error::io(&path, e))
+    let dir = fsio::open_dir_at(&dirs.repo, TRACE_DIR).map_err(|_| {
+        real_dir(&trace).err().unwrap_or_else(|| {
+            Error::io(&trace, io::Error::other("cannot be opened as a directory"))
+        })
+    })?;
+    fsio::replace_at(&dir, &trace, commit, format!("{text}\n").as_bytes(), 0o644)
 }
 
 /// The commits airlock's trace in `repo` names, sorted; empty when there is none (or it is

@@ -23,7 +23,7 @@
 //! is wrong and one saying what to do. The command layer decides what to show and whether
 //! errors stop a pack.
 
-use std::fs::{self, File};
+use std::fs;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
@@ -297,7 +297,8 @@ impl Tree {
             return Ok(Vec::new());
         }
 
-        let file = File::open(target).map_err(|e| with_path(target, e))?;
+        let (file, _) = crate::fsio::open_regular(target, crate::fsio::Follow::Never)
+            .map_err(|e| with_path(target, e.into()))?;
         let prefix = read::read_prefix(&file, len, 1024).map_err(|e| with_path(target, e))?;
         if len < lfs::MAX_POINTER_SIZE
             && let Some(pointer) = lfs::parse(&prefix)

@@ -95,7 +95,8 @@ pub(crate) fn check_index(
                     tensor_bytes = None;
                     continue;
                 }
-                let shard_file = File::open(&target)?;
+                let (shard_file, _) =
+                    crate::fsio::open_regular(&target, crate::fsio::Follow::Never)?;
                 match safetensors::read_header(&shard_file, len)? {
                     Ok(header) => {
                         let present: std::collections::HashSet<&str> =

@@ -11,8 +11,8 @@ use std::path::PathBuf;
 
 use base64::Engine;
 
-use crate::bundle::open::{BoundedReadError, read_bounded};
 use crate::error::{Error, Result};
+use crate::fsio::{Follow, OpenError, read_capped};
 
 /// Largest docker config file read.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
@@ -79,17 +79,13 @@ pub fn credentials_for(registry: &str) -> Result<Option<Credentials>> {
     let Some(path) = config_path() else {
         return Ok(None);
     };
-    let bytes = match read_bounded(&path, MAX_CONFIG_BYTES) {
+    let bytes = match read_capped(&path, MAX_CONFIG_BYTES, Follow::Final) {
         Ok(b) => b,
-        Err(BoundedReadError::NotFound) => return Ok(None),
-        Err(BoundedReadError::Io(e)) => return Err(Error::io(&path, e)),
-        Err(BoundedReadError::NotRegular(what)) => {
-            return Err(Error::io(
-                &path,
-                std::io::Error::other(format!("is {what}, not a regular file")),
-            ));
+        Err(OpenError::NotFound) => return Ok(None),
+        Err(e @ (OpenError::Io(_) | OpenError::Link | OpenError::NotRegular(_))) => {
+            return Err(Error::io(&path, e.into()));
         }
-        Err(BoundedReadError::TooLarge(_)) => {
+        Err(OpenError::TooLarge(_)) => {
             return Err(Error::io(
                 &path,
                 std::io::Error::other(format!("larger than {MAX_CONFIG_BYTES} bytes")),

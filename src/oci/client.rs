@@ -50,6 +50,9 @@ pub struct Registry {
 /// The media type of an OCI image manifest.
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 
+/// The most read of a `--ca-file` (a bundle of a few hundred PEM certificates is under 1 MiB).
+const MAX_CA_FILE_BYTES: u64 = 4 << 20;
+
 fn tls_roots(opts: &RegistryOptions) -> Result<Vec<ureq::tls::Certificate<'static>>> {
     let mut roots: Vec<ureq::tls::Certificate<'static>> = rustls_native_certs::load_native_certs()
         .certs
@@ -57,7 +60,8 @@ fn tls_roots(opts: &RegistryOptions) -> Result<Vec<ureq::tls::Certificate<'stati
         .map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned())
         .collect();
     if let Some(path) = &opts.ca_file {
-        let pem = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let pem = crate::fsio::read_capped(path, MAX_CA_FILE_BYTES, crate::fsio::Follow::Final)
+            .map_err(|e| Error::io(path, e.into()))?;
         let before = roots.len();
         for item in ureq::tls::parse_pem(&pem) {
             match item {

@@ -208,12 +208,7 @@ fn temp_file() -> Result<File> {
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     ));
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .map_err(|e| Error::io(&path, e))?;
+    let file = crate::fsio::create_temp(&path).map_err(|e| Error::io(&path, e))?;
     std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
     Ok(file)
 }

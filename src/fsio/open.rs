@@ -1,0 +1,527 @@
+//! Opening files under the rules of [`crate::fsio`]: no link followed, no blocking open,
+//! regular files only, bounded reads, exclusive creation with an explicit mode. Errors are
+//! `io::Error`s or [`OpenError`]s (this file sits on the ground floor: `keys` reads key files
+//! through it).
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use sha2::{Digest, Sha256};
+
+/// Opens the directory `path` (the operator's path to a parent or a bundle: with
+/// [`Follow::Final`] a final link is followed, as the shell would).
+pub fn open_dir_path(path: &Path, follow: Follow) -> rustix::io::Result<OwnedFd> {
+    let flags = match follow {
+        Follow::Never => dir_flags(),
+        Follow::Final => OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+    };
+    rustix::fs::open(path, flags, Mode::empty())
+}
+
+/// Opens the directory `name` inside `dir` without following a symlink.
+pub fn open_dir_at<P: rustix::path::Arg>(dir: &impl AsFd, name: P) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat(dir, name, dir_flags(), Mode::empty())
+}
+
+pub(super) fn dir_flags() -> OFlags {
+    OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC
+}
+
+/// Whether the final component of a path the operator gave may be a link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Follow {
+    /// Never: a final symbolic link is refused.
+    Never,
+    /// The final component may be a link (to a regular file); every check applies to what it
+    /// leads to. For paths the operator names on the command line (a bundle's
+    /// `manifest.json`, FORMAT.md section 2; a key file).
+    Final,
+}
+
+/// Why a file was not opened or read.
+#[derive(Debug)]
+pub enum OpenError {
+    /// The file does not exist (or a path component is not a directory).
+    NotFound,
+    /// A symbolic link where none may be followed (below a directory handle: a link, or a
+    /// file, where a directory of the path should be).
+    Link,
+    /// Not a regular file; the text says what it is ("a FIFO").
+    NotRegular(&'static str),
+    /// More than the limit; the number is its size when known, else `limit + 1`.
+    TooLarge(u64),
+    /// Opening or reading failed otherwise.
+    Io(io::Error),
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::NotFound => f.write_str("no such file"),
+            OpenError::Link => f.write_str("is a symbolic link (not followed)"),
+            OpenError::NotRegular(what) => write!(f, "is {what}, not a regular file"),
+            OpenError::TooLarge(n) => write!(f, "is larger than the limit ({n} bytes or more)"),
+            OpenError::Io(e) => e.fmt(f),
+        }
+    }
+}
+
+impl From<OpenError> for io::Error {
+    fn from(e: OpenError) -> io::Error {
+        match e {
+            OpenError::NotFound => io::ErrorKind::NotFound.into(),
+            OpenError::Io(e) => e,
+            OpenError::TooLarge(_) => io::Error::new(io::ErrorKind::FileTooLarge, e.to_string()),
+            OpenError::Link | OpenError::NotRegular(_) => {
+                io::Error::new(io::ErrorKind::InvalidInput, e.to_string())
+            }
+        }
+    }
+}
+
+fn open_error(e: rustix::io::Errno, nofollow: bool) -> OpenError {
+    match e {
+        rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR => OpenError::NotFound,
+        rustix::io::Errno::LOOP if nofollow => OpenError::Link,
+        e => OpenError::Io(e.into()),
+    }
+}
+
+/// Below a directory handle, `ENOTDIR` means a link (or a file) stands where a directory of
+/// the path should be: opened with `O_DIRECTORY | O_NOFOLLOW`, a link to a directory gives
+/// `ENOTDIR`, not `ELOOP`.
+fn below_error(e: rustix::io::Errno) -> OpenError {
+    match e {
+        rustix::io::Errno::NOENT => OpenError::NotFound,
+        rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => OpenError::Link,
+        e => OpenError::Io(e.into()),
+    }
+}
+
+/// What a file type is called in messages.
+pub fn describe_type(ft: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_symlink() {
+        "a symbolic link"
+    } else if ft.is_file() {
+        "a regular file"
+    } else {
+        "not a regular file"
+    }
+}
+
+fn describe_raw(mode: rustix::fs::RawMode) -> &'static str {
+    match FileType::from_raw_mode(mode) {
+        FileType::Directory => "a directory",
+        FileType::Fifo => "a FIFO",
+        FileType::CharacterDevice => "a character device",
+        FileType::BlockDevice => "a block device",
+        FileType::Socket => "a socket",
+        FileType::Symlink => "a symbolic link",
+        FileType::RegularFile => "a regular file",
+        FileType::Unknown => "not a regular file",
+    }
+}
+
+const READ_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::NONBLOCK)
+    .union(OFlags::CLOEXEC)
+    .union(OFlags::NOCTTY);
+
+/// Checks on the open handle that `fd` is a regular file; returns it with its size.
+fn regular(fd: OwnedFd) -> std::result::Result<(File, u64), OpenError> {
+    let st = rustix::fs::fstat(&fd).map_err(|e| OpenError::Io(e.into()))?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Err(OpenError::NotRegular(describe_raw(st.st_mode)));
+    }
+    Ok((File::from(fd), st.st_size as u64))
+}
+
+/// Opens `path` for reading without blocking and checks on the open handle that it is a
+/// regular file. Returns the file and its size.
+pub fn open_regular(path: &Path, follow: Follow) -> std::result::Result<(File, u64), OpenError> {
+    let nofollow = follow == Follow::Never;
+    let flags = if nofollow {
+        READ_FLAGS | OFlags::NOFOLLOW
+    } else {
+        READ_FLAGS
+    };
+    let fd = rustix::fs::open(path, flags, Mode::empty()).map_err(|e| open_error(e, nofollow))?;
+    regular(fd)
+}
+
+/// Reads all of the open regular file `f` (of `len` bytes by its `fstat`) if it holds at most
+/// `limit` bytes, reading at most `limit + 1` (a file that grows while it is read is refused).
+fn read_open_capped(f: File, len: u64, limit: u64) -> std::result::Result<Vec<u8>, OpenError> {
+    if len > limit {
+        return Err(OpenError::TooLarge(len));
+    }
+    let mut out = Vec::new();
+    out.try_reserve_exact(len as usize)
+        .map_err(|_| OpenError::Io(io::Error::from(io::ErrorKind::OutOfMemory)))?;
+    f.take(limit + 1)
+        .read_to_end(&mut out)
+        .map_err(OpenError::Io)?;
+    if out.len() as u64 > limit {
+        return Err(OpenError::TooLarge(limit + 1));
+    }
+    Ok(out)
+}
+
+/// Opens `path` for reading as a stream the operator named as input that may be a pipe
+/// (`--password-file <(pass show key)`): the open may wait for the pipe's writer, as the
+/// operator expects, and a final link is followed. Read it with a bound (`Read::take`).
+pub fn open_operator_stream(path: &Path) -> io::Result<File> {
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+    )?;
+    let file = File::from(fd);
+    if file.metadata()?.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "is a directory",
+        ));
+    }
+    Ok(file)
+}
+
+/// Reads the whole regular file `path` if it holds at most `limit` bytes: anything but a
+/// regular file is refused before reading, and at most `limit + 1` bytes are read.
+pub fn read_capped(
+    path: &Path,
+    limit: u64,
+    follow: Follow,
+) -> std::result::Result<Vec<u8>, OpenError> {
+    let (f, len) = open_regular(path, follow)?;
+    read_open_capped(f, len, limit)
+}
+
+/// [`read_capped`] with the refusals as `io::Error`s (`InvalidInput` for a file that is not
+/// regular or is a link, `FileTooLarge` for one over the limit).
+pub fn read_regular_capped(path: &Path, limit: u64, follow: bool) -> io::Result<Vec<u8>> {
+    let follow = if follow { Follow::Final } else { Follow::Never };
+    read_capped(path, limit, follow).map_err(io::Error::from)
+}
+
+/// Opens the directory `rel` below `root` one component at a time, never following a link
+/// (`rel` empty or `.`: `root` itself, as a new handle).
+pub fn open_below(root: &impl AsFd, rel: &str) -> rustix::io::Result<OwnedFd> {
+    let mut fd = open_dir_at(root, ".")?;
+    for c in rel.split('/').filter(|c| !c.is_empty() && *c != ".") {
+        fd = open_dir_at(&fd, c)?;
+    }
+    Ok(fd)
+}
+
+/// Opens the regular file `rel` below `root` for reading: one component at a time, no link
+/// followed on the way or at the end, without blocking, checked to be a regular file.
+pub fn open_file_below(root: &impl AsFd, rel: &str) -> std::result::Result<(File, u64), OpenError> {
+    let (parents, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+    let dir = open_below(root, parents).map_err(below_error)?;
+    let fd = rustix::fs::openat(&dir, name, READ_FLAGS | OFlags::NOFOLLOW, Mode::empty())
+        .map_err(below_error)?;
+    regular(fd)
+}
+
+/// Reads the regular file `rel` below `root` ([`open_file_below`]) if it holds at most `limit`
+/// bytes.
+pub fn read_below_capped(
+    root: &impl AsFd,
+    rel: &str,
+    limit: u64,
+) -> std::result::Result<Vec<u8>, OpenError> {
+    let (f, len) = open_file_below(root, rel)?;
+    read_open_capped(f, len, limit)
+}
+
+/// Creates the new file `name` in `dir` (exclusive, never through a link) with exactly `mode`,
+/// open for writing (and reading with `read`).
+pub fn create_at(dir: &impl AsFd, name: &str, mode: u32, read: bool) -> rustix::io::Result<File> {
+    let access = if read { OFlags::RDWR } else { OFlags::WRONLY };
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC | access,
+        Mode::from_raw_mode(mode),
+    )?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
+    Ok(File::from(fd))
+}
+
+/// Creates the new file `path` (exclusive, a final link refused) with exactly `mode`, for
+/// writing. For files in directories airlock created itself and holds by path (a work
+/// directory); anywhere else, [`create_at`] through a handle.
+pub fn create_new(path: &Path, mode: u32) -> io::Result<File> {
+    let fd = rustix::fs::open(
+        path,
+        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(mode),
+    )?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
+    Ok(File::from(fd))
+}
+
+/// Creates the new file `path` (exclusive, a final link refused) with mode 0600, open for
+/// reading and writing: a scratch file its caller unlinks.
+pub fn create_temp(path: &Path) -> io::Result<File> {
+    let fd = rustix::fs::open(
+        path,
+        OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600))?;
+    Ok(File::from(fd))
+}
+
+/// Bytes read per step when hashing a file.
+const HASH_PIECE: usize = 1 << 20;
+
+/// SHA-256 (hex) of the open file `f` from its start to its end, with positioned reads (the
+/// file position is not moved), and the number of bytes hashed; `advance` is told of each
+/// piece (a progress bar). Call [`hash_exact`] when the size is known in advance.
+pub fn hash_file(f: &File, advance: &dyn Fn(u64)) -> io::Result<(String, u64)> {
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; HASH_PIECE];
+    let mut pos = 0u64;
+    loop {
+        let n = match f.read_at(&mut buf, pos) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        h.update(&buf[..n]);
+        pos += n as u64;
+        advance(n as u64);
+    }
+    Ok((hex::encode(h.finalize()), pos))
+}
+
+/// SHA-256 (hex) of exactly the first `len` bytes of `f`, reading no more; `UnexpectedEof`
+/// when the file is shorter.
+pub fn hash_exact(f: &File, len: u64) -> io::Result<String> {
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; HASH_PIECE];
+    let mut pos = 0u64;
+    while pos < len {
+        let n = (len - pos).min(HASH_PIECE as u64) as usize;
+        f.read_exact_at(&mut buf[..n], pos)?;
+        h.update(&buf[..n]);
+        pos += n as u64;
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+/// The entries of an open directory (without `.` and `..`) with their types, a type the
+/// directory listing leaves unknown being read with `fstatat` (never following a link).
+pub fn dir_entries(dir: &OwnedFd) -> io::Result<Vec<(std::ffi::OsString, FileType)>> {
+    use std::os::unix::ffi::OsStringExt;
+    let mut out = Vec::new();
+    for e in rustix::fs::Dir::read_from(dir)? {
+        let e = e?;
+        let name = e.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let name = std::ffi::OsString::from_vec(name.to_vec());
+        let kind = match e.file_type() {
+            FileType::Unknown => match rustix::fs::statat(dir, &name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => FileType::from_raw_mode(st.st_mode),
+                Err(rustix::io::Errno::NOENT) => continue,
+                Err(e) => return Err(e.into()),
+            },
+            k => k,
+        };
+        out.push((name, kind));
+    }
+    Ok(out)
+}
+
+/// Whether the directory `name` in `dir` is the root of a mount (a bind mount of the same
+/// filesystem included, which `st_dev` alone cannot tell). `None` when the kernel cannot say.
+pub fn is_mount_root_at<P: rustix::path::Arg>(dir: &impl AsFd, name: P) -> Option<bool> {
+    let st = rustix::fs::statx(
+        dir,
+        name,
+        AtFlags::SYMLINK_NOFOLLOW,
+        rustix::fs::StatxFlags::BASIC_STATS,
+    )
+    .ok()?;
+    let mask = rustix::fs::StatxAttributes::MOUNT_ROOT;
+    st.stx_attributes_mask
+        .contains(mask)
+        .then(|| st.stx_attributes.contains(mask))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capped_reads_refuse_devices_fifos_and_large_files() {
+        let t = tempfile::tempdir().unwrap();
+        let f = t.path().join("f");
+        std::fs::write(&f, b"12345").unwrap();
+        assert_eq!(read_regular_capped(&f, 5, false).unwrap(), b"12345");
+        let e = read_regular_capped(&f, 4, false).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::FileTooLarge);
+        let e = read_regular_capped(Path::new("/dev/zero"), 4, true).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        let fifo = t.path().join("fifo");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            FileType::Fifo,
+            Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let e = read_regular_capped(&fifo, 4, true).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        std::os::unix::fs::symlink(&f, t.path().join("link")).unwrap();
+        assert!(read_regular_capped(&t.path().join("link"), 5, false).is_err());
+        assert!(read_regular_capped(&t.path().join("link"), 5, true).is_ok());
+    }
+
+    #[test]
+    fn bounded_read_refuses_devices_fifos_and_directories_without_reading() {
+        let dir = tempfile::tempdir().unwrap();
+        let zero = dir.path().join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        assert!(matches!(
+            read_capped(&zero, 16, Follow::Final),
+            Err(OpenError::NotRegular("a character device"))
+        ));
+        let fifo = dir.path().join("fifo");
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .unwrap();
+        assert!(matches!(
+            read_capped(&fifo, 16, Follow::Final),
+            Err(OpenError::NotRegular("a FIFO"))
+        ));
+        assert!(matches!(
+            read_capped(dir.path(), 16, Follow::Final),
+            Err(OpenError::NotRegular("a directory"))
+        ));
+        let big = dir.path().join("big");
+        std::fs::write(&big, [0u8; 17]).unwrap();
+        assert!(matches!(
+            read_capped(&big, 16, Follow::Final),
+            Err(OpenError::TooLarge(17))
+        ));
+        std::fs::write(&big, [0u8; 16]).unwrap();
+        assert_eq!(read_capped(&big, 16, Follow::Final).unwrap().len(), 16);
+        assert!(matches!(
+            read_capped(&dir.path().join("absent"), 16, Follow::Final),
+            Err(OpenError::NotFound)
+        ));
+    }
+
+    /// Calls that open a file by path or through a handle. Outside this module they may appear
+    /// only where [`OPEN_ALLOWED`] says why.
+    const OPENING_CALLS: &[&str] = &[
+        "File::open(",
+        "File::create(",
+        "File::create_new(",
+        "OpenOptions::new(",
+        "fs::read(",
+        "fs::read_to_string(",
+        "fs::write(",
+        "fs::copy(",
+        "fs::open(",
+        "fs::openat(",
+    ];
+
+    /// (file, call, why): the opens that stay outside this module.
+    const OPEN_ALLOWED: &[(&str, &str, &str)] = &[(
+        "src/fsinfo.rs",
+        "fs::read_to_string(",
+        "/proc/self/mountinfo: the kernel's own file, for a message",
+    )];
+
+    /// The non-test code of a source file: everything before its inline `#[cfg(test)] mod x {`
+    /// (a `#[cfg(test)] mod x;` declaration names a test-only file, listed in
+    /// [`TEST_ONLY_FILES`]).
+    fn non_test_code(text: &str) -> &str {
+        let mut from = 0;
+        while let Some(i) = text[from..].find("\n#[cfg(test)]\n") {
+            let at = from + i;
+            let next = text[at + "\n#[cfg(test)]\n".len()..]
+                .lines()
+                .next()
+                .unwrap_or("");
+            let next = next
+                .trim_start_matches("pub(crate) ")
+                .trim_start_matches("pub ");
+            if next.starts_with("mod ") && next.trim_end().ends_with('{') {
+                return &text[..at];
+            }
+            from = at + 1;
+        }
+        text
+    }
+
+    /// Files that are test modules as a whole (declared `#[cfg(test)] mod x;`).
+    const TEST_ONLY_FILES: &[&str] = &[
+        "src/inspect/fuzz.rs",
+        "src/manifest_rules_tests.rs",
+        "src/delta/manifest_tests.rs",
+    ];
+
+    #[test]
+    fn only_fsio_opens_files() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut found = Vec::new();
+        for entry in walkdir::WalkDir::new(&root) {
+            let entry = entry.unwrap();
+            if entry.path().extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let rel = format!(
+                "src/{}",
+                entry.path().strip_prefix(&root).unwrap().display()
+            );
+            if rel.starts_with("src/fsio/") || TEST_ONLY_FILES.contains(&rel.as_str()) {
+                continue;
+            }
+            let text = std::fs::read_to_string(entry.path()).unwrap();
+            for (n, line) in non_test_code(&text).lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                for call in OPENING_CALLS {
+                    if code.contains(call)
+                        && !OPEN_ALLOWED.iter().any(|(f, c, _)| *f == rel && c == call)
+                    {
+                        found.push(format!("{rel}:{}: {}", n + 1, line.trim()));
+                    }
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "files opened outside src/fsio/ (open them through fsio: no link followed, no \
+             blocking, regular files only, bounded; or add the call to OPEN_ALLOWED with the \
+             reason):\n{}",
+            found.join("\n")
+        );
+    }
+}
