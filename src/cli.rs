@@ -317,15 +317,15 @@ pub struct UnpackArgs {
     /// The directory to install into (must not exist unless --replace).
     #[arg(
         long,
-        required_unless_present = "hf_cache",
-        conflicts_with = "hf_cache"
+        required_unless_present_any = ["hf_cache", "oci_layout"],
+        conflicts_with_all = ["hf_cache", "oci_layout"]
     )]
     pub dest: Option<PathBuf>,
     /// Atomically replace an existing destination.
-    #[arg(long, conflicts_with = "hf_cache")]
+    #[arg(long, conflicts_with_all = ["hf_cache", "oci_layout"])]
     pub replace: bool,
     /// Allow installing a lower version over a higher one.
-    #[arg(long, conflicts_with = "hf_cache")]
+    #[arg(long, conflicts_with_all = ["hf_cache", "oci_layout"])]
     pub allow_downgrade: bool,
     /// Skip the free-space check (for compressing or network filesystems whose free-space
     /// figure is meaningless); a disk that fills still fails cleanly.
@@ -333,8 +333,13 @@ pub struct UnpackArgs {
     pub no_space_check: bool,
     /// Install into this Hugging Face cache instead of a directory: blobs named by etag,
     /// snapshots/<commit>/ with relative links, refs/<revision>; created if missing.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "oci_layout")]
     pub hf_cache: Option<PathBuf>,
+    /// Write the ModelPack artifact `push` publishes into this OCI image layout instead
+    /// (created if missing, or updated: a new tag, shared blobs), tagged TAG (default: the
+    /// bundle's version). skopeo and ORAS copy it into a registry; CRI-O mounts it.
+    #[arg(long, value_name = "DIR[:TAG]")]
+    pub oci_layout: Option<String>,
     /// With --hf-cache: the repository to install as (default: the one the bundle was packed
     /// from; required for a bundle packed from a directory).
     #[arg(long, value_name = "ORG/NAME", requires = "hf_cache")]

@@ -7,19 +7,18 @@
 
 pub mod bundle;
 pub mod delta;
+pub mod entries;
 pub mod error;
 pub mod fsinfo;
 pub mod fsio;
 pub mod hfcache;
 pub mod inspect;
-pub mod install;
-pub mod install_hf;
-pub mod install_oci;
 pub mod keys;
 pub mod manifest;
 pub mod oci;
 pub mod parity;
 pub mod paths;
+pub mod pipeline;
 pub mod progress;
 pub mod receipt;
 pub mod repair;
@@ -28,5 +27,6 @@ pub mod size;
 pub mod staging;
 pub mod tar;
 pub mod trust;
+pub mod unpack;
 pub mod verify;
 pub mod writeback;

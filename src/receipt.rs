@@ -20,7 +20,7 @@ use rustix::fs::FileType;
 
 use rayon::prelude::*;
 
-use crate::bundle::read;
+use crate::bundle::open as read;
 use crate::error::{Error, Result};
 use crate::fsio::{self, OpenError};
 use crate::keys::PublicKey;

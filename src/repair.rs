@@ -150,7 +150,10 @@ pub fn repair(
     let m = &opened.manifest;
     let cs = m.chunk_size;
     let mut report = Repaired {
-        bundle: opts.out.clone().unwrap_or_else(|| opened.dir.clone()),
+        bundle: opts
+            .out
+            .clone()
+            .unwrap_or_else(|| opened.dir().to_path_buf()),
         ..Default::default()
     };
     if let Some(out) = &opts.out
@@ -161,7 +164,7 @@ pub fn repair(
             out.display()
         )));
     }
-    let mut dirs = vec![opened.dir.clone()];
+    let mut dirs = vec![opened.dir().to_path_buf()];
     for copy in &opts.from {
         match open::open(copy, trust) {
             Ok(o) if o.manifest_sha256 == opened.manifest_sha256 => dirs.push(copy.clone()),
@@ -282,17 +285,19 @@ pub fn repair(
         }
         None => {
             // Refuse read-only media before any work, with the way out.
-            let probe = opened.dir.join(".airlock-repair-probe");
+            let probe = opened.dir().join(".airlock-repair-probe");
             match crate::fsio::create_new(&probe, 0o600) {
                 Ok(_) => {
                     let _ = std::fs::remove_file(&probe);
                 }
-                Err(e) => return Err(read_only(&opened.dir, e)),
+                Err(e) => return Err(read_only(opened.dir(), e)),
             }
             None
         }
     };
-    let target_dir = staging.as_ref().map_or(opened.dir.clone(), |s| s.path());
+    let target_dir = staging
+        .as_ref()
+        .map_or(opened.dir().to_path_buf(), |s| s.path());
     let rebuilt = |name: &str, c: usize| -> bool {
         matches!(sources.get(&(name.to_string(), c)), Some(Source::Parity))
     };
@@ -310,7 +315,7 @@ pub fn repair(
         });
         let f = crate::fsio::create_new(&tmp, 0o644).map_err(|e| {
             if opts.out.is_none() {
-                read_only(&opened.dir, e)
+                read_only(opened.dir(), e)
             } else {
                 Error::io(&tmp, e)
             }
@@ -391,8 +396,8 @@ pub fn repair(
             return Err(e);
         }
         if opts.out.is_none() {
-            std::fs::rename(&tmp, opened.dir.join(&v.name)).map_err(|e| Error::io(&tmp, e))?;
-            fsio::sync_dir(&opened.dir)?;
+            std::fs::rename(&tmp, opened.dir().join(&v.name)).map_err(|e| Error::io(&tmp, e))?;
+            fsio::sync_dir(opened.dir())?;
         }
         if damaged {
             report.volumes.push(v.name.clone());

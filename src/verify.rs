@@ -10,8 +10,9 @@
 //! the one error the bundle's state amounts to with [`Verdict::into_error`].
 
 use crate::bundle::open::Opened;
-use crate::bundle::stream::{self, Mode, NullSink};
+use crate::bundle::stream;
 use crate::bundle::volumes::{self, Repairability, StrayFile, StrayKind, VolumeProblem};
+use crate::entries::{Mode, NullSink};
 use crate::error::Error;
 use crate::manifest::Warning;
 use crate::progress::Progress;

@@ -8,12 +8,3 @@ pub mod parity_write;
 pub mod stream;
 pub mod volumes;
 pub mod write;
-
-/// The reading API under the module path it had before the split (`bundle::read::open`,
-/// `bundle::read::verify_signed`, `bundle::read::stream`, ...), so callers can move over one at
-/// a time.
-pub mod read {
-    pub use super::open::{Opened, Signed, open, read_unverified, verify_signed};
-    pub use super::stream::{EntrySink, Mode, NullSink, StreamReport, stream};
-    pub use super::volumes::{VolumeProblem, is_volume_like};
-}

@@ -19,11 +19,29 @@ use crate::manifest::{self, Manifest};
 /// Largest `manifest.json.minisig` accepted, in bytes (FORMAT.md, section 8).
 pub const MAX_SIGNATURE_BYTES: u64 = 64 * 1024;
 
+/// Where an opened bundle came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A bundle directory (on removable media, or anywhere on disk).
+    Dir(PathBuf),
+    /// An artifact in an OCI registry: its `oci://` reference.
+    Registry(String),
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Dir(d) => d.display().fmt(f),
+            Origin::Registry(r) => r.fmt(f),
+        }
+    }
+}
+
 /// A bundle whose manifest signature has been verified.
 #[derive(Debug)]
 pub struct Opened {
-    /// The bundle directory.
-    pub dir: PathBuf,
+    /// Where it came from.
+    pub origin: Origin,
     /// The parsed, validated manifest.
     pub manifest: Manifest,
     /// The exact signed bytes.
@@ -245,7 +263,7 @@ pub fn open(dir: &Path, trust: &[PublicKey]) -> Result<Opened> {
     )?;
     let manifest_sha256 = hex::encode(Sha256::digest(&manifest_bytes));
     Ok(Opened {
-        dir: dir.to_path_buf(),
+        origin: Origin::Dir(dir.to_path_buf()),
         manifest,
         manifest_bytes,
         manifest_sha256,
@@ -253,4 +271,19 @@ pub fn open(dir: &Path, trust: &[PublicKey]) -> Result<Opened> {
         signer,
         warnings,
     })
+}
+
+impl Opened {
+    /// The bundle directory of a bundle on disk. Only the code that reads volumes asks, and
+    /// only for a bundle it opened from a directory.
+    ///
+    /// # Panics
+    ///
+    /// For an artifact opened from a registry, which has no bundle directory.
+    pub fn dir(&self) -> &Path {
+        match &self.origin {
+            Origin::Dir(d) => d,
+            Origin::Registry(r) => panic!("{r}: a registry artifact has no bundle directory"),
+        }
+    }
 }

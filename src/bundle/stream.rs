@@ -1,5 +1,6 @@
 //! The payload of an opened bundle, checked entry by entry: volumes → zstd → [`Capped`] → tar
-//! → [`check_entries`] → an [`EntrySink`] (the installer, or nothing for `verify --deep`).
+//! → [`Verifier`] → an [`EntrySink`] (an installer, an upload, or nothing for
+//! `verify --deep`).
 //!
 //! The stream is held to the manifest exactly: entries in order with the declared types, sizes
 //! and digests, decompressed output capped at the declared stream size (no decompression
@@ -9,57 +10,17 @@
 use std::io::{self, Read};
 
 use crossbeam_channel::bounded;
-use sha2::{Digest, Sha256};
 
 use super::open::Opened;
 use super::volumes::{
     self, DirVolumes, PipeReader, STREAM_BUFFER_SIZE, STREAM_BUFFERS, VolumeFailure, VolumeIo,
     VolumeProblem, VolumeReader, VolumeSource, check_volumes, stray_files, volumes_error,
 };
+use crate::entries::{Blame, EntrySink, Mode, RawEntry, Verifier};
 use crate::error::{Error, Result};
-use crate::manifest::{Expected, FileEntry, Manifest};
+use crate::manifest::Manifest;
 use crate::progress::Progress;
 use crate::tar::{self, TarError};
-
-pub use super::volumes::Mode;
-
-/// Receives the entries of a verified stream (the installer; nothing for verify --deep).
-pub trait EntrySink {
-    /// A directory entry.
-    fn dir(&mut self, path: &str) -> Result<()>;
-    /// A file entry begins.
-    fn begin_file(&mut self, file: &FileEntry) -> Result<()>;
-    /// File content.
-    fn data(&mut self, bytes: &[u8]) -> Result<()>;
-    /// The file's content ended and matched its size and digest.
-    fn end_file(&mut self, file: &FileEntry) -> Result<()>;
-    /// Begins `file` as a clone of `src`'s content (a reflink: shared extents, no shared
-    /// inode) when the sink and the filesystem can, and returns the SHA-256 of the clone as
-    /// read back; the caller checks it, then calls [`EntrySink::end_file`]. `None` when no
-    /// clone was made (nothing was begun): the caller writes the bytes itself. Used by delta
-    /// installs for files copied from the base.
-    fn clone_file(&mut self, _file: &FileEntry, _src: &std::fs::File) -> Result<Option<String>> {
-        Ok(None)
-    }
-}
-
-/// Discards everything.
-pub struct NullSink;
-
-impl EntrySink for NullSink {
-    fn dir(&mut self, _: &str) -> Result<()> {
-        Ok(())
-    }
-    fn begin_file(&mut self, _: &FileEntry) -> Result<()> {
-        Ok(())
-    }
-    fn data(&mut self, _: &[u8]) -> Result<()> {
-        Ok(())
-    }
-    fn end_file(&mut self, _: &FileEntry) -> Result<()> {
-        Ok(())
-    }
-}
 
 /// Stops the decompressed stream at the declared size.
 pub struct Capped<R> {
@@ -167,7 +128,7 @@ pub fn stream(
             ));
         }
     }
-    let source = DirVolumes(&opened.dir);
+    let source = DirVolumes(opened.dir());
     match stream_volumes(&opened.manifest, &source, mode, sink, progress) {
         Err(e @ (Error::BadFile { .. } | Error::BadStream { .. } | Error::BadVolumes { .. }))
             if mode == Mode::Strict =>
@@ -180,15 +141,46 @@ pub fn stream(
             if bad.is_empty() {
                 Err(e)
             } else {
-                Err(volumes_error(
-                    &bad,
-                    &[],
-                    opened.manifest.volumes.len(),
-                    true,
-                ))
+                let e = volumes_error(&bad, &[], opened.manifest.volumes.len(), true);
+                Err(with_parity_assessment(opened, e, &bad, progress))
             }
         }
         other => other,
+    }
+}
+
+/// For a bundle with parity whose volumes failed beyond what parity rebuilt as they streamed:
+/// the damage (`data`, the data volumes' problems already measured) weighed against the parity
+/// budget, appended to the message, and the volumes to copy again narrowed to those parity
+/// cannot rebuild.
+fn with_parity_assessment(
+    opened: &Opened,
+    e: Error,
+    data: &[VolumeProblem],
+    progress: &dyn Progress,
+) -> Error {
+    let Error::BadVolumes {
+        mut summary,
+        mut copy_again,
+        remove,
+    } = e
+    else {
+        return e;
+    };
+    if opened.manifest.parity.is_some() && remove.is_empty() {
+        let parity = volumes::check_parity_volumes(opened, progress);
+        if let Some(r) = volumes::assess(opened, data, &parity) {
+            summary.push_str("; ");
+            summary.push_str(&r.describe());
+            if !r.repairable {
+                copy_again = r.copy_again;
+            }
+        }
+    }
+    Error::BadVolumes {
+        summary,
+        copy_again,
+        remove,
     }
 }
 
@@ -293,6 +285,8 @@ fn drain_trailing(raw: &mut impl Read) -> Result<()> {
     }
 }
 
+/// Reads every entry of the tar stream into a [`Verifier`] of the manifest's stream entries
+/// (for a delta: the carried files and the patches), which passes them on to `sink`.
 fn check_entries<R: Read>(
     m: &Manifest,
     mode: Mode,
@@ -301,117 +295,36 @@ fn check_entries<R: Read>(
     report: &mut StreamReport,
     progress: &dyn Progress,
 ) -> Result<()> {
-    // A delta's stream holds its carried files and its patches (`.airlock-delta/<i>`, checked
-    // against `patch_size` and `patch_sha256` like files), not the files it rebuilds.
     let patches = m.patch_entries();
-    let expected = m.stream_entries(&patches);
-    let mut seen = std::collections::HashSet::new();
+    let mut v = Verifier::new(
+        m.stream_entries(&patches),
+        mode,
+        Blame::Stream,
+        sink,
+        progress,
+    );
     let mut buf = vec![0u8; 1 << 20];
-    let mut i = 0;
     while let Some(entry) = tar.next_entry().map_err(stream_error)? {
-        let bad = |reason: String| Error::BadStream {
-            volume: "tar stream".into(),
-            reason,
-        };
-        let Some(want) = expected.get(i) else {
-            return Err(bad(format!(
-                "entry {:?} is not in the manifest (extra entry after the last one)",
-                entry.path
-            )));
-        };
-        if entry.path != want.path() {
-            let reason = if seen.contains(entry.path.as_str()) {
-                format!("entry {:?} appears twice", entry.path)
-            } else if expected.iter().any(|e| e.path() == entry.path) {
-                format!(
-                    "entry {:?} is out of manifest order (expected {:?})",
-                    entry.path,
-                    want.path()
-                )
-            } else {
-                format!(
-                    "entry {:?} is not in the manifest (expected {:?})",
-                    entry.path,
-                    want.path()
-                )
-            };
-            return Err(bad(reason));
+        let dir = entry.kind == tar::Kind::Dir;
+        v.entry(RawEntry {
+            path: &entry.path,
+            dir,
+            size: entry.size,
+            executable: entry.executable,
+        })?;
+        if dir {
+            continue;
         }
-        seen.insert(want.path());
-        match (*want, entry.kind) {
-            (Expected::Dir(p), tar::Kind::Dir) => sink.dir(p)?,
-            (Expected::File(f), tar::Kind::File) => {
-                if entry.size != f.size {
-                    return Err(bad(format!(
-                        "entry {:?} is {} bytes in the stream, the manifest says {}",
-                        f.path, entry.size, f.size
-                    )));
-                }
-                if entry.executable != f.executable {
-                    return Err(bad(format!(
-                        "entry {:?} has a mode that disagrees with the manifest",
-                        f.path
-                    )));
-                }
-                progress.item(&f.path);
-                sink.begin_file(f)?;
-                let mut h = Sha256::new();
-                loop {
-                    let n = tar.read_data(&mut buf).map_err(stream_error)?;
-                    if n == 0 {
-                        break;
-                    }
-                    h.update(&buf[..n]);
-                    sink.data(&buf[..n])?;
-                    progress.advance(n as u64);
-                }
-                let digest = hex::encode(h.finalize());
-                if digest != f.sha256 {
-                    match mode {
-                        Mode::Strict => {
-                            return Err(Error::BadFile {
-                                path: f.path.clone(),
-                                reason: format!(
-                                    "content fails its sha256 (got {digest}, manifest says {})",
-                                    f.sha256
-                                ),
-                            });
-                        }
-                        Mode::Collect => report.bad_files.push(f.path.clone()),
-                    }
-                } else {
-                    sink.end_file(f)?;
-                }
+        loop {
+            let n = tar.read_data(&mut buf).map_err(stream_error)?;
+            if n == 0 {
+                break;
             }
-            (want, _) => {
-                return Err(bad(format!(
-                    "entry {:?} is a {}, the manifest says it is a {}",
-                    entry.path,
-                    if entry.kind == tar::Kind::Dir {
-                        "directory"
-                    } else {
-                        "file"
-                    },
-                    if matches!(want, Expected::Dir(_)) {
-                        "directory"
-                    } else {
-                        "file"
-                    }
-                )));
-            }
+            v.data(&buf[..n])?;
         }
-        i += 1;
+        v.end()?;
     }
-    if let Some(missing) = expected.get(i) {
-        return Err(Error::BadStream {
-            volume: "tar stream".into(),
-            reason: format!(
-                "ends before {:?} and {} more manifest entries (missing from the stream)",
-                missing.path(),
-                expected.len() - i - 1
-            ),
-        });
-    }
+    report.bad_files = v.finish()?;
     Ok(())
 }
 

@@ -171,7 +171,7 @@ fn check_list(
             };
             let v = &list[i];
             progress.item(&v.name);
-            let path = opened.dir.join(&v.name);
+            let path = opened.dir().join(&v.name);
             let r = match job {
                 Job::Chunk(_, c) => {
                     let (start, end) = chunk_range(m.chunk_size, v, c);
@@ -251,7 +251,7 @@ fn stat_list(opened: &Opened, list: &[manifest::Volume]) -> (Vec<VolumeProblem>,
     let mut problems = Vec::new();
     let mut passed = Vec::new();
     for (i, v) in list.iter().enumerate() {
-        let path = opened.dir.join(&v.name);
+        let path = opened.dir().join(&v.name);
         let problem = match std::fs::metadata(&path) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => "is missing".to_string(),
             Err(e) => format!("cannot be read: {e}"),
@@ -289,7 +289,7 @@ pub fn volumes_look_complete(opened: &Opened) -> bool {
 
 /// Files in the bundle directory that the manifest does not account for, sorted by name.
 pub fn stray_files(opened: &Opened) -> Vec<StrayFile> {
-    let Ok(rd) = std::fs::read_dir(&opened.dir) else {
+    let Ok(rd) = std::fs::read_dir(opened.dir()) else {
         return vec![];
     };
     let mut out: Vec<StrayFile> = rd
@@ -416,15 +416,7 @@ impl VolumeSource for DirVolumes<'_> {
     }
 }
 
-/// How the stream reader treats content mismatches.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// The first problem of any kind is an error (unpack).
-    Strict,
-    /// Volume and file digest mismatches are collected and reading goes on (verify --deep);
-    /// structural problems still stop it.
-    Collect,
-}
+pub use crate::entries::Mode;
 
 /// A read error on a volume (a failing medium), carried up the io::Error chain so the
 /// message names the volume and the exit code says "operational", not "bad bundle".
@@ -1158,7 +1150,7 @@ pub fn assess(
     data: &[VolumeProblem],
     parity: &[VolumeProblem],
 ) -> Option<Repairability> {
-    let source = DirVolumes(&opened.dir);
+    let source = DirVolumes(opened.dir());
     let ur = UnitReader::new(&opened.manifest, &source)?;
     Some(assess_with(&ur, data, parity))
 }
@@ -1225,8 +1217,9 @@ pub fn assess_with(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bundle::stream::{NullSink, stream_volumes};
+    use crate::bundle::stream::stream_volumes;
     use crate::bundle::write::{self, Compress, PackOptions};
+    use crate::entries::NullSink;
 
     /// A bundle of about 200 KB in 4 KiB chunks and 16 KiB volumes with 25% parity.
     fn packed(dir: &Path) -> Manifest {

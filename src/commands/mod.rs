@@ -11,6 +11,7 @@ mod repair;
 mod secret;
 mod sign;
 mod ui;
+mod unpack;
 
 use std::path::{Path, PathBuf};
 
@@ -18,13 +19,11 @@ use serde_json::{Map, Value, json};
 
 use airlock::bundle::open;
 use airlock::error::{EXIT_OK, Error, Result, human};
-use airlock::install::{self, UnpackOptions};
-use airlock::install_hf::{self, HfUnpackOptions, SnapshotState};
 use airlock::keys::PublicKey;
 use airlock::trust::{TRUST_ENV, TrustSource};
 use airlock::verify::{self, DeepOutcome, Depth};
 
-use crate::cli::{Cli, Command, ProgressArg, TrustArgs, UnpackArgs};
+use crate::cli::{Cli, Command, ProgressArg, TrustArgs};
 use ui::Ui;
 
 /// What a command produced.
@@ -78,7 +77,7 @@ pub fn run(cli: Cli) -> u8 {
         Command::Verify(a) => verify(a.bundle, &a.trust, a.deep, &ui),
         Command::Unpack(a) => {
             exit_cleanly_on_signals();
-            unpack_command(a, &ui)
+            unpack::run(a, &ui)
         }
         Command::Inspect(a) => inspect(&a.bundle, a.sha256sums),
         Command::Check(a) => check::run(a, &ui),
@@ -455,213 +454,6 @@ fn delta_summary(
         human(c.patched_bytes),
         human(c.patch_bytes)
     ));
-}
-
-/// Verifies the bundle's signature for an unpack and starts its output.
-pub(crate) fn open_for_unpack(
-    bundle: &Path,
-    trust: &[PublicKey],
-) -> Result<(open::Opened, Output)> {
-    let mut out = Output::default();
-    let opened = open::open(bundle, trust)?;
-    out.warnings.extend(opened.warnings.iter().cloned());
-    let m = &opened.manifest;
-    out.warnings.extend(recorded_warnings(m));
-    out.set("name", &m.name);
-    out.set("version", m.version);
-    out.set("signer", opened.signer.key_id_hex());
-    Ok((opened, out))
-}
-
-/// What every install reports: stale staging it removed or left, and model-check findings.
-pub(crate) fn report_install(out: &mut Output, notes: &install::InstallNotes) {
-    for p in &notes.unchecked {
-        out.warnings.push(format!(
-            "model check: {p}: not checked, its path is too long for the format checks (its bytes match the signed manifest)"
-        ));
-    }
-    for p in &notes.cleaned_stale {
-        out.warnings.push(format!(
-            "removed stale staging directory {} left by an interrupted unpack",
-            p.display()
-        ));
-    }
-    for (p, why) in &notes.stale_skipped {
-        out.warnings.push(format!(
-            "staging directory {} looks abandoned but {why}",
-            p.display()
-        ));
-    }
-    for f in &notes.findings {
-        out.warnings.push(format!(
-            "model check: {}: {} ({})",
-            f.path, f.problem, f.fix
-        ));
-    }
-    if !notes.repaired_volumes.is_empty() {
-        out.warnings.push(format!(
-            "damaged volume(s) {} were rebuilt from parity as they were read; the installed files match the signed digests (run `airlock repair` to fix the bundle itself)",
-            notes.repaired_volumes.join(", ")
-        ));
-    }
-}
-
-fn unpack(bundle: &Path, opts: UnpackOptions, ui: &Ui) -> Result<Output> {
-    let (opened, mut out) = open_for_unpack(bundle, &opts.trust)?;
-    let m = &opened.manifest;
-    let installed = match install::unpack(&opened, &opts, ui) {
-        Ok(i) => i,
-        Err(e) => return Err(with_parity_assessment(&opened, e, ui)),
-    };
-    report_install(&mut out, &installed.notes);
-    out.set("findings", &installed.notes.findings);
-    out.set("repaired_volumes", &installed.notes.repaired_volumes);
-    out.set("dest", &installed.dest);
-    out.set("replaced", installed.replaced);
-    out.set("previous_version", installed.previous_version);
-    out.set("files", m.totals.files);
-    out.set("bytes", m.totals.file_bytes);
-    out.line(format!(
-        "OK   installed {} version {} into {} ({} files, {})",
-        m.name,
-        m.version,
-        installed.dest.display(),
-        m.totals.files,
-        human(m.totals.file_bytes)
-    ));
-    Ok(out)
-}
-
-/// For a bundle with parity whose unpack failed on damaged volumes (beyond what parity can
-/// rebuild as it streams): the damage measured against the parity budget, appended to the
-/// message, and the volumes to copy again narrowed to those parity cannot rebuild.
-fn with_parity_assessment(opened: &open::Opened, e: Error, ui: &Ui) -> Error {
-    use airlock::bundle::volumes;
-    let Error::BadVolumes {
-        mut summary,
-        mut copy_again,
-        remove,
-    } = e
-    else {
-        return e;
-    };
-    if opened.manifest.parity.is_some() && remove.is_empty() {
-        let data = volumes::check_volumes(opened, ui);
-        let parity = volumes::check_parity_volumes(opened, ui);
-        if let Some(r) = volumes::assess(opened, &data, &parity) {
-            summary.push_str("; ");
-            summary.push_str(&r.describe());
-            if !r.repairable {
-                copy_again = r.copy_again;
-            }
-        }
-    }
-    Error::BadVolumes {
-        summary,
-        copy_again,
-        remove,
-    }
-}
-
-fn unpack_command(a: UnpackArgs, ui: &Ui) -> Result<Output> {
-    only_with(
-        "--hf-cache",
-        a.hf_cache.is_some(),
-        &[
-            ("--hf-repo", a.hf_repo.is_some()),
-            ("--revision", a.revision.is_some()),
-            ("--repo-type", a.repo_type.is_some()),
-        ],
-    )?;
-    let trust = load_trust(&a.trust)?;
-    if airlock::install_oci::is_reference(&a.bundle) {
-        return push::unpack_oci(a, trust, ui);
-    }
-    match a.hf_cache {
-        Some(cache) => unpack_hf(
-            &a.bundle,
-            &trust,
-            HfUnpackOptions {
-                cache: std::path::absolute(&cache).map_err(|e| Error::io(&cache, e))?,
-                repo_id: a.hf_repo,
-                repo_type: a.repo_type.map(|t| t.as_str().to_string()),
-                revision: a.revision,
-                check_space: !a.no_space_check,
-            },
-            ui,
-        ),
-        None => unpack(
-            &a.bundle,
-            UnpackOptions {
-                dest: a.dest.expect("clap requires --dest without --hf-cache"),
-                replace: a.replace,
-                allow_downgrade: a.allow_downgrade,
-                check_space: !a.no_space_check,
-                trust,
-            },
-            ui,
-        ),
-    }
-}
-
-fn unpack_hf(bundle: &Path, trust: &[PublicKey], opts: HfUnpackOptions, ui: &Ui) -> Result<Output> {
-    let (opened, mut out) = open_for_unpack(bundle, trust)?;
-    let m = &opened.manifest;
-    let installed = install_hf::unpack_to_cache(&opened, &opts, ui)?;
-    report_install(&mut out, &installed.notes);
-    for b in &installed.blobs_repaired {
-        out.warnings.push(format!(
-            "{} did not hash to its name and was replaced by the verified copy from the bundle",
-            b.display()
-        ));
-    }
-    if installed.commit_derived {
-        out.warnings.push(format!(
-            "the bundle was packed from a directory, so it has no hub commit: installed as commit {} (the first 40 hex digits of its manifest's sha256)",
-            installed.commit
-        ));
-    }
-    if installed.ref_path.is_none() {
-        out.warnings.push(
-            "no ref was written: the revision is the commit itself, so huggingface_hub finds it only by commit id; pass --revision main (or another branch or tag) to name it".to_string(),
-        );
-    }
-    if let Some(old) = &installed.previous_commit {
-        out.warnings.push(format!(
-            "refs/{} named commit {old:?}; it now names {}",
-            installed.revision, installed.commit
-        ));
-    }
-    if let Value::Object(fields) = serde_json::to_value(&installed).expect("serialisable") {
-        out.json.extend(fields);
-    }
-    out.set("files", m.totals.files);
-    out.set("bytes", m.totals.file_bytes);
-    let state = match installed.snapshot_state {
-        SnapshotState::Created => "new snapshot",
-        SnapshotState::Merged => "added to the existing snapshot",
-        SnapshotState::Unchanged => "the snapshot already held every file",
-    };
-    out.line(format!(
-        "OK   installed {} version {} into the Hugging Face cache {} as {} {} (revision {}, commit {}): {} files ({}); {}, {} new blob(s), {} reused{}",
-        m.name,
-        m.version,
-        installed.cache.display(),
-        installed.repo_type,
-        installed.repo_id,
-        installed.revision,
-        installed.commit,
-        m.totals.files,
-        human(m.totals.file_bytes),
-        state,
-        installed.blobs_written,
-        installed.blobs_reused,
-        match installed.blobs_repaired.len() {
-            0 => String::new(),
-            n => format!(", {n} repaired (replaced by the verified copy)"),
-        },
-    ));
-    Ok(out)
 }
 
 fn inspect(bundle: &Path, sha256sums: bool) -> Result<Output> {

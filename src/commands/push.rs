@@ -1,16 +1,13 @@
-//! `airlock push` and `airlock unpack oci://...`: the registry side of the fleet workflow.
+//! `airlock push`: the library's push, rendered.
 
 use airlock::error::{Error, Result, human};
-use airlock::install::UnpackOptions;
-use airlock::install_oci;
-use airlock::keys::PublicKey;
 use airlock::oci::{self, Reference, Registry, RegistryOptions};
 
-use super::{Output, load_trust, open, recorded_warnings, report_install};
-use crate::cli::{PushArgs, RegistryArgs, UnpackArgs};
+use super::{Output, load_trust, open, recorded_warnings};
+use crate::cli::{PushArgs, RegistryArgs};
 use crate::commands::ui::Ui;
 
-fn registry_options(a: &RegistryArgs) -> Result<RegistryOptions> {
+pub(super) fn registry_options(a: &RegistryArgs) -> Result<RegistryOptions> {
     let ca_file = match &a.ca_file {
         Some(p) => Some(std::path::absolute(p).map_err(|e| Error::io(p, e))?),
         None => None,
@@ -56,57 +53,6 @@ pub fn run(a: PushArgs, ui: &Ui) -> Result<Output> {
         pushed.uploaded_files.len(),
         human(pushed.uploaded_bytes),
         pushed.skipped_blobs,
-    ));
-    Ok(out)
-}
-
-/// `airlock unpack oci://... --dest DIR`.
-pub fn unpack_oci(a: UnpackArgs, trust: Vec<PublicKey>, ui: &Ui) -> Result<Output> {
-    let text = a.bundle.to_string_lossy().into_owned();
-    let reference = Reference::parse(&text)?;
-    let Some(dest) = a.dest else {
-        return Err(Error::Usage(
-            "unpack from a registry installs into a directory (--dest); --hf-cache is not supported with oci:// yet".into(),
-        ));
-    };
-    let opts = registry_options(&a.registry)?;
-    let registry = Registry::connect(&reference, &opts, false)?;
-    let opened = install_oci::open(&registry, &trust)?;
-    let mut out = Output::default();
-    out.warnings.extend(opened.warnings.iter().cloned());
-    let m = &opened.manifest;
-    out.warnings.extend(recorded_warnings(m));
-    out.set("name", &m.name);
-    out.set("version", m.version);
-    out.set("signer", opened.signer.key_id_hex());
-    out.set("reference", reference.to_string());
-    let installed = install_oci::unpack(
-        &opened,
-        &registry,
-        &UnpackOptions {
-            dest,
-            replace: a.replace,
-            allow_downgrade: a.allow_downgrade,
-            check_space: !a.no_space_check,
-            trust,
-        },
-        ui,
-    )?;
-    report_install(&mut out, &installed.notes);
-    out.set("findings", &installed.notes.findings);
-    out.set("dest", &installed.dest);
-    out.set("replaced", installed.replaced);
-    out.set("previous_version", installed.previous_version);
-    out.set("files", m.totals.files);
-    out.set("bytes", m.totals.file_bytes);
-    out.line(format!(
-        "OK   installed {} version {} from {} into {} ({} files, {})",
-        m.name,
-        m.version,
-        reference,
-        installed.dest.display(),
-        m.totals.files,
-        human(m.totals.file_bytes)
     ));
     Ok(out)
 }

@@ -1,348 +1,282 @@
-//! Installing a delta bundle (docs/FORMAT.md section 16.4) with every rule of a full install.
+//! Applying a delta bundle (docs/FORMAT.md section 16.4) onto its base, wherever the base is:
+//! the stage between a delta's verified stream and any sink.
 //!
-//! The destination must hold the base: an install whose receipt verifies against the trust
-//! set and whose manifest bytes hash to `base.manifest_sha256`. The new tree is built by
-//! [`install::unpack_with`] (private staging, explicit modes, fsync, receipt, one atomic
-//! swap): every directory first, then each `copy` file from its base file, then the stream,
-//! whose carried files pass through and whose patches (`.airlock-delta/<i>`) are applied to
-//! their base files as they arrive. Each base file is re-hashed against the base receipt
-//! before it is used, and each rebuilt file is checked against its signed size and SHA-256
-//! before the tree can become visible. Base files are read (or cloned where the filesystem
-//! can), never hard-linked: the new tree shares no inode with the old one.
+//! A delta's stream holds its carried files and a patch (`.airlock-delta/<i>`) for each `xor`
+//! file; its `copy` files are not in it at all. [`DeltaStage`] turns that into the complete
+//! tree the manifest lists: every directory first (a patch arrives under `.airlock-delta`,
+//! usually before the directory of the file it rebuilds), then each `copy` file from its base
+//! file, then the stream, whose carried files pass through and whose patches are applied to
+//! their base files as they arrive. Every file the stage makes (copied or rebuilt) is held to
+//! its signed size and SHA-256 by [`FileCheck`] before the sink hears of its end; carried files
+//! and the patches themselves were checked by the stream's verifier. So a sink never learns how
+//! its bytes were made.
+//!
+//! Where the base is (an installed directory proven by its receipt, a Hugging Face cache
+//! snapshot, an OCI image layout, a registry) is a [`Base`]: the stage only asks it for files
+//! and for the words of its errors. Base files are read (or cloned where the sink and the
+//! filesystem can), never hard-linked: a new tree shares no inode with the old one.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
-
-use sha2::{Digest, Sha256};
 
 use super::patch::{Map, PatchError, PushDecoder};
-use crate::bundle::read::{self, EntrySink, Mode as ReadMode, Opened};
+use crate::entries::{EntrySink, FileCheck, Mismatch};
 use crate::error::{Error, Result};
-use crate::install::{self, Installed, UnpackOptions};
+use crate::fsio;
 use crate::manifest::{self, FileEntry, Manifest};
 use crate::progress::Progress;
-use crate::receipt;
 
 /// Bytes read per step from a base file.
 const PIECE: usize = 1 << 20;
 
-/// Installs the delta `opened` over the base installed at `opts.dest`.
-pub fn unpack(opened: &Opened, opts: &UnpackOptions, progress: &dyn Progress) -> Result<Installed> {
-    let m = &opened.manifest;
-    let base_manifest = check_base(opened, opts)?;
-    let base_files: HashMap<&str, &FileEntry> = base_manifest
-        .files
-        .iter()
-        .map(|f| (f.path.as_str(), f))
-        .collect();
-    let needs = needs(m, &opts.dest);
-    for f in &m.files {
-        let Some(from) = &f.from else { continue };
-        let Some(b) = base_files.get(from.path.as_str()) else {
-            return Err(Error::DeltaBase {
-                path: opts.dest.clone(),
-                reason: format!(
-                    "the delta takes {:?} from the base file {:?}, which the installed version does not list",
-                    f.path, from.path
-                ),
-                todo: needs.clone(),
-            });
-        };
-        if from.op == manifest::OP_COPY && (b.size != f.size || b.sha256 != f.sha256) {
-            return Err(Error::DeltaBase {
-                path: opts.dest.clone(),
-                reason: format!(
-                    "the delta copies {:?} from the base file {:?}, whose listed size and sha256 differ",
-                    f.path, from.path
-                ),
-                todo: needs.clone(),
-            });
+/// Where a delta's base files are.
+pub trait Base {
+    /// The base's signed manifest (the one the delta names by its SHA-256).
+    fn manifest(&self) -> &Manifest;
+
+    /// Opens base file `b` to be read from its start; its content is not checked yet (a copy
+    /// checks it as it passes).
+    fn open(&mut self, b: &FileEntry) -> Result<File>;
+
+    /// The error refusing the delta because of the base as a whole (`reason`), saying where
+    /// the base was looked for and what the target needs.
+    fn refuse(&self, reason: String) -> Error;
+
+    /// The error for base file `b` whose content is not what the base manifest says (`what`):
+    /// rot or a change since it was installed.
+    fn rotten(&self, b: &FileEntry, what: String) -> Error;
+
+    /// Opens base file `b` with its content checked against `b`'s size and SHA-256 first (a
+    /// patch reads its base at the offsets its alignment gives, so it is hashed whole before
+    /// use).
+    fn open_checked(&mut self, b: &FileEntry) -> Result<File> {
+        let f = self.open(b)?;
+        let len = f
+            .metadata()
+            .map_err(|e| self.rotten(b, format!("cannot be read ({e})")))?
+            .len();
+        if len != b.size {
+            return Err(self.rotten(
+                b,
+                format!("it has {len} bytes, the manifest says {}", b.size),
+            ));
         }
-    }
-    let mut repaired = Vec::new();
-    let mut installed = install::unpack_with(opened, opts, &mut |sink| {
-        repaired = fill(opened, &opts.dest, &base_files, sink, progress)?;
-        Ok(())
-    })?;
-    installed.notes.repaired_volumes = repaired;
-    Ok(installed)
-}
-
-fn needs(m: &Manifest, dest: &Path) -> String {
-    let base = m.base.as_ref().expect("a delta");
-    format!(
-        "this delta needs {} version {} installed at {} (by its full bundle, or by the deltas up to it, in order)",
-        m.name,
-        base.version,
-        dest.display()
-    )
-}
-
-/// Checks that `opts.dest` holds exactly the base and returns its manifest.
-fn check_base(opened: &Opened, opts: &UnpackOptions) -> Result<Manifest> {
-    let m = &opened.manifest;
-    let base = m.base.as_ref().expect("a delta");
-    let dest = &opts.dest;
-    let refuse = |reason: String| Error::DeltaBase {
-        path: dest.clone(),
-        reason,
-        todo: needs(m, dest),
-    };
-    let short = format!(
-        "needs {} version {} installed at {}",
-        m.name,
-        base.version,
-        dest.display()
-    );
-    match std::fs::symlink_metadata(dest) {
-        Err(_) => return Err(refuse(format!("{short}: nothing is there"))),
-        Ok(meta) if !meta.is_dir() => {
-            return Err(refuse(format!("{short}: it is not a directory")));
+        let digest = fsio::hash_exact(&f, len)
+            .map_err(|e| self.rotten(b, format!("cannot be read ({e})")))?;
+        if digest != b.sha256 {
+            return Err(self.rotten(
+                b,
+                format!("its sha256 is {digest}, the manifest says {}", b.sha256),
+            ));
         }
-        Ok(_) => {}
+        Ok(f)
     }
-    if !receipt::exists(dest) {
-        return Err(refuse(format!(
-            "{short}: the directory holds no airlock receipt"
-        )));
-    }
-    let signed = read::verify_signed(
-        &receipt::manifest_path(dest),
-        &receipt::signature_path(dest),
-        &opts.trust,
-    )
-    .map_err(|e| {
-        refuse(format!(
-            "{short}: the receipt there does not verify with the trust set ({e})"
-        ))
-    })?;
-    let old = signed.manifest;
-    if old.name != m.name {
-        return Err(refuse(format!(
-            "{short}: it holds {:?} version {}",
-            old.name, old.version
-        )));
-    }
-    let sha = hex::encode(Sha256::digest(&signed.bytes));
-    if sha != base.manifest_sha256 {
-        let reason = if sha == opened.manifest_sha256 {
-            format!(
-                "{short}: it already holds version {} from this very bundle",
-                m.version
-            )
-        } else if old.version != base.version {
-            format!(
-                "{short}: it holds version {} (deltas apply in order: this one builds on version {})",
-                old.version, base.version
-            )
-        } else {
-            format!(
-                "{short}: it holds another build of version {} (its manifest sha256 is {sha}, the delta was made against {})",
-                old.version, base.manifest_sha256
-            )
-        };
-        return Err(refuse(reason));
-    }
-    Ok(old)
 }
 
-/// Opens `path` below `dest` for reading, one component at a time, following no symbolic
-/// link and refusing anything but a regular file (a FIFO does not block the open).
-fn open_base(dest: &Path, path: &str) -> io::Result<File> {
-    let root = crate::fsio::open_dir_path(dest, crate::fsio::Follow::Never)?;
-    Ok(crate::fsio::open_file_below(&root, path)?.0)
+/// The `xor` map a file's `from` names.
+pub fn map_of(from: &manifest::From) -> Map {
+    match from.map.as_deref() {
+        Some("safetensors") => Map::Safetensors,
+        _ => Map::Bytes,
+    }
 }
 
-/// The base file `b` as installed under `dest`, re-hashed against its receipt entry; a
-/// mismatch (disk rot, a change since the install) refuses the delta, naming the file.
-fn checked_base(dest: &Path, b: &FileEntry, m: &Manifest) -> Result<File> {
-    let changed = |what: String| Error::DeltaBase {
-        path: dest.to_path_buf(),
-        reason: format!(
-            "the base file {:?} no longer matches its receipt: {what}",
-            b.path
-        ),
-        todo: format!(
-            "restore the base: unpack {} version {} again (its full bundle, or the deltas up to it), then apply this delta; or unpack the full bundle of version {}",
-            m.name,
-            m.base.as_ref().map_or(0, |b| b.version),
-            m.version
-        ),
-    };
-    let f = open_base(dest, &b.path).map_err(|e| changed(format!("cannot open it ({e})")))?;
-    let len = f
-        .metadata()
-        .map_err(|e| Error::io(dest.join(&b.path), e))?
-        .len();
-    if len != b.size {
-        return Err(changed(format!(
-            "it has {len} bytes, the receipt says {}",
-            b.size
-        )));
-    }
-    let digest = crate::fsio::hash_exact(&f, len).map_err(|e| Error::io(dest.join(&b.path), e))?;
-    if digest != b.sha256 {
-        return Err(changed(format!(
-            "its sha256 is {digest}, the receipt says {}",
-            b.sha256
-        )));
-    }
-    Ok(f)
-}
-
-/// Feeds the staging tree: directories, copies, then the stream.
-fn fill(
-    opened: &Opened,
-    dest: &Path,
-    base_files: &HashMap<&str, &FileEntry>,
-    sink: &mut dyn EntrySink,
-    progress: &dyn Progress,
-) -> Result<Vec<String>> {
-    let m = &opened.manifest;
-    // Every directory first: a patch arrives under `.airlock-delta`, usually before the
-    // directory of the file it rebuilds.
-    for d in &m.directories {
-        sink.dir(d)?;
-    }
-    for f in &m.files {
-        let Some(from) = f.from.as_ref().filter(|fr| fr.op == manifest::OP_COPY) else {
-            continue;
-        };
-        let b = base_files[from.path.as_str()];
-        progress.item(&f.path);
-        copy_file(dest, b, f, m, sink)?;
-    }
-    let mut delta = DeltaSink {
-        inner: sink,
-        m,
-        dest,
-        base_files,
-        current: Current::None,
-    };
-    read::stream(opened, ReadMode::Strict, &mut delta, progress).map(|r| r.repaired)
-}
-
-/// Writes the copy `f` of base file `b`: cloned when the filesystem can (and the clone is then
-/// read back and hashed), else read, hashed and written in one pass.
-fn copy_file(
-    dest: &Path,
-    b: &FileEntry,
-    f: &FileEntry,
-    m: &Manifest,
-    sink: &mut dyn EntrySink,
-) -> Result<()> {
-    let src = open_base(dest, &b.path).map_err(|e| Error::DeltaBase {
-        path: dest.to_path_buf(),
-        reason: format!("the base file {:?} cannot be opened ({e})", b.path),
-        todo: needs(m, dest),
-    })?;
-    let rot = |what: String| Error::DeltaBase {
-        path: dest.to_path_buf(),
-        reason: format!(
-            "the base file {:?} no longer matches its receipt: {what}",
-            b.path
-        ),
-        todo: format!(
-            "restore the base (unpack {} version {} again), then apply this delta; or unpack the full bundle of version {}",
-            m.name,
-            m.base.as_ref().map_or(0, |b| b.version),
-            m.version
-        ),
-    };
-    if let Some(digest) = sink.clone_file(f, &src)? {
-        if digest != f.sha256 {
-            return Err(rot(format!(
-                "its sha256 is {digest}, the receipt says {}",
-                f.sha256
-            )));
-        }
-        return sink.end_file(f);
-    }
-    sink.begin_file(f)?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; PIECE];
-    let mut pos = 0u64;
-    loop {
-        let n = src
-            .read_at(&mut buf, pos)
-            .map_err(|e| Error::io(dest.join(&b.path), e))?;
-        if n == 0 {
-            break;
-        }
-        pos += n as u64;
-        if pos > f.size {
-            return Err(rot(format!("it has more than {} bytes", f.size)));
-        }
-        h.update(&buf[..n]);
-        sink.data(&buf[..n])?;
-    }
-    let digest = hex::encode(h.finalize());
-    if pos != f.size {
-        return Err(rot(format!(
-            "it has {pos} bytes, the receipt says {}",
-            f.size
-        )));
-    }
-    if digest != f.sha256 {
-        return Err(rot(format!(
-            "its sha256 is {digest}, the receipt says {}",
-            f.sha256
-        )));
-    }
-    sink.end_file(f)
+/// The index of the file a patch entry (`.airlock-delta/<i>`) rebuilds.
+pub fn patch_index(path: &str) -> Option<usize> {
+    path.strip_prefix(manifest::DELTA_DIR)?
+        .strip_prefix('/')?
+        .parse()
+        .ok()
 }
 
 enum Current {
     None,
+    /// A carried file passing through.
     Carried,
+    /// A patch whose file the sink already holds: its bytes are dropped.
+    Skipped,
+    /// A patch being applied to its base file.
     Patch {
         index: usize,
         dec: Box<PushDecoder>,
-        hash: Sha256,
+        check: FileCheck,
     },
 }
 
-/// Passes directories and carried files through (directories were made up front) and
-/// applies each patch as it streams.
-struct DeltaSink<'a> {
-    inner: &'a mut dyn EntrySink,
+/// Turns a delta's verified stream into the complete tree, onto a [`Base`] (module
+/// documentation). Feed it the stream's entries after [`DeltaStage::prepare`].
+pub struct DeltaStage<'a> {
     m: &'a Manifest,
-    dest: &'a Path,
-    base_files: &'a HashMap<&'a str, &'a FileEntry>,
+    base: &'a mut dyn Base,
+    base_files: HashMap<String, FileEntry>,
+    inner: &'a mut dyn EntrySink,
     current: Current,
 }
 
-impl DeltaSink<'_> {
-    fn patch_error(&self, index: usize, e: PatchError) -> Error {
-        match e {
-            PatchError::Io(e) if e.kind() == io::ErrorKind::Other && e.to_string() == "sink" => {
-                Error::io(self.dest, e)
+impl<'a> DeltaStage<'a> {
+    /// A stage applying `m` (a delta) onto `base`, feeding `inner`. Refuses a base that does
+    /// not list a file the delta takes from it, or whose listed copy source differs.
+    pub fn new(
+        m: &'a Manifest,
+        base: &'a mut dyn Base,
+        inner: &'a mut dyn EntrySink,
+    ) -> Result<Self> {
+        let base_files: HashMap<String, FileEntry> = base
+            .manifest()
+            .files
+            .iter()
+            .map(|f| (f.path.clone(), f.clone()))
+            .collect();
+        for f in &m.files {
+            let Some(from) = &f.from else { continue };
+            let Some(b) = base_files.get(&from.path) else {
+                return Err(base.refuse(format!(
+                    "the delta takes {:?} from the base file {:?}, which the base does not list",
+                    f.path, from.path
+                )));
+            };
+            if from.op == manifest::OP_COPY && (b.size != f.size || b.sha256 != f.sha256) {
+                return Err(base.refuse(format!(
+                    "the delta copies {:?} from the base file {:?}, whose listed size and sha256 differ",
+                    f.path, from.path
+                )));
             }
-            e => Error::BadFile {
-                path: self.m.files[index].path.clone(),
-                reason: format!(
-                    "its patch {} does not rebuild it: {e}",
-                    manifest::patch_path(index)
-                ),
-            },
+        }
+        Ok(DeltaStage {
+            m,
+            base,
+            base_files,
+            inner,
+            current: Current::None,
+        })
+    }
+
+    /// Sends every directory, then every `copy` file, before the stream.
+    pub fn prepare(&mut self, progress: &dyn Progress) -> Result<()> {
+        let m = self.m;
+        for d in &m.directories {
+            self.inner.dir(d)?;
+        }
+        for f in &m.files {
+            let Some(from) = f.from.as_ref().filter(|fr| fr.op == manifest::OP_COPY) else {
+                continue;
+            };
+            progress.item(&f.path);
+            if self.inner.holds(f)? {
+                continue;
+            }
+            let b = self.base_files[&from.path].clone();
+            self.copy(&b, f)?;
+        }
+        Ok(())
+    }
+
+    /// The stream ended: no patch may be left half applied.
+    pub fn finish(&self) -> Result<()> {
+        match self.current {
+            Current::None => Ok(()),
+            _ => Err(Error::BadStream {
+                volume: "tar stream".into(),
+                reason: "the stream ended inside a file".into(),
+            }),
+        }
+    }
+
+    /// Writes the copy `f` of base file `b`: cloned when the sink and the filesystem can (the
+    /// clone is then read back and checked), else read, checked and sent in one pass.
+    fn copy(&mut self, b: &FileEntry, f: &FileEntry) -> Result<()> {
+        let src = self.base.open(b)?;
+        if let Some(clone) = self.inner.clone_from(f, &src)? {
+            let mut check = FileCheck::new(f);
+            read_pieces(&clone, &mut |piece| {
+                check
+                    .update(piece)
+                    .map_err(|m| io::Error::other(m.to_string()))
+            })
+            .map_err(|e| {
+                self.base
+                    .rotten(b, format!("its clone cannot be read back ({e})"))
+            })?;
+            if let Err(why) = check.finish() {
+                return Err(self.base.rotten(b, mismatch_words(&why, f)));
+            }
+            return self.inner.end_file(f);
+        }
+        self.inner.begin_file(f)?;
+        let mut check = FileCheck::new(f);
+        let mut sink_error = None;
+        let inner = &mut *self.inner;
+        let read = read_pieces(&src, &mut |piece| {
+            check
+                .update(piece)
+                .map_err(|m| io::Error::other(m.to_string()))?;
+            inner.data(piece).map_err(|e| {
+                sink_error = Some(e);
+                io::Error::other("sink")
+            })
+        });
+        if let Some(e) = sink_error {
+            return Err(e);
+        }
+        read.map_err(|e| {
+            self.base
+                .rotten(b, format!("it cannot be read as listed ({e})"))
+        })?;
+        if let Err(why) = check.finish() {
+            return Err(self.base.rotten(b, mismatch_words(&why, f)));
+        }
+        self.inner.end_file(f)
+    }
+
+    fn patch_error(&self, index: usize, e: PatchError) -> Error {
+        Error::BadFile {
+            path: self.m.files[index].path.clone(),
+            reason: format!(
+                "its patch {} does not rebuild it: {e}",
+                manifest::patch_path(index)
+            ),
         }
     }
 }
 
-/// Runs `f` with an emit callback that hashes and forwards to `inner`, keeping the sink's own
+/// Reads all of `f` in pieces, from its start.
+fn read_pieces(f: &File, each: &mut dyn FnMut(&[u8]) -> io::Result<()>) -> io::Result<()> {
+    let mut buf = vec![0u8; PIECE];
+    let mut pos = 0u64;
+    loop {
+        let n = match f.read_at(&mut buf, pos) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        each(&buf[..n])?;
+        pos += n as u64;
+    }
+}
+
+fn mismatch_words(why: &Mismatch, f: &FileEntry) -> String {
+    match why {
+        Mismatch::Digest(got) => format!("its sha256 is {got}, the manifest says {}", f.sha256),
+        other => format!("it {other} ({} bytes)", f.size),
+    }
+}
+
+/// Runs `f` with an emit callback that checks and forwards to `inner`, keeping the sink's own
 /// error (the callback can only return an `io::Error`).
 fn with_emit<T>(
     inner: &mut dyn EntrySink,
-    hash: &mut Sha256,
+    check: &mut FileCheck,
     f: impl FnOnce(&mut dyn FnMut(&[u8]) -> io::Result<()>) -> std::result::Result<T, PatchError>,
 ) -> Result<std::result::Result<T, PatchError>> {
     let mut failed: Option<Error> = None;
     let r = {
         let mut emit = |b: &[u8]| -> io::Result<()> {
-            hash.update(b);
+            check
+                .update(b)
+                .map_err(|m| io::Error::other(format!("the rebuilt file {m}")))?;
             inner.data(b).map_err(|e| {
                 failed = Some(e);
                 io::Error::other("sink")
@@ -356,49 +290,45 @@ fn with_emit<T>(
     }
 }
 
-impl EntrySink for DeltaSink<'_> {
+impl EntrySink for DeltaStage<'_> {
     fn dir(&mut self, _path: &str) -> Result<()> {
-        // Made before the stream (`.airlock-delta` is the stream's own and is not installed).
+        // Made by `prepare` (`.airlock-delta` is the stream's own and is not installed).
         Ok(())
     }
 
     fn begin_file(&mut self, file: &FileEntry) -> Result<()> {
-        let Some(index) = file
-            .path
-            .strip_prefix(manifest::DELTA_DIR)
-            .and_then(|r| r.strip_prefix('/'))
-            .and_then(|i| i.parse::<usize>().ok())
-        else {
+        let Some(index) = patch_index(&file.path) else {
             self.current = Current::Carried;
             return self.inner.begin_file(file);
         };
-        // The stream checks already held this entry to the manifest's patch list.
+        // The stream's verifier already held this entry to the manifest's patch list.
         let target = &self.m.files[index];
+        if self.inner.holds(target)? {
+            self.current = Current::Skipped;
+            return Ok(());
+        }
         let from = target.from.as_ref().expect("a patch entry has a from");
-        let b = self.base_files[from.path.as_str()];
-        let base = checked_base(self.dest, b, self.m)?;
-        let map = match from.map.as_deref() {
-            Some("safetensors") => Map::Safetensors,
-            _ => Map::Bytes,
-        };
-        let dec =
-            PushDecoder::new(base, map, target.size).map_err(|e| self.patch_error(index, e))?;
+        let b = self.base_files[&from.path].clone();
+        let base = self.base.open_checked(&b)?;
+        let dec = PushDecoder::new(base, map_of(from), target.size)
+            .map_err(|e| self.patch_error(index, e))?;
         self.inner.begin_file(target)?;
         self.current = Current::Patch {
             index,
             dec: Box::new(dec),
-            hash: Sha256::new(),
+            check: FileCheck::new(target),
         };
         Ok(())
     }
 
     fn data(&mut self, bytes: &[u8]) -> Result<()> {
         match &mut self.current {
-            Current::Patch { index, dec, hash } => {
+            Current::Patch { index, dec, check } => {
                 let index = *index;
-                let r = with_emit(self.inner, hash, |emit| dec.write(bytes, emit))?;
+                let r = with_emit(self.inner, check, |emit| dec.write(bytes, emit))?;
                 r.map_err(|e| self.patch_error(index, e))
             }
+            Current::Skipped => Ok(()),
             _ => self.inner.data(bytes),
         }
     }
@@ -408,24 +338,24 @@ impl EntrySink for DeltaSink<'_> {
             Current::Patch {
                 index,
                 dec,
-                mut hash,
+                mut check,
             } => {
-                let r = with_emit(self.inner, &mut hash, |emit| dec.finish(emit))?;
+                let r = with_emit(self.inner, &mut check, |emit| dec.finish(emit))?;
                 r.map_err(|e| self.patch_error(index, e))?;
                 let target = &self.m.files[index];
-                let digest = hex::encode(hash.finalize());
-                if digest != target.sha256 {
+                if let Err(why) = check.finish() {
                     return Err(Error::BadFile {
                         path: target.path.clone(),
                         reason: format!(
-                            "its patch {} rebuilds content with sha256 {digest}, the manifest says {}",
+                            "its patch {} rebuilds content that does not match the signed manifest: {}",
                             manifest::patch_path(index),
-                            target.sha256
+                            mismatch_words(&why, target)
                         ),
                     });
                 }
                 self.inner.end_file(target)
             }
+            Current::Skipped => Ok(()),
             _ => self.inner.end_file(file),
         }
     }

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::patch::{self, Map};
-use crate::bundle::read;
+use crate::bundle::open as read;
 use crate::error::{Error, Result};
 use crate::fsio;
 use crate::keys::PublicKey;
@@ -531,7 +531,7 @@ fn extract(
         current: None,
         done: HashMap::new(),
     };
-    read::stream(&opened, read::Mode::Strict, &mut sink, progress)?;
+    crate::bundle::stream::stream(&opened, crate::entries::Mode::Strict, &mut sink, progress)?;
     Ok(sink.done)
 }
 
@@ -541,7 +541,7 @@ struct Extract<'a> {
     done: HashMap<String, PathBuf>,
 }
 
-impl read::EntrySink for Extract<'_> {
+impl crate::entries::EntrySink for Extract<'_> {
     fn dir(&mut self, _: &str) -> Result<()> {
         Ok(())
     }

@@ -277,6 +277,24 @@ pub fn create_new(path: &Path, mode: u32) -> io::Result<File> {
     Ok(File::from(fd))
 }
 
+/// Opens the lock file `name` in `dir`, creating it with exactly `mode` if it is missing: never
+/// through a link, and only a regular file (a FIFO planted there does not block).
+pub fn open_lock_at(
+    dir: &impl AsFd,
+    name: &str,
+    mode: u32,
+) -> std::result::Result<File, OpenError> {
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::CREATE | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::from_raw_mode(mode),
+    )
+    .map_err(below_error)?;
+    let (f, _) = regular(fd)?;
+    Ok(f)
+}
+
 /// Creates the new file `path` (exclusive, a final link refused) with mode 0600, open for
 /// reading and writing: a scratch file its caller unlinks.
 pub fn create_temp(path: &Path) -> io::Result<File> {

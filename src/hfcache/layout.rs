@@ -358,6 +358,79 @@ pub fn leave_trace(repo: &Path, commit: &str, text: &str) -> Result<()> {
     fsio::replace_at(&dir, &trace, commit, format!("{text}\n").as_bytes(), 0o644)
 }
 
+/// The receipt files airlock leaves beside its trace for `commit`: the signed manifest and its
+/// signature, exactly as in an installed directory's receipt (FORMAT.md section 14.2).
+pub fn receipt_names(commit: &str) -> (String, String) {
+    (
+        format!("{commit}.{}", crate::manifest::MANIFEST_NAME),
+        format!("{commit}.{}", crate::manifest::SIGNATURE_NAME),
+    )
+}
+
+/// Leaves the receipt of the bundle that installed `commit` in `repo`'s trace folder (created
+/// by [`leave_trace`] first), each file replaced atomically through the folder's handle.
+pub fn leave_receipt(repo: &Path, commit: &str, manifest: &[u8], signature: &str) -> Result<()> {
+    let trace = repo.join(TRACE_DIR);
+    let dirs = open_repo_dirs_nofollow(repo, None)?;
+    let dir = fsio::open_dir_at(&dirs.repo, TRACE_DIR).map_err(|_| {
+        real_dir(&trace).err().unwrap_or_else(|| {
+            Error::io(&trace, io::Error::other("cannot be opened as a directory"))
+        })
+    })?;
+    let (mname, sname) = receipt_names(commit);
+    fsio::replace_at(&dir, &trace, &mname, manifest, 0o644)?;
+    fsio::replace_at(&dir, &trace, &sname, signature.as_bytes(), 0o644)
+}
+
+/// The receipts airlock left in `repo`'s trace folder: for each commit with a trace, the paths
+/// of its receipt manifest and signature (not read here; they may be absent or hostile).
+pub fn receipts(repo: &Path) -> Result<Vec<(String, PathBuf, PathBuf)>> {
+    let trace = repo.join(TRACE_DIR);
+    if !real_dir(&trace)? {
+        return Ok(Vec::new());
+    }
+    Ok(traces(repo)
+        .into_iter()
+        .map(|commit| {
+            let (mname, sname) = receipt_names(&commit);
+            let (m, s) = (trace.join(mname), trace.join(sname));
+            (commit, m, s)
+        })
+        .collect())
+}
+
+/// Opens the file `rel` of `snapshots/<commit>/` in `repo` for reading: every folder on the way
+/// a real directory, the entry a real file or a link airlock follows ([`snapshot_content`]),
+/// the content a regular file opened without blocking.
+pub fn open_snapshot_file(repo: &Path, commit: &str, rel: &str) -> Result<File> {
+    let snapshot = repo.join("snapshots").join(commit);
+    let mut at = snapshot.clone();
+    let (parents, _) = rel.rsplit_once('/').unwrap_or(("", rel));
+    for dir in std::iter::once(repo.join("snapshots"))
+        .chain(std::iter::once(snapshot.clone()))
+        .chain(parents.split('/').filter(|c| !c.is_empty()).map(|c| {
+            at.push(c);
+            at.clone()
+        }))
+    {
+        if !real_dir(&dir)? {
+            return Err(Error::io(&dir, io::ErrorKind::NotFound.into()));
+        }
+    }
+    let full = snapshot.join(rel);
+    let meta = fs::symlink_metadata(&full).map_err(|e| Error::io(&full, e))?;
+    let source = match snapshot_content(repo, &full, &meta.file_type())? {
+        Content::File => full,
+        Content::Blob { source, .. } => source,
+        Content::MissingBlob { blob, .. } => {
+            return Err(Error::io(&blob, io::ErrorKind::NotFound.into()));
+        }
+    };
+    fsio::open_regular(&source, fsio::Follow::Never)
+        .map(|(f, _)| f)
+        .map_err(|e| Error::io(&source, e.into()))
+}
+
 /// The commits airlock's trace in `repo` names, sorted; empty when there is none (or it is
 /// not a real directory).
 pub fn traces(repo: &Path) -> Vec<String> {

@@ -47,8 +47,7 @@ pub struct Registry {
     authorization: Mutex<Option<String>>,
 }
 
-/// The media type of an OCI image manifest.
-pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+pub use super::modelpack::OCI_MANIFEST;
 
 /// The most read of a `--ca-file` (a bundle of a few hundred PEM certificates is under 1 MiB).
 const MAX_CA_FILE_BYTES: u64 = 4 << 20;

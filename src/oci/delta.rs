@@ -1,25 +1,20 @@
-//! Pushing a delta bundle (docs/FORMAT.md section 16) over its base, already in the repository.
+//! A registry repository as the base of a delta: what `push` of a delta bundle applies its
+//! patches onto (docs/FORMAT.md section 16).
 //!
-//! A delta's stream carries the changed files whole and a patch for each `xor` file; `copy`
-//! files are not in it at all. The artifact a push publishes is still the complete new version
-//! (one layer per file), so each file's blob comes from one of three places:
+//! The artifact a push publishes is always the complete new version (one layer per file), so
+//! each file of a delta reaches the registry from one of three places: carried files out of
+//! the stream; `copy` files are the base file's content, whose blob the repository already
+//! holds (the base version was pushed there: never uploaded again); `xor` files are rebuilt by
+//! the pipeline's delta stage ([`crate::delta::apply`]) from the base file's blob, fetched here
+//! by the digest the base's airlock manifest gives. That manifest is itself fetched by the
+//! digest the delta's signed manifest names (`base.manifest_sha256`), so the chain is held to
+//! the signature.
 //!
-//! - carried: out of the stream, as for a full bundle;
-//! - `copy`: it is the base file's content, so its blob must already be in the repository (the
-//!   base version was pushed there): checked with `HEAD`, never uploaded;
-//! - `xor`: the base file's blob is fetched from the repository (by the digest the base's
-//!   airlock manifest gives; that manifest is itself fetched by the digest the delta's signed
-//!   manifest names, `base.manifest_sha256`, so the chain is held to the signature), the patch
-//!   is decoded against it as the stream passes, and the rebuilt bytes are uploaded as the new
-//!   file's blob. Its size and SHA-256 are checked against the signed manifest before the
-//!   upload's last piece is sent, and the registry checks the digest too.
-//!
-//! Everything the push needs from the base is checked by [`plan`] before anything is uploaded:
-//! a repository without the base fails with nothing pushed.
-//!
-//! Memory stays flat: the base blob of each patched file is streamed to an unlinked temporary
-//! file (the patch decoder reads the base at the offsets the tensor alignment gives), one file at
-//! a time, in the system temporary directory (`TMPDIR`).
+//! [`RegistryBase::open`] checks everything the push needs from the base before anything is
+//! uploaded: a repository without the base fails with nothing pushed. Memory stays flat: each
+//! base blob is streamed to an unlinked temporary file (the patch decoder reads the base at the
+//! offsets the tensor alignment gives), one file at a time, in the system temporary directory
+//! (`TMPDIR`).
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -31,26 +26,9 @@ use sha2::{Digest, Sha256};
 
 use super::client::Registry;
 use super::modelpack;
-use crate::delta::patch::Map;
+use crate::delta::apply::Base;
 use crate::error::{Error, Result};
-use crate::manifest::{self, Manifest};
-
-/// How one `xor` file's blob is rebuilt.
-pub(super) struct Rebuild {
-    /// `sha256:HEX` of the base file's blob.
-    pub base_digest: String,
-    /// Bytes of the base file.
-    pub base_size: u64,
-    /// The patch's alignment.
-    pub map: Map,
-}
-
-/// What a delta push takes from the base already in the repository.
-pub(super) struct Plan {
-    /// By index of the target file in the delta's `files`: the `xor` files whose blob the
-    /// repository lacks.
-    pub rebuild: HashMap<usize, Rebuild>,
-}
+use crate::manifest::{self, FileEntry, Manifest};
 
 fn digest(sha256: &str) -> String {
     format!("sha256:{sha256}")
@@ -85,118 +63,175 @@ fn artifact(registry: &Registry, reason: String) -> Error {
     }
 }
 
-/// Checks that the repository holds what the delta `m` needs from its base, given the blobs
-/// it lacks (`missing`), and says how to rebuild each patched file it lacks. Uploads nothing.
-pub(super) fn plan(m: &Manifest, registry: &Registry, missing: &HashSet<String>) -> Result<Plan> {
-    let base = m.base.as_ref().expect("a delta");
-    // Blobs this push makes itself: the carried files' and the patched files'.
-    let made: HashSet<String> = m
-        .files
-        .iter()
-        .filter(|f| f.from.as_ref().is_none_or(|from| from.op != "copy"))
-        .map(|f| digest(&f.sha256))
-        .collect();
-    let needed = m
-        .files
-        .iter()
-        .any(|f| f.from.is_some() && missing.contains(&digest(&f.sha256)));
-    let mut plan = Plan {
-        rebuild: HashMap::new(),
-    };
-    if !needed {
-        return Ok(plan);
-    }
-    // The base's airlock manifest, by the digest the signed delta manifest names.
-    let mdigest = digest(&base.manifest_sha256);
-    let Some(bytes) = registry.blob_bytes(&mdigest, manifest::MAX_MANIFEST_BYTES)? else {
-        return Err(no_base(
-            m,
-            registry,
-            format!("no blob {mdigest}, the base's airlock manifest"),
-        ));
-    };
-    if modelpack::digest_of(&bytes) != mdigest {
-        return Err(artifact(
-            registry,
-            format!("blob {mdigest} (the base's airlock manifest) does not hash to its digest"),
-        ));
-    }
-    let base_m = Manifest::parse(&bytes).map_err(|e| {
-        artifact(
-            registry,
-            format!("the base's airlock manifest {mdigest} cannot be read: {e}"),
-        )
-    })?;
-    if base_m.name != base.name || base_m.version != base.version {
-        return Err(artifact(
-            registry,
-            format!(
-                "blob {mdigest} is the manifest of {} version {}, the delta names {} version {}",
-                base_m.name, base_m.version, base.name, base.version
-            ),
-        ));
-    }
-    let base_files: HashMap<&str, &manifest::FileEntry> =
-        base_m.files.iter().map(|f| (f.path.as_str(), f)).collect();
+/// The base of a delta in a registry repository (module documentation).
+pub struct RegistryBase<'r> {
+    registry: &'r Registry,
+    manifest: Manifest,
+    /// What the delta is (name, version, base version), for messages.
+    delta: Manifest,
+}
 
-    let mut lacking = Vec::new();
-    for (index, f) in m.files.iter().enumerate() {
-        let Some(from) = &f.from else { continue };
-        let d = digest(&f.sha256);
-        if !missing.contains(&d) {
-            continue;
+impl<'r> RegistryBase<'r> {
+    /// Checks that the repository holds what the delta `m` needs from its base, given the
+    /// blobs it lacks (`missing`, `sha256:HEX`). Uploads nothing.
+    pub fn open(
+        m: &Manifest,
+        registry: &'r Registry,
+        missing: &HashSet<String>,
+    ) -> Result<RegistryBase<'r>> {
+        let base = m.base.as_ref().expect("a delta");
+        // The base's airlock manifest, by the digest the signed delta manifest names.
+        let mdigest = digest(&base.manifest_sha256);
+        let Some(bytes) = registry.blob_bytes(&mdigest, manifest::MAX_MANIFEST_BYTES)? else {
+            return Err(no_base(
+                m,
+                registry,
+                format!("no blob {mdigest}, the base's airlock manifest"),
+            ));
+        };
+        if modelpack::digest_of(&bytes) != mdigest {
+            return Err(artifact(
+                registry,
+                format!("blob {mdigest} (the base's airlock manifest) does not hash to its digest"),
+            ));
         }
-        if from.op == "copy" {
-            if !made.contains(&d) {
-                lacking.push(format!("{} (copied from the base's {})", f.path, from.path));
-            }
-            continue;
-        }
-        let Some(b) = base_files.get(from.path.as_str()) else {
+        let base_m = Manifest::parse(&bytes).map_err(|e| {
+            artifact(
+                registry,
+                format!("the base's airlock manifest {mdigest} cannot be read: {e}"),
+            )
+        })?;
+        if base_m.name != base.name || base_m.version != base.version {
             return Err(artifact(
                 registry,
                 format!(
-                    "{}: the base's manifest {mdigest} has no {}, which the delta patches",
-                    f.path, from.path
+                    "blob {mdigest} is the manifest of {} version {}, the delta names {} version {}",
+                    base_m.name, base_m.version, base.name, base.version
                 ),
             ));
-        };
-        let base_digest = digest(&b.sha256);
-        match registry.blob_size(&base_digest)? {
-            Some(size) if size == b.size => {}
-            _ => {
-                lacking.push(format!("{} (the base of {})", from.path, f.path));
+        }
+        let base_files: HashMap<&str, &FileEntry> =
+            base_m.files.iter().map(|f| (f.path.as_str(), f)).collect();
+        // Blobs this push makes itself: the carried and the patched files'.
+        let made: HashSet<String> = m
+            .files
+            .iter()
+            .filter(|f| {
+                f.from
+                    .as_ref()
+                    .is_none_or(|from| from.op != manifest::OP_COPY)
+            })
+            .map(|f| digest(&f.sha256))
+            .collect();
+        let mut lacking = Vec::new();
+        for f in &m.files {
+            let Some(from) = &f.from else { continue };
+            let d = digest(&f.sha256);
+            if !missing.contains(&d) {
                 continue;
             }
+            if from.op == manifest::OP_COPY {
+                if !made.contains(&d) {
+                    lacking.push(format!("{} (copied from the base's {})", f.path, from.path));
+                }
+                continue;
+            }
+            let Some(b) = base_files.get(from.path.as_str()) else {
+                return Err(artifact(
+                    registry,
+                    format!(
+                        "{}: the base's manifest {mdigest} has no {}, which the delta patches",
+                        f.path, from.path
+                    ),
+                ));
+            };
+            match registry.blob_size(&digest(&b.sha256))? {
+                Some(size) if size == b.size => {}
+                _ => lacking.push(format!("{} (the base of {})", from.path, f.path)),
+            }
         }
-        let map = match from.map.as_deref() {
-            Some("safetensors") => Map::Safetensors,
-            _ => Map::Bytes,
-        };
-        plan.rebuild.insert(
-            index,
-            Rebuild {
-                base_digest,
-                base_size: b.size,
-                map,
-            },
-        );
-    }
-    if !lacking.is_empty() {
-        let n = lacking.len();
-        let shown: Vec<_> = lacking.into_iter().take(3).collect();
-        let more = if n > 3 {
-            format!(" and {} more", n - 3)
-        } else {
-            String::new()
-        };
-        return Err(no_base(
-            m,
+        if !lacking.is_empty() {
+            let n = lacking.len();
+            let shown: Vec<_> = lacking.into_iter().take(3).collect();
+            let more = if n > 3 {
+                format!(" and {} more", n - 3)
+            } else {
+                String::new()
+            };
+            return Err(no_base(
+                m,
+                registry,
+                format!("it lacks the blob of {}{more}", shown.join(", ")),
+            ));
+        }
+        Ok(RegistryBase {
             registry,
-            format!("it lacks the blob of {}{more}", shown.join(", ")),
-        ));
+            manifest: base_m,
+            delta: m.clone(),
+        })
     }
-    Ok(plan)
+}
+
+impl Base for RegistryBase<'_> {
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Streams the base file's blob into an unlinked temporary file, checking its size and
+    /// SHA-256 against the base manifest as it arrives.
+    fn open(&mut self, b: &FileEntry) -> Result<File> {
+        let registry = self.registry;
+        let bdigest = digest(&b.sha256);
+        let (reader, _skip) = registry.open_blob(&bdigest, 0)?;
+        let mut file = temp_file()?;
+        let tmp = std::env::temp_dir();
+        let mut reader = reader.take(b.size + 1);
+        let mut hash = Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut got = 0u64;
+        loop {
+            let n = reader.read(&mut buf).map_err(|e| Error::Registry {
+                registry: registry.reference.registry.clone(),
+                reason: format!("reading blob {bdigest} (the base file {}): {e}", b.path),
+            })?;
+            if n == 0 {
+                break;
+            }
+            hash.update(&buf[..n]);
+            file.write_all(&buf[..n]).map_err(|e| Error::io(&tmp, e))?;
+            got += n as u64;
+        }
+        let sha = digest(&hex::encode(hash.finalize()));
+        if got != b.size || sha != bdigest {
+            return Err(self.rotten(
+                b,
+                format!(
+                    "blob {bdigest} holds {got} bytes with digest {sha}, the base's manifest says {} bytes",
+                    b.size
+                ),
+            ));
+        }
+        Ok(file)
+    }
+
+    /// [`RegistryBase::open`] already checked the blob as it arrived.
+    fn open_checked(&mut self, b: &FileEntry) -> Result<File> {
+        self.open(b)
+    }
+
+    fn refuse(&self, reason: String) -> Error {
+        no_base(&self.delta, self.registry, reason)
+    }
+
+    fn rotten(&self, b: &FileEntry, what: String) -> Error {
+        artifact(
+            self.registry,
+            format!(
+                "the base file {} in the repository is damaged: {what}",
+                b.path
+            ),
+        )
+    }
 }
 
 /// Creates an unlinked temporary file in the system temporary directory.
@@ -210,40 +245,5 @@ fn temp_file() -> Result<File> {
     ));
     let file = crate::fsio::create_temp(&path).map_err(|e| Error::io(&path, e))?;
     std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
-    Ok(file)
-}
-
-/// Streams the base blob of patched file `path` into an unlinked temporary file, checking its
-/// size and SHA-256 against the base manifest, and returns the file.
-pub(super) fn fetch_base(registry: &Registry, r: &Rebuild, path: &str) -> Result<File> {
-    let (reader, _skip) = registry.open_blob(&r.base_digest, 0)?;
-    let mut file = temp_file()?;
-    let tmp = std::env::temp_dir();
-    let mut reader = reader.take(r.base_size + 1);
-    let mut hash = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut got = 0u64;
-    loop {
-        let n = reader.read(&mut buf).map_err(|e| Error::Registry {
-            registry: registry.reference.registry.clone(),
-            reason: format!("reading blob {} (the base of {path}): {e}", r.base_digest),
-        })?;
-        if n == 0 {
-            break;
-        }
-        hash.update(&buf[..n]);
-        file.write_all(&buf[..n]).map_err(|e| Error::io(&tmp, e))?;
-        got += n as u64;
-    }
-    let sha = digest(&hex::encode(hash.finalize()));
-    if got != r.base_size || sha != r.base_digest {
-        return Err(artifact(
-            registry,
-            format!(
-                "blob {} (the base of {path}) holds {got} bytes with digest {sha}, the base's manifest says {} bytes",
-                r.base_digest, r.base_size
-            ),
-        ));
-    }
     Ok(file)
 }

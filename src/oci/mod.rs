@@ -10,8 +10,8 @@
 //!
 //! A node never trusts the registry: it fetches the airlock manifest and signature, verifies
 //! them with the code that verifies a bundle, then fetches each file's blob *by the digest
-//! the signed manifest gives* and checks size and SHA-256 itself as the bytes stream into
-//! staging (`crate::install_oci`).
+//! the signed manifest gives* and checks size and SHA-256 itself as the bytes stream through
+//! the pipeline into any target ([`pull`], a pipeline source; [`push`], a pipeline target).
 //!
 //! [`client`] is a small blocking registry client on `ureq` (rustls): see docs/ARCHITECTURE.md
 //! for why not an async OCI crate.
@@ -20,6 +20,7 @@ pub mod auth;
 pub mod client;
 mod delta;
 pub mod modelpack;
+pub mod pull;
 pub mod push;
 pub mod reference;
 

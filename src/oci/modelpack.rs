@@ -15,6 +15,8 @@ use serde_json::{Value, json};
 use crate::manifest::{FileEntry, Manifest};
 use crate::paths::RECEIPT_DIR;
 
+/// The media type of an OCI image manifest.
+pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 /// The manifest's `artifactType`.
 pub const ARTIFACT_TYPE: &str = "application/vnd.cncf.model.manifest.v1+json";
 /// The config's media type.
@@ -221,7 +223,7 @@ pub fn image_manifest(
 ) -> Vec<u8> {
     let doc = json!({
         "schemaVersion": 2,
-        "mediaType": super::client::OCI_MANIFEST,
+        "mediaType": OCI_MANIFEST,
         "artifactType": ARTIFACT_TYPE,
         "config": {
             "mediaType": CONFIG,
@@ -238,6 +240,63 @@ pub fn image_manifest(
         },
     });
     serde_json::to_vec(&doc).expect("json")
+}
+
+/// Largest root `config.json` read for the artifact's config (precision, quantization).
+pub const MAX_CONFIG_JSON: u64 = 1 << 20;
+
+/// The root `config.json` whose content goes into the artifact's config, if the model has one
+/// small enough.
+pub fn config_json_entry(m: &Manifest) -> Option<&FileEntry> {
+    m.files
+        .iter()
+        .find(|f| f.path == "config.json" && f.size <= MAX_CONFIG_JSON)
+}
+
+/// The whole artifact of a signed manifest: its layers, config and image manifest.
+pub struct Artifact {
+    /// Every file, then the airlock manifest and signature.
+    pub layers: Vec<Layer>,
+    /// The ModelPack config document.
+    pub config: Vec<u8>,
+    /// The OCI image manifest.
+    pub image: Vec<u8>,
+}
+
+impl Artifact {
+    /// The artifact of `m` (`manifest_bytes` signed by `signature_text`), its config reading
+    /// precision from the root `config.json` content when given (already checked against its
+    /// signed digest).
+    pub fn of(
+        m: &Manifest,
+        manifest_bytes: &[u8],
+        signature_text: &str,
+        manifest_sha256: &str,
+        config_json: Option<&[u8]>,
+    ) -> Artifact {
+        let layers = layers(m, manifest_bytes, signature_text);
+        let precision = config_json.map(precision_of).unwrap_or((None, None));
+        let config = config(m, &layers, precision);
+        let image = image_manifest(m, &config, &layers, manifest_sha256);
+        Artifact {
+            layers,
+            config,
+            image,
+        }
+    }
+
+    /// The two small layers with their bytes: the airlock manifest and its signature.
+    pub fn airlock_blobs<'a>(
+        &'a self,
+        manifest_bytes: &'a [u8],
+        signature_text: &'a str,
+    ) -> [(&'a Layer, &'a [u8]); 2] {
+        let n = self.layers.len();
+        [
+            (&self.layers[n - 2], manifest_bytes),
+            (&self.layers[n - 1], signature_text.as_bytes()),
+        ]
+    }
 }
 
 /// Finds the digests of the airlock manifest and signature layers in an image manifest.

@@ -1,13 +1,15 @@
-//! Installing from an OCI registry (`airlock unpack oci://...`): the artifact `airlock push`
-//! published, verified as a bundle is, installed with every rule of [`crate::install`].
+//! A registry as a bundle source (`airlock unpack oci://...`): the artifact `airlock push`
+//! published, verified as a bundle is, fed through the pipeline to any target
+//! ([`crate::pipeline`]) with every rule that target has.
 //!
 //! The registry is not trusted. First the airlock manifest and its signature are fetched
 //! (bounded) from their layers and verified against the trust set with the very code that
 //! verifies a bundle ([`crate::bundle::open::verify_signed_bytes`]); nothing else is read
 //! before that. Then each file is fetched by the digest the *signed* manifest gives (never by
-//! what the registry's own manifest lists) and streamed into the private staging tree through
-//! [`install::unpack_with`], its size and SHA-256 checked here as the bytes pass: a byte too
-//! many, too few or different fails the install (exit 3) and nothing is installed. A transfer
+//! what the registry's own manifest lists) and fed through a [`Verifier`] of the signed
+//! manifest, its size and SHA-256 checked as the bytes pass: a byte too many, too few or
+//! different fails the install (exit 3) and nothing is installed. An artifact is always the
+//! complete tree (a delta is pushed as the whole new version), so it installs anywhere. A transfer
 //! that breaks is resumed from the byte it reached (`Range`), a few times; a registry that
 //! stays down fails the install (exit 1), nothing installed.
 //!
@@ -17,20 +19,20 @@
 //! per file.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use crate::bundle::open::{MAX_SIGNATURE_BYTES, Opened, Signed, verify_signed_bytes};
-use crate::bundle::stream::EntrySink;
+use super::Registry;
+use super::modelpack::{self, Layer};
+use crate::bundle::open::{MAX_SIGNATURE_BYTES, Opened, Origin, Signed, verify_signed_bytes};
+use crate::entries::{Blame, EntrySink, Mode, RawEntry, Verifier};
 use crate::error::{Error, Result};
-use crate::install::{self, Installed, UnpackOptions};
 use crate::keys::PublicKey;
 use crate::manifest::{self, Expected, FileEntry, Manifest};
-use crate::oci::Registry;
-use crate::oci::modelpack::{self, Layer};
+use crate::pipeline::{Fed, Source};
 use crate::progress::Progress;
 
 /// Tries to fetch one file (the first and each resume).
@@ -106,7 +108,7 @@ pub fn open(registry: &Registry, trust: &[PublicKey]) -> Result<Opened> {
     } = verify_signed_bytes(bytes, text, &mpath, &spath, trust)?;
     let manifest_sha256 = hex::encode(Sha256::digest(&manifest_bytes));
     Ok(Opened {
-        dir: PathBuf::from(reference),
+        origin: Origin::Registry(reference),
         manifest,
         manifest_bytes,
         manifest_sha256,
@@ -116,16 +118,15 @@ pub fn open(registry: &Registry, trust: &[PublicKey]) -> Result<Opened> {
     })
 }
 
-/// Streams one file's blob into `sink`, checking its size and SHA-256 against the signed
-/// entry; resumes a broken transfer where it stopped.
+/// Streams one file's blob into `out`, resuming a broken transfer where it stopped. It counts
+/// the bytes (a blob longer than the signed size is cut off there, so a buffer stays bounded);
+/// `out` is the verifier, which checks the content.
 fn fetch_file(
     registry: &Registry,
     f: &FileEntry,
     out: &mut dyn FnMut(&[u8]) -> Result<()>,
-    progress: &dyn Progress,
 ) -> Result<()> {
     let digest = format!("sha256:{}", f.sha256);
-    let mut hasher = Sha256::new();
     let mut got = 0u64;
     let mut buf = vec![0u8; 1 << 20];
     let mut attempt = 0;
@@ -154,15 +155,12 @@ fn fetch_file(
                     ),
                 ));
             }
-            hasher.update(chunk);
             out(chunk)?;
             got += chunk.len() as u64;
-            progress.advance(chunk.len() as u64);
         };
         match broke {
-            None => break,
-            Some(e) if attempt < TRIES => {
-                let _ = e;
+            None => return Ok(()),
+            Some(_) if attempt < TRIES => {
                 std::thread::sleep(Duration::from_millis(250 << attempt));
             }
             Some(e) => {
@@ -176,26 +174,6 @@ fn fetch_file(
             }
         }
     }
-    if got != f.size {
-        return Err(artifact(
-            registry,
-            format!(
-                "{}: blob {digest} holds {got} bytes, the signed manifest gives {}",
-                f.path, f.size
-            ),
-        ));
-    }
-    let actual = hex::encode(hasher.finalize());
-    if actual != f.sha256 {
-        return Err(artifact(
-            registry,
-            format!(
-                "{}: the registry's blob {digest} does not match the signed manifest: its content hashes to sha256:{actual}",
-                f.path
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// Files at most this large are fetched ahead, several at once, into memory.
@@ -215,13 +193,13 @@ struct Queue {
     cancelled: bool,
 }
 
-/// Feeds the whole tree, in bundle order, from the registry into `sink`. Large files stream
-/// straight into their staged file; small ones (config, tokenizer, shards of a few MiB) are
-/// fetched ahead by a few workers into a bounded amount of memory, each checked against its
-/// signed size and SHA-256 before the installer writes it.
+/// Feeds the whole tree, in bundle order, from the registry through a verifier into `sink`.
+/// Large files stream straight through; small ones (config, tokenizer, shards of a few MiB)
+/// are fetched ahead by a few workers into a bounded amount of memory.
 fn fill(
     m: &Manifest,
     registry: &Registry,
+    reference: &str,
     sink: &mut dyn EntrySink,
     progress: &dyn Progress,
 ) -> Result<()> {
@@ -261,15 +239,10 @@ fn fill(
                         }
                     };
                     let mut bytes = Vec::with_capacity(f.size as usize);
-                    let fetched = fetch_file(
-                        registry,
-                        f,
-                        &mut |b| {
-                            bytes.extend_from_slice(b);
-                            Ok(())
-                        },
-                        progress,
-                    )
+                    let fetched = fetch_file(registry, f, &mut |b| {
+                        bytes.extend_from_slice(b);
+                        Ok(())
+                    })
                     .map(|()| bytes);
                     let _ = txs[i].send(fetched);
                 }
@@ -277,33 +250,38 @@ fn fill(
         }
         let mut next_small = 0;
         let installed = (|| {
-            for entry in m.expected_entries() {
+            let entries = m.expected_entries();
+            let mut v = Verifier::new(
+                entries.clone(),
+                Mode::Strict,
+                Blame::Registry(reference),
+                sink,
+                progress,
+            );
+            for entry in &entries {
+                v.entry(RawEntry::of(entry))?;
                 match entry {
-                    Expected::Dir(p) => sink.dir(p)?,
+                    Expected::Dir(_) => {}
                     Expected::File(f) if f.size <= PREFETCH_MAX_FILE => {
-                        progress.item(&f.path);
                         let bytes = rxs[next_small]
                             .recv()
                             .expect("a worker answers every file it takes")?;
                         next_small += 1;
-                        sink.begin_file(f)?;
                         for chunk in bytes.chunks(1 << 20) {
-                            sink.data(chunk)?;
+                            v.data(chunk)?;
                         }
-                        sink.end_file(f)?;
+                        v.end()?;
                         drop(bytes);
                         queue.lock().expect("not poisoned").used -= f.size;
                         ready.notify_all();
                     }
                     Expected::File(f) => {
-                        progress.item(&f.path);
-                        sink.begin_file(f)?;
-                        fetch_file(registry, f, &mut |b| sink.data(b), progress)?;
-                        sink.end_file(f)?;
+                        fetch_file(registry, f, &mut |b| v.data(b))?;
+                        v.end()?;
                     }
                 }
             }
-            Ok(())
+            v.finish().map(drop)
         })();
         // Whatever happened, the workers stop taking files.
         queue.lock().expect("not poisoned").cancelled = true;
@@ -314,19 +292,44 @@ fn fill(
     result
 }
 
-/// Installs the verified artifact `opened` (from [`open`]) into `opts.dest`.
-pub fn unpack(
-    opened: &Opened,
-    registry: &Registry,
-    opts: &UnpackOptions,
-    progress: &dyn Progress,
-) -> Result<Installed> {
-    install::unpack_with(opened, opts, &mut |sink| {
-        fill(&opened.manifest, registry, sink, progress)
-    })
+/// A registry artifact as a pipeline source: opened (its signature verified) by [`open`].
+pub struct RegistrySource<'r> {
+    opened: Opened,
+    registry: &'r Registry,
+    reference: String,
+}
+
+impl<'r> RegistrySource<'r> {
+    /// Fetches and verifies the artifact's airlock manifest ([`open`]).
+    pub fn open(registry: &'r Registry, trust: &[PublicKey]) -> Result<Self> {
+        Ok(RegistrySource {
+            opened: open(registry, trust)?,
+            registry,
+            reference: registry.reference.to_string(),
+        })
+    }
+}
+
+impl Source for RegistrySource<'_> {
+    fn opened(&self) -> &Opened {
+        &self.opened
+    }
+    fn complete(&self) -> bool {
+        true
+    }
+    fn feed(&self, sink: &mut dyn EntrySink, progress: &dyn Progress) -> Result<Fed> {
+        fill(
+            &self.opened.manifest,
+            self.registry,
+            &self.reference,
+            sink,
+            progress,
+        )?;
+        Ok(Fed::default())
+    }
 }
 
 /// Whether `path` (an unpack argument) is a registry reference.
-pub fn is_reference(path: &Path) -> bool {
-    path.to_str().is_some_and(crate::oci::reference::is_oci)
+pub fn is_reference(path: &std::path::Path) -> bool {
+    path.to_str().is_some_and(super::reference::is_oci)
 }

@@ -1,7 +1,7 @@
 //! Installing a verified bundle into a Hugging Face cache, laid out the way huggingface_hub
 //! writes it, so `hf_hub_download`, `snapshot_download` and `scan_cache_dir` find it offline.
 //!
-//! The guarantees are those of a directory unpack ([`crate::install`]): nothing becomes visible
+//! The guarantees are those of a directory unpack ([`super::dir`]): nothing becomes visible
 //! before every byte has matched the signed manifest, and a failed or killed unpack leaves the
 //! cache as huggingface_hub sees it unchanged. The work happens in a staging directory
 //! `CACHE/.locks/.airlock-staging-<repo folder>-<random>/` (huggingface_hub's own `.locks`
@@ -26,7 +26,7 @@
 //! the manifest (the first 40 hex digits of the SHA-256 of `manifest.json`, so the same bundle
 //! always installs as the same commit) and each blob is named by [`EtagKind::for_size`].
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -35,16 +35,21 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::bundle::read::{self, EntrySink, Mode as ReadMode, Opened};
+use super::notes::{self, InstallNotes};
+use crate::bundle::open::{Opened, Signed, verify_signed};
+use crate::delta::apply::Base;
+use crate::entries::EntrySink;
 use crate::error::{Error, Result};
 use crate::fsio::{self, exchange, rename_noreplace, sync_dir};
 use crate::hfcache::{self, RefState, etag::GitBlobSha1, names::EtagKind};
-use crate::install::{InstallNotes, space_available, space_needed};
-use crate::manifest::{FileEntry, Manifest};
+use crate::keys::PublicKey;
+use crate::manifest::{FileEntry, MAX_MANIFEST_BYTES, Manifest};
+use crate::pipeline::{Fed, Target};
 use crate::progress::Progress;
-use crate::staging::{self, Staging, SyncThread};
+use crate::staging::{self, Cleanup, Staging, SyncThread};
 
-/// Options for [`unpack_to_cache`].
+/// Options for an install into a Hugging Face cache.
+#[derive(Clone, Debug)]
 pub struct HfUnpackOptions {
     /// The cache directory (created if missing, as huggingface_hub does).
     pub cache: PathBuf,
@@ -58,6 +63,9 @@ pub struct HfUnpackOptions {
     pub revision: Option<String>,
     /// Refuse to start when the cache's filesystem reports too little free space.
     pub check_space: bool,
+    /// The trust set the bundle was verified with; a delta's base receipt must verify against
+    /// it too.
+    pub trust: Vec<PublicKey>,
 }
 
 /// What happened to `snapshots/<commit>/`.
@@ -128,9 +136,9 @@ struct Plan {
     revision: String,
     commit: String,
     commit_derived: bool,
-    /// Per file: the etag the manifest gives, or the SHA-256 for a large file of a bundle
+    /// By file path: the etag the manifest gives, or the SHA-256 for a large file of a bundle
     /// without a source; `None` when it is computed while streaming (a small file's git id).
-    etags: Vec<Option<String>>,
+    etags: HashMap<String, Option<String>>,
 }
 
 fn plan(opened: &Opened, opts: &HfUnpackOptions) -> Result<Plan> {
@@ -142,7 +150,7 @@ fn plan(opened: &Opened, opts: &HfUnpackOptions) -> Result<Plan> {
         (None, None) => {
             return Err(Error::Usage(format!(
                 "{} was packed from a directory, not from a Hugging Face cache: pass --hf-repo ORG/NAME to name the repository it is installed as",
-                opened.dir.display()
+                opened.origin
             )));
         }
     };
@@ -172,11 +180,20 @@ fn plan(opened: &Opened, opts: &HfUnpackOptions) -> Result<Plan> {
         hfcache::validate_revision(&revision).map_err(Error::Usage)?;
     }
     let etags = match src {
-        Some(s) => s.etags.iter().cloned().map(Some).collect(),
+        Some(s) => m
+            .files
+            .iter()
+            .zip(&s.etags)
+            .map(|(f, e)| (f.path.clone(), Some(e.clone())))
+            .collect(),
         None => m
             .files
             .iter()
-            .map(|f| (EtagKind::for_size(f.size) == EtagKind::Sha256).then(|| f.sha256.clone()))
+            .map(|f| {
+                let etag =
+                    (EtagKind::for_size(f.size) == EtagKind::Sha256).then(|| f.sha256.clone());
+                (f.path.clone(), etag)
+            })
             .collect(),
     };
     Ok(Plan {
@@ -275,32 +292,29 @@ fn set_mode(path: &Path, mode: u32) -> Result<()> {
 }
 
 /// Streams each file into `blobs/.incoming-<n>`, checks or computes its etag, and renames it
-/// to `blobs/<etag>`.
-struct BlobSink<'a> {
+/// to `blobs/<etag>`. Files may arrive in any order (a delta sends its copies first).
+struct BlobSink {
     blobs: PathBuf,
-    etags: &'a [Option<String>],
+    etags: HashMap<String, Option<String>>,
     current: Option<(File, PathBuf, Option<GitBlobSha1>)>,
-    /// The etag of each file streamed so far, in manifest order.
-    placed: Vec<String>,
+    /// The etag of each file streamed so far, by path.
+    placed: HashMap<String, String>,
     syncer: crossbeam_channel::Sender<(File, PathBuf)>,
-    progress: &'a dyn Progress,
 }
 
-impl EntrySink for BlobSink<'_> {
+impl EntrySink for BlobSink {
     fn dir(&mut self, _path: &str) -> Result<()> {
         // Directories are made in the snapshot from the manifest once the stream has passed.
         Ok(())
     }
 
     fn begin_file(&mut self, file: &FileEntry) -> Result<()> {
-        let index = self.placed.len();
-        let tmp = self.blobs.join(format!(".incoming-{index}"));
+        let tmp = self.blobs.join(format!(".incoming-{}", self.placed.len()));
         let f = fsio::create_new(&tmp, 0o644).map_err(|e| Error::io(&tmp, e))?;
-        let git = match &self.etags[index] {
-            Some(e) => EtagKind::of(e) == Some(EtagKind::GitSha1),
-            None => true,
+        let git = match self.etags.get(&file.path) {
+            Some(Some(e)) => EtagKind::of(e) == Some(EtagKind::GitSha1),
+            _ => true,
         };
-        self.progress.item(&file.path);
         self.current = Some((f, tmp, git.then(|| GitBlobSha1::new(file.size))));
         Ok(())
     }
@@ -315,10 +329,9 @@ impl EntrySink for BlobSink<'_> {
 
     fn end_file(&mut self, file: &FileEntry) -> Result<()> {
         let (f, tmp, git) = self.current.take().expect("begin_file came first");
-        let index = self.placed.len();
         let computed = git.map(GitBlobSha1::finish);
-        let etag = match (&self.etags[index], computed) {
-            (Some(want), Some(actual)) if *want != actual => {
+        let etag = match (self.etags.get(&file.path).cloned().flatten(), computed) {
+            (Some(want), Some(actual)) if want != actual => {
                 return Err(Error::BadFile {
                     path: file.path.clone(),
                     reason: format!(
@@ -326,7 +339,7 @@ impl EntrySink for BlobSink<'_> {
                     ),
                 });
             }
-            (Some(want), _) => want.clone(),
+            (Some(want), _) => want,
             (None, Some(actual)) => actual,
             (None, None) => unreachable!("a file without an etag is hashed while streaming"),
         };
@@ -338,7 +351,7 @@ impl EntrySink for BlobSink<'_> {
             fs::rename(&tmp, &blob).map_err(|e| Error::io(&blob, e))?;
             let _ = self.syncer.send((f, blob));
         }
-        self.placed.push(etag);
+        self.placed.insert(file.path.clone(), etag);
         Ok(())
     }
 }
@@ -598,225 +611,400 @@ fn write_ref(
     Ok(old)
 }
 
-/// Unpacks the verified bundle into the Hugging Face cache `opts.cache`.
-pub fn unpack_to_cache(
-    opened: &Opened,
-    opts: &HfUnpackOptions,
-    progress: &dyn Progress,
-) -> Result<HfInstalled> {
-    let m = &opened.manifest;
-    if let Some(base) = &m.base {
-        return Err(Error::Usage(format!(
-            "{} is a delta of {} version {}: this airlock installs deltas into a directory (--dest DIR holding the base install), not yet into a Hugging Face cache; unpack the full bundle with --hf-cache instead",
-            opened.dir.display(),
-            base.name,
-            base.version
-        )));
-    }
-    let plan = plan(opened, opts)?;
-    let cache = &opts.cache;
-    let folder_name = hfcache::repo_folder_name(&plan.repo_type, &plan.repo_id);
-    let repo = cache.join(&folder_name);
-    let mut txn = Txn {
-        undo: Vec::new(),
-        committed: false,
-        staging: None,
-        commit: None,
-        outer: Vec::new(),
-    };
-    txn.create_outer(cache, false)?;
-    if !fs::metadata(cache)
-        .map_err(|e| Error::io(cache, e))?
-        .is_dir()
-    {
-        return Err(Error::Usage(format!(
-            "{} is not a directory",
-            cache.display()
-        )));
-    }
-    let locks = cache.join(".locks");
-    let cleanup = if locks.is_dir() {
-        staging::clean_stale(&locks)?
-    } else {
-        staging::Cleanup::default()
-    };
-    let needed = space_needed(m, 0);
-    let available = space_available(cache)?;
-    if opts.check_space && needed > available {
-        return Err(Error::NoSpace {
-            path: cache.clone(),
-            needed,
-            available,
-            filesystem: crate::fsinfo::mount_of(cache),
-        });
-    }
-    txn.create_outer(&locks, true)?;
-    let work = Staging::create(&locks, &folder_name)?;
-    let staging = work.path();
-    txn.staging = Some(work);
-    let staged_repo = staging.join("repo");
-    let staged_blobs = staged_repo.join("blobs");
-    let staged_snapshots = staged_repo.join("snapshots");
-    let staged_snapshot = staged_snapshots.join(&plan.commit);
-    for d in [
-        &staged_repo,
-        &staged_blobs,
-        &staged_snapshots,
-        &staged_snapshot,
-    ] {
-        fs::create_dir(d).map_err(|e| Error::io(d, e))?;
-        set_mode(d, 0o755)?;
-    }
+/// Installs into a Hugging Face cache (module documentation).
+pub struct HfTarget {
+    opts: HfUnpackOptions,
+    begun: Option<HfBegun>,
+}
 
-    // 1. Stream and verify every byte into staged blobs.
-    let syncer = SyncThread::new();
-    let mut sink = BlobSink {
-        blobs: staged_blobs.clone(),
-        etags: &plan.etags,
-        current: None,
-        placed: Vec::with_capacity(m.files.len()),
-        syncer: syncer.sender(),
-        progress,
-    };
-    let streamed = read::stream(opened, ReadMode::Strict, &mut sink, progress);
-    let BlobSink {
-        placed: etags,
-        syncer: sync_tx,
-        current,
-        ..
-    } = sink;
-    drop(current);
-    drop(sync_tx);
-    let synced = syncer.finish();
-    streamed?;
-    synced?;
+/// What [`Target::begin`] set up. Field order is drop order: the sink before the sync thread,
+/// the transaction (which undoes what it did and removes the work directory) last.
+struct HfBegun {
+    sink: BlobSink,
+    syncer: SyncThread,
+    plan: Plan,
+    repo: PathBuf,
+    staging: PathBuf,
+    cleanup: Cleanup,
+    txn: Txn,
+}
 
-    // 2. The snapshot, as huggingface_hub lays it out: directories, relative links.
-    for d in &m.directories {
-        let p = staged_snapshot.join(d);
-        fs::create_dir(&p).map_err(|e| Error::io(&p, e))?;
-        set_mode(&p, 0o755)?;
+impl HfTarget {
+    /// A target installing with `opts`.
+    pub fn new(opts: HfUnpackOptions) -> Self {
+        HfTarget { opts, begun: None }
     }
-    for (f, etag) in m.files.iter().zip(&etags) {
-        let p = staged_snapshot.join(&f.path);
-        std::os::unix::fs::symlink(blob_link(&f.path, etag), &p).map_err(|e| Error::io(&p, e))?;
-    }
-    for d in m.directories.iter().rev() {
-        sync_dir(&staged_snapshot.join(d))?;
-    }
-    for d in [&staged_snapshot, &staged_snapshots, &staged_blobs] {
-        sync_dir(d)?;
-    }
+}
 
-    // The model-format checks on exactly the bytes about to become visible.
-    let prefix = format!("snapshots/{}/", plan.commit);
-    let notes = InstallNotes::new(cleanup, &staged_repo, &prefix, m)?;
+impl Target for HfTarget {
+    type Done = HfInstalled;
 
-    // 3. Make it visible. A signal now waits until every step is done (or undone).
-    txn.commit = Some(staging::commit_guard());
-    let snapshot = repo.join("snapshots").join(&plan.commit);
-    let ref_path = (plan.revision != plan.commit).then(|| repo.join("refs").join(&plan.revision));
-    let (tally, snapshot_state, previous_commit) = match fs::symlink_metadata(&repo) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            // A new repository: refs included, it appears in one rename.
-            publish_new_repo(&staged_repo, &repo, &plan, &mut txn)?;
-            let tally = BlobTally {
-                written: etags.iter().collect::<HashSet<_>>().len() as u64,
-                reused: 0,
-                repaired: Vec::new(),
-            };
-            (tally, SnapshotState::Created, None)
-        }
-        Err(e) => return Err(Error::io(&repo, e)),
-        Ok(meta) if !meta.is_dir() => {
+    fn begin(&mut self, opened: &Opened, _progress: &dyn Progress) -> Result<()> {
+        let m = &opened.manifest;
+        let opts = &self.opts;
+        let plan = plan(opened, opts)?;
+        let cache = &opts.cache;
+        let folder_name = hfcache::repo_folder_name(&plan.repo_type, &plan.repo_id);
+        let repo = cache.join(&folder_name);
+        let mut txn = Txn {
+            undo: Vec::new(),
+            committed: false,
+            staging: None,
+            commit: None,
+            outer: Vec::new(),
+        };
+        txn.create_outer(cache, false)?;
+        if !fs::metadata(cache)
+            .map_err(|e| Error::io(cache, e))?
+            .is_dir()
+        {
             return Err(Error::Usage(format!(
-                "{} exists and is not a directory",
-                repo.display()
+                "{} is not a directory",
+                cache.display()
             )));
         }
-        Ok(_) => {
-            // Nothing below is written through a link planted in the repository.
-            hfcache::open_repo_dirs_nofollow(&repo, ref_path.is_some().then_some(&*plan.revision))?;
-            // Decide about the snapshot before touching anything.
-            let existing = match fs::symlink_metadata(&snapshot) {
-                Ok(meta) if meta.is_dir() => Some(read_existing(&snapshot)?),
-                Ok(_) => {
-                    return Err(Error::HfCache {
-                        path: snapshot.clone(),
-                        reason: "exists and is not a directory".into(),
-                    });
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-                Err(e) => return Err(Error::io(&snapshot, e)),
-            };
-            let complete = match &existing {
-                Some(ex) => compare_existing(&snapshot, ex, m, &etags)?,
-                None => false,
-            };
-
-            // Blobs: new ones renamed in, existing ones reused only if they hash to their name.
-            let tally = place_blobs(
-                &repo.join("blobs"),
-                &staged_blobs,
-                m,
-                &etags,
-                &mut txn,
-                progress,
-            )?;
-
-            // The snapshot: renamed in, or merged and swapped in, in one step.
-            let snapshots = repo.join("snapshots");
-            txn.create_inner(&snapshots)?;
-            let snapshot_state = match existing {
-                None => {
-                    rename_noreplace(&staged_snapshot, &snapshot)
-                        .map_err(|e| Error::io(&snapshot, e))?;
-                    txn.undo.push(Undo::RemoveTree(snapshot.clone()));
-                    SnapshotState::Created
-                }
-                Some(_) if complete => SnapshotState::Unchanged,
-                Some(ex) => {
-                    merge_existing(&snapshot, &ex, &staged_snapshot)?;
-                    sync_dir(&staged_snapshot)?;
-                    exchange(&staged_snapshot, &snapshot).map_err(|e| Error::io(&snapshot, e))?;
-                    txn.undo
-                        .push(Undo::Exchange(staged_snapshot.clone(), snapshot.clone()));
-                    SnapshotState::Merged
-                }
-            };
-            sync_dir(&snapshots)?;
-
-            // Last, the ref.
-            let previous_commit = match &ref_path {
-                Some(r) => write_ref(r, &plan.commit, &staging, &mut txn)?,
-                None => None,
-            };
-            (tally, snapshot_state, previous_commit)
+        let locks = cache.join(".locks");
+        let cleanup = if locks.is_dir() {
+            staging::clean_stale(&locks)?
+        } else {
+            staging::Cleanup::default()
+        };
+        if opts.check_space {
+            notes::check_space(cache, notes::space_needed(m, 0))?;
         }
-    };
-    // airlock's trace, so a later `check --hf-cache` knows the fix is another unpack.
-    let trace =
-        serde_json::json!({"bundle": m.name, "version": m.version, "revision": plan.revision});
-    hfcache::leave_trace(&repo, &plan.commit, &trace.to_string())?;
-    txn.committed = true;
-    drop(txn);
-    Ok(HfInstalled {
-        cache: cache.clone(),
-        repo_id: plan.repo_id,
-        repo_type: plan.repo_type,
-        repo_folder: repo,
-        revision: plan.revision,
-        commit: plan.commit,
-        commit_derived: plan.commit_derived,
-        snapshot,
-        snapshot_state,
-        ref_path,
-        previous_commit,
-        blobs_written: tally.written,
-        blobs_reused: tally.reused,
-        blobs_repaired: tally.repaired,
-        notes,
-    })
+        txn.create_outer(&locks, true)?;
+        let work = Staging::create(&locks, &folder_name)?;
+        let staging = work.path();
+        txn.staging = Some(work);
+        let staged_repo = staging.join("repo");
+        let staged_blobs = staged_repo.join("blobs");
+        let staged_snapshots = staged_repo.join("snapshots");
+        let staged_snapshot = staged_snapshots.join(&plan.commit);
+        for d in [
+            &staged_repo,
+            &staged_blobs,
+            &staged_snapshots,
+            &staged_snapshot,
+        ] {
+            fs::create_dir(d).map_err(|e| Error::io(d, e))?;
+            set_mode(d, 0o755)?;
+        }
+        let syncer = SyncThread::new();
+        let sink = BlobSink {
+            blobs: staged_blobs,
+            etags: plan.etags.clone(),
+            current: None,
+            placed: HashMap::with_capacity(m.files.len()),
+            syncer: syncer.sender(),
+        };
+        self.begun = Some(HfBegun {
+            sink,
+            syncer,
+            plan,
+            repo,
+            staging,
+            cleanup,
+            txn,
+        });
+        Ok(())
+    }
+
+    type Base = CacheBase;
+
+    fn base(&mut self, opened: &Opened) -> Result<CacheBase> {
+        let begun = self.begun.as_ref().expect("begin came first");
+        CacheBase::open(&begun.repo, &self.opts.trust, opened)
+    }
+
+    fn sink(&mut self) -> &mut dyn EntrySink {
+        &mut self.begun.as_mut().expect("begin came first").sink
+    }
+
+    fn commit(mut self, opened: &Opened, fed: Fed, progress: &dyn Progress) -> Result<HfInstalled> {
+        let HfBegun {
+            sink,
+            syncer,
+            plan,
+            repo,
+            staging,
+            cleanup,
+            mut txn,
+        } = self.begun.take().expect("begin came first");
+        let m = &opened.manifest;
+        let cache = &self.opts.cache;
+        let BlobSink {
+            blobs: staged_blobs,
+            placed,
+            syncer: sync_tx,
+            current,
+            ..
+        } = sink;
+        drop(current);
+        drop(sync_tx);
+        syncer.finish()?;
+        let etags: Vec<String> = m
+            .files
+            .iter()
+            .map(|f| {
+                placed
+                    .get(&f.path)
+                    .cloned()
+                    .expect("the tally saw every file")
+            })
+            .collect();
+        let staged_repo = staging.join("repo");
+        let staged_snapshots = staged_repo.join("snapshots");
+        let staged_snapshot = staged_snapshots.join(&plan.commit);
+        // 2. The snapshot, as huggingface_hub lays it out: directories, relative links.
+        for d in &m.directories {
+            let p = staged_snapshot.join(d);
+            fs::create_dir(&p).map_err(|e| Error::io(&p, e))?;
+            set_mode(&p, 0o755)?;
+        }
+        for (f, etag) in m.files.iter().zip(&etags) {
+            let p = staged_snapshot.join(&f.path);
+            std::os::unix::fs::symlink(blob_link(&f.path, etag), &p)
+                .map_err(|e| Error::io(&p, e))?;
+        }
+        for d in m.directories.iter().rev() {
+            sync_dir(&staged_snapshot.join(d))?;
+        }
+        for d in [&staged_snapshot, &staged_snapshots, &staged_blobs] {
+            sync_dir(d)?;
+        }
+
+        // The model-format checks on exactly the bytes about to become visible.
+        let prefix = format!("snapshots/{}/", plan.commit);
+        let mut notes = InstallNotes::new(cleanup, &staged_repo, &prefix, m)?;
+        notes.repaired_volumes = fed.repaired_volumes;
+
+        // 3. Make it visible. A signal now waits until every step is done (or undone).
+        txn.commit = Some(staging::commit_guard());
+        let snapshot = repo.join("snapshots").join(&plan.commit);
+        let ref_path =
+            (plan.revision != plan.commit).then(|| repo.join("refs").join(&plan.revision));
+        let (tally, snapshot_state, previous_commit) = match fs::symlink_metadata(&repo) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                // A new repository: refs included, it appears in one rename.
+                publish_new_repo(&staged_repo, &repo, &plan, &mut txn)?;
+                let tally = BlobTally {
+                    written: etags.iter().collect::<HashSet<_>>().len() as u64,
+                    reused: 0,
+                    repaired: Vec::new(),
+                };
+                (tally, SnapshotState::Created, None)
+            }
+            Err(e) => return Err(Error::io(&repo, e)),
+            Ok(meta) if !meta.is_dir() => {
+                return Err(Error::Usage(format!(
+                    "{} exists and is not a directory",
+                    repo.display()
+                )));
+            }
+            Ok(_) => {
+                // Nothing below is written through a link planted in the repository.
+                hfcache::open_repo_dirs_nofollow(
+                    &repo,
+                    ref_path.is_some().then_some(&*plan.revision),
+                )?;
+                // Decide about the snapshot before touching anything.
+                let existing = match fs::symlink_metadata(&snapshot) {
+                    Ok(meta) if meta.is_dir() => Some(read_existing(&snapshot)?),
+                    Ok(_) => {
+                        return Err(Error::HfCache {
+                            path: snapshot.clone(),
+                            reason: "exists and is not a directory".into(),
+                        });
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+                    Err(e) => return Err(Error::io(&snapshot, e)),
+                };
+                let complete = match &existing {
+                    Some(ex) => compare_existing(&snapshot, ex, m, &etags)?,
+                    None => false,
+                };
+
+                // Blobs: new ones renamed in, existing ones reused only if they hash to their name.
+                let tally = place_blobs(
+                    &repo.join("blobs"),
+                    &staged_blobs,
+                    m,
+                    &etags,
+                    &mut txn,
+                    progress,
+                )?;
+
+                // The snapshot: renamed in, or merged and swapped in, in one step.
+                let snapshots = repo.join("snapshots");
+                txn.create_inner(&snapshots)?;
+                let snapshot_state = match existing {
+                    None => {
+                        rename_noreplace(&staged_snapshot, &snapshot)
+                            .map_err(|e| Error::io(&snapshot, e))?;
+                        txn.undo.push(Undo::RemoveTree(snapshot.clone()));
+                        SnapshotState::Created
+                    }
+                    Some(_) if complete => SnapshotState::Unchanged,
+                    Some(ex) => {
+                        merge_existing(&snapshot, &ex, &staged_snapshot)?;
+                        sync_dir(&staged_snapshot)?;
+                        exchange(&staged_snapshot, &snapshot)
+                            .map_err(|e| Error::io(&snapshot, e))?;
+                        txn.undo
+                            .push(Undo::Exchange(staged_snapshot.clone(), snapshot.clone()));
+                        SnapshotState::Merged
+                    }
+                };
+                sync_dir(&snapshots)?;
+
+                // Last, the ref.
+                let previous_commit = match &ref_path {
+                    Some(r) => write_ref(r, &plan.commit, &staging, &mut txn)?,
+                    None => None,
+                };
+                (tally, snapshot_state, previous_commit)
+            }
+        };
+        // airlock's trace, so a later `check --hf-cache` knows the fix is another unpack.
+        let trace =
+            serde_json::json!({"bundle": m.name, "version": m.version, "revision": plan.revision});
+        hfcache::leave_trace(&repo, &plan.commit, &trace.to_string())?;
+        // The receipt, so a later delta can prove this snapshot is its base.
+        hfcache::leave_receipt(
+            &repo,
+            &plan.commit,
+            &opened.manifest_bytes,
+            &opened.signature_text,
+        )?;
+        txn.committed = true;
+        drop(txn);
+        Ok(HfInstalled {
+            cache: cache.clone(),
+            repo_id: plan.repo_id,
+            repo_type: plan.repo_type,
+            repo_folder: repo,
+            revision: plan.revision,
+            commit: plan.commit,
+            commit_derived: plan.commit_derived,
+            snapshot,
+            snapshot_state,
+            ref_path,
+            previous_commit,
+            blobs_written: tally.written,
+            blobs_reused: tally.reused,
+            blobs_repaired: tally.repaired,
+            notes,
+        })
+    }
+}
+
+/// The base of a delta in a Hugging Face cache: the snapshot airlock installed from the base
+/// bundle, proven by the receipt it left beside its trace (`REPO/.airlock/<commit>.manifest.json`
+/// and its signature): verified against the trust set, and hashing to the delta's
+/// `base.manifest_sha256`. Its files are read through the snapshot's links to `blobs/`, by the
+/// cache's link rules ([`hfcache`]), and each is checked against the base manifest before use.
+pub struct CacheBase {
+    repo: PathBuf,
+    commit: String,
+    manifest: Manifest,
+    name: String,
+    version: u64,
+    base_version: u64,
+}
+
+impl CacheBase {
+    /// Finds, in the cache repository `repo`, the snapshot that is the base of the delta
+    /// `opened`.
+    pub fn open(repo: &Path, trust: &[PublicKey], opened: &Opened) -> Result<CacheBase> {
+        let m = &opened.manifest;
+        let base = m.base.as_ref().expect("a delta");
+        let refuse = |reason: String| Error::DeltaBase {
+            path: repo.to_path_buf(),
+            reason,
+            todo: cache_needs(&m.name, base.version),
+        };
+        let Some((commit, signed)) = find_receipt(repo, &base.manifest_sha256, trust)? else {
+            return Err(refuse(format!(
+                "needs {} version {} installed by airlock in this cache repository: no receipt of airlock's there names the manifest sha256 {}",
+                m.name, base.version, base.manifest_sha256
+            )));
+        };
+        if signed.manifest.name != m.name {
+            return Err(refuse(format!(
+                "the receipt of commit {commit} is of {:?}, not of {:?}",
+                signed.manifest.name, m.name
+            )));
+        }
+        Ok(CacheBase {
+            repo: repo.to_path_buf(),
+            commit,
+            manifest: signed.manifest,
+            name: m.name.clone(),
+            version: m.version,
+            base_version: base.version,
+        })
+    }
+}
+
+/// The receipt in `repo`'s trace folder whose manifest hashes to `manifest_sha256`, verified
+/// against `trust`, with the commit it was installed as; `None` when no receipt has that
+/// digest.
+fn find_receipt(
+    repo: &Path,
+    manifest_sha256: &str,
+    trust: &[PublicKey],
+) -> Result<Option<(String, Signed)>> {
+    for (commit, mpath, spath) in hfcache::receipts(repo)? {
+        let bytes = match fsio::read_capped(&mpath, MAX_MANIFEST_BYTES, fsio::Follow::Never) {
+            Ok(b) => b,
+            Err(fsio::OpenError::NotFound) => continue,
+            Err(e) => return Err(Error::io(&mpath, e.into())),
+        };
+        if hex::encode(Sha256::digest(&bytes)) != manifest_sha256 {
+            continue;
+        }
+        return Ok(Some((commit, verify_signed(&mpath, &spath, trust)?)));
+    }
+    Ok(None)
+}
+
+fn cache_needs(name: &str, base_version: u64) -> String {
+    format!(
+        "this delta needs {name} version {base_version} in the cache, installed by airlock (unpack its full bundle with --hf-cache first, or the deltas up to it, in order)"
+    )
+}
+
+impl Base for CacheBase {
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    fn open(&mut self, b: &FileEntry) -> Result<File> {
+        hfcache::open_snapshot_file(&self.repo, &self.commit, &b.path)
+            .map_err(|e| self.rotten(b, format!("cannot open it ({e})")))
+    }
+
+    fn refuse(&self, reason: String) -> Error {
+        Error::DeltaBase {
+            path: self.repo.clone(),
+            reason,
+            todo: cache_needs(&self.name, self.base_version),
+        }
+    }
+
+    fn rotten(&self, b: &FileEntry, what: String) -> Error {
+        Error::DeltaBase {
+            path: self.repo.join("snapshots").join(&self.commit).join(&b.path),
+            reason: format!(
+                "the base file {:?} no longer matches the receipt airlock left in the cache: {what}",
+                b.path
+            ),
+            todo: format!(
+                "restore the base: unpack {} version {} into the cache again, then apply this delta; or unpack the full bundle of version {}",
+                self.name, self.base_version, self.version
+            ),
+        }
+    }
 }
 
 #[cfg(test)]

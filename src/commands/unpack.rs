@@ -1,0 +1,221 @@
+//! `airlock unpack`: resolve the source (a bundle directory or an `oci://` reference) and the
+//! target (`--dest`, `--hf-cache` or `--oci-layout`), run the library's unpack, render.
+
+use serde_json::Value;
+
+use airlock::bundle::open::{self, Opened};
+use airlock::error::{Error, Result, human};
+use airlock::oci::pull::{self, RegistrySource};
+use airlock::oci::{Reference, Registry};
+use airlock::pipeline::{BundleOnDisk, Source};
+use airlock::unpack::{
+    self, HfInstalled, HfUnpackOptions, InstallNotes, Installed, LayoutOptions, LayoutWritten,
+    SnapshotState, To, UnpackOptions, Unpacked,
+};
+
+use super::push::registry_options;
+use super::{Output, load_trust, only_with, recorded_warnings};
+use crate::cli::UnpackArgs;
+use crate::commands::ui::Ui;
+
+/// `airlock unpack`.
+pub fn run(a: UnpackArgs, ui: &Ui) -> Result<Output> {
+    only_with(
+        "--hf-cache",
+        a.hf_cache.is_some(),
+        &[
+            ("--hf-repo", a.hf_repo.is_some()),
+            ("--revision", a.revision.is_some()),
+            ("--repo-type", a.repo_type.is_some()),
+        ],
+    )?;
+    let trust = load_trust(&a.trust)?;
+    let check_space = !a.no_space_check;
+    let to = if let Some(cache) = &a.hf_cache {
+        To::HfCache(HfUnpackOptions {
+            cache: std::path::absolute(cache).map_err(|e| Error::io(cache, e))?,
+            repo_id: a.hf_repo.clone(),
+            repo_type: a.repo_type.map(|t| t.as_str().to_string()),
+            revision: a.revision.clone(),
+            check_space,
+            trust: trust.clone(),
+        })
+    } else if let Some(layout) = &a.oci_layout {
+        To::Layout(LayoutOptions::parse(layout, check_space))
+    } else {
+        To::Dir(UnpackOptions {
+            dest: a
+                .dest
+                .clone()
+                .expect("clap requires --dest without --hf-cache or --oci-layout"),
+            replace: a.replace,
+            allow_downgrade: a.allow_downgrade,
+            check_space,
+            trust: trust.clone(),
+        })
+    };
+    if pull::is_reference(&a.bundle) {
+        let text = a.bundle.to_string_lossy().into_owned();
+        let reference = Reference::parse(&text)?;
+        let registry = Registry::connect(&reference, &registry_options(&a.registry)?, false)?;
+        let source = RegistrySource::open(&registry, &trust)?;
+        let mut out = start(source.opened());
+        out.set("reference", reference.to_string());
+        finish(&source, to, out, &format!(" from {reference}"), ui)
+    } else {
+        let opened = open::open(&a.bundle, &trust)?;
+        let out = start(&opened);
+        finish(&BundleOnDisk(&opened), to, out, "", ui)
+    }
+}
+
+/// The output every unpack starts with, once the signature verified.
+fn start(opened: &Opened) -> Output {
+    let mut out = Output::default();
+    out.warnings.extend(opened.warnings.iter().cloned());
+    let m = &opened.manifest;
+    out.warnings.extend(recorded_warnings(m));
+    out.set("name", &m.name);
+    out.set("version", m.version);
+    out.set("signer", opened.signer.key_id_hex());
+    out
+}
+
+fn finish(source: &dyn Source, to: To, mut out: Output, from: &str, ui: &Ui) -> Result<Output> {
+    let m = &source.opened().manifest;
+    let done = unpack::unpack(source, to, ui)?;
+    report_install(&mut out, done.notes());
+    out.set("findings", &done.notes().findings);
+    out.set("repaired_volumes", &done.notes().repaired_volumes);
+    out.set("files", m.totals.files);
+    out.set("bytes", m.totals.file_bytes);
+    let what = format!("{} version {}{from}", m.name, m.version);
+    let size = format!("{} files, {}", m.totals.files, human(m.totals.file_bytes));
+    match done {
+        Unpacked::Dir(i) => render_dir(&mut out, &i, &what, &size),
+        Unpacked::HfCache(i) => {
+            let size = format!("{} files ({})", m.totals.files, human(m.totals.file_bytes));
+            render_hf(&mut out, &i, &what, &size)
+        }
+        Unpacked::Layout(l) => render_layout(&mut out, &l, &what, &size),
+    }
+    Ok(out)
+}
+
+fn render_dir(out: &mut Output, i: &Installed, what: &str, size: &str) {
+    out.set("dest", &i.dest);
+    out.set("replaced", i.replaced);
+    out.set("previous_version", i.previous_version);
+    out.line(format!(
+        "OK   installed {what} into {} ({size})",
+        i.dest.display()
+    ));
+}
+
+fn render_hf(out: &mut Output, installed: &HfInstalled, what: &str, size: &str) {
+    for b in &installed.blobs_repaired {
+        out.warnings.push(format!(
+            "{} did not hash to its name and was replaced by the verified copy from the bundle",
+            b.display()
+        ));
+    }
+    if installed.commit_derived {
+        out.warnings.push(format!(
+            "the bundle was packed from a directory, so it has no hub commit: installed as commit {} (the first 40 hex digits of its manifest's sha256)",
+            installed.commit
+        ));
+    }
+    if installed.ref_path.is_none() {
+        out.warnings.push(
+            "no ref was written: the revision is the commit itself, so huggingface_hub finds it only by commit id; pass --revision main (or another branch or tag) to name it".to_string(),
+        );
+    }
+    if let Some(old) = &installed.previous_commit {
+        out.warnings.push(format!(
+            "refs/{} named commit {old:?}; it now names {}",
+            installed.revision, installed.commit
+        ));
+    }
+    if let Value::Object(fields) = serde_json::to_value(installed).expect("serialisable") {
+        out.json.extend(fields);
+    }
+    let state = match installed.snapshot_state {
+        SnapshotState::Created => "new snapshot",
+        SnapshotState::Merged => "added to the existing snapshot",
+        SnapshotState::Unchanged => "the snapshot already held every file",
+    };
+    out.line(format!(
+        "OK   installed {what} into the Hugging Face cache {} as {} {} (revision {}, commit {}): {size}; {}, {} new blob(s), {} reused{}",
+        installed.cache.display(),
+        installed.repo_type,
+        installed.repo_id,
+        installed.revision,
+        installed.commit,
+        state,
+        installed.blobs_written,
+        installed.blobs_reused,
+        match installed.blobs_repaired.len() {
+            0 => String::new(),
+            n => format!(", {n} repaired (replaced by the verified copy)"),
+        },
+    ));
+}
+
+fn render_layout(out: &mut Output, l: &LayoutWritten, what: &str, size: &str) {
+    for b in &l.blobs_repaired {
+        out.warnings.push(format!(
+            "{} did not hash to its name and was replaced by the verified copy",
+            b.display()
+        ));
+    }
+    if let Some(prev) = &l.previous_digest {
+        out.warnings.push(format!(
+            "the tag {} named {prev}; it now names {}",
+            l.tag, l.manifest_digest
+        ));
+    }
+    if let Value::Object(fields) = serde_json::to_value(l).expect("serialisable") {
+        out.json.extend(fields);
+    }
+    out.line(format!(
+        "OK   wrote {what} into the OCI image layout {} as tag {} ({size}; image manifest {}): {} new blob(s), {} reused",
+        l.layout.display(),
+        l.tag,
+        l.manifest_digest,
+        l.blobs_written,
+        l.blobs_reused,
+    ));
+}
+
+/// What every install reports: stale staging it removed or left, and model-check findings.
+pub(crate) fn report_install(out: &mut Output, notes: &InstallNotes) {
+    for p in &notes.unchecked {
+        out.warnings.push(format!(
+            "model check: {p}: not checked, its path is too long for the format checks (its bytes match the signed manifest)"
+        ));
+    }
+    for p in &notes.cleaned_stale {
+        out.warnings.push(format!(
+            "removed stale staging directory {} left by an interrupted unpack",
+            p.display()
+        ));
+    }
+    for (p, why) in &notes.stale_skipped {
+        out.warnings.push(format!(
+            "staging directory {} looks abandoned but {why}",
+            p.display()
+        ));
+    }
+    for f in &notes.findings {
+        out.warnings.push(format!(
+            "model check: {}: {} ({})",
+            f.path, f.problem, f.fix
+        ));
+    }
+    if !notes.repaired_volumes.is_empty() {
+        out.warnings.push(format!(
+            "damaged volume(s) {} were rebuilt from parity as they were read; the installed files match the signed digests (run `airlock repair` to fix the bundle itself)",
+            notes.repaired_volumes.join(", ")
+        ));
+    }
+}

@@ -1,0 +1,100 @@
+//! What every install reports besides its result (stale work directories cleaned, model-check
+//! findings on the staged files, volumes rebuilt from parity), and the free-space arithmetic
+//! every target shares.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::inspect::Finding;
+use crate::manifest::Manifest;
+use crate::staging;
+
+/// What every install reports besides its result.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct InstallNotes {
+    /// Stale staging directories removed first.
+    pub cleaned_stale: Vec<PathBuf>,
+    /// Staging directories that look abandoned but could not be removed, and why.
+    pub stale_skipped: Vec<(PathBuf, String)>,
+    /// Model-check findings on the installed files (reported, not fatal: the bundle is signed
+    /// and `pack` already refused errors unless told otherwise).
+    pub findings: Vec<Finding>,
+    /// Files the model checks could not reach (a path too long for path-based reads); their
+    /// bytes were verified against the manifest all the same.
+    pub unchecked: Vec<String>,
+    /// Data volumes that were damaged and rebuilt from parity as they were read (FORMAT.md
+    /// section 17); the installed bytes match the signed digests all the same.
+    pub repaired_volumes: Vec<String>,
+}
+
+impl InstallNotes {
+    /// The notes of an install that cleaned up `cleanup` and checked the staged files under
+    /// `root` (at `prefix` + each manifest path).
+    pub fn new(cleanup: staging::Cleanup, root: &Path, prefix: &str, m: &Manifest) -> Result<Self> {
+        let (findings, unchecked) = check_staged(root, prefix, m)?;
+        Ok(InstallNotes {
+            cleaned_stale: cleanup.removed,
+            stale_skipped: cleanup.skipped,
+            findings,
+            unchecked,
+            repaired_volumes: Vec::new(),
+        })
+    }
+}
+
+/// The model-format checks on the staged files under `root` (each at `PREFIX` + its manifest
+/// path): exactly the bytes about to become visible. Returns the findings (paths without the
+/// prefix) and the files too deep for the path-based checks to open.
+fn check_staged(root: &Path, prefix: &str, m: &Manifest) -> Result<(Vec<Finding>, Vec<String>)> {
+    let mut findings = Vec::new();
+    let mut unchecked = Vec::new();
+    for f in &m.files {
+        let rel = format!("{prefix}{}", f.path);
+        match crate::inspect::check_file(root, &rel) {
+            Ok(found) => findings.extend(found.into_iter().map(|mut finding| {
+                if let Some(p) = finding.path.strip_prefix(prefix) {
+                    finding.path = p.to_string();
+                }
+                finding
+            })),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidFilename => {
+                unchecked.push(f.path.clone())
+            }
+            Err(e) => return Err(Error::io(root, e)),
+        }
+    }
+    Ok((findings, unchecked))
+}
+
+/// Bytes to reserve for a manifest's files on disk: contents plus a block per entry.
+pub fn space_needed(m: &Manifest, receipt_bytes: u64) -> u64 {
+    let entries = m
+        .totals
+        .files
+        .saturating_add(m.totals.directories)
+        .saturating_add(4);
+    m.totals
+        .file_bytes
+        .saturating_add(entries.saturating_mul(4096))
+        .saturating_add(receipt_bytes)
+}
+
+/// Bytes available to an unprivileged writer on the filesystem holding `dir`.
+pub fn space_available(dir: &Path) -> Result<u64> {
+    let st = rustix::fs::statvfs(dir).map_err(|e| Error::io(dir, e.into()))?;
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
+/// Refuses to start when the filesystem holding `dir` has less than `needed` bytes free.
+pub fn check_space(dir: &Path, needed: u64) -> Result<()> {
+    let available = space_available(dir)?;
+    if needed > available {
+        return Err(Error::NoSpace {
+            path: dir.to_path_buf(),
+            needed,
+            available,
+            filesystem: crate::fsinfo::mount_of(dir),
+        });
+    }
+    Ok(())
+}
