@@ -273,3 +273,157 @@ fn verify_deep_checks_a_patch_by_its_digest_and_unpack_decodes_it() {
     assert!(text.contains("w.bin"), "{text}");
     assert_eq!(tree(&env.path("out")), before);
 }
+
+fn venv_python() -> std::path::PathBuf {
+    let venv = std::env::var_os("AIRLOCK_VENV")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv"));
+    let python = venv.join("bin").join("python");
+    assert!(
+        python.is_file(),
+        "the safetensors package is not installed for the tests: {} does not exist. Run \
+         `python3 scripts/make-fixtures.py --venv-only`, or point AIRLOCK_VENV at a venv with \
+         scripts/requirements-test.txt installed",
+        python.display()
+    );
+    python
+}
+
+fn python(args: &[&str]) -> Vec<u8> {
+    let out = std::process::Command::new(venv_python())
+        .args(args)
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "python: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// Two versions of one safetensors file, written by the real writer: version 2 has a longer
+/// header (every tensor moves), 2% of `attn` changed, `mlp` unchanged, `gone` removed, `new`
+/// added and `reshaped` with the same bytes under another shape.
+const TWO_VERSIONS: &str = r#"
+import os, sys
+import numpy as np
+from safetensors.numpy import save_file
+root = sys.argv[1]
+rng = np.random.default_rng(26)
+attn = rng.integers(0, 1 << 32, (128, 128), dtype=np.uint32).view(np.float32)
+mlp = rng.integers(0, 1 << 16, 20000, dtype=np.uint16)
+sq = rng.integers(0, 1 << 32, (10, 10), dtype=np.uint32).view(np.float32)
+os.makedirs(f"{root}/m1"); os.makedirs(f"{root}/m2")
+save_file({"attn": attn, "mlp": mlp, "gone": sq[0].copy(), "reshaped": sq},
+          f"{root}/m1/w.safetensors", metadata={"format": "np"})
+attn2 = attn.copy().reshape(-1)
+idx = rng.choice(attn2.size, attn2.size // 50, replace=False)
+attn2[idx] = rng.integers(0, 1 << 32, idx.size, dtype=np.uint32).view(np.float32)
+save_file({"attn": attn2.reshape(128, 128), "mlp": mlp, "new": sq[1].copy(),
+           "reshaped": sq.reshape(100)},
+          f"{root}/m2/w.safetensors",
+          metadata={"format": "np", "note": "a longer header moves every tensor"})
+"#;
+
+/// Section 16.3's `safetensors` map written from the text alone: D (the decoded patch), the
+/// base file, and the rebuilt file out.
+const SECTION_16_3: &str = r#"
+import json, struct, sys
+D = open(sys.argv[1], "rb").read()
+base = open(sys.argv[2], "rb").read()
+
+def usable(buf):
+    L = len(buf)
+    assert L >= 8
+    H = struct.unpack("<Q", buf[:8])[0]
+    assert H <= 100000000 and H <= L - 8
+    obj = json.loads(buf[8:8 + H].decode("utf-8"))
+    assert isinstance(obj, dict)
+    tensors = {}
+    for name, t in obj.items():
+        if name == "__metadata__":
+            continue
+        b, e = t["data_offsets"]
+        assert isinstance(t["dtype"], str) and 0 <= b <= e <= L - 8 - H
+        tensors[name] = (t["dtype"], list(t["shape"]), b, e)
+    return H, tensors
+
+H2, new = usable(D)  # the new prefix and header are D's own first bytes
+H, old = usable(base)
+A = bytearray(len(D))
+ranges = []
+for name, (dtype, shape, b2, e2) in new.items():
+    if e2 > b2 and name in old:
+        odtype, oshape, b, e = old[name]
+        if odtype == dtype and oshape == shape and e - b == e2 - b2:
+            A[8 + H2 + b2:8 + H2 + e2] = base[8 + H + b:8 + H + e]
+            ranges.append((b2, e2))
+ranges.sort()
+assert all(x[1] <= y[0] for x, y in zip(ranges, ranges[1:]))
+N = (int.from_bytes(D, "big") ^ int.from_bytes(bytes(A), "big")).to_bytes(len(D), "big")
+sys.stdout.buffer.write(N)
+"#;
+
+#[test]
+fn the_safetensors_map_rebuilds_a_file_from_section_16_3_alone() {
+    // FORMAT.md section 16.3 specifies the map without citing any other document: a rebuild
+    // written from its text (Python's json and struct, the zstd command for the frame) turns
+    // airlock's patch and the base file into the new file.
+    let env = Env::new();
+    python(&["-c", TWO_VERSIONS, env.path("").to_str().unwrap()]);
+    pack_full(&env, "m1", "b1", "1");
+    env.ok(&[
+        "pack",
+        "m2",
+        "-o",
+        "b2",
+        "--key",
+        "k.key",
+        "--compress",
+        "none",
+        "--name",
+        "m",
+        "--version",
+        "2",
+        "--base",
+        "b1",
+    ]);
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(env.path("b2/manifest.json")).unwrap()).unwrap();
+    let from = &m["files"][0]["from"];
+    assert_eq!(from["op"], "xor", "{m}");
+    assert_eq!(from["map"], "safetensors", "{m}");
+    let volume = std::fs::read(env.path("b2/data.000")).unwrap();
+    let at = header_of(&volume, ".airlock-delta/0");
+    let size = from["patch_size"].as_u64().unwrap() as usize;
+    let patch = &volume[at + 512..at + 512 + size];
+    assert_eq!(
+        hex::encode(Sha256::digest(patch)),
+        from["patch_sha256"].as_str().unwrap()
+    );
+    env.write("patch.zst", patch);
+    let out = std::process::Command::new("zstd")
+        .args(["-d", "-q", "-c"])
+        .arg(env.path("patch.zst"))
+        .output()
+        .expect("run zstd");
+    assert!(out.status.success(), "{out:?}");
+    env.write("D", &out.stdout);
+    let rebuilt = python(&[
+        "-c",
+        SECTION_16_3,
+        env.path("D").to_str().unwrap(),
+        env.path("m1/w.safetensors").to_str().unwrap(),
+    ]);
+    assert_eq!(
+        hex::encode(Sha256::digest(&rebuilt)),
+        m["files"][0]["sha256"].as_str().unwrap()
+    );
+    assert_eq!(
+        rebuilt,
+        std::fs::read(env.path("m2/w.safetensors")).unwrap()
+    );
+    // The patch is small because the tensors lined up: 2% of one tensor changed.
+    assert!(size < 20_000, "patch of {size} bytes");
+}
