@@ -32,9 +32,9 @@ pub const DEFAULT_CHUNK_SIZE: u64 = 64 << 20;
 /// The bundle manifest (format versions 1 and 2). `docs/FORMAT.md` is normative.
 ///
 /// Parsing is strict: a field this build does not know is refused, never ignored, so a
-/// manifest that uses a later extension (the reserved `base` and `parity` objects) is refused
-/// cleanly by a reader that cannot honour it. An optional field is either absent or has a
-/// value: `null` is refused for every field.
+/// manifest that uses a later extension is refused cleanly by a reader that cannot honour it
+/// (as `base` and `parity` were before airlock read them; both exist in version 2 only). An
+/// optional field is either absent or has a value: `null` is refused for every field.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
@@ -648,8 +648,9 @@ impl Manifest {
         Ok(())
     }
 
-    /// The delta rules of docs/FORMAT.md section 16.1 (`base`, `files[].from`) and the reserved
-    /// [`DELTA_DIR`] (section 16.2). Returns whether the stream holds patches.
+    /// The delta rules of docs/FORMAT.md section 16.1 (`base`, `files[].from`, version 2 only)
+    /// and the reserved [`DELTA_DIR`] (section 4.1), in every model path and base path. Returns
+    /// whether the stream holds patches.
     fn validate_delta(&self) -> Result<bool, String> {
         for p in self
             .directories
@@ -663,6 +664,9 @@ impl Manifest {
             }
         }
         if let Some(base) = &self.base {
+            if self.format_version < 2 {
+                return Err("has a base, which needs format version 2".into());
+            }
             if base.name != self.name {
                 return Err(format!(
                     "is a delta of {:?}, not of its own name {:?}",
@@ -694,6 +698,12 @@ impl Manifest {
                     from.path
                 )
             })?;
+            if uses_delta_dir(&from.path) {
+                return Err(format!(
+                    "takes {p:?} from the base path {:?}: the name {DELTA_DIR:?} is reserved for the patches of a delta bundle",
+                    from.path
+                ));
+            }
             match from.op.as_str() {
                 OP_COPY => {
                     if from.map.is_some()

@@ -443,3 +443,26 @@ fn parity_rules_one_by_one() {
     assert_eq!(parity_volume_name(7, 1000), "parity.007");
     assert_eq!(parity_volume_name(1000, 1001), "parity.1000");
 }
+
+/// FORMAT.md, "Versions": `base` (and with it every `files[].from`) exists only in format
+/// version 2, like `parity`. airlock never wrote a version 1 delta, so refusing one loses no
+/// bundle. Before: a version 1 manifest with a `base` validated.
+#[test]
+fn a_version_1_manifest_cannot_be_a_delta() {
+    let base = || Base {
+        name: "m".into(),
+        version: 2,
+        manifest_sha256: H0.into(),
+    };
+    let why = refusal(sample, |m| m.base = Some(base()));
+    assert!(
+        why.contains("has a base, which needs format version 2"),
+        "{why}"
+    );
+    // The same delta (every file carried) in version 2 is valid.
+    accepted(sample, |m| {
+        m.format_version = 2;
+        m.volumes[0].sha256 = None;
+        m.base = Some(base());
+    });
+}

@@ -57,6 +57,10 @@ const WINDOWS_DEVICES: &[&str] = &[
 /// 4.2; a dependency update that changes it must change the document too).
 pub const CASE_FOLDING_UNICODE_VERSION: (u64, u64, u64) = caseless::UNICODE_VERSION;
 
+/// The Unicode version of the normalization data (NFD) [`fold`] applies (pinned in FORMAT.md,
+/// section 4.2, apart from the case folding's: the two crates carry their own tables).
+pub const NORMALIZATION_UNICODE_VERSION: (u8, u8, u8) = unicode_normalization::UNICODE_VERSION;
+
 /// The name two paths share when a case-insensitive or normalising filesystem would make them
 /// one file: Unicode canonical caseless matching, `NFD(casefold(NFD(p)))` with full case
 /// folding (FORMAT.md, section 4.2). So `Model.bin` and `model.BIN`, `café` composed and
@@ -309,6 +313,16 @@ mod tests {
     fn case_folding_is_the_unicode_version_format_md_pins() {
         assert_eq!(CASE_FOLDING_UNICODE_VERSION, (16, 0, 0));
         assert_eq!(fold("\u{3a3}\u{3c2}"), "\u{3c3}\u{3c3}");
+    }
+
+    #[test]
+    fn normalization_is_the_unicode_version_format_md_pins() {
+        assert_eq!(NORMALIZATION_UNICODE_VERSION, (18, 0, 0));
+        // NFD both before and after folding: U+1E9E (capital sharp s) folds to "ss", U+212B
+        // (Angstrom sign) decomposes to A + ring and folds with its precomposed forms.
+        assert_eq!(fold("\u{1e9e}"), "ss");
+        assert_eq!(fold("\u{212b}"), fold("\u{e5}"));
+        assert_eq!(fold("\u{c5}"), "a\u{30a}");
     }
 
     #[test]

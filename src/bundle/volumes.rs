@@ -41,7 +41,7 @@ pub struct VolumeProblem {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum StrayKind {
-    /// Named like a volume (`data.` and digits): a volume of another copy or another bundle
+    /// Named like a volume ([`is_volume_like`]): a volume of another copy or another bundle
     /// mixed in. Refused by verify and unpack (FORMAT.md, section 2).
     VolumeLike,
     /// Anything else (a `README.txt`, a checksum file): reported by verify, ignored otherwise.
@@ -287,23 +287,47 @@ pub fn volumes_look_complete(opened: &Opened) -> bool {
     stat_volumes(opened).0.is_empty()
 }
 
-/// Files in the bundle directory that the manifest does not account for, sorted by name.
+/// Files in the bundle directory that the manifest does not account for, sorted by name
+/// (FORMAT.md, section 2).
 pub fn stray_files(opened: &Opened) -> Vec<StrayFile> {
-    let Ok(rd) = std::fs::read_dir(opened.dir()) else {
+    let m = &opened.manifest;
+    let listed = [manifest::MANIFEST_NAME, manifest::SIGNATURE_NAME]
+        .into_iter()
+        .chain(m.volumes.iter().map(|v| v.name.as_str()))
+        .chain(
+            m.parity
+                .iter()
+                .flat_map(|p| p.volumes.iter().map(|v| v.name.as_str())),
+        );
+    stray_in(opened.dir(), listed)
+}
+
+/// The entries of `dir` (of any type) that are not one of the `listed` names, classified. A
+/// name that differs from a listed one only in ASCII case and is the same directory entry
+/// (same device and inode, not following links: a case-insensitive filesystem showing the
+/// listed file in another spelling) is that file, not a stray one.
+fn stray_in<'a>(dir: &Path, listed: impl Iterator<Item = &'a str>) -> Vec<StrayFile> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(rd) = std::fs::read_dir(dir) else {
         return vec![];
+    };
+    let listed: std::collections::HashMap<String, &str> =
+        listed.map(|n| (n.to_ascii_lowercase(), n)).collect();
+    let same_entry = |a: &str, b: &str| {
+        let (Ok(x), Ok(y)) = (
+            std::fs::symlink_metadata(dir.join(a)),
+            std::fs::symlink_metadata(dir.join(b)),
+        ) else {
+            return false;
+        };
+        x.dev() == y.dev() && x.ino() == y.ino()
     };
     let mut out: Vec<StrayFile> = rd
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| {
-            n != manifest::MANIFEST_NAME
-                && n != manifest::SIGNATURE_NAME
-                && !opened.manifest.volumes.iter().any(|v| &v.name == n)
-                && !opened
-                    .manifest
-                    .parity
-                    .as_ref()
-                    .is_some_and(|p| p.volumes.iter().any(|v| &v.name == n))
+        .filter(|n| match listed.get(&n.to_ascii_lowercase()) {
+            Some(l) => *l != n && !same_entry(n, l),
+            None => true,
         })
         .map(|name| StrayFile {
             kind: if is_volume_like(&name) {
@@ -318,11 +342,18 @@ pub fn stray_files(opened: &Opened) -> Vec<StrayFile> {
     out
 }
 
-/// Whether a stray file in a bundle directory looks like a volume (`data.` followed by digits).
+/// Whether an unlisted name in a bundle directory looks like a volume (FORMAT.md, section 2):
+/// `data.` or `parity.` followed by one or more ASCII digits and nothing else, the letters in
+/// any ASCII case (`data.005`, `DATA.005`, `Parity.0`). Anything before or after
+/// (`data.000.sha256`, `data.000 (1)`, `.data.000.airlock-repair`) or a digit outside ASCII
+/// makes it another file.
 pub fn is_volume_like(name: &str) -> bool {
-    name.strip_prefix("data.")
-        .or_else(|| name.strip_prefix("parity."))
-        .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()))
+    let name = name.as_bytes();
+    [&b"data."[..], &b"parity."[..]].iter().any(|prefix| {
+        name.len() > prefix.len()
+            && name[..prefix.len()].eq_ignore_ascii_case(prefix)
+            && name[prefix.len()..].iter().all(u8::is_ascii_digit)
+    })
 }
 
 fn hash_range(path: &Path, start: u64, end: u64, progress: &dyn Progress) -> io::Result<String> {
@@ -1257,6 +1288,94 @@ mod tests {
         )
         .unwrap();
         packed.manifest
+    }
+
+    /// FORMAT.md section 2: the exact grammar of a volume-like name.
+    #[test]
+    fn volume_like_names_are_exactly_prefix_and_ascii_digits_in_any_case() {
+        for name in [
+            "data.000",
+            "data.0",
+            "data.0000000000000000000000001",
+            "parity.007",
+            "DATA.005",
+            "Data.005",
+            "dAtA.1",
+            "PARITY.000",
+            "Parity.12",
+        ] {
+            assert!(is_volume_like(name), "{name}");
+        }
+        for name in [
+            "data.",
+            "parity.",
+            "data",
+            "data.x",
+            "data.00x",
+            "data.000.sha256",
+            "data.000 (1)",
+            "data.001.part",
+            "data.000~",
+            "data.-1",
+            "data.+1",
+            " data.000",
+            ".data.000.airlock-repair",
+            "xdata.000",
+            "data_000",
+            "data.\u{661}\u{662}",
+            "data.\u{ff11}",
+            "d\u{430}ta.000",
+            "manifest.json",
+            "README.txt",
+        ] {
+            assert!(!is_volume_like(name), "{name}");
+        }
+    }
+
+    /// Before: `DATA.005` was an "other" file, ignored by unpack; a second spelling of a listed
+    /// volume that is another file is a duplicate; the same entry seen in another case (here a
+    /// hard link, as a case-insensitive filesystem shows it) is the listed volume.
+    #[test]
+    fn strays_are_classified_in_any_case_and_a_listed_entry_in_another_case_is_not_stray() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        for n in [
+            "manifest.json",
+            "manifest.json.minisig",
+            "data.000",
+            "data.001",
+        ] {
+            std::fs::write(d.join(n), n).unwrap();
+        }
+        std::fs::write(d.join("DATA.002"), "x").unwrap();
+        std::fs::write(d.join("Data.001"), "another copy").unwrap();
+        std::fs::hard_link(d.join("data.000"), d.join("DATA.000")).unwrap();
+        std::fs::hard_link(d.join("manifest.json"), d.join("MANIFEST.JSON")).unwrap();
+        std::fs::write(d.join("data.000.sha256"), "x").unwrap();
+        std::os::unix::fs::symlink("data.001", d.join("data.0001")).unwrap();
+        std::os::unix::fs::symlink("data.001", d.join("DATA.001")).unwrap();
+        std::fs::create_dir(d.join("parity.000")).unwrap();
+        let listed = [
+            "manifest.json",
+            "manifest.json.minisig",
+            "data.000",
+            "data.001",
+        ];
+        let got: Vec<(String, StrayKind)> = stray_in(d, listed.into_iter())
+            .into_iter()
+            .map(|s| (s.name, s.kind))
+            .collect();
+        let want = [
+            ("DATA.001", StrayKind::VolumeLike),
+            ("DATA.002", StrayKind::VolumeLike),
+            ("Data.001", StrayKind::VolumeLike),
+            ("data.000.sha256", StrayKind::Other),
+            ("data.0001", StrayKind::VolumeLike),
+            ("parity.000", StrayKind::VolumeLike),
+        ];
+        let want: Vec<(String, StrayKind)> =
+            want.iter().map(|(n, k)| (n.to_string(), *k)).collect();
+        assert_eq!(got, want);
     }
 
     fn flip(path: &Path, at: usize) {

@@ -174,3 +174,63 @@ fn null_and_unknown_delta_fields_are_refused() {
     let err = Manifest::parse(&serde_json::to_vec(&v).unwrap()).unwrap_err();
     assert!(err.contains("null"), "{err}");
 }
+
+/// FORMAT.md sections 4.1 and 16.1: `from.path` is a model path, so the patch directory is
+/// reserved there too (a base manifest can never list it). Before: accepted by `validate`,
+/// refused only at install when the base did not list it.
+#[test]
+fn a_base_path_in_the_patch_directory_is_refused() {
+    for path in [".airlock-delta/2", ".Airlock-Delta", ".AIRLOCK-DELTA/x/y"] {
+        for i in [0, 2] {
+            let mut m = delta();
+            m.files[i].from.as_mut().unwrap().path = path.into();
+            let err = m.validate().unwrap_err();
+            assert!(
+                err.contains(&format!("from the base path {path:?}"))
+                    && err.contains("reserved for the patches"),
+                "{path} ({i}): {err}"
+            );
+        }
+    }
+    // A near miss is an ordinary base path.
+    let mut m = delta();
+    m.files[0].from.as_mut().unwrap().path = ".airlock-deltas".into();
+    m.validate().unwrap();
+}
+
+/// FORMAT.md section 16.1: a `copy` carries none of the `xor` fields, each on its own; an
+/// `xor` needs all three.
+#[test]
+fn copy_forbids_and_xor_requires_each_patch_field() {
+    type Mutation = fn(&mut From);
+    let copy_cases: [Mutation; 3] = [
+        |f| f.map = Some("bytes".into()),
+        |f| f.patch_size = Some(1),
+        |f| f.patch_sha256 = Some("b".repeat(64)),
+    ];
+    for mutate in copy_cases {
+        let mut m = delta();
+        mutate(m.files[0].from.as_mut().unwrap());
+        let err = m.validate().unwrap_err();
+        assert!(err.contains("also gives it a map or a patch"), "{err}");
+    }
+    let xor_cases: [(Mutation, &str); 4] = [
+        (|f| f.map = None, "without a map"),
+        (|f| f.patch_size = None, "without a patch_size"),
+        (|f| f.patch_sha256 = None, "without a patch_size"),
+        (
+            |f| f.patch_sha256 = Some("B".repeat(64)),
+            "well-formed patch_sha256",
+        ),
+    ];
+    for (mutate, want) in xor_cases {
+        let mut m = delta();
+        mutate(m.files[2].from.as_mut().unwrap());
+        let err = m.validate().unwrap_err();
+        assert!(err.contains(want), "{want}: {err}");
+    }
+    // Both maps are accepted.
+    let mut m = delta();
+    m.files[2].from.as_mut().unwrap().map = Some("bytes".into());
+    m.validate().unwrap();
+}

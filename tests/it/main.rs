@@ -3,6 +3,7 @@
 mod cli;
 mod crash;
 mod delta;
+mod format_exact;
 mod hfcache;
 mod hostile;
 mod interop;
