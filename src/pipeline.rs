@@ -60,7 +60,8 @@ pub trait Target {
     type Base: Base;
 
     /// The base a delta applies onto: the version the target already holds, proven to be the
-    /// one the delta names.
+    /// one the delta names. Called before [`Target::begin`]: a target without the base is
+    /// refused before anything is prepared.
     fn base(&mut self, opened: &Opened) -> Result<Self::Base>;
 
     /// Where the entries go, between [`Target::begin`] and [`Target::commit`].
@@ -79,9 +80,13 @@ pub fn run<T: Target>(
 ) -> Result<T::Done> {
     let opened = source.opened();
     let m = &opened.manifest;
+    let base = if m.base.is_some() && !source.complete() {
+        Some(target.base(opened)?)
+    } else {
+        None
+    };
     target.begin(opened, progress)?;
-    let fed = if m.base.is_some() && !source.complete() {
-        let mut base = target.base(opened)?;
+    let fed = if let Some(mut base) = base {
         let mut tally = Tally::new(m, target.sink());
         let mut stage = DeltaStage::new(m, &mut base, &mut tally)?;
         stage.prepare(progress)?;

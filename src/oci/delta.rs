@@ -192,7 +192,7 @@ impl Base for RegistryBase<'_> {
         loop {
             let n = reader.read(&mut buf).map_err(|e| Error::Registry {
                 registry: registry.reference.registry.clone(),
-                reason: format!("reading blob {bdigest} (the base file {}): {e}", b.path),
+                reason: format!("reading blob {bdigest} (the base of {}): {e}", b.path),
             })?;
             if n == 0 {
                 break;
@@ -206,7 +206,7 @@ impl Base for RegistryBase<'_> {
             return Err(self.rotten(
                 b,
                 format!(
-                    "blob {bdigest} holds {got} bytes with digest {sha}, the base's manifest says {} bytes",
+                    "it holds {got} bytes with digest {sha}, the base's manifest says {} bytes",
                     b.size
                 ),
             ));
@@ -227,7 +227,8 @@ impl Base for RegistryBase<'_> {
         artifact(
             self.registry,
             format!(
-                "the base file {} in the repository is damaged: {what}",
+                "blob {} (the base of {}) is damaged: {what}",
+                digest(&b.sha256),
                 b.path
             ),
         )

@@ -233,6 +233,8 @@ pub struct RegistryTarget<'scope, 'env> {
     registry: &'env Registry,
     /// Run before the first upload, when there is something to upload (the volume check).
     precheck: &'env dyn Fn() -> Result<()>,
+    /// The blobs the registry lacks (`sha256:HEX`), found once, and how many it holds.
+    missing: Option<(HashSet<String>, usize)>,
     begun: Option<Begun<'scope, 'env>>,
 }
 
@@ -255,8 +257,33 @@ impl<'scope, 'env> RegistryTarget<'scope, 'env> {
             scope,
             registry,
             precheck,
+            missing: None,
             begun: None,
         }
+    }
+
+    /// The layers of `opened` the registry lacks (a `HEAD` per blob, once) and how many it
+    /// holds.
+    fn missing(&mut self, opened: &Opened) -> Result<&(HashSet<String>, usize)> {
+        if self.missing.is_none() {
+            let m = &opened.manifest;
+            let layers = modelpack::layers(m, &opened.manifest_bytes, &opened.signature_text);
+            let mut missing = HashSet::new();
+            let mut skipped = 0;
+            for l in &layers {
+                if missing.contains(&l.digest) {
+                    continue;
+                }
+                match self.registry.blob_size(&l.digest)? {
+                    Some(size) if size == l.size => skipped += 1,
+                    _ => {
+                        missing.insert(l.digest.clone());
+                    }
+                }
+            }
+            self.missing = Some((missing, skipped));
+        }
+        Ok(self.missing.as_ref().expect("just set"))
     }
 }
 
@@ -265,21 +292,7 @@ impl<'scope, 'env> Target for RegistryTarget<'scope, 'env> {
     type Base = RegistryBase<'env>;
 
     fn begin(&mut self, opened: &Opened, _progress: &dyn Progress) -> Result<()> {
-        let m = &opened.manifest;
-        let layers = modelpack::layers(m, &opened.manifest_bytes, &opened.signature_text);
-        let mut missing = HashSet::new();
-        let mut skipped = 0;
-        for l in &layers {
-            if missing.contains(&l.digest) {
-                continue;
-            }
-            match self.registry.blob_size(&l.digest)? {
-                Some(size) if size == l.size => skipped += 1,
-                _ => {
-                    missing.insert(l.digest.clone());
-                }
-            }
-        }
+        let (missing, skipped) = self.missing(opened)?.clone();
         if !missing.is_empty() {
             (self.precheck)()?;
         }
@@ -303,8 +316,9 @@ impl<'scope, 'env> Target for RegistryTarget<'scope, 'env> {
     }
 
     fn base(&mut self, opened: &Opened) -> Result<RegistryBase<'env>> {
-        let begun = self.begun.as_ref().expect("begin came first");
-        RegistryBase::open(&opened.manifest, self.registry, &begun.missing)
+        let registry = self.registry;
+        let (missing, _) = self.missing(opened)?;
+        RegistryBase::open(&opened.manifest, registry, missing)
     }
 
     fn sink(&mut self) -> &mut dyn EntrySink {

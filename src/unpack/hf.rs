@@ -712,8 +712,12 @@ impl Target for HfTarget {
     type Base = CacheBase;
 
     fn base(&mut self, opened: &Opened) -> Result<CacheBase> {
-        let begun = self.begun.as_ref().expect("begin came first");
-        CacheBase::open(&begun.repo, &self.opts.trust, opened)
+        let plan = plan(opened, &self.opts)?;
+        let repo = self
+            .opts
+            .cache
+            .join(hfcache::repo_folder_name(&plan.repo_type, &plan.repo_id));
+        CacheBase::open(&repo, &self.opts.trust, opened)
     }
 
     fn sink(&mut self) -> &mut dyn EntrySink {

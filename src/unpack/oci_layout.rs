@@ -271,13 +271,22 @@ impl Target for LayoutTarget {
     type Base = LayoutBase;
 
     fn base(&mut self, opened: &Opened) -> Result<LayoutBase> {
-        let b = self.begun.as_ref().expect("begin came first");
-        let blobs = b
-            .sink
-            .blobs
-            .try_clone()
-            .map_err(|e| Error::io(&b.sink.blobs_path, e))?;
-        LayoutBase::open(blobs, b.sink.blobs_path.clone(), opened)
+        let blobs_path = self.opts.dir.join("blobs/sha256");
+        let m = &opened.manifest;
+        let base = m.base.as_ref().expect("a delta");
+        let blobs = fsio::open_dir_path(&self.opts.dir, fsio::Follow::Never)
+            .and_then(|d| fsio::open_below(&d, "blobs/sha256"))
+            .map_err(|e| Error::DeltaBase {
+                path: self.opts.dir.clone(),
+                reason: format!(
+                    "needs {} version {} in this layout, and it has no blobs to hold it ({})",
+                    m.name,
+                    base.version,
+                    std::io::Error::from(e)
+                ),
+                todo: layout_needs(&m.name, base.version),
+            })?;
+        LayoutBase::open(blobs, blobs_path, opened)
     }
 
     fn sink(&mut self) -> &mut dyn EntrySink {
