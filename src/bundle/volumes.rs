@@ -1249,8 +1249,8 @@ pub fn assess_with(
 mod tests {
     use super::*;
     use crate::bundle::stream::stream_volumes;
-    use crate::bundle::write::{self, Compress, PackOptions};
     use crate::entries::NullSink;
+    use crate::pack::{self, Compress, Model, ModelSpec, PackOptions};
 
     /// A bundle of about 200 KB in 4 KiB chunks and 16 KiB volumes with 25% parity.
     fn packed(dir: &Path) -> Manifest {
@@ -1267,9 +1267,9 @@ mod tests {
             .collect();
         std::fs::write(model.join("w.bin"), bytes).unwrap();
         let key = crate::keys::SecretKey::generate().unwrap();
-        let packed = write::pack(
+        let packed = pack::pack(
+            &Model::open(&ModelSpec::Dir(model.clone())).unwrap(),
             PackOptions {
-                entries: crate::scan::scan(&model, &model).unwrap(),
                 out: dir.join("b"),
                 key: &key,
                 name: "m".into(),
@@ -1279,8 +1279,6 @@ mod tests {
                 chunk_size: 4096,
                 created_unix: 0,
                 warnings: vec![],
-                source: None,
-                etags: vec![],
                 parity: Some(25.0),
                 base: None,
             },

@@ -6,7 +6,6 @@ use std::path::Path;
 use airlock::error::{Error, Result};
 use airlock::hfcache;
 use airlock::inspect::{self, Finding, Severity};
-use airlock::manifest::Warning;
 use airlock::paths::RECEIPT_DIR;
 use airlock::progress::Progress;
 use airlock::receipt;
@@ -14,7 +13,7 @@ use airlock::receipt;
 use super::Output;
 use crate::cli::{CheckArgs, RepoTypeArg, TrustArgs};
 
-fn finding_line(f: &Finding) -> String {
+pub(super) fn finding_line(f: &Finding) -> String {
     let sev = match f.severity {
         Severity::Error => "ERROR",
         Severity::Warning => "WARN ",
@@ -23,53 +22,6 @@ fn finding_line(f: &Finding) -> String {
         "{sev} {}: {} [{}]\n      fix: {}",
         f.path, f.problem, f.code, f.fix
     )
-}
-
-/// Runs the model checks before a pack. Errors stop the pack unless `skip_errors`; every
-/// finding is returned as a manifest warning when the pack goes on.
-pub fn model_checks_for_pack(
-    dir: &Path,
-    skip_errors: bool,
-    out: &mut Output,
-) -> Result<Vec<Warning>> {
-    let findings = inspect::check_tree(dir).map_err(|e| Error::io(dir, e))?;
-    gate_findings(findings, skip_errors, out)
-}
-
-/// Stops a pack on error findings unless `skip_errors`; otherwise reports every finding as a
-/// warning and returns them for the manifest.
-pub fn gate_findings(
-    findings: Vec<Finding>,
-    skip_errors: bool,
-    out: &mut Output,
-) -> Result<Vec<Warning>> {
-    let errors: Vec<&Finding> = findings
-        .iter()
-        .filter(|f| f.severity == Severity::Error)
-        .collect();
-    if !errors.is_empty() && !skip_errors {
-        out.set("findings", &findings);
-        for f in &findings {
-            out.line(finding_line(f));
-        }
-        return Err(Error::ModelChecks {
-            count: errors.len(),
-            first: format!("{}: {}", errors[0].path, errors[0].problem),
-            fix: errors[0].fix.clone(),
-        });
-    }
-    for f in &findings {
-        out.warnings
-            .push(format!("{}: {} ({})", f.path, f.problem, f.fix));
-    }
-    Ok(findings
-        .into_iter()
-        .map(|f| Warning {
-            path: f.path,
-            code: f.code.to_string(),
-            problem: f.problem,
-        })
-        .collect())
 }
 
 /// A snapshot folder passed as DIR: its links leave the folder, so the directory lint would

@@ -367,7 +367,7 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
     if let Some(base) = &m.base {
         delta_summary(&mut out, m, base);
         if deep {
-            let c = airlock::delta::pack::Counts::of(m);
+            let c = airlock::delta::Counts::of(m);
             out.warnings.push(format!(
                 "delta: the stream and its {} patch(es) were checked against their digests; the {} file(s) taken from or rebuilt against the base ({} of {}) can only be checked on install, against {} version {}",
                 c.patched_files,
@@ -397,7 +397,7 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
                 None => String::new(),
             },
             if deep && m.base.is_some() {
-                let c = airlock::delta::pack::Counts::of(m);
+                let c = airlock::delta::Counts::of(m);
                 format!(
                     ", {} carried file(s) and {} patch(es) checked",
                     c.carried_files, c.patched_files
@@ -437,7 +437,7 @@ fn delta_summary(
     m: &airlock::manifest::Manifest,
     base: &airlock::manifest::Base,
 ) {
-    let c = airlock::delta::pack::Counts::of(m);
+    let c = airlock::delta::Counts::of(m);
     out.set("base", base);
     out.set("delta", c);
     out.line(format!(

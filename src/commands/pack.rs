@@ -3,12 +3,10 @@
 
 use std::path::Path;
 
-use airlock::bundle::write::{self, Compress, EtagCheck, PackOptions};
 use airlock::error::{Error, Result, human};
-use airlock::hfcache::{self, Snapshot};
-use airlock::inspect::{self, Finding, Severity, codes};
-use airlock::manifest::{self, HfSource, Warning};
-use airlock::scan;
+use airlock::hfcache;
+use airlock::manifest;
+use airlock::pack::{self, BaseSource, Compress, Model, ModelSpec, PackOptions, write};
 use airlock::size::parse_size;
 
 use super::Output;
@@ -71,7 +69,7 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
     let parity = a
         .parity
         .as_deref()
-        .map(airlock::bundle::parity_write::parse_percent)
+        .map(pack::parity::parse_percent)
         .transpose()
         .map_err(|e| Error::Usage(format!("--parity {e}")))?;
     let chunk_size = a.chunk_size.unwrap_or(manifest::DEFAULT_CHUNK_SIZE);
@@ -89,8 +87,23 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
             ("--repo-type", a.repo_type.is_some()),
         ],
     )?;
-    if a.hf_repo.is_none()
-        && let Some(dir) = &a.model_dir
+    let spec = match &a.hf_repo {
+        Some(repo_id) => ModelSpec::HfSnapshot {
+            cache: a.hf_cache.clone(),
+            repo_id: repo_id.clone(),
+            repo_type: a
+                .repo_type
+                .unwrap_or(RepoTypeArg::Model)
+                .as_str()
+                .to_string(),
+            revision: a
+                .revision
+                .clone()
+                .unwrap_or_else(|| hfcache::DEFAULT_REVISION.to_string()),
+        },
+        None => ModelSpec::Dir(a.model_dir.clone().expect("clap requires MODEL_DIR")),
+    };
+    if let ModelSpec::Dir(dir) = &spec
         && let Some(snap) = hfcache::snapshot_from_path(dir)
     {
         return Err(Error::Usage(format!(
@@ -105,55 +118,29 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
     check_output(&a.output)?;
     let key_file = secret::read(&a.key, a.password_file.as_deref())?;
     let mut out = Output::default();
-    let source = match &a.hf_repo {
-        Some(repo_id) => Some(open_hf_snapshot(&a, repo_id, &mut out)?),
-        None => None,
-    };
-    let name = match (&a.name, &a.hf_repo, &a.model_dir) {
-        (Some(n), _, _) => n.clone(),
-        (None, Some(repo_id), _) => repo_id.clone(),
-        (None, None, Some(dir)) => std::fs::canonicalize(dir)
-            .map_err(|e| Error::io(dir, e))?
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("model")
-            .to_string(),
-        (None, None, None) => unreachable!("clap requires MODEL_DIR or --hf-repo"),
-    };
+    let model = Model::open(&spec)?;
+    out.warnings.extend(model.notes.iter().cloned());
+    let name = a.name.clone().unwrap_or_else(|| model.default_name());
     manifest::check_name(&name).map_err(|why| Error::Usage(format!("--name {why}")))?;
-    let (entries, checked) = match &source {
-        Some(hf) => (
-            hf.snapshot.entries.clone(),
-            hf_model_checks(&hf.snapshot, a.no_model_checks, &mut out),
-        ),
-        None => {
-            let dir = a.model_dir.as_ref().expect("clap requires MODEL_DIR");
-            let mut entries = scan::scan(dir, dir)?;
-            // `hf download --local-dir` bookkeeping describes this host's download: left out.
-            let before = entries.len();
-            entries.retain(|e| !hfcache::is_local_dir_metadata(e.path()));
-            if entries.len() != before {
-                let only_hf = !entries.iter().any(|e| e.path().starts_with(".cache/"));
-                entries.retain(|e| !(only_hf && e.path() == ".cache"));
-                out.warnings.push(format!(
-                    "{}/{}/ left out of the bundle: it is huggingface_hub's bookkeeping of the `hf download --local-dir` on this host (download metadata and locks), not part of the model",
-                    dir.display(),
-                    hfcache::LOCAL_DIR_METADATA
-                ));
+    let findings = model.check()?;
+    let warnings = match pack::source::gate(&findings, a.no_model_checks) {
+        Ok(w) => {
+            for f in &findings {
+                out.warnings
+                    .push(format!("{}: {} ({})", f.path, f.problem, f.fix));
             }
-            let checked = super::check::model_checks_for_pack(dir, a.no_model_checks, &mut out);
-            (entries, checked)
+            w
         }
-    };
-    let warnings = match checked {
-        Ok(w) => w,
-        // The findings already in `out` are the detail behind the error: keep them.
+        // The findings are the detail behind the error: keep them.
         Err(e) => {
+            out.set("findings", &findings);
+            for f in &findings {
+                out.line(super::check::finding_line(f));
+            }
             out.error = Some(e);
             return Ok(out);
         }
     };
-    let hf = source;
     let workers = a.threads.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get() as u32)
@@ -166,26 +153,27 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
     let compress = match a.compress {
         CompressArg::None => Compress::None,
         CompressArg::Zstd => zstd,
-        CompressArg::Auto => match write::estimate_saving(&entries)? {
+        CompressArg::Auto => match write::estimate_saving(&model.entries)? {
             Some(saving) if saving < write::AUTO_MIN_SAVING => Compress::None,
             _ => zstd,
         },
     };
     if let Some(path) = &a.base {
-        airlock::delta::pack::precheck(path, &name, a.bundle_version)?;
+        pack::base::precheck(path, &name, a.bundle_version)?;
     }
     let key = secret::unlock(key_file, ui)?;
     let base = match &a.base {
         Some(path) => {
-            let b = airlock::delta::pack::open_base(path, &key.public_key())?;
+            let b = BaseSource::open(path, &key.public_key())?.with_snapshot_of(&model);
             out.warnings.extend(b.notes.iter().cloned());
+            out.warnings.extend(b.no_content_note());
             Some(b)
         }
         None => None,
     };
-    let packed = write::pack(
+    let packed = pack::pack(
+        &model,
         PackOptions {
-            entries,
             out: a.output.clone(),
             key: &key,
             name,
@@ -195,31 +183,12 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
             chunk_size,
             created_unix: created,
             warnings,
-            source: hf.as_ref().map(|hf| HfSource {
-                repo_id: hf.repo_id.clone(),
-                repo_type: hf.repo_type.to_string(),
-                revision: hf.revision.clone(),
-                commit: hf.snapshot.commit.clone(),
-                etags: Vec::new(),
-            }),
-            etags: hf
-                .as_ref()
-                .map(|hf| {
-                    hf.snapshot
-                        .etags
-                        .iter()
-                        .map(|e| match e {
-                            Some(e) => EtagCheck::Expect(e.clone()),
-                            None => EtagCheck::Compute,
-                        })
-                        .collect()
-                })
-                .unwrap_or_default(),
             parity,
             base,
         },
         ui,
     )?;
+    out.warnings.extend(packed.notes.iter().cloned());
     let m = &packed.manifest;
     out.set("bundle", &a.output);
     out.set("name", &m.name);
@@ -237,7 +206,7 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
     );
     out.set("volume_bytes", m.totals.volume_bytes);
     out.set("compression", &m.compression.algorithm);
-    if let (Some(hf), Some(src)) = (&hf, &m.source) {
+    if let (Some(hf), Some(src)) = (&model.hf, &m.source) {
         out.set("hf_cache", &hf.cache);
         out.set("snapshot", &hf.snapshot.dir);
         out.set(
@@ -316,74 +285,4 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
         ));
     }
     Ok(out)
-}
-
-/// A snapshot found in the cache, with where it came from.
-struct HfPack {
-    cache: std::path::PathBuf,
-    repo_id: String,
-    repo_type: &'static str,
-    revision: String,
-    snapshot: Snapshot,
-}
-
-fn open_hf_snapshot(a: &PackArgs, repo_id: &str, out: &mut Output) -> Result<HfPack> {
-    let cache = match &a.hf_cache {
-        Some(dir) => std::path::absolute(dir).map_err(|e| Error::io(dir, e))?,
-        None => hfcache::cache_dir_from_env()?,
-    };
-    let repo_type = a.repo_type.unwrap_or(RepoTypeArg::Model).as_str();
-    let revision = a
-        .revision
-        .clone()
-        .unwrap_or_else(|| hfcache::DEFAULT_REVISION.to_string());
-    let snapshot = hfcache::open_snapshot(&cache, repo_type, repo_id, &revision)?;
-    out.warnings.extend(snapshot.notes.iter().cloned());
-    Ok(HfPack {
-        cache,
-        repo_id: repo_id.to_string(),
-        repo_type,
-        revision,
-        snapshot,
-    })
-}
-
-/// The model checks on the snapshot's files (reached through their links), plus one error per
-/// file the hub's cached listing names that the snapshot lacks.
-fn hf_model_checks(snap: &Snapshot, skip_errors: bool, out: &mut Output) -> Result<Vec<Warning>> {
-    // Checked from the cache root: a blob may be a link into the cache-wide shared store
-    // (`CACHE/blobs/<xx>/<xet hash>`), outside the repository folder.
-    let root = snap.repo_folder.parent().unwrap_or(&snap.repo_folder);
-    let folder = snap
-        .repo_folder
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("");
-    let prefix = format!("{folder}/snapshots/{}/", snap.commit);
-    let mut findings: Vec<Finding> = Vec::new();
-    for e in &snap.entries {
-        if let scan::ScanEntry::File { path, .. } = e {
-            let rel = format!("{prefix}{path}");
-            for mut f in inspect::check_file(root, &rel).map_err(|e| Error::io(root, e))? {
-                if let Some(p) = f.path.strip_prefix(&prefix) {
-                    f.path = p.to_string();
-                }
-                findings.push(f);
-            }
-        }
-    }
-    for path in &snap.missing {
-        findings.push(Finding {
-            severity: Severity::Error,
-            code: codes::HF_FILE_MISSING,
-            path: path.clone(),
-            problem: format!(
-                "is listed in the hub's listing of commit {} (trees/{}.json) but is not in the snapshot: the download was interrupted or limited to some files",
-                snap.commit, snap.commit
-            ),
-            fix: "finish the download with huggingface_hub (`hf download ORG/NAME --revision REV`); if it was limited on purpose, pack with --no-model-checks".into(),
-        });
-    }
-    findings.sort_by(|a, b| (&a.path, a.code).cmp(&(&b.path, b.code)));
-    super::check::gate_findings(findings, skip_errors, out)
 }

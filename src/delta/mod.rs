@@ -2,8 +2,8 @@
 //!
 //! docs/FORMAT.md section 16 is the normative description. This folder holds:
 //!
-//! - [`pack`]: `pack --base`, reading the base and choosing per file copy, xor or carried;
-//! - [`apply`]: installing a delta over its base through `install::unpack_with`;
+//! - [`apply`]: applying a delta onto any base, the pipeline stage between a delta's verified
+//!   stream and any target (`crate::pipeline`);
 //! - [`patch`]: the `xor` patch of one file against one base file, with the `bytes` and
 //!   `safetensors` alignments. Both directions stream: memory stays at a few buffers (plus a
 //!   safetensors header, which the reference reader caps at 100 MB) whatever the file size.
@@ -17,8 +17,53 @@
 //! shape instead of by offset.
 
 pub mod apply;
-pub mod pack;
 pub mod patch;
+
+use crate::manifest::Manifest;
 
 #[cfg(test)]
 mod manifest_tests;
+
+/// What a delta holds, in new-file bytes.
+#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+pub struct Counts {
+    /// Files and bytes carried whole in the stream.
+    pub carried_files: u64,
+    /// Bytes of the carried files.
+    pub carried_bytes: u64,
+    /// Files taken unchanged from the base.
+    pub copied_files: u64,
+    /// Bytes of the copied files.
+    pub copied_bytes: u64,
+    /// Files rebuilt from a base file and a patch.
+    pub patched_files: u64,
+    /// Bytes of the patched files.
+    pub patched_bytes: u64,
+    /// Bytes of their patches.
+    pub patch_bytes: u64,
+}
+
+impl Counts {
+    /// The counts of a delta manifest.
+    pub fn of(m: &Manifest) -> Counts {
+        let mut c = Counts::default();
+        for f in &m.files {
+            match (&f.from, f.patch()) {
+                (None, _) => {
+                    c.carried_files += 1;
+                    c.carried_bytes += f.size;
+                }
+                (Some(_), None) => {
+                    c.copied_files += 1;
+                    c.copied_bytes += f.size;
+                }
+                (Some(_), Some((size, _))) => {
+                    c.patched_files += 1;
+                    c.patched_bytes += f.size;
+                    c.patch_bytes += size;
+                }
+            }
+        }
+        c
+    }
+}

@@ -15,7 +15,7 @@ use std::path::Path;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
-use super::volumes::UnitLayout;
+use crate::bundle::volumes::UnitLayout;
 use crate::error::{Error, Result};
 use crate::fsio;
 use crate::manifest::{self, PARITY_ALGORITHM, Parity, Volume};

@@ -1,0 +1,379 @@
+//! The version a delta is made against, as the staging host has it (`pack --base`): an
+//! installed directory (its receipt), a bundle directory, or a `manifest.json` with its
+//! `.minisig` beside it; and where the base files' contents can be read on this host.
+//!
+//! A base on the staging host is as untrusted as a model directory (docs/SECURITY.md): it may
+//! hold links leaving it, FIFOs, or files that drifted from its receipt since it was installed.
+//! So its files are opened below the base's directory handle, one component at a time, no
+//! link followed, without blocking, regular files only ([`crate::fsio`]), and each is hashed
+//! against the base manifest before it is used. A file that fails is not used: the new
+//! version of it travels whole (carried), which every target installs correctly, and the
+//! operator is told which base file is not what its receipt says.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use super::source::Model;
+use crate::bundle::open::{self, Opened};
+use crate::entries::{EntrySink, Mode};
+use crate::error::{Error, Result};
+use crate::fsio::{self, OpenError};
+use crate::keys::PublicKey;
+use crate::manifest::{self, FileEntry, Manifest};
+use crate::progress::Progress;
+use crate::receipt;
+
+/// Where the base files' contents are on this host.
+#[derive(Debug)]
+enum Content {
+    /// An installed directory, held by a handle.
+    Installed { dir: PathBuf, root: OwnedFd },
+    /// A bundle signed by the pack's key: the files are extracted from its verified stream.
+    Bundle { dir: PathBuf, key: PublicKey },
+    /// A snapshot of a Hugging Face cache holding the base's commit.
+    Snapshot { repo: PathBuf, commit: String },
+    /// Nowhere: files are taken from the base only where unchanged (copy).
+    None,
+}
+
+/// The base of a delta on the staging host (module documentation).
+#[derive(Debug)]
+pub struct BaseSource {
+    /// The base manifest.
+    pub manifest: Manifest,
+    /// SHA-256 of its exact bytes.
+    pub manifest_sha256: String,
+    content: Content,
+    /// What the operator should know (an unverified signature, no contents to patch from,
+    /// base files not used).
+    pub notes: Vec<String>,
+}
+
+/// The manifest, signature and file contents `--base` names, and what kind of base it is.
+fn locate(path: &Path) -> Result<(PathBuf, PathBuf, Option<PathBuf>, &'static str)> {
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    let found = if meta.is_dir() {
+        if receipt::exists(path) {
+            (
+                receipt::manifest_path(path),
+                receipt::signature_path(path),
+                Some(path.to_path_buf()),
+                "installed directory",
+            )
+        } else if path.join(manifest::MANIFEST_NAME).is_file() {
+            (
+                path.join(manifest::MANIFEST_NAME),
+                path.join(manifest::SIGNATURE_NAME),
+                None,
+                "bundle",
+            )
+        } else {
+            return Err(Error::Usage(format!(
+                "--base {}: neither an airlock install (no .airlock/manifest.json) nor a bundle (no manifest.json)",
+                path.display()
+            )));
+        }
+    } else {
+        let mut sig = path.as_os_str().to_owned();
+        sig.push(".minisig");
+        (path.to_path_buf(), PathBuf::from(sig), None, "manifest")
+    };
+    Ok(found)
+}
+
+/// The checks `--base` allows before the key is unlocked: the base is there, its manifest
+/// parses, its signature file exists, and it is an earlier version of the same model.
+pub fn precheck(path: &Path, name: &str, version: u64) -> Result<()> {
+    let (manifest_path, sig_path, _, _) = locate(path)?;
+    let bytes = fsio::read_regular_capped(&manifest_path, manifest::MAX_MANIFEST_BYTES, false)
+        .map_err(|e| Error::io(&manifest_path, e))?;
+    let m = Manifest::parse(&bytes).map_err(|reason| Error::BadManifest {
+        path: manifest_path.clone(),
+        reason,
+    })?;
+    if !sig_path.is_file() {
+        return Err(Error::MissingSignature { path: sig_path });
+    }
+    check_same_model(&m, name, version)
+}
+
+/// A delta's base must be an earlier version of the same model.
+pub fn check_same_model(bm: &Manifest, name: &str, version: u64) -> Result<()> {
+    if bm.name != name {
+        return Err(Error::Usage(format!(
+            "--base is {:?} version {}, not a version of {name:?}; give the bundle the base's name with --name {:?}",
+            bm.name, bm.version, bm.name
+        )));
+    }
+    if bm.version >= version {
+        return Err(Error::Usage(format!(
+            "--base is version {} of {name:?}; a delta must have a higher --version (this one is {version})",
+            bm.version
+        )));
+    }
+    Ok(())
+}
+
+impl BaseSource {
+    /// Reads the base named by `--base`. The signature must be present and well formed; it is
+    /// verified when it is by `signer` (the key this delta is signed with, the usual case: one
+    /// publisher signs every version). A base signed by another key is used with a note: the
+    /// target verifies the base receipt against its own trust set before applying the delta,
+    /// so the pack-side check only guards against building on the wrong file.
+    pub fn open(path: &Path, signer: &PublicKey) -> Result<BaseSource> {
+        let (manifest_path, sig_path, files_dir, kind) = locate(path)?;
+        let mut notes = Vec::new();
+        let mut verified = false;
+        let (manifest, bytes) = match open::verify_signed(
+            &manifest_path,
+            &sig_path,
+            std::slice::from_ref(signer),
+        ) {
+            Ok(signed) => {
+                verified = true;
+                (signed.manifest, signed.bytes)
+            }
+            Err(Error::UntrustedKey { key_id, .. }) => {
+                let bytes =
+                    fsio::read_regular_capped(&manifest_path, manifest::MAX_MANIFEST_BYTES, false)
+                        .map_err(|e| Error::io(&manifest_path, e))?;
+                let m = Manifest::parse(&bytes).map_err(|reason| Error::BadManifest {
+                    path: manifest_path.clone(),
+                    reason,
+                })?;
+                notes.push(format!(
+                        "the base {} is signed by key {key_id}, not by the key signing this delta: its signature was not verified here (the target verifies the installed base against its trust set before applying the delta)",
+                        manifest_path.display()
+                    ));
+                (m, bytes)
+            }
+            Err(e) => return Err(e),
+        };
+        let content = match files_dir {
+            Some(dir) => {
+                let root = fsio::open_dir_path(&dir, fsio::Follow::Final)
+                    .map_err(|e| Error::io(&dir, e.into()))?;
+                Content::Installed { dir, root }
+            }
+            None if kind == "bundle" && verified => Content::Bundle {
+                dir: path.to_path_buf(),
+                key: signer.clone(),
+            },
+            None => Content::None,
+        };
+        Ok(BaseSource {
+            manifest_sha256: hex::encode(Sha256::digest(&bytes)),
+            manifest,
+            content,
+            notes,
+        })
+    }
+
+    /// For a pack from a Hugging Face cache: where the base has no contents of its own (a
+    /// bundle signed by another key, a bare manifest), the snapshot of the base's commit in
+    /// the same cache repository serves, when the cache holds it.
+    pub fn with_snapshot_of(mut self, model: &Model) -> BaseSource {
+        if let (Content::None, Some(hf), Some(src)) =
+            (&self.content, &model.hf, &self.manifest.source)
+            && src.repo_id == hf.repo_id
+            && src.repo_type == hf.repo_type
+            && hf
+                .snapshot
+                .repo_folder
+                .join("snapshots")
+                .join(&src.commit)
+                .is_dir()
+        {
+            self.content = Content::Snapshot {
+                repo: hf.snapshot.repo_folder.clone(),
+                commit: src.commit.clone(),
+            };
+        }
+        self
+    }
+
+    /// Whether the base files' contents can be read here (to make patches).
+    pub fn has_content(&self) -> bool {
+        !matches!(self.content, Content::None)
+    }
+
+    /// A note for a base whose contents cannot be read here.
+    pub fn no_content_note(&self) -> Option<String> {
+        (!self.has_content()).then(|| {
+            "the base's file contents cannot be used here: files are taken from it only where unchanged (copy); changed files are carried whole. Give the base's installed directory (or its bundle, signed by this key) as --base to patch them".to_string()
+        })
+    }
+
+    /// The contents of the base files `wanted` (by path), each opened by the rules above and
+    /// checked against the base manifest. A file that cannot be used is left out, with a note
+    /// saying why. `work` is a directory for files extracted from a base bundle.
+    pub fn contents(
+        &mut self,
+        wanted: &[&str],
+        work: &Path,
+        progress: &dyn Progress,
+    ) -> Result<HashMap<String, File>> {
+        let by_path: HashMap<&str, &FileEntry> = self
+            .manifest
+            .files
+            .iter()
+            .map(|f| (f.path.as_str(), f))
+            .collect();
+        let mut out = HashMap::new();
+        let mut notes = Vec::new();
+        match &self.content {
+            Content::None => {}
+            Content::Installed { dir, root } => {
+                for path in wanted {
+                    let Some(b) = by_path.get(path) else { continue };
+                    match fsio::open_file_below(root, path) {
+                        Ok((f, len)) => match check(&f, len, b) {
+                            Ok(()) => {
+                                out.insert(path.to_string(), f);
+                            }
+                            Err(why) => notes.push(unused(&dir.join(path), &why)),
+                        },
+                        Err(e @ (OpenError::Link | OpenError::NotRegular(_))) => {
+                            notes.push(unused(&dir.join(path), &e.to_string()))
+                        }
+                        Err(OpenError::NotFound) => {
+                            notes.push(unused(&dir.join(path), "it is missing"))
+                        }
+                        Err(e) => return Err(Error::io(dir.join(path), e.into())),
+                    }
+                }
+            }
+            Content::Snapshot { repo, commit } => {
+                for path in wanted {
+                    let Some(b) = by_path.get(path) else { continue };
+                    let full = repo.join("snapshots").join(commit).join(path);
+                    match crate::hfcache::open_snapshot_file(repo, commit, path) {
+                        Ok(f) => {
+                            let len = f.metadata().map_err(|e| Error::io(&full, e))?.len();
+                            match check(&f, len, b) {
+                                Ok(()) => {
+                                    out.insert(path.to_string(), f);
+                                }
+                                Err(why) => notes.push(unused(&full, &why)),
+                            }
+                        }
+                        Err(e) => notes.push(unused(&full, &e.to_string())),
+                    }
+                }
+            }
+            Content::Bundle { dir, key } => {
+                for (path, f) in extract(dir, key, wanted, work, progress)? {
+                    out.insert(path, f);
+                }
+            }
+        }
+        self.notes.extend(notes);
+        Ok(out)
+    }
+}
+
+/// Whether the open base file `f` (of `len` bytes) is exactly the base manifest's `b`.
+fn check(f: &File, len: u64, b: &FileEntry) -> std::result::Result<(), String> {
+    if len != b.size {
+        return Err(format!("it has {len} bytes, its receipt says {}", b.size));
+    }
+    let got = fsio::hash_exact(f, len).map_err(|e| format!("it cannot be read ({e})"))?;
+    if got != b.sha256 {
+        return Err(format!(
+            "its sha256 is {got}, its receipt says {}",
+            b.sha256
+        ));
+    }
+    Ok(())
+}
+
+fn unused(path: &Path, why: &str) -> String {
+    format!(
+        "the base file {} was not used ({why}): the new version of it travels whole",
+        path.display()
+    )
+}
+
+/// Extracts the base content of the `wanted` files from the base bundle's stream into
+/// `work/delta-base/`, every byte checked on the way against the base's signed manifest (the
+/// strict stream fails on any digest mismatch). A file the base bundle does not carry (the
+/// base is itself a delta) is not extracted, and its new version is then carried whole.
+fn extract(
+    bundle: &Path,
+    key: &PublicKey,
+    wanted: &[&str],
+    work: &Path,
+    progress: &dyn Progress,
+) -> Result<Vec<(String, File)>> {
+    let dir = work.join("delta-base");
+    let work_fd =
+        fsio::open_dir_path(work, fsio::Follow::Never).map_err(|e| Error::io(work, e.into()))?;
+    let dir_fd = fsio::mkdir_at(&work_fd, work, "delta-base", 0o700)?;
+    let wanted: HashMap<String, usize> = wanted
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.to_string(), i))
+        .collect();
+    let opened = open::open(bundle, std::slice::from_ref(key))?;
+    let mut sink = Extract {
+        wanted: &wanted,
+        dir: &dir,
+        dir_fd: &dir_fd,
+        current: None,
+        done: Vec::new(),
+    };
+    crate::bundle::stream::stream(&opened, Mode::Strict, &mut sink, progress)?;
+    let _: &Opened = &opened;
+    Ok(sink.done)
+}
+
+struct Extract<'a> {
+    wanted: &'a HashMap<String, usize>,
+    dir: &'a Path,
+    dir_fd: &'a OwnedFd,
+    current: Option<(String, BufWriter<File>, String)>,
+    done: Vec<(String, File)>,
+}
+
+impl EntrySink for Extract<'_> {
+    fn dir(&mut self, _: &str) -> Result<()> {
+        Ok(())
+    }
+    fn begin_file(&mut self, file: &FileEntry) -> Result<()> {
+        self.current = match self.wanted.get(&file.path) {
+            Some(i) => {
+                let name = i.to_string();
+                let f = fsio::create_at(self.dir_fd, &name, 0o600, true)
+                    .map_err(|e| Error::io(self.dir.join(&name), e.into()))?;
+                Some((
+                    file.path.clone(),
+                    BufWriter::with_capacity(1 << 20, f),
+                    name,
+                ))
+            }
+            None => None,
+        };
+        Ok(())
+    }
+    fn data(&mut self, bytes: &[u8]) -> Result<()> {
+        if let Some((_, w, name)) = &mut self.current {
+            w.write_all(bytes)
+                .map_err(|e| Error::io(self.dir.join(&*name), e))?;
+        }
+        Ok(())
+    }
+    fn end_file(&mut self, _: &FileEntry) -> Result<()> {
+        if let Some((path, w, name)) = self.current.take() {
+            let f = w
+                .into_inner()
+                .map_err(|e| Error::io(self.dir.join(&name), e.into_error()))?;
+            self.done.push((path, f));
+        }
+        Ok(())
+    }
+}

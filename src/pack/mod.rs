@@ -1,0 +1,478 @@
+//! Packing: a model (a directory or a Hugging Face snapshot, [`source`]) → a plan (the whole
+//! model, or a delta over a base, [`plan`] and [`base`]) → the volume writer (tar → zstd →
+//! volumes, chunk digests, [`write`]) → the parity writer ([`parity`]) → the seal (manifest,
+//! signature, [`seal`]), all inside `BUNDLE.partial/`, a private work directory locked from
+//! birth and removed on failure or a signal, renamed to `BUNDLE` in one step at the end.
+//!
+//! Each stage knows only its own job: the writer writes the entries it is given and knows
+//! nothing of deltas; the plan decides, and completes the manifest's lists from the writer's
+//! digests; the seal builds, checks and signs the manifest.
+
+pub mod base;
+pub mod parity;
+pub mod plan;
+pub mod seal;
+pub mod source;
+pub mod write;
+
+use std::io::{self, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+pub use base::BaseSource;
+pub use source::{Model, ModelSpec};
+pub use write::{Compress, EtagCheck};
+
+use crate::delta::Counts;
+use crate::error::{Error, Result};
+use crate::fsio;
+use crate::keys::{self, SecretKey};
+use crate::manifest::{
+    self, Compression, FileEntry, HfSource, Manifest, Stream, Totals, Volume, Warning,
+};
+use crate::progress::Progress;
+use crate::scan::ScanEntry;
+use crate::staging::{self, Staging};
+use crate::tar;
+
+/// Everything `pack` needs besides the model, resolved.
+pub struct PackOptions<'a> {
+    /// The bundle directory to create.
+    pub out: PathBuf,
+    /// Signing key.
+    pub key: &'a SecretKey,
+    /// Bundle name.
+    pub name: String,
+    /// Bundle version.
+    pub version: u64,
+    /// Compression.
+    pub compress: Compress,
+    /// Largest volume, bytes.
+    pub volume_size: u64,
+    /// Chunk size for per-chunk digests.
+    pub chunk_size: u64,
+    /// Creation time, seconds since the epoch.
+    pub created_unix: i64,
+    /// Model-check warnings to record.
+    pub warnings: Vec<Warning>,
+    /// Parity to add, in percent of the data (`pack --parity`; FORMAT.md section 17).
+    pub parity: Option<f64>,
+    /// Pack a delta against this base (docs/FORMAT.md section 16).
+    pub base: Option<BaseSource>,
+}
+
+/// Result of a pack.
+pub struct Packed {
+    /// The manifest written.
+    pub manifest: Manifest,
+    /// SHA-256 of manifest.json.
+    pub manifest_sha256: String,
+    /// For a delta: how the files travel.
+    pub delta: Option<Counts>,
+    /// What the operator should know (base files not used).
+    pub notes: Vec<String>,
+}
+
+/// Packs `model` into the bundle directory `opts.out`.
+///
+/// The work happens in `BUNDLE.partial/`, a [`Staging`] directory (private, locked from
+/// birth, removed on failure and on SIGINT/SIGTERM); once the signature is on disk it becomes
+/// `BUNDLE` in one rename.
+pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -> Result<Packed> {
+    let out = &opts.out;
+    if std::fs::symlink_metadata(out).is_ok() {
+        return Err(Error::Usage(format!(
+            "{} already exists; choose a new bundle directory",
+            out.display()
+        )));
+    }
+    let parent = fsio::parent_dir(out);
+    let Some(out_name) = out.file_name().and_then(|n| n.to_str()) else {
+        return Err(Error::Usage(format!(
+            "{}: not a usable bundle name",
+            out.display()
+        )));
+    };
+    check_manifest_fits(model, &opts)?;
+    if let Some(e) = model
+        .entries
+        .iter()
+        .find(|e| manifest::uses_delta_dir(e.path()))
+    {
+        return Err(Error::Source {
+            path: PathBuf::from(e.path()),
+            reason: format!(
+                "uses the name {:?}, reserved for the patches of delta bundles",
+                manifest::DELTA_DIR
+            ),
+        });
+    }
+    let partial_name = format!("{out_name}.partial");
+    let partial = parent.join(&partial_name);
+    let staging = match Staging::create_named(&parent, &partial_name) {
+        Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::AlreadyExists => {
+            if !remove_abandoned_partial(&parent, &partial_name) {
+                return Err(Error::Usage(format!(
+                    "{} exists and is not a stale airlock pack (another pack may be running); remove it or choose another name",
+                    partial.display()
+                )));
+            }
+            Staging::create_named(&parent, &partial_name)?
+        }
+        other => other?,
+    };
+    let dir = staging.path();
+    let level = match opts.compress {
+        Compress::Zstd { level, .. } => level,
+        Compress::None => 3,
+    };
+    let plan = plan::plan(
+        model,
+        opts.base.as_mut(),
+        &opts.name,
+        opts.version,
+        &dir,
+        level,
+        progress,
+    )?;
+    let written = write::write(
+        &plan.stream,
+        &dir,
+        &write::WriteOptions {
+            compress: opts.compress,
+            volume_size: opts.volume_size,
+            chunk_size: opts.chunk_size,
+        },
+        progress,
+    )?;
+    let stream_size = written.stream_size;
+    let volumes = written.volumes.clone();
+    let completed = plan.finish(model, written)?;
+    let parity = match opts.parity {
+        Some(percent) => Some(parity::write_parity(
+            &dir,
+            &volumes,
+            opts.chunk_size,
+            opts.volume_size,
+            percent,
+            progress,
+        )?),
+        None => None,
+    };
+    let compression = match opts.compress {
+        Compress::None => Compression {
+            algorithm: "none".into(),
+            level: None,
+        },
+        Compress::Zstd { level, .. } => Compression {
+            algorithm: "zstd".into(),
+            level: Some(level),
+        },
+    };
+    let sealed = seal::seal(
+        seal::Parts {
+            name: opts.name.clone(),
+            version: opts.version,
+            created_unix: opts.created_unix,
+            compression,
+            stream_size,
+            chunk_size: opts.chunk_size,
+            volumes,
+            directories: completed.directories,
+            files: completed.files,
+            warnings: opts.warnings.clone(),
+            source: model.hf.as_ref().map(|hf| HfSource {
+                etags: completed.etags.clone().unwrap_or_default(),
+                ..hf.source()
+            }),
+            parity,
+            base: plan.base().cloned(),
+        },
+        opts.key,
+        &dir,
+    )?;
+    rustix::fs::fchmod(staging.fd(), rustix::fs::Mode::from_raw_mode(0o755))
+        .map_err(|e| Error::io(&partial, e.into()))?;
+    staging.into_place(out)?;
+    Ok(Packed {
+        manifest: sealed.manifest,
+        manifest_sha256: sealed.manifest_sha256,
+        delta: plan.counts(),
+        notes: opts.base.map(|b| b.notes).unwrap_or_default(),
+    })
+}
+
+/// Counts the bytes written to it.
+struct Counter(u64);
+
+impl Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The size `manifest.json` would have for `opts`, from the scan alone: every field but the
+/// digests is known before packing, the digests have fixed lengths, and the volume list is
+/// sized for the largest payload the stream can compress to. An upper bound within a few
+/// bytes per volume.
+pub fn manifest_size_estimate(model: &Model, opts: &PackOptions<'_>) -> u64 {
+    let digest = "0".repeat(64);
+    let mut files = Vec::new();
+    let mut directories = Vec::new();
+    let mut stream: u64 = 2 * tar::BLOCK as u64;
+    for e in &model.entries {
+        match e {
+            ScanEntry::Dir { path } => {
+                stream = stream
+                    .saturating_add(manifest::entry_stream_size(path, true, 0).unwrap_or(u64::MAX));
+                directories.push(path.clone());
+            }
+            ScanEntry::File {
+                path,
+                size,
+                executable,
+                ..
+            } => {
+                stream = stream.saturating_add(
+                    manifest::entry_stream_size(path, false, *size).unwrap_or(u64::MAX),
+                );
+                files.push(FileEntry {
+                    path: path.clone(),
+                    size: *size,
+                    sha256: digest.clone(),
+                    executable: *executable,
+                    from: None,
+                });
+            }
+        }
+    }
+    // zstd's worst case for one frame (ZSTD_COMPRESSBOUND: size + size/256 + at most 64
+    // bytes below 128 KiB), plus the frame header.
+    let payload = match opts.compress {
+        Compress::None => stream,
+        Compress::Zstd { .. } => stream.saturating_add(stream >> 8).saturating_add(128),
+    };
+    let count = payload.div_ceil(opts.volume_size.max(1)).max(1);
+    let volumes: Vec<Volume> = (0..count)
+        .map(|i| {
+            let size = opts.volume_size.min(payload - i * opts.volume_size);
+            Volume {
+                name: manifest::volume_name(i as usize, count as usize),
+                size,
+                sha256: None,
+                chunks: vec![digest.clone(); size.div_ceil(opts.chunk_size.max(1)) as usize],
+            }
+        })
+        .collect();
+    let parity = opts
+        .parity
+        .and_then(|p| parity::estimate(&volumes, opts.chunk_size, opts.volume_size, p));
+    let m = Manifest {
+        format: manifest::FORMAT_ID.into(),
+        format_version: manifest::FORMAT_VERSION,
+        name: opts.name.clone(),
+        version: opts.version,
+        created: manifest::rfc3339(opts.created_unix),
+        tool: format!("airlock {}", env!("CARGO_PKG_VERSION")),
+        compression: Compression {
+            algorithm: "zstd".into(),
+            level: Some(19),
+        },
+        stream: Stream { size: stream },
+        chunk_size: opts.chunk_size,
+        volumes,
+        totals: Totals {
+            files: u64::MAX,
+            directories: u64::MAX,
+            file_bytes: u64::MAX,
+            volume_bytes: u64::MAX,
+        },
+        warnings: opts.warnings.clone(),
+        source: model.hf.as_ref().map(|hf| HfSource {
+            etags: vec![digest.clone(); files.len()],
+            ..hf.source()
+        }),
+        parity,
+        base: None,
+        directories,
+        files,
+    };
+    let mut counter = Counter(0);
+    serde_json::to_writer_pretty(&mut counter, &m).expect("counting never fails");
+    // A delta adds `base` (under 200 bytes) and at most one `from` object per file: the path
+    // again (JSON-escaped, at most 6 bytes per byte) and about 250 bytes of fields and digest.
+    let delta = match &opts.base {
+        None => 0,
+        Some(_) => model
+            .entries
+            .iter()
+            .map(|e| match e {
+                ScanEntry::File { path, .. } => 250 + 6 * path.len() as u64,
+                ScanEntry::Dir { .. } => 0,
+            })
+            .sum::<u64>()
+            .saturating_add(200),
+    };
+    (counter.0 + 1).saturating_add(delta)
+}
+
+/// Refuses, before anything is written, a model whose manifest would be larger than readers
+/// accept (FORMAT.md, section 2): airlock never writes a bundle it would refuse to read.
+fn check_manifest_fits(model: &Model, opts: &PackOptions<'_>) -> Result<()> {
+    let estimate = manifest_size_estimate(model, opts);
+    if estimate > manifest::MAX_MANIFEST_BYTES {
+        return Err(manifest_too_large(model, opts, estimate));
+    }
+    Ok(())
+}
+
+fn manifest_too_large(model: &Model, opts: &PackOptions<'_>, size: u64) -> Error {
+    let files = model
+        .entries
+        .iter()
+        .filter(|e| matches!(e, ScanEntry::File { .. }))
+        .count();
+    Error::ManifestTooLarge {
+        path: opts.out.clone(),
+        reason: format!(
+            "cannot pack this model: its manifest would be {size} bytes ({files} files, {} entries in all), more than the {}-byte limit every reader enforces",
+            model.entries.len(),
+            manifest::MAX_MANIFEST_BYTES
+        ),
+    }
+}
+
+/// Removes `PARENT/NAME.partial` if a pack of this user left it: either its lock is free (the
+/// pack died while writing), or it has no lock and is complete (the pack died between removing
+/// its lock and the final rename, leaving a signed bundle under the work name).
+fn remove_abandoned_partial(parent: &Path, name: &str) -> bool {
+    let partial = parent.join(name);
+    let Ok(parent_fd) = fsio::open_dir_path(parent, fsio::Follow::Final) else {
+        return false;
+    };
+    match staging::remove_if_stale(&parent_fd, name, &partial, false) {
+        Ok(true) => return true,
+        Ok(false) => {}
+        Err(_) => return false,
+    }
+    is_complete_bundle(&partial) && staging::remove_tree(&partial).is_ok()
+}
+
+/// Whether `dir` is a directory of this user holding exactly a manifest that parses, its
+/// signature, and the volumes the manifest lists at their listed sizes: a finished pack.
+fn is_complete_bundle(dir: &Path) -> bool {
+    let Ok(meta) = std::fs::symlink_metadata(dir) else {
+        return false;
+    };
+    if !meta.is_dir() || meta.uid() != rustix::process::geteuid().as_raw() {
+        return false;
+    }
+    let Ok(bytes) = fsio::read_regular_capped(
+        &dir.join(manifest::MANIFEST_NAME),
+        manifest::MAX_MANIFEST_BYTES,
+        false,
+    ) else {
+        return false;
+    };
+    let Ok(m) = Manifest::parse(&bytes) else {
+        return false;
+    };
+    let Ok(sig) = fsio::read_regular_capped(&dir.join(manifest::SIGNATURE_NAME), 64 << 10, false)
+    else {
+        return false;
+    };
+    if std::str::from_utf8(&sig)
+        .ok()
+        .and_then(|t| keys::Signature::parse(t).ok())
+        .is_none()
+    {
+        return false;
+    }
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    let mut seen = 0;
+    for e in rd {
+        let Ok(e) = e else { return false };
+        let name = e.file_name();
+        let Some(name) = name.to_str() else {
+            return false;
+        };
+        if name == manifest::MANIFEST_NAME || name == manifest::SIGNATURE_NAME {
+            continue;
+        }
+        let Some(v) = m.volumes.iter().find(|v| v.name == name) else {
+            return false;
+        };
+        match std::fs::symlink_metadata(e.path()) {
+            Ok(vm) if vm.is_file() && vm.len() == v.size => seen += 1,
+            _ => return false,
+        }
+    }
+    seen == m.volumes.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options<'a>(out: PathBuf, key: &'a SecretKey, compress: Compress) -> PackOptions<'a> {
+        PackOptions {
+            out,
+            key,
+            name: "m".into(),
+            version: 1,
+            compress,
+            volume_size: 4096,
+            chunk_size: 4096,
+            created_unix: 0,
+            warnings: vec![],
+            parity: None,
+            base: None,
+        }
+    }
+
+    #[test]
+    fn manifest_size_estimate_is_an_upper_bound_close_to_the_real_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("m");
+        std::fs::create_dir_all(root.join("sub/deeper")).unwrap();
+        for i in 0..40u32 {
+            let bytes: Vec<u8> = (0..i * 997)
+                .map(|b| (b.wrapping_mul(2654435761) >> 7) as u8)
+                .collect();
+            std::fs::write(root.join(format!("sub/f{i}.bin")), bytes).unwrap();
+        }
+        std::fs::write(root.join("sub/deeper/\u{e9}t\u{e9} \"quoted\".txt"), b"x").unwrap();
+        let key = SecretKey::generate().unwrap();
+        for (i, compress) in [
+            Compress::None,
+            Compress::Zstd {
+                level: 3,
+                workers: 0,
+            },
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let model = Model::open(&ModelSpec::Dir(root.clone())).unwrap();
+            let opts = options(dir.path().join(format!("b{i}")), &key, compress);
+            let estimate = manifest_size_estimate(&model, &opts);
+            let packed = pack(&model, opts, &crate::progress::Silent).unwrap();
+            let actual = packed.manifest.to_bytes().len() as u64;
+            assert!(estimate >= actual, "estimate {estimate} < actual {actual}");
+            // Uncompressed, the payload is known exactly: only the digits of the totals and
+            // the level differ. Compressed, the bound is for incompressible data.
+            if i == 0 {
+                assert!(
+                    estimate - actual < 256,
+                    "estimate {estimate}, actual {actual}"
+                );
+            }
+        }
+    }
+}

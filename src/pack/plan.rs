@@ -1,0 +1,484 @@
+//! The plan of a pack: what the volume writer streams, and how the manifest's files are
+//! completed afterwards. A full bundle streams the model as it is; a delta (`pack --base`,
+//! docs/FORMAT.md section 16) decides how each file of the new version reaches the target.
+//!
+//! Per file, in this order: *copy* when some base file has the same size and SHA-256 (the base
+//! file at the same path first); *xor* when the base has a file at the same path whose content
+//! is on this host ([`BaseSource::contents`]: opened by the untrusted-tree rules and checked
+//! against the base manifest) and the patch is smaller than the file (map `safetensors` when
+//! both are safetensors files that line up, else `bytes`); *carried* otherwise. Patches are
+//! encoded front to back into files in the bundle's work directory (their size must be known
+//! before their tar header is written), then streamed like any file and removed before the
+//! bundle is renamed into place. Memory stays flat whatever the model size.
+//!
+//! The writer ([`super::write`]) writes the plan it is given and knows nothing of deltas.
+
+use std::collections::HashMap;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use super::base::{self, BaseSource};
+use super::source::Model;
+use super::write::{self, StreamEntry, Written};
+use crate::delta::Counts;
+use crate::delta::patch::{self, Map};
+use crate::error::{Error, Result};
+use crate::fsio;
+use crate::manifest::{self, Base, FileEntry, From};
+use crate::progress::Progress;
+use crate::scan::ScanEntry;
+
+/// How one file of the new version travels.
+#[derive(Debug)]
+enum Decision {
+    Carry,
+    Copy {
+        sha256: String,
+        etag: Option<String>,
+        from: String,
+    },
+    Xor {
+        sha256: String,
+        etag: Option<String>,
+        from: From,
+    },
+}
+
+/// What a delta decided.
+struct DeltaPlan {
+    base: Base,
+    decisions: Vec<Decision>,
+    /// Where the patches were written; removed by [`Plan::finish`].
+    patch_dir: PathBuf,
+    counts: Counts,
+}
+
+/// What [`plan`] decided: the entries to stream and how to complete the manifest after.
+pub struct Plan {
+    /// The stream's entries: the model's, or for a delta its directories, carried files,
+    /// `.airlock-delta` and the patches.
+    pub stream: Vec<StreamEntry>,
+    delta: Option<DeltaPlan>,
+}
+
+/// The manifest's lists, completed from what was written.
+pub struct Completed {
+    /// Directories.
+    pub directories: Vec<String>,
+    /// Files.
+    pub files: Vec<FileEntry>,
+    /// For a Hugging Face snapshot: each file's etag, in order.
+    pub etags: Option<Vec<String>>,
+}
+
+impl Plan {
+    /// The `base` object of a delta.
+    pub fn base(&self) -> Option<&Base> {
+        self.delta.as_ref().map(|d| &d.base)
+    }
+
+    /// For a delta: how its files travel.
+    pub fn counts(&self) -> Option<Counts> {
+        self.delta.as_ref().map(|d| d.counts)
+    }
+
+    /// The manifest's directories, files and etags from what was written (the digests read
+    /// while streaming); removes the patch files.
+    pub fn finish(&self, model: &Model, written: Written) -> Result<Completed> {
+        let hf = model.hf.is_some();
+        let Some(delta) = &self.delta else {
+            let etags = hf.then(|| {
+                written
+                    .files
+                    .iter()
+                    .map(|f| f.etag.clone().unwrap_or_default())
+                    .collect()
+            });
+            let files = written
+                .files
+                .into_iter()
+                .map(|f| FileEntry {
+                    path: f.path,
+                    size: f.size,
+                    sha256: f.sha256,
+                    executable: f.executable,
+                    from: None,
+                })
+                .collect();
+            return Ok(Completed {
+                directories: written.directories,
+                files,
+                etags,
+            });
+        };
+        let mut by_path: HashMap<String, write::WrittenFile> = written
+            .files
+            .into_iter()
+            .map(|f| (f.path.clone(), f))
+            .collect();
+        let mut files = Vec::with_capacity(delta.decisions.len());
+        let mut etags = Vec::with_capacity(delta.decisions.len());
+        let model_files = model.entries.iter().filter_map(|e| match e {
+            ScanEntry::File {
+                path,
+                size,
+                executable,
+                ..
+            } => Some((path, *size, *executable)),
+            ScanEntry::Dir { .. } => None,
+        });
+        for (index, ((path, size, executable), d)) in model_files.zip(&delta.decisions).enumerate()
+        {
+            let (sha256, etag, from) = match d {
+                Decision::Carry => {
+                    let f = by_path
+                        .remove(path.as_str())
+                        .ok_or_else(|| internal(path))?;
+                    (f.sha256, f.etag, None)
+                }
+                Decision::Copy { sha256, etag, from } => (
+                    sha256.clone(),
+                    etag.clone(),
+                    Some(From {
+                        path: from.clone(),
+                        op: manifest::OP_COPY.into(),
+                        map: None,
+                        patch_size: None,
+                        patch_sha256: None,
+                    }),
+                ),
+                Decision::Xor { sha256, etag, from } => {
+                    let p = manifest::patch_path(index);
+                    let f = by_path.remove(&p).ok_or_else(|| internal(&p))?;
+                    if Some(&f.sha256) != from.patch_sha256.as_ref() {
+                        return Err(Error::SourceChanged {
+                            path: delta.patch_dir.join(index.to_string()),
+                            what: "the patch changed between its encoding and the stream".into(),
+                        });
+                    }
+                    (sha256.clone(), etag.clone(), Some(from.clone()))
+                }
+            };
+            etags.push(etag.unwrap_or_default());
+            files.push(FileEntry {
+                path: path.clone(),
+                size,
+                sha256,
+                executable,
+                from,
+            });
+        }
+        std::fs::remove_dir_all(&delta.patch_dir).map_err(|e| Error::io(&delta.patch_dir, e))?;
+        let directories = written
+            .directories
+            .into_iter()
+            .filter(|d| d != manifest::DELTA_DIR)
+            .collect();
+        Ok(Completed {
+            directories,
+            files,
+            etags: hf.then_some(etags),
+        })
+    }
+}
+
+/// The model's entries as the writer takes them, each file with its etag check.
+fn model_stream(model: &Model) -> Vec<StreamEntry> {
+    let mut file_index = 0;
+    model
+        .entries
+        .iter()
+        .map(|e| match e {
+            ScanEntry::Dir { path } => StreamEntry::Dir(path.clone()),
+            ScanEntry::File {
+                path,
+                source,
+                size,
+                executable,
+            } => {
+                let etag = model.etag(file_index).cloned();
+                file_index += 1;
+                StreamEntry::File {
+                    path: path.clone(),
+                    source: source.clone(),
+                    size: *size,
+                    executable: *executable,
+                    etag,
+                }
+            }
+        })
+        .collect()
+}
+
+/// Counts and hashes what passes through.
+struct HashingWriter<W> {
+    inner: W,
+    hash: Sha256,
+}
+
+impl<W: Write> Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hash.update(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Plans the pack of `model` as `name` version `version`: the whole model, or with `base` a
+/// delta whose patches are written under `work` (the bundle's work directory) at zstd
+/// `level`.
+pub fn plan(
+    model: &Model,
+    base: Option<&mut BaseSource>,
+    name: &str,
+    version: u64,
+    work: &Path,
+    level: i32,
+    progress: &dyn Progress,
+) -> Result<Plan> {
+    let Some(base) = base else {
+        return Ok(Plan {
+            stream: model_stream(model),
+            delta: None,
+        });
+    };
+    base::check_same_model(&base.manifest, name, version)?;
+    let patch_dir = work.join("delta-patches");
+    std::fs::create_dir(&patch_dir).map_err(|e| Error::io(&patch_dir, e))?;
+    let (decisions, candidates, mut counts) = copies(model, base, progress)?;
+    let wanted: Vec<&str> = candidates.iter().map(|(_, e)| e.path()).collect();
+    let mut base_content = base.contents(&wanted, work, progress)?;
+    // Pass 2: a patch for each candidate, kept when it is smaller than the file.
+    let mut decisions = decisions;
+    let mut patches = Vec::new();
+    for (index, e) in candidates {
+        let ScanEntry::File {
+            path, source, size, ..
+        } = e
+        else {
+            continue;
+        };
+        let Some(old) = base_content.remove(path.as_str()) else {
+            continue;
+        };
+        progress.item(path);
+        let (new, _) = fsio::open_regular(source, fsio::Follow::Final)
+            .map_err(|e| Error::io(source, e.into()))?;
+        let map = if patch::safetensors_pair(&new, &old) {
+            Map::Safetensors
+        } else {
+            Map::Bytes
+        };
+        let out_path = patch_dir.join(index.to_string());
+        let out = fsio::create_new(&out_path, 0o600).map_err(|e| Error::io(&out_path, e))?;
+        let writer = HashingWriter {
+            inner: BufWriter::with_capacity(1 << 20, out),
+            hash: Sha256::new(),
+        };
+        let (writer, enc) = patch::encode(&new, &old, map, level, writer).map_err(|e| {
+            Error::io(
+                source,
+                io::Error::other(format!("cannot make the patch against its base: {e}")),
+            )
+        })?;
+        let patch_sha256 = hex::encode(writer.hash.finalize());
+        writer
+            .inner
+            .into_inner()
+            .map_err(|e| Error::io(&out_path, e.into_error()))?;
+        let len = new.metadata().map_err(|e| Error::io(source, e))?.len();
+        if len != *size {
+            return Err(Error::SourceChanged {
+                path: source.clone(),
+                what: format!("size went from {size} to {len} bytes since the scan"),
+            });
+        }
+        progress.advance(*size);
+        if enc.patch_size >= *size {
+            std::fs::remove_file(&out_path).map_err(|e| Error::io(&out_path, e))?;
+            continue;
+        }
+        // Decisions are per model file, so `index` is the file's index too.
+        let etag = etag_of_patched(model, index, source, path, *size, &enc.new_sha256)?;
+        decisions[index] = Decision::Xor {
+            sha256: enc.new_sha256,
+            etag,
+            from: From {
+                path: path.clone(),
+                op: manifest::OP_XOR.into(),
+                map: Some(
+                    match map {
+                        Map::Bytes => "bytes",
+                        Map::Safetensors => "safetensors",
+                    }
+                    .into(),
+                ),
+                patch_size: Some(enc.patch_size),
+                patch_sha256: Some(patch_sha256),
+            },
+        };
+        counts.patched_files += 1;
+        counts.patched_bytes += size;
+        counts.patch_bytes += enc.patch_size;
+        patches.push(StreamEntry::File {
+            path: manifest::patch_path(index),
+            source: out_path,
+            size: enc.patch_size,
+            executable: false,
+            etag: None,
+        });
+    }
+    let extracted = work.join("delta-base");
+    if extracted.exists() {
+        std::fs::remove_dir_all(&extracted).map_err(|e| Error::io(&extracted, e))?;
+    }
+    // The stream: directories and carried files in bundle order, then the patches (sorted
+    // into place below).
+    let mut stream = Vec::new();
+    let mut index = 0;
+    for e in model_stream(model) {
+        match &e {
+            StreamEntry::Dir(_) => stream.push(e),
+            StreamEntry::File { size, .. } => {
+                if matches!(decisions[index], Decision::Carry) {
+                    counts.carried_files += 1;
+                    counts.carried_bytes += size;
+                    stream.push(e);
+                }
+                index += 1;
+            }
+        }
+    }
+    progress.finish();
+    if !patches.is_empty() {
+        stream.push(StreamEntry::Dir(manifest::DELTA_DIR.into()));
+        stream.extend(patches);
+    }
+    stream.sort_by(|a, b| crate::paths::bundle_order(a.path(), b.path()));
+    let bm = &base.manifest;
+    Ok(Plan {
+        stream,
+        delta: Some(DeltaPlan {
+            base: Base {
+                name: bm.name.clone(),
+                version: bm.version,
+                manifest_sha256: base.manifest_sha256.clone(),
+            },
+            decisions,
+            patch_dir,
+            counts,
+        }),
+    })
+}
+
+/// Pass 1: every file that is a copy of a base file (same size and SHA-256), and the files a
+/// patch may be made for (the base has the same path). Returns one decision per model file,
+/// the candidates (decision index, entry), and the counts so far.
+#[allow(clippy::type_complexity)]
+fn copies<'m>(
+    model: &'m Model,
+    base: &BaseSource,
+    progress: &dyn Progress,
+) -> Result<(Vec<Decision>, Vec<(usize, &'m ScanEntry)>, Counts)> {
+    let bm = &base.manifest;
+    let by_path: HashMap<&str, &FileEntry> =
+        bm.files.iter().map(|f| (f.path.as_str(), f)).collect();
+    let mut by_content: HashMap<(u64, &str), Vec<&FileEntry>> = HashMap::new();
+    for f in &bm.files {
+        by_content
+            .entry((f.size, f.sha256.as_str()))
+            .or_default()
+            .push(f);
+    }
+    let sizes: std::collections::HashSet<u64> = bm.files.iter().map(|f| f.size).collect();
+    let total: u64 = model
+        .entries
+        .iter()
+        .map(|e| match e {
+            ScanEntry::File { size, .. } => *size,
+            ScanEntry::Dir { .. } => 0,
+        })
+        .sum();
+    progress.start("delta", total);
+    let mut decisions = Vec::new();
+    let mut candidates = Vec::new();
+    let mut counts = Counts::default();
+    for e in &model.entries {
+        let ScanEntry::File {
+            path, source, size, ..
+        } = e
+        else {
+            continue;
+        };
+        progress.item(path);
+        if sizes.contains(size) {
+            let (sha256, etag) =
+                write::digest_file(source, path, *size, model.etag(decisions.len()))?;
+            if let Some(same) = by_content.get(&(*size, sha256.as_str())) {
+                let from = same.iter().find(|b| b.path == *path).unwrap_or(&same[0]);
+                decisions.push(Decision::Copy {
+                    sha256: sha256.clone(),
+                    etag,
+                    from: from.path.clone(),
+                });
+                counts.copied_files += 1;
+                counts.copied_bytes += size;
+                progress.advance(*size);
+                continue;
+            }
+        }
+        if by_path.contains_key(path.as_str()) {
+            candidates.push((decisions.len(), e));
+        }
+        decisions.push(Decision::Carry);
+    }
+    Ok((decisions, candidates, counts))
+}
+
+/// The etag of a patched file of a Hugging Face snapshot: its SHA-256 (from the patch pass)
+/// for a large file, else its git blob id, read again (a small file).
+fn etag_of_patched(
+    model: &Model,
+    file_index: usize,
+    source: &Path,
+    path: &str,
+    size: u64,
+    sha256: &str,
+) -> Result<Option<String>> {
+    let Some(check) = model.etag(file_index) else {
+        return Ok(None);
+    };
+    let needs_git = match check {
+        write::EtagCheck::Expect(e) => {
+            crate::hfcache::EtagKind::of(e) == Some(crate::hfcache::EtagKind::GitSha1)
+        }
+        write::EtagCheck::Compute => {
+            crate::hfcache::EtagKind::for_size(size) == crate::hfcache::EtagKind::GitSha1
+        }
+    };
+    if needs_git {
+        return Ok(write::digest_file(source, path, size, Some(check))?.1);
+    }
+    if let write::EtagCheck::Expect(want) = check
+        && want != sha256
+    {
+        return Err(Error::BlobMismatch {
+            repo_path: path.to_string(),
+            blob: source.to_path_buf(),
+            etag: want.clone(),
+            actual: sha256.to_string(),
+        });
+    }
+    Ok(Some(sha256.to_string()))
+}
+
+fn internal(path: &str) -> Error {
+    Error::Usage(format!(
+        "internal error: the delta plan and the stream disagree about {path:?}"
+    ))
+}

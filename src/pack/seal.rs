@@ -1,0 +1,128 @@
+//! The seal: the manifest built from what the plan, the writer and the parity pass produced,
+//! held to the reader's own rules, signed, and written beside the volumes.
+
+use std::io;
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::fsio;
+use crate::keys::{self, SecretKey};
+use crate::manifest::{
+    self, Base, Compression, FileEntry, HfSource, Manifest, Parity, Stream, Totals, Volume, Warning,
+};
+
+/// Everything the manifest is made of.
+pub struct Parts {
+    /// Bundle name.
+    pub name: String,
+    /// Bundle version.
+    pub version: u64,
+    /// Creation time, seconds since the epoch.
+    pub created_unix: i64,
+    /// How the stream was compressed.
+    pub compression: Compression,
+    /// The uncompressed stream's size.
+    pub stream_size: u64,
+    /// Chunk size of the chunk digests.
+    pub chunk_size: u64,
+    /// The data volumes.
+    pub volumes: Vec<Volume>,
+    /// Directories.
+    pub directories: Vec<String>,
+    /// Files.
+    pub files: Vec<FileEntry>,
+    /// Model-check findings recorded.
+    pub warnings: Vec<Warning>,
+    /// Hugging Face provenance, its etags filled in.
+    pub source: Option<HfSource>,
+    /// Parity.
+    pub parity: Option<Parity>,
+    /// A delta's base.
+    pub base: Option<Base>,
+}
+
+/// A signed manifest, written.
+pub struct Sealed {
+    /// The manifest.
+    pub manifest: Manifest,
+    /// Its exact bytes.
+    pub bytes: Vec<u8>,
+    /// SHA-256 of the bytes.
+    pub manifest_sha256: String,
+}
+
+/// Builds the manifest from `parts`, checks it with the reader's own `validate` and size limit,
+/// signs it with `key` and writes `manifest.json` and its `.minisig` (synced) into `dir`.
+pub fn seal(parts: Parts, key: &SecretKey, dir: &Path) -> Result<Sealed> {
+    let totals = Totals {
+        files: parts.files.len() as u64,
+        directories: parts.directories.len() as u64,
+        file_bytes: parts.files.iter().map(|f| f.size).sum(),
+        volume_bytes: parts.volumes.iter().map(|v| v.size).sum(),
+    };
+    let manifest = Manifest {
+        format: manifest::FORMAT_ID.into(),
+        format_version: manifest::FORMAT_VERSION,
+        name: parts.name,
+        version: parts.version,
+        created: manifest::rfc3339(parts.created_unix),
+        tool: format!("airlock {}", env!("CARGO_PKG_VERSION")),
+        compression: parts.compression,
+        stream: Stream {
+            size: parts.stream_size,
+        },
+        chunk_size: parts.chunk_size,
+        volumes: parts.volumes,
+        directories: parts.directories,
+        files: parts.files,
+        totals,
+        warnings: parts.warnings,
+        source: parts.source,
+        parity: parts.parity,
+        base: parts.base,
+    };
+    // The packer holds itself to the same rules as the reader.
+    manifest.validate().map_err(|why| {
+        Error::io(
+            dir,
+            io::Error::other(format!("internal error: the new manifest {why}")),
+        )
+    })?;
+    let bytes = manifest.to_bytes();
+    if bytes.len() as u64 > manifest::MAX_MANIFEST_BYTES {
+        // The estimate checked before packing is an upper bound, so this is not reached; kept
+        // so the rule never depends on the estimate being right.
+        return Err(Error::ManifestTooLarge {
+            path: dir.to_path_buf(),
+            reason: format!(
+                "cannot pack this model: its manifest is {} bytes, more than the {}-byte limit every reader enforces",
+                bytes.len(),
+                manifest::MAX_MANIFEST_BYTES
+            ),
+        });
+    }
+    let manifest_sha256 = hex::encode(Sha256::digest(&bytes));
+    let sig = keys::sign(
+        key,
+        &bytes,
+        "signature from airlock secret key",
+        &manifest::trusted_comment(&manifest.name, manifest.version, &manifest_sha256),
+    )
+    .map_err(|e| Error::Key {
+        path: dir.join(manifest::SIGNATURE_NAME),
+        source: e,
+    })?;
+    fsio::write_synced(&dir.join(manifest::MANIFEST_NAME), &bytes, 0o644)?;
+    fsio::write_synced(
+        &dir.join(manifest::SIGNATURE_NAME),
+        sig.to_file_text().as_bytes(),
+        0o644,
+    )?;
+    Ok(Sealed {
+        manifest,
+        bytes,
+        manifest_sha256,
+    })
+}

@@ -1,0 +1,235 @@
+//! What `pack` reads: a model directory, or a snapshot of a Hugging Face cache, resolved into
+//! one list of entries in bundle order, with the etag each cache file must hash to, and the
+//! model checks that run on it before anything is written.
+
+use std::path::{Path, PathBuf};
+
+use super::write::EtagCheck;
+use crate::error::{Error, Result};
+use crate::hfcache::{self, Snapshot};
+use crate::inspect::{self, Finding, Severity, codes};
+use crate::manifest::{HfSource, Warning};
+use crate::scan::{self, ScanEntry};
+
+/// Where the model is.
+#[derive(Clone, Debug)]
+pub enum ModelSpec {
+    /// A directory.
+    Dir(PathBuf),
+    /// A snapshot of a Hugging Face cache.
+    HfSnapshot {
+        /// The cache (default: where huggingface_hub would look, from the environment).
+        cache: Option<PathBuf>,
+        /// The repository id (`org/name`).
+        repo_id: String,
+        /// `model`, `dataset` or `space`.
+        repo_type: String,
+        /// The revision (a branch, tag or commit).
+        revision: String,
+    },
+}
+
+/// A snapshot found in the cache, with where it came from.
+#[derive(Debug)]
+pub struct HfOrigin {
+    /// The cache directory.
+    pub cache: PathBuf,
+    /// The repository id.
+    pub repo_id: String,
+    /// The repository type.
+    pub repo_type: String,
+    /// The revision asked for.
+    pub revision: String,
+    /// What the cache holds for it.
+    pub snapshot: Snapshot,
+}
+
+impl HfOrigin {
+    /// The manifest's `source` (its etags are filled in by the pack).
+    pub fn source(&self) -> HfSource {
+        HfSource {
+            repo_id: self.repo_id.clone(),
+            repo_type: self.repo_type.clone(),
+            revision: self.revision.clone(),
+            commit: self.snapshot.commit.clone(),
+            etags: Vec::new(),
+        }
+    }
+}
+
+/// A model ready to pack.
+#[derive(Debug)]
+pub struct Model {
+    /// Directories and files in bundle order (a file's `source` is where its bytes are).
+    pub entries: Vec<ScanEntry>,
+    /// For a cache snapshot, one per file of `entries`, in order: the etag check.
+    pub etags: Vec<EtagCheck>,
+    /// For a cache snapshot: where it came from.
+    pub hf: Option<HfOrigin>,
+    /// The model directory (for a snapshot: its folder).
+    pub root: PathBuf,
+    /// What the operator should know that does not stop the pack.
+    pub notes: Vec<String>,
+}
+
+impl Model {
+    /// Reads the model `spec` names: the directory scanned by the packer's rules, or the
+    /// snapshot read from the cache without trusting its layout.
+    pub fn open(spec: &ModelSpec) -> Result<Model> {
+        match spec {
+            ModelSpec::Dir(dir) => open_dir(dir),
+            ModelSpec::HfSnapshot {
+                cache,
+                repo_id,
+                repo_type,
+                revision,
+            } => {
+                let cache = match cache {
+                    Some(dir) => std::path::absolute(dir).map_err(|e| Error::io(dir, e))?,
+                    None => hfcache::cache_dir_from_env()?,
+                };
+                let snapshot = hfcache::open_snapshot(&cache, repo_type, repo_id, revision)?;
+                let etags = snapshot
+                    .etags
+                    .iter()
+                    .map(|e| match e {
+                        Some(e) => EtagCheck::Expect(e.clone()),
+                        None => EtagCheck::Compute,
+                    })
+                    .collect();
+                Ok(Model {
+                    entries: snapshot.entries.clone(),
+                    etags,
+                    root: snapshot.dir.clone(),
+                    notes: snapshot.notes.clone(),
+                    hf: Some(HfOrigin {
+                        cache,
+                        repo_id: repo_id.clone(),
+                        repo_type: repo_type.clone(),
+                        revision: revision.clone(),
+                        snapshot,
+                    }),
+                })
+            }
+        }
+    }
+
+    /// The bundle name when none is given: the repository id, or the directory's name.
+    pub fn default_name(&self) -> String {
+        match &self.hf {
+            Some(hf) => hf.repo_id.clone(),
+            None => std::fs::canonicalize(&self.root)
+                .ok()
+                .and_then(|d| d.file_name().and_then(|n| n.to_str()).map(str::to_string))
+                .unwrap_or_else(|| "model".into()),
+        }
+    }
+
+    /// The etag check of the `i`-th file of `entries`, for a cache snapshot.
+    pub fn etag(&self, i: usize) -> Option<&EtagCheck> {
+        self.etags.get(i)
+    }
+
+    /// The model checks (docs/CLI.md, model checks): for a directory, every file of the tree;
+    /// for a snapshot, every file through its link, and one error per file the hub's cached
+    /// listing names that the snapshot lacks.
+    pub fn check(&self) -> Result<Vec<Finding>> {
+        let Some(hf) = &self.hf else {
+            return inspect::check_tree(&self.root).map_err(|e| Error::io(&self.root, e));
+        };
+        let snap = &hf.snapshot;
+        // Checked from the cache root: a blob may be a link into the cache-wide shared store
+        // (`CACHE/blobs/<xx>/<xet hash>`), outside the repository folder.
+        let root = snap.repo_folder.parent().unwrap_or(&snap.repo_folder);
+        let folder = snap
+            .repo_folder
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("");
+        let prefix = format!("{folder}/snapshots/{}/", snap.commit);
+        let mut findings: Vec<Finding> = Vec::new();
+        for e in &snap.entries {
+            if let ScanEntry::File { path, .. } = e {
+                let rel = format!("{prefix}{path}");
+                for mut f in inspect::check_file(root, &rel).map_err(|e| Error::io(root, e))? {
+                    if let Some(p) = f.path.strip_prefix(&prefix) {
+                        f.path = p.to_string();
+                    }
+                    findings.push(f);
+                }
+            }
+        }
+        for path in &snap.missing {
+            findings.push(Finding {
+                severity: Severity::Error,
+                code: codes::HF_FILE_MISSING,
+                path: path.clone(),
+                problem: format!(
+                    "is listed in the hub's listing of commit {} (trees/{}.json) but is not in the snapshot: the download was interrupted or limited to some files",
+                    snap.commit, snap.commit
+                ),
+                fix: "finish the download with huggingface_hub (`hf download ORG/NAME --revision REV`); if it was limited on purpose, pack with --no-model-checks".into(),
+            });
+        }
+        findings.sort_by(|a, b| (&a.path, a.code).cmp(&(&b.path, b.code)));
+        Ok(findings)
+    }
+}
+
+/// Scans a model directory. `hf download --local-dir` bookkeeping describes this host's
+/// download and is left out, with a note.
+fn open_dir(dir: &Path) -> Result<Model> {
+    if let Some(snap) = hfcache::snapshot_from_path(dir) {
+        return Err(Error::Usage(format!(
+            "{} is a snapshot folder of the Hugging Face cache {}: its files are links into the repository's blobs/, which a directory pack does not follow. Pack the snapshot from the cache instead (its files are then checked against the hub's hashes): in place of {}, pass {}",
+            dir.display(),
+            snap.cache.display(),
+            dir.display(),
+            snap.flags()
+        )));
+    }
+    let mut entries = scan::scan(dir, dir)?;
+    let mut notes = Vec::new();
+    let before = entries.len();
+    entries.retain(|e| !hfcache::is_local_dir_metadata(e.path()));
+    if entries.len() != before {
+        let only_hf = !entries.iter().any(|e| e.path().starts_with(".cache/"));
+        entries.retain(|e| !(only_hf && e.path() == ".cache"));
+        notes.push(format!(
+            "{}/{}/ left out of the bundle: it is huggingface_hub's bookkeeping of the `hf download --local-dir` on this host (download metadata and locks), not part of the model",
+            dir.display(),
+            hfcache::LOCAL_DIR_METADATA
+        ));
+    }
+    Ok(Model {
+        entries,
+        etags: Vec::new(),
+        hf: None,
+        root: dir.to_path_buf(),
+        notes,
+    })
+}
+
+/// Stops a pack on error findings unless `skip_errors`; otherwise returns every finding as a
+/// warning to record in the manifest.
+pub fn gate(findings: &[Finding], skip_errors: bool) -> Result<Vec<Warning>> {
+    let errors: Vec<&Finding> = findings
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .collect();
+    if !errors.is_empty() && !skip_errors {
+        return Err(Error::ModelChecks {
+            count: errors.len(),
+            first: format!("{}: {}", errors[0].path, errors[0].problem),
+            fix: errors[0].fix.clone(),
+        });
+    }
+    Ok(findings
+        .iter()
+        .map(|f| Warning {
+            path: f.path.clone(),
+            code: f.code.to_string(),
+            problem: f.problem.clone(),
+        })
+        .collect())
+}

@@ -1,0 +1,715 @@
+//! The volume writer: the entries a plan gives → tar → zstd → volumes, with every byte hashed
+//! once on the way. It writes what it is given and knows nothing of deltas or manifests.
+//!
+//! Two threads share the work. The calling thread reads each source file once, hashes it (and
+//! checks or computes its Hugging Face etag) and hands the buffers over; the writer thread
+//! frames them as tar, compresses and cuts volumes; a third hashes each chunk of the volumes.
+//! Buffers travel back for reuse, so memory stays at a few megabytes whatever the model size.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use crossbeam_channel::{Receiver, Sender, bounded};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::fsio;
+use crate::hfcache::{EtagKind, GitBlobSha1};
+use crate::manifest::{self, Volume};
+use crate::progress::Progress;
+use crate::scan::ScanEntry;
+use crate::tar;
+use crate::writeback::{FLUSH_EVERY, Flusher};
+
+/// Size of the buffers that carry file data between the threads.
+pub const BUFFER_SIZE: usize = 1 << 20;
+const BUFFERS: usize = 8;
+/// Bytes of input per zstd worker job.
+const ZSTD_JOB_SIZE: u32 = 2 << 20;
+
+/// How to compress the stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compress {
+    /// Store the tar stream as is.
+    None,
+    /// zstd at this level with this many worker threads (0 = single-threaded).
+    Zstd {
+        /// zstd level (1..=19).
+        level: i32,
+        /// zstd worker threads.
+        workers: u32,
+    },
+}
+
+/// Bytes `--compress auto` samples from each large file.
+pub const AUTO_SAMPLE_BYTES: u64 = 4 << 20;
+/// Files smaller than this are not sampled.
+pub const AUTO_SAMPLE_MIN_FILE: u64 = 1 << 20;
+/// At most this many files are sampled (spread over the file list).
+pub const AUTO_SAMPLE_FILES: usize = 32;
+/// The estimated saving below which `--compress auto` stores instead of compressing.
+pub const AUTO_MIN_SAVING: f64 = 0.03;
+
+/// Estimates the fraction of the file bytes zstd would save, for `--compress auto`: up to
+/// [`AUTO_SAMPLE_BYTES`] from the middle of each file of at least [`AUTO_SAMPLE_MIN_FILE`]
+/// bytes (at most [`AUTO_SAMPLE_FILES`] of them) are compressed at level 1, and the savings
+/// are weighted by file size. Weights (quantized, or already compressed) gain next to nothing
+/// and cost a compression pass; bf16 weights gain about a fifth, and level 1 gains as much as
+/// higher levels on them. `None` when no file is large enough to sample.
+pub fn estimate_saving(entries: &[ScanEntry]) -> Result<Option<f64>> {
+    use std::os::unix::fs::FileExt;
+    let large: Vec<(&Path, u64)> = entries
+        .iter()
+        .filter_map(|e| match e {
+            ScanEntry::File { source, size, .. } if *size >= AUTO_SAMPLE_MIN_FILE => {
+                Some((source.as_path(), *size))
+            }
+            _ => None,
+        })
+        .collect();
+    if large.is_empty() {
+        return Ok(None);
+    }
+    let step = large.len().div_ceil(AUTO_SAMPLE_FILES);
+    let (mut saved, mut total) = (0.0f64, 0.0f64);
+    let mut buf = Vec::new();
+    for &(path, size) in large.iter().step_by(step) {
+        let n = size.min(AUTO_SAMPLE_BYTES);
+        let offset = (size - n) / 2 / 4096 * 4096;
+        buf.resize(n as usize, 0);
+        let (f, _) =
+            fsio::open_regular(path, fsio::Follow::Final).map_err(|e| Error::io(path, e.into()))?;
+        f.read_exact_at(&mut buf, offset)
+            .map_err(|e| Error::io(path, e))?;
+        let packed = zstd::bulk::compress(&buf, 1).map_err(|e| Error::io(path, e))?;
+        let saving = 1.0 - packed.len() as f64 / n as f64;
+        saved += saving * size as f64;
+        total += size as f64;
+    }
+    Ok(Some(saved / total))
+}
+
+/// What the packer does about one file's Hugging Face etag (its blob name) while it hashes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EtagCheck {
+    /// The content must hash to this etag (SHA-256 for 64 hex digits, the git blob id for 40);
+    /// otherwise the pack fails with [`Error::BlobMismatch`].
+    Expect(String),
+    /// Nothing names the file: compute its etag by [`EtagKind::for_size`].
+    Compute,
+}
+
+enum Msg {
+    Dir(String),
+    Begin {
+        path: String,
+        size: u64,
+        executable: bool,
+    },
+    Data(Vec<u8>, usize),
+    End,
+}
+
+/// Writes volumes, cutting at `volume_size` and at chunk boundaries for the chunk digests.
+///
+/// The chunk digests are computed by a [`ChunkHasher`] thread from copies of the same bytes, so
+/// the writer thread only writes. Format version 2 has no whole-volume digest (the signed chunk
+/// digests are the authority, FORMAT.md section 6): a pack makes two SHA-256 passes over the
+/// data (files and chunks), where version 1 made three.
+struct VolumeWriter {
+    dir: PathBuf,
+    volume_size: u64,
+    chunk_size: u64,
+    file: Option<File>,
+    in_volume: u64,
+    in_chunk: u64,
+    chunk_hasher: ChunkHasher,
+    /// Chunks cut in the open volume.
+    chunks: usize,
+    /// Early writeback of the open volume.
+    flusher: Flusher,
+    since_flush: u64,
+    /// Closed volumes, and how many chunk digests belong to each.
+    done: Vec<(Volume, usize)>,
+}
+
+/// Buffers of volume bytes travelling to the chunk-hashing thread (each [`BUFFER_SIZE`]).
+const CHUNK_BUFFERS: usize = 4;
+
+enum ChunkMsg {
+    /// Bytes of the current chunk.
+    Data(Vec<u8>),
+    /// The current chunk ends here.
+    Cut,
+}
+
+/// SHA-256 of each chunk of the volume stream, on a thread of its own. Bytes are copied into
+/// pooled buffers (a copy costs far less than a hash pass) and digests come back in order when
+/// the stream is finished.
+struct ChunkHasher {
+    tx: Option<Sender<ChunkMsg>>,
+    pool: Receiver<Vec<u8>>,
+    current: Vec<u8>,
+    thread: Option<std::thread::JoinHandle<Vec<String>>>,
+}
+
+impl ChunkHasher {
+    fn new() -> Self {
+        let (tx, rx) = bounded::<ChunkMsg>(CHUNK_BUFFERS);
+        let (recycle, pool) = bounded::<Vec<u8>>(CHUNK_BUFFERS);
+        for _ in 1..CHUNK_BUFFERS {
+            let _ = recycle.send(Vec::with_capacity(BUFFER_SIZE));
+        }
+        let thread = std::thread::spawn(move || {
+            let mut digests = Vec::new();
+            let mut h = Sha256::new();
+            for msg in rx {
+                match msg {
+                    ChunkMsg::Data(mut buf) => {
+                        h.update(&buf);
+                        buf.clear();
+                        let _ = recycle.send(buf);
+                    }
+                    ChunkMsg::Cut => digests.push(hex::encode(std::mem::take(&mut h).finalize())),
+                }
+            }
+            digests
+        });
+        ChunkHasher {
+            tx: Some(tx),
+            pool,
+            current: Vec::with_capacity(BUFFER_SIZE),
+            thread: Some(thread),
+        }
+    }
+
+    fn gone() -> io::Error {
+        io::Error::other("internal error: the chunk-hashing thread stopped")
+    }
+
+    fn send(&mut self, msg: ChunkMsg) -> io::Result<()> {
+        let tx = self.tx.as_ref().ok_or_else(Self::gone)?;
+        tx.send(msg).map_err(|_| Self::gone())
+    }
+
+    fn send_current(&mut self) -> io::Result<()> {
+        if self.current.is_empty() {
+            return Ok(());
+        }
+        let next = self.pool.recv().map_err(|_| Self::gone())?;
+        let full = std::mem::replace(&mut self.current, next);
+        self.send(ChunkMsg::Data(full))
+    }
+
+    fn update(&mut self, mut bytes: &[u8]) -> io::Result<()> {
+        while !bytes.is_empty() {
+            if self.current.len() == BUFFER_SIZE {
+                self.send_current()?;
+            }
+            let n = bytes.len().min(BUFFER_SIZE - self.current.len());
+            self.current.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+        }
+        Ok(())
+    }
+
+    fn cut(&mut self) -> io::Result<()> {
+        self.send_current()?;
+        self.send(ChunkMsg::Cut)
+    }
+
+    /// Every chunk digest, in stream order.
+    fn finish(mut self) -> io::Result<Vec<String>> {
+        self.tx = None;
+        let thread = self.thread.take().expect("joined once");
+        thread.join().map_err(|_| Self::gone())
+    }
+}
+
+fn temp_volume_name(index: usize) -> String {
+    format!("volume-{index}.tmp")
+}
+
+impl VolumeWriter {
+    fn close_volume(&mut self) -> io::Result<()> {
+        let Some(file) = self.file.take() else {
+            return Ok(());
+        };
+        if self.in_chunk > 0 {
+            self.chunk_hasher.cut()?;
+            self.chunks += 1;
+        }
+        file.sync_all()?;
+        self.since_flush = 0;
+        let index = self.done.len();
+        self.done.push((
+            Volume {
+                name: temp_volume_name(index),
+                size: self.in_volume,
+                sha256: None,
+                chunks: Vec::new(),
+            },
+            std::mem::take(&mut self.chunks),
+        ));
+        self.in_volume = 0;
+        self.in_chunk = 0;
+        Ok(())
+    }
+
+    fn finish(mut self) -> io::Result<Vec<Volume>> {
+        self.close_volume()?;
+        if let Some((path, e)) = self.flusher.finish() {
+            return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display())));
+        }
+        let mut digests = self.chunk_hasher.finish()?.into_iter();
+        let count = self.done.len();
+        let mut volumes = Vec::with_capacity(count);
+        for (i, (mut v, chunks)) in self.done.into_iter().enumerate() {
+            v.chunks = digests.by_ref().take(chunks).collect();
+            if v.chunks.len() != chunks {
+                return Err(ChunkHasher::gone());
+            }
+            let name = manifest::volume_name(i, count);
+            std::fs::rename(self.dir.join(&v.name), self.dir.join(&name))?;
+            v.name = name;
+            volumes.push(v);
+        }
+        Ok(volumes)
+    }
+}
+
+impl Write for VolumeWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if self.file.is_none() {
+            let path = self.dir.join(temp_volume_name(self.done.len()));
+            self.file = Some(fsio::create_new(&path, 0o644)?);
+        }
+        let room_volume = self.volume_size - self.in_volume;
+        let room_chunk = self.chunk_size - self.in_chunk;
+        let n = (buf.len() as u64).min(room_volume).min(room_chunk) as usize;
+        let part = &buf[..n];
+        let file = self.file.as_mut().expect("opened above");
+        file.write_all(part)?;
+        self.since_flush += n as u64;
+        if self.since_flush >= FLUSH_EVERY {
+            let path = self.dir.join(temp_volume_name(self.done.len()));
+            self.flusher.flush(file, path);
+            self.since_flush = 0;
+        }
+        self.chunk_hasher.update(part)?;
+        self.in_volume += n as u64;
+        self.in_chunk += n as u64;
+        if self.in_chunk == self.chunk_size {
+            self.chunk_hasher.cut()?;
+            self.chunks += 1;
+            self.in_chunk = 0;
+        }
+        if self.in_volume == self.volume_size {
+            self.close_volume()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+enum Sink {
+    Plain(BufWriter<VolumeWriter>),
+    Zstd(zstd::stream::write::Encoder<'static, VolumeWriter>),
+}
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Sink::Plain(w) => w.write(buf),
+            Sink::Zstd(w) => w.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Sink::Plain(w) => w.flush(),
+            Sink::Zstd(w) => w.flush(),
+        }
+    }
+}
+
+impl Sink {
+    fn finish(self) -> io::Result<VolumeWriter> {
+        match self {
+            Sink::Plain(w) => w.into_inner().map_err(|e| e.into_error()),
+            Sink::Zstd(w) => w.finish(),
+        }
+    }
+}
+
+/// The writer thread: tar framing, compression, volumes. Returns the volumes and stream size.
+fn write_stream(
+    rx: Receiver<Msg>,
+    recycle: Sender<Vec<u8>>,
+    sink: Sink,
+) -> io::Result<(Vec<Volume>, u64)> {
+    let mut tar = tar::Writer::new(sink);
+    for msg in rx {
+        match msg {
+            Msg::Dir(path) => tar.append_dir(&path)?,
+            Msg::Begin {
+                path,
+                size,
+                executable,
+            } => tar.begin_file(&path, size, executable)?,
+            Msg::Data(buf, n) => {
+                tar.write_data(&buf[..n])?;
+                let _ = recycle.send(buf);
+            }
+            Msg::End => tar.end_file()?,
+        }
+    }
+    let size = tar.offset() + 2 * tar::BLOCK as u64;
+    let sink = tar.finish()?;
+    let volumes = sink.finish()?.finish()?;
+    Ok((volumes, size))
+}
+
+/// What [`read_file`] computed.
+struct FileDigests {
+    sha256: String,
+    /// The verified or computed etag, when one was asked for.
+    etag: Option<String>,
+}
+
+/// Whether the etag check needs the git blob id (the etag of a small file).
+fn wants_git_sha1(etag: Option<&EtagCheck>, size: u64) -> bool {
+    match etag {
+        Some(EtagCheck::Expect(e)) => EtagKind::of(e) == Some(EtagKind::GitSha1),
+        Some(EtagCheck::Compute) => EtagKind::for_size(size) == EtagKind::GitSha1,
+        None => false,
+    }
+}
+
+/// The file's etag as `etag` asks: checked against the expected one (a mismatch is
+/// [`Error::BlobMismatch`]), or computed; from the git blob id when one was computed, else the
+/// SHA-256.
+fn settle_etag(
+    etag: Option<&EtagCheck>,
+    git: Option<String>,
+    sha256: &str,
+    path: &str,
+    source: &Path,
+) -> Result<Option<String>> {
+    Ok(match etag {
+        None => None,
+        Some(EtagCheck::Compute) => Some(git.unwrap_or_else(|| sha256.to_string())),
+        Some(EtagCheck::Expect(want)) => {
+            let actual = git.unwrap_or_else(|| sha256.to_string());
+            if &actual != want {
+                return Err(Error::BlobMismatch {
+                    repo_path: path.to_string(),
+                    blob: source.to_path_buf(),
+                    etag: want.clone(),
+                    actual,
+                });
+            }
+            Some(actual)
+        }
+    })
+}
+
+/// SHA-256 of the model file at `source` (`path` in the bundle, `size` bytes as scanned) and
+/// its etag checked or computed as `etag` asks, read once: for the files a delta does not
+/// stream (taken from the base), whose digests go into the manifest all the same.
+pub fn digest_file(
+    source: &Path,
+    path: &str,
+    size: u64,
+    etag: Option<&EtagCheck>,
+) -> Result<(String, Option<String>)> {
+    let (file, len) =
+        fsio::open_regular(source, fsio::Follow::Final).map_err(|e| Error::io(source, e.into()))?;
+    if len != size {
+        return Err(Error::SourceChanged {
+            path: source.to_path_buf(),
+            what: format!("size went from {size} to {len} bytes since the scan"),
+        });
+    }
+    let mut hasher = Sha256::new();
+    let mut git = wants_git_sha1(etag, size).then(|| GitBlobSha1::new(size));
+    let mut buf = vec![0u8; BUFFER_SIZE];
+    let mut pos = 0u64;
+    while pos < size {
+        let n = (size - pos).min(BUFFER_SIZE as u64) as usize;
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut buf[..n], pos)
+            .map_err(|e| Error::io(source, e))?;
+        hasher.update(&buf[..n]);
+        if let Some(g) = &mut git {
+            g.update(&buf[..n]);
+        }
+        pos += n as u64;
+    }
+    let sha256 = hex::encode(hasher.finalize());
+    let etag = settle_etag(etag, git.map(GitBlobSha1::finish), &sha256, path, source)?;
+    Ok((sha256, etag))
+}
+
+/// Reads one source file once: hashes it, sends its buffers, and checks it did not change. With
+/// `etag`, also checks the content against the etag (or computes one), in the same pass.
+fn read_file(
+    source: &Path,
+    path: &str,
+    size: u64,
+    etag: Option<&EtagCheck>,
+    tx: &Sender<Msg>,
+    pool: &Receiver<Vec<u8>>,
+    progress: &dyn Progress,
+) -> Result<Option<FileDigests>> {
+    let (mut file, _) =
+        fsio::open_regular(source, fsio::Follow::Final).map_err(|e| Error::io(source, e.into()))?;
+    let before = file.metadata().map_err(|e| Error::io(source, e))?;
+    if before.len() != size {
+        return Err(Error::SourceChanged {
+            path: source.to_path_buf(),
+            what: format!(
+                "size went from {size} to {} bytes since the scan",
+                before.len()
+            ),
+        });
+    }
+    let mut hasher = Sha256::new();
+    let mut git = wants_git_sha1(etag, size).then(|| GitBlobSha1::new(size));
+    let mut total: u64 = 0;
+    while total < size {
+        // Take a buffer only when it will be sent: every buffer must travel back to the pool.
+        let mut buf = pool.recv().unwrap_or_else(|_| vec![0u8; BUFFER_SIZE]);
+        let want = (BUFFER_SIZE as u64).min(size - total) as usize;
+        let n = file
+            .read(&mut buf[..want])
+            .map_err(|e| Error::io(source, e))?;
+        if n == 0 {
+            return Err(Error::SourceChanged {
+                path: source.to_path_buf(),
+                what: format!("ended after {total} of {size} bytes"),
+            });
+        }
+        hasher.update(&buf[..n]);
+        if let Some(g) = &mut git {
+            g.update(&buf[..n]);
+        }
+        total += n as u64;
+        progress.advance(n as u64);
+        if tx.send(Msg::Data(buf, n)).is_err() {
+            // The writer thread failed; its error is reported by the caller.
+            return Ok(None);
+        }
+    }
+    // Probe for growth past the declared size.
+    let mut probe = [0u8; 1];
+    if file.read(&mut probe).map_err(|e| Error::io(source, e))? != 0 {
+        return Err(Error::SourceChanged {
+            path: source.to_path_buf(),
+            what: format!("grew past {size} bytes while being read"),
+        });
+    }
+    let after = file.metadata().map_err(|e| Error::io(source, e))?;
+    if after.len() != before.len()
+        || after.mtime() != before.mtime()
+        || after.mtime_nsec() != before.mtime_nsec()
+        || after.ino() != before.ino()
+    {
+        return Err(Error::SourceChanged {
+            path: source.to_path_buf(),
+            what: "its size or modification time changed while it was read".into(),
+        });
+    }
+    let sha256 = hex::encode(hasher.finalize());
+    let etag = settle_etag(etag, git.map(GitBlobSha1::finish), &sha256, path, source)?;
+    Ok(Some(FileDigests { sha256, etag }))
+}
+
+/// One entry of the stream, in bundle order.
+#[derive(Clone, Debug)]
+pub enum StreamEntry {
+    /// A directory.
+    Dir(String),
+    /// A file: its path in the bundle, where its bytes are on this host, its size and mode,
+    /// and what to do about its Hugging Face etag while it is hashed (`None`: nothing).
+    File {
+        /// The path in the bundle.
+        path: String,
+        /// Where its bytes are.
+        source: PathBuf,
+        /// Its size, from the scan (the read is held to it).
+        size: u64,
+        /// Its executable bit.
+        executable: bool,
+        /// Its etag check.
+        etag: Option<EtagCheck>,
+    },
+}
+
+impl StreamEntry {
+    /// The entry's path.
+    pub fn path(&self) -> &str {
+        match self {
+            StreamEntry::Dir(p) => p,
+            StreamEntry::File { path, .. } => path,
+        }
+    }
+}
+
+/// How to cut and compress the stream.
+#[derive(Clone, Copy, Debug)]
+pub struct WriteOptions {
+    /// Compression.
+    pub compress: Compress,
+    /// Largest volume, bytes.
+    pub volume_size: u64,
+    /// Chunk size for the per-chunk digests.
+    pub chunk_size: u64,
+}
+
+/// One file as written.
+#[derive(Clone, Debug)]
+pub struct WrittenFile {
+    /// Its path in the bundle.
+    pub path: String,
+    /// Its size.
+    pub size: u64,
+    /// Its executable bit.
+    pub executable: bool,
+    /// SHA-256 of its bytes as read.
+    pub sha256: String,
+    /// Its etag, checked or computed, when one was asked for.
+    pub etag: Option<String>,
+}
+
+/// What [`write`] wrote.
+#[derive(Debug)]
+pub struct Written {
+    /// The data volumes, named, with their chunk digests.
+    pub volumes: Vec<Volume>,
+    /// The uncompressed stream's size.
+    pub stream_size: u64,
+    /// Every file, in stream order.
+    pub files: Vec<WrittenFile>,
+    /// Every directory, in stream order.
+    pub directories: Vec<String>,
+}
+
+/// Writes `entries` as the bundle's stream into volumes in `dir` (a work directory).
+pub fn write(
+    entries: &[StreamEntry],
+    dir: &Path,
+    opts: &WriteOptions,
+    progress: &dyn Progress,
+) -> Result<Written> {
+    let volumes_writer = VolumeWriter {
+        dir: dir.to_path_buf(),
+        volume_size: opts.volume_size,
+        chunk_size: opts.chunk_size,
+        file: None,
+        in_volume: 0,
+        in_chunk: 0,
+        chunk_hasher: ChunkHasher::new(),
+        chunks: 0,
+        flusher: Flusher::new(),
+        since_flush: 0,
+        done: Vec::new(),
+    };
+    let sink = match opts.compress {
+        Compress::None => Sink::Plain(BufWriter::with_capacity(BUFFER_SIZE, volumes_writer)),
+        Compress::Zstd { level, workers } => {
+            let mut enc = zstd::stream::write::Encoder::new(volumes_writer, level)
+                .map_err(|e| Error::io(dir, e))?;
+            if workers > 0 {
+                enc.multithread(workers).map_err(|e| Error::io(dir, e))?;
+                // zstd's default job (4 windows, 8 MiB at level 3) keeps ~110 MiB of job
+                // buffers resident with 2 workers; 2 MiB jobs keep ~40 MiB, at the same ratio
+                // and speed within noise (docs/PERFORMANCE.md).
+                enc.set_parameter(zstd::stream::raw::CParameter::JobSize(ZSTD_JOB_SIZE))
+                    .map_err(|e| Error::io(dir, e))?;
+            }
+            Sink::Zstd(enc)
+        }
+    };
+    let total: u64 = entries
+        .iter()
+        .map(|e| match e {
+            StreamEntry::File { size, .. } => *size,
+            StreamEntry::Dir(_) => 0,
+        })
+        .sum();
+    progress.start("pack", total);
+    let (tx, rx) = bounded::<Msg>(BUFFERS);
+    let (recycle_tx, pool) = bounded::<Vec<u8>>(BUFFERS + 2);
+    for _ in 0..BUFFERS {
+        let _ = recycle_tx.send(vec![0u8; BUFFER_SIZE]);
+    }
+    let mut files = Vec::new();
+    let mut directories = Vec::new();
+    let (read_result, write_result) = std::thread::scope(|s| {
+        let writer = s.spawn(move || write_stream(rx, recycle_tx, sink));
+        let read_result = (|| -> Result<()> {
+            for entry in entries {
+                match entry {
+                    StreamEntry::Dir(path) => {
+                        directories.push(path.clone());
+                        if tx.send(Msg::Dir(path.clone())).is_err() {
+                            return Ok(());
+                        }
+                    }
+                    StreamEntry::File {
+                        path,
+                        source,
+                        size,
+                        executable,
+                        etag,
+                    } => {
+                        progress.item(path);
+                        let begin = Msg::Begin {
+                            path: path.clone(),
+                            size: *size,
+                            executable: *executable,
+                        };
+                        if tx.send(begin).is_err() {
+                            return Ok(());
+                        }
+                        let Some(digests) =
+                            read_file(source, path, *size, etag.as_ref(), &tx, &pool, progress)?
+                        else {
+                            return Ok(());
+                        };
+                        if tx.send(Msg::End).is_err() {
+                            return Ok(());
+                        }
+                        files.push(WrittenFile {
+                            path: path.clone(),
+                            size: *size,
+                            executable: *executable,
+                            sha256: digests.sha256,
+                            etag: digests.etag,
+                        });
+                    }
+                }
+            }
+            Ok(())
+        })();
+        drop(tx);
+        let write_result = writer.join().expect("writer thread panicked");
+        (read_result, write_result)
+    });
+    read_result?;
+    let (volumes, stream_size) = write_result.map_err(|e| Error::io(dir, e))?;
+    progress.finish();
+    Ok(Written {
+        volumes,
+        stream_size,
+        files,
+        directories,
+    })
+}
