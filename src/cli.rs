@@ -261,8 +261,9 @@ pub struct PackArgs {
     /// Pack a delta: only what changed since BASE, the version the target has installed. BASE
     /// is its installed directory (its receipt) or its bundle directory (changed files are then
     /// patched), or its signed manifest.json (.minisig beside it: unchanged files are taken from
-    /// the base, changed ones carried whole).
-    #[arg(long, value_name = "BASE", conflicts_with = "hf_repo")]
+    /// the base, changed ones carried whole; with --hf-repo, changed ones are patched against
+    /// the base's snapshot when the cache still holds it).
+    #[arg(long, value_name = "BASE")]
     pub base: Option<PathBuf>,
     /// Progress display.
     #[command(flatten)]
