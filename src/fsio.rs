@@ -54,6 +54,22 @@ pub fn write_synced_at(
     finish_write(fd, &path, bytes, mode)
 }
 
+/// Creates the new file `name` in the directory `dir` (shown as `dir_path` in errors) for
+/// writing, with exactly `mode`: exclusive (a name already taken, a link included, is an
+/// `AlreadyExists` error) and never through a link.
+pub fn create_new_at(dir: &impl AsFd, dir_path: &Path, name: &str, mode: u32) -> Result<File> {
+    let path = dir_path.join(name);
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(mode),
+    )
+    .map_err(|e| Error::io(&path, e.into()))?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| Error::io(&path, e.into()))?;
+    Ok(File::from(fd))
+}
+
 fn finish_write(fd: OwnedFd, path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| Error::io(path, e.into()))?;
     let mut f = File::from(fd);

@@ -9,6 +9,7 @@ mod interop;
 mod model_checks;
 mod oci;
 mod parity;
+mod repair_safety;
 mod roundtrip;
 mod support;
 mod tamper;
