@@ -398,14 +398,8 @@ pub fn repair(
             // rename(2) replaces the name itself: a link there is replaced, never followed.
             {
                 let _commit = staging::commit_guard();
-                fsio::rename_at(
-                    work.fd(),
-                    &v.name,
-                    bundle_fd,
-                    &v.name,
-                    RenameFlags::empty(),
-                )
-                .map_err(|e| Error::io(opened.dir.join(&v.name), e))?;
+                fsio::rename_at(work.fd(), &v.name, bundle_fd, &v.name, RenameFlags::empty())
+                    .map_err(|e| Error::io(opened.dir.join(&v.name), e))?;
             }
             fsio::sync_dir_fd(bundle_fd, &opened.dir)?;
         }

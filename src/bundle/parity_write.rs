@@ -114,7 +114,8 @@ pub fn write_parity(
         .iter()
         .map(|v| {
             let f = fsio::create_new_at(&dir_fd, dir, &v.name, VOLUME_MODE)?;
-            f.set_len(v.size).map_err(|e| Error::io(dir.join(&v.name), e))?;
+            f.set_len(v.size)
+                .map_err(|e| Error::io(dir.join(&v.name), e))?;
             Ok(f)
         })
         .collect::<Result<_>>()?;

@@ -11,6 +11,7 @@ mod oci;
 mod parity;
 mod repair_safety;
 mod roundtrip;
+mod sign_safety;
 mod support;
 mod tamper;
 mod tar_crate;

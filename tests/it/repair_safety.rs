@@ -86,7 +86,10 @@ fn repair_never_follows_a_link_planted_as_its_probe() {
         .into_iter()
         .filter(|(n, _)| n != ".airlock-repair-probe")
         .collect();
-    assert!(without_link == pristine, "the repaired bundle is not the packed one");
+    assert!(
+        without_link == pristine,
+        "the repaired bundle is not the packed one"
+    );
 }
 
 #[test]
@@ -103,7 +106,12 @@ fn a_dangling_link_in_the_bundle_creates_nothing_at_its_target() {
         fs::symlink_metadata(&target).is_err(),
         "repair created a file where a dangling link in the bundle pointed"
     );
-    assert!(fs::read_dir(env.path("elsewhere")).unwrap().next().is_none());
+    assert!(
+        fs::read_dir(env.path("elsewhere"))
+            .unwrap()
+            .next()
+            .is_none()
+    );
     env.ok(&["verify", "b", "--trust", "k.pub"]);
 }
 
@@ -177,7 +185,13 @@ fn repair_output_inside_the_bundle_is_refused_before_anything_is_created() {
     symlink(&b, env.path("blink")).unwrap();
     fs::create_dir(b.join("sub")).unwrap();
     let with_sub = listing(&b);
-    for out in ["b/fixed", "b", "blink/fixed", "./b/sub/../fixed", "b/sub/deeper"] {
+    for out in [
+        "b/fixed",
+        "b",
+        "blink/fixed",
+        "./b/sub/../fixed",
+        "b/sub/deeper",
+    ] {
         let text = env.fails(2, &["repair", "b", "--trust", "k.pub", "-o", out]);
         assert!(text.contains("the bundle being repaired"), "{out}: {text}");
         assert!(listing(&b) == with_sub, "-o {out} changed the bundle");
@@ -285,12 +299,17 @@ fn a_killed_repair_does_not_block_the_next_one() {
         warnings.contains("left by an interrupted repair"),
         "{warnings}"
     );
-    assert!(listing(&b) == pristine, "leftovers, or not the packed bundle");
+    assert!(
+        listing(&b) == pristine,
+        "leftovers, or not the packed bundle"
+    );
     env.ok(&["verify", "b", "--trust", "k.pub"]);
     // With -o: a killed run leaves OUT.partial, which the next run removes.
     fs::remove_file(b.join("data.002")).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args(["repair", "b", "--trust", "k.pub", "--from", "copy", "-o", "out"])
+        .args([
+            "repair", "b", "--trust", "k.pub", "--from", "copy", "-o", "out",
+        ])
         .current_dir(env.dir.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -306,7 +325,9 @@ fn a_killed_repair_does_not_block_the_next_one() {
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(partial.exists());
-    let (code, v) = env.json(&["repair", "b", "--trust", "k.pub", "--from", "copy", "-o", "out"]);
+    let (code, v) = env.json(&[
+        "repair", "b", "--trust", "k.pub", "--from", "copy", "-o", "out",
+    ]);
     assert_eq!(code, 0, "{v}");
     assert!(!partial.exists());
     env.ok(&["verify", "out", "--trust", "k.pub"]);
@@ -325,7 +346,9 @@ fn sigterm_removes_the_repairs_work_and_exits_143() {
     // SIGINT the same way, with -o: nothing beside the bundle, exit 130.
     fs::remove_file(b.join("data.002")).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args(["repair", "b", "--trust", "k.pub", "--from", "copy", "-o", "out"])
+        .args([
+            "repair", "b", "--trust", "k.pub", "--from", "copy", "-o", "out",
+        ])
         .current_dir(env.dir.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
