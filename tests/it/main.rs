@@ -9,6 +9,7 @@ mod interop;
 mod model_checks;
 mod oci;
 mod parity;
+mod receipt_links;
 mod repair_safety;
 mod roundtrip;
 mod sign_safety;
