@@ -6,6 +6,7 @@ mod delta;
 mod hfcache;
 mod hostile;
 mod interop;
+mod long_paths;
 mod model_checks;
 mod oci;
 mod parity;
