@@ -227,7 +227,7 @@ fn big_damaged(env: &Env) -> (PathBuf, BTreeMap<String, Option<Vec<u8>>>) {
     let b = env.path("b");
     let pristine = listing(&b);
     fs::create_dir(env.path("copy")).unwrap();
-    for (name, _) in &pristine {
+    for name in pristine.keys() {
         fs::copy(b.join(name), env.path("copy").join(name)).unwrap();
     }
     for v in ["data.001", "data.002", "data.003", "data.004"] {
