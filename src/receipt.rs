@@ -3,9 +3,13 @@
 //!
 //! This module owns the receipt's layout (docs/FORMAT.md section 10): writing it into a staged
 //! tree, opening it (verified exactly as a bundle's manifest is, with
-//! [`crate::bundle::read::verify_signed`], when a trust set is given), recognising its files in
-//! error messages, and comparing a tree with it. `check`, `unpack --replace` and the error hints
-//! all ask here rather than knowing the paths themselves.
+//! [`crate::bundle::open::verify_signed_bytes`], when a trust set is given), recognising its
+//! files in error messages, and comparing a tree with it. `check`, `unpack --replace` and the
+//! error hints all ask here rather than knowing the paths themselves.
+//!
+//! A receipt is only ever read through the install directory's handle: `.airlock` is opened
+//! with `O_NOFOLLOW`, so a link named `.airlock` (to another install's receipt) never makes a
+//! directory look like an airlock install, for `--replace`, a delta base or `check`.
 //!
 //! Comparing catches bit rot and drift: every file in the receipt is re-hashed (in parallel)
 //! or, with `sizes_only`, just sized; files that are missing, modified or not in the receipt,
@@ -16,11 +20,11 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::FileType;
+use rustix::fs::{AtFlags, FileType};
 
 use rayon::prelude::*;
 
-use crate::bundle::open as read;
+use crate::bundle::open;
 use crate::error::{Error, Result};
 use crate::fsio::{self, OpenError};
 use crate::keys::PublicKey;
@@ -50,9 +54,115 @@ pub fn is_receipt_file(path: &Path) -> bool {
         .is_some_and(|n| n == RECEIPT_DIR)
 }
 
-/// Whether `dir` holds a receipt manifest (as a regular file; a link does not count).
+/// Whether `dir` holds a receipt manifest: `.airlock` a directory and `manifest.json` in it a
+/// regular file, neither a link (a linked `.airlock` would lend another install's receipt to
+/// whatever directory holds the link).
 pub fn exists(dir: &Path) -> bool {
-    std::fs::symlink_metadata(manifest_path(dir)).is_ok_and(|m| m.is_file())
+    open_receipt_dir(dir).is_ok_and(|fd| {
+        rustix::fs::statat(&fd, manifest::MANIFEST_NAME, AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile)
+    })
+}
+
+/// Opens `DIR/.airlock` through the handle of `dir`, refusing a link (`ELOOP` or `ENOTDIR`
+/// from `O_NOFOLLOW | O_DIRECTORY`).
+fn open_receipt_dir(dir: &Path) -> std::io::Result<OwnedFd> {
+    let root = fsio::open_dir_path(dir, fsio::Follow::Final)?;
+    Ok(fsio::open_dir_at(&root, RECEIPT_DIR)?)
+}
+
+/// Reads the receipt file `name` through the receipt directory's handle: a regular file, not a
+/// link, opened without blocking, at most `cap` bytes. `Ok(None)` when it does not exist.
+fn read_receipt_file(
+    receipt_dir: &OwnedFd,
+    path: &Path,
+    name: &str,
+    cap: u64,
+) -> Result<Option<Vec<u8>>> {
+    let bad = |reason: String| {
+        if name == manifest::SIGNATURE_NAME {
+            Error::BadSignature {
+                path: path.to_path_buf(),
+                reason,
+            }
+        } else {
+            Error::BadManifest {
+                path: path.to_path_buf(),
+                reason,
+            }
+        }
+    };
+    let refuse = |what: &str| {
+        bad(format!(
+            "is {what}, not a regular file; refusing to read it"
+        ))
+    };
+    match fsio::read_below_capped(receipt_dir, name, cap) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(OpenError::NotFound) => Ok(None),
+        Err(OpenError::Link) => Err(refuse("a symbolic link")),
+        Err(OpenError::NotRegular(_)) => Err(refuse("a directory, FIFO, socket or device")),
+        Err(OpenError::TooLarge(_)) => Err(bad(format!("is larger than the {cap}-byte limit"))),
+        Err(e @ OpenError::Io(_)) => Err(Error::io(path, e.into())),
+    }
+}
+
+/// Verifies the receipt of `dir` against `trust` exactly as a bundle's manifest is verified,
+/// reading both files through the handle of a `.airlock` that is not a link (so nothing can
+/// be swapped in between the check and the read).
+pub fn verify_signed(dir: &Path, trust: &[PublicKey]) -> Result<open::Signed> {
+    let manifest_path = manifest_path(dir);
+    let sig_path = signature_path(dir);
+    let (bytes, text) = read_pair(dir)?;
+    let Some(text) = text else {
+        return Err(Error::MissingSignature { path: sig_path });
+    };
+    let text = String::from_utf8(text).map_err(|_| Error::BadSignature {
+        path: sig_path.clone(),
+        reason: "is not UTF-8 text".into(),
+    })?;
+    open::verify_signed_bytes(bytes, text, &manifest_path, &sig_path, trust)
+}
+
+/// The receipt manifest's bytes and, if present, its signature's, read through the handle.
+fn read_pair(dir: &Path) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
+    let manifest_path = manifest_path(dir);
+    let receipt_dir = match open_receipt_dir(dir) {
+        Ok(fd) => fd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::MissingSignature {
+                path: manifest_path,
+            });
+        }
+        Err(e) => {
+            let receipt = dir.join(RECEIPT_DIR);
+            if std::fs::symlink_metadata(&receipt).is_ok_and(|m| m.file_type().is_symlink()) {
+                return Err(Error::BadManifest {
+                    path: receipt,
+                    reason: "is a symbolic link, not a receipt directory airlock wrote; refusing to follow it".into(),
+                });
+            }
+            return Err(Error::io(receipt, e));
+        }
+    };
+    let Some(bytes) = read_receipt_file(
+        &receipt_dir,
+        &manifest_path,
+        manifest::MANIFEST_NAME,
+        manifest::MAX_MANIFEST_BYTES,
+    )?
+    else {
+        return Err(Error::MissingSignature {
+            path: manifest_path,
+        });
+    };
+    let sig = read_receipt_file(
+        &receipt_dir,
+        &signature_path(dir),
+        manifest::SIGNATURE_NAME,
+        open::MAX_SIGNATURE_BYTES,
+    )?;
+    Ok((bytes, sig))
 }
 
 /// Writes the receipt into the staged tree `tree` (shown as `tree_path`): `.airlock/` mode
@@ -98,14 +208,9 @@ pub struct Receipt {
 /// error. Without one the manifest is only parsed (a lint of the files, not a verdict).
 pub fn open(dir: &Path, trust: Option<&[PublicKey]>) -> Result<Receipt> {
     let manifest_path = manifest_path(dir);
-    if !exists(dir) {
-        return Err(Error::MissingSignature {
-            path: manifest_path,
-        });
-    }
     match trust {
         Some(trust) => {
-            let signed = read::verify_signed(&manifest_path, &signature_path(dir), trust)?;
+            let signed = verify_signed(dir, trust)?;
             Ok(Receipt {
                 manifest: signed.manifest,
                 signer: Some(signed.signer.key_id_hex()),
@@ -113,9 +218,7 @@ pub fn open(dir: &Path, trust: Option<&[PublicKey]>) -> Result<Receipt> {
             })
         }
         None => {
-            let bytes =
-                fsio::read_regular_capped(&manifest_path, manifest::MAX_MANIFEST_BYTES, false)
-                    .map_err(|e| Error::io(&manifest_path, e))?;
+            let (bytes, _) = read_pair(dir)?;
             let manifest = Manifest::parse(&bytes).map_err(|reason| Error::BadManifest {
                 path: manifest_path.clone(),
                 reason,

@@ -8,14 +8,22 @@
 //! chunk has no source, nothing is changed and the error lists the volumes to copy again.
 //!
 //! Every repaired chunk is checked against its signed digest before it is written. In place,
-//! each repaired volume is written to a temporary name in the bundle directory, synced and
-//! renamed over the damaged one; with an output directory, a complete bundle is written under
-//! `OUT.partial` and renamed to `OUT` once it is whole.
+//! the bundle directory is opened once, without following a link, and everything written into
+//! it goes through that handle: a private work directory (a [`Staging`], `0700` and locked from
+//! birth) is made inside it, each repaired volume is created there exclusively, synced and
+//! renamed over the damaged one. Nothing on the medium is opened for writing by path, so a
+//! link planted in the bundle directory (under any name) is never followed. A work directory
+//! left by a killed repair is removed by the next one once its lock is free. With an output
+//! directory, a complete bundle is written under `OUT.partial` (the same kind of work
+//! directory) and renamed to `OUT` once it is whole.
 
 use std::collections::BTreeMap;
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
+
+use rustix::fs::RenameFlags;
 
 use sha2::{Digest, Sha256};
 
@@ -27,7 +35,10 @@ use crate::keys::PublicKey;
 use crate::manifest::{self, Manifest, Volume};
 use crate::parity::Shard;
 use crate::progress::Progress;
-use crate::staging::Staging;
+use crate::staging::{self, Staging};
+
+/// Prefix of the work directory an in-place repair makes in the bundle directory.
+pub const WORK_PREFIX: &str = ".airlock-staging-repair-";
 
 /// What to repair from and where to.
 pub struct RepairOptions {
@@ -50,6 +61,10 @@ pub struct Repaired {
     pub bundle: PathBuf,
     /// Other copies given that were not used, and why (another bundle, unreadable manifest).
     pub copies_skipped: Vec<(PathBuf, String)>,
+    /// Work directories of interrupted repairs that were removed.
+    pub cleaned_stale: Vec<PathBuf>,
+    /// Work directories that look abandoned but were left alone, and why.
+    pub stale_skipped: Vec<(PathBuf, String)>,
 }
 
 /// Where the good bytes of one chunk come from.
@@ -156,14 +171,25 @@ pub fn repair(
             .unwrap_or_else(|| opened.dir().to_path_buf()),
         ..Default::default()
     };
-    if let Some(out) = &opts.out
-        && std::fs::symlink_metadata(out).is_ok()
-    {
-        return Err(Error::Usage(format!(
-            "{} already exists; choose a new directory for the repaired bundle",
-            out.display()
-        )));
+    if let Some(out) = &opts.out {
+        refuse_output_inside(out, opened.dir())?;
+        if std::fs::symlink_metadata(out).is_ok() {
+            return Err(Error::Usage(format!(
+                "{} already exists; choose a new directory for the repaired bundle",
+                out.display()
+            )));
+        }
     }
+    // In place, the bundle directory is opened once, refusing a link; every later step in it
+    // goes through this handle.
+    let bundle_fd = match &opts.out {
+        Some(_) => None,
+        None => {
+            let fd = open_bundle_dir(opened.dir())?;
+            clean_stale(&fd, opened.dir(), &mut report);
+            Some(fd)
+        }
+    };
     let mut dirs = vec![opened.dir().to_path_buf()];
     for copy in &opts.from {
         match open::open(copy, trust) {
@@ -273,31 +299,21 @@ pub fn repair(
         return Ok(report);
     }
 
-    // Write.
-    let staging = match &opts.out {
-        Some(out) => {
-            let parent = fsio::parent_dir(out);
-            let name = out
-                .file_name()
-                .and_then(|n| n.to_str())
-                .ok_or_else(|| Error::Usage(format!("{}: not a usable name", out.display())))?;
-            Some(Staging::create_named(&parent, &format!("{name}.partial"))?)
+    // Write, into a private work directory: beside OUT, or inside the bundle.
+    let work = match (&opts.out, &bundle_fd) {
+        (Some(out), _) => out_staging(out)?,
+        (None, Some(fd)) => {
+            let fd = fd.try_clone().map_err(|e| Error::io(opened.dir(), e))?;
+            let name = format!("{WORK_PREFIX}{}", staging::random_hex());
+            // Refuses read-only media before any work, with the way out.
+            Staging::create_named_at(fd, opened.dir(), &name).map_err(|e| match e {
+                Error::Io { source, .. } => read_only(opened.dir(), source),
+                e => e,
+            })?
         }
-        None => {
-            // Refuse read-only media before any work, with the way out.
-            let probe = opened.dir().join(".airlock-repair-probe");
-            match crate::fsio::create_new(&probe, 0o600) {
-                Ok(_) => {
-                    let _ = std::fs::remove_file(&probe);
-                }
-                Err(e) => return Err(read_only(opened.dir(), e)),
-            }
-            None
-        }
+        (None, None) => unreachable!("in place always has the bundle's handle"),
     };
-    let target_dir = staging
-        .as_ref()
-        .map_or(opened.dir().to_path_buf(), |s| s.path());
+    let work_path = work.path();
     let rebuilt = |name: &str, c: usize| -> bool {
         matches!(sources.get(&(name.to_string(), c)), Some(Source::Parity))
     };
@@ -307,19 +323,8 @@ pub fn repair(
             continue;
         }
         progress.item(&v.name);
-        let tmp_name = format!(".{}.airlock-repair", v.name);
-        let tmp = target_dir.join(if opts.out.is_some() {
-            &v.name
-        } else {
-            &tmp_name
-        });
-        let f = crate::fsio::create_new(&tmp, 0o644).map_err(|e| {
-            if opts.out.is_none() {
-                read_only(opened.dir(), e)
-            } else {
-                Error::io(&tmp, e)
-            }
-        })?;
+        let tmp = work_path.join(&v.name);
+        let f = fsio::create_new_at(work.fd(), &work_path, &v.name, VOLUME_MODE)?;
         let result = (|| -> Result<()> {
             for (c, want) in v.chunks.iter().enumerate() {
                 let start = c as u64 * cs;
@@ -389,33 +394,136 @@ pub fn repair(
             f.sync_all().map_err(|e| Error::io(&tmp, e))?;
             Ok(())
         })();
-        if let Err(e) = result {
-            if opts.out.is_none() {
-                let _ = std::fs::remove_file(&tmp);
+        // On failure the work directory, with this volume in it, is removed when `work` drops.
+        result?;
+        drop(f);
+        if let Some(bundle_fd) = &bundle_fd {
+            // rename(2) replaces the name itself: a link there is replaced, never followed.
+            {
+                let _commit = staging::commit_guard();
+                fsio::rename_at(work.fd(), &v.name, bundle_fd, &v.name, RenameFlags::empty())
+                    .map_err(|e| Error::io(opened.dir().join(&v.name), e))?;
             }
-            return Err(e);
-        }
-        if opts.out.is_none() {
-            std::fs::rename(&tmp, opened.dir().join(&v.name)).map_err(|e| Error::io(&tmp, e))?;
-            fsio::sync_dir(opened.dir())?;
+            fsio::sync_dir_fd(bundle_fd, opened.dir())?;
         }
         if damaged {
             report.volumes.push(v.name.clone());
         }
     }
-    if let (Some(staging), Some(out)) = (staging, &opts.out) {
-        staging.write_file(manifest::MANIFEST_NAME, &opened.manifest_bytes, 0o644)?;
-        staging.write_file(
+    if let Some(out) = &opts.out {
+        work.write_file(manifest::MANIFEST_NAME, &opened.manifest_bytes, 0o644)?;
+        work.write_file(
             manifest::SIGNATURE_NAME,
             opened.signature_text.as_bytes(),
             0o644,
         )?;
-        rustix::fs::fchmod(staging.fd(), rustix::fs::Mode::from_raw_mode(0o755))
+        rustix::fs::fchmod(work.fd(), rustix::fs::Mode::from_raw_mode(0o755))
             .map_err(|e| Error::io(out, e.into()))?;
-        staging.sync()?;
-        staging.into_place(out)?;
+        work.sync()?;
+        work.into_place(out)?;
     }
+    // In place, `work` (now holding only its lock) is removed here.
     Ok(report)
+}
+
+/// Mode of a repaired volume, as pack writes them.
+const VOLUME_MODE: u32 = 0o644;
+
+/// Opens the bundle directory for an in-place repair: a directory, not a link to one.
+fn open_bundle_dir(dir: &Path) -> Result<OwnedFd> {
+    fsio::open_dir(dir).map_err(|e| {
+        // `O_NOFOLLOW | O_DIRECTORY` on a link fails with ELOOP or ENOTDIR.
+        if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
+            Error::Usage(format!(
+                "{} is a symbolic link: repair in place writes only into the bundle directory itself; give its real path, or -o NEW_BUNDLE",
+                dir.display()
+            ))
+        } else {
+            e
+        }
+    })
+}
+
+/// Removes the work directories interrupted repairs left in the bundle directory (see
+/// [`staging::remove_if_stale`]: only when their lock is free and they are this user's).
+/// Failures (read-only media) are not errors: what cannot be removed is reported.
+fn clean_stale(bundle_fd: &OwnedFd, dir: &Path, report: &mut Repaired) {
+    let Ok(entries) = fsio::dir_entries(bundle_fd) else {
+        return;
+    };
+    for (name, kind) in entries {
+        let Some(name) = name.to_str() else { continue };
+        let birth = name.starts_with(staging::BIRTH_PREFIX);
+        if kind != rustix::fs::FileType::Directory || !(birth || name.starts_with(WORK_PREFIX)) {
+            continue;
+        }
+        let path = dir.join(name);
+        match staging::remove_if_stale(bundle_fd, name, &path, birth) {
+            Ok(true) => report.cleaned_stale.push(path),
+            Ok(false) => {}
+            Err(why) => report.stale_skipped.push((path, why)),
+        }
+    }
+}
+
+/// The work directory `OUT.partial` for `-o OUT`; one an interrupted repair left (its lock
+/// free, this user's) is removed first.
+fn out_staging(out: &Path) -> Result<Staging> {
+    let parent = fsio::parent_dir(out);
+    let name = out
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| Error::Usage(format!("{}: not a usable name", out.display())))?;
+    let partial = format!("{name}.partial");
+    match Staging::create_named(&parent, &partial) {
+        Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::AlreadyExists => {
+            let parent_fd = fsio::open_dir(&parent)?;
+            let path = parent.join(&partial);
+            match staging::remove_if_stale(&parent_fd, &partial, &path, false) {
+                Ok(true) => Staging::create_named(&parent, &partial),
+                _ => Err(Error::Usage(format!(
+                    "{} exists and is not the work directory of an interrupted airlock repair (another repair may be running); remove it or choose another name",
+                    path.display()
+                ))),
+            }
+        }
+        other => other,
+    }
+}
+
+/// Refuses `-o OUT` inside the bundle (or equal to it), before anything is created: compared
+/// by device and inode, so links and `..` cannot hide it.
+fn refuse_output_inside(out: &Path, bundle: &Path) -> Result<()> {
+    let b = std::fs::metadata(bundle).map_err(|e| Error::io(bundle, e))?;
+    // The nearest part of OUT that exists, resolved; then each directory above it.
+    let mut existing = out;
+    let resolved = loop {
+        if let Ok(p) = std::fs::canonicalize(existing) {
+            break p;
+        }
+        match existing.parent() {
+            Some(p) if !p.as_os_str().is_empty() => existing = p,
+            _ => break std::env::current_dir().map_err(|e| Error::io(".", e))?,
+        }
+    };
+    for dir in resolved.ancestors() {
+        if let Ok(d) = std::fs::metadata(dir)
+            && d.dev() == b.dev()
+            && d.ino() == b.ino()
+        {
+            return Err(Error::Usage(format!(
+                "-o {} is {} the bundle being repaired ({}); choose a new directory outside it",
+                out.display(),
+                if dir == resolved && existing == out {
+                    "the same directory as"
+                } else {
+                    "inside"
+                },
+                bundle.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn read_only(dir: &Path, e: io::Error) -> Error {

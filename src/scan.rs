@@ -5,10 +5,17 @@
 //! files); everything else that is not a plain file or directory is refused with its path, as is
 //! any name that [`paths::check_relative`] would refuse on the other side.
 
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use rustix::fs::{AtFlags, FileType};
+
 use crate::error::{Error, Result};
+use crate::fsio;
 use crate::paths::{self, CollisionSet, RECEIPT_DIR};
 
 /// One entry to pack.
@@ -79,79 +86,215 @@ pub fn check_name(root: &Path, full: &Path, collisions: &mut CollisionSet) -> Re
 /// Scans `root`. Symlinks must resolve to regular files under `link_root` (usually `root`
 /// itself; the repository folder for a Hugging Face snapshot). A top-level `.airlock` receipt
 /// directory is skipped, so an installed model can be packed again.
+///
+/// The walk goes through directory handles, one component at a time from `root`, never
+/// following a link, so a model may hold any path the format allows (4096 bytes below the
+/// model directory), whatever the length of the directory it sits in: nothing is looked up by
+/// a full path that could exceed the system's path limit. Each directory is listed and its
+/// entries examined while it is open, then closed before its subdirectories are visited, so
+/// two descriptors are open at most whatever the depth.
 pub fn scan(root: &Path, link_root: &Path) -> Result<Vec<ScanEntry>> {
     let meta = std::fs::metadata(root).map_err(|e| Error::io(root, e))?;
     if !meta.is_dir() {
         return Err(refuse(root, "is not a directory"));
     }
     let link_root = std::fs::canonicalize(link_root).map_err(|e| Error::io(link_root, e))?;
-    let mut out = Vec::new();
-    let mut collisions = CollisionSet::default();
-    let walker = walkdir::WalkDir::new(root)
-        .min_depth(1)
-        .follow_links(false)
-        .sort_by_file_name()
-        .into_iter()
-        .filter_entry(|e| !(e.depth() == 1 && e.file_name() == RECEIPT_DIR));
-    for item in walker {
-        let item = item.map_err(|e| {
-            let path = e.path().unwrap_or(root).to_path_buf();
-            let source = e
-                .into_io_error()
-                .unwrap_or_else(|| std::io::Error::other("filesystem loop"));
-            Error::io(path, source)
-        })?;
-        let full = item.path();
-        let rel = check_name(root, full, &mut collisions)?;
-        let rel = rel.as_str();
-        let ft = item.file_type();
-        if ft.is_dir() {
-            out.push(ScanEntry::Dir {
-                path: rel.to_string(),
-            });
-        } else if ft.is_file() {
-            let m = item.metadata().map_err(|e| Error::io(full, e.into()))?;
-            out.push(ScanEntry::File {
-                path: rel.to_string(),
-                source: full.to_path_buf(),
-                size: m.len(),
-                executable: m.permissions().mode() & 0o111 != 0,
-            });
-        } else if ft.is_symlink() {
-            let target = std::fs::canonicalize(full)
-                .map_err(|_| refuse(full, "is a dangling symlink: its target does not exist"))?;
-            if !target.starts_with(&link_root) {
-                return Err(refuse(
-                    full,
-                    format!(
-                        "is a symlink to {}, outside {}",
-                        target.display(),
-                        link_root.display()
-                    ),
-                ));
-            }
-            let m = std::fs::metadata(&target).map_err(|e| Error::io(&target, e))?;
-            if !m.is_file() {
-                return Err(refuse(
-                    full,
-                    "is a symlink to something other than a regular file (only file links are followed)",
-                ));
-            }
-            out.push(ScanEntry::File {
-                path: rel.to_string(),
-                source: target,
-                size: m.len(),
-                executable: m.permissions().mode() & 0o111 != 0,
-            });
-        } else {
-            return Err(refuse(
-                full,
-                "is a device, socket or FIFO; a bundle carries regular files and directories only",
-            ));
-        }
-    }
+    let root_fd =
+        fsio::open_dir_path(root, fsio::Follow::Final).map_err(|e| Error::io(root, e.into()))?;
+    let mut walk = Walk {
+        root,
+        root_fd: &root_fd,
+        link_root: &link_root,
+        collisions: CollisionSet::default(),
+        out: Vec::new(),
+    };
+    walk.dir("")?;
+    let mut out = walk.out;
     out.sort_by(|a, b| paths::bundle_order(a.path(), b.path()));
     Ok(out)
+}
+
+/// What one directory entry is, found while its directory was open.
+enum Found {
+    Dir,
+    /// A regular file, or a link to one: where to read it, its size and mode.
+    File(Result<(PathBuf, u64, u32)>),
+    Other,
+}
+
+struct Walk<'a> {
+    root: &'a Path,
+    root_fd: &'a OwnedFd,
+    link_root: &'a Path,
+    collisions: CollisionSet,
+    out: Vec<ScanEntry>,
+}
+
+impl Walk<'_> {
+    /// Visits the directory `rel` ("" for the root) and everything below it, in name order,
+    /// each directory before its contents.
+    fn dir(&mut self, rel: &str) -> Result<()> {
+        let dir_path = if rel.is_empty() {
+            self.root.to_path_buf()
+        } else {
+            self.root.join(rel)
+        };
+        let fd = open_dir_below(self.root_fd, rel).map_err(|e| Error::io(&dir_path, e.into()))?;
+        let mut entries = fsio::dir_entries(&fd).map_err(|e| Error::io(&dir_path, e))?;
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut found = Vec::with_capacity(entries.len());
+        for (name, kind) in entries {
+            if rel.is_empty() && name == RECEIPT_DIR {
+                continue;
+            }
+            let full = dir_path.join(&name);
+            let what = match kind {
+                FileType::Directory => Found::Dir,
+                FileType::RegularFile => Found::File(
+                    rustix::fs::statat(&fd, &name, AtFlags::SYMLINK_NOFOLLOW)
+                        .map(|st| (full.clone(), st.st_size as u64, st.st_mode))
+                        .map_err(|e| Error::io(&full, e.into())),
+                ),
+                FileType::Symlink => Found::File(self.link(&fd, &name, &full)),
+                _ => Found::Other,
+            };
+            found.push((full, what));
+        }
+        drop(fd);
+        for (full, what) in found {
+            let rel = check_name(self.root, &full, &mut self.collisions)?;
+            match what {
+                Found::Dir => {
+                    self.out.push(ScanEntry::Dir { path: rel.clone() });
+                    self.dir(&rel)?;
+                }
+                Found::File(f) => {
+                    let (source, size, mode) = f?;
+                    self.out.push(ScanEntry::File {
+                        path: rel,
+                        source,
+                        size,
+                        executable: mode & 0o111 != 0,
+                    });
+                }
+                Found::Other => {
+                    return Err(refuse(
+                        &full,
+                        "is a device, socket or FIFO; a bundle carries regular files and directories only",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The regular file the link `name` in `dir` (at `full`) stands for: it must resolve to a
+    /// regular file under `link_root`.
+    fn link(&self, dir: &OwnedFd, name: &OsStr, full: &Path) -> Result<(PathBuf, u64, u32)> {
+        let target = resolve_link(dir, name, full)?;
+        if !target.starts_with(self.link_root) {
+            return Err(refuse(
+                full,
+                format!(
+                    "is a symlink to {}, outside {}",
+                    target.display(),
+                    self.link_root.display()
+                ),
+            ));
+        }
+        let m = std::fs::metadata(&target).map_err(|e| Error::io(&target, e))?;
+        if !m.is_file() {
+            return Err(refuse(
+                full,
+                "is a symlink to something other than a regular file (only file links are followed)",
+            ));
+        }
+        Ok((target, m.len(), m.permissions().mode()))
+    }
+}
+
+/// The canonical path of what the link `name` in `dir` (at `full`) points to. A link whose own
+/// path is too long for `realpath` is resolved through its handle (`/proc/self/fd`).
+fn resolve_link(dir: &OwnedFd, name: &OsStr, full: &Path) -> Result<PathBuf> {
+    let dangling = || refuse(full, "is a dangling symlink: its target does not exist");
+    match std::fs::canonicalize(full) {
+        Ok(t) => Ok(t),
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NAMETOOLONG.raw_os_error()) => {
+            let fd = fsio::open_path_at(dir, name).map_err(|_| dangling())?;
+            std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).map_err(|e| {
+                refuse(
+                    full,
+                    format!("is a symlink whose target cannot be resolved ({e})"),
+                )
+            })
+        }
+        Err(_) => Err(dangling()),
+    }
+}
+
+/// Opens the directory `rel` ("" for `root` itself) below `root`, one component at a time,
+/// never following a link.
+fn open_dir_below(root: &OwnedFd, rel: &str) -> rustix::io::Result<OwnedFd> {
+    let mut fd = fsio::open_dir_at(root, ".")?;
+    if !rel.is_empty() {
+        for c in rel.split('/') {
+            fd = fsio::open_dir_at(&fd, c)?;
+        }
+    }
+    Ok(fd)
+}
+
+/// Opens the source file of a scanned entry for reading, one component at a time through
+/// directory handles, so a path longer than the system's limit (a model directory deep in a
+/// tree holding a 4096-byte path) opens too.
+///
+/// `rel` is the entry's path in the bundle. When `source` is the model directory joined with
+/// `rel` (a file [`scan`] found), the model directory is opened as named and every component
+/// of `rel` below it without following a link, as the scan saw them. Otherwise (a link's
+/// target, a blob of a Hugging Face cache: canonical paths) the directories are resolved as
+/// `open(2)` would. The file itself is never a link, is opened without blocking (a FIFO swapped
+/// in cannot hang the pack) and must be a regular file.
+pub fn open_source(source: &Path, rel: &str) -> io::Result<File> {
+    let rel_path = Path::new(rel);
+    let (dir, names): (OwnedFd, Vec<&OsStr>) = if !rel.is_empty() && source.ends_with(rel_path) {
+        let mut root = source;
+        for _ in rel.split('/') {
+            root = root.parent().unwrap_or(Path::new(""));
+        }
+        let names = rel_path.iter().collect();
+        (fsio::open_dir_following(root)?, names)
+    } else {
+        let parent = source.parent().unwrap_or(Path::new(""));
+        let name = source
+            .file_name()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?;
+        (fsio::open_dir_following(parent)?, vec![name])
+    };
+    let (last, parents) = names.split_last().expect("at least one component");
+    let mut fd = dir;
+    for c in parents {
+        fd = fsio::open_dir_at(&fd, *c)?;
+    }
+    let last = last
+        .to_str()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a UTF-8 name"))?;
+    let file = match fsio::open_file_below(&fd, last) {
+        Ok((f, _)) => f,
+        Err(fsio::OpenError::Link) => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "is now a symbolic link",
+            ));
+        }
+        Err(fsio::OpenError::NotRegular(_)) => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "is no longer a regular file (a FIFO, device or directory is there now)",
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    Ok(file)
 }
 
 #[cfg(test)]
@@ -205,6 +348,44 @@ mod tests {
         .unwrap();
         let err = scan(&inner, &inner).unwrap_err().to_string();
         assert!(err.contains("FIFO") && err.contains("fifo"), "{err}");
+    }
+
+    #[test]
+    fn sources_open_below_the_model_directory_without_following_links() {
+        let t = tempfile::tempdir().unwrap();
+        let m = t.path().join("m");
+        std::fs::create_dir_all(m.join("a")).unwrap();
+        std::fs::write(m.join("a/f"), b"model").unwrap();
+        let entries = scan(&m, &m).unwrap();
+        let ScanEntry::File { source, path, .. } = &entries[1] else {
+            panic!("{entries:?}")
+        };
+        let mut got = Vec::new();
+        std::io::Read::read_to_end(&mut open_source(source, path).unwrap(), &mut got).unwrap();
+        assert_eq!(got, b"model");
+        // The directory swapped for a link after the scan: not followed.
+        std::fs::create_dir(t.path().join("elsewhere")).unwrap();
+        std::fs::write(t.path().join("elsewhere/f"), b"host secret").unwrap();
+        std::fs::rename(m.join("a"), t.path().join("a-moved")).unwrap();
+        symlink(t.path().join("elsewhere"), m.join("a")).unwrap();
+        assert!(open_source(source, path).is_err(), "read through a link");
+        // The file swapped for a link, or for a FIFO: refused (the FIFO without blocking).
+        std::fs::remove_file(m.join("a")).unwrap();
+        std::fs::rename(t.path().join("a-moved"), m.join("a")).unwrap();
+        std::fs::remove_file(m.join("a/f")).unwrap();
+        symlink(t.path().join("elsewhere/f"), m.join("a/f")).unwrap();
+        assert!(open_source(source, path).is_err(), "read through a link");
+        std::fs::remove_file(m.join("a/f")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            m.join("a/f"),
+            rustix::fs::FileType::Fifo,
+            0o644.into(),
+            0,
+        )
+        .unwrap();
+        let e = open_source(source, path).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
     }
 
     #[test]

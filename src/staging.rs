@@ -128,6 +128,13 @@ impl Staging {
     pub fn create_named(parent: &Path, name: &str) -> Result<Staging> {
         let parent_fd = fsio::open_dir_path(parent, fsio::Follow::Final)
             .map_err(|e| Error::io(parent, e.into()))?;
+        Self::create_named_at(parent_fd, parent, name)
+    }
+
+    /// [`Staging::create_named`] in the directory already open as `parent_fd` (shown as
+    /// `parent` in errors): for a parent that must not be looked up by path again, such as a
+    /// bundle directory on untrusted media.
+    pub fn create_named_at(parent_fd: OwnedFd, parent: &Path, name: &str) -> Result<Staging> {
         let birth = format!("{BIRTH_PREFIX}{}", random_hex());
         let birth_path = parent.join(&birth);
         // Registered under the guard before it exists: a signal either comes first (and this

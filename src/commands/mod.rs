@@ -82,7 +82,10 @@ pub fn run(cli: Cli) -> u8 {
         Command::Inspect(a) => inspect(&a.bundle, a.sha256sums),
         Command::Check(a) => check::run(a, &ui),
         Command::Sign(a) => sign::run(a, &ui),
-        Command::Repair(a) => repair::run(a, &ui),
+        Command::Repair(a) => {
+            exit_cleanly_on_signals();
+            repair::run(a, &ui)
+        }
         Command::Push(a) => {
             exit_cleanly_on_signals();
             push::run(a, &ui)

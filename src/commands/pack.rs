@@ -122,7 +122,12 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
     out.warnings.extend(model.notes.iter().cloned());
     let name = a.name.clone().unwrap_or_else(|| model.default_name());
     manifest::check_name(&name).map_err(|why| Error::Usage(format!("--name {why}")))?;
-    let findings = model.check()?;
+    let (findings, unchecked) = model.check()?;
+    for p in &unchecked {
+        out.warnings.push(format!(
+            "model check: {p}: not checked, its path is too long for the format checks"
+        ));
+    }
     let warnings = match pack::source::gate(&findings, a.no_model_checks) {
         Ok(w) => {
             for f in &findings {

@@ -20,6 +20,18 @@ pub fn run(a: RepairArgs, ui: &Ui) -> Result<Output> {
         from: a.from.clone(),
     };
     let done = repair::repair(&opened, &opts, &trust, ui)?;
+    for p in &done.cleaned_stale {
+        out.warnings.push(format!(
+            "removed stale work directory {} left by an interrupted repair",
+            p.display()
+        ));
+    }
+    for (p, why) in &done.stale_skipped {
+        out.warnings.push(format!(
+            "work directory {} looks abandoned but {why}",
+            p.display()
+        ));
+    }
     for (copy, why) in &done.copies_skipped {
         out.warnings
             .push(format!("{}: {why}; not used", copy.display()));

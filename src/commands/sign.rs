@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use airlock::error::{Error, Result};
 use airlock::keys::{self, TRUSTED_COMMENT_MAX_BYTES};
 
-use super::files::Staged;
+use super::files::{self, Staged};
 use super::ui::Ui;
 use super::{Output, secret};
 use crate::cli::SignArgs;
@@ -29,6 +29,14 @@ pub fn run(a: SignArgs, ui: &Ui) -> Result<Output> {
         s.push(".minisig");
         PathBuf::from(s)
     });
+    // Even with --force, the signature never replaces the key or the file it signs.
+    files::refuse_overwriting(
+        &sig_path,
+        &[
+            (&a.key, "the secret key"),
+            (&a.file, "the file being signed"),
+        ],
+    )?;
     if !a.force && std::fs::symlink_metadata(&sig_path).is_ok() {
         return Err(Error::Usage(format!(
             "{} already exists; pass --force to overwrite it",

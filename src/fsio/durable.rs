@@ -65,6 +65,13 @@ fn random_suffix() -> String {
     hex::encode(b)
 }
 
+/// Creates the new file `name` in the directory `dir` (shown as `dir_path` in errors) for
+/// writing, with exactly `mode`: exclusive (a name already taken, a link included, is an
+/// `AlreadyExists` error) and never through a link.
+pub fn create_new_at(dir: &impl AsFd, dir_path: &Path, name: &str, mode: u32) -> Result<File> {
+    create_at(dir, name, mode, false).map_err(|e| Error::io(dir_path.join(name), e.into()))
+}
+
 fn finish_write(mut f: File, path: &Path, bytes: &[u8]) -> Result<()> {
     f.write_all(bytes).map_err(|e| Error::io(path, e))?;
     f.sync_all().map_err(|e| Error::io(path, e))

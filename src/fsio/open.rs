@@ -22,6 +22,33 @@ pub fn open_dir_path(path: &Path, follow: Follow) -> rustix::io::Result<OwnedFd>
     rustix::fs::open(path, flags, Mode::empty())
 }
 
+/// Opens the directory `path` as `open(2)` would resolve it (links followed), one component
+/// at a time, so its length is not limited by `PATH_MAX`.
+pub fn open_dir_following(path: &Path) -> io::Result<OwnedFd> {
+    use std::path::Component;
+    let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC;
+    let mut fd = rustix::fs::open(
+        if path.has_root() { "/" } else { "." },
+        flags,
+        Mode::empty(),
+    )?;
+    for c in path.components() {
+        match c {
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            Component::ParentDir => fd = rustix::fs::openat(&fd, "..", flags, Mode::empty())?,
+            Component::Normal(n) => fd = rustix::fs::openat(&fd, n, flags, Mode::empty())?,
+        }
+    }
+    Ok(fd)
+}
+
+/// Opens what `name` in `dir` leads to (a link followed) as a path handle only (`O_PATH`:
+/// nothing can be read through it, no open of a FIFO or device happens), to learn where a link
+/// leads by its descriptor.
+pub fn open_path_at<P: rustix::path::Arg>(dir: &impl AsFd, name: P) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat(dir, name, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
+}
+
 /// Opens the directory `name` inside `dir` without following a symlink.
 pub fn open_dir_at<P: rustix::path::Arg>(dir: &impl AsFd, name: P) -> rustix::io::Result<OwnedFd> {
     rustix::fs::openat(dir, name, dir_flags(), Mode::empty())

@@ -150,6 +150,51 @@ pub fn check_tree(root: &Path) -> io::Result<Vec<Finding>> {
     Ok(findings)
 }
 
+/// [`check_tree`], going on past what path-based reads cannot reach: a file (or a directory)
+/// whose path is longer than the system's path limit is returned in the second list (relative,
+/// `/`-separated) instead of ending the walk with `InvalidFilename`. For `pack`, which reads
+/// the files themselves through directory handles and can carry such paths.
+///
+/// # Errors
+///
+/// As [`check_tree`], except for paths too long to open.
+pub fn check_tree_reaching(root: &Path) -> io::Result<(Vec<Finding>, Vec<String>)> {
+    let tree = Tree::new(root)?;
+    let mut findings = Vec::new();
+    let mut unchecked = Vec::new();
+    let walk = walkdir::WalkDir::new(root)
+        .follow_links(false)
+        .min_depth(1)
+        .sort_by_file_name()
+        .into_iter()
+        .filter_entry(|e| e.file_name() != ".no_exist");
+    for entry in walk {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) => {
+                let path = e.path().map(Path::to_path_buf).unwrap_or_default();
+                let err = io::Error::from(e);
+                if err.kind() == io::ErrorKind::InvalidFilename {
+                    unchecked.push(relative_name(root, &path));
+                    continue;
+                }
+                return Err(with_path(&path, err));
+            }
+        };
+        if entry.file_type().is_dir() {
+            continue;
+        }
+        let rel = relative_name(root, entry.path());
+        match tree.check(&rel) {
+            Ok(found) => findings.extend(found),
+            Err(e) if e.kind() == io::ErrorKind::InvalidFilename => unchecked.push(rel),
+            Err(e) => return Err(e),
+        }
+    }
+    sort_findings(&mut findings);
+    Ok((findings, unchecked))
+}
+
 /// Checks one file, `rel` being its path relative to `root` (`/`-separated).
 ///
 /// The format is chosen by name and extension and by sniffing the first bytes: any file under

@@ -9,10 +9,12 @@
 
 use std::fs::File;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use rayon::prelude::*;
+
 use sha2::{Digest, Sha256};
 
 use crate::bundle::volumes::UnitLayout;
@@ -101,22 +103,19 @@ pub fn write_parity(
     let (g, mut volumes) = plan(data, chunk_size, volume_size, percent)
         .map_err(|why| Error::Usage(format!("--parity {percent}%: {why}")))?;
     let layout = UnitLayout::new(chunk_size, data, &volumes);
+    // The work directory is opened once, not through a link; the volumes are read and created
+    // through its handle, never through a link, the parity volumes exclusively.
+    let dir_fd = fsio::open_dir(dir)?;
     let inputs: Vec<File> = data
         .iter()
-        .map(|v| {
-            let path = dir.join(&v.name);
-            fsio::open_regular(&path, fsio::Follow::Never)
-                .map(|(f, _)| f)
-                .map_err(|e| Error::io(&path, e.into()))
-        })
+        .map(|v| open_volume(&dir_fd, dir, &v.name))
         .collect::<Result<_>>()?;
     let outputs: Vec<File> = volumes
         .iter()
         .map(|v| {
-            let path = dir.join(&v.name);
-            // Mode set explicitly, like the data volumes: never the umask's choice.
-            let f = fsio::create_new(&path, 0o644).map_err(|e| Error::io(&path, e))?;
-            f.set_len(v.size).map_err(|e| Error::io(&path, e))?;
+            let f = fsio::create_new_at(&dir_fd, dir, &v.name, VOLUME_MODE)?;
+            f.set_len(v.size)
+                .map_err(|e| Error::io(dir.join(&v.name), e))?;
             Ok(f)
         })
         .collect::<Result<_>>()?;
@@ -191,6 +190,16 @@ pub fn write_parity(
     })
 }
 
+/// Mode of a parity volume, as of a data volume.
+const VOLUME_MODE: u32 = 0o644;
+
+/// Opens the data volume `name` in `dir_fd` for reading: a regular file, not a link.
+fn open_volume(dir_fd: &OwnedFd, dir: &Path, name: &str) -> Result<File> {
+    fsio::open_file_below(dir_fd, name)
+        .map(|(f, _)| f)
+        .map_err(|e| Error::io(dir.join(name), e.into()))
+}
+
 /// Fills `buf` with the bytes of a unit of `len` real bytes at `start` of `f`, from `offset`
 /// into the unit; zeros past its real end.
 pub(crate) fn read_padded(
@@ -204,4 +213,59 @@ pub(crate) fn read_padded(
     f.read_exact_at(&mut buf[..real], start + offset)?;
     buf[real..].fill(0);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{PermissionsExt, symlink};
+
+    /// `data.000` of 20 KiB in 4 KiB chunks, written into `dir`.
+    fn data_volume(dir: &Path) -> Vec<Volume> {
+        let bytes: Vec<u8> = (0..20480u32).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(dir.join("data.000"), &bytes).unwrap();
+        vec![Volume {
+            name: "data.000".into(),
+            size: bytes.len() as u64,
+            sha256: None,
+            chunks: bytes
+                .chunks(4096)
+                .map(|c| hex::encode(Sha256::digest(c)))
+                .collect(),
+        }]
+    }
+
+    #[test]
+    fn parity_volumes_are_written_through_the_directory_handle_never_through_a_link() {
+        let t = tempfile::tempdir().unwrap();
+        let work = t.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        let data = data_volume(&work);
+        let silent = crate::progress::Silent;
+        // A link planted where a parity volume goes: refused, its target untouched.
+        std::fs::write(t.path().join("victim"), b"keep").unwrap();
+        symlink(t.path().join("victim"), work.join("parity.000")).unwrap();
+        assert!(write_parity(&work, &data, 4096, 1 << 20, 50.0, &silent).is_err());
+        assert_eq!(std::fs::read(t.path().join("victim")).unwrap(), b"keep");
+        std::fs::remove_file(work.join("parity.000")).unwrap();
+        // The work directory named through a link: refused, nothing written where it points.
+        symlink(&work, t.path().join("link")).unwrap();
+        let e = write_parity(&t.path().join("link"), &data, 4096, 1 << 20, 50.0, &silent);
+        assert!(e.is_err(), "wrote parity through a linked directory");
+        assert!(!work.join("parity.000").exists());
+        // A data volume that is a link: refused.
+        std::fs::rename(work.join("data.000"), t.path().join("data.000")).unwrap();
+        symlink(t.path().join("data.000"), work.join("data.000")).unwrap();
+        assert!(write_parity(&work, &data, 4096, 1 << 20, 50.0, &silent).is_err());
+        std::fs::remove_file(work.join("data.000")).unwrap();
+        std::fs::rename(t.path().join("data.000"), work.join("data.000")).unwrap();
+        // The real thing, with the mode set whatever the umask.
+        let p = write_parity(&work, &data, 4096, 1 << 20, 50.0, &silent).unwrap();
+        for v in &p.volumes {
+            let meta = std::fs::symlink_metadata(work.join(&v.name)).unwrap();
+            assert!(meta.is_file());
+            assert_eq!(meta.permissions().mode() & 0o7777, 0o644);
+            assert_eq!(meta.len(), v.size);
+        }
+    }
 }

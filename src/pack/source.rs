@@ -132,10 +132,11 @@ impl Model {
 
     /// The model checks (docs/CLI.md, model checks): for a directory, every file of the tree;
     /// for a snapshot, every file through its link, and one error per file the hub's cached
-    /// listing names that the snapshot lacks.
-    pub fn check(&self) -> Result<Vec<Finding>> {
+    /// listing names that the snapshot lacks. Also returns the files too deep for the
+    /// path-based checks (packed all the same: the packer reads through directory handles).
+    pub fn check(&self) -> Result<(Vec<Finding>, Vec<String>)> {
         let Some(hf) = &self.hf else {
-            return inspect::check_tree(&self.root).map_err(|e| Error::io(&self.root, e));
+            return inspect::check_tree_reaching(&self.root).map_err(|e| Error::io(&self.root, e));
         };
         let snap = &hf.snapshot;
         // Checked from the cache root: a blob may be a link into the cache-wide shared store
@@ -172,7 +173,7 @@ impl Model {
             });
         }
         findings.sort_by(|a, b| (&a.path, a.code).cmp(&(&b.path, b.code)));
-        Ok(findings)
+        Ok((findings, Vec::new()))
     }
 }
 

@@ -60,12 +60,12 @@ pub const AUTO_MIN_SAVING: f64 = 0.03;
 /// higher levels on them. `None` when no file is large enough to sample.
 pub fn estimate_saving(entries: &[ScanEntry]) -> Result<Option<f64>> {
     use std::os::unix::fs::FileExt;
-    let large: Vec<(&Path, u64)> = entries
+    let large: Vec<(&Path, &str, u64)> = entries
         .iter()
         .filter_map(|e| match e {
-            ScanEntry::File { source, size, .. } if *size >= AUTO_SAMPLE_MIN_FILE => {
-                Some((source.as_path(), *size))
-            }
+            ScanEntry::File {
+                source, size, path, ..
+            } if *size >= AUTO_SAMPLE_MIN_FILE => Some((source.as_path(), path.as_str(), *size)),
             _ => None,
         })
         .collect();
@@ -75,12 +75,11 @@ pub fn estimate_saving(entries: &[ScanEntry]) -> Result<Option<f64>> {
     let step = large.len().div_ceil(AUTO_SAMPLE_FILES);
     let (mut saved, mut total) = (0.0f64, 0.0f64);
     let mut buf = Vec::new();
-    for &(path, size) in large.iter().step_by(step) {
+    for &(path, rel, size) in large.iter().step_by(step) {
         let n = size.min(AUTO_SAMPLE_BYTES);
         let offset = (size - n) / 2 / 4096 * 4096;
         buf.resize(n as usize, 0);
-        let (f, _) =
-            fsio::open_regular(path, fsio::Follow::Final).map_err(|e| Error::io(path, e.into()))?;
+        let f = crate::scan::open_source(path, rel).map_err(|e| Error::io(path, e))?;
         f.read_exact_at(&mut buf, offset)
             .map_err(|e| Error::io(path, e))?;
         let packed = zstd::bulk::compress(&buf, 1).map_err(|e| Error::io(path, e))?;
@@ -430,8 +429,8 @@ pub fn digest_file(
     size: u64,
     etag: Option<&EtagCheck>,
 ) -> Result<(String, Option<String>)> {
-    let (file, len) =
-        fsio::open_regular(source, fsio::Follow::Final).map_err(|e| Error::io(source, e.into()))?;
+    let file = crate::scan::open_source(source, path).map_err(|e| Error::io(source, e))?;
+    let len = file.metadata().map_err(|e| Error::io(source, e))?.len();
     if len != size {
         return Err(Error::SourceChanged {
             path: source.to_path_buf(),
@@ -468,8 +467,7 @@ fn read_file(
     pool: &Receiver<Vec<u8>>,
     progress: &dyn Progress,
 ) -> Result<Option<FileDigests>> {
-    let (mut file, _) =
-        fsio::open_regular(source, fsio::Follow::Final).map_err(|e| Error::io(source, e.into()))?;
+    let mut file = crate::scan::open_source(source, path).map_err(|e| Error::io(source, e))?;
     let before = file.metadata().map_err(|e| Error::io(source, e))?;
     if before.len() != size {
         return Err(Error::SourceChanged {
