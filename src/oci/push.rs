@@ -357,12 +357,19 @@ fn config_from_registry(opened: &Opened, registry: &Registry) -> Result<Option<V
 
 /// Verifies `opened` in full, then publishes it to `registry` under its reference.
 pub fn push(opened: &Opened, registry: &Registry, progress: &dyn Progress) -> Result<Pushed> {
+    let m = &opened.manifest;
+    let layers = modelpack::layers(m, &opened.manifest_bytes, &opened.signature_text);
+    // Never publish what `unpack oci://` refuses: checked before verifying or uploading.
+    modelpack::check_publishable(m, &layers, &opened.manifest_sha256).map_err(|reason| {
+        Error::ManifestTooLarge {
+            path: opened.dir.clone(),
+            reason,
+        }
+    })?;
     let verdict = verify::verify(opened, Depth::Deep, progress);
     if let Some(e) = verdict.into_error() {
         return Err(e);
     }
-    let m = &opened.manifest;
-    let layers = modelpack::layers(m, &opened.manifest_bytes, &opened.signature_text);
 
     let mut missing = HashSet::new();
     let mut skipped = 0;
