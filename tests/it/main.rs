@@ -8,6 +8,7 @@ mod hostile;
 mod interop;
 mod model_checks;
 mod oci;
+mod oci_safety;
 mod parity;
 mod roundtrip;
 mod support;
