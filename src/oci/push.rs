@@ -351,7 +351,7 @@ fn config_from_registry(opened: &Opened, registry: &Registry) -> Result<Option<V
     };
     let digest = format!("sha256:{}", f.sha256);
     Ok(registry
-        .blob_bytes(&digest, MAX_CONFIG_JSON)?
+        .blob_bytes(&digest, f.size)?
         .filter(|b| modelpack::digest_of(b) == digest))
 }
 
