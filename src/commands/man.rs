@@ -20,6 +20,11 @@ const ENVIRONMENT: &[EnvVar] = &[
         text: "The directory of the docker config.json whose `auths` entries give registry credentials (default ~/.docker).",
     },
     EnvVar {
+        name: "AIRLOCK_REGISTRY_STALL",
+        commands: &["push", "unpack"],
+        text: "The stall deadline of registry transfers, BYTES/SECONDS (default 32768/60): a transfer that moves fewer than BYTES in SECONDS of waiting on the registry is ended (exit 1). A malformed value is a usage error.",
+    },
+    EnvVar {
         name: "AIRLOCK_TRUST",
         commands: &["verify", "unpack", "check", "repair", "push"],
         text: "A trusted public key file (.pub) or a directory of them, used when no --trust is given. One path, not split on colons. check uses it only for a directory that holds a receipt.",

@@ -8,13 +8,26 @@
 //! Idempotent requests are retried on transient failures (connection errors, timeouts, 429,
 //! 5xx) a few times with backoff; a streamed upload is not (its source cannot be rewound),
 //! and a push run again skips every blob the registry already holds.
+//!
+//! The registry is not trusted (docs/SECURITY.md, "The registry"):
+//!
+//! - Credentials (the docker config's, and the Bearer token got with them) go only to the
+//!   registry's own origin (scheme, host and port of the reference) and, Basic, to the token
+//!   service its challenge names; an upload `Location` or a redirect elsewhere gets no
+//!   `Authorization` ([`same_origin`], [`realm_may_get_credentials`]). Nothing is sent over plain
+//!   HTTP unless `--plain-http` was given for that registry.
+//! - A manifest is held to its digest: the pin of an `@sha256:` reference, else the
+//!   `Docker-Content-Digest` the registry states ([`check_manifest_digest`]).
+//! - Every body is read to a bound: a blob to the size its descriptor gives + 1, a manifest to
+//!   [`MAX_OCI_MANIFEST_BYTES`] + 1, and through a [`Stall`] guard, so a registry that drips
+//!   bytes is cut off (`AIRLOCK_REGISTRY_STALL`) besides the per-read timeout.
 
 use std::io::Read;
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use ureq::http::{self, Method, StatusCode};
+use ureq::http::{self, Method, StatusCode, Uri};
 use ureq::{Body, SendBody};
 
 use super::auth::{self, Challenge, Credentials};
@@ -30,7 +43,8 @@ pub struct RegistryOptions {
     pub ca_file: Option<PathBuf>,
 }
 
-/// Largest image manifest read.
+/// Largest image manifest read (as distribution's own limit): `push` refuses to publish one
+/// larger, so it never publishes what `unpack oci://` refuses.
 pub const MAX_OCI_MANIFEST_BYTES: u64 = 4 << 20;
 /// Tries for an idempotent request.
 const TRIES: u32 = 4;
@@ -39,6 +53,10 @@ const TRIES: u32 = 4;
 pub struct Registry {
     agent: ureq::Agent,
     base: String,
+    /// The origin of `base`: the only one that gets the `Authorization` header.
+    origin: Origin,
+    plain_http: bool,
+    stall: Stall,
     /// The reference it was opened for.
     pub reference: Reference,
     creds: Option<Credentials>,
@@ -51,6 +69,347 @@ pub use super::modelpack::OCI_MANIFEST;
 
 /// The most read of a `--ca-file` (a bundle of a few hundred PEM certificates is under 1 MiB).
 const MAX_CA_FILE_BYTES: u64 = 4 << 20;
+
+/// The variable that sets the stall deadline, `BYTES/SECONDS` ([`Stall`]).
+pub const STALL_ENV: &str = "AIRLOCK_REGISTRY_STALL";
+
+/// The stall deadline: a transfer that brings fewer than `min_bytes` in `interval` spent
+/// waiting on the registry is ended, however often single bytes arrive (the per-read timeout
+/// only ends a transfer that stops outright). Time airlock spends elsewhere (writing a staged
+/// file, hashing) does not count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stall {
+    /// Bytes a transfer must move per `interval`.
+    pub min_bytes: u64,
+    /// The window.
+    pub interval: Duration,
+}
+
+impl Default for Stall {
+    /// 32 KiB per 60 s (about 550 bytes a second): far below any network a registry is
+    /// reached over, far above a drip.
+    fn default() -> Stall {
+        Stall {
+            min_bytes: 32 << 10,
+            interval: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Stall {
+    /// Parses `BYTES/SECONDS` (both positive integers), e.g. `32768/60`.
+    pub fn parse(text: &str) -> std::result::Result<Stall, String> {
+        let (bytes, secs) = text
+            .trim()
+            .split_once('/')
+            .ok_or("the form is BYTES/SECONDS, e.g. 32768/60")?;
+        let min_bytes: u64 = bytes
+            .trim()
+            .parse()
+            .map_err(|_| format!("{bytes:?} is not a number of bytes"))?;
+        let secs: u64 = secs
+            .trim()
+            .parse()
+            .ok()
+            .filter(|s| (1..=86_400).contains(s))
+            .ok_or_else(|| format!("{secs:?} is not a number of seconds from 1 to 86400"))?;
+        if min_bytes == 0 {
+            return Err("0 bytes would never stall: give at least 1".into());
+        }
+        Ok(Stall {
+            min_bytes,
+            interval: Duration::from_secs(secs),
+        })
+    }
+
+    /// The deadline `AIRLOCK_REGISTRY_STALL` sets, else the default; a malformed value is a
+    /// usage error.
+    pub fn from_env() -> Result<Stall> {
+        match std::env::var(STALL_ENV) {
+            Err(std::env::VarError::NotPresent) => Ok(Stall::default()),
+            Ok(v) => {
+                Stall::parse(&v).map_err(|why| Error::Usage(format!("{STALL_ENV}={v:?}: {why}")))
+            }
+            Err(std::env::VarError::NotUnicode(_)) => Err(Error::Usage(format!(
+                "{STALL_ENV} is not valid UTF-8; the form is BYTES/SECONDS, e.g. 32768/60"
+            ))),
+        }
+    }
+}
+
+/// Bytes moved and time spent waiting in the current window of a transfer.
+struct Pace {
+    stall: Stall,
+    bytes: u64,
+    waited: Duration,
+}
+
+impl Pace {
+    fn new(stall: Stall) -> Pace {
+        Pace {
+            stall,
+            bytes: 0,
+            waited: Duration::ZERO,
+        }
+    }
+
+    /// Counts `bytes` moved in `waited`; fails once a whole window moved too few.
+    fn note(&mut self, bytes: u64, waited: Duration) -> std::io::Result<()> {
+        self.bytes += bytes;
+        self.waited += waited;
+        if self.waited >= self.stall.interval {
+            if self.bytes < self.stall.min_bytes {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "the transfer stalled: {} bytes in {} s, fewer than the {} bytes per {} s a transfer must move ({STALL_ENV})",
+                        self.bytes,
+                        self.waited.as_secs(),
+                        self.stall.min_bytes,
+                        self.stall.interval.as_secs()
+                    ),
+                ));
+            }
+            self.bytes = 0;
+            self.waited = Duration::ZERO;
+        }
+        Ok(())
+    }
+}
+
+/// A response body under the stall deadline: counts the time spent inside each read.
+struct StallReader<R> {
+    inner: R,
+    pace: Pace,
+}
+
+impl<R: Read> Read for StallReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let start = Instant::now();
+        let n = self.inner.read(buf)?;
+        if n > 0 {
+            self.pace.note(n as u64, start.elapsed())?;
+        }
+        Ok(n)
+    }
+}
+
+/// An upload body under the stall deadline: counts the time between handing a piece to the
+/// client and its asking for the next (the time the piece took to go out to the registry).
+struct StallUpload<R> {
+    inner: R,
+    pace: Pace,
+    sent: Option<(u64, Instant)>,
+}
+
+impl<R: Read> Read for StallUpload<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if let Some((n, since)) = self.sent.take() {
+            self.pace.note(n, since.elapsed())?;
+        }
+        let n = self.inner.read(buf)?;
+        if n > 0 {
+            self.sent = Some((n as u64, Instant::now()));
+        }
+        Ok(n)
+    }
+}
+
+/// Scheme, host and port of a URL: what decides whether a request may carry credentials.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Origin {
+    scheme: String,
+    host: String,
+    port: u16,
+}
+
+/// The origin of an absolute `http`/`https` URL (`None` for anything else).
+pub fn origin(url: &str) -> Option<Origin> {
+    let uri: Uri = url.parse().ok()?;
+    let scheme = uri.scheme_str()?.to_ascii_lowercase();
+    let port = uri.port_u16().or(match scheme.as_str() {
+        "https" => Some(443),
+        "http" => Some(80),
+        _ => None,
+    })?;
+    let host = uri.host()?.to_ascii_lowercase();
+    if host.is_empty() {
+        return None;
+    }
+    Some(Origin { scheme, host, port })
+}
+
+/// Whether `url` is on `origin` (same scheme, host and port): only then does a request carry
+/// the registry's `Authorization`.
+pub fn same_origin(origin_: &Origin, url: &str) -> bool {
+    origin(url).as_ref() == Some(origin_)
+}
+
+/// Whether the token service at `realm` may get the docker config's credentials for the
+/// registry at `registry`: over https, yes (docker sends them to the realm the registry
+/// names); over plain http only on the registry's own host, and only with `--plain-http`.
+pub fn realm_may_get_credentials(
+    realm: &str,
+    registry: &Origin,
+    plain_http: bool,
+) -> std::result::Result<(), String> {
+    let Some(r) = origin(realm) else {
+        return Err(format!("its token service {realm:?} is not an http(s) URL"));
+    };
+    match r.scheme.as_str() {
+        "https" => Ok(()),
+        "http" if plain_http && r.host == registry.host => Ok(()),
+        "http" if plain_http => Err(format!(
+            "its token service {realm} is plain http on another host ({}): airlock sends credentials over plain http only to the registry --plain-http was given for",
+            r.host
+        )),
+        _ => Err(format!(
+            "its token service {realm} is plain http: airlock sends credentials over plain http only with --plain-http, to the registry's own host"
+        )),
+    }
+}
+
+/// Checks an image manifest's bytes against the digest they were asked by (`pin`, the
+/// `sha256:HEX` of an `@sha256:` reference) and the one the registry states
+/// (`Docker-Content-Digest`, `sha256:` or `sha512:`; another algorithm is not checked).
+pub fn check_manifest_digest(
+    bytes: &[u8],
+    pin: Option<&str>,
+    stated: Option<&str>,
+) -> std::result::Result<(), String> {
+    use sha2::{Digest, Sha256, Sha512};
+    let actual = format!("sha256:{}", hex::encode(Sha256::digest(bytes)));
+    if let Some(pin) = pin
+        && !pin.eq_ignore_ascii_case(&actual)
+    {
+        return Err(format!(
+            "the registry answered the pin {pin} with another manifest (its bytes hash to {actual}): not the pinned version"
+        ));
+    }
+    let Some(stated) = stated.map(str::trim) else {
+        return Ok(());
+    };
+    let (algorithm, hex_len, computed) = match stated.split_once(':') {
+        Some(("sha256", _)) => ("sha256", 64, actual.clone()),
+        Some(("sha512", _)) => (
+            "sha512",
+            128,
+            format!("sha512:{}", hex::encode(Sha512::digest(bytes))),
+        ),
+        Some((other, _))
+            if !other.is_empty()
+                && other.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b"+._-".contains(&b)
+                }) =>
+        {
+            return Ok(());
+        }
+        _ => {
+            return Err(format!(
+                "its Docker-Content-Digest {:?} is not a digest",
+                error_text(stated)
+            ));
+        }
+    };
+    let hex = &stated[algorithm.len() + 1..];
+    if hex.len() != hex_len || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!(
+            "its Docker-Content-Digest {:?} is not a {algorithm} digest",
+            error_text(stated)
+        ));
+    }
+    if !stated.eq_ignore_ascii_case(&computed) {
+        return Err(format!(
+            "the manifest the registry sent hashes to {computed}, its Docker-Content-Digest says {stated}"
+        ));
+    }
+    Ok(())
+}
+
+/// How many leading bytes of a blob `GET` answer to skip to reach byte `offset`: a `200` is
+/// the whole blob; a `206` starts where its `Content-Range` (`bytes FIRST-LAST/SIZE`) says,
+/// which must be at `offset` or before it.
+pub fn range_skip(
+    partial: bool,
+    content_range: Option<&str>,
+    offset: u64,
+) -> std::result::Result<u64, String> {
+    if !partial {
+        return Ok(offset);
+    }
+    let Some(text) = content_range else {
+        // RFC 9110 requires it; without it, take the answer as starting at `offset` (the
+        // size and SHA-256 of the whole still decide).
+        return Ok(0);
+    };
+    let bad = || {
+        format!(
+            "it answered a range request with Content-Range {:?}",
+            error_text(text)
+        )
+    };
+    let spec = text.trim().strip_prefix("bytes ").ok_or_else(bad)?;
+    let (range, _size) = spec.split_once('/').ok_or_else(bad)?;
+    let (first, last) = range.split_once('-').ok_or_else(bad)?;
+    let digits = |s: &str| -> Option<u64> {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    let (first, last) = (
+        digits(first).ok_or_else(bad)?,
+        digits(last).ok_or_else(bad)?,
+    );
+    if last < first {
+        return Err(bad());
+    }
+    if first > offset {
+        return Err(format!(
+            "it answered a request for the bytes from {offset} with the bytes from {first} (Content-Range {:?})",
+            error_text(text)
+        ));
+    }
+    Ok(offset - first)
+}
+
+/// The token in a token service's answer (`token`, else `access_token`): visible ASCII, as
+/// it is sent back in a header.
+pub fn parse_token_answer(body: &[u8]) -> std::result::Result<String, String> {
+    let doc: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| format!("is not JSON: {e}"))?;
+    let token = doc
+        .get("token")
+        .filter(|t| t.as_str().is_some_and(|t| !t.is_empty()))
+        .or_else(|| doc.get("access_token"))
+        .and_then(|t| t.as_str())
+        .ok_or("holds no token")?;
+    if token.is_empty() || !token.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
+        return Err("holds a token that is not visible ASCII".into());
+    }
+    Ok(token.to_string())
+}
+
+/// A registry's error body as a short line for a message: distribution's JSON errors
+/// (`{"errors":[{"code":..,"message":..}]}`) as `CODE: MESSAGE`, else the text; at most 200
+/// characters, control characters (a terminal's escapes) replaced.
+pub fn error_text(text: &str) -> String {
+    let line = match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(v) if v.get("errors").and_then(|e| e.get(0)).is_some() => {
+            let first = &v["errors"][0];
+            let code = first.get("code").and_then(|c| c.as_str()).unwrap_or("");
+            let msg = first.get("message").and_then(|c| c.as_str()).unwrap_or("");
+            format!("{code}: {msg}")
+        }
+        _ => text.to_string(),
+    };
+    line.trim()
+        .chars()
+        .take(200)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect::<String>()
+        .trim()
+        .to_string()
+}
 
 fn tls_roots(opts: &RegistryOptions) -> Result<Vec<ureq::tls::Certificate<'static>>> {
     let mut roots: Vec<ureq::tls::Certificate<'static>> = rustls_native_certs::load_native_certs()
@@ -102,27 +461,18 @@ fn transient(e: &ureq::Error) -> bool {
     )
 }
 
-/// Reads a short error text from a response body (bounded), for messages.
-fn body_text(resp: &mut http::Response<Body>) -> String {
-    let text = resp
-        .body_mut()
-        .with_config()
-        .limit(4096)
-        .read_to_string()
-        .unwrap_or_default();
-    // distribution's JSON errors: {"errors":[{"code":..,"message":..}]}
-    if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
-        && let Some(first) = v.get("errors").and_then(|e| e.get(0))
-    {
-        let code = first.get("code").and_then(|c| c.as_str()).unwrap_or("");
-        let msg = first.get("message").and_then(|c| c.as_str()).unwrap_or("");
-        return format!("{code}: {msg}");
+/// Reads a short error text from a response body (bounded, under the stall deadline), for
+/// messages.
+fn body_text(resp: &mut http::Response<Body>, stall: Stall) -> String {
+    let mut raw = Vec::new();
+    let reader = resp.body_mut().with_config().limit(u64::MAX).reader();
+    let _ = StallReader {
+        inner: reader,
+        pace: Pace::new(stall),
     }
-    text.chars()
-        .take(200)
-        .collect::<String>()
-        .trim()
-        .to_string()
+    .take(4096)
+    .read_to_end(&mut raw);
+    error_text(&String::from_utf8_lossy(&raw))
 }
 
 fn backoff(attempt: u32) {
@@ -147,12 +497,24 @@ impl Registry {
             .timeout_per_read(Some(Duration::from_secs(60)))
             .timeout_per_write(Some(Duration::from_secs(60)))
             .max_redirects(5)
+            // A redirect never carries the Authorization header (ureq's default, stated here
+            // because credentials must not follow a registry's redirect to another host).
+            .redirect_auth_headers(ureq::config::RedirectAuthHeaders::Never)
             .user_agent(format!("airlock/{}", env!("CARGO_PKG_VERSION")))
             .build();
         let scheme = if opts.plain_http { "http" } else { "https" };
+        let base = format!("{scheme}://{}", reference.registry);
+        let origin = origin(&base).ok_or_else(|| {
+            Error::Usage(format!(
+                "{reference}: {base} is not a registry address airlock can reach"
+            ))
+        })?;
         let reg = Registry {
             agent: config.new_agent(),
-            base: format!("{scheme}://{}", reference.registry),
+            base,
+            origin,
+            plain_http: opts.plain_http,
+            stall: Stall::from_env()?,
             reference: reference.clone(),
             creds: auth::credentials_for(&reference.registry)?,
             push,
@@ -199,7 +561,8 @@ impl Registry {
         format!("{}/v2/{}/{tail}", self.base, self.reference.repository)
     }
 
-    /// Sends one request with the current authorization (no retries).
+    /// Sends one request (no retries), with the current authorization only if `url` is on the
+    /// registry's origin: an upload `Location` elsewhere gets none.
     fn send_once<B: ureq::AsSendBody>(
         &self,
         method: &Method,
@@ -208,7 +571,9 @@ impl Registry {
         body: B,
     ) -> std::result::Result<http::Response<Body>, ureq::Error> {
         let mut req = http::Request::builder().method(method.clone()).uri(url);
-        if let Some(a) = self.authorization.lock().expect("not poisoned").clone() {
+        if same_origin(&self.origin, url)
+            && let Some(a) = self.authorization.lock().expect("not poisoned").clone()
+        {
             req = req.header("Authorization", a);
         }
         for (k, v) in headers {
@@ -231,7 +596,11 @@ impl Registry {
         loop {
             attempt += 1;
             match self.send_once(&method, url, headers, body) {
-                Ok(resp) if resp.status() == StatusCode::UNAUTHORIZED && !reauthed => {
+                Ok(resp)
+                    if resp.status() == StatusCode::UNAUTHORIZED
+                        && !reauthed
+                        && same_origin(&self.origin, url) =>
+                {
                     reauthed = true;
                     self.authenticate()?;
                 }
@@ -295,7 +664,8 @@ impl Registry {
     }
 
     /// The Bearer token flow (distribution's token spec): GET the realm with the scope and
-    /// Basic credentials, if any.
+    /// Basic credentials, if any (refused for a realm on plain http, see
+    /// [`realm_may_get_credentials`]).
     fn token(&self, realm: &str, service: Option<&str>) -> Result<String> {
         let scope = format!(
             "repository:{}:{}",
@@ -307,6 +677,8 @@ impl Registry {
             req = req.query("service", s);
         }
         if let Some(c) = &self.creds {
+            realm_may_get_credentials(realm, &self.origin, self.plain_http)
+                .map_err(|why| self.auth_error(why))?;
             req = req.header("Authorization", c.basic());
         }
         let mut resp = req.call().map_err(|e| self.transport_error(&e))?;
@@ -314,31 +686,53 @@ impl Registry {
         if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
             return Err(self.auth_error(format!(
                 "the token service {realm} answered {status}: {}",
-                body_text(&mut resp)
+                body_text(&mut resp, self.stall)
             )));
         }
         if !status.is_success() {
             return Err(self.registry_error(format!("the token service {realm} answered {status}")));
         }
-        let body = resp
-            .body_mut()
-            .with_config()
-            .limit(1 << 20)
-            .read_to_vec()
-            .map_err(|e| self.registry_error(format!("the token service's answer: {e}")))?;
-        let doc: serde_json::Value = serde_json::from_slice(&body)
-            .map_err(|e| self.registry_error(format!("the token service's answer: {e}")))?;
-        let token = doc
-            .get("token")
-            .or_else(|| doc.get("access_token"))
-            .and_then(|t| t.as_str())
-            .ok_or_else(|| self.registry_error("the token service's answer holds no token"))?;
+        let body = self
+            .read_body(&mut resp, 1 << 20, "the token service's answer")?
+            .ok_or_else(|| {
+                self.registry_error("the token service's answer is larger than 1 MiB")
+            })?;
+        let token = parse_token_answer(&body)
+            .map_err(|why| self.registry_error(format!("the token service's answer {why}")))?;
         Ok(format!("Bearer {token}"))
+    }
+
+    /// Reads a response body of at most `cap` bytes (its `Content-Length` checked first, then
+    /// a byte more than `cap` read at most), under the stall deadline. `Ok(None)`: larger.
+    fn read_body(
+        &self,
+        resp: &mut http::Response<Body>,
+        cap: u64,
+        what: &str,
+    ) -> Result<Option<Vec<u8>>> {
+        let declared = resp
+            .headers()
+            .get("content-length")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        if declared.is_some_and(|n| n > cap) {
+            return Ok(None);
+        }
+        let mut out = Vec::with_capacity(declared.unwrap_or(0).min(cap).min(1 << 20) as usize);
+        let reader = resp.body_mut().with_config().limit(u64::MAX).reader();
+        StallReader {
+            inner: reader,
+            pace: Pace::new(self.stall),
+        }
+        .take(cap + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| self.registry_error(format!("reading {what}: {e}")))?;
+        Ok((out.len() as u64 <= cap).then_some(out))
     }
 
     fn unexpected(&self, what: &str, resp: &mut http::Response<Body>) -> Error {
         let status = resp.status();
-        let text = body_text(resp);
+        let text = body_text(resp, self.stall);
         if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
             return self.auth_error(format!("{what}: {status} {text}"));
         }
@@ -362,8 +756,9 @@ impl Registry {
         }
     }
 
-    /// Reads blob `digest` whole into memory, refusing more than `cap` bytes.
-    pub fn blob_bytes(&self, digest: &str, cap: u64) -> Result<Option<Vec<u8>>> {
+    /// Reads blob `digest` whole into memory: at most `size` bytes, the size its descriptor
+    /// gives (or, where none does, a limit), never a byte more than `size` + 1 from the wire.
+    pub fn blob_bytes(&self, digest: &str, size: u64) -> Result<Option<Vec<u8>>> {
         let url = self.repo_url(&format!("blobs/{digest}"));
         let mut resp = self.send(Method::GET, &url, &[], &[])?;
         match resp.status() {
@@ -371,21 +766,14 @@ impl Registry {
             StatusCode::NOT_FOUND => return Ok(None),
             _ => return Err(self.unexpected(&format!("GET blob {digest}"), &mut resp)),
         }
-        let mut out = Vec::new();
-        resp.body_mut()
-            .with_config()
-            .limit(u64::MAX)
-            .reader()
-            .take(cap + 1)
-            .read_to_end(&mut out)
-            .map_err(|e| self.registry_error(format!("reading blob {digest}: {e}")))?;
-        if out.len() as u64 > cap {
-            return Err(Error::Artifact {
+        let what = format!("blob {digest}");
+        match self.read_body(&mut resp, size, &what)? {
+            Some(bytes) => Ok(Some(bytes)),
+            None => Err(Error::Artifact {
                 reference: self.reference.to_string(),
-                reason: format!("blob {digest} is larger than the {cap}-byte limit"),
-            });
+                reason: format!("blob {digest} holds more than the {size} bytes expected of it"),
+            }),
         }
-        Ok(Some(out))
     }
 
     /// Opens blob `digest` for reading from byte `offset` (a resumed download). Returns the
@@ -400,8 +788,14 @@ impl Registry {
         };
         let mut resp = self.send(Method::GET, &url, &headers, &[])?;
         let skip = match resp.status() {
-            StatusCode::PARTIAL_CONTENT => 0,
-            StatusCode::OK => offset,
+            s @ (StatusCode::PARTIAL_CONTENT | StatusCode::OK) => range_skip(
+                s == StatusCode::PARTIAL_CONTENT,
+                resp.headers()
+                    .get("content-range")
+                    .and_then(|v| v.to_str().ok()),
+                offset,
+            )
+            .map_err(|why| self.registry_error(format!("GET blob {digest}: {why}")))?,
             StatusCode::NOT_FOUND => {
                 return Err(Error::Artifact {
                     reference: self.reference.to_string(),
@@ -412,7 +806,10 @@ impl Registry {
             }
             _ => return Err(self.unexpected(&format!("GET blob {digest}"), &mut resp)),
         };
-        let reader = resp.into_body().into_with_config().limit(u64::MAX).reader();
+        let reader = StallReader {
+            inner: resp.into_body().into_with_config().limit(u64::MAX).reader(),
+            pace: Pace::new(self.stall),
+        };
         Ok((Box::new(reader), skip))
     }
 
@@ -468,6 +865,11 @@ impl Registry {
             ("Content-Type", "application/octet-stream".to_string()),
             ("Content-Length", size.to_string()),
         ];
+        let reader = StallUpload {
+            inner: reader,
+            pace: Pace::new(self.stall),
+            sent: None,
+        };
         let mut resp = self
             .send_once(
                 &Method::PUT,
@@ -482,7 +884,8 @@ impl Registry {
         Ok(())
     }
 
-    /// Fetches the image manifest the reference names: its bytes and media type.
+    /// Fetches the image manifest the reference names: its bytes and media type, held to the
+    /// reference's pin and to the digest the registry states ([`check_manifest_digest`]).
     pub fn get_manifest(&self) -> Result<Option<(Vec<u8>, String)>> {
         let url = self.repo_url(&format!("manifests/{}", self.reference.reference));
         let mut resp = self.send(
@@ -502,20 +905,26 @@ impl Registry {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_string();
-        let mut out = Vec::new();
-        resp.body_mut()
-            .with_config()
-            .limit(u64::MAX)
-            .reader()
-            .take(MAX_OCI_MANIFEST_BYTES + 1)
-            .read_to_end(&mut out)
-            .map_err(|e| self.registry_error(format!("reading the manifest: {e}")))?;
-        if out.len() as u64 > MAX_OCI_MANIFEST_BYTES {
-            return Err(Error::Artifact {
-                reference: self.reference.to_string(),
-                reason: format!("its manifest is larger than {MAX_OCI_MANIFEST_BYTES} bytes"),
-            });
-        }
+        let stated = resp
+            .headers()
+            .get("docker-content-digest")
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        let artifact = |reason: String| Error::Artifact {
+            reference: self.reference.to_string(),
+            reason,
+        };
+        let out = self
+            .read_body(&mut resp, MAX_OCI_MANIFEST_BYTES, "the manifest")?
+            .ok_or_else(|| {
+                artifact(format!(
+                    "its manifest is larger than {MAX_OCI_MANIFEST_BYTES} bytes"
+                ))
+            })?;
+        let pin = self
+            .reference
+            .is_digest()
+            .then_some(self.reference.reference.as_str());
+        check_manifest_digest(&out, pin, stated.as_deref()).map_err(artifact)?;
         Ok(Some((out, media_type)))
     }
 
@@ -532,5 +941,175 @@ impl Registry {
             return Err(self.unexpected("putting the manifest", &mut resp));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_stay_on_the_registry_origin() {
+        let reg = origin("https://Registry.site:5000").unwrap();
+        assert!(same_origin(
+            &reg,
+            "https://registry.site:5000/v2/m/blobs/uploads/x?a=b"
+        ));
+        for other in [
+            "https://registry.site:5001/upload",
+            "https://evil.site:5000/upload",
+            "http://registry.site:5000/upload",
+            "https://registry.site/upload",
+            "https://registry.site:5000.evil.site/upload",
+            "https://registry.site:5000@evil.site/upload",
+            "/v2/relative",
+            "ftp://registry.site:5000/",
+        ] {
+            assert!(!same_origin(&reg, other), "{other}");
+        }
+        let default_port = origin("https://registry.site").unwrap();
+        assert!(same_origin(&default_port, "https://registry.site:443/v2/"));
+        let plain = origin("http://registry.site").unwrap();
+        assert!(same_origin(&plain, "http://registry.site:80/v2/"));
+    }
+
+    #[test]
+    fn a_token_service_on_plain_http_gets_credentials_only_on_the_registry_host_when_asked() {
+        let reg = origin("http://registry.site:5000").unwrap();
+        assert!(realm_may_get_credentials("https://auth.other/token", &reg, false).is_ok());
+        assert!(realm_may_get_credentials("https://auth.other/token", &reg, true).is_ok());
+        assert!(realm_may_get_credentials("http://registry.site:5001/token", &reg, true).is_ok());
+        let elsewhere = realm_may_get_credentials("http://auth.other/token", &reg, true);
+        assert!(elsewhere.unwrap_err().contains("another host"));
+        assert!(realm_may_get_credentials("http://registry.site:5001/token", &reg, false).is_err());
+        assert!(realm_may_get_credentials("file:///etc/passwd", &reg, true).is_err());
+        assert!(realm_may_get_credentials("token", &reg, true).is_err());
+    }
+
+    #[test]
+    fn a_manifest_is_held_to_its_pin_and_to_the_stated_digest() {
+        use sha2::{Digest, Sha256, Sha512};
+        let bytes = b"{\"schemaVersion\":2}";
+        let d256 = format!("sha256:{}", hex::encode(Sha256::digest(bytes)));
+        let d512 = format!("sha512:{}", hex::encode(Sha512::digest(bytes)));
+        let other = format!("sha256:{}", "0".repeat(64));
+        assert!(check_manifest_digest(bytes, None, None).is_ok());
+        assert!(check_manifest_digest(bytes, Some(&d256), Some(&d256)).is_ok());
+        assert!(check_manifest_digest(bytes, Some(&d256.to_uppercase()[..]), None).is_ok());
+        assert!(check_manifest_digest(bytes, None, Some(&d512)).is_ok());
+        assert!(check_manifest_digest(bytes, None, Some("blake3:abcd")).is_ok());
+        let pinned = check_manifest_digest(bytes, Some(&other), Some(&other)).unwrap_err();
+        assert!(pinned.contains("not the pinned version"), "{pinned}");
+        let stated = check_manifest_digest(bytes, None, Some(&other)).unwrap_err();
+        assert!(stated.contains("Docker-Content-Digest"), "{stated}");
+        for malformed in ["sha256:12", "sha256:", "nonsense", ":x", "sha512:zz"] {
+            assert!(
+                check_manifest_digest(bytes, None, Some(malformed)).is_err(),
+                "{malformed}"
+            );
+        }
+    }
+
+    #[test]
+    fn range_answers_must_start_at_or_before_the_offset() {
+        assert_eq!(range_skip(false, None, 100), Ok(100));
+        assert_eq!(range_skip(true, Some("bytes 100-199/200"), 100), Ok(0));
+        assert_eq!(range_skip(true, Some("bytes 40-199/*"), 100), Ok(60));
+        assert_eq!(range_skip(true, None, 100), Ok(0));
+        for bad in [
+            "bytes 101-199/200",
+            "bytes 100-99/200",
+            "bytes -199/200",
+            "bytes 1-2",
+            "items 0-1/2",
+            "bytes +1-2/3",
+            "bytes 99999999999999999999999-1/2",
+        ] {
+            assert!(range_skip(true, Some(bad), 100).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn token_answers_and_error_bodies() {
+        assert_eq!(parse_token_answer(br#"{"token":"abc"}"#), Ok("abc".into()));
+        assert_eq!(
+            parse_token_answer(br#"{"token":"","access_token":"xyz"}"#),
+            Ok("xyz".into())
+        );
+        assert!(parse_token_answer(br#"{"token":"a\r\nX-Evil: 1"}"#).is_err());
+        assert!(parse_token_answer(br#"{"token":7}"#).is_err());
+        assert!(parse_token_answer(b"<html>").is_err());
+        assert_eq!(
+            error_text(r#"{"errors":[{"code":"DENIED","message":"no"}]}"#),
+            "DENIED: no"
+        );
+        assert_eq!(error_text("bad\u{1b}[2Jthing\n"), "bad [2Jthing");
+        assert_eq!(error_text(&"x".repeat(1000)).len(), 200);
+    }
+
+    #[test]
+    fn stall_deadline_counts_bytes_per_window_of_waiting() {
+        assert_eq!(Stall::parse("32768/60"), Ok(Stall::default()));
+        for bad in ["", "1", "0/60", "1/0", "x/1", "1/100000", "-1/5"] {
+            assert!(Stall::parse(bad).is_err(), "{bad}");
+        }
+        let stall = Stall::parse("1000/10").unwrap();
+        let s = Duration::from_secs;
+        // A drip: a byte per 4 s is refused once a whole window has passed.
+        let mut p = Pace::new(stall);
+        assert!(p.note(1, s(4)).is_ok());
+        assert!(p.note(1, s(4)).is_ok());
+        let e = p.note(1, s(4)).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert!(e.to_string().contains("stalled"), "{e}");
+        // Enough bytes per window, however slowly each arrives, passes window after window.
+        let mut p = Pace::new(stall);
+        for _ in 0..100 {
+            assert!(p.note(600, s(6)).is_ok());
+        }
+        // A fast burst does not buy a later drip more than the window it fell in.
+        let mut p = Pace::new(stall);
+        assert!(p.note(1 << 20, s(1)).is_ok());
+        assert!(p.note(1, s(9)).is_ok());
+        assert!(p.note(1, s(9)).is_ok());
+        assert!(p.note(1, s(2)).is_err());
+    }
+
+    #[test]
+    fn a_stalled_body_is_cut_off_through_the_reader() {
+        /// Gives one byte per read.
+        struct Drip;
+        impl Read for Drip {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                buf[0] = b'x';
+                Ok(1)
+            }
+        }
+        // The reader measures real time; a zero-second window makes every read a whole one.
+        let stall = Stall {
+            min_bytes: 2,
+            interval: Duration::ZERO,
+        };
+        let mut r = StallReader {
+            inner: Drip,
+            pace: Pace::new(stall),
+        };
+        let mut out = Vec::new();
+        let e = (&mut r).take(1 << 20).read_to_end(&mut out).unwrap_err();
+        assert!(e.to_string().contains("stalled"), "{e}");
+        assert!(out.len() <= 1);
+        let mut up = StallUpload {
+            inner: Drip,
+            pace: Pace::new(stall),
+            sent: None,
+        };
+        let mut buf = [0u8; 8];
+        assert!(up.read(&mut buf).is_ok());
+        assert!(
+            up.read(&mut buf)
+                .unwrap_err()
+                .to_string()
+                .contains("stalled")
+        );
     }
 }

@@ -12,7 +12,9 @@
 
 use serde_json::{Value, json};
 
-use crate::manifest::{FileEntry, Manifest};
+use super::client::MAX_OCI_MANIFEST_BYTES;
+use crate::bundle::open::MAX_SIGNATURE_BYTES;
+use crate::manifest::{FileEntry, MAX_MANIFEST_BYTES, Manifest};
 use crate::paths::RECEIPT_DIR;
 
 /// The media type of an OCI image manifest.
@@ -221,14 +223,30 @@ pub fn image_manifest(
     layers: &[Layer],
     manifest_sha256: &str,
 ) -> Vec<u8> {
+    image_manifest_for(
+        m,
+        &digest_of(config),
+        config.len() as u64,
+        layers,
+        manifest_sha256,
+    )
+}
+
+fn image_manifest_for(
+    m: &Manifest,
+    config_digest: &str,
+    config_size: u64,
+    layers: &[Layer],
+    manifest_sha256: &str,
+) -> Vec<u8> {
     let doc = json!({
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
         "artifactType": ARTIFACT_TYPE,
         "config": {
             "mediaType": CONFIG,
-            "digest": digest_of(config),
-            "size": config.len(),
+            "digest": config_digest,
+            "size": config_size,
         },
         "layers": layers.iter().map(Layer::descriptor).collect::<Vec<_>>(),
         "annotations": {
@@ -297,6 +315,43 @@ impl Artifact {
             (&self.layers[n - 1], signature_text.as_bytes()),
         ]
     }
+}
+
+/// Checks, before anything is uploaded, that the artifact of `m` is one `unpack oci://`
+/// reads: its image manifest within [`MAX_OCI_MANIFEST_BYTES`] (the limit the reader and
+/// distribution enforce), the airlock manifest and signature layers within the limits the
+/// reader fetches them to. `Err` says which and why, with the way out.
+///
+/// The image manifest's size does not depend on the config's content (only its digest and
+/// size are in it), so it is measured with a config of the largest possible size field.
+pub fn check_publishable(
+    m: &Manifest,
+    layers: &[Layer],
+    manifest_sha256: &str,
+) -> Result<(), String> {
+    let hint = "pack fewer, larger files (put the many small files into one tar file inside the model), or carry the bundle itself on media";
+    let placeholder = format!("sha256:{}", "0".repeat(64));
+    let bound = image_manifest_for(m, &placeholder, u64::MAX, layers, manifest_sha256).len() as u64;
+    if bound > MAX_OCI_MANIFEST_BYTES {
+        return Err(format!(
+            "cannot publish this bundle to a registry: its OCI image manifest would be {bound} bytes ({} layers), more than the {MAX_OCI_MANIFEST_BYTES}-byte limit `unpack oci://` (and the registry) enforce; nothing was uploaded: {hint}",
+            layers.len()
+        ));
+    }
+    for l in layers {
+        let limit = match l.media_type {
+            AIRLOCK_MANIFEST => MAX_MANIFEST_BYTES,
+            AIRLOCK_SIGNATURE => MAX_SIGNATURE_BYTES,
+            _ => continue,
+        };
+        if l.size > limit {
+            return Err(format!(
+                "cannot publish this bundle to a registry: its {} layer would be {} bytes, more than the {limit}-byte limit `unpack oci://` reads it to; nothing was uploaded: {hint}",
+                l.path, l.size
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Finds the digests of the airlock manifest and signature layers in an image manifest.
@@ -373,6 +428,83 @@ mod tests {
             (Some("bf16".into()), Some("gptq".into()))
         );
         assert_eq!(precision_of(b"not json"), (None, None));
+    }
+
+    /// A manifest of `n` files with `path_len`-byte paths (only what the artifact uses).
+    fn many_files(n: usize, path_len: usize) -> Manifest {
+        let files: Vec<Value> = (0..n)
+            .map(|i| {
+                let name = format!("{i:08}");
+                json!({
+                    "path": format!("{}{name}", "p".repeat(path_len - name.len())),
+                    "size": 1,
+                    "sha256": "ab".repeat(32),
+                    "executable": false,
+                })
+            })
+            .collect();
+        serde_json::from_value(json!({
+            "format": "airlock-bundle",
+            "format_version": 2,
+            "name": "m",
+            "version": 1,
+            "created": "2026-01-01T00:00:00Z",
+            "tool": "test",
+            "compression": {"algorithm": "none"},
+            "stream": {"size": 0},
+            "chunk_size": 4096,
+            "volumes": [],
+            "directories": [],
+            "files": files,
+            "totals": {"files": n, "directories": 0, "file_bytes": n, "volume_bytes": 0},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn an_artifact_unpack_would_refuse_is_not_publishable() {
+        let sha = "cd".repeat(32);
+        let sig = "s".repeat(300);
+        // Small: publishable, and the bound holds for any config.
+        let m = many_files(50, 40);
+        let small = layers_of(&m, &sig);
+        assert!(check_publishable(&m, &small, &sha).is_ok());
+        let cfg = config(&m, &small, (Some("x".repeat(5000)), None));
+        assert!((image_manifest(&m, &cfg, &small, &sha).len() as u64) < MAX_OCI_MANIFEST_BYTES);
+        // 20,000 files of 100-byte paths: an image manifest of 8.8 MB, over 4 MiB.
+        let m = many_files(20_000, 100);
+        let big = layers_of(&m, &sig);
+        let image = image_manifest(&m, b"{}", &big, &sha);
+        assert!(
+            image.len() as u64 > MAX_OCI_MANIFEST_BYTES,
+            "{}",
+            image.len()
+        );
+        let why = check_publishable(&m, &big, &sha).unwrap_err();
+        assert!(why.contains("20002 layers"), "{why}");
+        assert!(why.contains("nothing was uploaded"), "{why}");
+        // The largest count that fits is still publishable: the limit is the reader's, no less.
+        let fits = |n: usize| {
+            let m = many_files(n, 100);
+            image_manifest(&m, b"{}", &layers_of(&m, &sig), &sha).len() as u64 + 20
+                <= MAX_OCI_MANIFEST_BYTES
+        };
+        let (mut lo, mut hi) = (1usize, 20_000usize);
+        while hi - lo > 1 {
+            let mid = (lo + hi) / 2;
+            if fits(mid) { lo = mid } else { hi = mid }
+        }
+        let m = many_files(lo, 100);
+        assert!(check_publishable(&m, &layers_of(&m, &sig), &sha).is_ok());
+        // A signature layer larger than the reader fetches.
+        let m = many_files(1, 40);
+        let big_sig = "s".repeat(MAX_SIGNATURE_BYTES as usize + 1);
+        let why = check_publishable(&m, &layers_of(&m, &big_sig), &sha).unwrap_err();
+        assert!(why.contains("manifest.json.minisig"), "{why}");
+    }
+
+    fn layers_of(m: &Manifest, sig: &str) -> Vec<Layer> {
+        layers(m, b"{}", sig)
     }
 
     #[test]

@@ -56,12 +56,15 @@ fn fetch_small(registry: &Registry, layer: &Layer, cap: u64, what: &str) -> Resu
             ),
         ));
     }
-    let bytes = registry.blob_bytes(&layer.digest, cap)?.ok_or_else(|| {
-        artifact(
-            registry,
-            format!("its {what} blob {} is missing", layer.digest),
-        )
-    })?;
+    // Read to the descriptor's size + 1, never to the limit: a small blob costs its size.
+    let bytes = registry
+        .blob_bytes(&layer.digest, layer.size)?
+        .ok_or_else(|| {
+            artifact(
+                registry,
+                format!("its {what} blob {} is missing", layer.digest),
+            )
+        })?;
     if modelpack::digest_of(&bytes) != layer.digest || bytes.len() as u64 != layer.size {
         return Err(artifact(
             registry,

@@ -223,7 +223,7 @@ fn config_from_registry(opened: &Opened, registry: &Registry) -> Result<Option<V
     };
     let digest = format!("sha256:{}", f.sha256);
     Ok(registry
-        .blob_bytes(&digest, MAX_CONFIG_JSON)?
+        .blob_bytes(&digest, f.size)?
         .filter(|b| modelpack::digest_of(b) == digest))
 }
 
@@ -381,6 +381,15 @@ impl<'scope, 'env> Target for RegistryTarget<'scope, 'env> {
 /// [`RegistryTarget`]. Before the first upload, the volumes are checked against their signed
 /// chunk digests, so a damaged bundle uploads nothing.
 pub fn push(opened: &Opened, registry: &Registry, progress: &dyn Progress) -> Result<Pushed> {
+    // Never publish what `unpack oci://` refuses: checked before reading or uploading anything.
+    let m = &opened.manifest;
+    let layers = modelpack::layers(m, &opened.manifest_bytes, &opened.signature_text);
+    modelpack::check_publishable(m, &layers, &opened.manifest_sha256).map_err(|reason| {
+        Error::ManifestTooLarge {
+            path: opened.dir().to_path_buf(),
+            reason,
+        }
+    })?;
     let precheck = || -> Result<()> {
         match verify::verify(opened, Depth::Volumes, progress).into_error() {
             Some(e) => Err(e),

@@ -231,6 +231,14 @@ impl Target for LayoutTarget {
             return Err(Error::Usage(format!("{tag:?} is not a valid OCI tag")));
         }
         let path = self.opts.dir.clone();
+        // What skopeo or ORAS copy into a registry later must be what a registry accepts.
+        let layers = modelpack::layers(m, &opened.manifest_bytes, &opened.signature_text);
+        modelpack::check_publishable(m, &layers, &opened.manifest_sha256).map_err(|reason| {
+            Error::ManifestTooLarge {
+                path: path.clone(),
+                reason,
+            }
+        })?;
         let (dir, created) = open_layout(&path)?;
         let cleanup = staging::clean_stale(&path)?;
         if self.opts.check_space {

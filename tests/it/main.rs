@@ -10,6 +10,7 @@ mod interop;
 mod long_paths;
 mod model_checks;
 mod oci;
+mod oci_safety;
 mod parity;
 mod receipt_links;
 mod repair_safety;

@@ -19,8 +19,8 @@ use sha2::{Digest, Sha256};
 
 use crate::support::*;
 
-const USER: &str = "alice";
-const PASSWORD: &str = "correct horse";
+pub(crate) const USER: &str = "alice";
+pub(crate) const PASSWORD: &str = "correct horse";
 
 fn run_tool(cmd: &mut Command, what: &str) {
     let out = cmd
@@ -33,7 +33,7 @@ fn run_tool(cmd: &mut Command, what: &str) {
     );
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -42,14 +42,14 @@ fn free_port() -> u16 {
 }
 
 /// A running `docker-registry` with its CA, htpasswd, storage and log in a temp dir.
-struct Registry {
+pub(crate) struct Registry {
     dir: tempfile::TempDir,
     child: Arc<Mutex<Child>>,
-    port: u16,
+    pub(crate) port: u16,
 }
 
 impl Registry {
-    fn start() -> Registry {
+    pub(crate) fn start() -> Registry {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         let openssl =
@@ -148,16 +148,16 @@ impl Registry {
         reg
     }
 
-    fn path(&self, rel: &str) -> PathBuf {
+    pub(crate) fn path(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.path("registry.log")).unwrap_or_default()
     }
 
     /// Blob uploads started (POST .../blobs/uploads/), from the registry's access log.
-    fn uploads(&self) -> usize {
+    pub(crate) fn uploads(&self) -> usize {
         self.log()
             .lines()
             .filter(|l| l.contains("\"POST /v2/") && l.contains("/blobs/uploads/"))
@@ -165,7 +165,7 @@ impl Registry {
     }
 
     /// Writes `docker/config.json` with an `auths` entry per (port, password).
-    fn docker_config(&self, entries: &[(u16, &str)]) {
+    pub(crate) fn docker_config(&self, entries: &[(u16, &str)]) {
         use base64::Engine;
         let auths: serde_json::Map<String, serde_json::Value> = entries
             .iter()
@@ -185,12 +185,12 @@ impl Registry {
         .unwrap();
     }
 
-    fn reference(&self, repo_tag: &str) -> String {
+    pub(crate) fn reference(&self, repo_tag: &str) -> String {
         format!("oci://127.0.0.1:{}/{repo_tag}", self.port)
     }
 
     /// Runs airlock in `env`'s tree with this registry's docker config and CA.
-    fn airlock(&self, env: &Env, args: &[&str]) -> Output {
+    pub(crate) fn airlock(&self, env: &Env, args: &[&str]) -> Output {
         let ca = self.path("ca.pem");
         let mut all: Vec<&str> = args.to_vec();
         all.extend(["--ca-file", ca.to_str().unwrap()]);
@@ -204,7 +204,7 @@ impl Registry {
             .expect("run airlock")
     }
 
-    fn ok(&self, env: &Env, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, env: &Env, args: &[&str]) -> String {
         let out = self.airlock(env, args);
         let text = format!(
             "{}{}",
@@ -215,7 +215,7 @@ impl Registry {
         text
     }
 
-    fn fails(&self, env: &Env, code: i32, args: &[&str]) -> String {
+    pub(crate) fn fails(&self, env: &Env, code: i32, args: &[&str]) -> String {
         let out = self.airlock(env, args);
         let text = format!(
             "{}{}",
@@ -237,7 +237,7 @@ impl Registry {
     }
 
     /// The blob's data file in the registry's storage.
-    fn blob_file(&self, sha256: &str) -> PathBuf {
+    pub(crate) fn blob_file(&self, sha256: &str) -> PathBuf {
         self.path(&format!(
             "storage/docker/registry/v2/blobs/sha256/{}/{sha256}/data",
             &sha256[..2]
@@ -347,7 +347,7 @@ fn relay(reg: &Registry, limit: u64, cut: Cut) -> Relay {
 
 /// A model with a larger weight file, so transfers take several buffers (above 8 MiB it is
 /// streamed straight into staging; smaller files are fetched ahead into memory).
-fn big_model(env: &Env, rel: &str, weight_bytes: usize) -> PathBuf {
+pub(crate) fn big_model(env: &Env, rel: &str, weight_bytes: usize) -> PathBuf {
     let m = env.model(rel);
     env.write(
         &format!("{rel}/model.safetensors.bin"),
@@ -356,7 +356,7 @@ fn big_model(env: &Env, rel: &str, weight_bytes: usize) -> PathBuf {
     m
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
