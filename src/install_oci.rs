@@ -23,7 +23,8 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use crate::bundle::open::{MAX_SIGNATURE_BYTES, Opened, Signed, verify_signed_bytes};
+use crate::bundle::open::{MAX_SIGNATURE_BYTES, Opened, open_parts};
+use crate::trust::policy::SigFile;
 use crate::bundle::stream::EntrySink;
 use crate::error::{Error, Result};
 use crate::install::{self, Installed, UnpackOptions};
@@ -75,6 +76,12 @@ fn fetch_small(registry: &Registry, layer: &Layer, cap: u64, what: &str) -> Resu
 /// Fetches the artifact's airlock manifest and signature and verifies them against `trust`.
 /// Nothing else is read from the registry before this succeeds.
 pub fn open(registry: &Registry, trust: &[PublicKey]) -> Result<Opened> {
+    open_with(registry, &crate::trust::Policy::any_of(trust))
+}
+
+/// [`open`] with a trust policy: the co-signature and trust-root layers are fetched (bounded)
+/// and checked exactly as a bundle directory's files are.
+pub fn open_with(registry: &Registry, policy: &crate::trust::Policy) -> Result<Opened> {
     let reference = registry.reference.to_string();
     let (image, _media_type) = registry.get_manifest()?.ok_or_else(|| Error::Registry {
         registry: registry.reference.registry.clone(),
@@ -97,23 +104,10 @@ pub fn open(registry: &Registry, trust: &[PublicKey]) -> Result<Opened> {
         path: spath.clone(),
         reason: "is not UTF-8 text".into(),
     })?;
-    let Signed {
-        manifest,
-        bytes: manifest_bytes,
-        signature_text,
-        signer,
-        warnings,
-    } = verify_signed_bytes(bytes, text, &mpath, &spath, trust)?;
-    let manifest_sha256 = hex::encode(Sha256::digest(&manifest_bytes));
-    Ok(Opened {
-        dir: PathBuf::from(reference),
-        manifest,
-        manifest_bytes,
-        manifest_sha256,
-        signature_text,
-        signer,
-        warnings,
-    })
+    let (cosigs, notes, roots) = crate::oci::trust::fetch_all(registry, &image, policy)?;
+    let primary = SigFile { path: spath, text };
+    let dir = PathBuf::from(&reference);
+    open_parts(dir, &mpath, bytes, primary, cosigs, roots, notes, policy)
 }
 
 /// Streams one file's blob into `sink`, checking its size and SHA-256 against the signed

@@ -1274,6 +1274,7 @@ mod tests {
                 etags: vec![],
                 parity: Some(25.0),
                 base: None,
+                trust_update: vec![],
             },
             &crate::progress::Silent,
         )

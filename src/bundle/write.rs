@@ -125,6 +125,9 @@ pub struct PackOptions<'a> {
     pub parity: Option<f64>,
     /// Pack a delta against this base (docs/FORMAT.md section 16).
     pub base: Option<crate::delta::pack::BaseSource>,
+    /// TUF root versions to carry (`pack --trust-update`; FORMAT.md section 18), checked by
+    /// the caller.
+    pub trust_update: Vec<crate::trust::update::RootFile>,
 }
 
 /// What the packer does about one file's Hugging Face etag (its blob name) while it hashes it.
@@ -679,6 +682,7 @@ pub fn manifest_size_estimate(opts: &PackOptions<'_>) -> u64 {
         }),
         parity,
         base: None,
+        trust_update: crate::trust::update::manifest_entry(&opts.trust_update),
         directories,
         files,
     };
@@ -787,7 +791,10 @@ fn is_complete_bundle(dir: &Path) -> bool {
         let Some(name) = name.to_str() else {
             return false;
         };
-        if name == manifest::MANIFEST_NAME || name == manifest::SIGNATURE_NAME {
+        if name == manifest::MANIFEST_NAME
+            || name == manifest::SIGNATURE_NAME
+            || crate::trust::update::is_listed_root(&m, name)
+        {
             continue;
         }
         let Some(v) = m.volumes.iter().find(|v| v.name == name) else {
@@ -982,6 +989,7 @@ fn pack_into(opts: &PackOptions<'_>, dir: &Path, progress: &dyn Progress) -> Res
         source: opts.source.clone().map(|s| HfSource { etags, ..s }),
         parity,
         base: plan.as_ref().map(|p| p.base.clone()),
+        trust_update: crate::trust::update::carry(dir, &opts.trust_update)?,
     };
     // The packer holds itself to the same rules as the reader.
     manifest.validate().map_err(|why| {
@@ -1045,6 +1053,7 @@ mod tests {
             etags: vec![],
             parity: None,
             base: None,
+            trust_update: vec![],
         }
     }
 

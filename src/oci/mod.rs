@@ -22,6 +22,7 @@ mod delta;
 pub mod modelpack;
 pub mod push;
 pub mod reference;
+pub mod trust;
 
 pub use client::{Registry, RegistryOptions};
 pub use reference::Reference;

@@ -31,6 +31,10 @@ pub const CODE_RAW: &str = "application/vnd.cncf.model.code.v1.raw";
 pub const AIRLOCK_MANIFEST: &str = "application/vnd.airlock.manifest.v1+json";
 /// Its minisign signature.
 pub const AIRLOCK_SIGNATURE: &str = "application/vnd.airlock.signature.v1";
+/// A co-signature of the manifest (FORMAT.md section 18), one layer per co-signer.
+pub const AIRLOCK_COSIGNATURE: &str = "application/vnd.airlock.cosignature.v1";
+/// A TUF root version the bundle carries (FORMAT.md section 18).
+pub const AIRLOCK_TRUST_ROOT: &str = "application/vnd.airlock.trust-root.v1+json";
 /// The layer annotation naming a file's path.
 pub const FILEPATH: &str = "org.cncf.model.filepath";
 /// The OCI title annotation (what ORAS names a file by).
@@ -166,19 +170,121 @@ pub fn digest_of(bytes: &[u8]) -> String {
 /// and signature.
 pub fn layers(m: &Manifest, manifest_bytes: &[u8], signature_text: &str) -> Vec<Layer> {
     let mut out: Vec<Layer> = m.files.iter().map(Layer::of_file).collect();
-    out.push(Layer {
-        media_type: AIRLOCK_MANIFEST,
-        digest: digest_of(manifest_bytes),
-        size: manifest_bytes.len() as u64,
-        path: manifest_layer_path(),
-    });
-    out.push(Layer {
-        media_type: AIRLOCK_SIGNATURE,
-        digest: digest_of(signature_text.as_bytes()),
-        size: signature_text.len() as u64,
-        path: signature_layer_path(),
-    });
+    out.extend(
+        signed_blobs(manifest_bytes, signature_text, &[], &[])
+            .into_iter()
+            .map(|(l, _)| l),
+    );
     out
+}
+
+/// The small airlock layers with their bytes, in the artifact's order: the manifest, its
+/// signature, then each co-signature (`(file name, text)`) and each carried root, all at their
+/// receipt paths.
+pub fn signed_blobs(
+    manifest_bytes: &[u8],
+    signature_text: &str,
+    cosignatures: &[(String, String)],
+    roots: &[crate::trust::update::RootFile],
+) -> Vec<(Layer, Vec<u8>)> {
+    let blob = |media_type, bytes: &[u8], path: String| {
+        (
+            Layer {
+                media_type,
+                digest: digest_of(bytes),
+                size: bytes.len() as u64,
+                path,
+            },
+            bytes.to_vec(),
+        )
+    };
+    let mut out = vec![
+        blob(AIRLOCK_MANIFEST, manifest_bytes, manifest_layer_path()),
+        blob(
+            AIRLOCK_SIGNATURE,
+            signature_text.as_bytes(),
+            signature_layer_path(),
+        ),
+    ];
+    for (name, text) in cosignatures {
+        out.push(blob(
+            AIRLOCK_COSIGNATURE,
+            text.as_bytes(),
+            format!("{RECEIPT_DIR}/{name}"),
+        ));
+    }
+    for r in roots {
+        out.push(blob(
+            AIRLOCK_TRUST_ROOT,
+            &r.bytes,
+            format!("{RECEIPT_DIR}/{}", crate::trust::update::file_name(r.version)),
+        ));
+    }
+    out
+}
+
+/// The co-signature and trust-root layers of an image manifest, each with the file name its
+/// path annotation gives (`manifest.json.KEYID.minisig`, `N.root.json`). `Err` says what is
+/// malformed; at most 64 of each are accepted.
+pub fn trust_layers(image_manifest: &[u8]) -> Result<(Vec<Layer>, Vec<Layer>), String> {
+    let v: Value = serde_json::from_slice(image_manifest)
+        .map_err(|e| format!("its manifest is not JSON: {e}"))?;
+    let layers = v.get("layers").and_then(|l| l.as_array()).ok_or("its manifest has no layers")?;
+    let mut cosigs = Vec::new();
+    let mut roots = Vec::new();
+    for l in layers {
+        let media_type = match l.get("mediaType").and_then(|t| t.as_str()) {
+            Some(AIRLOCK_COSIGNATURE) => AIRLOCK_COSIGNATURE,
+            Some(AIRLOCK_TRUST_ROOT) => AIRLOCK_TRUST_ROOT,
+            _ => continue,
+        };
+        let digest = l
+            .get("digest")
+            .and_then(|d| d.as_str())
+            .filter(|d| {
+                d.strip_prefix("sha256:")
+                    .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+            })
+            .ok_or(format!("a {media_type} layer has no sha256 digest"))?;
+        let size = l
+            .get("size")
+            .and_then(|s| s.as_u64())
+            .ok_or(format!("a {media_type} layer has no size"))?;
+        let name = l
+            .get("annotations")
+            .and_then(|a| a.get(FILEPATH))
+            .and_then(|p| p.as_str())
+            .and_then(|p| p.strip_prefix(&format!("{RECEIPT_DIR}/")))
+            .filter(|n| {
+                if media_type == AIRLOCK_COSIGNATURE {
+                    crate::bundle::open::is_cosignature_name(n)
+                } else {
+                    crate::trust::update::version_of_name(n).is_some()
+                }
+            })
+            .ok_or(format!(
+                "a {media_type} layer has no {FILEPATH} annotation naming a file under {RECEIPT_DIR}/"
+            ))?;
+        let layer = Layer {
+            media_type,
+            digest: digest.to_ascii_lowercase(),
+            size,
+            path: name.to_string(),
+        };
+        let list = if media_type == AIRLOCK_COSIGNATURE {
+            &mut cosigs
+        } else {
+            &mut roots
+        };
+        if list.iter().any(|o: &Layer| o.path == layer.path) {
+            return Err(format!("it has two {media_type} layers for {name}"));
+        }
+        list.push(layer);
+        if list.len() > 64 {
+            return Err(format!("it has more than 64 {media_type} layers"));
+        }
+    }
+    Ok((cosigs, roots))
 }
 
 /// The ModelPack config document.
