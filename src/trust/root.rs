@@ -697,7 +697,11 @@ mod tests {
             (good.replace("\"threshold\": 1", "\"threshold\": 2"), "could never be met"),
             (good.replacen("\"keytype\": \"ed25519\"", "\"keytype\": \"rsa\"", 1), "ed25519 keys"),
             (
-                good.replacen(&format!("\"keyids\": [\n    \"{id}\"\n   ]"), &format!("\"keyids\": [\n    \"{id}\",\n    \"{id}\"\n   ]"), 1),
+                good.replacen(
+                    &format!("\"{id}\"\n    ]"),
+                    &format!("\"{id}\",\n     \"{id}\"\n    ]"),
+                    1,
+                ),
                 "twice",
             ),
             (good.replace("\"_type\": \"root\"", "\"_type\": \"targets\""), "not root metadata"),
