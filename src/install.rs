@@ -29,7 +29,6 @@ use crate::bundle::read::{self, EntrySink, Mode as ReadMode, Opened};
 use crate::error::{Error, Result};
 use crate::fsio::{self, parent_dir};
 use crate::inspect::Finding;
-use crate::keys::PublicKey;
 use crate::manifest::{FileEntry, Manifest};
 use crate::paths::RECEIPT_DIR;
 use crate::progress::Progress;
@@ -50,7 +49,7 @@ pub struct UnpackOptions {
     pub check_space: bool,
     /// The trust set the bundle was verified with; with `replace`, the old tree's receipt must
     /// verify against it too.
-    pub trust: Vec<PublicKey>,
+    pub trust: crate::trust::Policy,
 }
 
 /// What an unpack did.
@@ -312,7 +311,7 @@ fn replaceable(
     dest: &Path,
     meta: &std::fs::Metadata,
     opened: &Opened,
-    trust: &[PublicKey],
+    trust: &crate::trust::Policy,
 ) -> Result<(Manifest, Keep)> {
     let move_aside =
         "if that directory really is to go, move or remove it yourself, then unpack again";
@@ -476,7 +475,11 @@ pub fn unpack_with(
     }
     let cleanup = staging::clean_stale(&parent)?;
 
-    let receipt_bytes = (opened.manifest_bytes.len() + opened.signature_text.len()) as u64;
+    let receipt_bytes = receipt::size(
+        &opened.manifest_bytes,
+        &opened.signature_text,
+        &opened.trust,
+    );
     let needed = space_needed(m, receipt_bytes);
     let available = space_available(&parent)?;
     if opts.check_space && needed > available {
@@ -554,7 +557,13 @@ pub fn unpack_with(
     }
 
     // Receipt: the signed manifest and its signature, so `check` can re-verify later.
-    receipt::write(&root, &tree, &opened.manifest_bytes, &opened.signature_text)?;
+    receipt::write(
+        &root,
+        &tree,
+        &opened.manifest_bytes,
+        &opened.signature_text,
+        &opened.trust,
+    )?;
     for path in &known {
         let fd = open_below(&root, path).map_err(|e| Error::io(tree.join(path), e.into()))?;
         fsio::sync_dir_fd(&fd, &tree.join(path))?;

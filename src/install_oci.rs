@@ -24,7 +24,6 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use crate::bundle::open::{MAX_SIGNATURE_BYTES, Opened, open_parts};
-use crate::trust::policy::SigFile;
 use crate::bundle::stream::EntrySink;
 use crate::error::{Error, Result};
 use crate::install::{self, Installed, UnpackOptions};
@@ -33,6 +32,7 @@ use crate::manifest::{self, Expected, FileEntry, Manifest};
 use crate::oci::Registry;
 use crate::oci::modelpack::{self, Layer};
 use crate::progress::Progress;
+use crate::trust::policy::SigFile;
 
 /// Tries to fetch one file (the first and each resume).
 const TRIES: u32 = 4;

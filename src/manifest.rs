@@ -921,9 +921,7 @@ fn validate_trust_update(t: &TrustUpdate) -> Result<(), String> {
             return Err(format!("has a trust_update root of version {}", r.version));
         }
         if i > 0 && r.version != t.roots[i - 1].version + 1 {
-            return Err(
-                "has trust_update roots whose versions do not follow one another".into(),
-            );
+            return Err("has trust_update roots whose versions do not follow one another".into());
         }
         if r.size == 0 || r.size > MAX_ROOT_FILE_BYTES {
             return Err(format!(

@@ -24,7 +24,6 @@ use crate::bundle::open::{self, Opened};
 use crate::bundle::volumes::{self, UnitReader, VolumeProblem, VolumeSource};
 use crate::error::{Error, Result};
 use crate::fsio;
-use crate::keys::PublicKey;
 use crate::manifest::{self, Manifest, Volume};
 use crate::parity::Shard;
 use crate::progress::Progress;
@@ -145,7 +144,7 @@ fn hash_chunk(dir: &Path, name: &str, start: u64, len: u64) -> Option<String> {
 pub fn repair(
     opened: &Opened,
     opts: &RepairOptions,
-    trust: &[PublicKey],
+    trust: &crate::trust::Policy,
     progress: &dyn Progress,
 ) -> Result<Repaired> {
     let m = &opened.manifest;
@@ -164,7 +163,7 @@ pub fn repair(
     }
     let mut dirs = vec![opened.dir.clone()];
     for copy in &opts.from {
-        match open::open(copy, trust) {
+        match open::open_with(copy, trust) {
             Ok(o) if o.manifest_sha256 == opened.manifest_sha256 => dirs.push(copy.clone()),
             Ok(_) => report.copies_skipped.push((
                 copy.clone(),
@@ -410,6 +409,13 @@ pub fn repair(
             opened.signature_text.as_bytes(),
             0o644,
         )?;
+        for (name, text) in &opened.trust.cosignatures {
+            staging.write_file(name, text.as_bytes(), 0o644)?;
+        }
+        for r in &opened.trust.roots {
+            let name = crate::trust::update::file_name(r.version);
+            staging.write_file(&name, &r.bytes, 0o644)?;
+        }
         rustix::fs::fchmod(staging.fd(), rustix::fs::Mode::from_raw_mode(0o755))
             .map_err(|e| Error::io(out, e.into()))?;
         staging.sync()?;

@@ -13,7 +13,10 @@ pub mod write;
 /// `bundle::read::verify_signed`, `bundle::read::stream`, ...), so callers can move over one at
 /// a time.
 pub mod read {
-    pub use super::open::{Opened, Signed, open, read_unverified, verify_signed};
+    pub use super::open::{
+        Opened, Signed, TrustInfo, is_cosignature_name, open, read_unverified, verify_signed,
+        verify_signed_with,
+    };
     pub use super::stream::{EntrySink, Mode, NullSink, StreamReport, stream};
     pub use super::volumes::{VolumeProblem, is_volume_like};
 }

@@ -324,7 +324,11 @@ pub fn verify_signed(manifest_path: &Path, sig_path: &Path, trust: &[PublicKey])
 /// [`verify_signed`] with a trust policy: the co-signatures beside the signature
 /// (`manifest.json.KEYID.minisig`) count too, and the policy's threshold of distinct keys must
 /// sign.
-pub fn verify_signed_with(manifest_path: &Path, sig_path: &Path, policy: &Policy) -> Result<Signed> {
+pub fn verify_signed_with(
+    manifest_path: &Path,
+    sig_path: &Path,
+    policy: &Policy,
+) -> Result<Signed> {
     let bytes = read_manifest_bytes(manifest_path)?;
     let Some(text) = read_signature_text(sig_path)? else {
         return Err(Error::MissingSignature {
@@ -392,7 +396,13 @@ pub fn verify_parts(
     if counted.signers.len() < policy.threshold {
         if policy.root.is_none() && counted.signers.is_empty() {
             // A plain key set: the errors it has always given about the one signature.
-            return Err(plain_failure(&bytes, &primary_sig, manifest_path, &sig_path, policy));
+            return Err(plain_failure(
+                &bytes,
+                &primary_sig,
+                manifest_path,
+                &sig_path,
+                policy,
+            ));
         }
         return Err(Error::SignatureThreshold {
             path: manifest_path.to_path_buf(),
@@ -494,9 +504,10 @@ fn shortfall(policy: &Policy, counted: &crate::trust::policy::Counted) -> String
             format!(
                 "{} in {}",
                 s.key,
-                s.file
-                    .file_name()
-                    .map_or_else(|| s.file.display().to_string(), |n| n.to_string_lossy().into_owned())
+                s.file.file_name().map_or_else(
+                    || s.file.display().to_string(),
+                    |n| n.to_string_lossy().into_owned()
+                )
             )
         })
         .collect();

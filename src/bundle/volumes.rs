@@ -298,6 +298,8 @@ pub fn stray_files(opened: &Opened) -> Vec<StrayFile> {
         .filter(|n| {
             n != manifest::MANIFEST_NAME
                 && n != manifest::SIGNATURE_NAME
+                && !super::open::is_cosignature_name(n)
+                && !crate::trust::update::is_listed_root(&opened.manifest, n)
                 && !opened.manifest.volumes.iter().any(|v| &v.name == n)
                 && !opened
                     .manifest

@@ -3,10 +3,13 @@
 use airlock::error::{Error, Result, human};
 use airlock::install::UnpackOptions;
 use airlock::install_oci;
-use airlock::keys::PublicKey;
 use airlock::oci::{self, Reference, Registry, RegistryOptions};
+use airlock::trust::Policy;
 
-use super::{Output, load_trust, open, recorded_warnings, report_install};
+use super::{
+    Output, apply_trust_update, load_trust, open, recorded_warnings, replace_note, report_install,
+    report_trust,
+};
 use crate::cli::{PushArgs, RegistryArgs, UnpackArgs};
 use crate::commands::ui::Ui;
 
@@ -32,8 +35,9 @@ pub fn run(a: PushArgs, ui: &Ui) -> Result<Output> {
     }
     let opts = registry_options(&a.registry)?;
     let trust = load_trust(&a.trust)?;
-    let opened = open::open(&a.bundle, &trust)?;
+    let opened = open::open_with(&a.bundle, &trust)?;
     let mut out = Output::default();
+    report_trust(&mut out, &trust, &opened.trust);
     out.warnings.extend(opened.warnings.iter().cloned());
     out.warnings.extend(recorded_warnings(&opened.manifest));
     // Connecting uploads nothing: a registry that is down or refuses the credentials fails
@@ -61,7 +65,7 @@ pub fn run(a: PushArgs, ui: &Ui) -> Result<Output> {
 }
 
 /// `airlock unpack oci://... --dest DIR`.
-pub fn unpack_oci(a: UnpackArgs, trust: Vec<PublicKey>, ui: &Ui) -> Result<Output> {
+pub fn unpack_oci(a: UnpackArgs, trust: Policy, ui: &Ui) -> Result<Output> {
     let text = a.bundle.to_string_lossy().into_owned();
     let reference = Reference::parse(&text)?;
     let Some(dest) = a.dest else {
@@ -71,8 +75,12 @@ pub fn unpack_oci(a: UnpackArgs, trust: Vec<PublicKey>, ui: &Ui) -> Result<Outpu
     };
     let opts = registry_options(&a.registry)?;
     let registry = Registry::connect(&reference, &opts, false)?;
-    let opened = install_oci::open(&registry, &trust)?;
+    let opened = install_oci::open_with(&registry, &trust)?;
+    if opened.trust.update.is_some() {
+        airlock::trust::update::check_writable(&trust)?;
+    }
     let mut out = Output::default();
+    report_trust(&mut out, &trust, &opened.trust);
     out.warnings.extend(opened.warnings.iter().cloned());
     let m = &opened.manifest;
     out.warnings.extend(recorded_warnings(m));
@@ -80,18 +88,15 @@ pub fn unpack_oci(a: UnpackArgs, trust: Vec<PublicKey>, ui: &Ui) -> Result<Outpu
     out.set("version", m.version);
     out.set("signer", opened.signer.key_id_hex());
     out.set("reference", reference.to_string());
-    let installed = install_oci::unpack(
-        &opened,
-        &registry,
-        &UnpackOptions {
-            dest,
-            replace: a.replace,
-            allow_downgrade: a.allow_downgrade,
-            check_space: !a.no_space_check,
-            trust,
-        },
-        ui,
-    )?;
+    let opts = UnpackOptions {
+        dest,
+        replace: a.replace,
+        allow_downgrade: a.allow_downgrade,
+        check_space: !a.no_space_check,
+        trust: opened.trust.policy.clone().unwrap_or_else(|| trust.clone()),
+    };
+    replace_note(&mut out, &opts);
+    let installed = install_oci::unpack(&opened, &registry, &opts, ui)?;
     report_install(&mut out, &installed.notes);
     out.set("findings", &installed.notes.findings);
     out.set("dest", &installed.dest);
@@ -108,5 +113,6 @@ pub fn unpack_oci(a: UnpackArgs, trust: Vec<PublicKey>, ui: &Ui) -> Result<Outpu
         m.totals.files,
         human(m.totals.file_bytes)
     ));
+    apply_trust_update(&mut out, &trust, &opened.trust)?;
     Ok(out)
 }

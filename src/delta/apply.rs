@@ -110,12 +110,7 @@ fn check_base(opened: &Opened, opts: &UnpackOptions) -> Result<Manifest> {
             "{short}: the directory holds no airlock receipt"
         )));
     }
-    let signed = read::verify_signed(
-        &receipt::manifest_path(dest),
-        &receipt::signature_path(dest),
-        &opts.trust,
-    )
-    .map_err(|e| {
+    let signed = receipt::verify(dest, &opts.trust).map_err(|e| {
         refuse(format!(
             "{short}: the receipt there does not verify with the trust set ({e})"
         ))

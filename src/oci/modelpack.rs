@@ -217,7 +217,10 @@ pub fn signed_blobs(
         out.push(blob(
             AIRLOCK_TRUST_ROOT,
             &r.bytes,
-            format!("{RECEIPT_DIR}/{}", crate::trust::update::file_name(r.version)),
+            format!(
+                "{RECEIPT_DIR}/{}",
+                crate::trust::update::file_name(r.version)
+            ),
         ));
     }
     out
@@ -229,7 +232,10 @@ pub fn signed_blobs(
 pub fn trust_layers(image_manifest: &[u8]) -> Result<(Vec<Layer>, Vec<Layer>), String> {
     let v: Value = serde_json::from_slice(image_manifest)
         .map_err(|e| format!("its manifest is not JSON: {e}"))?;
-    let layers = v.get("layers").and_then(|l| l.as_array()).ok_or("its manifest has no layers")?;
+    let layers = v
+        .get("layers")
+        .and_then(|l| l.as_array())
+        .ok_or("its manifest has no layers")?;
     let mut cosigs = Vec::new();
     let mut roots = Vec::new();
     for l in layers {

@@ -362,7 +362,16 @@ pub fn push(opened: &Opened, registry: &Registry, progress: &dyn Progress) -> Re
         return Err(e);
     }
     let m = &opened.manifest;
-    let layers = modelpack::layers(m, &opened.manifest_bytes, &opened.signature_text);
+    // The signed manifest, its signature, co-signatures and carried trust roots (FORMAT.md
+    // section 18) follow the files.
+    let small = modelpack::signed_blobs(
+        &opened.manifest_bytes,
+        &opened.signature_text,
+        &opened.trust.cosignatures,
+        &opened.trust.roots,
+    );
+    let mut layers: Vec<Layer> = m.files.iter().map(Layer::of_file).collect();
+    layers.extend(small.iter().map(|(l, _)| l.clone()));
 
     let mut missing = HashSet::new();
     let mut skipped = 0;
@@ -435,11 +444,7 @@ pub fn push(opened: &Opened, registry: &Registry, progress: &dyn Progress) -> Re
         .unwrap_or((None, None));
     let config = modelpack::config(m, &layers, precision);
     let config_digest = modelpack::digest_of(&config);
-    let small: [(&Layer, &[u8]); 2] = [
-        (&layers[layers.len() - 2], &opened.manifest_bytes),
-        (&layers[layers.len() - 1], opened.signature_text.as_bytes()),
-    ];
-    for (layer, bytes) in small {
+    for (layer, bytes) in &small {
         if missing.remove(&layer.digest) {
             registry.put_blob_bytes(&layer.digest, bytes)?;
             uploaded.push(layer.path.clone());

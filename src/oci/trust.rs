@@ -24,9 +24,12 @@ fn fetch(registry: &Registry, layer: &Layer, cap: u64) -> Result<Vec<u8>> {
             layer.media_type, layer.path, layer.size
         )));
     }
-    let bytes = registry
-        .blob_bytes(&layer.digest, cap)?
-        .ok_or_else(|| bad(format!("its {} blob {} is missing", layer.path, layer.digest)))?;
+    let bytes = registry.blob_bytes(&layer.digest, cap)?.ok_or_else(|| {
+        bad(format!(
+            "its {} blob {} is missing",
+            layer.path, layer.digest
+        ))
+    })?;
     if modelpack::digest_of(&bytes) != layer.digest || bytes.len() as u64 != layer.size {
         return Err(bad(format!(
             "its {} blob does not match its descriptor {}",
@@ -56,7 +59,10 @@ pub fn fetch_all(
         let bytes = fetch(registry, l, MAX_SIGNATURE_BYTES)?;
         match String::from_utf8(bytes) {
             Ok(text) => cosigs.push(SigFile { path, text }),
-            Err(_) => notes.push(format!("{}: is not UTF-8 text (not counted)", path.display())),
+            Err(_) => notes.push(format!(
+                "{}: is not UTF-8 text (not counted)",
+                path.display()
+            )),
         }
     }
     let mut roots = Vec::new();

@@ -230,8 +230,10 @@ impl Policy {
             let sig = match Signature::parse(&f.text) {
                 Ok(s) => s,
                 Err(e) => {
-                    out.not_counted
-                        .push(format!("{}: not a minisign signature: {e}", f.path.display()));
+                    out.not_counted.push(format!(
+                        "{}: not a minisign signature: {e}",
+                        f.path.display()
+                    ));
                     continue;
                 }
             };
@@ -253,16 +255,18 @@ impl Policy {
                     });
                     out.signatures.push((sig, f.clone()));
                 }
-                Err(why) => out
-                    .not_counted
-                    .push(format!("{}: {why}", f.path.display())),
+                Err(why) => out.not_counted.push(format!("{}: {why}", f.path.display())),
             }
         }
         out
     }
 
     /// The policy key that verifies `sig` over `message`, or why none does.
-    pub fn verify_one(&self, message: &[u8], sig: &Signature) -> std::result::Result<&PolicyKey, String> {
+    pub fn verify_one(
+        &self,
+        message: &[u8],
+        sig: &Signature,
+    ) -> std::result::Result<&PolicyKey, String> {
         let mut tried = false;
         for k in &self.keys {
             if k.minisign_id.is_some_and(|id| id != sig.key_id) {

@@ -189,10 +189,7 @@ fn hex_field(v: &Value, what: &str, bytes: usize) -> Result<Vec<u8>, String> {
         .as_str()
         .ok_or_else(|| format!("{what} is {}, not a string", v.kind()))?;
     if s.len() != 2 * bytes || !s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-        return Err(format!(
-            "{what} is not {} lowercase hex digits",
-            2 * bytes
-        ));
+        return Err(format!("{what} is not {} lowercase hex digits", 2 * bytes));
     }
     Ok(hex::decode(s).expect("checked hex"))
 }
@@ -263,9 +260,8 @@ fn parse_key(keyid_text: &str, v: &Value) -> Result<RootKey, String> {
             let s = v.as_str().filter(|s| {
                 s.len() == 16 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'A'..=b'F'))
             });
-            let s = s.ok_or_else(|| {
-                format!("{what} {MINISIGN_KEYID} is not 16 uppercase hex digits")
-            })?;
+            let s =
+                s.ok_or_else(|| format!("{what} {MINISIGN_KEYID} is not 16 uppercase hex digits"))?;
             Some(u64::from_str_radix(s, 16).expect("hex").to_le_bytes())
         }
     };
@@ -429,7 +425,11 @@ impl Root {
             if sm.len() != 2 {
                 return Err("a signature must hold exactly \"keyid\" and \"sig\"".into());
             }
-            let keyid = hex_field(field(sm, "keyid", "a signature")?, "a signature's keyid", 32)?;
+            let keyid = hex_field(
+                field(sm, "keyid", "a signature")?,
+                "a signature's keyid",
+                32,
+            )?;
             let sig = hex_field(field(sm, "sig", "a signature")?, "a signature's sig", 64)?;
             let keyid = hex::encode(keyid);
             if sigs.iter().any(|o| o.keyid == keyid) {
@@ -461,14 +461,13 @@ impl Root {
     pub fn build(
         version: u64,
         expires: i64,
-        targets: (&[PublicKey], usize),
-        root: (&[PublicKey], usize),
+        targets: (&[RootKey], usize),
+        root: (&[RootKey], usize),
     ) -> Result<Root, String> {
         let mut keys = BTreeMap::new();
-        let mut role = |pks: &[PublicKey], threshold: usize| {
+        let mut role = |pks: &[RootKey], threshold: usize| {
             let mut ids: Vec<Value> = Vec::new();
-            for pk in pks {
-                let k = RootKey::from_minisign(pk);
+            for k in pks {
                 if !ids.iter().any(|v| v.as_str() == Some(&k.keyid)) {
                     ids.push(Value::Str(k.keyid.clone()));
                 }
@@ -489,10 +488,7 @@ impl Root {
         signed.insert("_type".into(), Value::Str("root".into()));
         signed.insert("spec_version".into(), Value::Str(SPEC_VERSION.into()));
         signed.insert("version".into(), Value::Int(version.into()));
-        signed.insert(
-            "expires".into(),
-            Value::Str(super::time::format(expires)),
-        );
+        signed.insert("expires".into(), Value::Str(super::time::format(expires)));
         signed.insert("consistent_snapshot".into(), Value::Bool(true));
         signed.insert("keys".into(), Value::Object(keys));
         signed.insert("roles".into(), Value::Object(roles));
@@ -634,7 +630,10 @@ mod tests {
     }
 
     fn root_of(sks: &[&SecretKey], threshold: usize, version: u64) -> Root {
-        let pks: Vec<PublicKey> = sks.iter().map(|k| k.public_key()).collect();
+        let pks: Vec<RootKey> = sks
+            .iter()
+            .map(|k| RootKey::from_minisign(&k.public_key()))
+            .collect();
         Root::build(version, 4_102_444_800, (&pks, threshold), (&pks, threshold)).unwrap()
     }
 
@@ -670,7 +669,10 @@ mod tests {
         let mut r = root_of(&[&a, &b], 2, 1);
         assert!(!r.verification(ROOT, &r).ok());
         assert!(!r.sign(&a));
-        assert!(r.sign(&a), "the same key signing again replaces its signature");
+        assert!(
+            r.sign(&a),
+            "the same key signing again replaces its signature"
+        );
         assert_eq!(r.signatures.len(), 1);
         r.sign(&b);
         assert!(r.verification(ROOT, &r).ok());
@@ -693,9 +695,18 @@ mod tests {
         let good = String::from_utf8(r.to_bytes()).unwrap();
         let id = keyid(&a.public_key().key);
         let cases: Vec<(String, &str)> = vec![
-            (good.replace("\"threshold\": 1", "\"threshold\": 0"), "threshold 0"),
-            (good.replace("\"threshold\": 1", "\"threshold\": 2"), "could never be met"),
-            (good.replacen("\"keytype\": \"ed25519\"", "\"keytype\": \"rsa\"", 1), "ed25519 keys"),
+            (
+                good.replace("\"threshold\": 1", "\"threshold\": 0"),
+                "threshold 0",
+            ),
+            (
+                good.replace("\"threshold\": 1", "\"threshold\": 2"),
+                "could never be met",
+            ),
+            (
+                good.replacen("\"keytype\": \"ed25519\"", "\"keytype\": \"rsa\"", 1),
+                "ed25519 keys",
+            ),
             (
                 good.replacen(
                     &format!("\"{id}\"\n    ]"),
@@ -704,10 +715,25 @@ mod tests {
                 ),
                 "twice",
             ),
-            (good.replace("\"_type\": \"root\"", "\"_type\": \"targets\""), "not root metadata"),
-            (good.replace("\"version\": 1", "\"version\": 1.0"), "not an integer"),
-            (good.replace("\"spec_version\": \"1.0.31\"", "\"spec_version\": \"2.0\""), "TUF 1.x"),
-            (good.replace("\"consistent_snapshot\": true", "\"consistent_snapshot\": true, \"evil\": 1"), "unknown field"),
+            (
+                good.replace("\"_type\": \"root\"", "\"_type\": \"targets\""),
+                "not root metadata",
+            ),
+            (
+                good.replace("\"version\": 1", "\"version\": 1.0"),
+                "not an integer",
+            ),
+            (
+                good.replace("\"spec_version\": \"1.0.31\"", "\"spec_version\": \"2.0\""),
+                "TUF 1.x",
+            ),
+            (
+                good.replace(
+                    "\"consistent_snapshot\": true",
+                    "\"consistent_snapshot\": true, \"evil\": 1",
+                ),
+                "unknown field",
+            ),
         ];
         for (text, want) in cases {
             assert_ne!(text, good, "the case for {want:?} must change the file");
@@ -764,7 +790,11 @@ mod tests {
         // Skipping a version, or going back: refused.
         let mut v3 = root_of(&[&a], 1, 3);
         v3.sign(&a);
-        assert!(verify_rotation(&v1, &v3).unwrap_err().contains("bring version 2"));
+        assert!(
+            verify_rotation(&v1, &v3)
+                .unwrap_err()
+                .contains("bring version 2")
+        );
         assert!(verify_rotation(&v2, &v1).unwrap_err().contains("rollback"));
     }
 }

@@ -81,8 +81,7 @@ pub fn parse(text: &str) -> Result<i64, String> {
         num(14..16),
         num(17..19),
     );
-    if !(1..=12).contains(&mo) || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || s > 59
-    {
+    if !(1..=12).contains(&mo) || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || s > 59 {
         return Err(format!("{text:?} is not a valid date and time"));
     }
     Ok(days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + s)
@@ -91,10 +90,12 @@ pub fn parse(text: &str) -> Result<i64, String> {
 /// Parses a date given on the command line: `YYYY-MM-DD` (midnight UTC) or the full form.
 pub fn parse_arg(text: &str) -> Result<i64, String> {
     if text.len() == 10 {
-        return parse(&format!("{text}T00:00:00Z"))
-            .map_err(|_| format!("{text:?} is not a date: use YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ"));
+        return parse(&format!("{text}T00:00:00Z")).map_err(|_| {
+            format!("{text:?} is not a date: use YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ")
+        });
     }
-    parse(text).map_err(|_| format!("{text:?} is not a date: use YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ"))
+    parse(text)
+        .map_err(|_| format!("{text:?} is not a date: use YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ"))
 }
 
 fn days_in_month(y: i64, m: i64) -> i64 {
@@ -139,7 +140,13 @@ mod tests {
 
     #[test]
     fn dates_round_trip_and_bad_ones_are_refused() {
-        for secs in [0, 951_782_400, 1_700_000_000, 4_102_444_800, 253_402_300_799] {
+        for secs in [
+            0,
+            951_782_400,
+            1_700_000_000,
+            4_102_444_800,
+            253_402_300_799,
+        ] {
             assert_eq!(parse(&format(secs)).unwrap(), secs, "{}", format(secs));
         }
         assert_eq!(parse("2000-02-29T00:00:00Z").unwrap(), 951_782_400);

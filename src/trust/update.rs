@@ -46,8 +46,7 @@ pub fn file_name(version: u64) -> String {
 /// The version in a `N.root.json` name (decimal, no leading zero).
 pub fn version_of_name(name: &str) -> Option<u64> {
     let digits = name.strip_suffix(".root.json")?;
-    if digits.is_empty() || digits.starts_with('0') || !digits.bytes().all(|b| b.is_ascii_digit())
-    {
+    if digits.is_empty() || digits.starts_with('0') || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     digits.parse().ok()
@@ -232,7 +231,10 @@ pub fn parse_carried(path: PathBuf, bytes: Vec<u8>) -> Result<(PathBuf, RootFile
     if named.is_some_and(|v| v != root.version) {
         return Err(Error::TrustUpdate {
             path,
-            reason: format!("holds root version {}, not the one its name says", root.version),
+            reason: format!(
+                "holds root version {}, not the one its name says",
+                root.version
+            ),
         });
     }
     let version = root.version;
@@ -310,9 +312,7 @@ pub fn advance(
                 path: path.clone(),
                 reason: format!(
                     "is root version {}, but this target trusts version {} and the bundle does not carry version {}: every version in between must travel too",
-                    r.version,
-                    current.version,
-                    next_version
+                    r.version, current.version, next_version
                 ),
             });
         }
@@ -457,9 +457,7 @@ pub fn apply(before: &Policy, update: &Update) -> Result<Option<Applied>> {
         let name = file_name(version);
         match fsio::write_synced_at(&hist_fd, &hist, &name, bytes, 0o644) {
             Ok(()) => Ok(()),
-            Err(Error::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::AlreadyExists =>
-            {
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::AlreadyExists => {
                 Ok(())
             }
             Err(e) => Err(e),
