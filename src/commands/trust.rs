@@ -82,10 +82,16 @@ fn build(version: u64, k: &RootKeyArgs, old: Option<&Root>) -> Result<Root> {
     } else {
         targets.clone()
     };
-    let root_threshold = k
-        .root_threshold
-        .or_else(|| old.map(|r| r.role(root::ROOT).threshold))
-        .unwrap_or(threshold);
+    let root_threshold = match (k.root_threshold, k.root_keys.is_empty(), old) {
+        (Some(t), _, _) => t,
+        (None, false, _) => {
+            return Err(usage(
+                "give --root-threshold K with --root-key: how many distinct root keys must sign a new root",
+            ));
+        }
+        (None, true, Some(r)) => r.role(root::ROOT).threshold,
+        (None, true, None) => threshold,
+    };
     let expires = expiry(&k.expires)?;
     Root::build(
         version,
