@@ -13,6 +13,7 @@ mod roundtrip;
 mod support;
 mod tamper;
 mod tar_crate;
+mod trust_root;
 mod ux;
 mod verdict;
 mod workflow_checks;
