@@ -459,8 +459,7 @@ pub struct RegistryArgs {
 /// `airlock cosign`.
 #[derive(Args, Debug)]
 pub struct CosignArgs {
-    /// The bundle directory (or an installed model's .airlock receipt directory is not
-    /// accepted: co-sign the bundle, then unpack it).
+    /// The bundle directory.
     pub bundle: PathBuf,
     /// The co-signer's secret key.
     #[arg(long, value_name = "SECRET_KEY")]

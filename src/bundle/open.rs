@@ -569,14 +569,14 @@ pub fn open(dir: &Path, trust: &[PublicKey]) -> Result<Opened> {
 /// [`open`] with a trust policy: co-signatures count, and the roots the bundle carries are
 /// verified and may advance the policy (docs/FORMAT.md section 18). Nothing is written.
 pub fn open_with(dir: &Path, policy: &Policy) -> Result<Opened> {
-    let mut notes = Vec::new();
-    let carried = update::read_carried(dir, policy.root.is_some(), &mut notes)?;
     let mpath = dir.join(manifest::MANIFEST_NAME);
     let spath = dir.join(manifest::SIGNATURE_NAME);
     let bytes = read_manifest_bytes(&mpath)?;
     let Some(text) = read_signature_text(&spath)? else {
         return Err(Error::MissingSignature { path: spath });
     };
+    let mut notes = Vec::new();
+    let carried = update::read_carried(dir, policy.root.is_some(), &mut notes)?;
     let cosigs = read_cosignatures(dir, &mut notes)?;
     open_parts(
         dir.to_path_buf(),
