@@ -122,6 +122,12 @@ pub enum Command {
     Repair(RepairArgs),
     /// Verify a bundle in full, then publish it to an OCI registry as a ModelPack artifact.
     Push(PushArgs),
+    /// Add one more signer's signature to a bundle (manifest.json.KEYID.minisig), for roots
+    /// that require several; the volumes are not touched.
+    Cosign(CosignArgs),
+    /// Make, sign, inspect and rotate a TUF trust root (root.json): who may sign bundles, how
+    /// many of them must, who may change that, until when.
+    Trust(TrustCommandArgs),
     /// Print a shell completion script.
     Completions {
         /// The shell.
@@ -136,7 +142,7 @@ pub enum Command {
 }
 
 /// The commands that have a manual page of their own.
-pub const MAN_PAGES: [&str; 10] = [
+pub const MAN_PAGES: [&str; 12] = [
     "keygen",
     "pack",
     "verify",
@@ -146,6 +152,8 @@ pub const MAN_PAGES: [&str; 10] = [
     "sign",
     "repair",
     "push",
+    "cosign",
+    "trust",
     "completions",
 ];
 
@@ -192,9 +200,14 @@ pub struct KeygenArgs {
 /// Where the trusted public keys come from.
 #[derive(Args, Debug)]
 pub struct TrustArgs {
-    /// A trusted .pub file or a directory of them; repeatable. Default: $AIRLOCK_TRUST.
+    /// A trusted .pub file or a directory of them (repeatable), or a TUF root.json (alone: the
+    /// bundle needs the threshold of its targets role). Default: $AIRLOCK_TRUST.
     #[arg(long, value_name = "PUBKEY")]
     pub trust: Vec<PathBuf>,
+    /// Check trust-root expiry against DATE (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ) instead of
+    /// this machine's clock, which is known to be wrong. Warns on every use.
+    #[arg(long, value_name = "DATE")]
+    pub assume_now: Option<String>,
 }
 
 /// `airlock pack`.
@@ -265,6 +278,11 @@ pub struct PackArgs {
     /// the base's snapshot when the cache still holds it).
     #[arg(long, value_name = "BASE")]
     pub base: Option<PathBuf>,
+    /// Carry this TUF root (root.json version N+1, signed by the root keys of version N and
+    /// of its own) to the targets, which adopt it on unpack; repeat for several versions in a
+    /// row. The signing key must be in its targets role.
+    #[arg(long, value_name = "ROOT")]
+    pub trust_update: Vec<PathBuf>,
     /// Progress display.
     #[command(flatten)]
     pub progress: ProgressArgs,
@@ -376,9 +394,13 @@ pub struct CheckArgs {
     /// The model directory (installed by unpack, or any model directory).
     #[arg(required_unless_present = "hf_cache", conflicts_with = "hf_cache")]
     pub dir: Option<PathBuf>,
-    /// Also verify the receipt's signature against these keys.
+    /// Also verify the receipt's signature against these keys (or a TUF root.json).
     #[arg(long, value_name = "PUBKEY", conflicts_with = "hf_cache")]
     pub trust: Vec<PathBuf>,
+    /// Check trust-root expiry against DATE instead of this machine's clock (known to be
+    /// wrong). Warns on every use.
+    #[arg(long, value_name = "DATE", conflicts_with = "hf_cache")]
+    pub assume_now: Option<String>,
     /// Compare sizes against the receipt only (fast); skip hashing.
     #[arg(long, conflicts_with = "hf_cache")]
     pub sizes_only: bool,
@@ -438,4 +460,119 @@ pub struct RegistryArgs {
     /// Speak plain HTTP to the registry, without TLS (only for a registry that has none).
     #[arg(long)]
     pub plain_http: bool,
+}
+
+/// `airlock cosign`.
+#[derive(Args, Debug)]
+pub struct CosignArgs {
+    /// The bundle directory.
+    pub bundle: PathBuf,
+    /// The co-signer's secret key.
+    #[arg(long, value_name = "SECRET_KEY")]
+    pub key: PathBuf,
+    /// Read the key's password from the first line of this file.
+    #[arg(long, value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
+    /// Trusted keys or root.json: report how many signatures the bundle now has of those it
+    /// needs (the bundle is not otherwise checked).
+    #[command(flatten)]
+    pub trust: TrustArgs,
+}
+
+/// `airlock trust`.
+#[derive(Args, Debug)]
+pub struct TrustCommandArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: TrustCommand,
+}
+
+/// The `trust` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum TrustCommand {
+    /// Write a new, unsigned root.json (version 1); each root key holder then signs it with
+    /// `airlock trust sign`.
+    Init(TrustInitArgs),
+    /// Add one signature to a root.json with one secret key (each holder on their own machine).
+    Sign(TrustSignArgs),
+    /// Say who may sign bundles and change the root, until when, and whether the root (or a
+    /// rotation from --previous) is signed well enough to be used. Exit 3 when it is not.
+    Show(TrustShowArgs),
+    /// Write the next version of a root (unsigned), with the key sets given or kept; it needs
+    /// the signatures of the old root keys and the new ones.
+    Rotate(TrustRotateArgs),
+}
+
+/// The key sets and expiry of a root.
+#[derive(Args, Debug)]
+pub struct RootKeyArgs {
+    /// A public key (.pub) of the targets role: who may sign bundles. Repeatable.
+    #[arg(long = "key", value_name = "PUBKEY")]
+    pub keys: Vec<PathBuf>,
+    /// How many distinct targets keys must sign a bundle.
+    #[arg(long, value_name = "K")]
+    pub threshold: Option<usize>,
+    /// A public key (.pub) of the root role: who may sign a new root. Repeatable
+    /// [default: the --key keys].
+    #[arg(long = "root-key", value_name = "PUBKEY")]
+    pub root_keys: Vec<PathBuf>,
+    /// How many distinct root keys must sign a new root [default: --threshold].
+    #[arg(long, value_name = "K")]
+    pub root_threshold: Option<usize>,
+    /// When the root expires: YYYY-MM-DD (midnight UTC) or YYYY-MM-DDTHH:MM:SSZ.
+    #[arg(long, value_name = "DATE")]
+    pub expires: String,
+}
+
+/// `airlock trust init`.
+#[derive(Args, Debug)]
+pub struct TrustInitArgs {
+    /// The root file to write (must not exist).
+    #[arg(long, short)]
+    pub out: PathBuf,
+    /// Keys, thresholds, expiry.
+    #[command(flatten)]
+    pub keys: RootKeyArgs,
+}
+
+/// `airlock trust sign`.
+#[derive(Args, Debug)]
+pub struct TrustSignArgs {
+    /// The root file to sign (rewritten in place, atomically).
+    pub root: PathBuf,
+    /// The secret key to sign with: a root key of this root, or of --previous.
+    #[arg(long, value_name = "SECRET_KEY")]
+    pub key: PathBuf,
+    /// Read the key's password from the first line of this file.
+    #[arg(long, value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
+    /// The version before this one, when signing a rotation with an old root key.
+    #[arg(long, value_name = "ROOT")]
+    pub previous: Option<PathBuf>,
+}
+
+/// `airlock trust show`.
+#[derive(Args, Debug)]
+pub struct TrustShowArgs {
+    /// The root file.
+    pub root: PathBuf,
+    /// The version before this one: also check the rotation from it.
+    #[arg(long, value_name = "ROOT")]
+    pub previous: Option<PathBuf>,
+    /// Check expiry against DATE instead of this machine's clock.
+    #[arg(long, value_name = "DATE")]
+    pub assume_now: Option<String>,
+}
+
+/// `airlock trust rotate`.
+#[derive(Args, Debug)]
+pub struct TrustRotateArgs {
+    /// The root in force (version N).
+    pub root: PathBuf,
+    /// The new root file to write, version N+1 (must not exist).
+    #[arg(long, short)]
+    pub out: PathBuf,
+    /// The new key sets (a set not given is kept) and expiry.
+    #[command(flatten)]
+    pub keys: RootKeyArgs,
 }

@@ -311,6 +311,47 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// A signed manifest lacks the signatures its trust policy asks for (k distinct keys of
+    /// the targets role of a TUF root).
+    #[error("{}: {detail}", path.display())]
+    SignatureThreshold {
+        /// The manifest.
+        path: PathBuf,
+        /// Who signed, how many more are needed and from whom.
+        detail: String,
+    },
+    /// A TUF trust root (`--trust root.json`) is malformed, not signed by the threshold of its
+    /// own root keys, or cannot be used as asked.
+    #[error("{}: {reason}", path.display())]
+    TrustRoot {
+        /// The root file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The trust root in force has expired.
+    #[error(
+        "{}: trust root version {version} expired at {expires} (it is now {now}); nothing signed under it is accepted",
+        path.display()
+    )]
+    TrustExpired {
+        /// The root file.
+        path: PathBuf,
+        /// Its version.
+        version: u64,
+        /// Its `expires`.
+        expires: String,
+        /// The time it was checked against, and where that time came from.
+        now: String,
+    },
+    /// A root update carried by a bundle (or given to a command) was refused.
+    #[error("{}: {reason}", path.display())]
+    TrustUpdate {
+        /// The root file carried.
+        path: PathBuf,
+        /// Why it was refused.
+        reason: String,
+    },
     /// A delta bundle cannot be applied to what the destination holds (docs/FORMAT.md
     /// section 16.4); nothing was changed.
     #[error("{}: {reason}", path.display())]
@@ -368,7 +409,11 @@ impl Error {
             | Error::BlobMismatch { .. }
             | Error::HfCache { .. }
             | Error::CacheDamaged { .. }
-            | Error::DeltaBase { .. } => EXIT_VERIFY,
+            | Error::DeltaBase { .. }
+            | Error::SignatureThreshold { .. }
+            | Error::TrustRoot { .. }
+            | Error::TrustExpired { .. }
+            | Error::TrustUpdate { .. } => EXIT_VERIFY,
         }
     }
 
@@ -401,6 +446,10 @@ impl Error {
             Error::Registry { .. } => "registry",
             Error::RegistryAuth { .. } => "registry-auth",
             Error::Artifact { .. } => "artifact",
+            Error::SignatureThreshold { .. } => "signature-threshold",
+            Error::TrustRoot { .. } => "trust-root",
+            Error::TrustExpired { .. } => "trust-expired",
+            Error::TrustUpdate { .. } => "trust-update",
         }
     }
 
@@ -519,6 +568,18 @@ impl Error {
             Error::RegistryAuth { registry, .. } => format!(
                 "log in with `docker login {registry}` (or put an `auths` entry for {registry} in that file), then run the command again"
             ),
+            Error::SignatureThreshold { .. } => {
+                "each missing signer co-signs on their own machine (`airlock cosign BUNDLE --key THEIR.key`) and the manifest.json.KEYID.minisig file it writes is copied into the bundle; do not lower the threshold to get past this".into()
+            }
+            Error::TrustRoot { .. } => {
+                "use the root.json your security team signed; `airlock trust show ROOT` says what it lacks".into()
+            }
+            Error::TrustExpired { .. } => {
+                "bring a bundle that carries a newer root (`pack --trust-update`) or a re-signed root.json; if this machine's clock is wrong, pass --assume-now YYYY-MM-DD with the real date".into()
+            }
+            Error::TrustUpdate { .. } => {
+                "do not use this root update: check it with `airlock trust show NEW.json --previous TRUSTED.json` and ask the holders of the root keys".into()
+            }
             Error::Artifact { .. } => {
                 "do not use this artifact: push the verified bundle again from the landing host (`airlock push BUNDLE oci://...`), then install again".into()
             }

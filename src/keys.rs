@@ -972,6 +972,19 @@ fn check_global(pk: &PublicKey, sig: &Signature) -> Result<(), KeyError> {
     .map_err(|_| KeyError::BadGlobalSignature)
 }
 
+/// A plain Ed25519 signature of `message` (no prehash, no minisign framing): what TUF's
+/// `ed25519` scheme signs, over the canonical JSON of a metadata object.
+pub fn sign_raw(sk: &SecretKey, message: &[u8]) -> [u8; 64] {
+    sk.signing.sign(message).to_bytes()
+}
+
+/// Checks a plain Ed25519 signature strictly (as [`verify`] checks minisign's): what TUF's
+/// `ed25519` scheme verifies.
+pub fn verify_raw(key: &VerifyingKey, message: &[u8], signature: &[u8; 64]) -> bool {
+    key.verify_strict(message, &ed25519_dalek::Signature::from_bytes(signature))
+        .is_ok()
+}
+
 /// Strict Ed25519 verification (canonical S, no small-order R or key), the
 /// checks libsodium's `crypto_sign_verify_detached` makes.
 fn check_ed25519(

@@ -45,7 +45,7 @@ fn main() -> ExitCode {
 }
 
 /// Every subcommand's name, as the JSON `command` field gives it.
-const SUBCOMMANDS: [&str; 11] = [
+const SUBCOMMANDS: [&str; 13] = [
     "keygen",
     "pack",
     "verify",
@@ -55,6 +55,8 @@ const SUBCOMMANDS: [&str; 11] = [
     "sign",
     "repair",
     "push",
+    "cosign",
+    "trust",
     "completions",
     "man",
 ];

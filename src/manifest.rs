@@ -88,7 +88,41 @@ pub struct Manifest {
         deserialize_with = "present"
     )]
     pub parity: Option<Parity>,
+    /// The TUF trust-root versions the bundle carries beside its manifest (FORMAT.md
+    /// section 18).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub trust_update: Option<TrustUpdate>,
 }
+
+/// The `trust_update` object (FORMAT.md section 18): the root files `N.root.json` the bundle
+/// carries, so the signature over the manifest covers them too.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TrustUpdate {
+    /// The roots, consecutive versions in increasing order.
+    pub roots: Vec<CarriedRoot>,
+}
+
+/// One root file a bundle carries.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct CarriedRoot {
+    /// Its `signed.version`; the file is `VERSION.root.json`.
+    pub version: u64,
+    /// Its size in bytes.
+    pub size: u64,
+    /// SHA-256 of its bytes.
+    pub sha256: String,
+}
+
+/// Most roots one bundle carries.
+pub const MAX_CARRIED_ROOTS: usize = 64;
+/// Largest root file a bundle carries (as a trust root file read anywhere).
+pub const MAX_ROOT_FILE_BYTES: u64 = 1 << 20;
 
 /// The `parity` object (FORMAT.md section 17.1): the stripe geometry and the parity volumes.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -645,6 +679,9 @@ impl Manifest {
         if let Some(p) = &self.parity {
             self.validate_parity(p)?;
         }
+        if let Some(t) = &self.trust_update {
+            validate_trust_update(t)?;
+        }
         Ok(())
     }
 
@@ -881,6 +918,34 @@ pub fn parse_trusted_comment(text: &str) -> Option<TrustedComment> {
 }
 
 /// Formats seconds since the epoch as RFC 3339 UTC.
+/// The rules of FORMAT.md section 18.1 for `trust_update`.
+fn validate_trust_update(t: &TrustUpdate) -> Result<(), String> {
+    if t.roots.is_empty() || t.roots.len() > MAX_CARRIED_ROOTS {
+        return Err(format!(
+            "has a trust_update with {} roots (1 to {MAX_CARRIED_ROOTS} allowed)",
+            t.roots.len()
+        ));
+    }
+    for (i, r) in t.roots.iter().enumerate() {
+        if r.version == 0 || r.version == u64::MAX {
+            return Err(format!("has a trust_update root of version {}", r.version));
+        }
+        if i > 0 && r.version != t.roots[i - 1].version + 1 {
+            return Err("has trust_update roots whose versions do not follow one another".into());
+        }
+        if r.size == 0 || r.size > MAX_ROOT_FILE_BYTES {
+            return Err(format!(
+                "has a trust_update root of {} bytes (1 to {MAX_ROOT_FILE_BYTES} allowed)",
+                r.size
+            ));
+        }
+        if !is_hex64(&r.sha256) {
+            return Err("has a malformed trust_update sha256".into());
+        }
+    }
+    Ok(())
+}
+
 pub fn rfc3339(secs: i64) -> String {
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
@@ -960,6 +1025,7 @@ mod tests {
             source: None,
             parity: None,
             base: None,
+            trust_update: None,
         }
     }
 

@@ -27,10 +27,11 @@ use rayon::prelude::*;
 use crate::bundle::open;
 use crate::error::{Error, Result};
 use crate::fsio::{self, OpenError};
-use crate::keys::PublicKey;
 use crate::manifest::{self, Manifest};
 use crate::paths::{self, RECEIPT_DIR};
 use crate::progress::Progress;
+use crate::trust::Policy;
+use crate::trust::policy::Signer;
 
 /// Mode of the receipt directory and of every installed directory.
 pub const DIR_MODE: u32 = 0o755;
@@ -107,23 +108,6 @@ fn read_receipt_file(
     }
 }
 
-/// Verifies the receipt of `dir` against `trust` exactly as a bundle's manifest is verified,
-/// reading both files through the handle of a `.airlock` that is not a link (so nothing can
-/// be swapped in between the check and the read).
-pub fn verify_signed(dir: &Path, trust: &[PublicKey]) -> Result<open::Signed> {
-    let manifest_path = manifest_path(dir);
-    let sig_path = signature_path(dir);
-    let (bytes, text) = read_pair(dir)?;
-    let Some(text) = text else {
-        return Err(Error::MissingSignature { path: sig_path });
-    };
-    let text = String::from_utf8(text).map_err(|_| Error::BadSignature {
-        path: sig_path.clone(),
-        reason: "is not UTF-8 text".into(),
-    })?;
-    open::verify_signed_bytes(bytes, text, &manifest_path, &sig_path, trust)
-}
-
 /// The receipt manifest's bytes and, if present, its signature's, read through the handle.
 fn read_pair(dir: &Path) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
     let manifest_path = manifest_path(dir);
@@ -166,12 +150,15 @@ fn read_pair(dir: &Path) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
 }
 
 /// Writes the receipt into the staged tree `tree` (shown as `tree_path`): `.airlock/` mode
-/// 0755 holding the exact manifest bytes and signature text, modes 0644, all synced.
+/// 0755 holding the exact manifest bytes and signature text, the co-signatures that counted
+/// and the trust roots the manifest lists (docs/FORMAT.md sections 10 and 18), modes 0644, all
+/// synced.
 pub fn write(
     tree: &OwnedFd,
     tree_path: &Path,
     manifest_bytes: &[u8],
     signature_text: &str,
+    trust: &open::TrustInfo,
 ) -> Result<()> {
     let dir = fsio::mkdir_at(tree, tree_path, RECEIPT_DIR, DIR_MODE)?;
     let dir_path = tree_path.join(RECEIPT_DIR);
@@ -189,7 +176,29 @@ pub fn write(
         signature_text.as_bytes(),
         FILE_MODE,
     )?;
+    for (name, text) in &trust.cosignatures {
+        fsio::write_synced_at(&dir, &dir_path, name, text.as_bytes(), FILE_MODE)?;
+    }
+    for r in &trust.roots {
+        let name = crate::trust::update::file_name(r.version);
+        fsio::write_synced_at(&dir, &dir_path, &name, &r.bytes, FILE_MODE)?;
+    }
     fsio::sync_dir_fd(&dir, &dir_path)
+}
+
+/// The bytes [`write`] adds to a tree.
+pub fn size(manifest_bytes: &[u8], signature_text: &str, trust: &open::TrustInfo) -> u64 {
+    (manifest_bytes.len() + signature_text.len()) as u64
+        + trust
+            .cosignatures
+            .iter()
+            .map(|(_, t)| t.len() as u64)
+            .sum::<u64>()
+        + trust
+            .roots
+            .iter()
+            .map(|r| r.bytes.len() as u64)
+            .sum::<u64>()
 }
 
 /// An opened receipt.
@@ -199,21 +208,57 @@ pub struct Receipt {
     pub manifest: Manifest,
     /// The signer's key id, when the receipt was verified against a trust set.
     pub signer: Option<String>,
+    /// Every signature that counted, when verified.
+    pub signers: Vec<Signer>,
+    /// When an earlier root version than the one in force vouched for the receipt: that
+    /// version (its keys signed the install; the root has rotated since).
+    pub vouched_by: Option<u64>,
     /// Disagreements between the signature's trusted comment and the manifest.
     pub warnings: Vec<String>,
 }
 
-/// Opens the receipt of `dir`. With a trust set the signature is verified exactly as a
-/// bundle's is: a missing receipt or signature, an untrusted signer or a bad signature is an
-/// error. Without one the manifest is only parsed (a lint of the files, not a verdict).
-pub fn open(dir: &Path, trust: Option<&[PublicKey]>) -> Result<Receipt> {
+/// Verifies the receipt of `dir` with `policy`, as a bundle's manifest is verified; when the
+/// policy is a TUF root and the receipt's signers are not enough for it, the earlier root
+/// versions in its verified history are tried, newest first, and the one that vouches is
+/// recorded (`TrustInfo::vouched_by`). Tampering is never excused: only "not signed by enough
+/// keys of this version" moves on to an older version.
+pub fn verify(dir: &Path, policy: &Policy) -> Result<open::Signed> {
+    // `.airlock` itself must not be a link (another install's receipt lent to this one).
+    read_pair(dir)?;
+    verify_files(&manifest_path(dir), &signature_path(dir), policy)
+}
+
+/// Verifies a receipt's manifest `m` and signature `s` (co-signatures beside `s`) with
+/// `policy`, falling back to the earlier root versions of a TUF root as [`verify`] does.
+pub fn verify_files(m: &Path, s: &Path, policy: &Policy) -> Result<open::Signed> {
+    match open::verify_signed_with(m, s, policy) {
+        Err(e @ (Error::UntrustedKey { .. } | Error::SignatureThreshold { .. })) => {
+            for (version, earlier) in policy.earlier() {
+                if let Ok(mut signed) = open::verify_signed_with(m, s, &earlier) {
+                    signed.trust.vouched_by = Some(version);
+                    return Ok(signed);
+                }
+            }
+            Err(e)
+        }
+        other => other,
+    }
+}
+
+/// Opens the receipt of `dir`. With a trust policy the signature is verified exactly as a
+/// bundle's is ([`verify`]): a missing receipt or signature, an untrusted signer or a bad
+/// signature is an error. Without one the manifest is only parsed (a lint of the files, not a
+/// verdict).
+pub fn open(dir: &Path, trust: Option<&Policy>) -> Result<Receipt> {
     let manifest_path = manifest_path(dir);
     match trust {
         Some(trust) => {
-            let signed = verify_signed(dir, trust)?;
+            let signed = verify(dir, trust)?;
             Ok(Receipt {
                 manifest: signed.manifest,
                 signer: Some(signed.signer.key_id_hex()),
+                signers: signed.trust.signers,
+                vouched_by: signed.trust.vouched_by,
                 warnings: signed.warnings,
             })
         }
@@ -226,6 +271,8 @@ pub fn open(dir: &Path, trust: Option<&[PublicKey]>) -> Result<Receipt> {
             Ok(Receipt {
                 manifest,
                 signer: None,
+                signers: Vec::new(),
+                vouched_by: None,
                 warnings: Vec::new(),
             })
         }
@@ -384,7 +431,8 @@ fn walk(dir: &OwnedFd, prefix: &str, out: &mut Vec<String>) -> std::io::Result<(
     Ok(())
 }
 
-/// Entries under `DIR/.airlock/` other than the two receipt files.
+/// Entries under `DIR/.airlock/` other than the receipt's files (manifest, signature,
+/// co-signatures, trust roots).
 pub fn planted(dir: &Path) -> Result<Vec<Drift>> {
     let receipt = dir.join(RECEIPT_DIR);
     let mut out = Vec::new();
@@ -403,7 +451,11 @@ pub fn planted(dir: &Path) -> Result<Vec<Drift>> {
         let name = e.file_name().to_string_lossy().into_owned();
         let rel = format!("{RECEIPT_DIR}/{name}");
         let is_file = e.file_type().is_ok_and(|t| t.is_file());
-        if (name == manifest::MANIFEST_NAME || name == manifest::SIGNATURE_NAME) && is_file {
+        let receipt_file = name == manifest::MANIFEST_NAME
+            || name == manifest::SIGNATURE_NAME
+            || open::is_cosignature_name(&name)
+            || crate::trust::update::version_of_name(&name).is_some();
+        if receipt_file && is_file {
             if let Ok(m) = e.metadata() {
                 out.extend(mode_drift(&rel, m.permissions().mode()));
             }

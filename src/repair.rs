@@ -31,7 +31,6 @@ use crate::bundle::open::{self, Opened};
 use crate::bundle::volumes::{self, UnitReader, VolumeProblem, VolumeSource};
 use crate::error::{Error, Result};
 use crate::fsio;
-use crate::keys::PublicKey;
 use crate::manifest::{self, Manifest, Volume};
 use crate::parity::Shard;
 use crate::progress::Progress;
@@ -159,7 +158,7 @@ fn hash_chunk(dir: &Path, name: &str, start: u64, len: u64) -> Option<String> {
 pub fn repair(
     opened: &Opened,
     opts: &RepairOptions,
-    trust: &[PublicKey],
+    trust: &crate::trust::Policy,
     progress: &dyn Progress,
 ) -> Result<Repaired> {
     let m = &opened.manifest;
@@ -192,7 +191,7 @@ pub fn repair(
     };
     let mut dirs = vec![opened.dir().to_path_buf()];
     for copy in &opts.from {
-        match open::open(copy, trust) {
+        match open::open_with(copy, trust) {
             Ok(o) if o.manifest_sha256 == opened.manifest_sha256 => dirs.push(copy.clone()),
             Ok(_) => report.copies_skipped.push((
                 copy.clone(),
@@ -417,6 +416,13 @@ pub fn repair(
             opened.signature_text.as_bytes(),
             0o644,
         )?;
+        for (name, text) in &opened.trust.cosignatures {
+            work.write_file(name, text.as_bytes(), 0o644)?;
+        }
+        for r in &opened.trust.roots {
+            let name = crate::trust::update::file_name(r.version);
+            work.write_file(&name, &r.bytes, 0o644)?;
+        }
         rustix::fs::fchmod(work.fd(), rustix::fs::Mode::from_raw_mode(0o755))
             .map_err(|e| Error::io(out, e.into()))?;
         work.sync()?;

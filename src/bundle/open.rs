@@ -1,6 +1,10 @@
 //! Opening a bundle: reading `manifest.json` and `manifest.json.minisig` (bounded), verifying
 //! the signature against the trust set and validating the manifest. No volume is read here.
 //!
+//! With a trust policy the co-signatures beside it (`manifest.json.KEYID.minisig`) count too,
+//! and the TUF roots the bundle carries (`N.root.json`) may advance the policy first
+//! (docs/FORMAT.md section 18); all of them are read bounded, like the signature.
+//!
 //! Both files come from the media, so both are hostile until the signature verifies: each is
 //! opened without blocking (a FIFO must not hang the reader), must be a regular file (not
 //! `/dev/zero`, a FIFO or a directory, followed through a symlink or not), and at most its
@@ -15,6 +19,9 @@ use crate::error::{Error, Result};
 use crate::fsio::{Follow, OpenError, read_capped};
 use crate::keys::{self, PublicKey, Signature};
 use crate::manifest::{self, Manifest};
+use crate::trust::Policy;
+use crate::trust::policy::{SigFile, Signer};
+use crate::trust::update::{self, RootFile, Update};
 
 /// Largest `manifest.json.minisig` accepted, in bytes (FORMAT.md, section 8).
 pub const MAX_SIGNATURE_BYTES: u64 = 64 * 1024;
@@ -54,6 +61,8 @@ pub struct Opened {
     pub signer: PublicKey,
     /// Non-fatal observations (trusted comment disagreements).
     pub warnings: Vec<String>,
+    /// Who signed, and the trust material the bundle carries.
+    pub trust: TrustInfo,
 }
 
 fn too_large(len: u64, cap: u64) -> String {
@@ -166,22 +175,125 @@ pub struct Signed {
     pub bytes: Vec<u8>,
     /// The signature file's text.
     pub signature_text: String,
-    /// The trusted key that signed it.
+    /// The trusted key that signed it (the first that counted).
     pub signer: PublicKey,
-    /// Trusted-comment disagreements.
+    /// Trusted-comment disagreements, and co-signatures that did not count.
     pub warnings: Vec<String>,
+    /// Every signer that counted, and the co-signatures to keep.
+    pub trust: TrustInfo,
+}
+
+/// Who signed a manifest and what trust material travels with it (docs/FORMAT.md section 18).
+#[derive(Clone, Debug, Default)]
+pub struct TrustInfo {
+    /// Every signature that counted, one per key.
+    pub signers: Vec<Signer>,
+    /// The co-signatures that counted, as `(file name, text)`, to keep in a receipt or
+    /// publish.
+    pub cosignatures: Vec<(String, String)>,
+    /// The root files the manifest lists, to keep in a receipt or publish.
+    pub roots: Vec<RootFile>,
+    /// The newer roots the bundle carries, verified; `unpack` writes them after installing.
+    pub update: Option<Update>,
+    /// The policy the manifest was verified with (after `update`).
+    pub policy: Option<Policy>,
+    /// For a receipt verified with an earlier root version than the one in force: that version.
+    pub vouched_by: Option<u64>,
+    /// What the operator should know (roots carried but not used).
+    pub notes: Vec<String>,
+}
+
+/// The name of a co-signature file: `manifest.json.KEYID.minisig`, KEYID the signer's minisign
+/// key id in 16 uppercase hex digits.
+pub fn cosignature_name(key_id_hex: &str) -> String {
+    format!("{}.{key_id_hex}.minisig", manifest::MANIFEST_NAME)
+}
+
+/// Whether `name` is a co-signature file name.
+pub fn is_cosignature_name(name: &str) -> bool {
+    name.strip_prefix("manifest.json.")
+        .and_then(|r| r.strip_suffix(".minisig"))
+        .is_some_and(|id| {
+            id.len() == 16 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'A'..=b'F'))
+        })
+}
+
+/// Most co-signature files a bundle or receipt may hold.
+pub const MAX_COSIGNATURES: usize = 64;
+
+/// Reads the co-signatures in `dir` (bounded); a file that is not a readable signature is
+/// named in `notes` rather than read.
+fn read_cosignatures(dir: &Path, notes: &mut Vec<String>) -> Result<Vec<SigFile>> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(dir, e)),
+    };
+    let mut names = Vec::new();
+    for e in rd {
+        let e = e.map_err(|e| Error::io(dir, e))?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if is_cosignature_name(&name) {
+            names.push(name);
+        }
+    }
+    if names.len() > MAX_COSIGNATURES {
+        return Err(Error::BadSignature {
+            path: dir.to_path_buf(),
+            reason: format!(
+                "holds {} co-signature files, more than the {MAX_COSIGNATURES} allowed",
+                names.len()
+            ),
+        });
+    }
+    names.sort();
+    let mut out = Vec::new();
+    for name in names {
+        let path = dir.join(&name);
+        match read_signature_text(&path) {
+            Ok(Some(text)) => out.push(SigFile { path, text }),
+            Ok(None) => {}
+            Err(Error::Io { path, source }) => return Err(Error::Io { path, source }),
+            Err(e) => notes.push(format!("{e} (not counted)")),
+        }
+    }
+    Ok(out)
 }
 
 /// Verifies the signature of a manifest against `trust` and parses it. Used for bundles and
 /// for receipts alike: `manifest_path` and `sig_path` name the two files.
 pub fn verify_signed(manifest_path: &Path, sig_path: &Path, trust: &[PublicKey]) -> Result<Signed> {
+    verify_signed_with(manifest_path, sig_path, &Policy::any_of(trust))
+}
+
+/// [`verify_signed`] with a trust policy: the co-signatures beside the signature
+/// (`manifest.json.KEYID.minisig`) count too, and the policy's threshold of distinct keys must
+/// sign.
+pub fn verify_signed_with(
+    manifest_path: &Path,
+    sig_path: &Path,
+    policy: &Policy,
+) -> Result<Signed> {
     let bytes = read_manifest_bytes(manifest_path)?;
     let Some(text) = read_signature_text(sig_path)? else {
         return Err(Error::MissingSignature {
             path: sig_path.to_path_buf(),
         });
     };
-    verify_signed_bytes(bytes, text, manifest_path, sig_path, trust)
+    let mut notes = Vec::new();
+    let cosigs = read_cosignatures(&crate::fsio::parent_dir(sig_path), &mut notes)?;
+    let mut signed = verify_parts(
+        bytes,
+        manifest_path,
+        SigFile {
+            path: sig_path.to_path_buf(),
+            text,
+        },
+        cosigs,
+        policy,
+    )?;
+    signed.warnings.extend(notes);
+    Ok(signed)
 }
 
 /// [`verify_signed`] on a manifest and signature already read (bounded) from elsewhere, such
@@ -194,32 +306,186 @@ pub fn verify_signed_bytes(
     sig_path: &Path,
     trust: &[PublicKey],
 ) -> Result<Signed> {
-    let sig = Signature::parse(&text).map_err(|e| Error::BadSignature {
-        path: sig_path.to_path_buf(),
+    verify_parts(
+        bytes,
+        manifest_path,
+        SigFile {
+            path: sig_path.to_path_buf(),
+            text,
+        },
+        Vec::new(),
+        &Policy::any_of(trust),
+    )
+}
+
+/// The checks every signed manifest goes through: the policy's root is current; the primary
+/// signature parses; the signatures that verify with distinct keys of the policy reach its
+/// threshold; then the manifest is parsed and the trusted comments compared with it.
+pub fn verify_parts(
+    bytes: Vec<u8>,
+    manifest_path: &Path,
+    primary: SigFile,
+    cosigs: Vec<SigFile>,
+    policy: &Policy,
+) -> Result<Signed> {
+    policy.check_current()?;
+    let sig_path = primary.path.clone();
+    let primary_sig = Signature::parse(&primary.text).map_err(|e| Error::BadSignature {
+        path: sig_path.clone(),
         reason: format!("is not a valid minisign signature: {e}"),
     })?;
-    let Some(signer) = trust.iter().find(|k| k.key_id == sig.key_id) else {
-        let trusted: Vec<String> = trust.iter().map(|k| k.key_id_hex()).collect();
-        return Err(Error::UntrustedKey {
-            path: sig_path.to_path_buf(),
-            key_id: sig.key_id_hex(),
-            trusted: trusted.join(", "),
+    let text = primary.text.clone();
+    let mut files = vec![primary];
+    files.extend(cosigs);
+    let counted = policy.count(&bytes, &files);
+    if counted.signers.len() < policy.threshold {
+        if policy.root.is_none() && counted.signers.is_empty() {
+            // A plain key set: the errors it has always given about the one signature.
+            return Err(plain_failure(
+                &bytes,
+                &primary_sig,
+                manifest_path,
+                &sig_path,
+                policy,
+            ));
+        }
+        return Err(Error::SignatureThreshold {
+            path: manifest_path.to_path_buf(),
+            detail: shortfall(policy, &counted),
         });
-    };
-    keys::verify(signer, &sig, &bytes).map_err(|e| Error::BadSignature {
-        path: manifest_path.to_path_buf(),
-        reason: format!(
-            "does not match its signature from key {}: {e}",
-            signer.key_id_hex()
-        ),
-    })?;
+    }
     let manifest = Manifest::parse(&bytes).map_err(|reason| Error::BadManifest {
         path: manifest_path.to_path_buf(),
         reason,
     })?;
     let sha = hex::encode(Sha256::digest(&bytes));
     let mut warnings = Vec::new();
-    match manifest::parse_trusted_comment(&sig.trusted_comment) {
+    for (sig, _) in &counted.signatures {
+        comment_warnings(&sig.trusted_comment, &sha, &manifest, &mut warnings);
+    }
+    warnings.dedup();
+    warnings.extend(
+        counted
+            .not_counted
+            .iter()
+            .map(|n| format!("{n} (not counted)")),
+    );
+    let (first, _) = &counted.signatures[0];
+    let key = policy
+        .verify_one(&bytes, first)
+        .map(|k| k.public)
+        .expect("counted signatures verify");
+    let cosignatures = counted
+        .signatures
+        .iter()
+        .filter(|(_, f)| f.path != sig_path)
+        .map(|(s, f)| (cosignature_name(&s.key_id_hex()), f.text.clone()))
+        .collect();
+    Ok(Signed {
+        manifest,
+        bytes,
+        signature_text: text,
+        signer: PublicKey {
+            key_id: first.key_id,
+            key,
+        },
+        warnings,
+        trust: TrustInfo {
+            signers: counted.signers,
+            cosignatures,
+            policy: Some(policy.clone()),
+            ..TrustInfo::default()
+        },
+    })
+}
+
+/// The error a plain key set gives when the one signature does not verify (as before
+/// co-signatures existed): an unknown key id, or a signature that does not verify.
+fn plain_failure(
+    bytes: &[u8],
+    sig: &Signature,
+    manifest_path: &Path,
+    sig_path: &Path,
+    policy: &Policy,
+) -> Error {
+    let Some(k) = policy
+        .keys
+        .iter()
+        .find(|k| k.minisign_id == Some(sig.key_id))
+    else {
+        return Error::UntrustedKey {
+            path: sig_path.to_path_buf(),
+            key_id: sig.key_id_hex(),
+            trusted: policy.labels(),
+        };
+    };
+    let pk = PublicKey {
+        key_id: sig.key_id,
+        key: k.public,
+    };
+    match keys::verify(&pk, sig, bytes) {
+        Err(e) => Error::BadSignature {
+            path: manifest_path.to_path_buf(),
+            reason: format!(
+                "does not match its signature from key {}: {e}",
+                pk.key_id_hex()
+            ),
+        },
+        Ok(()) => Error::BadSignature {
+            path: manifest_path.to_path_buf(),
+            reason: "its signature verified on a second look; run the command again".into(),
+        },
+    }
+}
+
+/// "signed by 1 of the 2 distinct keys the targets role of root.json version 1 requires
+/// (A in manifest.json.minisig); 1 more needed from: B, C".
+fn shortfall(policy: &Policy, counted: &crate::trust::policy::Counted) -> String {
+    let have = counted.signers.len();
+    let signed: Vec<String> = counted
+        .signers
+        .iter()
+        .map(|s| {
+            format!(
+                "{} in {}",
+                s.key,
+                s.file.file_name().map_or_else(
+                    || s.file.display().to_string(),
+                    |n| n.to_string_lossy().into_owned()
+                )
+            )
+        })
+        .collect();
+    let missing: Vec<String> = policy
+        .keys
+        .iter()
+        .filter(|k| !counted.signers.iter().any(|s| s.key == k.label))
+        .map(|k| k.label.clone())
+        .collect();
+    let mut s = format!(
+        "signed by {have} of the {} distinct keys {} requires",
+        policy.threshold,
+        policy.describe()
+    );
+    if !signed.is_empty() {
+        s.push_str(&format!(" ({})", signed.join(", ")));
+    }
+    s.push_str(&format!(
+        "; {} more needed from: {}",
+        policy.threshold - have,
+        missing.join(", ")
+    ));
+    if !counted.not_counted.is_empty() {
+        s.push_str(&format!(
+            "; not counted: {}",
+            counted.not_counted.join("; ")
+        ));
+    }
+    s
+}
+
+fn comment_warnings(comment: &str, sha: &str, manifest: &Manifest, warnings: &mut Vec<String>) {
+    match manifest::parse_trusted_comment(comment) {
         Some(tc) => {
             if tc.manifest_sha256 != sha {
                 warnings.push(format!(
@@ -235,41 +501,95 @@ pub fn verify_signed_bytes(
             }
         }
         None => warnings.push(format!(
-            "the signature's trusted comment {:?} is not in airlock's form",
-            sig.trusted_comment
+            "the signature's trusted comment {comment:?} is not in airlock's form"
         )),
     }
-    Ok(Signed {
-        manifest,
-        bytes,
-        signature_text: text,
-        signer: signer.clone(),
-        warnings,
-    })
 }
 
 /// Opens `dir` and verifies its manifest signature against `trust`. No volume is read.
 pub fn open(dir: &Path, trust: &[PublicKey]) -> Result<Opened> {
+    open_with(dir, &Policy::any_of(trust))
+}
+
+/// [`open`] with a trust policy: co-signatures count, and the roots the bundle carries are
+/// verified and may advance the policy (docs/FORMAT.md section 18). Nothing is written.
+pub fn open_with(dir: &Path, policy: &Policy) -> Result<Opened> {
+    let mpath = dir.join(manifest::MANIFEST_NAME);
+    let spath = dir.join(manifest::SIGNATURE_NAME);
+    let bytes = read_manifest_bytes(&mpath)?;
+    let Some(text) = read_signature_text(&spath)? else {
+        return Err(Error::MissingSignature { path: spath });
+    };
+    let mut notes = Vec::new();
+    let carried = update::read_carried(dir, policy.root.is_some(), &mut notes)?;
+    let cosigs = read_cosignatures(dir, &mut notes)?;
+    open_parts(
+        Origin::Dir(dir.to_path_buf()),
+        &mpath,
+        bytes,
+        SigFile { path: spath, text },
+        cosigs,
+        carried,
+        notes,
+        policy,
+    )
+}
+
+/// The root files a bundle source holds, parsed, for [`open_parts`].
+pub type Carried = Vec<(PathBuf, RootFile, crate::trust::root::Root)>;
+
+/// Verifies a bundle's signed parts however they were read (a directory, a registry): the
+/// carried roots advance the policy, the signatures must meet it, the manifest must list the
+/// roots used.
+#[allow(clippy::too_many_arguments)]
+pub fn open_parts(
+    origin: Origin,
+    manifest_path: &Path,
+    bytes: Vec<u8>,
+    primary: SigFile,
+    cosigs: Vec<SigFile>,
+    carried: Carried,
+    mut notes: Vec<String>,
+    policy: &Policy,
+) -> Result<Opened> {
+    let (effective, pending) = update::advance(policy, &carried, &mut notes)?;
     let Signed {
         manifest,
         bytes: manifest_bytes,
         signature_text,
         signer,
-        warnings,
-    } = verify_signed(
-        &dir.join(manifest::MANIFEST_NAME),
-        &dir.join(manifest::SIGNATURE_NAME),
-        trust,
-    )?;
+        mut warnings,
+        mut trust,
+    } = verify_parts(bytes, manifest_path, primary, cosigs, &effective)?;
+    if policy.root.is_some() {
+        update::check_listed(&manifest, manifest_path, &carried, pending.as_ref())?;
+    }
+    let listed: &[manifest::CarriedRoot] = manifest.trust_update.as_ref().map_or(&[], |t| &t.roots);
+    for l in listed {
+        match carried
+            .iter()
+            .find(|(_, f, _)| f.version == l.version && hex::encode(Sha256::digest(&f.bytes)) == l.sha256)
+        {
+            Some((_, f, _)) => trust.roots.push(f.clone()),
+            None => notes.push(format!(
+                "the manifest lists trust root version {} ({}), which the bundle does not hold as signed",
+                l.version,
+                update::file_name(l.version)
+            )),
+        }
+    }
+    trust.update = pending;
+    warnings.append(&mut notes);
     let manifest_sha256 = hex::encode(Sha256::digest(&manifest_bytes));
     Ok(Opened {
-        origin: Origin::Dir(dir.to_path_buf()),
+        origin,
         manifest,
         manifest_bytes,
         manifest_sha256,
         signature_text,
         signer,
         warnings,
+        trust,
     })
 }
 

@@ -299,7 +299,15 @@ pub fn stray_files(opened: &Opened) -> Vec<StrayFile> {
                 .iter()
                 .flat_map(|p| p.volumes.iter().map(|v| v.name.as_str())),
         );
+    // Co-signatures and the trust roots the manifest lists are the bundle's own (FORMAT.md
+    // section 18).
     stray_in(opened.dir(), listed)
+        .into_iter()
+        .filter(|s| {
+            !super::open::is_cosignature_name(&s.name)
+                && !crate::trust::update::is_listed_root(m, &s.name)
+        })
+        .collect()
 }
 
 /// The entries of `dir` (of any type) that are not one of the `listed` names, classified. A
@@ -1281,6 +1289,7 @@ mod tests {
                 warnings: vec![],
                 parity: Some(25.0),
                 base: None,
+                trust_update: vec![],
             },
             &crate::progress::Silent,
         )

@@ -116,8 +116,10 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
     // missing, unsigned or untrusted is exit 3. Without one, the files are only linted.
     let trust = super::trust_source(&TrustArgs {
         trust: a.trust.clone(),
+        assume_now: None,
     })?
-    .load()?;
+    .load_at(super::trust_clock(a.assume_now.as_deref())?)?;
+    let clock_warning = trust.as_ref().and_then(|p| p.clock.warning());
     let meta = std::fs::metadata(dir).map_err(|e| Error::io(dir, e))?;
     if !meta.is_dir() {
         return Err(Error::Usage(format!(
@@ -126,15 +128,50 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
         )));
     }
     let mut out = Output::default();
+    out.warnings.extend(clock_warning);
+    if let Some(p) = &trust {
+        out.warnings.extend(p.expiry_warning());
+        if let Some(tr) = &p.root {
+            out.warnings.extend(tr.notes.iter().cloned());
+        }
+    }
     let has_receipt = receipt::exists(dir);
     out.set("receipt", has_receipt);
     out.set("receipt_verified", trust.is_some());
     let mut receipt_error = None;
     if has_receipt || trust.is_some() {
-        let opened = receipt::open(dir, trust.as_deref())?;
+        let opened = receipt::open(dir, trust.as_ref())?;
         out.warnings.extend(opened.warnings);
         if let Some(signer) = &opened.signer {
             out.set("receipt_signer", signer);
+            out.set("receipt_signers", &opened.signers);
+        }
+        if let Some(p) = &trust {
+            let current = p.root_version();
+            out.set("vouched_by_root_version", opened.vouched_by.or(current));
+            if opened.signers.len() > 1 || current.is_some() {
+                out.line(format!(
+                    "receipt signed by {}{}",
+                    opened
+                        .signers
+                        .iter()
+                        .map(|s| s.key.clone())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    match (opened.vouched_by, current) {
+                        (Some(v), Some(c)) => format!(
+                            "; vouched for by trust root version {v} (its keys signed this install; the root in force is version {c})"
+                        ),
+                        (None, Some(c)) => format!(" (trust root version {c})"),
+                        _ => String::new(),
+                    }
+                ));
+            }
+            if let (Some(v), Some(c)) = (opened.vouched_by, current) {
+                out.warnings.push(format!(
+                    "the receipt was signed under trust root version {v}, not by the keys of version {c} in force; it still checks because version {v} leads to {c} in the root's history"
+                ));
+            }
         }
         let m = opened.manifest;
         out.set("name", &m.name);

@@ -26,8 +26,8 @@ const ENVIRONMENT: &[EnvVar] = &[
     },
     EnvVar {
         name: "AIRLOCK_TRUST",
-        commands: &["verify", "unpack", "check", "repair", "push"],
-        text: "A trusted public key file (.pub) or a directory of them, used when no --trust is given. One path, not split on colons. check uses it only for a directory that holds a receipt.",
+        commands: &["verify", "unpack", "check", "repair", "push", "cosign"],
+        text: "A trusted public key file (.pub) or a directory of them, or a TUF root.json, used when no --trust is given. One path, not split on colons. check uses it only for a directory that holds a receipt.",
     },
     EnvVar {
         name: "SOURCE_DATE_EPOCH",
@@ -66,6 +66,10 @@ fn exit_status(command: Option<&str>) -> Vec<(&'static str, String)> {
             "the bundle failed verification, or some damage has no intact copy and is beyond its parity (nothing was changed; the message lists the volumes to copy again)",
         ),
         Some("push") => Some("the bundle failed verification (nothing was uploaded)"),
+        Some("trust") => Some(
+            "trust show: the root is not signed by the threshold of its root keys, has expired, or (with --previous) is not a valid rotation; trust rotate/sign: the root read is not valid",
+        ),
+        Some("cosign") => Some("the bundle's manifest is malformed or unsigned"),
         Some("check") => Some(
             "the tree differs from its receipt, the receipt's signature fails, the model checks found errors, or the Hugging Face cache is damaged",
         ),
@@ -204,6 +208,28 @@ fn examples(command: Option<&str>) -> &'static [(&'static str, &'static str)] {
                 "airlock unpack oci://registry.site:5000/models/llama:3 --trust /etc/airlock/trust --dest /srv/models/llama",
             ),
         ],
+        Some("trust") => &[
+            (
+                "Make a root: bundles need 2 of the 3 release officers, the root needs 2 of the security team's 3 keys:",
+                "airlock trust init --out root.json --key alice.pub --key bob.pub --key carol.pub --threshold 2 --root-key sec1.pub --root-key sec2.pub --root-key sec3.pub --root-threshold 2 --expires 2027-06-30",
+            ),
+            (
+                "Each root key holder signs, on their own offline machine:",
+                "airlock trust sign root.json --key sec1.key",
+            ),
+            (
+                "Who can do what until when, and whether it is signed well enough:",
+                "airlock trust show root.json",
+            ),
+            (
+                "Rotate: version N+1 without bob, signed by the old and the new root keys, carried by the next bundle:",
+                "airlock trust rotate root.json --out root2.json --key alice.pub --key carol.pub --key dave.pub --expires 2028-06-30",
+            ),
+        ],
+        Some("cosign") => &[(
+            "A second release officer co-signs the bundle on their own machine:",
+            "airlock cosign /media/usb/llama-v3 --key bob.key",
+        )],
         Some("completions") => &[(
             "bash:",
             "airlock completions bash > /etc/bash_completion.d/airlock",

@@ -10,6 +10,7 @@ mod push;
 mod repair;
 mod secret;
 mod sign;
+mod trust;
 mod ui;
 mod unpack;
 
@@ -19,8 +20,7 @@ use serde_json::{Map, Value, json};
 
 use airlock::bundle::open;
 use airlock::error::{EXIT_OK, Error, Result, human};
-use airlock::keys::PublicKey;
-use airlock::trust::{TRUST_ENV, TrustSource};
+use airlock::trust::{Clock, Policy, TRUST_ENV, TrustSource};
 use airlock::verify::{self, DeepOutcome, Depth};
 
 use crate::cli::{Cli, Command, ProgressArg, TrustArgs};
@@ -90,6 +90,8 @@ pub fn run(cli: Cli) -> u8 {
             exit_cleanly_on_signals();
             push::run(a, &ui)
         }
+        Command::Cosign(a) => trust::cosign(a, &ui),
+        Command::Trust(a) => trust::run(a, &ui),
         Command::Completions { .. } | Command::Man { .. } if json => {
             // Their output is a script or a roff page; wrapping it in JSON would serve no one,
             // and printing it unwrapped would break the one-document promise of --json.
@@ -170,6 +172,8 @@ fn command_name(command: &Command) -> &'static str {
         Command::Sign(_) => "sign",
         Command::Repair(_) => "repair",
         Command::Push(_) => "push",
+        Command::Cosign(_) => "cosign",
+        Command::Trust(_) => "trust",
         Command::Completions { .. } => "completions",
         Command::Man { .. } => "man",
     }
@@ -247,9 +251,96 @@ pub fn trust_source(args: &TrustArgs) -> Result<TrustSource> {
     TrustSource::resolve(&args.trust, std::env::var_os(TRUST_ENV))
 }
 
-/// Loads the trust set a command cannot do without.
-pub fn load_trust(args: &TrustArgs) -> Result<Vec<PublicKey>> {
-    trust_source(args)?.require()
+/// The clock root expiry is checked against: this machine's, or `--assume-now DATE`.
+pub fn trust_clock(assume_now: Option<&str>) -> Result<Clock> {
+    match assume_now {
+        None => Ok(Clock::system()),
+        Some(text) => airlock::trust::time::parse_arg(text)
+            .map(Clock::assumed)
+            .map_err(|e| Error::Usage(format!("--assume-now: {e}"))),
+    }
+}
+
+/// Loads the trust policy a command cannot do without.
+pub fn load_trust(args: &TrustArgs) -> Result<Policy> {
+    trust_source(args)?.require_at(trust_clock(args.assume_now.as_deref())?)
+}
+
+/// What every command that verifies with a policy reports about it: the clock override (loud),
+/// an expiry coming soon, history links that did not verify, who signed and which root
+/// version vouched.
+pub(crate) fn report_trust(out: &mut Output, policy: &Policy, info: &open::TrustInfo) {
+    if let Some(w) = policy.clock.warning() {
+        out.warnings.insert(0, w);
+    }
+    let effective = info.policy.as_ref().unwrap_or(policy);
+    out.warnings.extend(effective.expiry_warning());
+    if let Some(tr) = &policy.root {
+        out.warnings.extend(tr.notes.iter().cloned());
+        out.set("trust_root_version", tr.root.version);
+    }
+    out.set("signers", &info.signers);
+    out.set("threshold", effective.threshold);
+    if effective.root.is_some() || info.signers.len() > 1 {
+        out.line(format!(
+            "signed by {} of the {} required: {}",
+            info.signers.len(),
+            effective.threshold,
+            info.signers
+                .iter()
+                .map(|s| s.key.clone())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if let Some(u) = &info.update {
+        out.set(
+            "trust_update",
+            json!({"from": u.from, "to": u.to(), "applied": false}),
+        );
+    }
+}
+
+/// After a successful install: writes the root update the bundle carried (the root file given
+/// with --trust, atomically, its history beside it) and says so.
+pub(crate) fn apply_trust_update(
+    out: &mut Output,
+    policy: &Policy,
+    info: &open::TrustInfo,
+) -> Result<()> {
+    let Some(u) = &info.update else {
+        return Ok(());
+    };
+    match airlock::trust::update::apply(policy, u) {
+        Ok(Some(applied)) => {
+            out.line(format!(
+                "OK   trust root {} updated from version {} to version {} (earlier versions kept in {})",
+                applied.path.display(),
+                applied.from,
+                applied.to,
+                applied.history.display()
+            ));
+            out.set(
+                "trust_update",
+                json!({"from": applied.from, "to": applied.to, "applied": true, "root": applied.path, "history": applied.history}),
+            );
+            Ok(())
+        }
+        Ok(None) => {
+            out.warnings.push(format!(
+                "the bundle's trust root version {} was not written: the root file is already at that version or later",
+                u.to()
+            ));
+            Ok(())
+        }
+        Err(e) => {
+            out.warnings.push(
+                "the model was installed, but the trust root update it carried was not written"
+                    .to_string(),
+            );
+            Err(e)
+        }
+    }
 }
 
 /// On SIGINT or SIGTERM, removes this process's work directories (never a destination) and
@@ -315,7 +406,15 @@ pub(crate) fn recorded_warnings(
 fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Output> {
     let trust = load_trust(trust)?;
     let mut out = Output::default();
-    let opened = open::open(&bundle, &trust)?;
+    let opened = open::open_with(&bundle, &trust)?;
+    report_trust(&mut out, &trust, &opened.trust);
+    if let Some(u) = &opened.trust.update {
+        out.line(format!(
+            "the bundle carries trust root version {} (verified against version {}); unpack applies it, verify leaves the root file as it is",
+            u.to(),
+            u.from
+        ));
+    }
     let depth = if deep { Depth::Deep } else { Depth::Volumes };
     let verdict = verify::verify(&opened, depth, ui);
     let m = &opened.manifest;

@@ -166,7 +166,17 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
     if let Some(path) = &a.base {
         pack::base::precheck(path, &name, a.bundle_version)?;
     }
+    let trust_update_files = a
+        .trust_update
+        .iter()
+        .map(|p| airlock::trust::update::read_root(p).map(|(_, bytes)| (p.clone(), bytes)))
+        .collect::<Result<Vec<_>>>()?;
     let key = secret::unlock(key_file, ui)?;
+    let trust_update = airlock::trust::update::check_for_pack(
+        &trust_update_files,
+        &key.public_key(),
+        airlock::trust::Clock::system(),
+    )?;
     let base = match &a.base {
         Some(path) => {
             let b = BaseSource::open(path, &key.public_key())?.with_snapshot_of(&model);
@@ -190,6 +200,7 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
             warnings,
             parity,
             base,
+            trust_update,
         },
         ui,
     )?;
@@ -227,6 +238,18 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
         out.line(format!(
             "OK   every file of {} {} at commit {} matched its blob name (the hash the hub published)",
             src.repo_type, src.repo_id, src.commit
+        ));
+    }
+    if let Some(t) = &m.trust_update {
+        let versions: Vec<u64> = t.roots.iter().map(|r| r.version).collect();
+        out.set("trust_update", &versions);
+        out.line(format!(
+            "OK   carries trust root version(s) {} for the targets to adopt on unpack",
+            versions
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
     if let (Some(base), Some(c)) = (&m.base, &packed.delta) {

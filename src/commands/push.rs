@@ -3,7 +3,7 @@
 use airlock::error::{Error, Result, human};
 use airlock::oci::{self, Reference, Registry, RegistryOptions};
 
-use super::{Output, load_trust, open, recorded_warnings};
+use super::{Output, load_trust, open, recorded_warnings, report_trust};
 use crate::cli::{PushArgs, RegistryArgs};
 use crate::commands::ui::Ui;
 
@@ -29,8 +29,9 @@ pub fn run(a: PushArgs, ui: &Ui) -> Result<Output> {
     }
     let opts = registry_options(&a.registry)?;
     let trust = load_trust(&a.trust)?;
-    let opened = open::open(&a.bundle, &trust)?;
+    let opened = open::open_with(&a.bundle, &trust)?;
     let mut out = Output::default();
+    report_trust(&mut out, &trust, &opened.trust);
     out.warnings.extend(opened.warnings.iter().cloned());
     out.warnings.extend(recorded_warnings(&opened.manifest));
     // Connecting uploads nothing: a registry that is down or refuses the credentials fails

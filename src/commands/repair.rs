@@ -12,7 +12,8 @@ use crate::commands::ui::Ui;
 pub fn run(a: RepairArgs, ui: &Ui) -> Result<Output> {
     let trust = load_trust(&a.trust)?;
     let mut out = Output::default();
-    let opened = open::open(&a.bundle, &trust)?;
+    let opened = open::open_with(&a.bundle, &trust)?;
+    super::report_trust(&mut out, &trust, &opened.trust);
     out.warnings.extend(opened.warnings.iter().cloned());
     out.warnings.extend(recorded_warnings(&opened.manifest));
     let opts = RepairOptions {

@@ -8,13 +8,14 @@ use airlock::error::{Error, Result, human};
 use airlock::oci::pull::{self, RegistrySource};
 use airlock::oci::{Reference, Registry};
 use airlock::pipeline::{BundleOnDisk, Source};
+use airlock::trust::Policy;
 use airlock::unpack::{
     self, HfInstalled, HfUnpackOptions, InstallNotes, Installed, LayoutOptions, LayoutWritten,
     SnapshotState, To, UnpackOptions, Unpacked,
 };
 
 use super::push::registry_options;
-use super::{Output, load_trust, only_with, recorded_warnings};
+use super::{Output, apply_trust_update, load_trust, only_with, recorded_warnings, report_trust};
 use crate::cli::UnpackArgs;
 use crate::commands::ui::Ui;
 
@@ -30,20 +31,42 @@ pub fn run(a: UnpackArgs, ui: &Ui) -> Result<Output> {
         ],
     )?;
     let trust = load_trust(&a.trust)?;
+    if pull::is_reference(&a.bundle) {
+        let text = a.bundle.to_string_lossy().into_owned();
+        let reference = Reference::parse(&text)?;
+        let registry = Registry::connect(&reference, &registry_options(&a.registry)?, false)?;
+        let source = RegistrySource::open(&registry, &trust)?;
+        let mut out = start(source.opened(), &trust)?;
+        out.set("reference", reference.to_string());
+        let to = target(&a, source.opened(), &trust, &mut out)?;
+        finish(&source, to, out, &trust, &format!(" from {reference}"), ui)
+    } else {
+        let opened = open::open_with(&a.bundle, &trust)?;
+        let mut out = start(&opened, &trust)?;
+        let to = target(&a, &opened, &trust, &mut out)?;
+        finish(&BundleOnDisk(&opened), to, out, &trust, "", ui)
+    }
+}
+
+/// Where to unpack, from the flags. Receipts (a replaced install's, a delta's base) are
+/// checked with the root the bundle leads to, when it carries an update, and its earlier
+/// versions.
+fn target(a: &UnpackArgs, opened: &Opened, trust: &Policy, out: &mut Output) -> Result<To> {
+    let policy = opened.trust.policy.clone().unwrap_or_else(|| trust.clone());
     let check_space = !a.no_space_check;
-    let to = if let Some(cache) = &a.hf_cache {
+    Ok(if let Some(cache) = &a.hf_cache {
         To::HfCache(HfUnpackOptions {
             cache: std::path::absolute(cache).map_err(|e| Error::io(cache, e))?,
             repo_id: a.hf_repo.clone(),
             repo_type: a.repo_type.map(|t| t.as_str().to_string()),
             revision: a.revision.clone(),
             check_space,
-            trust: trust.clone(),
+            trust: policy,
         })
     } else if let Some(layout) = &a.oci_layout {
         To::Layout(LayoutOptions::parse(layout, check_space))
     } else {
-        To::Dir(UnpackOptions {
+        let opts = UnpackOptions {
             dest: a
                 .dest
                 .clone()
@@ -51,38 +74,54 @@ pub fn run(a: UnpackArgs, ui: &Ui) -> Result<Output> {
             replace: a.replace,
             allow_downgrade: a.allow_downgrade,
             check_space,
-            trust: trust.clone(),
-        })
-    };
-    if pull::is_reference(&a.bundle) {
-        let text = a.bundle.to_string_lossy().into_owned();
-        let reference = Reference::parse(&text)?;
-        let registry = Registry::connect(&reference, &registry_options(&a.registry)?, false)?;
-        let source = RegistrySource::open(&registry, &trust)?;
-        let mut out = start(source.opened());
-        out.set("reference", reference.to_string());
-        finish(&source, to, out, &format!(" from {reference}"), ui)
-    } else {
-        let opened = open::open(&a.bundle, &trust)?;
-        let out = start(&opened);
-        finish(&BundleOnDisk(&opened), to, out, "", ui)
-    }
+            trust: policy,
+        };
+        replace_note(out, &opts);
+        To::Dir(opts)
+    })
 }
 
 /// The output every unpack starts with, once the signature verified.
-fn start(opened: &Opened) -> Output {
+fn start(opened: &Opened, trust: &Policy) -> Result<Output> {
+    if opened.trust.update.is_some() {
+        airlock::trust::update::check_writable(trust)?;
+    }
     let mut out = Output::default();
+    report_trust(&mut out, trust, &opened.trust);
     out.warnings.extend(opened.warnings.iter().cloned());
     let m = &opened.manifest;
     out.warnings.extend(recorded_warnings(m));
     out.set("name", &m.name);
     out.set("version", m.version);
     out.set("signer", opened.signer.key_id_hex());
-    out
+    Ok(out)
 }
 
-fn finish(source: &dyn Source, to: To, mut out: Output, from: &str, ui: &Ui) -> Result<Output> {
-    let m = &source.opened().manifest;
+/// A note when the install being replaced was signed under an earlier trust root version.
+fn replace_note(out: &mut Output, opts: &UnpackOptions) {
+    if !opts.replace || !airlock::receipt::exists(&opts.dest) {
+        return;
+    }
+    if let Ok(r) = airlock::receipt::open(&opts.dest, Some(&opts.trust))
+        && let Some(v) = r.vouched_by
+    {
+        out.warnings.push(format!(
+            "the install being replaced in {} was signed under trust root version {v}, not the version in force",
+            opts.dest.display()
+        ));
+    }
+}
+
+fn finish(
+    source: &dyn Source,
+    to: To,
+    mut out: Output,
+    trust: &Policy,
+    from: &str,
+    ui: &Ui,
+) -> Result<Output> {
+    let opened = source.opened();
+    let m = &opened.manifest;
     let done = unpack::unpack(source, to, ui)?;
     report_install(&mut out, done.notes());
     out.set("findings", &done.notes().findings);
@@ -99,6 +138,7 @@ fn finish(source: &dyn Source, to: To, mut out: Output, from: &str, ui: &Ui) -> 
         }
         Unpacked::Layout(l) => render_layout(&mut out, &l, &what, &size),
     }
+    apply_trust_update(&mut out, trust, &opened.trust)?;
     Ok(out)
 }
 

@@ -77,6 +77,7 @@ fn delta() -> Manifest {
         warnings: vec![],
         source: None,
         parity: None,
+        trust_update: None,
         base: Some(Base {
             name: "m".into(),
             version: 1,

@@ -358,45 +358,92 @@ pub fn leave_trace(repo: &Path, commit: &str, text: &str) -> Result<()> {
     fsio::replace_at(&dir, &trace, commit, format!("{text}\n").as_bytes(), 0o644)
 }
 
-/// The receipt files airlock leaves beside its trace for `commit`: the signed manifest and its
-/// signature, exactly as in an installed directory's receipt (FORMAT.md section 14.2).
-pub fn receipt_names(commit: &str) -> (String, String) {
-    (
-        format!("{commit}.{}", crate::manifest::MANIFEST_NAME),
-        format!("{commit}.{}", crate::manifest::SIGNATURE_NAME),
-    )
-}
+/// The folder of the trace holding a receipt per installed commit:
+/// `REPO/.airlock/receipts/<commit>/`, each holding the bundle's signed `manifest.json`, its
+/// `.minisig`, the co-signatures that counted and the trust roots it carried, exactly as an
+/// installed directory's receipt does (FORMAT.md sections 10, 14.2 and 18).
+pub const RECEIPTS_DIR: &str = "receipts";
 
-/// Leaves the receipt of the bundle that installed `commit` in `repo`'s trace folder (created
-/// by [`leave_trace`] first), each file replaced atomically through the folder's handle.
-pub fn leave_receipt(repo: &Path, commit: &str, manifest: &[u8], signature: &str) -> Result<()> {
-    let trace = repo.join(TRACE_DIR);
+/// Leaves the receipt (`files`: name and bytes) of the bundle that installed `commit` in
+/// `repo`'s trace folder: written into a new folder through handles (no link followed), synced,
+/// and renamed into place in one step (an earlier receipt of the same commit is swapped out and
+/// removed).
+pub fn leave_receipt(repo: &Path, commit: &str, files: &[(String, Vec<u8>)]) -> Result<()> {
+    use rustix::fs::RenameFlags;
     let dirs = open_repo_dirs_nofollow(repo, None)?;
-    let dir = fsio::open_dir_at(&dirs.repo, TRACE_DIR).map_err(|_| {
-        real_dir(&trace).err().unwrap_or_else(|| {
-            Error::io(&trace, io::Error::other("cannot be opened as a directory"))
-        })
-    })?;
-    let (mname, sname) = receipt_names(commit);
-    fsio::replace_at(&dir, &trace, &mname, manifest, 0o644)?;
-    fsio::replace_at(&dir, &trace, &sname, signature.as_bytes(), 0o644)
+    let trace = repo.join(TRACE_DIR);
+    let trace_fd = ensure_dir(&dirs.repo, &trace, TRACE_DIR)?;
+    let receipts = trace.join(RECEIPTS_DIR);
+    let receipts_fd = ensure_dir(&trace_fd, &receipts, RECEIPTS_DIR)?;
+    let tmp = format!(".{commit}.airlock-tmp-{}", std::process::id());
+    let tmp_fd = fsio::mkdir_at(&receipts_fd, &receipts, &tmp, 0o755)?;
+    let tmp_path = receipts.join(&tmp);
+    for (name, bytes) in files {
+        fsio::write_synced_at(&tmp_fd, &tmp_path, name, bytes, 0o644)?;
+    }
+    fsio::sync_dir_fd(&tmp_fd, &tmp_path)?;
+    let placed = match fsio::rename_at(
+        &receipts_fd,
+        &tmp,
+        &receipts_fd,
+        commit,
+        RenameFlags::NOREPLACE,
+    ) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => fsio::rename_at(
+            &receipts_fd,
+            &tmp,
+            &receipts_fd,
+            commit,
+            RenameFlags::EXCHANGE,
+        ),
+        Err(e) => Err(e),
+    };
+    placed.map_err(|e| Error::io(receipts.join(commit), e))?;
+    // After an exchange the old receipt sits at the temporary name: remove its files.
+    if let Ok(old) = fsio::open_dir_at(&receipts_fd, tmp.as_str()) {
+        for (name, _) in fsio::dir_entries(&old).unwrap_or_default() {
+            let _ = rustix::fs::unlinkat(&old, &name, rustix::fs::AtFlags::empty());
+        }
+        let _ = rustix::fs::unlinkat(&receipts_fd, tmp.as_str(), rustix::fs::AtFlags::REMOVEDIR);
+    }
+    fsio::sync_dir_fd(&receipts_fd, &receipts)
 }
 
-/// The receipts airlock left in `repo`'s trace folder: for each commit with a trace, the paths
-/// of its receipt manifest and signature (not read here; they may be absent or hostile).
-pub fn receipts(repo: &Path) -> Result<Vec<(String, PathBuf, PathBuf)>> {
-    let trace = repo.join(TRACE_DIR);
-    if !real_dir(&trace)? {
+/// Opens the folder `name` in `dir` (shown as `path`), creating it (0755) if missing; a link
+/// or a file there is refused.
+fn ensure_dir(dir: &OwnedFd, path: &Path, name: &str) -> Result<OwnedFd> {
+    match rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o755)) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+        Err(e) => return Err(Error::io(path, e.into())),
+    }
+    fsio::open_dir_at(dir, name).map_err(|_| {
+        real_dir(path)
+            .err()
+            .unwrap_or_else(|| Error::io(path, io::Error::other("cannot be opened as a directory")))
+    })
+}
+
+/// The receipts airlock left in `repo`'s trace folder: each installed commit and its receipt
+/// folder (not read here; its files may be absent or hostile).
+pub fn receipts(repo: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let dir = repo.join(TRACE_DIR).join(RECEIPTS_DIR);
+    if !real_dir(&repo.join(TRACE_DIR))? || !real_dir(&dir)? {
         return Ok(Vec::new());
     }
-    Ok(traces(repo)
-        .into_iter()
-        .map(|commit| {
-            let (mname, sname) = receipt_names(&commit);
-            let (m, s) = (trace.join(mname), trace.join(sname));
-            (commit, m, s)
+    let mut out: Vec<(String, PathBuf)> = fs::read_dir(&dir)
+        .map_err(|e| Error::io(&dir, e))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| super::names::is_commit(n))
+        .filter(|n| matches!(real_dir(&dir.join(n)), Ok(true)))
+        .map(|n| {
+            let p = dir.join(&n);
+            (n, p)
         })
-        .collect())
+        .collect();
+    out.sort();
+    Ok(out)
 }
 
 /// Opens the file `rel` of `snapshots/<commit>/` in `repo` for reading: every folder on the way

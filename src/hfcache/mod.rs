@@ -50,8 +50,8 @@ pub mod snapshot;
 pub use check::{CacheProblem, CacheReport, CachedRepo, check_cache};
 pub use etag::{GitBlobSha1, hash_file};
 pub use layout::{
-    RepoDirs, TRACE_DIR, leave_receipt, leave_trace, open_repo_dirs_nofollow, open_snapshot_file,
-    receipt_names, receipts,
+    RECEIPTS_DIR, RepoDirs, TRACE_DIR, leave_receipt, leave_trace, open_repo_dirs_nofollow,
+    open_snapshot_file, receipts,
 };
 pub use locate::{cache_dir_from_env, resolve_cache_dir};
 pub use names::{

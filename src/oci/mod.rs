@@ -23,6 +23,7 @@ pub mod modelpack;
 pub mod pull;
 pub mod push;
 pub mod reference;
+pub mod trust;
 
 pub use client::{Registry, RegistryOptions};
 pub use reference::Reference;

@@ -35,6 +35,10 @@ pub const CODE_RAW: &str = "application/vnd.cncf.model.code.v1.raw";
 pub const AIRLOCK_MANIFEST: &str = "application/vnd.airlock.manifest.v1+json";
 /// Its minisign signature.
 pub const AIRLOCK_SIGNATURE: &str = "application/vnd.airlock.signature.v1";
+/// A co-signature of the manifest (FORMAT.md section 18), one layer per co-signer.
+pub const AIRLOCK_COSIGNATURE: &str = "application/vnd.airlock.cosignature.v1";
+/// A TUF root version the bundle carries (FORMAT.md section 18).
+pub const AIRLOCK_TRUST_ROOT: &str = "application/vnd.airlock.trust-root.v1+json";
 /// The layer annotation naming a file's path.
 pub const FILEPATH: &str = "org.cncf.model.filepath";
 /// The OCI title annotation (what ORAS names a file by).
@@ -170,19 +174,127 @@ pub fn digest_of(bytes: &[u8]) -> String {
 /// and signature.
 pub fn layers(m: &Manifest, manifest_bytes: &[u8], signature_text: &str) -> Vec<Layer> {
     let mut out: Vec<Layer> = m.files.iter().map(Layer::of_file).collect();
-    out.push(Layer {
-        media_type: AIRLOCK_MANIFEST,
-        digest: digest_of(manifest_bytes),
-        size: manifest_bytes.len() as u64,
-        path: manifest_layer_path(),
-    });
-    out.push(Layer {
-        media_type: AIRLOCK_SIGNATURE,
-        digest: digest_of(signature_text.as_bytes()),
-        size: signature_text.len() as u64,
-        path: signature_layer_path(),
-    });
+    out.extend(
+        signed_blobs(manifest_bytes, signature_text, &[], &[])
+            .into_iter()
+            .map(|(l, _)| l),
+    );
     out
+}
+
+/// The small airlock layers with their bytes, in the artifact's order: the manifest, its
+/// signature, then each co-signature (`(file name, text)`) and each carried root, all at their
+/// receipt paths.
+pub fn signed_blobs(
+    manifest_bytes: &[u8],
+    signature_text: &str,
+    cosignatures: &[(String, String)],
+    roots: &[crate::trust::update::RootFile],
+) -> Vec<(Layer, Vec<u8>)> {
+    let blob = |media_type, bytes: &[u8], path: String| {
+        (
+            Layer {
+                media_type,
+                digest: digest_of(bytes),
+                size: bytes.len() as u64,
+                path,
+            },
+            bytes.to_vec(),
+        )
+    };
+    let mut out = vec![
+        blob(AIRLOCK_MANIFEST, manifest_bytes, manifest_layer_path()),
+        blob(
+            AIRLOCK_SIGNATURE,
+            signature_text.as_bytes(),
+            signature_layer_path(),
+        ),
+    ];
+    for (name, text) in cosignatures {
+        out.push(blob(
+            AIRLOCK_COSIGNATURE,
+            text.as_bytes(),
+            format!("{RECEIPT_DIR}/{name}"),
+        ));
+    }
+    for r in roots {
+        out.push(blob(
+            AIRLOCK_TRUST_ROOT,
+            &r.bytes,
+            format!(
+                "{RECEIPT_DIR}/{}",
+                crate::trust::update::file_name(r.version)
+            ),
+        ));
+    }
+    out
+}
+
+/// The co-signature and trust-root layers of an image manifest, each with the file name its
+/// path annotation gives (`manifest.json.KEYID.minisig`, `N.root.json`). `Err` says what is
+/// malformed; at most 64 of each are accepted.
+pub fn trust_layers(image_manifest: &[u8]) -> Result<(Vec<Layer>, Vec<Layer>), String> {
+    let v: Value = serde_json::from_slice(image_manifest)
+        .map_err(|e| format!("its manifest is not JSON: {e}"))?;
+    let layers = v
+        .get("layers")
+        .and_then(|l| l.as_array())
+        .ok_or("its manifest has no layers")?;
+    let mut cosigs = Vec::new();
+    let mut roots = Vec::new();
+    for l in layers {
+        let media_type = match l.get("mediaType").and_then(|t| t.as_str()) {
+            Some(AIRLOCK_COSIGNATURE) => AIRLOCK_COSIGNATURE,
+            Some(AIRLOCK_TRUST_ROOT) => AIRLOCK_TRUST_ROOT,
+            _ => continue,
+        };
+        let digest = l
+            .get("digest")
+            .and_then(|d| d.as_str())
+            .filter(|d| {
+                d.strip_prefix("sha256:")
+                    .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+            })
+            .ok_or(format!("a {media_type} layer has no sha256 digest"))?;
+        let size = l
+            .get("size")
+            .and_then(|s| s.as_u64())
+            .ok_or(format!("a {media_type} layer has no size"))?;
+        let name = l
+            .get("annotations")
+            .and_then(|a| a.get(FILEPATH))
+            .and_then(|p| p.as_str())
+            .and_then(|p| p.strip_prefix(&format!("{RECEIPT_DIR}/")))
+            .filter(|n| {
+                if media_type == AIRLOCK_COSIGNATURE {
+                    crate::bundle::open::is_cosignature_name(n)
+                } else {
+                    crate::trust::update::version_of_name(n).is_some()
+                }
+            })
+            .ok_or(format!(
+                "a {media_type} layer has no {FILEPATH} annotation naming a file under {RECEIPT_DIR}/"
+            ))?;
+        let layer = Layer {
+            media_type,
+            digest: digest.to_ascii_lowercase(),
+            size,
+            path: name.to_string(),
+        };
+        let list = if media_type == AIRLOCK_COSIGNATURE {
+            &mut cosigs
+        } else {
+            &mut roots
+        };
+        if list.iter().any(|o: &Layer| o.path == layer.path) {
+            return Err(format!("it has two {media_type} layers for {name}"));
+        }
+        list.push(layer);
+        if list.len() > 64 {
+            return Err(format!("it has more than 64 {media_type} layers"));
+        }
+    }
+    Ok((cosigs, roots))
 }
 
 /// The ModelPack config document.
@@ -271,10 +383,28 @@ pub fn config_json_entry(m: &Manifest) -> Option<&FileEntry> {
         .find(|f| f.path == "config.json" && f.size <= MAX_CONFIG_JSON)
 }
 
-/// The whole artifact of a signed manifest: its layers, config and image manifest.
+/// The layers of a verified bundle: every file in manifest order, then its small signed
+/// blobs (the airlock manifest, its signature, the co-signatures that counted, the trust roots
+/// it carries), those with their bytes.
+pub fn bundle_layers(opened: &crate::bundle::open::Opened) -> (Vec<Layer>, Vec<(Layer, Vec<u8>)>) {
+    let small = signed_blobs(
+        &opened.manifest_bytes,
+        &opened.signature_text,
+        &opened.trust.cosignatures,
+        &opened.trust.roots,
+    );
+    let mut layers: Vec<Layer> = opened.manifest.files.iter().map(Layer::of_file).collect();
+    layers.extend(small.iter().map(|(l, _)| l.clone()));
+    (layers, small)
+}
+
+/// The whole artifact of a verified bundle: its layers, the small ones with their bytes, the
+/// config and the image manifest.
 pub struct Artifact {
-    /// Every file, then the airlock manifest and signature.
+    /// Every file, then the small signed blobs.
     pub layers: Vec<Layer>,
+    /// The small signed blobs with their bytes.
+    pub small: Vec<(Layer, Vec<u8>)>,
     /// The ModelPack config document.
     pub config: Vec<u8>,
     /// The OCI image manifest.
@@ -282,38 +412,20 @@ pub struct Artifact {
 }
 
 impl Artifact {
-    /// The artifact of `m` (`manifest_bytes` signed by `signature_text`), its config reading
-    /// precision from the root `config.json` content when given (already checked against its
-    /// signed digest).
-    pub fn of(
-        m: &Manifest,
-        manifest_bytes: &[u8],
-        signature_text: &str,
-        manifest_sha256: &str,
-        config_json: Option<&[u8]>,
-    ) -> Artifact {
-        let layers = layers(m, manifest_bytes, signature_text);
+    /// The artifact of `opened`, its config reading precision from the root `config.json`
+    /// content when given (already checked against its signed digest).
+    pub fn of(opened: &crate::bundle::open::Opened, config_json: Option<&[u8]>) -> Artifact {
+        let m = &opened.manifest;
+        let (layers, small) = bundle_layers(opened);
         let precision = config_json.map(precision_of).unwrap_or((None, None));
         let config = config(m, &layers, precision);
-        let image = image_manifest(m, &config, &layers, manifest_sha256);
+        let image = image_manifest(m, &config, &layers, &opened.manifest_sha256);
         Artifact {
             layers,
+            small,
             config,
             image,
         }
-    }
-
-    /// The two small layers with their bytes: the airlock manifest and its signature.
-    pub fn airlock_blobs<'a>(
-        &'a self,
-        manifest_bytes: &'a [u8],
-        signature_text: &'a str,
-    ) -> [(&'a Layer, &'a [u8]); 2] {
-        let n = self.layers.len();
-        [
-            (&self.layers[n - 2], manifest_bytes),
-            (&self.layers[n - 1], signature_text.as_bytes()),
-        ]
     }
 }
 

@@ -23,17 +23,16 @@ use std::path::PathBuf;
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-
 use super::Registry;
 use super::modelpack::{self, Layer};
-use crate::bundle::open::{MAX_SIGNATURE_BYTES, Opened, Origin, Signed, verify_signed_bytes};
+use crate::bundle::open::{MAX_SIGNATURE_BYTES, Opened, Origin, open_parts};
 use crate::entries::{Blame, EntrySink, Mode, RawEntry, Verifier};
 use crate::error::{Error, Result};
 use crate::keys::PublicKey;
 use crate::manifest::{self, Expected, FileEntry, Manifest};
 use crate::pipeline::{Fed, Source};
 use crate::progress::Progress;
+use crate::trust::policy::SigFile;
 
 /// Tries to fetch one file (the first and each resume).
 const TRIES: u32 = 4;
@@ -80,6 +79,12 @@ fn fetch_small(registry: &Registry, layer: &Layer, cap: u64, what: &str) -> Resu
 /// Fetches the artifact's airlock manifest and signature and verifies them against `trust`.
 /// Nothing else is read from the registry before this succeeds.
 pub fn open(registry: &Registry, trust: &[PublicKey]) -> Result<Opened> {
+    open_with(registry, &crate::trust::Policy::any_of(trust))
+}
+
+/// [`open`] with a trust policy: the co-signature and trust-root layers are fetched (bounded)
+/// and checked exactly as a bundle directory's files are.
+pub fn open_with(registry: &Registry, policy: &crate::trust::Policy) -> Result<Opened> {
     let reference = registry.reference.to_string();
     let (image, _media_type) = registry.get_manifest()?.ok_or_else(|| Error::Registry {
         registry: registry.reference.registry.clone(),
@@ -102,23 +107,18 @@ pub fn open(registry: &Registry, trust: &[PublicKey]) -> Result<Opened> {
         path: spath.clone(),
         reason: "is not UTF-8 text".into(),
     })?;
-    let Signed {
-        manifest,
-        bytes: manifest_bytes,
-        signature_text,
-        signer,
-        warnings,
-    } = verify_signed_bytes(bytes, text, &mpath, &spath, trust)?;
-    let manifest_sha256 = hex::encode(Sha256::digest(&manifest_bytes));
-    Ok(Opened {
-        origin: Origin::Registry(reference),
-        manifest,
-        manifest_bytes,
-        manifest_sha256,
-        signature_text,
-        signer,
-        warnings,
-    })
+    let (cosigs, notes, roots) = crate::oci::trust::fetch_all(registry, &image, policy)?;
+    let primary = SigFile { path: spath, text };
+    open_parts(
+        Origin::Registry(reference),
+        &mpath,
+        bytes,
+        primary,
+        cosigs,
+        roots,
+        notes,
+        policy,
+    )
 }
 
 /// Streams one file's blob into `out`, resuming a broken transfer where it stopped. It counts
@@ -303,10 +303,10 @@ pub struct RegistrySource<'r> {
 }
 
 impl<'r> RegistrySource<'r> {
-    /// Fetches and verifies the artifact's airlock manifest ([`open`]).
-    pub fn open(registry: &'r Registry, trust: &[PublicKey]) -> Result<Self> {
+    /// Fetches and verifies the artifact's airlock manifest ([`open_with`]).
+    pub fn open(registry: &'r Registry, policy: &crate::trust::Policy) -> Result<Self> {
         Ok(RegistrySource {
-            opened: open(registry, trust)?,
+            opened: open_with(registry, policy)?,
             registry,
             reference: registry.reference.to_string(),
         })

@@ -266,8 +266,7 @@ impl<'scope, 'env> RegistryTarget<'scope, 'env> {
     /// holds.
     fn missing(&mut self, opened: &Opened) -> Result<&(HashSet<String>, usize)> {
         if self.missing.is_none() {
-            let m = &opened.manifest;
-            let layers = modelpack::layers(m, &opened.manifest_bytes, &opened.signature_text);
+            let (layers, _) = modelpack::bundle_layers(opened);
             let mut missing = HashSet::new();
             let mut skipped = 0;
             for l in &layers {
@@ -331,7 +330,6 @@ impl<'scope, 'env> Target for RegistryTarget<'scope, 'env> {
             missing,
             mut skipped,
         } = self.begun.take().expect("begin came first");
-        let m = &opened.manifest;
         let registry = self.registry;
         sink.finish_upload()?;
         // A delta may copy config.json instead of carrying it: read it back.
@@ -342,15 +340,8 @@ impl<'scope, 'env> Target for RegistryTarget<'scope, 'env> {
         let mut uploaded = std::mem::take(&mut sink.uploaded);
         let mut uploaded_bytes = sink.uploaded_bytes;
         drop(sink);
-        let artifact = Artifact::of(
-            m,
-            &opened.manifest_bytes,
-            &opened.signature_text,
-            &opened.manifest_sha256,
-            config_json.as_deref(),
-        );
-        for (layer, bytes) in artifact.airlock_blobs(&opened.manifest_bytes, &opened.signature_text)
-        {
+        let artifact = Artifact::of(opened, config_json.as_deref());
+        for (layer, bytes) in &artifact.small {
             if missing.contains(&layer.digest) {
                 registry.put_blob_bytes(&layer.digest, bytes)?;
                 uploaded.push(layer.path.clone());
@@ -383,7 +374,7 @@ impl<'scope, 'env> Target for RegistryTarget<'scope, 'env> {
 pub fn push(opened: &Opened, registry: &Registry, progress: &dyn Progress) -> Result<Pushed> {
     // Never publish what `unpack oci://` refuses: checked before reading or uploading anything.
     let m = &opened.manifest;
-    let layers = modelpack::layers(m, &opened.manifest_bytes, &opened.signature_text);
+    let (layers, _) = modelpack::bundle_layers(opened);
     modelpack::check_publishable(m, &layers, &opened.manifest_sha256).map_err(|reason| {
         Error::ManifestTooLarge {
             path: opened.dir().to_path_buf(),

@@ -59,6 +59,9 @@ pub struct PackOptions<'a> {
     pub parity: Option<f64>,
     /// Pack a delta against this base (docs/FORMAT.md section 16).
     pub base: Option<BaseSource>,
+    /// TUF root versions to carry (`pack --trust-update`; FORMAT.md section 18), checked by
+    /// the caller.
+    pub trust_update: Vec<crate::trust::update::RootFile>,
 }
 
 /// Result of a pack.
@@ -187,6 +190,7 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
             }),
             parity,
             base: plan.base().cloned(),
+            trust_update: crate::trust::update::carry(&dir, &opts.trust_update)?,
         },
         opts.key,
         &dir,
@@ -298,6 +302,7 @@ pub fn manifest_size_estimate(model: &Model, opts: &PackOptions<'_>) -> u64 {
         }),
         parity,
         base: None,
+        trust_update: crate::trust::update::manifest_entry(&opts.trust_update),
         directories,
         files,
     };
@@ -402,7 +407,10 @@ fn is_complete_bundle(dir: &Path) -> bool {
         let Some(name) = name.to_str() else {
             return false;
         };
-        if name == manifest::MANIFEST_NAME || name == manifest::SIGNATURE_NAME {
+        if name == manifest::MANIFEST_NAME
+            || name == manifest::SIGNATURE_NAME
+            || crate::trust::update::is_listed_root(&m, name)
+        {
             continue;
         }
         let Some(v) = m.volumes.iter().find(|v| v.name == name) else {
@@ -433,6 +441,7 @@ mod tests {
             warnings: vec![],
             parity: None,
             base: None,
+            trust_update: vec![],
         }
     }
 

@@ -41,6 +41,8 @@ pub struct Parts {
     pub parity: Option<Parity>,
     /// A delta's base.
     pub base: Option<Base>,
+    /// The TUF roots the bundle carries (FORMAT.md section 18).
+    pub trust_update: Option<manifest::TrustUpdate>,
 }
 
 /// A signed manifest, written.
@@ -82,6 +84,7 @@ pub fn seal(parts: Parts, key: &SecretKey, dir: &Path) -> Result<Sealed> {
         source: parts.source,
         parity: parts.parity,
         base: parts.base,
+        trust_update: parts.trust_update,
     };
     // The packer holds itself to the same rules as the reader.
     manifest.validate().map_err(|why| {

@@ -27,18 +27,18 @@ use rustix::fs::Mode;
 use sha2::{Digest, Sha256};
 
 use super::notes::{self, InstallNotes};
-use crate::bundle::open::{Opened, Origin, verify_signed};
+use crate::bundle::open::{Opened, Origin};
 use crate::delta::apply::Base;
 use crate::entries::EntrySink;
 use crate::error::{Error, Result};
 use crate::fsio::{self, parent_dir};
-use crate::keys::PublicKey;
 use crate::manifest::{FileEntry, Manifest};
 use crate::paths::RECEIPT_DIR;
 use crate::pipeline::{Fed, Target};
 use crate::progress::Progress;
 use crate::receipt;
 use crate::staging::{self, Cleanup, Publish, Staging, SyncThread};
+use crate::trust::Policy;
 use crate::writeback::{FLUSH_EVERY, Flusher};
 
 /// Options for an install into a directory.
@@ -53,9 +53,9 @@ pub struct UnpackOptions {
     /// Check free space before writing (on by default; off for filesystems whose free-space
     /// figure is meaningless, such as compressing or network filesystems).
     pub check_space: bool,
-    /// The trust set the bundle was verified with; with `replace`, the old tree's receipt must
-    /// verify against it too (and a delta's base receipt).
-    pub trust: Vec<PublicKey>,
+    /// The trust policy the bundle was verified with; with `replace`, the old tree's receipt
+    /// must verify against it too (and a delta's base receipt).
+    pub trust: Policy,
 }
 
 /// What an install into a directory did.
@@ -142,7 +142,11 @@ impl Target for DirTarget {
             keep = Some(kept);
         }
         let cleanup = staging::clean_stale(&parent)?;
-        let receipt_bytes = (opened.manifest_bytes.len() + opened.signature_text.len()) as u64;
+        let receipt_bytes = receipt::size(
+            &opened.manifest_bytes,
+            &opened.signature_text,
+            &opened.trust,
+        );
         if opts.check_space {
             notes::check_space(&parent, notes::space_needed(m, receipt_bytes))?;
         }
@@ -210,7 +214,13 @@ impl Target for DirTarget {
         }
 
         // Receipt: the signed manifest and its signature, so `check` can re-verify later.
-        receipt::write(&root, &tree, &opened.manifest_bytes, &opened.signature_text)?;
+        receipt::write(
+            &root,
+            &tree,
+            &opened.manifest_bytes,
+            &opened.signature_text,
+            &opened.trust,
+        )?;
         for d in &m.directories {
             let fd = fsio::open_below(&root, d).map_err(|e| Error::io(tree.join(d), e.into()))?;
             fsio::sync_dir_fd(&fd, &tree.join(d))?;
@@ -393,7 +403,7 @@ fn replaceable(
     dest: &Path,
     meta: &std::fs::Metadata,
     opened: &Opened,
-    trust: &[PublicKey],
+    trust: &Policy,
 ) -> Result<(Manifest, Keep)> {
     let move_aside =
         "if that directory really is to go, move or remove it yourself, then unpack again";
@@ -504,7 +514,7 @@ pub struct InstalledBase {
 
 impl InstalledBase {
     /// Checks that `dest` holds exactly the base of the delta `opened`.
-    pub fn open(dest: &Path, trust: &[PublicKey], opened: &Opened) -> Result<InstalledBase> {
+    pub fn open(dest: &Path, trust: &Policy, opened: &Opened) -> Result<InstalledBase> {
         let m = &opened.manifest;
         let base = m.base.as_ref().expect("a delta");
         let refuse = |reason: String| Error::DeltaBase {
@@ -530,12 +540,7 @@ impl InstalledBase {
                 "{short}: the directory holds no airlock receipt"
             )));
         }
-        let signed = verify_signed(
-            &receipt::manifest_path(dest),
-            &receipt::signature_path(dest),
-            trust,
-        )
-        .map_err(|e| {
+        let signed = receipt::verify(dest, trust).map_err(|e| {
             refuse(format!(
                 "{short}: the receipt there does not verify with the trust set ({e})"
             ))

@@ -36,17 +36,18 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::notes::{self, InstallNotes};
-use crate::bundle::open::{Opened, Signed, verify_signed};
+use crate::bundle::open::{Opened, Signed};
 use crate::delta::apply::Base;
 use crate::entries::EntrySink;
 use crate::error::{Error, Result};
 use crate::fsio::{self, exchange, rename_noreplace, sync_dir};
 use crate::hfcache::{self, RefState, etag::GitBlobSha1, names::EtagKind};
-use crate::keys::PublicKey;
 use crate::manifest::{FileEntry, MAX_MANIFEST_BYTES, Manifest};
 use crate::pipeline::{Fed, Target};
 use crate::progress::Progress;
+use crate::receipt;
 use crate::staging::{self, Cleanup, Staging, SyncThread};
+use crate::trust::Policy;
 
 /// Options for an install into a Hugging Face cache.
 #[derive(Clone, Debug)]
@@ -63,9 +64,9 @@ pub struct HfUnpackOptions {
     pub revision: Option<String>,
     /// Refuse to start when the cache's filesystem reports too little free space.
     pub check_space: bool,
-    /// The trust set the bundle was verified with; a delta's base receipt must verify against
-    /// it too.
-    pub trust: Vec<PublicKey>,
+    /// The trust policy the bundle was verified with; a delta's base receipt must verify
+    /// against it too.
+    pub trust: Policy,
 }
 
 /// What happened to `snapshots/<commit>/`.
@@ -874,12 +875,7 @@ impl Target for HfTarget {
             serde_json::json!({"bundle": m.name, "version": m.version, "revision": plan.revision});
         hfcache::leave_trace(&repo, &plan.commit, &trace.to_string())?;
         // The receipt, so a later delta can prove this snapshot is its base.
-        hfcache::leave_receipt(
-            &repo,
-            &plan.commit,
-            &opened.manifest_bytes,
-            &opened.signature_text,
-        )?;
+        hfcache::leave_receipt(&repo, &plan.commit, &receipt_files(opened))?;
         txn.committed = true;
         drop(txn);
         Ok(HfInstalled {
@@ -902,9 +898,30 @@ impl Target for HfTarget {
     }
 }
 
+/// The receipt files of `opened`: the signed manifest, its signature, the co-signatures that
+/// counted and the trust roots it carried.
+fn receipt_files(opened: &Opened) -> Vec<(String, Vec<u8>)> {
+    let mut files = vec![
+        (
+            crate::manifest::MANIFEST_NAME.to_string(),
+            opened.manifest_bytes.clone(),
+        ),
+        (
+            crate::manifest::SIGNATURE_NAME.to_string(),
+            opened.signature_text.clone().into_bytes(),
+        ),
+    ];
+    for (name, text) in &opened.trust.cosignatures {
+        files.push((name.clone(), text.clone().into_bytes()));
+    }
+    for r in &opened.trust.roots {
+        files.push((crate::trust::update::file_name(r.version), r.bytes.clone()));
+    }
+    files
+}
+
 /// The base of a delta in a Hugging Face cache: the snapshot airlock installed from the base
-/// bundle, proven by the receipt it left beside its trace (`REPO/.airlock/<commit>.manifest.json`
-/// and its signature): verified against the trust set, and hashing to the delta's
+/// bundle, proven by the receipt it left beside its trace (`REPO/.airlock/receipts/<commit>/`): verified against the trust set, and hashing to the delta's
 /// `base.manifest_sha256`. Its files are read through the snapshot's links to `blobs/`, by the
 /// cache's link rules ([`hfcache`]), and each is checked against the base manifest before use.
 pub struct CacheBase {
@@ -919,7 +936,7 @@ pub struct CacheBase {
 impl CacheBase {
     /// Finds, in the cache repository `repo`, the snapshot that is the base of the delta
     /// `opened`.
-    pub fn open(repo: &Path, trust: &[PublicKey], opened: &Opened) -> Result<CacheBase> {
+    pub fn open(repo: &Path, trust: &Policy, opened: &Opened) -> Result<CacheBase> {
         let m = &opened.manifest;
         let base = m.base.as_ref().expect("a delta");
         let refuse = |reason: String| Error::DeltaBase {
@@ -956,9 +973,11 @@ impl CacheBase {
 fn find_receipt(
     repo: &Path,
     manifest_sha256: &str,
-    trust: &[PublicKey],
+    trust: &Policy,
 ) -> Result<Option<(String, Signed)>> {
-    for (commit, mpath, spath) in hfcache::receipts(repo)? {
+    for (commit, dir) in hfcache::receipts(repo)? {
+        let mpath = dir.join(crate::manifest::MANIFEST_NAME);
+        let spath = dir.join(crate::manifest::SIGNATURE_NAME);
         let bytes = match fsio::read_capped(&mpath, MAX_MANIFEST_BYTES, fsio::Follow::Never) {
             Ok(b) => b,
             Err(fsio::OpenError::NotFound) => continue,
@@ -967,7 +986,10 @@ fn find_receipt(
         if hex::encode(Sha256::digest(&bytes)) != manifest_sha256 {
             continue;
         }
-        return Ok(Some((commit, verify_signed(&mpath, &spath, trust)?)));
+        return Ok(Some((
+            commit,
+            receipt::verify_files(&mpath, &spath, trust)?,
+        )));
     }
     Ok(None)
 }

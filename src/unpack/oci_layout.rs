@@ -232,7 +232,7 @@ impl Target for LayoutTarget {
         }
         let path = self.opts.dir.clone();
         // What skopeo or ORAS copy into a registry later must be what a registry accepts.
-        let layers = modelpack::layers(m, &opened.manifest_bytes, &opened.signature_text);
+        let (layers, _) = modelpack::bundle_layers(opened);
         modelpack::check_publishable(m, &layers, &opened.manifest_sha256).map_err(|reason| {
             Error::ManifestTooLarge {
                 path: path.clone(),
@@ -332,15 +332,8 @@ impl Target for LayoutTarget {
                 None => None,
             },
         };
-        let artifact = Artifact::of(
-            m,
-            &opened.manifest_bytes,
-            &opened.signature_text,
-            &opened.manifest_sha256,
-            config_json.as_deref(),
-        );
-        for (layer, bytes) in artifact.airlock_blobs(&opened.manifest_bytes, &opened.signature_text)
-        {
+        let artifact = Artifact::of(opened, config_json.as_deref());
+        for (layer, bytes) in &artifact.small {
             sink.put_small(&layer.digest, bytes)?;
         }
         sink.put_small(&modelpack::digest_of(&artifact.config), &artifact.config)?;

@@ -19,6 +19,7 @@ mod sign_safety;
 mod support;
 mod tamper;
 mod tar_crate;
+mod trust_root;
 mod ux;
 mod verdict;
 mod workflow_checks;

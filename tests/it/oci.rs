@@ -1243,3 +1243,98 @@ fn a_delta_push_over_a_damaged_base_blob_is_exit_3_and_publishes_nothing() {
     assert!(text.contains("no such tag"), "{text}");
     assert!(!env.path("out").exists());
 }
+
+/// Issue 21: a bundle signed by two of three release officers and carrying a root update is
+/// published with its co-signature and root as layers of their own; `unpack oci://` with the
+/// target's root.json counts both signatures, adopts the new root after installing and keeps
+/// the co-signature in the receipt. Without the co-signature layer the same artifact is short
+/// of the threshold: exit 3, nothing installed, the root unchanged.
+#[test]
+fn a_multi_signed_bundle_with_a_root_update_installs_from_the_registry() {
+    let reg = Registry::start();
+    let env = Env::new();
+    for k in ["alice", "bob", "carol", "sec1"] {
+        env.ok(&["keygen", "--out", k, "--unencrypted"]);
+    }
+    let init = |out: &str, version_of: Option<&str>, expires: &str| {
+        let mut args = vec!["trust"];
+        match version_of {
+            None => args.extend(["init", "--out", out]),
+            Some(prev) => args.extend(["rotate", prev, "--out", out]),
+        }
+        args.extend([
+            "--key",
+            "alice.pub",
+            "--key",
+            "bob.pub",
+            "--key",
+            "carol.pub",
+            "--threshold",
+            "2",
+            "--root-key",
+            "sec1.pub",
+            "--root-threshold",
+            "1",
+            "--expires",
+            expires,
+        ]);
+        env.ok(&args);
+        env.ok(&["trust", "sign", out, "--key", "sec1.key"]);
+    };
+    init("root.json", None, "2099-01-01");
+    init("root2.json", Some("root.json"), "2099-06-01");
+    std::fs::create_dir(env.path("t")).unwrap();
+    std::fs::copy(env.path("root.json"), env.path("t/root.json")).unwrap();
+    env.model("m");
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "alice.key",
+        "--trust-update",
+        "root2.json",
+    ]);
+    env.ok(&["cosign", "b", "--key", "bob.key"]);
+    let target = reg.reference("models/m:1");
+    reg.ok(&env, &["push", "b", &target, "--trust", "t/root.json"]);
+    reg.ok(
+        &env,
+        &["unpack", &target, "--trust", "t/root.json", "--dest", "out"],
+    );
+    assert_eq!(tree_without_receipt(&env.path("out")), tree(&env.path("m")));
+    let bob = std::fs::read_to_string(env.path("bob.pub")).unwrap();
+    let bob_id = bob.lines().next().unwrap().rsplit(' ').next().unwrap();
+    assert!(
+        env.path(&format!("out/.airlock/manifest.json.{bob_id}.minisig"))
+            .is_file()
+    );
+    assert_eq!(
+        std::fs::read(env.path("t/root.json")).unwrap(),
+        std::fs::read(env.path("root2.json")).unwrap()
+    );
+    env.ok(&["check", "out", "--trust", "t/root.json"]);
+
+    // The same bundle published with only its first signature (as `push` with a plain key
+    // set and the co-signature removed would): short of the threshold.
+    std::fs::remove_file(env.path(&format!("b/manifest.json.{bob_id}.minisig"))).unwrap();
+    let single = reg.reference("models/m:single");
+    reg.ok(&env, &["push", "b", &single, "--trust", "alice.pub"]);
+    let before = std::fs::read(env.path("t/root.json")).unwrap();
+    let text = reg.fails(
+        &env,
+        3,
+        &[
+            "unpack",
+            &single,
+            "--trust",
+            "t/root.json",
+            "--dest",
+            "out2",
+        ],
+    );
+    assert!(text.contains("signed by 1 of the 2"), "{text}");
+    assert!(!env.path("out2").exists());
+    assert_eq!(std::fs::read(env.path("t/root.json")).unwrap(), before);
+}

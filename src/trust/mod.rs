@@ -12,6 +12,20 @@
 //! `O_NONBLOCK`, checked to be regular files on the open handle, and read to at most
 //! [`MAX_PUBLIC_KEY_BYTES`] + 1 bytes, so a FIFO, `/dev/zero` or a 3 GB file in a trust
 //! directory is an error naming it, never a hang or an allocation.
+//!
+//! A trust path may also be a TUF root (`root.json`, any file whose name ends in `.json`):
+//! then it must be the only trust path, and the [`Policy`] it gives is its `targets` role's
+//! keys and threshold ([`root`], [`policy`]), with its expiry, and the verified chain of the
+//! earlier versions kept beside it (`NAME.history/N.root.json`, [`update`]).
+
+pub mod json;
+pub mod policy;
+pub mod root;
+pub mod time;
+pub mod update;
+
+pub use policy::{Policy, TrustRoot};
+pub use time::Clock;
 
 use std::ffi::OsString;
 use std::fs;
@@ -55,28 +69,55 @@ impl TrustSource {
         }
     }
 
-    /// Loads the trust set; `None` when there is no source.
-    pub fn load(&self) -> Result<Option<Vec<PublicKey>>> {
+    /// Loads the trust policy; `None` when there is no source. Root expiry is checked later,
+    /// against `clock`, by whatever verifies with the policy (a bundle may carry the newer
+    /// root that replaces an expired one).
+    pub fn load_at(&self, clock: Clock) -> Result<Option<Policy>> {
         match self {
             TrustSource::None => Ok(None),
-            TrustSource::Flags(paths) => load_paths(paths).map(Some),
-            TrustSource::Env(path) => {
-                load_paths(std::slice::from_ref(path))
-                    .map(Some)
-                    .map_err(|e| Error::TrustEnv {
-                        source: Box::new(e),
-                    })
-            }
+            TrustSource::Flags(paths) => load_policy(paths, clock).map(Some),
+            TrustSource::Env(path) => load_policy(std::slice::from_ref(path), clock)
+                .map(Some)
+                .map_err(|e| Error::TrustEnv {
+                    source: Box::new(e),
+                }),
         }
     }
 
-    /// Loads the trust set, which this command cannot do without.
-    pub fn require(&self) -> Result<Vec<PublicKey>> {
-        self.load()?.ok_or_else(|| {
+    /// [`TrustSource::load_at`] with this machine's clock.
+    pub fn load(&self) -> Result<Option<Policy>> {
+        self.load_at(Clock::system())
+    }
+
+    /// Loads the trust policy, which this command cannot do without.
+    pub fn require_at(&self, clock: Clock) -> Result<Policy> {
+        self.load_at(clock)?.ok_or_else(|| {
             Error::Usage(format!(
-                "no trusted keys: pass --trust KEY.pub (or a directory of .pub files), or set {TRUST_ENV}"
+                "no trusted keys: pass --trust KEY.pub (or a directory of .pub files, or a TUF root.json), or set {TRUST_ENV}"
             ))
         })
+    }
+
+    /// [`TrustSource::require_at`] with this machine's clock.
+    pub fn require(&self) -> Result<Policy> {
+        self.require_at(Clock::system())
+    }
+}
+
+/// Whether a trust path names a TUF root: a file (not a directory) whose name ends in `.json`.
+pub fn is_root_path(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "json") && !path.is_dir()
+}
+
+/// Loads the policy of the trust paths: one TUF root, or any number of keys and directories.
+pub fn load_policy(paths: &[PathBuf], clock: Clock) -> Result<Policy> {
+    match paths.iter().find(|p| is_root_path(p)) {
+        None => Ok(Policy::any_of(&load_paths(paths)?)),
+        Some(root) if paths.len() == 1 => Ok(Policy::from_root(update::load_root(root)?, clock)),
+        Some(root) => Err(Error::Usage(format!(
+            "{} is a TUF root: a root is the whole trust policy, give it as the only --trust",
+            root.display()
+        ))),
     }
 }
 

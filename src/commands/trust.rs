@@ -1,0 +1,472 @@
+//! `airlock trust init|sign|show|rotate` (a TUF root.json: who may sign bundles, how many must,
+//! who may change that, until when) and `airlock cosign` (one more signature on a bundle).
+//!
+//! Each root key holder signs on their own offline machine: `sign` takes one secret key and
+//! rewrites the root file atomically, so no machine ever needs two secret keys.
+
+use std::path::{Path, PathBuf};
+
+use airlock::bundle::open;
+use airlock::error::{Error, Result};
+use airlock::keys;
+use airlock::manifest;
+use airlock::trust::root::{self, Root, RootKey, Verification};
+use airlock::trust::{Clock, time, update};
+
+use super::files::Staged;
+use super::ui::Ui;
+use super::{Output, secret, trust_clock, trust_source};
+use crate::cli::{
+    CosignArgs, RootKeyArgs, TrustCommand, TrustCommandArgs, TrustInitArgs, TrustRotateArgs,
+    TrustShowArgs, TrustSignArgs,
+};
+
+/// `airlock trust ...`.
+pub fn run(a: TrustCommandArgs, ui: &Ui) -> Result<Output> {
+    match a.command {
+        TrustCommand::Init(a) => init(a),
+        TrustCommand::Sign(a) => sign(a, ui),
+        TrustCommand::Show(a) => show(a),
+        TrustCommand::Rotate(a) => rotate(a),
+    }
+}
+
+fn usage(s: impl Into<String>) -> Error {
+    Error::Usage(s.into())
+}
+
+/// The `--key`/`--root-key` files as root keys (each a .pub or a directory of them).
+fn root_keys(paths: &[PathBuf]) -> Result<Vec<RootKey>> {
+    Ok(airlock::trust::load_paths(paths)?
+        .iter()
+        .map(RootKey::from_minisign)
+        .collect())
+}
+
+fn expiry(text: &str) -> Result<i64> {
+    let at = time::parse_arg(text).map_err(|e| usage(format!("--expires: {e}")))?;
+    let now = Clock::system().now;
+    if at <= now {
+        return Err(usage(format!(
+            "--expires {}: that is not in the future (it is now {})",
+            time::format(at),
+            time::format(now)
+        )));
+    }
+    Ok(at)
+}
+
+fn build(version: u64, k: &RootKeyArgs, old: Option<&Root>) -> Result<Root> {
+    let old_keys = |role: &str| -> Vec<RootKey> {
+        old.map(|r| r.role_keys(role).into_iter().cloned().collect())
+            .unwrap_or_default()
+    };
+    let targets = if k.keys.is_empty() {
+        old_keys(root::TARGETS)
+    } else {
+        root_keys(&k.keys)?
+    };
+    if targets.is_empty() {
+        return Err(usage(
+            "give the targets role's public keys with --key PUBKEY",
+        ));
+    }
+    let threshold = k
+        .threshold
+        .or_else(|| old.map(|r| r.role(root::TARGETS).threshold))
+        .ok_or_else(|| usage("give --threshold K: how many distinct keys must sign a bundle"))?;
+    let root_set = if !k.root_keys.is_empty() {
+        root_keys(&k.root_keys)?
+    } else if old.is_some() {
+        old_keys(root::ROOT)
+    } else {
+        targets.clone()
+    };
+    let root_threshold = match (k.root_threshold, k.root_keys.is_empty(), old) {
+        (Some(t), _, _) => t,
+        (None, false, _) => {
+            return Err(usage(
+                "give --root-threshold K with --root-key: how many distinct root keys must sign a new root",
+            ));
+        }
+        (None, true, Some(r)) => r.role(root::ROOT).threshold,
+        (None, true, None) => threshold,
+    };
+    let expires = expiry(&k.expires)?;
+    Root::build(
+        version,
+        expires,
+        (&targets, threshold),
+        (&root_set, root_threshold),
+    )
+    .map_err(|e| usage(format!("cannot make this root: {e}")))
+}
+
+fn write_new(path: &Path, r: &Root) -> Result<()> {
+    if std::fs::symlink_metadata(path).is_ok() {
+        return Err(usage(format!(
+            "{} already exists; choose a new file",
+            path.display()
+        )));
+    }
+    Staged::write(path, &r.to_bytes(), 0o644)?.publish(false)
+}
+
+fn init(a: TrustInitArgs) -> Result<Output> {
+    let r = build(1, &a.keys, None)?;
+    write_new(&a.out, &r)?;
+    let mut out = Output::default();
+    describe(&mut out, &a.out, &r, Clock::system().now);
+    out.line(format!(
+        "OK   wrote {} (trust root version 1, unsigned): {} of its root keys must sign it, each on their own machine: `airlock trust sign {} --key KEY.key`",
+        a.out.display(),
+        r.role(root::ROOT).threshold,
+        a.out.display()
+    ));
+    Ok(out)
+}
+
+fn rotate(a: TrustRotateArgs) -> Result<Output> {
+    let (old, _) = update::read_root(&a.root)?;
+    let version = old
+        .version
+        .checked_add(1)
+        .ok_or_else(|| usage("the root's version cannot go higher"))?;
+    let r = build(version, &a.keys, Some(&old))?;
+    write_new(&a.out, &r)?;
+    let mut out = Output::default();
+    describe(&mut out, &a.out, &r, Clock::system().now);
+    let names = |r: &Root| {
+        r.role_keys(root::ROOT)
+            .iter()
+            .map(|k| k.label())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    out.line(format!(
+        "OK   wrote {} (trust root version {version}, unsigned). It needs {} signature(s) of version {}'s root keys ({}) AND {} of its own ({}): `airlock trust sign {} --key KEY.key --previous {}` on each holder's machine, then `airlock trust show {} --previous {}`, then carry it with `airlock pack ... --trust-update {}`",
+        a.out.display(),
+        old.role(root::ROOT).threshold,
+        old.version,
+        names(&old),
+        r.role(root::ROOT).threshold,
+        names(&r),
+        a.out.display(),
+        a.root.display(),
+        a.out.display(),
+        a.root.display(),
+        a.out.display(),
+    ));
+    Ok(out)
+}
+
+fn sign(a: TrustSignArgs, ui: &Ui) -> Result<Output> {
+    let meta = std::fs::symlink_metadata(&a.root).map_err(|e| Error::io(&a.root, e))?;
+    if !meta.is_file() {
+        return Err(usage(format!(
+            "{} is not a regular file (a link?): sign rewrites the file itself",
+            a.root.display()
+        )));
+    }
+    let (mut r, _) = update::read_root(&a.root)?;
+    let previous = match &a.previous {
+        Some(p) => Some(update::read_root(p)?.0),
+        None => None,
+    };
+    let key_file = secret::read(&a.key, a.password_file.as_deref())?;
+    let key = secret::unlock(key_file, ui)?;
+    let pk = key.public_key();
+    let in_root = |x: &Root| x.role_keys(root::ROOT).iter().any(|k| k.public == pk.key);
+    let role = if in_root(&r) {
+        format!("a root key of version {}", r.version)
+    } else {
+        match &previous {
+            Some(p) if p.version + 1 == r.version && in_root(p) => {
+                format!("a root key of the previous version {}", p.version)
+            }
+            Some(p) if p.version + 1 != r.version => {
+                return Err(usage(format!(
+                    "--previous is version {}, not the version before {} (version {})",
+                    p.version,
+                    a.root.display(),
+                    r.version
+                )));
+            }
+            _ => {
+                return Err(usage(format!(
+                    "key {} is not a root key of {} version {}{}: only root keys sign a root",
+                    pk.key_id_hex(),
+                    a.root.display(),
+                    r.version,
+                    if previous.is_some() {
+                        " nor of --previous"
+                    } else {
+                        " (signing a rotation with an old root key? add --previous OLD_ROOT)"
+                    }
+                )));
+            }
+        }
+    };
+    let replaced = r.sign(&key);
+    let mode = meta.permissions();
+    Staged::write(
+        &a.root,
+        &r.to_bytes(),
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+    )?
+    .publish(true)?;
+    let mut out = Output::default();
+    out.set("root", &a.root);
+    out.set("signer", pk.key_id_hex());
+    out.set("replaced", replaced);
+    out.line(format!(
+        "OK   signed {} version {} with key {} ({role}){}",
+        a.root.display(),
+        r.version,
+        pk.key_id_hex(),
+        if replaced {
+            "; its earlier signature was replaced"
+        } else {
+            ""
+        }
+    ));
+    let own = r.verification(root::ROOT, &r);
+    out.line(format!(
+        "root role of version {}: {}",
+        r.version,
+        own.describe()
+    ));
+    if let Some(p) = &previous {
+        out.line(format!(
+            "root role of version {} (the rotation): {}",
+            p.version,
+            p.verification(root::ROOT, &r).describe()
+        ));
+    }
+    Ok(out)
+}
+
+fn role_line(r: &Root, role: &str, what: &str) -> String {
+    let keys = r.role_keys(role);
+    format!(
+        "{role:<9} ({what}): {} of {} key(s): {}",
+        r.role(role).threshold,
+        keys.len(),
+        keys.iter()
+            .map(|k| match k.minisign_id {
+                Some(_) => format!("{} (tuf {})", k.label(), &k.keyid[..16]),
+                None => k.label(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// The who-can-do-what lines and JSON of a root.
+fn describe(out: &mut Output, path: &Path, r: &Root, now: i64) {
+    let expired = r.is_expired(now);
+    out.line(format!(
+        "{}: TUF root version {} (spec {}), expires {} ({}{})",
+        path.display(),
+        r.version,
+        r.spec_version,
+        time::format(r.expires),
+        if expired { "EXPIRED " } else { "" },
+        time::distance(r.expires, now)
+    ));
+    out.line(role_line(r, root::TARGETS, "may sign bundles"));
+    out.line(role_line(r, root::ROOT, "may sign a new root"));
+    out.line("snapshot, timestamp: present for TUF tooling; airlock does not use them".to_string());
+    let roles: serde_json::Map<String, serde_json::Value> = root::ROLES
+        .iter()
+        .map(|name| {
+            let keys: Vec<serde_json::Value> = r
+                .role_keys(name)
+                .iter()
+                .map(|k| {
+                    serde_json::json!({
+                        "keyid": k.keyid,
+                        "minisign_keyid": k.minisign_id.as_ref().map(root::minisign_hex),
+                    })
+                })
+                .collect();
+            (
+                name.to_string(),
+                serde_json::json!({"threshold": r.role(name).threshold, "keys": keys}),
+            )
+        })
+        .collect();
+    out.set("root", path);
+    out.set("version", r.version);
+    out.set("spec_version", &r.spec_version);
+    out.set("expires", time::format(r.expires));
+    out.set("expired", expired);
+    out.set("roles", roles);
+}
+
+fn verification_json(v: &Verification) -> serde_json::Value {
+    serde_json::json!({
+        "threshold": v.threshold,
+        "signed_by": v.signed.iter().map(|k| k.label()).collect::<Vec<_>>(),
+        "missing": v.unsigned.iter().map(|k| k.label()).collect::<Vec<_>>(),
+        "ok": v.ok(),
+    })
+}
+
+fn show(a: TrustShowArgs) -> Result<Output> {
+    let clock = trust_clock(a.assume_now.as_deref())?;
+    let (r, _) = update::read_root(&a.root)?;
+    let mut out = Output::default();
+    out.warnings.extend(clock.warning());
+    describe(&mut out, &a.root, &r, clock.now);
+    let own = r.verification(root::ROOT, &r);
+    out.line(format!("signatures, root role: {}", own.describe()));
+    out.set("signatures", verification_json(&own));
+    let mut error = None;
+    if let Some(p) = &a.previous {
+        let (prev, _) = update::read_root(p)?;
+        let old = prev.verification(root::ROOT, &r);
+        out.line(format!(
+            "rotation from {} version {}: its root role {}",
+            p.display(),
+            prev.version,
+            old.describe()
+        ));
+        out.set("rotation", verification_json(&old));
+        if let Err(why) = root::verify_rotation(&prev, &r) {
+            error = Some(Error::TrustUpdate {
+                path: a.root.clone(),
+                reason: format!(
+                    "as a rotation from {}: version {} {why}",
+                    p.display(),
+                    r.version
+                ),
+            });
+        }
+    }
+    if !own.ok() {
+        error = Some(Error::TrustRoot {
+            path: a.root.clone(),
+            reason: format!(
+                "root version {} is not (yet) signed by the threshold of its own root keys: {}",
+                r.version,
+                own.describe()
+            ),
+        });
+    } else if error.is_none() && r.is_expired(clock.now) {
+        error = Some(airlock::trust::policy::expired(&a.root, &r, clock));
+    }
+    out.set("verified", error.is_none());
+    if error.is_none() {
+        out.line(format!(
+            "OK   {} version {} is signed well enough to be trusted{}",
+            a.root.display(),
+            r.version,
+            if a.previous.is_some() {
+                " and to replace the previous version"
+            } else {
+                ""
+            }
+        ));
+    }
+    out.error = error;
+    Ok(out)
+}
+
+/// `airlock cosign BUNDLE --key K`: one more minisign signature of the bundle's manifest,
+/// written as `manifest.json.KEYID.minisig` beside it: created under a temporary name without
+/// following links and exclusively through the bundle directory's handle, synced, then renamed
+/// into place without replacing anything. The volumes are not touched.
+pub fn cosign(a: CosignArgs, ui: &Ui) -> Result<Output> {
+    let dir = &a.bundle;
+    let (m, bytes, primary) = open::read_unverified(dir)?;
+    let Some(primary) = primary else {
+        return Err(Error::MissingSignature {
+            path: dir.join(manifest::SIGNATURE_NAME),
+        });
+    };
+    let key_file = secret::read(&a.key, a.password_file.as_deref())?;
+    let key = secret::unlock(key_file, ui)?;
+    let pk = key.public_key();
+    let id = pk.key_id_hex();
+    if primary.key_id == pk.key_id {
+        return Err(usage(format!(
+            "{}: already signed by key {id} ({}); a co-signature must come from another key",
+            dir.display(),
+            manifest::SIGNATURE_NAME
+        )));
+    }
+    let name = open::cosignature_name(&id);
+    let path = dir.join(&name);
+    let dir_fd = airlock::fsio::open_dir(dir)?;
+    if rustix::fs::statat(
+        &dir_fd,
+        name.as_str(),
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .is_ok()
+    {
+        return Err(usage(format!(
+            "{}: already exists: key {id} has co-signed this bundle",
+            path.display()
+        )));
+    }
+    use sha2::Digest;
+    let sha = hex::encode(sha2::Sha256::digest(&bytes));
+    let sig = keys::sign(
+        &key,
+        &bytes,
+        "signature from airlock secret key",
+        &manifest::trusted_comment(&m.name, m.version, &sha),
+    )
+    .map_err(|e| Error::Key {
+        path: a.key.clone(),
+        source: e,
+    })?;
+    let tmp = format!(".{name}.airlock-tmp{}", std::process::id());
+    airlock::fsio::write_synced_at(&dir_fd, dir, &tmp, sig.to_file_text().as_bytes(), 0o644)?;
+    if let Err(e) = airlock::fsio::rename_at(
+        &dir_fd,
+        tmp.as_str(),
+        &dir_fd,
+        name.as_str(),
+        rustix::fs::RenameFlags::NOREPLACE,
+    ) {
+        let _ = rustix::fs::unlinkat(&dir_fd, tmp.as_str(), rustix::fs::AtFlags::empty());
+        return Err(Error::io(&path, e));
+    }
+    airlock::fsio::sync_dir_fd(&dir_fd, dir)?;
+    let mut out = Output::default();
+    out.set("bundle", dir);
+    out.set("signature", &path);
+    out.set("signer", &id);
+    out.set("manifest_sha256", &sha);
+    out.line(format!(
+        "OK   co-signed {} version {} with key {id} into {} (check with `minisign -Vm {} -x {} -p KEY.pub`)",
+        m.name,
+        m.version,
+        path.display(),
+        dir.join(manifest::MANIFEST_NAME).display(),
+        path.display()
+    ));
+    let source = trust_source(&a.trust)?;
+    if let Some(policy) = source.load_at(trust_clock(a.trust.assume_now.as_deref())?)? {
+        match open::open_with(dir, &policy) {
+            Ok(o) => out.line(format!(
+                "the bundle now meets {}: signed by {}",
+                policy.describe(),
+                o.trust
+                    .signers
+                    .iter()
+                    .map(|s| s.key.clone())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            Err(Error::SignatureThreshold { detail, .. }) => {
+                out.line(format!("not yet enough signatures: {detail}"))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,315 @@
+//! The trust policy: whose signatures on a manifest count, and how many distinct keys must
+//! sign. A plain key set is "any one of these keys" (threshold 1, exactly the old rule); a TUF
+//! root gives its `targets` role's keys and threshold, with the root's expiry.
+//!
+//! Keys are matched to minisign signatures by the Ed25519 key that verifies them. A key that
+//! carries a minisign key id (every key of a `.pub` file, and every key airlock writes into a
+//! root) only matches a signature with that id, exactly as minisign checks the id before the
+//! signature; a key from a root written by other tooling, without one, is tried against any
+//! signature. Each key counts once however many signature files it made, and a signature
+//! counts for at most one key.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ed25519_dalek::VerifyingKey;
+
+use super::root::{self, Root, RootKey};
+use super::time::{self, Clock};
+use crate::error::{Error, Result};
+use crate::keys::{self, PublicKey, Signature};
+
+/// A key whose signatures count.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyKey {
+    /// The Ed25519 key.
+    pub public: VerifyingKey,
+    /// Its minisign key id, when known (always for `.pub` keys).
+    pub minisign_id: Option<[u8; 8]>,
+    /// How messages name it.
+    pub label: String,
+}
+
+impl PolicyKey {
+    fn from_public(pk: &PublicKey) -> PolicyKey {
+        PolicyKey {
+            public: pk.key,
+            minisign_id: Some(pk.key_id),
+            label: pk.key_id_hex(),
+        }
+    }
+
+    fn from_root(k: &RootKey) -> PolicyKey {
+        PolicyKey {
+            public: k.public,
+            minisign_id: k.minisign_id,
+            label: k.label(),
+        }
+    }
+}
+
+/// A TUF root in force, with where it lives and the earlier versions that led to it.
+#[derive(Clone, Debug)]
+pub struct TrustRoot {
+    /// The `--trust` (or `AIRLOCK_TRUST`) file.
+    pub path: PathBuf,
+    /// The root.
+    pub root: Root,
+    /// Its exact bytes.
+    pub bytes: Vec<u8>,
+    /// Earlier versions whose chain to this one verifies, oldest first.
+    pub history: Vec<Root>,
+    /// Things an operator should know about the history (a link that did not verify).
+    pub notes: Vec<String>,
+}
+
+/// Whose signatures count and how many.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    /// The keys.
+    pub keys: Vec<PolicyKey>,
+    /// How many distinct keys must sign.
+    pub threshold: usize,
+    /// The root these come from, if a TUF root.
+    pub root: Option<Arc<TrustRoot>>,
+    /// The time expiry is checked against.
+    pub clock: Clock,
+}
+
+/// One signature that counted.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Signer {
+    /// The signature file (or registry layer).
+    pub file: PathBuf,
+    /// The minisign key id in the signature.
+    pub key_id: String,
+    /// The key it verified with, as the policy names it.
+    pub key: String,
+}
+
+/// A signature file as read (bounded) from a bundle, receipt or registry.
+#[derive(Clone, Debug)]
+pub struct SigFile {
+    /// Where it is (for messages).
+    pub path: PathBuf,
+    /// Its text.
+    pub text: String,
+}
+
+/// The result of counting a manifest's signatures.
+#[derive(Debug)]
+pub struct Counted {
+    /// The signatures that counted, one per key, the primary first when it counted.
+    pub signers: Vec<Signer>,
+    /// The parsed signatures that counted, in `signers` order, with their file's text.
+    pub signatures: Vec<(Signature, SigFile)>,
+    /// Signature files that did not count, and why.
+    pub not_counted: Vec<String>,
+}
+
+impl Policy {
+    /// Any one of these keys (a `.pub` file or a trust directory).
+    pub fn any_of(keys: &[PublicKey]) -> Policy {
+        Policy {
+            keys: keys.iter().map(PolicyKey::from_public).collect(),
+            threshold: 1,
+            root: None,
+            clock: Clock::system(),
+        }
+    }
+
+    /// The targets role of a root.
+    pub fn from_root(tr: TrustRoot, clock: Clock) -> Policy {
+        let keys = tr
+            .root
+            .role_keys(root::TARGETS)
+            .into_iter()
+            .map(PolicyKey::from_root)
+            .collect();
+        Policy {
+            keys,
+            threshold: tr.root.role(root::TARGETS).threshold,
+            root: Some(Arc::new(tr)),
+            clock,
+        }
+    }
+
+    /// The policy of an earlier root version (for receipts signed under it): its targets role,
+    /// no expiry of its own.
+    fn of_earlier(&self, r: &Root) -> Policy {
+        Policy {
+            keys: r
+                .role_keys(root::TARGETS)
+                .into_iter()
+                .map(PolicyKey::from_root)
+                .collect(),
+            threshold: r.role(root::TARGETS).threshold,
+            root: None,
+            clock: self.clock,
+        }
+    }
+
+    /// The policies of the earlier root versions, newest first, with their version.
+    pub fn earlier(&self) -> Vec<(u64, Policy)> {
+        match &self.root {
+            None => Vec::new(),
+            Some(tr) => tr
+                .history
+                .iter()
+                .rev()
+                .map(|r| (r.version, self.of_earlier(r)))
+                .collect(),
+        }
+    }
+
+    /// The root version in force, if the policy is a root's.
+    pub fn root_version(&self) -> Option<u64> {
+        self.root.as_ref().map(|r| r.root.version)
+    }
+
+    /// What the policy is, for messages: "the trust set" or "the targets role of root.json
+    /// version 2 (2 of 3 keys)".
+    pub fn describe(&self) -> String {
+        match &self.root {
+            None => "the trust set".into(),
+            Some(tr) => format!(
+                "the targets role of {} version {} ({} of {} keys)",
+                tr.path.display(),
+                tr.root.version,
+                self.threshold,
+                self.keys.len()
+            ),
+        }
+    }
+
+    /// The key ids, comma-separated (for "not in the trust set" messages).
+    pub fn labels(&self) -> String {
+        self.keys
+            .iter()
+            .map(|k| k.label.clone())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Refuses an expired root (exit 3), naming it, its expiry and the clock used.
+    pub fn check_current(&self) -> Result<()> {
+        let Some(tr) = &self.root else {
+            return Ok(());
+        };
+        if tr.root.is_expired(self.clock.now) {
+            return Err(expired(&tr.path, &tr.root, self.clock));
+        }
+        Ok(())
+    }
+
+    /// A warning when the root expires within 30 days.
+    pub fn expiry_warning(&self) -> Option<String> {
+        let tr = self.root.as_ref()?;
+        let left = tr.root.expires - self.clock.now;
+        (left > 0 && left < 30 * 86_400).then(|| {
+            format!(
+                "{} version {} expires {} ({}): have the root keys sign a new one and carry it with `pack --trust-update`",
+                tr.path.display(),
+                tr.root.version,
+                time::distance(tr.root.expires, self.clock.now),
+                time::format(tr.root.expires)
+            )
+        })
+    }
+
+    /// Counts the signatures of `message` that verify with distinct keys of the policy.
+    /// Signatures that do not parse or verify are named in `not_counted`.
+    pub fn count(&self, message: &[u8], files: &[SigFile]) -> Counted {
+        let mut out = Counted {
+            signers: Vec::new(),
+            signatures: Vec::new(),
+            not_counted: Vec::new(),
+        };
+        let mut counted_keys: Vec<VerifyingKey> = Vec::new();
+        for f in files {
+            let sig = match Signature::parse(&f.text) {
+                Ok(s) => s,
+                Err(e) => {
+                    out.not_counted.push(format!(
+                        "{}: not a minisign signature: {e}",
+                        f.path.display()
+                    ));
+                    continue;
+                }
+            };
+            match self.verify_one(message, &sig) {
+                Ok(key) => {
+                    if counted_keys.contains(&key.public) {
+                        out.not_counted.push(format!(
+                            "{}: a second signature by key {} (each key counts once)",
+                            f.path.display(),
+                            key.label
+                        ));
+                        continue;
+                    }
+                    counted_keys.push(key.public);
+                    out.signers.push(Signer {
+                        file: f.path.clone(),
+                        key_id: sig.key_id_hex(),
+                        key: key.label.clone(),
+                    });
+                    out.signatures.push((sig, f.clone()));
+                }
+                Err(why) => out.not_counted.push(format!("{}: {why}", f.path.display())),
+            }
+        }
+        out
+    }
+
+    /// The policy key that verifies `sig` over `message`, or why none does.
+    pub fn verify_one(
+        &self,
+        message: &[u8],
+        sig: &Signature,
+    ) -> std::result::Result<&PolicyKey, String> {
+        let mut tried = false;
+        for k in &self.keys {
+            if k.minisign_id.is_some_and(|id| id != sig.key_id) {
+                continue;
+            }
+            tried = true;
+            let pk = PublicKey {
+                key_id: sig.key_id,
+                key: k.public,
+            };
+            if keys::verify(&pk, sig, message).is_ok() {
+                return Ok(k);
+            }
+        }
+        Err(if tried {
+            format!(
+                "the signature by key {} does not verify (the manifest or the signature was changed)",
+                sig.key_id_hex()
+            )
+        } else {
+            format!(
+                "signed by key {}, which is not one of {}",
+                sig.key_id_hex(),
+                self.describe()
+            )
+        })
+    }
+}
+
+/// The error for an expired root.
+pub fn expired(path: &std::path::Path, r: &Root, clock: Clock) -> Error {
+    Error::TrustExpired {
+        path: path.to_path_buf(),
+        version: r.version,
+        expires: time::format(r.expires),
+        now: format!(
+            "{}{}",
+            time::format(clock.now),
+            if clock.system.is_some() {
+                " as given by --assume-now"
+            } else {
+                " by this machine's clock"
+            }
+        ),
+    }
+}
