@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Installs what airlock's demo and tests need on a fresh Debian machine: the real minisign, zstd
-# and GNU tar from Debian, util-linux's `script` (the progress-bar tests run airlock on a
+# Installs what airlock's tests need on a fresh Debian machine: the real minisign, zstd and GNU
+# tar from Debian, util-linux's `script` (the progress-bar tests run airlock on a
 # pseudo-terminal), Debian's docker-registry (CNCF distribution), htpasswd, openssl and curl for
-# the registry tests, and a Python venv with the pinned safetensors/gguf/numpy/huggingface_hub.
+# the registry tests, skopeo for the OCI image layout tests, and a Python venv with the pinned
+# packages of scripts/requirements-test.txt (safetensors, gguf, numpy, huggingface_hub, tuf,
+# oras).
 # Idempotent; safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for tool in minisign zstd tar sha256sum script python3 man unshare docker-registry htpasswd openssl curl; do
+for tool in minisign zstd tar sha256sum script python3 man unshare docker-registry htpasswd openssl curl skopeo; do
   command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
 done
 if ((${#need[@]})); then

@@ -109,7 +109,8 @@ pub enum Command {
     Pack(PackArgs),
     /// Verify a bundle in place, read-only: signature, then every volume.
     Verify(VerifyArgs),
-    /// Verify and install a bundle into a directory or a Hugging Face cache, atomically.
+    /// Verify and install a bundle (or a registry artifact) into a directory, a Hugging Face cache
+    /// or an OCI image layout, atomically.
     Unpack(UnpackArgs),
     /// Show what a bundle holds without hashing anything.
     Inspect(InspectArgs),

@@ -18,7 +18,7 @@
 
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -477,12 +477,7 @@ pub fn apply(before: &Policy, update: &Update) -> Result<Option<Applied>> {
     tmp_name.push(format!(".airlock-tmp{}", std::process::id()));
     let tmp = dir.join(tmp_name);
     let written = (|| {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-            .mode(0o600)
-            .open(&tmp)?;
+        let mut f = fsio::create_new(&tmp, 0o600)?;
         f.set_permissions(fs::Permissions::from_mode(mode))?;
         f.write_all(&new.bytes)?;
         f.sync_all()?;

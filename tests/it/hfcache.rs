@@ -21,9 +21,9 @@ use serde_json::{Value, json};
 
 use crate::support::*;
 
-const COMMIT_A: &str = "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678";
-const COMMIT_B: &str = "b1b2c3d4e5f60718293a4b5c6d7e8f9012345678";
-const REPO: &str = "acme/tiny-model";
+pub(crate) const COMMIT_A: &str = "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678";
+pub(crate) const COMMIT_B: &str = "b1b2c3d4e5f60718293a4b5c6d7e8f9012345678";
+pub(crate) const REPO: &str = "acme/tiny-model";
 
 fn venv_python() -> PathBuf {
     let venv = std::env::var_os("AIRLOCK_VENV")
@@ -95,6 +95,11 @@ for f in spec["files"]:
         data = f["text"].encode()
     elif "random" in f:
         data = random.Random(f["seed"]).randbytes(f["random"])
+        if f.get("flip"):
+            data = bytearray(data)
+            for at in f["flip"]:
+                data[at] ^= 0x5A
+            data = bytes(data)
     else:
         rng = np.random.default_rng(f["safetensors"])
         data = save({"w": rng.standard_normal((64, 32), dtype=np.float32), "b": np.zeros(32, np.float32)})
@@ -205,7 +210,7 @@ fn spec_files() -> Value {
 
 /// Builds `REPO` at `commit` in `cache` (relative to the env) with `files`; returns the per-file
 /// `{etag, sha256, size}` huggingface_hub's functions produced.
-fn build(env: &Env, cache: &str, commit: &str, files: Value, listing: bool) -> Value {
+pub(crate) fn build(env: &Env, cache: &str, commit: &str, files: Value, listing: bool) -> Value {
     python(
         BUILD,
         &json!({
@@ -224,7 +229,12 @@ fn verify(env: &Env, cache: &str, repo_id: &str, files: &[String]) -> Value {
 }
 
 /// `verify` for `(repo_type, repo_id, revision)`.
-fn verify_at(env: &Env, cache: &str, repo: (&str, &str, &str), files: &[String]) -> Value {
+pub(crate) fn verify_at(
+    env: &Env,
+    cache: &str,
+    repo: (&str, &str, &str),
+    files: &[String],
+) -> Value {
     let (repo_type, repo_id, revision) = repo;
     python(
         VERIFY,
@@ -234,7 +244,12 @@ fn verify_at(env: &Env, cache: &str, repo: (&str, &str, &str), files: &[String])
 
 /// Asserts huggingface_hub resolves every file of `built` in `cache` with the same bytes and
 /// says nothing about it.
-fn assert_client_resolves(env: &Env, cache: &str, repo_id: &str, built: &Value) -> Value {
+pub(crate) fn assert_client_resolves(
+    env: &Env,
+    cache: &str,
+    repo_id: &str,
+    built: &Value,
+) -> Value {
     let paths: Vec<String> = built.as_object().unwrap().keys().cloned().collect();
     let v = verify(env, cache, repo_id, &paths);
     assert_eq!(v["scan_warnings"], json!([]), "{v:#}");

@@ -1,6 +1,7 @@
 //! The one integration test binary: drives the real `airlock` executable.
 
 mod cli;
+mod compose;
 mod crash;
 mod delta;
 mod format_exact;

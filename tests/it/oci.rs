@@ -245,7 +245,7 @@ impl Registry {
     }
 
     /// GET with curl (an independent client), authenticated, trusting the test CA.
-    fn curl(&self, path: &str, accept: &str) -> Vec<u8> {
+    pub(crate) fn curl(&self, path: &str, accept: &str) -> Vec<u8> {
         let out = Command::new("curl")
             .args(["-sSf", "--cacert"])
             .arg(self.path("ca.pem"))
@@ -897,7 +897,7 @@ fn tls_needs_the_site_ca_and_references_are_checked() {
 
 /// The Python of the venv `scripts/make-fixtures.py --venv-only` makes ($AIRLOCK_VENV,
 /// default `<repo>/.venv`), which has the real `safetensors` package.
-fn venv_python() -> PathBuf {
+pub(crate) fn venv_python() -> PathBuf {
     let venv = std::env::var_os("AIRLOCK_VENV")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv"));
@@ -967,7 +967,7 @@ fn synth(env: &Env, rel: &str, version: u32) {
 /// Version 1 packed in full and, on the landing host, installed into `base`; version 2 packed
 /// as a delta over it (`d2`): shard 1 and the index copied, shard 2 patched (`safetensors`
 /// map), `extra.bin` and the config patched (`bytes` map), a new file carried.
-fn delta_versions(env: &Env) {
+pub(crate) fn delta_versions(env: &Env) {
     synth(env, "v1", 1);
     env.write("v1/extra.bin", &pseudo_random(1 << 20, 11));
     env.ok(&[
@@ -1007,7 +1007,7 @@ fn delta_versions(env: &Env) {
 }
 
 /// A tree as `(path, sha256)` (the safetensors writer makes 0600 files; installs are 0644).
-fn digests(t: Vec<(String, u32, Option<Vec<u8>>)>) -> Vec<(String, Option<String>)> {
+pub(crate) fn digests(t: Vec<(String, u32, Option<Vec<u8>>)>) -> Vec<(String, Option<String>)> {
     t.into_iter()
         .map(|(p, _, c)| (p, c.map(|c| sha256_hex(&c))))
         .collect()
