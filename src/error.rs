@@ -602,7 +602,7 @@ pub fn fix_for_installed(fix: &str) -> String {
 
 /// Whether `path` is a file of an install receipt: the receipt module knows its layout.
 fn is_receipt(path: &Path) -> bool {
-    crate::receipt::is_receipt_file(path)
+    crate::paths::is_receipt_file(path)
 }
 
 /// `Error::Key`'s message: key errors that name their own file are not prefixed again.

@@ -7,6 +7,7 @@
 
 pub mod bundle;
 pub mod delta;
+pub mod durable;
 pub mod entries;
 pub mod error;
 pub mod fsinfo;

@@ -16,6 +16,13 @@ pub const MAX_COMPONENT: usize = 255;
 /// Top-level name reserved for the receipt an unpack leaves behind.
 pub const RECEIPT_DIR: &str = ".airlock";
 
+/// Whether `path` is one of a receipt's files (`.../.airlock/NAME`).
+pub fn is_receipt_file(path: &std::path::Path) -> bool {
+    path.parent()
+        .and_then(std::path::Path::file_name)
+        .is_some_and(|n| n == RECEIPT_DIR)
+}
+
 /// Windows device names (FORMAT.md, section 4.1), compared ignoring ASCII case. Windows also
 /// treats the superscript digits ¹ ² ³ as digits in `COM` and `LPT` names.
 const WINDOWS_DEVICES: &[&str] = &[

@@ -48,12 +48,7 @@ pub fn signature_path(dir: &Path) -> PathBuf {
     dir.join(RECEIPT_DIR).join(manifest::SIGNATURE_NAME)
 }
 
-/// Whether `path` is one of a receipt's files (`.../.airlock/NAME`).
-pub fn is_receipt_file(path: &Path) -> bool {
-    path.parent()
-        .and_then(Path::file_name)
-        .is_some_and(|n| n == RECEIPT_DIR)
-}
+pub use crate::paths::is_receipt_file;
 
 /// Whether `dir` holds a receipt manifest: `.airlock` a directory and `manifest.json` in it a
 /// regular file, neither a link (a linked `.airlock` would lend another install's receipt to
@@ -160,16 +155,16 @@ pub fn write(
     signature_text: &str,
     trust: &open::TrustInfo,
 ) -> Result<()> {
-    let dir = fsio::mkdir_at(tree, tree_path, RECEIPT_DIR, DIR_MODE)?;
+    let dir = crate::durable::mkdir_at(tree, tree_path, RECEIPT_DIR, DIR_MODE)?;
     let dir_path = tree_path.join(RECEIPT_DIR);
-    fsio::write_synced_at(
+    crate::durable::write_synced_at(
         &dir,
         &dir_path,
         manifest::MANIFEST_NAME,
         manifest_bytes,
         FILE_MODE,
     )?;
-    fsio::write_synced_at(
+    crate::durable::write_synced_at(
         &dir,
         &dir_path,
         manifest::SIGNATURE_NAME,
@@ -177,13 +172,13 @@ pub fn write(
         FILE_MODE,
     )?;
     for (name, text) in &trust.cosignatures {
-        fsio::write_synced_at(&dir, &dir_path, name, text.as_bytes(), FILE_MODE)?;
+        crate::durable::write_synced_at(&dir, &dir_path, name, text.as_bytes(), FILE_MODE)?;
     }
     for r in &trust.roots {
         let name = crate::trust::update::file_name(r.version);
-        fsio::write_synced_at(&dir, &dir_path, &name, &r.bytes, FILE_MODE)?;
+        crate::durable::write_synced_at(&dir, &dir_path, &name, &r.bytes, FILE_MODE)?;
     }
-    fsio::sync_dir_fd(&dir, &dir_path)
+    crate::durable::sync_dir_fd(&dir, &dir_path)
 }
 
 /// The bytes [`write`] adds to a tree.

@@ -323,7 +323,7 @@ pub fn repair(
         }
         progress.item(&v.name);
         let tmp = work_path.join(&v.name);
-        let f = fsio::create_new_at(work.fd(), &work_path, &v.name, VOLUME_MODE)?;
+        let f = crate::durable::create_new_at(work.fd(), &work_path, &v.name, VOLUME_MODE)?;
         let result = (|| -> Result<()> {
             for (c, want) in v.chunks.iter().enumerate() {
                 let start = c as u64 * cs;
@@ -403,7 +403,7 @@ pub fn repair(
                 fsio::rename_at(work.fd(), &v.name, bundle_fd, &v.name, RenameFlags::empty())
                     .map_err(|e| Error::io(opened.dir().join(&v.name), e))?;
             }
-            fsio::sync_dir_fd(bundle_fd, opened.dir())?;
+            crate::durable::sync_dir_fd(bundle_fd, opened.dir())?;
         }
         if damaged {
             report.volumes.push(v.name.clone());
@@ -437,7 +437,7 @@ const VOLUME_MODE: u32 = 0o644;
 
 /// Opens the bundle directory for an in-place repair: a directory, not a link to one.
 fn open_bundle_dir(dir: &Path) -> Result<OwnedFd> {
-    fsio::open_dir(dir).map_err(|e| {
+    crate::durable::open_dir(dir).map_err(|e| {
         // `O_NOFOLLOW | O_DIRECTORY` on a link fails with ELOOP or ENOTDIR.
         if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
             Error::Usage(format!(
@@ -483,7 +483,7 @@ fn out_staging(out: &Path) -> Result<Staging> {
     let partial = format!("{name}.partial");
     match Staging::create_named(&parent, &partial) {
         Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::AlreadyExists => {
-            let parent_fd = fsio::open_dir(&parent)?;
+            let parent_fd = crate::durable::open_dir(&parent)?;
             let path = parent.join(&partial);
             match staging::remove_if_stale(&parent_fd, &partial, &path, false) {
                 Ok(true) => Staging::create_named(&parent, &partial),

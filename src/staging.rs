@@ -142,16 +142,15 @@ impl Staging {
         let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
         let mut guard = live();
         guard.push((token, birth_path.clone()));
-        let made =
-            fsio::mkdir_at(&parent_fd, parent, &birth, 0o700).and_then(|dir| {
-                match new_lock(&dir, &birth_path) {
-                    Ok(lock) => Ok((dir, lock)),
-                    Err(e) => {
-                        let _ = rustix::fs::unlinkat(&parent_fd, &birth, AtFlags::REMOVEDIR);
-                        Err(e)
-                    }
+        let made = crate::durable::mkdir_at(&parent_fd, parent, &birth, 0o700).and_then(|dir| {
+            match new_lock(&dir, &birth_path) {
+                Ok(lock) => Ok((dir, lock)),
+                Err(e) => {
+                    let _ = rustix::fs::unlinkat(&parent_fd, &birth, AtFlags::REMOVEDIR);
+                    Err(e)
                 }
-            });
+            }
+        });
         let (dir, lock) = match made {
             Ok(m) => m,
             Err(e) => {
@@ -193,17 +192,17 @@ impl Staging {
 
     /// Creates the directory `name` in the work directory with exactly `mode`.
     pub fn mkdir(&self, name: &str, mode: u32) -> Result<OwnedFd> {
-        fsio::mkdir_at(&self.dir, &self.path(), name, mode)
+        crate::durable::mkdir_at(&self.dir, &self.path(), name, mode)
     }
 
     /// Creates the file `name` in the work directory with exactly `mode`, written and synced.
     pub fn write_file(&self, name: &str, bytes: &[u8], mode: u32) -> Result<()> {
-        fsio::write_synced_at(&self.dir, &self.path(), name, bytes, mode)
+        crate::durable::write_synced_at(&self.dir, &self.path(), name, bytes, mode)
     }
 
     /// Syncs the work directory itself.
     pub fn sync(&self) -> Result<()> {
-        fsio::sync_dir_fd(&self.dir, &self.path())
+        crate::durable::sync_dir_fd(&self.dir, &self.path())
     }
 
     /// Moves the entry `from` of the work directory to `to` (an absolute or working-directory
@@ -225,7 +224,7 @@ impl Staging {
             fsio::rename_at(&self.dir, from, &to_dir, to_name, flags)
                 .map_err(|e| Error::io(to, e))?;
         }
-        fsio::sync_dir_fd(&to_dir, &to_parent)
+        crate::durable::sync_dir_fd(&to_dir, &to_parent)
     }
 
     /// Renames the whole work directory to `to` (in the same parent), without its lock file:
@@ -253,7 +252,7 @@ impl Staging {
             unregister(&mut guard, self.token);
             self.keep = true;
         }
-        fsio::sync_dir_fd(&self.parent_fd, &self.parent)
+        crate::durable::sync_dir_fd(&self.parent_fd, &self.parent)
     }
 }
 
@@ -502,7 +501,7 @@ pub fn find_mount_inside(dir: &Path) -> io::Result<Option<PathBuf>> {
     if let Some(m) = crate::fsinfo::mounts_below(dir).into_iter().next() {
         return Ok(Some(m));
     }
-    let fd = fsio::open_dir(dir).map_err(|_| io::Error::other("cannot open"))?;
+    let fd = crate::durable::open_dir(dir).map_err(|_| io::Error::other("cannot open"))?;
     let dev = rustix::fs::fstat(&fd)?.st_dev;
     walk_for_mount(&fd, dev, dir)
 }

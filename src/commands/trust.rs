@@ -398,7 +398,7 @@ pub fn cosign(a: CosignArgs, ui: &Ui) -> Result<Output> {
     }
     let name = open::cosignature_name(&id);
     let path = dir.join(&name);
-    let dir_fd = airlock::fsio::open_dir(dir)?;
+    let dir_fd = airlock::durable::open_dir(dir)?;
     if rustix::fs::statat(
         &dir_fd,
         name.as_str(),
@@ -424,7 +424,7 @@ pub fn cosign(a: CosignArgs, ui: &Ui) -> Result<Output> {
         source: e,
     })?;
     let tmp = format!(".{name}.airlock-tmp{}", std::process::id());
-    airlock::fsio::write_synced_at(&dir_fd, dir, &tmp, sig.to_file_text().as_bytes(), 0o644)?;
+    airlock::durable::write_synced_at(&dir_fd, dir, &tmp, sig.to_file_text().as_bytes(), 0o644)?;
     if let Err(e) = airlock::fsio::rename_at(
         &dir_fd,
         tmp.as_str(),
@@ -435,7 +435,7 @@ pub fn cosign(a: CosignArgs, ui: &Ui) -> Result<Output> {
         let _ = rustix::fs::unlinkat(&dir_fd, tmp.as_str(), rustix::fs::AtFlags::empty());
         return Err(Error::io(&path, e));
     }
-    airlock::fsio::sync_dir_fd(&dir_fd, dir)?;
+    airlock::durable::sync_dir_fd(&dir_fd, dir)?;
     let mut out = Output::default();
     out.set("bundle", dir);
     out.set("signature", &path);

@@ -355,7 +355,7 @@ pub fn leave_trace(repo: &Path, commit: &str, text: &str) -> Result<()> {
             Error::io(&trace, io::Error::other("cannot be opened as a directory"))
         })
     })?;
-    fsio::replace_at(&dir, &trace, commit, format!("{text}\n").as_bytes(), 0o644)
+    crate::durable::replace_at(&dir, &trace, commit, format!("{text}\n").as_bytes(), 0o644)
 }
 
 /// The folder of the trace holding a receipt per installed commit:
@@ -376,12 +376,12 @@ pub fn leave_receipt(repo: &Path, commit: &str, files: &[(String, Vec<u8>)]) -> 
     let receipts = trace.join(RECEIPTS_DIR);
     let receipts_fd = ensure_dir(&trace_fd, &receipts, RECEIPTS_DIR)?;
     let tmp = format!(".{commit}.airlock-tmp-{}", std::process::id());
-    let tmp_fd = fsio::mkdir_at(&receipts_fd, &receipts, &tmp, 0o755)?;
+    let tmp_fd = crate::durable::mkdir_at(&receipts_fd, &receipts, &tmp, 0o755)?;
     let tmp_path = receipts.join(&tmp);
     for (name, bytes) in files {
-        fsio::write_synced_at(&tmp_fd, &tmp_path, name, bytes, 0o644)?;
+        crate::durable::write_synced_at(&tmp_fd, &tmp_path, name, bytes, 0o644)?;
     }
-    fsio::sync_dir_fd(&tmp_fd, &tmp_path)?;
+    crate::durable::sync_dir_fd(&tmp_fd, &tmp_path)?;
     let placed = match fsio::rename_at(
         &receipts_fd,
         &tmp,
@@ -407,7 +407,7 @@ pub fn leave_receipt(repo: &Path, commit: &str, files: &[(String, Vec<u8>)]) -> 
         }
         let _ = rustix::fs::unlinkat(&receipts_fd, tmp.as_str(), rustix::fs::AtFlags::REMOVEDIR);
     }
-    fsio::sync_dir_fd(&receipts_fd, &receipts)
+    crate::durable::sync_dir_fd(&receipts_fd, &receipts)
 }
 
 /// Opens the folder `name` in `dir` (shown as `path`), creating it (0755) if missing; a link

@@ -313,7 +313,7 @@ fn extract(
     let dir = work.join("delta-base");
     let work_fd =
         fsio::open_dir_path(work, fsio::Follow::Never).map_err(|e| Error::io(work, e.into()))?;
-    let dir_fd = fsio::mkdir_at(&work_fd, work, "delta-base", 0o700)?;
+    let dir_fd = crate::durable::mkdir_at(&work_fd, work, "delta-base", 0o700)?;
     let wanted: HashMap<String, usize> = wanted
         .iter()
         .enumerate()

@@ -105,7 +105,7 @@ pub fn write_parity(
     let layout = UnitLayout::new(chunk_size, data, &volumes);
     // The work directory is opened once, not through a link; the volumes are read and created
     // through its handle, never through a link, the parity volumes exclusively.
-    let dir_fd = fsio::open_dir(dir)?;
+    let dir_fd = crate::durable::open_dir(dir)?;
     let inputs: Vec<File> = data
         .iter()
         .map(|v| open_volume(&dir_fd, dir, &v.name))
@@ -113,7 +113,7 @@ pub fn write_parity(
     let outputs: Vec<File> = volumes
         .iter()
         .map(|v| {
-            let f = fsio::create_new_at(&dir_fd, dir, &v.name, VOLUME_MODE)?;
+            let f = crate::durable::create_new_at(&dir_fd, dir, &v.name, VOLUME_MODE)?;
             f.set_len(v.size)
                 .map_err(|e| Error::io(dir.join(&v.name), e))?;
             Ok(f)

@@ -7,7 +7,6 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
-use crate::fsio;
 use crate::keys::{self, SecretKey};
 use crate::manifest::{
     self, Base, Compression, FileEntry, HfSource, Manifest, Parity, Stream, Totals, Volume, Warning,
@@ -117,8 +116,8 @@ pub fn seal(parts: Parts, key: &SecretKey, dir: &Path) -> Result<Sealed> {
         path: dir.join(manifest::SIGNATURE_NAME),
         source: e,
     })?;
-    fsio::write_synced(&dir.join(manifest::MANIFEST_NAME), &bytes, 0o644)?;
-    fsio::write_synced(
+    crate::durable::write_synced(&dir.join(manifest::MANIFEST_NAME), &bytes, 0o644)?;
+    crate::durable::write_synced(
         &dir.join(manifest::SIGNATURE_NAME),
         sig.to_file_text().as_bytes(),
         0o644,

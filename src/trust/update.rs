@@ -79,7 +79,7 @@ pub fn manifest_entry(roots: &[RootFile]) -> Option<TrustUpdate> {
 /// Writes the roots into the bundle being packed (`dir`) and returns the manifest's entry.
 pub fn carry(dir: &Path, roots: &[RootFile]) -> Result<Option<TrustUpdate>> {
     for r in roots {
-        fsio::write_synced(&dir.join(file_name(r.version)), &r.bytes, 0o644)?;
+        crate::durable::write_synced(&dir.join(file_name(r.version)), &r.bytes, 0o644)?;
     }
     Ok(manifest_entry(roots))
 }
@@ -446,7 +446,7 @@ pub fn apply(before: &Policy, update: &Update) -> Result<Option<Applied>> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(Error::io(&hist, e)),
     }
-    let hist_fd = fsio::open_dir(&hist)?;
+    let hist_fd = crate::durable::open_dir(&hist)?;
     rustix::fs::flock(&hist_fd, rustix::fs::FlockOperation::LockExclusive)
         .map_err(|e| Error::io(&hist, e.into()))?;
     let (on_disk, _) = read_root(path)?;
@@ -455,7 +455,7 @@ pub fn apply(before: &Policy, update: &Update) -> Result<Option<Applied>> {
     }
     let write_hist = |version: u64, bytes: &[u8]| -> Result<()> {
         let name = file_name(version);
-        match fsio::write_synced_at(&hist_fd, &hist, &name, bytes, 0o644) {
+        match crate::durable::write_synced_at(&hist_fd, &hist, &name, bytes, 0o644) {
             Ok(()) => Ok(()),
             Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::AlreadyExists => {
                 Ok(())
@@ -467,7 +467,7 @@ pub fn apply(before: &Policy, update: &Update) -> Result<Option<Applied>> {
     for (_, f) in &update.chain {
         write_hist(f.version, &f.bytes)?;
     }
-    fsio::sync_dir_fd(&hist_fd, &hist)?;
+    crate::durable::sync_dir_fd(&hist_fd, &hist)?;
     let (_, new) = update.chain.last().expect("an update has a root");
     let mode = fs::symlink_metadata(path)
         .map(|m| m.permissions().mode() & 0o777)
@@ -487,7 +487,7 @@ pub fn apply(before: &Policy, update: &Update) -> Result<Option<Applied>> {
         let _ = fs::remove_file(&tmp);
         return Err(Error::io(path, e));
     }
-    fsio::sync_dir(&dir)?;
+    crate::durable::sync_dir(&dir)?;
     Ok(Some(Applied {
         path: path.clone(),
         from: tr.root.version,

@@ -223,7 +223,7 @@ impl Target for DirTarget {
         )?;
         for d in &m.directories {
             let fd = fsio::open_below(&root, d).map_err(|e| Error::io(tree.join(d), e.into()))?;
-            fsio::sync_dir_fd(&fd, &tree.join(d))?;
+            crate::durable::sync_dir_fd(&fd, &tree.join(d))?;
         }
         if let Some(k) = &keep {
             rustix::fs::fchmod(&root, Mode::from_raw_mode(k.mode))
@@ -238,7 +238,7 @@ impl Target for DirTarget {
                 .map_err(|e| Error::io(&tree, e.into()))?;
             }
         }
-        fsio::sync_dir_fd(&root, &tree)?;
+        crate::durable::sync_dir_fd(&root, &tree)?;
         drop(root);
 
         let mut notes = InstallNotes::new(cleanup, &tree, "", m)?;

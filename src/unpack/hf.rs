@@ -38,9 +38,10 @@ use sha2::{Digest, Sha256};
 use super::notes::{self, InstallNotes};
 use crate::bundle::open::{Opened, Signed};
 use crate::delta::apply::Base;
+use crate::durable::sync_dir;
 use crate::entries::EntrySink;
 use crate::error::{Error, Result};
-use crate::fsio::{self, exchange, rename_noreplace, sync_dir};
+use crate::fsio::{self, exchange, rename_noreplace};
 use crate::hfcache::{self, RefState, etag::GitBlobSha1, names::EtagKind};
 use crate::manifest::{FileEntry, MAX_MANIFEST_BYTES, Manifest};
 use crate::pipeline::{Fed, Target};
@@ -495,7 +496,7 @@ fn publish_new_repo(staged_repo: &Path, repo: &Path, plan: &Plan, txn: &mut Txn)
         let staged_ref = staged_repo.join("refs").join(&plan.revision);
         let parent = staged_ref.parent().expect("under refs");
         fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
-        fsio::write_synced(&staged_ref, plan.commit.as_bytes(), 0o644)?;
+        crate::durable::write_synced(&staged_ref, plan.commit.as_bytes(), 0o644)?;
         let mut d = parent.to_path_buf();
         while d != staged_repo {
             sync_dir(&d)?;
@@ -606,7 +607,7 @@ fn write_ref(
     let parent = ref_path.parent().expect("under refs");
     txn.create_inner(parent)?;
     let tmp = staging.join("ref.tmp");
-    fsio::write_synced(&tmp, commit.as_bytes(), 0o644)?;
+    crate::durable::write_synced(&tmp, commit.as_bytes(), 0o644)?;
     fs::rename(&tmp, ref_path).map_err(|e| Error::io(ref_path, e))?;
     sync_dir(parent)?;
     Ok(old)

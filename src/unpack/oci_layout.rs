@@ -151,7 +151,7 @@ fn open_layout(dir: &Path) -> Result<(OwnedFd, bool)> {
                 .ok_or_else(|| Error::Usage(format!("{}: not a usable name", dir.display())))?;
             let pfd = fsio::open_dir_path(&parent, fsio::Follow::Final)
                 .map_err(|e| Error::io(&parent, e.into()))?;
-            fsio::mkdir_at(&pfd, &parent, name, 0o755)?;
+            crate::durable::mkdir_at(&pfd, &parent, name, 0o755)?;
             created = true;
         }
         Err(e) => return Err(Error::io(dir, e)),
@@ -212,7 +212,7 @@ fn open_blobs(dir: &OwnedFd, path: &Path) -> Result<OwnedFd> {
         fd = match fsio::open_dir_at(&fd, name) {
             Ok(next) => next,
             Err(rustix::io::Errno::NOENT) => {
-                fsio::mkdir_at(&fd, at.parent().expect("inside"), name, 0o755)?
+                crate::durable::mkdir_at(&fd, at.parent().expect("inside"), name, 0o755)?
             }
             Err(e) => return Err(Error::io(&at, e.into())),
         };
@@ -351,7 +351,7 @@ impl Target for LayoutTarget {
         } = sink;
         drop((current, sync_tx));
         syncer.finish()?;
-        fsio::sync_dir_fd(&blobs, &blobs_path)?;
+        crate::durable::sync_dir_fd(&blobs, &blobs_path)?;
 
         // index.json last, under the layout's lock; a signal waits until it is in place.
         let lock = fsio::open_lock_at(&dir, LOCK, 0o600)
@@ -360,7 +360,7 @@ impl Target for LayoutTarget {
             .map_err(|e| Error::io(path.join(LOCK), e.into()))?;
         let _commit = staging::commit_guard();
         if created || fsio::read_below_capped(&dir, LAYOUT_FILE, 4096).is_err() {
-            fsio::replace_at(&dir, &path, LAYOUT_FILE, LAYOUT_VERSION.as_bytes(), 0o644)?;
+            crate::durable::replace_at(&dir, &path, LAYOUT_FILE, LAYOUT_VERSION.as_bytes(), 0o644)?;
         }
         let mut index = match fsio::read_below_capped(&dir, INDEX, MAX_INDEX_BYTES) {
             Ok(bytes) => serde_json::from_slice::<Value>(&bytes)
@@ -384,7 +384,7 @@ impl Target for LayoutTarget {
         .map_err(|why| layout_error(&path, INDEX, why))?;
         let mut bytes = serde_json::to_vec_pretty(&index).expect("json");
         bytes.push(b'\n');
-        fsio::replace_at(&dir, &path, INDEX, &bytes, 0o644)?;
+        crate::durable::replace_at(&dir, &path, INDEX, &bytes, 0o644)?;
         drop(_commit);
         drop(staging);
         let mut notes = InstallNotes {

@@ -1,23 +1,20 @@
-//! The durable steps: a new file written and fsynced with an explicit mode, directory syncs,
-//! the two `renameat2` flavours. Errors name the path ([`crate::error::Error::io`]).
+//! The durable steps every writer shares: a new file written with an explicit mode and
+//! synced, a small file replaced atomically, directories created with an explicit mode and
+//! synced. Files are created through [`crate::fsio`] (exclusive, never through a link); errors
+//! name the path ([`Error::io`]).
+//!
+//! They live here, below both, so that installing never imports from the bundle writer (and
+//! the writer never from an installer). The process umask is never trusted.
 
 use std::fs::File;
-use std::io::{self, Write};
+use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rustix::fs::{Mode, RenameFlags};
 
-use super::open::{create_at, create_new, dir_flags, open_dir_at};
 use crate::error::{Error, Result};
-
-/// The parent directory of `path` (`.` for a bare name).
-pub fn parent_dir(path: &Path) -> PathBuf {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    }
-}
+use crate::fsio::{self, Follow, create_at, create_new, open_dir_at, rename_at};
 
 /// Creates the new file `path` with exactly `mode`, writes `bytes` and syncs it.
 pub fn write_synced(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
@@ -58,13 +55,6 @@ pub fn replace_at(
     sync_dir_fd(dir, dir_path)
 }
 
-/// 64 random bits in hex, for temporary names.
-fn random_suffix() -> String {
-    let mut b = [0u8; 8];
-    getrandom::getrandom(&mut b).expect("the system's random source works");
-    hex::encode(b)
-}
-
 /// Creates the new file `name` in the directory `dir` (shown as `dir_path` in errors) for
 /// writing, with exactly `mode`: exclusive (a name already taken, a link included, is an
 /// `AlreadyExists` error) and never through a link.
@@ -72,14 +62,9 @@ pub fn create_new_at(dir: &impl AsFd, dir_path: &Path, name: &str, mode: u32) ->
     create_at(dir, name, mode, false).map_err(|e| Error::io(dir_path.join(name), e.into()))
 }
 
-fn finish_write(mut f: File, path: &Path, bytes: &[u8]) -> Result<()> {
-    f.write_all(bytes).map_err(|e| Error::io(path, e))?;
-    f.sync_all().map_err(|e| Error::io(path, e))
-}
-
 /// Opens the directory `path` without following a final symlink.
 pub fn open_dir(path: &Path) -> Result<OwnedFd> {
-    rustix::fs::open(path, dir_flags(), Mode::empty()).map_err(|e| Error::io(path, e.into()))
+    fsio::open_dir_path(path, Follow::Never).map_err(|e| Error::io(path, e.into()))
 }
 
 /// Creates the directory `name` inside `dir` with exactly `mode` and returns its handle.
@@ -102,37 +87,14 @@ pub fn sync_dir(path: &Path) -> Result<()> {
     sync_dir_fd(&open_dir(path)?, path)
 }
 
-/// Renames `from` to `to`, failing with `AlreadyExists` if `to` exists.
-pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
-    rustix::fs::renameat_with(
-        rustix::fs::CWD,
-        from,
-        rustix::fs::CWD,
-        to,
-        RenameFlags::NOREPLACE,
-    )
-    .map_err(io::Error::from)
+/// 64 random bits in hex, for temporary names.
+fn random_suffix() -> String {
+    let mut b = [0u8; 8];
+    getrandom::getrandom(&mut b).expect("the system's random source works");
+    hex::encode(b)
 }
 
-/// Swaps `a` and `b` atomically; both must exist.
-pub fn exchange(a: &Path, b: &Path) -> io::Result<()> {
-    rustix::fs::renameat_with(
-        rustix::fs::CWD,
-        a,
-        rustix::fs::CWD,
-        b,
-        RenameFlags::EXCHANGE,
-    )
-    .map_err(io::Error::from)
-}
-
-/// `renameat2` between two directory handles.
-pub fn rename_at(
-    from_dir: &impl AsFd,
-    from: &str,
-    to_dir: &impl AsFd,
-    to: &str,
-    flags: RenameFlags,
-) -> io::Result<()> {
-    rustix::fs::renameat_with(from_dir, from, to_dir, to, flags).map_err(io::Error::from)
+fn finish_write(mut f: File, path: &Path, bytes: &[u8]) -> Result<()> {
+    f.write_all(bytes).map_err(|e| Error::io(path, e))?;
+    f.sync_all().map_err(|e| Error::io(path, e))
 }
