@@ -53,10 +53,14 @@ pub(super) fn created_unix() -> Result<i64> {
     }
 }
 
-/// Packs in this order: options, then every check that needs no key (output path, key and
-/// password files, the source and its model checks), then the key (the scrypt work and the
-/// password prompt), then the bundle. A typo is reported at once, not after a password.
-pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
+/// The sizes and shapes `pack` takes from its flags, checked.
+struct Shape {
+    volume_size: u64,
+    chunk_size: u64,
+    parity: Option<f64>,
+}
+
+fn shape(a: &PackArgs) -> Result<Shape> {
     let volume_size = match &a.volume_size {
         Some(s) => parse_size(s).map_err(|e| Error::Usage(format!("--volume-size {e}")))?,
         None => u64::MAX,
@@ -78,6 +82,15 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
             "--chunk-size {chunk_size} is not a power of two from 4096 to 1073741824"
         )));
     }
+    Ok(Shape {
+        volume_size,
+        chunk_size,
+        parity,
+    })
+}
+
+/// Where the model is, from the flags.
+fn model_spec(a: &PackArgs) -> Result<ModelSpec> {
     super::only_with(
         "--hf-repo",
         a.hf_repo.is_some(),
@@ -87,7 +100,7 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
             ("--repo-type", a.repo_type.is_some()),
         ],
     )?;
-    let spec = match &a.hf_repo {
+    Ok(match &a.hf_repo {
         Some(repo_id) => ModelSpec::HfSnapshot {
             cache: a.hf_cache.clone(),
             repo_id: repo_id.clone(),
@@ -102,50 +115,11 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
                 .unwrap_or_else(|| hfcache::DEFAULT_REVISION.to_string()),
         },
         None => ModelSpec::Dir(a.model_dir.clone().expect("clap requires MODEL_DIR")),
-    };
-    if let ModelSpec::Dir(dir) = &spec
-        && let Some(snap) = hfcache::snapshot_from_path(dir)
-    {
-        return Err(Error::Usage(format!(
-            "{} is a snapshot folder of the Hugging Face cache {}: its files are links into the repository's blobs/, which a directory pack does not follow. Pack the snapshot from the cache instead (its files are then checked against the hub's hashes): in place of {}, pass {}",
-            dir.display(),
-            snap.cache.display(),
-            dir.display(),
-            snap.flags()
-        )));
-    }
-    let created = created_unix()?;
-    check_output(&a.output)?;
-    let key_file = secret::read(&a.key, a.password_file.as_deref())?;
-    let mut out = Output::default();
-    let model = Model::open(&spec)?;
-    out.warnings.extend(model.notes.iter().cloned());
-    let name = a.name.clone().unwrap_or_else(|| model.default_name());
-    manifest::check_name(&name).map_err(|why| Error::Usage(format!("--name {why}")))?;
-    let (findings, unchecked) = model.check()?;
-    for p in &unchecked {
-        out.warnings.push(format!(
-            "model check: {p}: not checked, its path is too long for the format checks"
-        ));
-    }
-    let warnings = match pack::source::gate(&findings, a.no_model_checks) {
-        Ok(w) => {
-            for f in &findings {
-                out.warnings
-                    .push(format!("{}: {} ({})", f.path, f.problem, f.fix));
-            }
-            w
-        }
-        // The findings are the detail behind the error: keep them.
-        Err(e) => {
-            out.set("findings", &findings);
-            for f in &findings {
-                out.line(super::check::finding_line(f));
-            }
-            out.error = Some(e);
-            return Ok(out);
-        }
-    };
+    })
+}
+
+/// The compression `--compress` asks for (`auto` samples the model's large files).
+fn compression(a: &PackArgs, model: &Model) -> Result<Compress> {
     let workers = a.threads.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get() as u32)
@@ -155,14 +129,70 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
         level: a.level,
         workers,
     };
-    let compress = match a.compress {
+    Ok(match a.compress {
         CompressArg::None => Compress::None,
         CompressArg::Zstd => zstd,
         CompressArg::Auto => match write::estimate_saving(&model.entries)? {
             Some(saving) if saving < write::AUTO_MIN_SAVING => Compress::None,
             _ => zstd,
         },
+    })
+}
+
+/// The model checks, rendered: every finding a warning, or with an error finding (unless
+/// `--no-model-checks`) the findings as lines and the error that stops the pack.
+fn gate(
+    model: &Model,
+    a: &PackArgs,
+    out: &mut Output,
+) -> Result<std::result::Result<Vec<manifest::Warning>, airlock::error::Error>> {
+    let (findings, unchecked) = model.check()?;
+    for p in &unchecked {
+        out.warnings.push(format!(
+            "model check: {p}: not checked, its path is too long for the format checks"
+        ));
+    }
+    Ok(match pack::source::gate(&findings, a.no_model_checks) {
+        Ok(w) => {
+            for f in &findings {
+                out.warnings
+                    .push(format!("{}: {} ({})", f.path, f.problem, f.fix));
+            }
+            Ok(w)
+        }
+        // The findings are the detail behind the error: keep them.
+        Err(e) => {
+            out.set("findings", &findings);
+            for f in &findings {
+                out.line(super::check::finding_line(f));
+            }
+            Err(e)
+        }
+    })
+}
+
+/// Packs in this order: options, then every check that needs no key (output path, key and
+/// password files, the source and its model checks), then the key (the scrypt work and the
+/// password prompt), then the bundle. A typo is reported at once, not after a password.
+pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
+    let shape = shape(&a)?;
+    let spec = model_spec(&a)?;
+    let created = created_unix()?;
+    check_output(&a.output)?;
+    let key_file = secret::read(&a.key, a.password_file.as_deref())?;
+    let mut out = Output::default();
+    let model = Model::open(&spec)?;
+    out.warnings.extend(model.notes.iter().cloned());
+    let name = a.name.clone().unwrap_or_else(|| model.default_name());
+    manifest::check_name(&name).map_err(|why| Error::Usage(format!("--name {why}")))?;
+    let warnings = match gate(&model, &a, &mut out)? {
+        Ok(w) => w,
+        Err(e) => {
+            out.error = Some(e);
+            return Ok(out);
+        }
     };
+    let compress = compression(&a, &model)?;
     if let Some(path) = &a.base {
         pack::base::precheck(path, &name, a.bundle_version)?;
     }
@@ -194,23 +224,43 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
             name,
             version: a.bundle_version,
             compress,
-            volume_size,
-            chunk_size,
+            volume_size: shape.volume_size,
+            chunk_size: shape.chunk_size,
             created_unix: created,
             warnings,
-            parity,
+            parity: shape.parity,
             base,
             trust_update,
         },
         ui,
     )?;
     out.warnings.extend(packed.notes.iter().cloned());
+    render(
+        &mut out,
+        &a,
+        &model,
+        &packed,
+        &key.public_key(),
+        shape.parity,
+    );
+    Ok(out)
+}
+
+/// What a finished pack reports.
+fn render(
+    out: &mut Output,
+    a: &PackArgs,
+    model: &Model,
+    packed: &pack::Packed,
+    signer: &airlock::keys::PublicKey,
+    parity: Option<f64>,
+) {
     let m = &packed.manifest;
     out.set("bundle", &a.output);
     out.set("name", &m.name);
     out.set("version", m.version);
     out.set("manifest_sha256", &packed.manifest_sha256);
-    out.set("signer", key.public_key().key_id_hex());
+    out.set("signer", signer.key_id_hex());
     out.set("files", m.totals.files);
     out.set("file_bytes", m.totals.file_bytes);
     out.set(
@@ -279,7 +329,7 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
         human(m.totals.file_bytes),
         m.volumes.len(),
         human(m.totals.volume_bytes),
-        key.public_key().key_id_hex()
+        signer.key_id_hex()
     ));
     if let Some(p) = &m.parity {
         let bytes: u64 = p.volumes.iter().map(|v| v.size).sum();
@@ -312,5 +362,4 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
             p.data_units + p.recovery_units
         ));
     }
-    Ok(out)
 }

@@ -21,9 +21,6 @@ pub mod patch;
 
 use crate::manifest::Manifest;
 
-#[cfg(test)]
-mod manifest_tests;
-
 /// What a delta holds, in new-file bytes.
 #[derive(Debug, Default, Clone, Copy, serde::Serialize)]
 pub struct Counts {

@@ -375,6 +375,40 @@ fn image_manifest_for(
 /// Largest root `config.json` read for the artifact's config (precision, quantization).
 pub const MAX_CONFIG_JSON: u64 = 1 << 20;
 
+/// Keeps the root `config.json`'s bytes as the verified entries pass (when it is small enough):
+/// its precision and quantization go into the artifact's config.
+#[derive(Debug, Default)]
+pub struct ConfigCapture {
+    capturing: bool,
+    bytes: Option<Vec<u8>>,
+}
+
+impl ConfigCapture {
+    /// A file begins.
+    pub fn begin(&mut self, f: &FileEntry) {
+        self.capturing = f.path == "config.json" && f.size <= MAX_CONFIG_JSON;
+        if self.capturing {
+            self.bytes = Some(Vec::with_capacity(f.size as usize));
+        }
+    }
+    /// Bytes of the current file.
+    pub fn data(&mut self, b: &[u8]) {
+        if self.capturing
+            && let Some(c) = &mut self.bytes
+        {
+            c.extend_from_slice(b);
+        }
+    }
+    /// The current file ended.
+    pub fn end(&mut self) {
+        self.capturing = false;
+    }
+    /// The config's bytes, if they passed.
+    pub fn take(&mut self) -> Option<Vec<u8>> {
+        self.bytes.take()
+    }
+}
+
 /// The root `config.json` whose content goes into the artifact's config, if the model has one
 /// small enough.
 pub fn config_json_entry(m: &Manifest) -> Option<&FileEntry> {

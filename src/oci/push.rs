@@ -25,7 +25,7 @@ use crossbeam_channel::{Receiver, Sender, bounded};
 
 use super::client::Registry;
 use super::delta::RegistryBase;
-use super::modelpack::{self, Artifact, MAX_CONFIG_JSON};
+use super::modelpack::{self, Artifact, ConfigCapture};
 use crate::bundle::open::Opened;
 use crate::entries::EntrySink;
 use crate::error::{Error, Result};
@@ -93,8 +93,7 @@ struct UploadSink<'scope, 'env> {
     current: Option<Upload<'scope>>,
     /// The last piece of the file being uploaded, held back until the file has verified.
     pending: Option<Vec<u8>>,
-    config_json: Option<Vec<u8>>,
-    capturing: bool,
+    config_json: ConfigCapture,
     uploaded: Vec<String>,
     uploaded_bytes: u64,
 }
@@ -176,10 +175,7 @@ impl EntrySink for UploadSink<'_, '_> {
     }
 
     fn begin_file(&mut self, file: &FileEntry) -> Result<()> {
-        self.capturing = file.path == "config.json" && file.size <= MAX_CONFIG_JSON;
-        if self.capturing {
-            self.config_json = Some(Vec::with_capacity(file.size as usize));
-        }
+        self.config_json.begin(file);
         let digest = format!("sha256:{}", file.sha256);
         if self.missing.remove(&digest) {
             self.start_upload(digest, file.size, &file.path);
@@ -188,11 +184,7 @@ impl EntrySink for UploadSink<'_, '_> {
     }
 
     fn data(&mut self, bytes: &[u8]) -> Result<()> {
-        if self.capturing
-            && let Some(c) = &mut self.config_json
-        {
-            c.extend_from_slice(bytes);
-        }
+        self.config_json.data(bytes);
         if self.current.is_some()
             && let Some(p) = self.pending.replace(bytes.to_vec())
         {
@@ -203,7 +195,7 @@ impl EntrySink for UploadSink<'_, '_> {
 
     fn end_file(&mut self, _file: &FileEntry) -> Result<()> {
         // The file verified: its last piece may go, and the upload complete.
-        self.capturing = false;
+        self.config_json.end();
         if let Some(p) = self.pending.take() {
             self.send(p)?;
         }
@@ -301,8 +293,7 @@ impl<'scope, 'env> Target for RegistryTarget<'scope, 'env> {
             missing: missing.clone(),
             current: None,
             pending: None,
-            config_json: None,
-            capturing: false,
+            config_json: ConfigCapture::default(),
             uploaded: Vec::new(),
             uploaded_bytes: 0,
         };

@@ -807,69 +807,18 @@ impl Target for HfTarget {
                     repo.display()
                 )));
             }
-            Ok(_) => {
-                // Nothing below is written through a link planted in the repository.
-                hfcache::open_repo_dirs_nofollow(
-                    &repo,
-                    ref_path.is_some().then_some(&*plan.revision),
-                )?;
-                // Decide about the snapshot before touching anything.
-                let existing = match fs::symlink_metadata(&snapshot) {
-                    Ok(meta) if meta.is_dir() => Some(read_existing(&snapshot)?),
-                    Ok(_) => {
-                        return Err(Error::HfCache {
-                            path: snapshot.clone(),
-                            reason: "exists and is not a directory".into(),
-                        });
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-                    Err(e) => return Err(Error::io(&snapshot, e)),
-                };
-                let complete = match &existing {
-                    Some(ex) => compare_existing(&snapshot, ex, m, &etags)?,
-                    None => false,
-                };
-
-                // Blobs: new ones renamed in, existing ones reused only if they hash to their name.
-                let tally = place_blobs(
-                    &repo.join("blobs"),
-                    &staged_blobs,
-                    m,
-                    &etags,
-                    &mut txn,
-                    progress,
-                )?;
-
-                // The snapshot: renamed in, or merged and swapped in, in one step.
-                let snapshots = repo.join("snapshots");
-                txn.create_inner(&snapshots)?;
-                let snapshot_state = match existing {
-                    None => {
-                        rename_noreplace(&staged_snapshot, &snapshot)
-                            .map_err(|e| Error::io(&snapshot, e))?;
-                        txn.undo.push(Undo::RemoveTree(snapshot.clone()));
-                        SnapshotState::Created
-                    }
-                    Some(_) if complete => SnapshotState::Unchanged,
-                    Some(ex) => {
-                        merge_existing(&snapshot, &ex, &staged_snapshot)?;
-                        sync_dir(&staged_snapshot)?;
-                        exchange(&staged_snapshot, &snapshot)
-                            .map_err(|e| Error::io(&snapshot, e))?;
-                        txn.undo
-                            .push(Undo::Exchange(staged_snapshot.clone(), snapshot.clone()));
-                        SnapshotState::Merged
-                    }
-                };
-                sync_dir(&snapshots)?;
-
-                // Last, the ref.
-                let previous_commit = match &ref_path {
-                    Some(r) => write_ref(r, &plan.commit, &staging, &mut txn)?,
-                    None => None,
-                };
-                (tally, snapshot_state, previous_commit)
-            }
+            Ok(_) => update_repo(
+                &repo,
+                &plan,
+                ref_path.as_deref(),
+                &staged_blobs,
+                &staged_snapshot,
+                &staging,
+                m,
+                &etags,
+                &mut txn,
+                progress,
+            )?,
         };
         // airlock's trace, so a later `check --hf-cache` knows the fix is another unpack.
         let trace =
@@ -1032,6 +981,77 @@ impl Base for CacheBase {
             ),
         }
     }
+}
+
+/// Publishes into a repository that exists: new blobs (existing ones reused only after they
+/// hash to their names), the snapshot (renamed in, or merged and swapped in, in one step), and
+/// last the ref; each step recorded in `txn` so a failure undoes them all. Returns the blob
+/// tally, what happened to the snapshot, and the commit the ref named before.
+#[allow(clippy::too_many_arguments)]
+fn update_repo(
+    repo: &Path,
+    plan: &Plan,
+    ref_path: Option<&Path>,
+    staged_blobs: &Path,
+    staged_snapshot: &Path,
+    staging: &Path,
+    m: &Manifest,
+    etags: &[String],
+    txn: &mut Txn,
+    progress: &dyn Progress,
+) -> Result<(BlobTally, SnapshotState, Option<String>)> {
+    let snapshot = repo.join("snapshots").join(&plan.commit);
+    // Nothing below is written through a link planted in the repository.
+    hfcache::open_repo_dirs_nofollow(repo, ref_path.is_some().then_some(&*plan.revision))?;
+    // Decide about the snapshot before touching anything.
+    let existing = match fs::symlink_metadata(&snapshot) {
+        Ok(meta) if meta.is_dir() => Some(read_existing(&snapshot)?),
+        Ok(_) => {
+            return Err(Error::HfCache {
+                path: snapshot.clone(),
+                reason: "exists and is not a directory".into(),
+            });
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(Error::io(&snapshot, e)),
+    };
+    let complete = match &existing {
+        Some(ex) => compare_existing(&snapshot, ex, m, etags)?,
+        None => false,
+    };
+
+    // Blobs: new ones renamed in, existing ones reused only if they hash to their name.
+    let tally = place_blobs(&repo.join("blobs"), staged_blobs, m, etags, txn, progress)?;
+
+    // The snapshot: renamed in, or merged and swapped in, in one step.
+    let snapshots = repo.join("snapshots");
+    txn.create_inner(&snapshots)?;
+    let snapshot_state = match existing {
+        None => {
+            rename_noreplace(staged_snapshot, &snapshot).map_err(|e| Error::io(&snapshot, e))?;
+            txn.undo.push(Undo::RemoveTree(snapshot.clone()));
+            SnapshotState::Created
+        }
+        Some(_) if complete => SnapshotState::Unchanged,
+        Some(ex) => {
+            merge_existing(&snapshot, &ex, staged_snapshot)?;
+            sync_dir(staged_snapshot)?;
+            exchange(staged_snapshot, &snapshot).map_err(|e| Error::io(&snapshot, e))?;
+            txn.undo.push(Undo::Exchange(
+                staged_snapshot.to_path_buf(),
+                snapshot.clone(),
+            ));
+            SnapshotState::Merged
+        }
+    };
+    sync_dir(&snapshots)?;
+
+    // Last, the ref.
+    let previous_commit = match &ref_path {
+        Some(r) => write_ref(r, &plan.commit, staging, txn)?,
+        None => None,
+    };
+    Ok((tally, snapshot_state, previous_commit))
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ use crate::entries::EntrySink;
 use crate::error::{Error, Result};
 use crate::fsio::{self, OpenError};
 use crate::manifest::{FileEntry, MAX_MANIFEST_BYTES, Manifest};
-use crate::oci::modelpack::{self, Artifact, MAX_CONFIG_JSON};
+use crate::oci::modelpack::{self, Artifact, ConfigCapture, MAX_CONFIG_JSON};
 use crate::pipeline::{Fed, Target};
 use crate::progress::Progress;
 use crate::staging::{self, Cleanup, Staging, SyncThread};
@@ -261,8 +261,7 @@ impl Target for LayoutTarget {
             written: 0,
             reused: 0,
             repaired: Vec::new(),
-            config_json: None,
-            capturing: false,
+            config_json: ConfigCapture::default(),
             syncer: syncer.sender(),
         };
         self.begun = Some(Begun {
@@ -457,9 +456,7 @@ struct BlobSink {
     reused: u64,
     repaired: Vec<PathBuf>,
     /// The root `config.json` (small), as it passed.
-    config_json: Option<Vec<u8>>,
-    /// Whether the file passing is that `config.json`.
-    capturing: bool,
+    config_json: ConfigCapture,
     syncer: crossbeam_channel::Sender<(File, PathBuf)>,
 }
 
@@ -543,10 +540,7 @@ impl EntrySink for BlobSink {
     }
 
     fn begin_file(&mut self, file: &FileEntry) -> Result<()> {
-        self.capturing = file.path == "config.json" && file.size <= MAX_CONFIG_JSON;
-        if self.capturing {
-            self.config_json = Some(Vec::with_capacity(file.size as usize));
-        }
+        self.config_json.begin(file);
         if self.has_blob(&file.sha256, file.size)? {
             self.current = Some(Current::Held);
             return Ok(());
@@ -561,11 +555,7 @@ impl EntrySink for BlobSink {
     }
 
     fn data(&mut self, bytes: &[u8]) -> Result<()> {
-        if self.capturing
-            && let Some(c) = &mut self.config_json
-        {
-            c.extend_from_slice(bytes);
-        }
+        self.config_json.data(bytes);
         match self.current.as_mut() {
             Some(Current::Writing { file, tmp, .. }) => file
                 .write_all(bytes)
@@ -575,7 +565,7 @@ impl EntrySink for BlobSink {
     }
 
     fn end_file(&mut self, file: &FileEntry) -> Result<()> {
-        self.capturing = false;
+        self.config_json.end();
         match self.current.take() {
             Some(Current::Writing {
                 file: f,
