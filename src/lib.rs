@@ -1,8 +1,12 @@
 //! airlock: carry machine-learning models across an air gap with every byte verified.
 //!
 //! The library holds all the logic; the `airlock` binary parses arguments, prints and maps
-//! errors to exit codes. Data flows one way: scan → manifest → bundle write, and bundle read →
-//! verify → install. See `docs/ARCHITECTURE.md`.
+//! errors to exit codes. Every job is a source feeding a sink through the one place that checks
+//! each entry against the signed manifest: `pack` (a model → a plan → the volume writer → parity
+//! → the seal), and `unpack`/`push`/`verify` (a bundle on disk or in a registry →
+//! [`entries::Verifier`] → a delta stage when the source carries a delta → a target: a
+//! directory, a Hugging Face cache, an OCI image layout, a registry, or nothing). See
+//! [`pipeline`] and `docs/ARCHITECTURE.md`.
 #![forbid(unsafe_code)]
 
 pub mod bundle;

@@ -38,7 +38,7 @@
 //! - [`snapshot`]: resolving a revision and reading one snapshot for packing.
 //! - [`check`]: checking a whole cache at rest.
 //!
-//! Writing into a cache is [`crate::install_hf`]'s, which uses these rules.
+//! Writing into a cache is [`crate::unpack::hf`]'s, which uses these rules.
 
 pub mod check;
 pub mod etag;
