@@ -10,6 +10,7 @@ mod model_checks;
 mod oci;
 mod parity;
 mod roundtrip;
+mod safety_mem;
 mod support;
 mod tamper;
 mod tar_crate;
