@@ -168,3 +168,78 @@ fn the_limit_used_here_is_below_what_the_old_rebuilds_took() {
         .expect("prlimit");
     assert!(!out.status.success());
 }
+
+/// The address-space limit of the model-check runs (the issue's figure).
+const CHECK_LIMIT: u64 = 1 << 30;
+
+/// An 88 MiB safetensors file whose 90 MB header lists 1.3 million one-byte tensors: legal
+/// for the reference reader (header under 100 MB, offsets contiguous, sizes right).
+fn hostile_safetensors(env: &Env, rel: &str) {
+    const COUNT: usize = 1_300_000;
+    let mut header = String::with_capacity(COUNT * 64);
+    header.push('{');
+    for i in 0..COUNT {
+        if i > 0 {
+            header.push(',');
+        }
+        header.push_str(&format!(
+            r#""t{i:07}":{{"dtype":"U8","shape":[1],"data_offsets":[{i},{}]}}"#,
+            i + 1
+        ));
+    }
+    header.push('}');
+    while !header.len().is_multiple_of(8) {
+        header.push(' ');
+    }
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    drop(header);
+    bytes.resize(bytes.len() + COUNT, 7);
+    env.write(rel, &bytes);
+}
+
+/// Issue 26 item 4: `check`, `pack` and `unpack` of a model holding such a file used 1.7 GB
+/// and aborted (exit 134) under a 1 GiB limit. Now the header is streamed and the checks stop
+/// at 262,144 tensors: `check` and `pack` refuse it with `safetensors-too-many-tensors`
+/// (exit 3, nothing packed), and `unpack` of a bundle packed without the checks installs it
+/// with the finding as a warning, all within the limit.
+#[test]
+fn a_header_of_a_million_tensors_is_refused_within_a_bounded_memory() {
+    let env = Env::new();
+    env.write("m/config.json", b"{\"model_type\": \"test\"}\n");
+    hostile_safetensors(&env, "m/model.safetensors");
+    let (code, text) = limited(&env, CHECK_LIMIT, &["check", "m"]);
+    assert_eq!(code, Some(3), "check under a 1 GiB limit: {text}");
+    assert!(text.contains("more than 262144 tensors"), "{text}");
+    assert!(text.contains("model.safetensors"), "{text}");
+
+    let (code, text) = limited(
+        &env,
+        CHECK_LIMIT,
+        &["pack", "m", "-o", "b", "--key", "k.key"],
+    );
+    assert_eq!(code, Some(3), "pack under a 1 GiB limit: {text}");
+    assert!(text.contains("safetensors-too-many-tensors"), "{text}");
+    env.assert_nothing_packed("b");
+
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--no-model-checks",
+    ]);
+    let (code, text) = limited(
+        &env,
+        CHECK_LIMIT,
+        &["unpack", "b", "--dest", "out", "--trust", "k.pub"],
+    );
+    assert_eq!(code, Some(0), "unpack under a 1 GiB limit: {text}");
+    assert!(text.contains("more than 262144 tensors"), "{text}");
+    assert_eq!(
+        fs::read(env.path("out/model.safetensors")).unwrap(),
+        fs::read(env.path("m/model.safetensors")).unwrap()
+    );
+}
