@@ -30,3 +30,4 @@ pub mod tar;
 pub mod trust;
 pub mod verify;
 pub mod writeback;
+pub mod zstd_frame;

@@ -15,6 +15,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;
 
 use crate::inspect::safetensors::{ListError, Listed, Listing, list_tensors, list_tensors_at};
+use crate::zstd_frame;
 
 /// Bytes moved per step.
 const PIECE: usize = 1 << 20;
@@ -395,6 +396,11 @@ fn fill(dec: &mut impl Read, buf: &mut [u8], pos: u64, expected: u64) -> Result<
 }
 
 fn frame_error(e: io::Error) -> PatchError {
+    if e.get_ref()
+        .is_some_and(|inner| inner.is::<zstd_frame::FrameRefused>())
+    {
+        return PatchError::Frame(e.to_string());
+    }
     // zstd reports a malformed frame as `Other`; a failing source read keeps its own kind.
     if e.kind() == io::ErrorKind::Other {
         PatchError::Frame(e.to_string())
@@ -414,7 +420,9 @@ pub fn decode<R: Read, W: Write>(
     out: &mut W,
 ) -> Result<(), PatchError> {
     let base_len = file_len(base)?;
-    let mut dec = zstd::stream::read::Decoder::new(patch)?.single_frame();
+    // libzstd skips `window_log_max` for a frame whose content fits the first read: the
+    // declared window is checked on the frame header itself (`zstd_frame`).
+    let mut dec = zstd::stream::read::Decoder::new(zstd_frame::Checked::new(patch))?.single_frame();
     dec.window_log_max(WINDOW_LOG_MAX)?;
     let mut buf = vec![0u8; PIECE];
     let mut scratch = vec![0u8; PIECE];
@@ -486,6 +494,9 @@ pub fn decode<R: Read, W: Write>(
 /// the zstd window (at most 2^27 bytes) and, with [`Map::Safetensors`], the new header.
 pub struct PushDecoder {
     raw: zstd::stream::raw::Decoder<'static>,
+    /// The frame header while it is collected and before it is checked against the window
+    /// limit (`zstd_frame::check`), then `None`; the decoder sees nothing before.
+    frame_head: Option<Vec<u8>>,
     base: File,
     base_len: u64,
     size: u64,
@@ -512,6 +523,7 @@ impl PushDecoder {
         };
         Ok(PushDecoder {
             raw,
+            frame_head: Some(Vec::new()),
             base,
             base_len,
             size,
@@ -527,6 +539,35 @@ impl PushDecoder {
 
     /// Feeds the next piece of the patch; rebuilt bytes go to `emit`.
     pub fn write(
+        &mut self,
+        mut input: &[u8],
+        emit: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+    ) -> Result<(), PatchError> {
+        if let Some(head) = &mut self.frame_head {
+            let mut complete = false;
+            while let Some((&byte, rest)) = input.split_first() {
+                head.push(byte);
+                input = rest;
+                match zstd_frame::check(head) {
+                    Ok(None) => {}
+                    Ok(Some(_)) => {
+                        complete = true;
+                        break;
+                    }
+                    Err(e) => return Err(PatchError::Frame(format!("the zstd frame {e}"))),
+                }
+            }
+            if !complete {
+                return Ok(());
+            }
+            let head = self.frame_head.take().expect("present");
+            self.feed(&head, emit)?;
+        }
+        self.feed(input, emit)
+    }
+
+    /// [`PushDecoder::write`] once the frame header was checked.
+    fn feed(
         &mut self,
         input: &[u8],
         emit: &mut dyn FnMut(&[u8]) -> io::Result<()>,
@@ -583,6 +624,10 @@ impl PushDecoder {
         mut self,
         emit: &mut dyn FnMut(&[u8]) -> io::Result<()>,
     ) -> Result<(), PatchError> {
+        // A patch shorter than a frame header: the decoder says the frame is truncated.
+        if let Some(head) = self.frame_head.take() {
+            self.feed(&head, emit)?;
+        }
         while !self.frame_done {
             let (_, produced) = self.step(&[], emit)?;
             if produced == 0 {
@@ -916,6 +961,40 @@ mod tests {
             "{r:?}"
         );
         assert!(!safetensors_pair(&file(&dir, "j2", &junk), &base_f));
+    }
+
+    /// Issue 26 item 13a: a patch frame declaring a window over 2^27 bytes is refused by both
+    /// decoders (FORMAT.md section 5), though its content is small enough that libzstd would
+    /// decode it in one pass without applying `window_log_max`. At the limit it still decodes.
+    #[test]
+    fn a_patch_frame_declaring_a_window_over_the_limit_is_refused() {
+        let base = noise(30, 5000);
+        let new = perturb(&base, 40, 31);
+        let dir = tempfile::tempdir().unwrap();
+        let (new_f, base_f) = (file(&dir, "n", &new), file(&dir, "b", &base));
+        let (patch, _) = encode(&new_f, &base_f, Map::Bytes, 3, Vec::new()).unwrap();
+        let size = new.len() as u64;
+        for (wd, ok) in [(17u8 << 3, true), ((17 << 3) | 1, false), (21 << 3, false)] {
+            let patch = crate::zstd_frame::tests::with_window(&patch, wd);
+            let mut out = Vec::new();
+            let pulled = decode(&patch[..], size, &base_f, Map::Bytes, &mut out);
+            // In small pieces, and whole (libzstd's one-pass case).
+            let pushed = push_decode(&patch, size, &base_f, Map::Bytes, 7);
+            let whole = push_decode(&patch, size, &base_f, Map::Bytes, patch.len());
+            if ok {
+                pulled.unwrap();
+                assert!(out == new);
+                assert!(pushed.unwrap() == new);
+                assert!(whole.unwrap() == new);
+            } else {
+                for r in [pulled, pushed.map(|_| ()), whole.map(|_| ())] {
+                    assert!(
+                        matches!(&r, Err(PatchError::Frame(m)) if m.contains("declares a window")),
+                        "window descriptor {wd:#x}: {r:?}"
+                    );
+                }
+            }
+        }
     }
 
     /// Issue 26 item 4: the safetensors map reads headers through the model checks' parser,
