@@ -83,7 +83,8 @@ pub fn parse(bytes: &[u8]) -> Result<Option<FrameHeader>, String> {
 pub fn check(bytes: &[u8]) -> Result<Option<FrameHeader>, String> {
     match parse(bytes)? {
         Some(h) if h.window > MAX_WINDOW => Err(format!(
-            "declares a window of {} bytes, over the {MAX_WINDOW}-byte limit",
+            "declares a window of {} bytes, over the {MAX_WINDOW}-byte limit of \
+             docs/FORMAT.md section 5 (too much memory for decoding)",
             h.window
         )),
         other => Ok(other),
