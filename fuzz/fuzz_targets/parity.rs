@@ -44,7 +44,9 @@ impl VolumeSource for Memory {
     fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let v = self.0.get(name).ok_or(io::ErrorKind::NotFound)?;
         let start = usize::try_from(offset).map_err(|_| io::ErrorKind::UnexpectedEof)?;
-        let end = start.checked_add(buf.len()).ok_or(io::ErrorKind::UnexpectedEof)?;
+        let end = start
+            .checked_add(buf.len())
+            .ok_or(io::ErrorKind::UnexpectedEof)?;
         let src = v.get(start..end).ok_or(io::ErrorKind::UnexpectedEof)?;
         buf.copy_from_slice(src);
         Ok(())
@@ -66,7 +68,10 @@ impl EntrySink for Counting {
     }
     fn data(&mut self, bytes: &[u8]) -> Result<()> {
         self.bytes += bytes.len() as u64;
-        assert!(self.bytes <= self.limit, "more file bytes than the manifest declares");
+        assert!(
+            self.bytes <= self.limit,
+            "more file bytes than the manifest declares"
+        );
         Ok(())
     }
     fn end_file(&mut self, _: &FileEntry) -> Result<()> {
@@ -89,7 +94,10 @@ fn bundle(data: &[u8]) {
     let Some(g) = m.parity_geometry() else {
         return;
     };
-    assert!(g.validate().is_ok(), "a parsed manifest has a valid geometry");
+    assert!(
+        g.validate().is_ok(),
+        "a parsed manifest has a valid geometry"
+    );
     assert!(g.working_memory() <= 80 << 20, "{g:?}");
     // Keep each run small: the declared sizes bound the work.
     let parity = &m.parity.as_ref().unwrap().volumes;
@@ -151,7 +159,9 @@ fn geometry(data: &[u8]) {
         return;
     }
     let unit = g.unit_size as usize;
-    let units: Vec<Vec<u8>> = (0..g.units).map(|u| noise(u + u64::from(data[7]), unit)).collect();
+    let units: Vec<Vec<u8>> = (0..g.units)
+        .map(|u| noise(u + u64::from(data[7]), unit))
+        .collect();
     let mut recovery = vec![vec![0u8; unit]; g.recovery_units() as usize];
     for k in 0..g.stripes() {
         encode_stripe(
@@ -221,7 +231,10 @@ fn geometry(data: &[u8]) {
                 Shard::Data(d) => &units[g.data_unit(k, d).unwrap() as usize],
                 Shard::Recovery(r) => &recovery[g.recovery_index(k, r) as usize],
             };
-            assert!(rebuilt.get(shard) == Some(want), "{shard:?} of stripe {k} rebuilt wrong");
+            assert!(
+                rebuilt.get(shard) == Some(want),
+                "{shard:?} of stripe {k} rebuilt wrong"
+            );
         }
     }
 }

@@ -85,7 +85,10 @@ fn both(patch: &[u8], size: u64, base: &File, map: Map, step: usize) -> Option<V
     );
     if pull.is_ok() {
         assert_eq!(pulled.bytes.len() as u64, size);
-        assert!(pulled.bytes == pushed.bytes, "the decoders rebuilt different bytes");
+        assert!(
+            pulled.bytes == pushed.bytes,
+            "the decoders rebuilt different bytes"
+        );
         return Some(pulled.bytes);
     }
     None
@@ -96,7 +99,11 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let flags = data[0];
-    let map = if flags & 1 == 0 { Map::Bytes } else { Map::Safetensors };
+    let map = if flags & 1 == 0 {
+        Map::Bytes
+    } else {
+        Map::Safetensors
+    };
     let encoded = flags & 2 == 0;
     let step = [1usize, 7, 4096, 1 << 20][usize::from(flags >> 2) & 3];
     let base_len = usize::from(u16::from_le_bytes([data[1], data[2]]));
