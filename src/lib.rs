@@ -36,3 +36,4 @@ pub mod trust;
 pub mod unpack;
 pub mod verify;
 pub mod writeback;
+pub mod zstd_frame;

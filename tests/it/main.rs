@@ -16,6 +16,7 @@ mod parity;
 mod receipt_links;
 mod repair_safety;
 mod roundtrip;
+mod safety_mem;
 mod sign_safety;
 mod support;
 mod tamper;
