@@ -505,6 +505,45 @@ impl Manifest {
                 self.format_version
             ));
         }
+        self.validate_texts()?;
+        match (self.compression.algorithm.as_str(), self.compression.level) {
+            ("zstd", _) | ("none", None) => {}
+            (other, _) => return Err(format!("names an unknown compression {other:?}")),
+        }
+        let volume_bytes = self.validate_volumes()?;
+        let (file_bytes, stream) = self.validate_entries()?;
+        if self.totals.files != self.files.len() as u64
+            || self.totals.directories != self.directories.len() as u64
+            || self.totals.file_bytes != file_bytes
+        {
+            return Err("has totals that disagree with its lists".into());
+        }
+        if self.stream.size != stream {
+            return Err(format!(
+                "declares a tar stream of {} bytes, its entries make {stream}",
+                self.stream.size
+            ));
+        }
+        if self.compression.algorithm == "none" && self.stream.size != volume_bytes {
+            return Err(format!(
+                "is uncompressed but its volumes hold {volume_bytes} bytes for a {}-byte stream",
+                self.stream.size
+            ));
+        }
+        if let Some(src) = &self.source {
+            self.validate_source(src)?;
+        }
+        if let Some(p) = &self.parity {
+            self.validate_parity(p)?;
+        }
+        if let Some(t) = &self.trust_update {
+            validate_trust_update(t)?;
+        }
+        Ok(())
+    }
+
+    /// The free texts: the name, `created`, `tool`, the warnings' and the source's strings.
+    fn validate_texts(&self) -> Result<(), String> {
         check_name(&self.name)?;
         let texts = [("created", &self.created), ("tool", &self.tool)];
         for (what, text) in texts {
@@ -528,10 +567,12 @@ impl Manifest {
                 check_text("source.etags", e)?;
             }
         }
-        match (self.compression.algorithm.as_str(), self.compression.level) {
-            ("zstd", _) | ("none", None) => {}
-            (other, _) => return Err(format!("names an unknown compression {other:?}")),
-        }
+        Ok(())
+    }
+
+    /// The chunk size and the volumes (names, sizes, digests per format version); returns
+    /// their total size.
+    fn validate_volumes(&self) -> Result<u64, String> {
         if !(4096..=(1 << 30)).contains(&self.chunk_size) || !self.chunk_size.is_power_of_two() {
             return Err(format!("has an invalid chunk_size {}", self.chunk_size));
         }
@@ -588,6 +629,13 @@ impl Manifest {
                 self.totals.volume_bytes
             ));
         }
+        Ok(volume_bytes)
+    }
+
+    /// The directories and files: safe paths in bundle order, no collisions, parents listed,
+    /// digests well formed, a delta's rules; returns the files' total size and the tar stream's
+    /// size their entries make.
+    fn validate_entries(&self) -> Result<(u64, u64), String> {
         let mut collisions = CollisionSet::default();
         let mut previous: Option<&str> = None;
         let mut dirs = std::collections::HashSet::new();
@@ -655,34 +703,7 @@ impl Manifest {
                 .and_then(|n| stream.checked_add(n))
                 .ok_or("has directory entries that overflow")?;
         }
-        if self.totals.files != self.files.len() as u64
-            || self.totals.directories != self.directories.len() as u64
-            || self.totals.file_bytes != file_bytes
-        {
-            return Err("has totals that disagree with its lists".into());
-        }
-        if self.stream.size != stream {
-            return Err(format!(
-                "declares a tar stream of {} bytes, its entries make {stream}",
-                self.stream.size
-            ));
-        }
-        if self.compression.algorithm == "none" && self.stream.size != volume_bytes {
-            return Err(format!(
-                "is uncompressed but its volumes hold {volume_bytes} bytes for a {}-byte stream",
-                self.stream.size
-            ));
-        }
-        if let Some(src) = &self.source {
-            self.validate_source(src)?;
-        }
-        if let Some(p) = &self.parity {
-            self.validate_parity(p)?;
-        }
-        if let Some(t) = &self.trust_update {
-            validate_trust_update(t)?;
-        }
-        Ok(())
+        Ok((file_bytes, stream))
     }
 
     /// The delta rules of docs/FORMAT.md section 16.1 (`base`, `files[].from`, version 2 only)
