@@ -1291,6 +1291,7 @@ mod tests {
                 parity: Some(25.0),
                 base: None,
                 trust_update: vec![],
+                oms: Default::default(),
             },
             &crate::progress::Silent,
         )

@@ -609,3 +609,6 @@ mod tests {
         assert!(site_signature_name(["Model.sig", "model.airlock.sig"]).is_err());
     }
 }
+
+#[cfg(test)]
+mod vectors_tests;
