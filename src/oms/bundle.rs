@@ -242,6 +242,25 @@ pub fn verify(bytes: &[u8], trust: &Trust<'_>) -> Result<Verified, String> {
     })
 }
 
+/// The statement of a bundle, without checking who signed it: for a bundle's carried
+/// signature, whose bytes the manifest's minisign signature already vouches for, compared with
+/// the manifest's own list (a packer that lied in one of the two is caught).
+pub fn read_statement(bytes: &[u8]) -> Result<Statement, String> {
+    let raw: RawBundle = serde_json::from_slice(bytes)
+        .map_err(|e| format!("is not a Sigstore bundle in JSON: {e}"))?;
+    if raw.media_type != MEDIA_TYPE {
+        return Err(format!(
+            "is a bundle of media type {:?}, not {MEDIA_TYPE:?}",
+            raw.media_type
+        ));
+    }
+    let env = raw.dsse_envelope.ok_or("holds no DSSE envelope")?;
+    if env.payload_type != PAYLOAD_TYPE || env.signatures.is_empty() {
+        return Err("holds no signed in-toto statement".into());
+    }
+    statement::parse(&b64("payload", &env.payload)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -181,10 +181,54 @@ pub fn check_carried(m: &Manifest, path: &Path, bytes: Vec<u8>) -> Result<Carrie
             ),
         });
     }
+    check_consistent(m, path, &s.name, &bytes)?;
     Ok(Carried {
         name: s.name.clone(),
         bytes,
     })
+}
+
+/// The carried signature must sign exactly the manifest's files (less what airlock's signature
+/// leaves out) with the manifest's digests: a signature over other files or digests, made by
+/// a packer that was wrong or hostile, is refused before it reaches an install.
+fn check_consistent(m: &Manifest, path: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    let bad = |reason: String| Error::OmsSignature {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let st = bundle::read_statement(bytes).map_err(bad)?;
+    let ignore = site_ignore(name);
+    let actual: BTreeMap<String, [u8; 32]> = m
+        .files
+        .iter()
+        .filter(|f| !ignore.covers(&f.path))
+        .map(|f| {
+            let mut d = [0u8; 32];
+            hex::decode_to_slice(&f.sha256, &mut d).expect("validated digests");
+            (f.path.clone(), d)
+        })
+        .collect();
+    let v = Verified {
+        statement: st,
+        method: "key",
+        signer: String::new(),
+        subject: None,
+        notes: Vec::new(),
+    };
+    let mismatches = compare(&v, &actual, &ignore, false);
+    if let Some(first) = mismatches.first() {
+        return Err(bad(format!(
+            "does not sign what the manifest lists ({} difference{}, first: {}): the bundle's OMS signature and its manifest disagree",
+            mismatches.len(),
+            if mismatches.len() == 1 { "" } else { "s" },
+            match first.kind {
+                "extra" => format!("{} is in the manifest but not signed", first.path),
+                "missing" => format!("{} is signed but not in the manifest", first.path),
+                _ => format!("{} is signed with another digest", first.path),
+            }
+        )));
+    }
+    Ok(())
 }
 
 /// Reads the OMS signature a bundle directory carries, if its manifest lists one: at most its
@@ -200,6 +244,13 @@ pub fn read_carried(dir: &Path, m: &Manifest) -> Result<Option<Carried>> {
             reason: "is missing: the manifest lists this OMS signature, copy it from the staging host with the rest of the bundle".into(),
         },
         OpenError::Io(e) => Error::io(&path, e),
+        OpenError::TooLarge(_) => Error::OmsSignature {
+            path: path.clone(),
+            reason: format!(
+                "is larger than the {} bytes the manifest lists: the OMS signature was changed or replaced after packing",
+                s.size
+            ),
+        },
         e => Error::OmsSignature {
             path: path.clone(),
             reason: format!("{e}; the manifest lists a {}-byte OMS signature", s.size),

@@ -14,8 +14,7 @@ fn data(rel: &str) -> PathBuf {
 }
 
 fn text(rel: &str) -> String {
-    String::from_utf8(fsio::read_capped(&data(rel), 1 << 20, fsio::Follow::Never).unwrap())
-        .unwrap()
+    String::from_utf8(fsio::read_capped(&data(rel), 1 << 20, fsio::Follow::Never).unwrap()).unwrap()
 }
 
 fn key_trust() -> TrustMaterial {
@@ -72,7 +71,11 @@ fn the_reference_key_vectors_verify_with_their_digests() {
     }
     // v1.0.1 predates the key hint: it verifies, with a note saying so.
     let r = verify_vector("v1.0.1-elliptic-key", &key_trust()).unwrap();
-    assert!(r.verified.notes[0].contains("no key hint"), "{:?}", r.verified.notes);
+    assert!(
+        r.verified.notes[0].contains("no key hint"),
+        "{:?}",
+        r.verified.notes
+    );
 }
 
 #[test]
@@ -114,7 +117,10 @@ fn a_vector_with_an_unsigned_file_fails_unless_it_is_ignored() {
         ignore_unsigned: false,
     };
     let err = verify_dir(&data(dir), &opts, &crate::progress::Silent).unwrap_err();
-    assert!(err.to_string().contains("ignore-me: is not signed"), "{err}");
+    assert!(
+        err.to_string().contains("ignore-me: is not signed"),
+        "{err}"
+    );
     let opts = DirOptions {
         ignore_unsigned: true,
         ..opts
@@ -134,9 +140,12 @@ fn a_vector_with_an_unsigned_file_fails_unless_it_is_ignored() {
 fn a_single_file_signature_is_refused_by_name() {
     // v1.0.0 signed one file as the model: its resource is ".".
     let trust = key_trust();
-    let bytes =
-        fsio::read_capped(&data("v1.0.0-elliptic-key/model.sig"), 1 << 20, fsio::Follow::Never)
-            .unwrap();
+    let bytes = fsio::read_capped(
+        &data("v1.0.0-elliptic-key/model.sig"),
+        1 << 20,
+        fsio::Follow::Never,
+    )
+    .unwrap();
     let err = bundle::verify(&bytes, &trust.as_trust()).unwrap_err();
     assert!(err.contains("'.' component"), "{err}");
 }
@@ -153,7 +162,8 @@ fn every_pem_form_openssl_writes_loads_to_its_public_key() {
         ),
     ];
     for (key, public, password) in cases {
-        let sk = SigningKey::from_pem(&text(key), password).unwrap_or_else(|e| panic!("{key}: {e}"));
+        let sk =
+            SigningKey::from_pem(&text(key), password).unwrap_or_else(|e| panic!("{key}: {e}"));
         let vk = load_public_key(&data(public)).unwrap();
         assert_eq!(sk.verifying_key(), vk, "{key}");
         let sig = sk.sign(b"payload");
@@ -213,7 +223,12 @@ fn emit_signs_the_model_files_and_leaves_out_its_own() {
     assert_eq!(name, "model.airlock.sig");
     let bytes = emit("m", &files, name, &Signer::Key(&sk)).unwrap();
     let v = bundle::verify(&bytes, &Trust::Key(&sk.verifying_key())).unwrap();
-    let names: Vec<&str> = v.statement.resources.iter().map(|r| r.name.as_str()).collect();
+    let names: Vec<&str> = v
+        .statement
+        .resources
+        .iter()
+        .map(|r| r.name.as_str())
+        .collect();
     assert_eq!(names, ["model.sig", "w.bin"]);
     assert_eq!(
         v.statement.ignore_paths,
