@@ -881,3 +881,76 @@ fn a_cache_install_keeps_the_oms_signature_beside_its_receipt() {
         ],
     );
 }
+
+#[test]
+fn pack_checks_a_publishers_signature_in_a_hugging_face_snapshot() {
+    // The publisher signed the repository's files (model.sig is a file of the repository);
+    // the snapshot holds them as links into blobs/, which pack follows by the cache's rules.
+    let env = Env::new();
+    let files = [
+        ("config.json", "{\"model_type\": \"tiny\"}\n"),
+        ("weights.txt", "0.25 0.5 0.75\n"),
+        ("tokenizer/vocab.txt", "a\nb\n"),
+    ];
+    for (p, t) in files {
+        env.write(&format!("signed/{p}"), t.as_bytes());
+    }
+    ec_key(&env, "publisher", "prime256v1");
+    reference_ok(
+        &env,
+        &[
+            "sign",
+            "key",
+            "signed",
+            "--private_key",
+            "publisher.key",
+            "--signature",
+            "signed/model.sig",
+        ],
+    );
+    let sig = std::fs::read_to_string(env.path("signed/model.sig")).unwrap();
+    let mut spec: Vec<serde_json::Value> = files
+        .iter()
+        .map(|(p, t)| serde_json::json!({"path": p, "lfs": false, "text": t}))
+        .collect();
+    spec.push(serde_json::json!({"path": "model.sig", "lfs": false, "text": sig}));
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    crate::hfcache::build(&env, "cache", commit, serde_json::Value::Array(spec), false);
+    let (code, v) = env.json(&[
+        "pack",
+        "--hf-repo",
+        "acme/tiny-model",
+        "--hf-cache",
+        "cache",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--oms-trust",
+        "publisher.pub",
+    ]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["oms_publisher"]["signature"], "model.sig");
+    env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
+    env.ok(&["check", "out", "--oms-trust", "publisher.pub"]);
+    // Another publisher key: exit 3, nothing packed.
+    ec_key(&env, "other", "prime256v1");
+    let text = env.fails(
+        3,
+        &[
+            "pack",
+            "--hf-repo",
+            "acme/tiny-model",
+            "--hf-cache",
+            "cache",
+            "-o",
+            "b2",
+            "--key",
+            "k.key",
+            "--oms-trust",
+            "other.pub",
+        ],
+    );
+    assert!(text.contains("another key"), "{text}");
+    env.assert_nothing_packed("b2");
+}
