@@ -106,7 +106,7 @@ pub enum Command {
     /// Generate a minisign-compatible signing key pair (PREFIX.pub, PREFIX.key).
     Keygen(KeygenArgs),
     /// Pack a model directory, or a snapshot from the Hugging Face cache, into a signed bundle.
-    Pack(PackArgs),
+    Pack(Box<PackArgs>),
     /// Verify a bundle in place, read-only: signature, then every volume.
     Verify(VerifyArgs),
     /// Verify and install a bundle (or a registry artifact) into a directory, a Hugging Face cache
