@@ -239,7 +239,12 @@ fn airlock_signs_and_model_signing_verifies_the_install_until_a_byte_changes() {
     assert!(String::from_utf8_lossy(&packed.stdout).contains("OMS signature model.sig"));
     assert!(env.path("b/model.sig").is_file());
     env.ok(&["verify", "b", "--trust", "k.pub", "--deep"]);
-    env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
+    let unpacked = env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
+    assert!(
+        String::from_utf8_lossy(&unpacked.stdout).contains("the OMS signature is at out/model.sig"),
+        "{}",
+        String::from_utf8_lossy(&unpacked.stdout)
+    );
     assert!(env.path("out/model.sig").is_file());
     let verify = [
         "verify",
