@@ -39,10 +39,7 @@ impl Missing {
             match std::fs::metadata(&p) {
                 Ok(m) if m.is_dir() => break,
                 Ok(_) => {
-                    return Err(Error::Usage(format!(
-                        "{} is not a directory",
-                        p.display()
-                    )));
+                    return Err(Error::Usage(format!("{} is not a directory", p.display())));
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(Error::io(&p, e)),
@@ -137,15 +134,27 @@ mod tests {
         assert_eq!(missing.existing, t.path());
         let made = missing.create().unwrap();
         for p in ["a", "a/b", "a/b/c"] {
-            let mode = std::fs::metadata(t.path().join(p)).unwrap().permissions().mode();
+            let mode = std::fs::metadata(t.path().join(p))
+                .unwrap()
+                .permissions()
+                .mode();
             assert_eq!(mode & 0o7777, PARENT_MODE, "{p}");
         }
         drop(made);
         assert!(!t.path().join("a").exists());
-        let kept = Missing::find(&parent).unwrap().unwrap().create().unwrap().keep();
+        let kept = Missing::find(&parent)
+            .unwrap()
+            .unwrap()
+            .create()
+            .unwrap()
+            .keep();
         assert_eq!(
             kept,
-            vec![t.path().join("a"), t.path().join("a/b"), t.path().join("a/b/c")]
+            vec![
+                t.path().join("a"),
+                t.path().join("a/b"),
+                t.path().join("a/b/c")
+            ]
         );
         assert!(parent.is_dir());
         assert!(Missing::find(&parent).unwrap().is_none());

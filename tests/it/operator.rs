@@ -27,7 +27,9 @@ fn copy_tree(from: &Path, to: &Path) {
 /// The lines of the README's "Using it" block, comments removed.
 fn readme_commands() -> Vec<String> {
     let readme = std::fs::read_to_string(repo_file("README.md")).unwrap();
-    let start = readme.find("## Using it").expect("README has a \"Using it\" section");
+    let start = readme
+        .find("## Using it")
+        .expect("README has a \"Using it\" section");
     let block = &readme[start..];
     let block = &block[block.find("```sh\n").expect("a sh block") + 6..];
     let block = &block[..block.find("```").expect("the block ends")];
@@ -45,19 +47,32 @@ fn readme_commands() -> Vec<String> {
 /// The README line that starts with `prefix` (exactly one).
 fn readme_line(lines: &[String], prefix: &str) -> String {
     let found: Vec<&String> = lines.iter().filter(|l| l.starts_with(prefix)).collect();
-    assert_eq!(found.len(), 1, "README lines starting with {prefix:?}: {found:?}");
+    assert_eq!(
+        found.len(),
+        1,
+        "README lines starting with {prefix:?}: {found:?}"
+    );
     found[0].clone()
 }
 
 /// Runs one README line with bash in `dir`, with airlock on PATH and the absolute paths
 /// `/models` and `/etc/airlock` moved under `root`. Returns (exit code, stdout, stderr).
-fn run_readme_line(dir: &Path, root: &Path, line: &str, envs: &[(&str, &str)]) -> (i32, String, String) {
+fn run_readme_line(
+    dir: &Path,
+    root: &Path,
+    line: &str,
+    envs: &[(&str, &str)],
+) -> (i32, String, String) {
     let root = root.display().to_string();
     let line = line
         .replace(" /models/", &format!(" {root}/models/"))
         .replace(" /etc/airlock/", &format!(" {root}/etc/airlock/"));
     let bin = Path::new(env!("CARGO_BIN_EXE_airlock")).parent().unwrap();
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let mut cmd = Command::new("bash");
     cmd.args(["-ec", &line])
         .current_dir(dir)
@@ -66,7 +81,10 @@ fn run_readme_line(dir: &Path, root: &Path, line: &str, envs: &[(&str, &str)]) -
         .env("SOURCE_DATE_EPOCH", "1700000000")
         .stdin(Stdio::null());
     for (k, v) in envs {
-        cmd.env(k, v.replace("/etc/airlock/", &format!("{root}/etc/airlock/")));
+        cmd.env(
+            k,
+            v.replace("/etc/airlock/", &format!("{root}/etc/airlock/")),
+        );
     }
     let out = cmd.output().unwrap();
     (
@@ -89,7 +107,10 @@ fn the_readme_walkthrough_runs_as_written() {
     std::fs::create_dir_all(&work).unwrap();
     std::fs::create_dir_all(&root).unwrap();
     copy_tree(&repo_file("testdata/tiny-model"), &work.join("Llama-3-8B"));
-    copy_tree(&repo_file("testdata/tiny-model"), &work.join("Llama-3-8B-v4"));
+    copy_tree(
+        &repo_file("testdata/tiny-model"),
+        &work.join("Llama-3-8B-v4"),
+    );
     std::fs::write(
         work.join("Llama-3-8B-v4/generation_config.json"),
         b"{\"temperature\": 0.6}\n",
@@ -176,12 +197,21 @@ fn airlock_trust_in_the_environment_lints_a_directory_airlock_never_installed() 
     let vars = [("AIRLOCK_TRUST", trust.as_str())];
     let (code, stdout, stderr) = run_with(&env, &["check", "plain"], &vars);
     assert_eq!(code, 0, "{stdout}{stderr}");
-    assert!(stdout.contains("lint only: airlock did not install plain"), "{stdout}");
+    assert!(
+        stdout.contains("lint only: airlock did not install plain"),
+        "{stdout}"
+    );
     let (code, v) = {
         let (code, stdout, _) = run_with(&env, &["--json", "check", "plain"], &vars);
-        (code, serde_json::from_str::<serde_json::Value>(&stdout).unwrap())
+        (
+            code,
+            serde_json::from_str::<serde_json::Value>(&stdout).unwrap(),
+        )
     };
-    assert_eq!((code, &v["lint_only"], &v["receipt"]), (0, &true.into(), &false.into()));
+    assert_eq!(
+        (code, &v["lint_only"], &v["receipt"]),
+        (0, &true.into(), &false.into())
+    );
     // --trust on the command line: the verdict is asked for.
     env.fails(3, &["check", "plain", "--trust", "k.pub"]);
     // An incomplete .airlock: an install whose receipt is missing.
@@ -219,9 +249,15 @@ fn check_counts_everything_it_found_in_one_summary() {
     bytes[10] ^= 1;
     std::fs::write(env.path("inst/weights/part-1.bin"), bytes).unwrap();
     // A model-check error on top: a truncated safetensors header.
-    env.write("inst/extra.safetensors", b"\x10\x00\x00\x00\x00\x00\x00\x00{");
+    env.write(
+        "inst/extra.safetensors",
+        b"\x10\x00\x00\x00\x00\x00\x00\x00{",
+    );
     let text = env.fails(3, &["check", "inst", "--trust", "k.pub"]);
-    assert!(text.contains("ERROR weights/part-1.bin: content changed"), "{text}");
+    assert!(
+        text.contains("ERROR weights/part-1.bin: content changed"),
+        "{text}"
+    );
     assert!(
         text.contains("3 error(s), 0 warning(s) (2 against the receipt, 1 error(s) and 0 warning(s) from the model checks)"),
         "{text}"
@@ -231,4 +267,254 @@ fn check_counts_everything_it_found_in_one_summary() {
     assert_eq!(code, 3);
     assert_eq!(v["counts"]["errors"], 3, "{v}");
     assert_eq!(v["counts"]["receipt_problems"], 2, "{v}");
+}
+
+/// Runs airlock against `reg` with `docker_dir` as DOCKER_CONFIG and `bin` first on PATH.
+fn airlock_with_helper(
+    reg: &crate::oci::Registry,
+    env: &Env,
+    docker_dir: &Path,
+    bin: &Path,
+    args: &[&str],
+) -> (i32, String) {
+    let ca = reg.path("ca.pem");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(args)
+        .args(["--ca-file", ca.to_str().unwrap()])
+        .current_dir(env.dir.path())
+        .env_remove("AIRLOCK_TRUST")
+        .env("DOCKER_CONFIG", docker_dir)
+        .env("PATH", path)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// Writes an executable `docker-credential-NAME` into `bin`.
+fn write_helper(bin: &Path, name: &str, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(bin).unwrap();
+    let p = bin.join(format!("docker-credential-{name}"));
+    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Issue 25 item 2: where `docker login` stored the password through a credential helper
+/// (`credsStore`, `credHelpers`, an empty `auths` entry), airlock asks the helper the way
+/// docker does, against the real registry with htpasswd auth; a failing or missing helper is
+/// named, with what to do. Before the fix the push failed with "authentication refused (it asks
+/// for credentials and none were found)" and the hint to `docker login`, which changed nothing.
+#[test]
+fn credentials_come_from_the_docker_credential_helper() {
+    use crate::oci::{PASSWORD, Registry, USER};
+    let reg = Registry::start();
+    let env = Env::new();
+    env.model("m");
+    env.ok(&["pack", "m", "-o", "b", "--key", "k.key"]);
+    let host = format!("127.0.0.1:{}", reg.port);
+    let docker = env.path("docker");
+    let bin = env.path("bin");
+    std::fs::create_dir_all(&docker).unwrap();
+    // The helper answers only for the registry it is asked about, as a store keyed by server.
+    write_helper(
+        &bin,
+        "airlocktest",
+        &format!(
+            r#"[ "$1" = get ] || exit 2
+server=$(cat)
+if [ "$server" = "{host}" ]; then
+  printf '{{"ServerURL":"%s","Username":"{USER}","Secret":"{PASSWORD}"}}' "$server"
+else
+  echo "credentials not found in native keychain"; exit 1
+fi"#
+        ),
+    );
+    std::fs::write(
+        docker.join("config.json"),
+        format!(r#"{{"auths":{{"{host}":{{}}}},"credsStore":"airlocktest"}}"#),
+    )
+    .unwrap();
+    let target = reg.reference("models/m:1");
+    let (code, text) = airlock_with_helper(
+        &reg,
+        &env,
+        &docker,
+        &bin,
+        &["push", "b", &target, "--trust", "k.pub"],
+    );
+    assert_eq!(code, 0, "{text}");
+    let (code, text) = airlock_with_helper(
+        &reg,
+        &env,
+        &docker,
+        &bin,
+        &["unpack", &target, "--trust", "k.pub", "--dest", "out"],
+    );
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(tree_without_receipt(&env.path("out")), tree(&env.path("m")));
+
+    // credHelpers for this registry wins over credsStore; the helper fails: named, with
+    // the config key and what to try, exit 1, nothing installed.
+    write_helper(
+        &bin,
+        "broken",
+        "echo 'gpg: decryption failed: No secret key' >&2; exit 1",
+    );
+    std::fs::write(
+        docker.join("config.json"),
+        format!(r#"{{"auths":{{"{host}":{{}}}},"credsStore":"airlocktest","credHelpers":{{"{host}":"broken"}}}}"#),
+    )
+    .unwrap();
+    let (code, text) = airlock_with_helper(
+        &reg,
+        &env,
+        &docker,
+        &bin,
+        &["unpack", &target, "--trust", "k.pub", "--dest", "out2"],
+    );
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("the credential helper docker-credential-broken (`credHelpers` in")
+            && text.contains("gpg: decryption failed")
+            && text.contains(&format!("printf {host} | docker-credential-broken get")),
+        "{text}"
+    );
+    assert!(!env.path("out2").exists());
+    // A helper that is not installed.
+    std::fs::write(
+        docker.join("config.json"),
+        format!(r#"{{"auths":{{"{host}":{{}}}},"credsStore":"nothere"}}"#),
+    )
+    .unwrap();
+    let (code, text) = airlock_with_helper(
+        &reg,
+        &env,
+        &docker,
+        &bin,
+        &["push", "b", &target, "--trust", "k.pub"],
+    );
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("docker-credential-nothere (`credsStore` in")
+            && text.contains("is not on PATH")
+            && text.contains("install docker-credential-nothere"),
+        "{text}"
+    );
+    // The helper's credentials are refused by the registry: the hint says where they live.
+    write_helper(
+        &bin,
+        "stale",
+        &format!(r#"printf '{{"ServerURL":"{host}","Username":"{USER}","Secret":"old"}}'"#),
+    );
+    std::fs::write(
+        docker.join("config.json"),
+        format!(r#"{{"credsStore":"stale"}}"#),
+    )
+    .unwrap();
+    let (code, text) = airlock_with_helper(
+        &reg,
+        &env,
+        &docker,
+        &bin,
+        &["push", "b", &target, "--trust", "k.pub"],
+    );
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("authentication refused")
+            && text.contains("the credential helper docker-credential-stale")
+            && text.contains("docker stores the password through docker-credential-stale"),
+        "{text}"
+    );
+}
+
+/// Issue 25 item 6: registry hints follow the command and the problem. Before the fix a push
+/// over a missing base, a missing tag and an unreachable registry on push all got "check that
+/// the registry is up and reachable ...; nothing was installed".
+#[test]
+fn registry_hints_follow_the_command_and_the_problem() {
+    use crate::oci::Registry;
+    let reg = Registry::start();
+    let env = Env::new();
+    env.model("v1");
+    env.ok(&[
+        "pack",
+        "v1",
+        "-o",
+        "b1",
+        "--key",
+        "k.key",
+        "--name",
+        "m",
+        "--version",
+        "1",
+    ]);
+    env.ok(&["unpack", "b1", "--trust", "k.pub", "--dest", "base"]);
+    env.model("v2");
+    env.write("v2/config.json", b"{\"model_type\": \"test2\"}\n");
+    env.ok(&[
+        "pack",
+        "v2",
+        "-o",
+        "d2",
+        "--key",
+        "k.key",
+        "--name",
+        "m",
+        "--version",
+        "2",
+        "--base",
+        "base",
+    ]);
+    let hint = |text: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix("airlock: hint: "))
+            .unwrap_or_else(|| panic!("no hint in {text}"))
+            .to_string()
+    };
+    // A delta pushed where its base is not.
+    let target = reg.reference("models/m:2");
+    let text = reg.fails(&env, 1, &["push", "d2", &target, "--trust", "k.pub"]);
+    let h = hint(&text);
+    assert!(
+        h.starts_with(&format!(
+            "push m version 1 (its full bundle) to oci://127.0.0.1:{}/models/m first",
+            reg.port
+        )) && !h.contains("installed"),
+        "{text}"
+    );
+    // A tag that is not there.
+    let missing = reg.reference("models/m:7");
+    let text = reg.fails(
+        &env,
+        1,
+        &["unpack", &missing, "--trust", "k.pub", "--dest", "out"],
+    );
+    let h = hint(&text);
+    assert!(
+        h.contains(&format!("airlock push BUNDLE {missing}")) && !h.contains("reachable"),
+        "{text}"
+    );
+    // An unreachable registry: a push publishes nothing, an unpack installs nothing.
+    let nobody = format!("oci://127.0.0.1:{}/models/m:1", crate::oci::free_port());
+    let text = env.fails(1, &["push", "b1", &nobody, "--trust", "k.pub"]);
+    let h = hint(&text);
+    assert!(
+        h.contains("nothing was published") && !h.contains("installed"),
+        "{text}"
+    );
+    let text = env.fails(1, &["unpack", &nobody, "--trust", "k.pub", "--dest", "out"]);
+    assert!(hint(&text).contains("nothing was installed"), "{text}");
 }
