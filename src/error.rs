@@ -319,6 +319,24 @@ pub enum Error {
         /// config names one for the registry.
         helper: Option<String>,
     },
+    /// SIGINT or SIGTERM ended the command; its work directories were removed first.
+    #[error(
+        "interrupted by {}: {}; {kept}",
+        if *signal == 2 { "SIGINT (Ctrl-C)" } else { "SIGTERM" },
+        if removed.is_empty() {
+            "nothing to remove".to_string()
+        } else {
+            format!("removed {}", removed.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))
+        }
+    )]
+    Interrupted {
+        /// The signal number (2 or 15); the exit code is 128 + it.
+        signal: i32,
+        /// The work directories (and directories made for them) removed.
+        removed: Vec<PathBuf>,
+        /// What was kept, as the command knows it (the destination is as it was, ...).
+        kept: String,
+    },
     /// The credential helper the docker config names for a registry failed (not installed,
     /// an error, no answer in time, an answer airlock cannot use).
     #[error("registry {registry}: the credential helper {helper} ({chosen_by}) {reason}")]
@@ -428,6 +446,7 @@ impl Error {
             | Error::CredentialHelper { .. } => EXIT_OPERATIONAL,
             Error::Artifact { .. } => EXIT_VERIFY,
             Error::TrustEnv { source } => source.exit_code(),
+            Error::Interrupted { signal, .. } => 128u8.saturating_add(*signal as u8),
             Error::Usage(_) | Error::Arguments { .. } => EXIT_USAGE,
             Error::ModelChecks { .. }
             | Error::MissingSignature { .. }
@@ -479,6 +498,7 @@ impl Error {
             Error::TrustEnv { source } => source.kind(),
             Error::Registry { .. } => "registry",
             Error::RegistryAuth { .. } | Error::CredentialHelper { .. } => "registry-auth",
+            Error::Interrupted { .. } => "interrupted",
             Error::Artifact { .. } => "artifact",
             Error::SignatureThreshold { .. } => "signature-threshold",
             Error::TrustRoot { .. } => "trust-root",
@@ -503,7 +523,7 @@ impl Error {
                     .as_ref()
                     .map_or_else(|| "that filesystem".to_string(), |m| m.mount_point.display().to_string())
             ),
-            Error::Usage(_) => return None,
+            Error::Usage(_) | Error::Interrupted { .. } => return None,
             Error::TrustEnv { source } => return source.hint(),
             Error::NotReplaceable { todo, .. } => todo.clone(),
             Error::Arguments { hint, .. } => hint.clone(),

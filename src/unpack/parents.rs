@@ -76,6 +76,7 @@ impl Missing {
         let mut made = Made {
             created: Vec::new(),
             keep: false,
+            _registered: Vec::new(),
         };
         let mut dir: OwnedFd = fsio::open_dir_path(&self.existing, fsio::Follow::Final)
             .map_err(|e| Error::io(&self.existing, e.into()))?;
@@ -85,6 +86,8 @@ impl Missing {
             crate::durable::sync_dir_fd(&dir, &path)?;
             path = path.join(name);
             made.created.push(path.clone());
+            made._registered
+                .push(crate::staging::register_created(path.clone()));
             dir = fd;
         }
         Ok(made)
@@ -97,6 +100,9 @@ impl Missing {
 pub struct Made {
     created: Vec<PathBuf>,
     keep: bool,
+    /// Each created directory registered for the signal handler, which removes those that
+    /// are still empty ([`crate::staging::interrupt`]).
+    _registered: Vec<crate::staging::CreatedDir>,
 }
 
 impl Made {

@@ -518,3 +518,195 @@ fn registry_hints_follow_the_command_and_the_problem() {
     let text = env.fails(1, &["unpack", &nobody, "--trust", "k.pub", "--dest", "out"]);
     assert!(hint(&text).contains("nothing was installed"), "{text}");
 }
+
+/// A model large enough that an unpack or pack runs long enough to be interrupted.
+fn large_model(env: &Env, rel: &str) {
+    env.model(rel);
+    for i in 0..8 {
+        env.write(
+            &format!("{rel}/shard-{i}.bin"),
+            &pseudo_random(16 << 20, 40 + i),
+        );
+    }
+}
+
+/// Names in `dir` that are airlock work directories.
+fn work_dirs_in(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(".airlock-") || n.ends_with(".partial"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Starts airlock with `args` (stdout and stderr captured), waits until a work directory is in
+/// `work_in` and the progress bar has been drawn, sends `signal`; returns the exit code,
+/// stdout and stderr.
+fn interrupt_while_working(
+    env: &Env,
+    args: &[&str],
+    work_in: &str,
+    signal: &str,
+) -> (i32, String, String) {
+    use std::io::Read;
+    use std::sync::{Arc, Mutex};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(args)
+        .current_dir(env.dir.path())
+        .env_remove("AIRLOCK_TRUST")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let reader = |mut r: Box<dyn Read + Send>| {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let b = Arc::clone(&buf);
+        let h = std::thread::spawn(move || {
+            let mut chunk = [0u8; 4096];
+            while let Ok(n) = r.read(&mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                b.lock().unwrap().extend_from_slice(&chunk[..n]);
+            }
+        });
+        (buf, h)
+    };
+    let (out, out_h) = reader(Box::new(child.stdout.take().unwrap()));
+    let (err, err_h) = reader(Box::new(child.stderr.take().unwrap()));
+    let json = args.contains(&"--json");
+    loop {
+        let drawn = json || String::from_utf8_lossy(&err.lock().unwrap()).contains("[=");
+        if drawn && !work_dirs_in(&env.path(work_in)).is_empty() {
+            break;
+        }
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!(
+                "{args:?} finished ({st}) before it could be interrupted: {}",
+                String::from_utf8_lossy(&err.lock().unwrap())
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let st = Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let code = child.wait().unwrap().code().unwrap_or(-1);
+    out_h.join().unwrap();
+    err_h.join().unwrap();
+    let text = |b: &Arc<Mutex<Vec<u8>>>| String::from_utf8_lossy(&b.lock().unwrap()).into_owned();
+    (code, text(&out), text(&err))
+}
+
+/// Issue 25 items 9 and 11: Ctrl-C clears the progress bar and says what was removed and what
+/// was kept; under --json it prints one JSON document. Before the fix the process exited 130
+/// silently with the last bar frozen on the screen, and printed no JSON.
+#[test]
+fn ctrl_c_clears_the_bar_and_says_what_was_removed_and_kept() {
+    let env = Env::new();
+    large_model(&env, "m");
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--compress",
+        "none",
+    ]);
+
+    let (code, stdout, stderr) = interrupt_while_working(
+        &env,
+        &[
+            "unpack",
+            "b",
+            "--trust",
+            "k.pub",
+            "--dest",
+            "out",
+            "--progress",
+            "bar",
+        ],
+        ".",
+        "INT",
+    );
+    assert_eq!(code, 130, "{stderr}");
+    assert_eq!(stdout, "");
+    let shown = crate::ux::screen(&stderr, 1000);
+    assert_eq!(shown.len(), 1, "the bar was not cleared: {shown:#?}");
+    assert!(
+        shown[0].starts_with(
+            "airlock: error: interrupted by SIGINT (Ctrl-C): removed .airlock-staging-out-"
+        ) && shown[0].ends_with("; out was not created"),
+        "{shown:#?}"
+    );
+    assert!(!env.path("out").exists());
+    assert!(work_dirs_in(env.dir.path()).is_empty());
+
+    // pack, SIGTERM: BUNDLE.partial removed, said so.
+    let (code, _, stderr) = interrupt_while_working(
+        &env,
+        &[
+            "pack",
+            "m",
+            "-o",
+            "b2",
+            "--key",
+            "k.key",
+            "--compress",
+            "none",
+            "--progress",
+            "bar",
+        ],
+        ".",
+        "TERM",
+    );
+    assert_eq!(code, 143, "{stderr}");
+    let shown = crate::ux::screen(&stderr, 1000);
+    assert_eq!(
+        shown,
+        [
+            "airlock: error: interrupted by SIGTERM: removed b2.partial; b2 was not created; the model is untouched"
+        ],
+        "{stderr:?}"
+    );
+
+    // --json, into a destination whose parent unpack created: one document, and the created
+    // parent is removed with the staging directory.
+    let (code, stdout, stderr) = interrupt_while_working(
+        &env,
+        &[
+            "--json", "unpack", "b", "--trust", "k.pub", "--dest", "new/out",
+        ],
+        "new",
+        "INT",
+    );
+    assert_eq!(code, 130, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("not one JSON document ({e}): {stdout:?}"));
+    assert_eq!(v["exit_code"], 130);
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["command"], "unpack");
+    assert_eq!(v["error"]["kind"], "interrupted");
+    assert_eq!(v["signal"], "SIGINT");
+    let removed: Vec<&str> = v["removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert!(
+        removed.len() == 2
+            && removed[0].starts_with("new/.airlock-staging-out-")
+            && removed[1] == "new",
+        "{v}"
+    );
+    assert!(!env.path("new").exists());
+}
