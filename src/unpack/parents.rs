@@ -84,7 +84,12 @@ impl Missing {
         for name in &self.names {
             let fd = crate::durable::mkdir_at(&dir, &path, name, PARENT_MODE)?;
             crate::durable::sync_dir_fd(&dir, &path)?;
-            path = path.join(name);
+            // Below the working directory, `no/such` rather than `./no/such`.
+            path = if path == Path::new(".") {
+                PathBuf::from(name)
+            } else {
+                path.join(name)
+            };
             made.created.push(path.clone());
             made._registered
                 .push(crate::staging::register_created(path.clone()));
