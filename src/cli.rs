@@ -451,7 +451,8 @@ pub struct PushArgs {
 }
 
 /// How to reach an OCI registry. Credentials come from the docker config
-/// ($DOCKER_CONFIG/config.json or ~/.docker/config.json, its `auths` entries).
+/// ($DOCKER_CONFIG/config.json or ~/.docker/config.json: its credential helper for the
+/// registry, else its `auths` entry).
 #[derive(Args, Debug)]
 pub struct RegistryArgs {
     /// Trust the CA certificates in this PEM file for the registry's TLS, besides the system
