@@ -14,6 +14,7 @@ mod sign;
 mod trust;
 mod ui;
 mod unpack;
+mod verify_file;
 
 use std::path::{Path, PathBuf};
 
@@ -405,6 +406,15 @@ pub(crate) fn recorded_warnings(
 /// `airlock verify`: the library's verdict, rendered.
 fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Output> {
     let trust = load_trust(trust)?;
+    if verify_file::is_file(&bundle) {
+        if deep {
+            return Err(Error::Usage(format!(
+                "--deep checks the files inside a bundle; {} is one file, checked by its signature alone",
+                bundle.display()
+            )));
+        }
+        return verify_file::run(&bundle, &trust);
+    }
     let mut out = Output::default();
     let opened = open::open_with(&bundle, &trust)?;
     report_trust(&mut out, &trust, &opened.trust);
