@@ -419,11 +419,7 @@ fi"#
         "stale",
         &format!(r#"printf '{{"ServerURL":"{host}","Username":"{USER}","Secret":"old"}}'"#),
     );
-    std::fs::write(
-        docker.join("config.json"),
-        format!(r#"{{"credsStore":"stale"}}"#),
-    )
-    .unwrap();
+    std::fs::write(docker.join("config.json"), r#"{"credsStore":"stale"}"#).unwrap();
     let (code, text) = airlock_with_helper(
         &reg,
         &env,
