@@ -47,3 +47,51 @@ printf '\007https://registry.site:5000/v2/m/blobs/uploads/x?_state=y' >corpus/re
 echo "== registry: ${secs}s"
 cargo fuzz run registry corpus/registry -- -max_total_time="$secs" -rss_limit_mb=512 -malloc_limit_mb=512 -max_len=65536 2>&1 \
   | grep -E "^#[0-9]+.*(DONE|pulse)|Done [0-9]+ runs|ERROR|SUMMARY" | tail -3
+
+# The delta patch decoders and parity (issue 26), each under a memory cap: a patch may make the
+# decoder hold a zstd window (at most 128 MiB) and a safetensors header; a parity rebuild holds
+# at most 80 MiB whatever the geometry. Seeds: safetensors pairs in both modes (patch input:
+# flags byte, 2-byte base length, base, new file or patch), and real parity bundles packed here
+# (a 0 byte, then the volumes target's layout with the parity volumes after the data volumes).
+mkdir -p corpus/patch corpus/parity
+st=../testdata/fixtures/valid
+python3 - "$st" <<'PY'
+import struct, sys
+st = sys.argv[1]
+def seed(name, flags, base, rest):
+    open("corpus/patch/" + name, "wb").write(bytes([flags]) + struct.pack("<H", len(base)) + base + rest)
+small = open(st + "/small.safetensors", "rb").read()
+shard1 = open(st + "/sharded/model-00001-of-00003.safetensors", "rb").read()
+shard2 = open(st + "/sharded/model-00002-of-00003.safetensors", "rb").read()
+changed = bytearray(small); changed[-5] ^= 0x10
+for flags in (0, 1, 4, 5, 8, 9, 12, 13):
+    seed(f"small-{flags}", flags, small, bytes(changed))
+    seed(f"shards-{flags}", flags, shard1, shard2)
+seed("raw-bytes", 2, small, struct.pack("<I", len(small)) + bytes(16))
+PY
+bin=(cargo run --quiet --locked --manifest-path ../Cargo.toml --)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"${bin[@]}" keygen --out "$work/k" --unencrypted >/dev/null
+mkdir -p "$work/m"
+head -c 20000 /dev/urandom >"$work/m/weights.bin"
+printf '{"model_type": "test"}\n' >"$work/m/config.json"
+for c in none zstd; do
+  for p in 10 50; do
+    b="$work/b-$c-$p"
+    "${bin[@]}" pack "$work/m" -o "$b" --key "$work/k.key" --compress "$c" --parity "$p" \
+      --chunk-size 4096 --volume-size 8192 >/dev/null 2>&1
+    out="corpus/parity/$c-$p"
+    printf '\0' >"$out"
+    python3 -c 'import struct,sys; sys.stdout.buffer.write(struct.pack("<I", int(sys.argv[1])))' \
+      "$(stat -c %s "$b/manifest.json")" >>"$out"
+    cat "$b/manifest.json" "$b"/data.* "$b"/parity.* >>"$out"
+  done
+done
+printf '\1\0\x40\0\x10\0\x04\0\x07\x01\x02\x03\x05\x00\x00' >corpus/parity/geometry
+for t in patch parity; do
+  echo "== $t: ${secs}s"
+  cargo fuzz run "$t" "corpus/$t" -- -max_total_time="$secs" -rss_limit_mb=1024 \
+    -malloc_limit_mb=512 -max_len=1048576 2>&1 \
+    | grep -E "^#[0-9]+.*(DONE|pulse)|Done [0-9]+ runs|ERROR|SUMMARY" | tail -3
+done

@@ -13,6 +13,14 @@
 //! independent 64-byte blocks, so a stripe is processed in slices of a few hundred kilobytes and
 //! memory is `(D + R) * slice` whatever the bundle size.
 //!
+//! The geometry comes from a signed manifest, which may be hostile: `D` and `R` up to 32768 each
+//! would make 4096-byte slices cost half a gigabyte in the codec's work area alone. So the slice
+//! shrinks (down to the code's 64-byte block) as the stripe grows, which keeps a rebuild under
+//! [`Geometry::working_memory`] (80 MiB at most) whatever the geometry, `D` may not exceed
+//! the bundle's data units (so a stripe's cost is bounded by what the bundle holds), and every
+//! buffer is reserved fallibly: an allocation that fails is [`ParityError::Memory`], not an
+//! abort.
+//!
 //! This module knows units, stripes and slices only; reading volumes and checking chunk digests
 //! is the caller's (it knows which units are erased because their signed digest failed).
 
@@ -25,6 +33,9 @@ pub const MAX_UNITS_PER_STRIPE: u32 = 32768;
 
 /// Memory a stripe's slices may take together; the slice size follows from it.
 const SLICE_BUDGET: u64 = 16 << 20;
+
+/// The smallest slice: the code's block (shards are multiples of 64 bytes).
+const MIN_SLICE: u64 = 64;
 
 /// The shape of a bundle's parity: how many units, stripes, data and recovery units per stripe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -67,6 +78,28 @@ pub enum ParityError {
     /// Reading or writing a unit failed.
     #[error("{0}")]
     Io(#[from] io::Error),
+    /// Memory for a stripe's slices or the codec's work area could not be had.
+    #[error("cannot allocate {0} bytes for the parity code")]
+    Memory(u64),
+}
+
+/// A zeroed buffer of `len` bytes, or [`ParityError::Memory`] if it cannot be had.
+fn zeroed(len: usize) -> Result<Vec<u8>, ParityError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len)
+        .map_err(|_| ParityError::Memory(len as u64))?;
+    v.resize(len, 0);
+    Ok(v)
+}
+
+/// Fails with [`ParityError::Memory`] unless `bytes` can be had now. The codec
+/// (`reed-solomon-simd`) allocates its work area infallibly, so its size is reserved and given
+/// back first: under a memory limit a geometry too large for it is a clean error.
+fn can_allocate(bytes: u64) -> Result<(), ParityError> {
+    let len = usize::try_from(bytes).map_err(|_| ParityError::Memory(bytes))?;
+    Vec::<u8>::new()
+        .try_reserve_exact(len)
+        .map_err(|_| ParityError::Memory(bytes))
 }
 
 fn codec(e: reed_solomon_simd::Error) -> ParityError {
@@ -92,6 +125,12 @@ impl Geometry {
         }
         if self.recovery == 0 || self.recovery > MAX_UNITS_PER_STRIPE {
             return bad(format!("{} recovery units per stripe", self.recovery));
+        }
+        if u64::from(self.data) > self.units {
+            return bad(format!(
+                "{} data units per stripe, more than the bundle's {} data units",
+                self.data, self.units
+            ));
         }
         if !ReedSolomonEncoder::supports(self.data as usize, self.recovery as usize) {
             return bad(format!(
@@ -186,14 +225,27 @@ impl Geometry {
     }
 
     /// Bytes of each unit processed at once: a power of two (so it divides the unit) of at
-    /// least 4096, keeping `(D + R)` slices near 16 MiB.
+    /// least 64 (the code's block), keeping `(D + R)` slices within 16 MiB. Up to `D + R` =
+    /// 4096 that is at least 4096 bytes; beyond, the slice shrinks so that memory does not grow
+    /// with the geometry (see [`Geometry::working_memory`]).
     pub fn slice_size(&self) -> usize {
         let per = SLICE_BUDGET / (u64::from(self.data) + u64::from(self.recovery));
-        let mut slice = 4096u64;
+        let mut slice = MIN_SLICE;
         while slice * 2 <= per && slice * 2 <= self.unit_size {
             slice *= 2;
         }
         slice.min(self.unit_size) as usize
+    }
+
+    /// An upper bound of the bytes a rebuild holds: the `D` original slices, one read buffer,
+    /// and the codec's decoder and encoder work areas. `reed-solomon-simd` sizes those as
+    /// powers of two and multiples around `D` and `R`; each is below `2 * (D + R)` slices
+    /// (the encoder) and `2 * (D + R).next_power_of_two()` slices (the decoder). With
+    /// [`Geometry::slice_size`] this is at most 80 MiB for any valid geometry.
+    pub fn working_memory(&self) -> u64 {
+        let slice = self.slice_size() as u64;
+        let shards = u64::from(self.data) + u64::from(self.recovery);
+        slice * (u64::from(self.data) + 1 + 2 * shards + 2 * shards.next_power_of_two())
     }
 
     /// Whether the erased shards can be rebuilt: checks each stripe against its budget.
@@ -244,9 +296,10 @@ pub fn encode_stripe(
     write: &mut WriteRecovery<'_>,
 ) -> Result<(), ParityError> {
     let slice = g.slice_size();
+    can_allocate(g.working_memory())?;
     let mut enc =
         ReedSolomonEncoder::new(g.data as usize, g.recovery as usize, slice).map_err(codec)?;
-    let mut buf = vec![0u8; slice];
+    let mut buf = zeroed(slice)?;
     let mut offset = 0u64;
     while offset < g.unit_size {
         for d in 0..g.data {
@@ -291,7 +344,6 @@ pub fn rebuild_range(
     read: &mut ReadShard<'_>,
     write: &mut WriteShard<'_>,
 ) -> Result<(), ParityError> {
-    let lost = |s: Shard| erased.contains(&s);
     if erased.len() > g.recovery as usize {
         return Err(ParityError::BeyondRepair {
             stripe,
@@ -299,36 +351,60 @@ pub fn rebuild_range(
             recovery: g.recovery,
         });
     }
+    // Which shards are lost, by position (a lookup per shard per slice: no scan of `erased`).
+    let mut data_lost = zeroed(g.data as usize)?;
+    let mut recovery_lost = zeroed(g.recovery as usize)?;
+    for s in erased {
+        match *s {
+            Shard::Data(d) if d < g.data => data_lost[d as usize] = 1,
+            Shard::Recovery(r) if r < g.recovery => recovery_lost[r as usize] = 1,
+            _ => {}
+        }
+    }
+    let lost = |s: Shard| match s {
+        Shard::Data(d) => data_lost[d as usize] != 0,
+        Shard::Recovery(r) => recovery_lost[r as usize] != 0,
+    };
     let lost_data: Vec<u32> = (0..g.data).filter(|&d| lost(Shard::Data(d))).collect();
     let lost_recovery: Vec<u32> = (0..g.recovery)
         .filter(|&r| lost(Shard::Recovery(r)))
         .collect();
     let slice = (g.slice_size() as u64)
         .min(end.saturating_sub(start))
-        .max(64) as usize;
-    let mut dec =
-        ReedSolomonDecoder::new(g.data as usize, g.recovery as usize, slice).map_err(codec)?;
-    let mut enc =
-        ReedSolomonEncoder::new(g.data as usize, g.recovery as usize, slice).map_err(codec)?;
-    let mut buf = vec![0u8; slice];
-    let mut originals = vec![vec![0u8; slice]; g.data as usize];
+        .max(MIN_SLICE) as usize;
+    // Only the codec halves needed are made: a decoder for lost data, an encoder for lost
+    // recovery units. Their work areas and the buffers are within `working_memory`.
+    can_allocate(g.working_memory())?;
+    let (data, recovery) = (g.data as usize, g.recovery as usize);
+    let mut dec = if lost_data.is_empty() {
+        None
+    } else {
+        Some(ReedSolomonDecoder::new(data, recovery, slice).map_err(codec)?)
+    };
+    let mut enc = if lost_recovery.is_empty() {
+        None
+    } else {
+        Some(ReedSolomonEncoder::new(data, recovery, slice).map_err(codec)?)
+    };
+    let mut buf = zeroed(slice)?;
+    let mut originals = zeroed(slice * g.data as usize)?;
     let mut offset = start;
     while offset < end {
         for d in 0..g.data {
             if lost(Shard::Data(d)) {
                 continue;
             }
-            let original = &mut originals[d as usize];
+            let original = &mut originals[d as usize * slice..(d as usize + 1) * slice];
             match g.data_unit(stripe, d) {
                 Some(_) => read(Shard::Data(d), offset, original)?,
                 None => original.fill(0),
             }
-            if !lost_data.is_empty() {
+            if let Some(dec) = &mut dec {
                 dec.add_original_shard(d as usize, &*original)
                     .map_err(codec)?;
             }
         }
-        if !lost_data.is_empty() {
+        if let Some(dec) = &mut dec {
             // Only as many recovery shards as data shards are lost are needed.
             let mut fed = 0;
             for r in 0..g.recovery {
@@ -347,12 +423,12 @@ pub fn rebuild_range(
                 let bytes = result
                     .restored_original(d as usize)
                     .expect("the decoder restores every missing original");
-                originals[d as usize].copy_from_slice(bytes);
+                originals[d as usize * slice..(d as usize + 1) * slice].copy_from_slice(bytes);
                 write(Shard::Data(d), offset, bytes)?;
             }
         }
-        if !lost_recovery.is_empty() {
-            for original in &originals {
+        if let Some(enc) = &mut enc {
+            for original in originals.chunks_exact(slice) {
                 enc.add_original_shard(original).map_err(codec)?;
             }
             let result = enc.encode().map_err(codec)?;
@@ -592,6 +668,66 @@ mod tests {
         assert_eq!(whole, sliced);
     }
 
+    /// Issue 26 item 3: a signed manifest may declare any geometry the code supports; what a
+    /// rebuild holds must not grow with it (4096-byte slices made `D = R = 32768` cost about
+    /// 550 MB, an abort under a 384 MiB limit).
+    #[test]
+    fn working_memory_is_bounded_whatever_the_geometry() {
+        let mut worst = 0;
+        let counts = [1u32, 2, 3, 10, 125, 1000, 4095, 4096, 16384, 32767, 32768];
+        for data in counts {
+            for recovery in counts {
+                for unit_size in [4096u64, 1 << 20, 1 << 26, 1 << 40] {
+                    let g = Geometry {
+                        unit_size,
+                        units: 1 << 20,
+                        data,
+                        recovery,
+                    };
+                    if g.validate().is_err() {
+                        continue;
+                    }
+                    assert_eq!(g.slice_size() % 64, 0, "{g:?}");
+                    worst = worst.max(g.working_memory());
+                }
+            }
+        }
+        assert!(worst <= 80 << 20, "a rebuild may hold {worst} bytes");
+    }
+
+    /// The largest stripe the code supports rebuilds (in 256-byte slices) and rebuilds right.
+    #[test]
+    fn the_largest_stripe_rebuilds_in_small_slices() {
+        let g = Geometry {
+            unit_size: 4096,
+            units: 32768,
+            data: 32768,
+            recovery: 32768,
+        };
+        g.validate().unwrap();
+        assert_eq!(g.slice_size(), 256);
+        // All data units are zero, so every recovery unit is zero too: unit 5 and recovery
+        // unit 7 rebuild as zeros.
+        let mut rebuilt = 0;
+        rebuild_stripe(
+            &g,
+            0,
+            &[Shard::Data(5), Shard::Recovery(7)],
+            &mut |_, _, buf| {
+                buf.fill(0);
+                Ok(())
+            },
+            &mut |shard, _, bytes| {
+                assert!(matches!(shard, Shard::Data(5) | Shard::Recovery(7)));
+                assert!(bytes.iter().all(|b| *b == 0));
+                rebuilt += bytes.len();
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(rebuilt, 2 * 4096);
+    }
+
     #[test]
     fn invalid_geometries_are_refused() {
         let ok = Geometry {
@@ -610,6 +746,12 @@ mod tests {
             Geometry { data: 0, ..ok },
             Geometry { recovery: 0, ..ok },
             Geometry { data: 40_000, ..ok },
+            // More data units per stripe than the bundle has: refused before any allocation.
+            Geometry {
+                units: 3,
+                data: 32768,
+                ..ok
+            },
             Geometry {
                 unit_size: 1 << 62,
                 units: u64::MAX / 2,

@@ -233,9 +233,10 @@ fn check_payload(
     match m.compression.algorithm.as_str() {
         "zstd" => {
             // One frame only: skippable or extra frames after it are refused as trailing data.
-            let mut dec = zstd::stream::read::Decoder::with_buffer(raw)
-                .map_err(io_to_error)?
-                .single_frame();
+            let mut dec =
+                zstd::stream::read::Decoder::with_buffer(crate::zstd_frame::Checked::new(raw))
+                    .map_err(io_to_error)?
+                    .single_frame();
             // A window larger than 128 MiB would let a hostile bundle make us allocate it.
             dec.window_log_max(27).map_err(io_to_error)?;
             let mut tar = tar::Reader::new(Capped::new(dec, m.stream.size));

@@ -306,6 +306,7 @@ pub fn stray_files(opened: &Opened) -> Vec<StrayFile> {
         .filter(|s| {
             !super::open::is_cosignature_name(&s.name)
                 && !crate::trust::update::is_listed_root(m, &s.name)
+                && !crate::oms::is_listed(m, &s.name)
         })
         .collect()
 }
@@ -693,14 +694,20 @@ impl<'a> VolumeReader<'a> {
                         let (k, d) = g.locate(u);
                         let ur = self.units.as_ref().expect("parity mode");
                         let mut slice = std::mem::take(&mut self.slice);
-                        slice.resize((end - start) as usize, 0);
-                        let r = ur.rebuild(k, erased, start, end, &mut |shard, off, bytes| {
-                            if shard == Shard::Data(d) {
-                                let o = (off - start) as usize;
-                                slice[o..o + bytes.len()].copy_from_slice(bytes);
-                            }
-                            Ok(())
-                        });
+                        let len = (end - start) as usize;
+                        let r = slice
+                            .try_reserve_exact(len.saturating_sub(slice.len()))
+                            .map_err(|_| ParityError::Memory(len as u64))
+                            .and_then(|()| {
+                                slice.resize(len, 0);
+                                ur.rebuild(k, erased, start, end, &mut |shard, off, bytes| {
+                                    if shard == Shard::Data(d) {
+                                        let o = (off - start) as usize;
+                                        slice[o..o + bytes.len()].copy_from_slice(bytes);
+                                    }
+                                    Ok(())
+                                })
+                            });
                         if let Err(e) = r {
                             return Err(io::Error::other(VolumeIo {
                                 path: self.source.path(&v.name),
@@ -1290,6 +1297,7 @@ mod tests {
                 parity: Some(25.0),
                 base: None,
                 trust_update: vec![],
+                oms: Default::default(),
             },
             &crate::progress::Silent,
         )

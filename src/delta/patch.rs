@@ -14,7 +14,8 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;
 
-use serde_json::Value;
+use crate::inspect::safetensors::{ListError, Listed, Listing, list_tensors, list_tensors_at};
+use crate::zstd_frame;
 
 /// Bytes moved per step.
 const PIECE: usize = 1 << 20;
@@ -71,120 +72,85 @@ struct Segment {
     base_offset: Option<u64>,
 }
 
-/// A tensor of a safetensors header: name, dtype, shape and data range (relative to the data
-/// buffer that follows the header).
-#[derive(Debug)]
-struct Tensor {
-    name: String,
-    dtype: String,
-    shape: Vec<u64>,
-    begin: u64,
-    end: u64,
-}
-
-/// Parses the JSON header of a safetensors file into its tensors. Only what alignment needs is
-/// checked: each entry has a string dtype, an integer shape and a well-ordered data range inside
-/// `data_len`. The model checks (`inspect::safetensors`) hold files to the reference reader.
+/// Parses the JSON header of a safetensors file into its tensors, through the model checks'
+/// streaming parser and its limits (`inspect::safetensors::list_tensors`: at most
+/// `MAX_TENSORS` tensors, records kept compact, never a JSON tree of the header). Only what
+/// alignment needs is checked here: each entry has a string dtype, an integer shape and a
+/// well-ordered data range inside `data_len`. The model checks hold files to the reference
+/// reader.
 fn parse_header(
     which: &'static str,
-    json: &[u8],
+    listed: Result<Listing, ListError>,
     data_len: u64,
-) -> Result<Vec<Tensor>, PatchError> {
+) -> Result<Listing, PatchError> {
     let bad = |reason: String| PatchError::Header { which, reason };
-    let value: Value = serde_json::from_slice(json).map_err(|e| bad(format!("not JSON ({e})")))?;
-    let Value::Object(map) = value else {
-        return Err(bad("not a JSON object".into()));
-    };
-    let mut tensors = Vec::with_capacity(map.len());
-    for (name, info) in map {
-        if name == "__metadata__" {
-            continue;
-        }
-        let dtype = info
-            .get("dtype")
-            .and_then(Value::as_str)
-            .ok_or_else(|| bad(format!("tensor {name:?} has no dtype")))?
-            .to_string();
-        let shape = info
-            .get("shape")
-            .and_then(Value::as_array)
-            .ok_or_else(|| bad(format!("tensor {name:?} has no shape")))?
-            .iter()
-            .map(Value::as_u64)
-            .collect::<Option<Vec<u64>>>()
-            .ok_or_else(|| bad(format!("tensor {name:?} has a shape that is not integers")))?;
-        let offsets = info
-            .get("data_offsets")
-            .and_then(Value::as_array)
-            .filter(|a| a.len() == 2)
-            .and_then(|a| Some((a[0].as_u64()?, a[1].as_u64()?)))
-            .ok_or_else(|| bad(format!("tensor {name:?} has no [begin, end] data_offsets")))?;
-        let (begin, end) = offsets;
-        if begin > end || end > data_len {
-            return Err(bad(format!(
-                "tensor {name:?} data_offsets [{begin}, {end}] lie outside the {data_len}-byte data buffer"
-            )));
-        }
-        tensors.push(Tensor {
-            name,
-            dtype,
-            shape,
-            begin,
-            end,
-        });
-    }
-    Ok(tensors)
-}
-
-/// Reads the length prefix and header of the base file with positioned reads, bounded by the
-/// reference limit and by the file's length.
-fn base_header(base: &File, base_len: u64) -> Result<(u64, Vec<Tensor>), PatchError> {
-    let bad = |reason: String| PatchError::Header {
-        which: "base",
-        reason,
-    };
-    if base_len < 8 {
-        return Err(bad(format!("the file has {base_len} bytes, fewer than 8")));
-    }
-    let mut prefix = [0u8; 8];
-    base.read_exact_at(&mut prefix, 0)?;
-    let n = u64::from_le_bytes(prefix);
-    if n > MAX_SAFETENSORS_HEADER || n > base_len - 8 {
+    let listing = listed.map_err(|e| match e {
+        ListError::Io(e) => PatchError::Io(e),
+        ListError::Json(detail) => bad(format!("not a safetensors JSON header ({detail})")),
+        ListError::Limit(what) => bad(format!("{what}, more than airlock reads from one header")),
+    })?;
+    if let Some(t) = listing
+        .tensors
+        .iter()
+        .find(|t| t.begin > t.end || t.end > data_len)
+    {
         return Err(bad(format!(
-            "header length {n} exceeds the limit or the {base_len}-byte file"
+            "tensor {:?} data_offsets [{}, {}] lie outside the {data_len}-byte data buffer",
+            t.name, t.begin, t.end
         )));
     }
-    let mut json = vec![0u8; n as usize];
-    base.read_exact_at(&mut json, 8)?;
-    let tensors = parse_header("base", &json, base_len - 8 - n)?;
+    Ok(listing)
+}
+
+/// Reads the length prefix of a safetensors file (`which`: `new` or `base`) and streams its
+/// header to the parser with positioned reads, bounded by the reference limit and by the
+/// file's length. Returns `8 + N` and the tensors.
+fn file_header(which: &'static str, file: &File, len: u64) -> Result<(u64, Listing), PatchError> {
+    let bad = |reason: String| PatchError::Header { which, reason };
+    if len < 8 {
+        return Err(bad(format!("the file has {len} bytes, fewer than 8")));
+    }
+    let mut prefix = [0u8; 8];
+    file.read_exact_at(&mut prefix, 0)?;
+    let n = u64::from_le_bytes(prefix);
+    if n > MAX_SAFETENSORS_HEADER || n > len - 8 {
+        return Err(bad(format!(
+            "header length {n} exceeds the limit or the {len}-byte file"
+        )));
+    }
+    let tensors = parse_header(which, list_tensors_at(file, 8, n), len - 8 - n)?;
     Ok((8 + n, tensors))
 }
 
-/// The alignment of section 16.3 for a safetensors pair: `new_header_len` is 8 + N of the new
-/// file, `new_len` its size.
+/// The alignment of section 16.3 for a safetensors pair: `new` lists the new file's tensors,
+/// `new_header_len` is its 8 + N, `new_len` its size.
 fn safetensors_segments(
-    new_json: &[u8],
+    new: &Listing,
     new_header_len: u64,
     new_len: u64,
     base: &File,
     base_len: u64,
 ) -> Result<Vec<Segment>, PatchError> {
-    let new_tensors = parse_header("new", new_json, new_len - new_header_len)?;
-    let (base_start, base_tensors) = base_header(base, base_len)?;
-    let by_name: std::collections::HashMap<&str, &Tensor> =
-        base_tensors.iter().map(|t| (t.name.as_str(), t)).collect();
-    let mut matched: Vec<Segment> = new_tensors
+    let (base_start, base_tensors) = file_header("base", base, base_len)?;
+    let by_name: std::collections::HashMap<&str, &Listed> = base_tensors
+        .tensors
+        .iter()
+        .map(|t| (t.name.as_str(), t))
+        .collect();
+    let mut matched: Vec<Segment> = new
+        .tensors
         .iter()
         .filter(|t| t.end > t.begin)
         .filter_map(|t| {
             let b = by_name.get(t.name.as_str())?;
-            (b.dtype == t.dtype && b.shape == t.shape && b.end - b.begin == t.end - t.begin).then(
-                || Segment {
+            (b.dtype == t.dtype
+                && base_tensors.shape(b) == new.shape(t)
+                && b.end - b.begin == t.end - t.begin)
+                .then(|| Segment {
                     start: new_header_len + t.begin,
                     end: new_header_len + t.end,
                     base_offset: Some(base_start + b.begin),
-                },
-            )
+                })
         })
         .collect();
     matched.sort_by_key(|s| s.start);
@@ -198,6 +164,30 @@ fn safetensors_segments(
         });
     }
     Ok(fill_gaps(matched, new_len))
+}
+
+/// The segments of a new safetensors file read from disk (the packer's side).
+fn new_file_segments(
+    new: &File,
+    new_len: u64,
+    base: &File,
+    base_len: u64,
+) -> Result<Vec<Segment>, PatchError> {
+    let (start, tensors) = file_header("new", new, new_len)?;
+    safetensors_segments(&tensors, start, new_len, base, base_len)
+}
+
+/// The segments of a new safetensors file whose prefix and header `header` came out of a
+/// patch (the decoders' side).
+fn patched_segments(
+    header: &[u8],
+    size: u64,
+    base: &File,
+    base_len: u64,
+) -> Result<Vec<Segment>, PatchError> {
+    let len = header.len() as u64;
+    let tensors = parse_header("new", list_tensors(&header[8..]), size - len)?;
+    safetensors_segments(&tensors, len, size, base, base_len)
 }
 
 /// Completes sorted, disjoint base-backed segments with zero segments to cover `[0, len)`.
@@ -304,14 +294,7 @@ pub fn safetensors_pair(new: &File, base: &File) -> bool {
     let (Ok(new_len), Ok(base_len)) = (file_len(new), file_len(base)) else {
         return false;
     };
-    let Ok((new_start, _)) = base_header(new, new_len) else {
-        return false;
-    };
-    let mut json = vec![0u8; (new_start - 8) as usize];
-    if new.read_exact_at(&mut json, 8).is_err() {
-        return false;
-    }
-    safetensors_segments(&json, new_start, new_len, base, base_len).is_ok()
+    new_file_segments(new, new_len, base, base_len).is_ok()
 }
 
 /// What [`encode`] produced.
@@ -337,18 +320,7 @@ pub fn encode<W: Write>(
     let base_len = file_len(base)?;
     let segments = match map {
         Map::Bytes => bytes_segments(new_len, base_len),
-        Map::Safetensors => {
-            let (start, _) = base_header(new, new_len).map_err(|e| match e {
-                PatchError::Header { reason, .. } => PatchError::Header {
-                    which: "new",
-                    reason,
-                },
-                other => other,
-            })?;
-            let mut json = vec![0u8; (start - 8) as usize];
-            new.read_exact_at(&mut json, 8)?;
-            safetensors_segments(&json, start, new_len, base, base_len)?
-        }
+        Map::Safetensors => new_file_segments(new, new_len, base, base_len)?,
     };
     let aligned_bytes = segments
         .iter()
@@ -424,6 +396,11 @@ fn fill(dec: &mut impl Read, buf: &mut [u8], pos: u64, expected: u64) -> Result<
 }
 
 fn frame_error(e: io::Error) -> PatchError {
+    if e.get_ref()
+        .is_some_and(|inner| inner.is::<zstd_frame::FrameRefused>())
+    {
+        return PatchError::Frame(e.to_string());
+    }
     // zstd reports a malformed frame as `Other`; a failing source read keeps its own kind.
     if e.kind() == io::ErrorKind::Other {
         PatchError::Frame(e.to_string())
@@ -443,7 +420,9 @@ pub fn decode<R: Read, W: Write>(
     out: &mut W,
 ) -> Result<(), PatchError> {
     let base_len = file_len(base)?;
-    let mut dec = zstd::stream::read::Decoder::new(patch)?.single_frame();
+    // libzstd skips `window_log_max` for a frame whose content fits the first read: the
+    // declared window is checked on the frame header itself (`zstd_frame`).
+    let mut dec = zstd::stream::read::Decoder::new(zstd_frame::Checked::new(patch))?.single_frame();
     dec.window_log_max(WINDOW_LOG_MAX)?;
     let mut buf = vec![0u8; PIECE];
     let mut scratch = vec![0u8; PIECE];
@@ -467,11 +446,12 @@ pub fn decode<R: Read, W: Write>(
                     "header length {n} exceeds the limit or the {size}-byte file"
                 )));
             }
-            let mut json = vec![0u8; n as usize];
-            fill(&mut dec, &mut json, 8, size)?;
-            out.write_all(&json)?;
+            let mut header = prefix.to_vec();
+            header.resize(8 + n as usize, 0);
+            fill(&mut dec, &mut header[8..], 8, size)?;
+            out.write_all(&header[8..])?;
             pos = 8 + n;
-            safetensors_segments(&json, 8 + n, size, base, base_len)?
+            patched_segments(&header, size, base, base_len)?
         }
     };
     let mut aligned = Aligned {
@@ -514,6 +494,9 @@ pub fn decode<R: Read, W: Write>(
 /// the zstd window (at most 2^27 bytes) and, with [`Map::Safetensors`], the new header.
 pub struct PushDecoder {
     raw: zstd::stream::raw::Decoder<'static>,
+    /// The frame header while it is collected and before it is checked against the window
+    /// limit (`zstd_frame::check`), then `None`; the decoder sees nothing before.
+    frame_head: Option<Vec<u8>>,
     base: File,
     base_len: u64,
     size: u64,
@@ -540,6 +523,7 @@ impl PushDecoder {
         };
         Ok(PushDecoder {
             raw,
+            frame_head: Some(Vec::new()),
             base,
             base_len,
             size,
@@ -555,6 +539,35 @@ impl PushDecoder {
 
     /// Feeds the next piece of the patch; rebuilt bytes go to `emit`.
     pub fn write(
+        &mut self,
+        mut input: &[u8],
+        emit: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+    ) -> Result<(), PatchError> {
+        if let Some(head) = &mut self.frame_head {
+            let mut complete = false;
+            while let Some((&byte, rest)) = input.split_first() {
+                head.push(byte);
+                input = rest;
+                match zstd_frame::check(head) {
+                    Ok(None) => {}
+                    Ok(Some(_)) => {
+                        complete = true;
+                        break;
+                    }
+                    Err(e) => return Err(PatchError::Frame(format!("the zstd frame {e}"))),
+                }
+            }
+            if !complete {
+                return Ok(());
+            }
+            let head = self.frame_head.take().expect("present");
+            self.feed(&head, emit)?;
+        }
+        self.feed(input, emit)
+    }
+
+    /// [`PushDecoder::write`] once the frame header was checked.
+    fn feed(
         &mut self,
         input: &[u8],
         emit: &mut dyn FnMut(&[u8]) -> io::Result<()>,
@@ -611,6 +624,10 @@ impl PushDecoder {
         mut self,
         emit: &mut dyn FnMut(&[u8]) -> io::Result<()>,
     ) -> Result<(), PatchError> {
+        // A patch shorter than a frame header: the decoder says the frame is truncated.
+        if let Some(head) = self.frame_head.take() {
+            self.feed(&head, emit)?;
+        }
         while !self.frame_done {
             let (_, produced) = self.step(&[], emit)?;
             if produced == 0 {
@@ -681,9 +698,7 @@ impl PushDecoder {
                 }
             }
             let header = self.header.take().expect("present");
-            let len = header.len() as u64;
-            self.segments =
-                safetensors_segments(&header[8..], len, self.size, &self.base, self.base_len)?;
+            self.segments = patched_segments(&header, self.size, &self.base, self.base_len)?;
         }
         for piece in bytes.chunks_mut(PIECE) {
             xor_segments(
@@ -946,6 +961,77 @@ mod tests {
             "{r:?}"
         );
         assert!(!safetensors_pair(&file(&dir, "j2", &junk), &base_f));
+    }
+
+    /// Issue 26 item 13a: a patch frame declaring a window over 2^27 bytes is refused by both
+    /// decoders (FORMAT.md section 5), though its content is small enough that libzstd would
+    /// decode it in one pass without applying `window_log_max`. At the limit it still decodes.
+    #[test]
+    fn a_patch_frame_declaring_a_window_over_the_limit_is_refused() {
+        let base = noise(30, 5000);
+        let new = perturb(&base, 40, 31);
+        let dir = tempfile::tempdir().unwrap();
+        let (new_f, base_f) = (file(&dir, "n", &new), file(&dir, "b", &base));
+        let (patch, _) = encode(&new_f, &base_f, Map::Bytes, 3, Vec::new()).unwrap();
+        let size = new.len() as u64;
+        for (wd, ok) in [(17u8 << 3, true), ((17 << 3) | 1, false), (21 << 3, false)] {
+            let patch = crate::zstd_frame::tests::with_window(&patch, wd);
+            let mut out = Vec::new();
+            let pulled = decode(&patch[..], size, &base_f, Map::Bytes, &mut out);
+            // In small pieces, and whole (libzstd's one-pass case).
+            let pushed = push_decode(&patch, size, &base_f, Map::Bytes, 7);
+            let whole = push_decode(&patch, size, &base_f, Map::Bytes, patch.len());
+            if ok {
+                pulled.unwrap();
+                assert!(out == new);
+                assert!(pushed.unwrap() == new);
+                assert!(whole.unwrap() == new);
+            } else {
+                for r in [pulled, pushed.map(|_| ()), whole.map(|_| ())] {
+                    assert!(
+                        matches!(&r, Err(PatchError::Frame(m)) if m.contains("declares a window")),
+                        "window descriptor {wd:#x}: {r:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Issue 26 item 4: the safetensors map reads headers through the model checks' parser,
+    /// with its limit, so a legal header of millions of tensors cannot make a delta's packer
+    /// or decoders hold a JSON tree of it. Over the limit the packer falls back to the bytes
+    /// map and both decoders refuse the map.
+    #[test]
+    fn a_header_over_the_tensor_limit_is_not_lined_up() {
+        use crate::inspect::safetensors::MAX_TENSORS;
+        use crate::inspect::safetensors::tests::{make, many_tensors};
+        let at = make(&many_tensors(MAX_TENSORS), MAX_TENSORS);
+        let over = make(&many_tensors(MAX_TENSORS + 1), MAX_TENSORS + 1);
+        let dir = tempfile::tempdir().unwrap();
+        let (at_f, over_f) = (file(&dir, "at", &at), file(&dir, "over", &over));
+        assert!(safetensors_pair(&at_f, &at_f));
+        assert!(!safetensors_pair(&over_f, &at_f));
+        assert!(!safetensors_pair(&at_f, &over_f));
+        let r = encode(&over_f, &at_f, Map::Safetensors, 1, Vec::new());
+        assert!(
+            matches!(&r, Err(PatchError::Header { which: "new", reason }) if reason.contains("more than 262144 tensors")),
+            "{r:?}"
+        );
+        // A patch that decodes to the over-limit file itself (the bytes map over an empty
+        // base), applied as safetensors: the header it rebuilds is over the limit.
+        let empty = file(&dir, "empty", &[]);
+        let (patch, _) = encode(&over_f, &empty, Map::Bytes, 1, Vec::new()).unwrap();
+        let size = over.len() as u64;
+        let r = decode(&patch[..], size, &at_f, Map::Safetensors, &mut Vec::new());
+        assert!(
+            matches!(&r, Err(PatchError::Header { which: "new", reason }) if reason.contains("262144")),
+            "{r:?}"
+        );
+        let r = push_decode(&patch, size, &at_f, Map::Safetensors, 1 << 16);
+        assert!(
+            matches!(&r, Err(PatchError::Header { which: "new", .. })),
+            "{r:?}"
+        );
     }
 
     #[test]

@@ -47,6 +47,10 @@ pub const SAFETENSORS_TENSOR_INVALID_INFO: &str = "safetensors-tensor-invalid-in
 pub const SAFETENSORS_TRUNCATED: &str = "safetensors-truncated";
 /// Error: bytes follow the last tensor (`MetadataIncompleteBuffer`).
 pub const SAFETENSORS_TRAILING_BYTES: &str = "safetensors-trailing-bytes";
+/// Error: the header lists more tensors or shape dimensions than airlock reads from one file
+/// (not a refusal of the reference reader: a limit of airlock's, so a legal header cannot make
+/// the checks exhaust memory).
+pub const SAFETENSORS_TOO_MANY_TENSORS: &str = "safetensors-too-many-tensors";
 
 // Sharded checkpoints (`*.index.json`).
 

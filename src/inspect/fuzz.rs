@@ -217,17 +217,13 @@ fn input() -> impl Strategy<Value = (&'static str, Vec<u8>)> {
     prop_oneof![1 => noise, 1 => behind_magic, 3 => mutated, 3 => structured()]
 }
 
+/// Runs the ignored test `child` of this binary in a child process, which caps its own
+/// address space first ([`cap_address_space`]).
 #[cfg(target_os = "linux")]
-#[test]
-fn check_file_survives_arbitrary_bytes_in_a_memory_capped_process() {
+fn run_capped_child(child: &str) {
     let exe = std::env::current_exe().unwrap();
     let out = Command::new(exe)
-        .args([
-            "--exact",
-            "inspect::fuzz::arbitrary_bytes_child",
-            "--include-ignored",
-            "--test-threads=1",
-        ])
+        .args(["--exact", child, "--include-ignored", "--test-threads=1"])
         .env(CHILD_ENV, "1")
         .output()
         .unwrap();
@@ -237,11 +233,9 @@ fn check_file_survives_arbitrary_bytes_in_a_memory_capped_process() {
     assert!(stdout.contains("1 passed"), "child ran nothing:\n{stdout}");
 }
 
+/// Caps this (child) process's address space at [`ADDRESS_SPACE`].
 #[cfg(target_os = "linux")]
-#[test]
-#[ignore = "the body of check_file_survives_arbitrary_bytes_in_a_memory_capped_process, which \
-            runs it in a child process with capped memory"]
-fn arbitrary_bytes_child() {
+fn cap_address_space() {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
     assert_eq!(
@@ -261,7 +255,20 @@ fn arbitrary_bytes_child() {
     .unwrap();
     // The cap is in force: a 2 GiB reservation fails rather than succeeding lazily.
     assert!(Vec::<u8>::new().try_reserve_exact(2 << 30).is_err());
+}
 
+#[cfg(target_os = "linux")]
+#[test]
+fn check_file_survives_arbitrary_bytes_in_a_memory_capped_process() {
+    run_capped_child("inspect::fuzz::arbitrary_bytes_child");
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+#[ignore = "the body of check_file_survives_arbitrary_bytes_in_a_memory_capped_process, which \
+            runs it in a child process with capped memory"]
+fn arbitrary_bytes_child() {
+    cap_address_space();
     let mut runner = TestRunner::new(Config {
         cases: CASES,
         failure_persistence: None,
@@ -275,6 +282,94 @@ fn arbitrary_bytes_child() {
             for f in &findings {
                 prop_assert_eq!(&f.path, name);
                 prop_assert!(!f.problem.is_empty() && !f.fix.is_empty());
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// (dtype, shape, bytes) of the tensors the huge headers are made of.
+const SMALL_TENSORS: &[(&str, &str, usize)] = &[
+    ("U8", "[1]", 1),
+    ("BF16", "[1,1]", 2),
+    ("F32", "[2]", 8),
+    ("F4", "[2,1]", 1),
+    ("I64", "[]", 8),
+];
+
+/// A valid safetensors file of `count` small tensors (kinds rotated by `kind`), listed in
+/// offset order or reversed, with or without metadata: what the reference reader accepts,
+/// at any count.
+fn valid_file(count: usize, kind: usize, reversed: bool, metadata: bool) -> Vec<u8> {
+    let mut entries = Vec::with_capacity(count);
+    let mut at = 0usize;
+    for i in 0..count {
+        let (dtype, shape, len) = SMALL_TENSORS[(i + kind) % SMALL_TENSORS.len()];
+        entries.push(format!(
+            r#""w.{i}":{{"dtype":"{dtype}","shape":{shape},"data_offsets":[{at},{}]}}"#,
+            at + len
+        ));
+        at += len;
+    }
+    if reversed {
+        entries.reverse();
+    }
+    if metadata {
+        entries.insert(0, r#""__metadata__":{"format":"pt"}"#.to_string());
+    }
+    let header = format!("{{{}}}", entries.join(","));
+    drop(entries);
+    super::safetensors::tests::make(&header, at)
+}
+
+/// Tensor counts around the limit and far past it (the 1.3 million of issue 26).
+fn huge_count() -> impl Strategy<Value = usize> {
+    use super::safetensors::MAX_TENSORS;
+    prop_oneof![
+        Just(MAX_TENSORS),
+        Just(MAX_TENSORS + 1),
+        Just(1_300_000),
+        MAX_TENSORS - 1000..MAX_TENSORS + 1000,
+        0usize..5000,
+    ]
+}
+
+/// Issue 26 item 4: valid headers with huge tensor counts, checked in a child whose address
+/// space is capped at 1 GiB (1.3 million tensors took 1.7 GB before the limits): up to the
+/// limit the file passes, past it it is refused with its own code, and memory holds.
+#[cfg(target_os = "linux")]
+#[test]
+fn huge_valid_headers_are_checked_in_a_memory_capped_process() {
+    run_capped_child("inspect::fuzz::huge_headers_child");
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+#[ignore = "the body of huge_valid_headers_are_checked_in_a_memory_capped_process, which runs \
+            it in a child process with capped memory"]
+fn huge_headers_child() {
+    use super::codes;
+    use super::safetensors::MAX_TENSORS;
+
+    cap_address_space();
+    let mut runner = TestRunner::new(Config {
+        cases: 8,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let strategy = (huge_count(), 0usize..5, any::<bool>(), any::<bool>());
+    runner
+        .run(&strategy, |(count, kind, reversed, metadata)| {
+            let bytes = valid_file(count, kind, reversed, metadata);
+            let dir = tree(&[("model.safetensors", &bytes)]);
+            drop(bytes);
+            let findings = check_file(dir.path(), "model.safetensors")
+                .map_err(|e| TestCaseError::fail(format!("I/O error: {e}")))?;
+            let codes: Vec<&str> = findings.iter().map(|f| f.code).collect();
+            if count <= MAX_TENSORS {
+                prop_assert!(codes.is_empty(), "{} tensors: {:?}", count, findings);
+            } else {
+                prop_assert_eq!(codes, vec![codes::SAFETENSORS_TOO_MANY_TENSORS]);
             }
             Ok(())
         })

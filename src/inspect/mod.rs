@@ -36,7 +36,7 @@ mod fuzz;
 mod gguf;
 mod lfs;
 mod read;
-mod safetensors;
+pub(crate) mod safetensors;
 mod shards;
 mod torch_zip;
 

@@ -45,6 +45,41 @@ fn positioned_read(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize
     n
 }
 
+/// `[pos, end)` of a file as a forward [`io::Read`] through positioned reads, so a parser can
+/// stream a header without the caller holding it. Ends early (a short read) if the file does.
+pub(crate) struct Section<'a> {
+    file: &'a File,
+    pos: u64,
+    end: u64,
+}
+
+impl<'a> Section<'a> {
+    pub(crate) fn new(file: &'a File, start: u64, len: u64) -> Self {
+        Section {
+            file,
+            pos: start,
+            end: start.saturating_add(len),
+        }
+    }
+}
+
+impl io::Read for Section<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let want = (self.end - self.pos).min(buf.len() as u64) as usize;
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = loop {
+            match positioned_read(self.file, self.pos, &mut buf[..want]) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => break other?,
+            }
+        };
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
 /// Reads up to `max` bytes from the start of the file.
 pub(crate) fn read_prefix(file: &File, file_len: u64, max: usize) -> io::Result<Vec<u8>> {
     let want = usize::try_from(file_len).map_or(max, |len| len.min(max));

@@ -22,17 +22,41 @@
 //! Like the reference, the check stops at the first refusal. Only the header is read; the
 //! header itself is at most 100 MB by rule 2 and is read only after rule 3 proved it fits in
 //! the file.
+//!
+//! What the check holds is bounded by two limits of airlock's own, not by the header: a legal
+//! 90 MB header can list 1.3 million one-byte tensors, which a JSON tree of the header held
+//! whole costs 1.7 GB. So the header is streamed from the file twice (a UTF-8 pass, then the
+//! JSON parser) and each tensor is kept as a compact record (name, dtype, offsets, its shape in
+//! one shared array); a header listing more than [`MAX_TENSORS`] tensors or
+//! [`MAX_SHAPE_DIMS`] shape dimensions in all is refused (`safetensors-too-many-tensors`)
+//! when the limit is reached, before anything more is kept. The delta patch's safetensors map
+//! reads headers through the same [`list_tensors`].
 
+use std::fmt;
 use std::fs::File;
-use std::io;
+use std::io::{self, Read};
 
-use serde_json::Value;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::read::{self, describe_start, human_size};
 use super::{Finding, codes};
 
 /// The reference reader's limit on N.
 pub(crate) const MAX_HEADER_SIZE: u64 = 100_000_000;
+
+/// Most tensors airlock reads from one header. The reference has no limit but the header's
+/// 100 MB; real files stay far below this: the largest public checkpoints list tens of
+/// thousands of tensors per shard, and a whole trillion-parameter mixture-of-experts model
+/// with its quantization scales about 150,000 in all. At the limit the records take about
+/// 30 MB.
+pub(crate) const MAX_TENSORS: usize = 1 << 18;
+
+/// Most shape dimensions airlock reads from one header, all tensors together: eight per
+/// tensor at [`MAX_TENSORS`] (real tensors have one to five), 16 MiB of `u64`.
+pub(crate) const MAX_SHAPE_DIMS: usize = 1 << 21;
+
+/// Bytes of the header validated as UTF-8 at a time.
+const UTF8_PIECE: usize = 1 << 20;
 
 /// Every dtype the reference reader knows, with its size in bits.
 const DTYPES: &[(&str, u64)] = &[
@@ -126,6 +150,10 @@ pub(crate) enum Invalid {
         expected: u64,
         file_len: u64,
     },
+    /// Over [`MAX_TENSORS`] or [`MAX_SHAPE_DIMS`]: what was exceeded.
+    TooMany {
+        what: String,
+    },
 }
 
 /// Reads and validates the header the way the reference reader does.
@@ -145,11 +173,6 @@ pub(crate) fn read_header(file: &File, file_len: u64) -> io::Result<Result<Heade
     if 8 + n > file_len {
         return Ok(Err(Invalid::HeaderPastEnd { n, file_len }));
     }
-    // n <= 100,000,000 and fits in the file: safe to allocate.
-    let mut header = vec![0u8; n as usize];
-    if read::read_at(file, 8, &mut header)? < header.len() {
-        return Ok(Err(Invalid::HeaderPastEnd { n, file_len }));
-    }
     if n == 0 {
         // A preallocated file never written: the reference says InvalidHeaderDeserialization
         // (an empty or NUL-filled string is not JSON); we say why.
@@ -160,117 +183,549 @@ pub(crate) fn read_header(file: &File, file_len: u64) -> io::Result<Result<Heade
             }));
         }
     }
-    let text = match std::str::from_utf8(&header) {
-        Ok(t) => t,
-        Err(e) => {
-            return Ok(Err(Invalid::NotUtf8 {
-                at: e.valid_up_to(),
-            }));
-        }
+    // The header is streamed, never held: first checked as UTF-8, then parsed.
+    match check_utf8(file, 8, n)? {
+        Utf8::Valid => {}
+        Utf8::Invalid { at } => return Ok(Err(Invalid::NotUtf8 { at })),
+        Utf8::Short => return Ok(Err(Invalid::HeaderPastEnd { n, file_len })),
+    }
+    let listing = match list_tensors(read::Section::new(file, 8, n)) {
+        Ok(l) => l,
+        Err(ListError::Io(e)) => return Err(e),
+        Err(ListError::Json(detail)) => return Ok(Err(Invalid::Json { detail })),
+        Err(ListError::Limit(what)) => return Ok(Err(Invalid::TooMany { what })),
     };
-    let tensors = match parse_json(text) {
-        Ok(t) => t,
-        Err(detail) => return Ok(Err(Invalid::Json { detail })),
-    };
-    Ok(validate(tensors, n, file_len))
+    if let Some(detail) = listing.metadata_problem.clone() {
+        return Ok(Err(Invalid::Json { detail }));
+    }
+    if let Some(t) = listing.tensors.iter().find(|t| t.dtype.bits().is_none()) {
+        return Ok(Err(Invalid::Json {
+            detail: format!("tensor `{}` has unknown dtype `{}`", t.name, t.dtype.name()),
+        }));
+    }
+    Ok(validate(listing, n, file_len))
 }
 
-/// A tensor entry as the header states it.
-struct Entry {
-    name: String,
-    dtype: &'static str,
-    shape: Vec<u64>,
-    begin: u64,
-    end: u64,
+/// The outcome of [`check_utf8`].
+enum Utf8 {
+    Valid,
+    /// The first bad byte, as an offset into the header.
+    Invalid {
+        at: usize,
+    },
+    /// The file ended first (it shrank since it was measured).
+    Short,
 }
 
-/// The header's JSON shape, as the reference's serde types accept it: an object whose
-/// `__metadata__` is null or a string→string map, and whose other members are objects with
-/// `dtype` (a known dtype name), `shape` (array of non-negative integers) and `data_offsets`
-/// (array of exactly two non-negative integers). Other members of a tensor object are ignored,
-/// as serde ignores unknown fields.
-fn parse_json(text: &str) -> Result<Vec<Entry>, String> {
-    let value: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
-    let Value::Object(map) = value else {
-        return Err("the header is not a JSON object".to_string());
-    };
-    let mut entries = Vec::new();
-    for (name, value) in map {
-        if name == "__metadata__" {
-            match value {
-                Value::Null => {}
-                Value::Object(meta) => {
-                    if let Some((k, _)) = meta.iter().find(|(_, v)| !v.is_string()) {
-                        return Err(format!("`__metadata__` value of `{k}` is not a string"));
-                    }
-                }
-                _ => return Err("`__metadata__` is not an object of strings".to_string()),
-            }
-            continue;
+/// Checks `[start, start + n)` of `file` as UTF-8 in pieces of [`UTF8_PIECE`] bytes (a
+/// character cut by a piece boundary is carried into the next), as the reference checks the
+/// whole header with `from_utf8` before parsing it.
+fn check_utf8(file: &File, start: u64, n: u64) -> io::Result<Utf8> {
+    let mut buf = vec![0u8; (n as usize).min(UTF8_PIECE) + 4];
+    // `buf[..carry]` holds the start of a character cut by the last piece, at header offset
+    // `base`.
+    let mut base = 0u64;
+    let mut carry = 0usize;
+    loop {
+        let remaining = n - base - carry as u64;
+        if remaining == 0 {
+            return Ok(if carry == 0 {
+                Utf8::Valid
+            } else {
+                Utf8::Invalid { at: base as usize }
+            });
         }
-        let Value::Object(info) = value else {
-            return Err(format!("entry `{name}` is not an object"));
-        };
-        let dtype = match info.get("dtype") {
-            Some(Value::String(s)) => match dtype_bits(s) {
-                Some((d, _)) => d,
-                None => return Err(format!("tensor `{name}` has unknown dtype `{s}`")),
-            },
-            Some(_) => return Err(format!("tensor `{name}` has a dtype that is not a string")),
-            None => return Err(format!("tensor `{name}` has no `dtype`")),
-        };
-        let shape = match info.get("shape") {
-            Some(Value::Array(dims)) => dims
-                .iter()
-                .map(Value::as_u64)
-                .collect::<Option<Vec<u64>>>()
-                .ok_or_else(|| {
-                    format!("tensor `{name}` has a shape that is not non-negative integers")
-                })?,
-            Some(_) => return Err(format!("tensor `{name}` has a shape that is not an array")),
-            None => return Err(format!("tensor `{name}` has no `shape`")),
-        };
-        let (begin, end) = match info.get("data_offsets") {
-            Some(Value::Array(offsets)) => match offsets.as_slice() {
-                [b, e] => match (b.as_u64(), e.as_u64()) {
-                    (Some(b), Some(e)) => (b, e),
-                    _ => {
-                        return Err(format!(
-                            "tensor `{name}` has data_offsets that are not non-negative integers"
-                        ));
-                    }
-                },
-                _ => {
-                    return Err(format!(
-                        "tensor `{name}` has {} data_offsets, not 2",
-                        offsets.len()
-                    ));
-                }
-            },
-            Some(_) => {
-                return Err(format!(
-                    "tensor `{name}` has data_offsets that are not an array"
-                ));
+        let want = (buf.len() - carry).min(UTF8_PIECE).min(remaining as usize);
+        let got = read::read_at(
+            file,
+            start + base + carry as u64,
+            &mut buf[carry..carry + want],
+        )?;
+        if got < want {
+            return Ok(Utf8::Short);
+        }
+        let filled = carry + got;
+        match std::str::from_utf8(&buf[..filled]) {
+            Ok(_) => {
+                base += filled as u64;
+                carry = 0;
             }
-            None => return Err(format!("tensor `{name}` has no `data_offsets`")),
-        };
-        entries.push(Entry {
-            name,
-            dtype,
-            shape,
-            begin,
-            end,
+            Err(e) if e.error_len().is_none() => {
+                let valid = e.valid_up_to();
+                buf.copy_within(valid..filled, 0);
+                carry = filled - valid;
+                base += valid as u64;
+            }
+            Err(e) => {
+                return Ok(Utf8::Invalid {
+                    at: (base as usize) + e.valid_up_to(),
+                });
+            }
+        }
+    }
+}
+
+/// A tensor's dtype as the header names it: one the reference knows, or another string (kept
+/// for the delta map, which compares names; the model check refuses it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Dtype {
+    /// A name of [`DTYPES`].
+    Known(&'static str),
+    /// Any other string.
+    Other(Box<str>),
+}
+
+impl Dtype {
+    pub(crate) fn name(&self) -> &str {
+        match self {
+            Dtype::Known(n) => n,
+            Dtype::Other(n) => n,
+        }
+    }
+
+    fn bits(&self) -> Option<u64> {
+        match self {
+            Dtype::Known(n) => dtype_bits(n).map(|(_, b)| b),
+            Dtype::Other(_) => None,
+        }
+    }
+}
+
+/// One tensor entry as the header lists it.
+#[derive(Debug)]
+pub(crate) struct Listed {
+    pub name: String,
+    pub dtype: Dtype,
+    /// Its shape: `dims[start..start + len]` of the [`Listing`].
+    shape: (u32, u32),
+    pub begin: u64,
+    pub end: u64,
+}
+
+/// The tensors of a header in the order listed (a name listed twice keeps its last entry, as
+/// the reference's map does), with their shapes in one array.
+#[derive(Debug, Default)]
+pub(crate) struct Listing {
+    pub tensors: Vec<Listed>,
+    dims: Vec<u64>,
+    /// Why `__metadata__` is not null or an object of strings, if it is not (the reference
+    /// refuses it; the delta map ignores it).
+    pub metadata_problem: Option<String>,
+}
+
+impl Listing {
+    /// The shape of `t`.
+    pub(crate) fn shape(&self, t: &Listed) -> &[u64] {
+        let (start, len) = (t.shape.0 as usize, t.shape.1 as usize);
+        &self.dims[start..start + len]
+    }
+}
+
+/// Why a header could not be listed.
+#[derive(Debug)]
+pub(crate) enum ListError {
+    /// Reading the header failed.
+    Io(io::Error),
+    /// Not the JSON shape the reference reads (serde's message, with line and column).
+    Json(String),
+    /// Over [`MAX_TENSORS`] or [`MAX_SHAPE_DIMS`]: what was exceeded.
+    Limit(String),
+}
+
+/// Lists the tensors of a safetensors JSON header read from `json` (streamed: only the
+/// records are kept): an object whose `__metadata__` is anything (see
+/// [`Listing::metadata_problem`]) and whose other members are objects with `dtype` (a
+/// string), `shape` (an array of non-negative integers) and `data_offsets` (exactly two
+/// non-negative integers); other members of a tensor object are ignored, as serde ignores
+/// unknown fields, and a field given twice is refused, as serde refuses it. Stops at
+/// [`MAX_TENSORS`] tensors or [`MAX_SHAPE_DIMS`] dimensions.
+pub(crate) fn list_tensors(json: impl Read) -> Result<Listing, ListError> {
+    let mut listing = Listing::default();
+    let mut limit = None;
+    // serde_json reads a reader byte by byte: buffered, so a file section is not a read per byte.
+    let mut de = serde_json::Deserializer::from_reader(io::BufReader::with_capacity(1 << 16, json));
+    let walked = Walk {
+        out: &mut listing,
+        limit: &mut limit,
+    }
+    .deserialize(&mut de)
+    .and_then(|()| de.end());
+    if let Err(e) = walked {
+        return Err(match limit {
+            Some(what) => ListError::Limit(what),
+            None if e.is_io() => ListError::Io(e.into()),
+            None => ListError::Json(e.to_string()),
         });
     }
-    Ok(entries)
+    keep_last_of_each_name(&mut listing.tensors);
+    Ok(listing)
+}
+
+/// [`list_tensors`] over `[start, start + len)` of `file`, streamed through positioned reads.
+pub(crate) fn list_tensors_at(file: &File, start: u64, len: u64) -> Result<Listing, ListError> {
+    list_tensors(read::Section::new(file, start, len))
+}
+
+/// Drops every entry whose name is listed again later.
+fn keep_last_of_each_name(tensors: &mut Vec<Listed>) {
+    let mut order: Vec<u32> = (0..tensors.len() as u32).collect();
+    order.sort_by(|&a, &b| tensors[a as usize].name.cmp(&tensors[b as usize].name));
+    let mut drop = vec![false; tensors.len()];
+    for w in order.windows(2) {
+        if tensors[w[0] as usize].name == tensors[w[1] as usize].name {
+            // A stable sort keeps listing order among equal names: all but the last go.
+            drop[w[0] as usize] = true;
+        }
+    }
+    if drop.iter().any(|d| *d) {
+        let mut i = 0;
+        tensors.retain(|_| {
+            i += 1;
+            !drop[i - 1]
+        });
+    }
+}
+
+/// The header object: each member is `__metadata__` or a tensor.
+struct Walk<'a> {
+    out: &'a mut Listing,
+    limit: &'a mut Option<String>,
+}
+
+impl<'de> DeserializeSeed<'de> for Walk<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Walk<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the header as a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(name) = map.next_key::<String>()? {
+            if name == "__metadata__" {
+                let problem = map.next_value_seed(Metadata)?;
+                if self.out.metadata_problem.is_none() {
+                    self.out.metadata_problem = problem;
+                }
+                continue;
+            }
+            if self.out.tensors.len() == MAX_TENSORS {
+                *self.limit = Some(format!("lists more than {MAX_TENSORS} tensors"));
+                return Err(de::Error::custom("too many tensors"));
+            }
+            let info = map.next_value_seed(Info {
+                name: &name,
+                dims: &mut self.out.dims,
+                limit: self.limit,
+            })?;
+            self.out.tensors.push(Listed {
+                name,
+                dtype: info.0,
+                shape: info.1,
+                begin: info.2.0,
+                end: info.2.1,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// `__metadata__`: `None` when it is null or an object of strings, else why not.
+struct Metadata;
+
+impl<'de> DeserializeSeed<'de> for Metadata {
+    type Value = Option<String>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+const NOT_STRINGS: &str = "`__metadata__` is not an object of strings";
+
+impl<'de> Visitor<'de> for Metadata {
+    type Value = Option<String>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("null or an object of strings")
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut problem = None;
+        while let Some(key) = map.next_key::<String>()? {
+            let is_string = map.next_value_seed(IsString)?;
+            if !is_string && problem.is_none() {
+                problem = Some(format!("`__metadata__` value of `{key}` is not a string"));
+            }
+        }
+        Ok(problem)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Some(NOT_STRINGS.into()))
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Some(NOT_STRINGS.into()))
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(Some(NOT_STRINGS.into()))
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(Some(NOT_STRINGS.into()))
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(Some(NOT_STRINGS.into()))
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(Some(NOT_STRINGS.into()))
+    }
+}
+
+/// Whether a JSON value is a string (any other value is skipped over).
+struct IsString;
+
+impl<'de> DeserializeSeed<'de> for IsString {
+    type Value = bool;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for IsString {
+    type Value = bool;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_str<E>(self, _: &str) -> Result<bool, E> {
+        Ok(true)
+    }
+    fn visit_unit<E>(self) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(false)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(false)
+    }
+}
+
+/// A tensor object: its dtype, shape (start and length in the shared array) and offsets.
+struct Info<'a> {
+    name: &'a str,
+    dims: &'a mut Vec<u64>,
+    limit: &'a mut Option<String>,
+}
+
+/// The members of a tensor object airlock reads.
+enum Field {
+    Dtype,
+    Shape,
+    Offsets,
+    Other,
+}
+
+impl<'de> de::Deserialize<'de> for Field {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Field, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Field;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Field, E> {
+                Ok(match v {
+                    "dtype" => Field::Dtype,
+                    "shape" => Field::Shape,
+                    "data_offsets" => Field::Offsets,
+                    _ => Field::Other,
+                })
+            }
+        }
+        d.deserialize_identifier(V)
+    }
+}
+
+type InfoValue = (Dtype, (u32, u32), (u64, u64));
+
+impl<'de> DeserializeSeed<'de> for Info<'_> {
+    type Value = InfoValue;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<InfoValue, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Info<'_> {
+    type Value = InfoValue;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "an object for tensor `{}`", self.name)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<InfoValue, A::Error> {
+        let name = self.name;
+        let (mut dtype, mut shape, mut offsets) = (None, None, None);
+        while let Some(field) = map.next_key::<Field>()? {
+            match field {
+                Field::Dtype if dtype.is_some() => return Err(de::Error::duplicate_field("dtype")),
+                Field::Shape if shape.is_some() => return Err(de::Error::duplicate_field("shape")),
+                Field::Offsets if offsets.is_some() => {
+                    return Err(de::Error::duplicate_field("data_offsets"));
+                }
+                Field::Dtype => dtype = Some(map.next_value_seed(DtypeName { name })?),
+                Field::Shape => {
+                    shape = Some(map.next_value_seed(Shape {
+                        name,
+                        dims: &mut *self.dims,
+                        limit: &mut *self.limit,
+                    })?)
+                }
+                Field::Offsets => offsets = Some(map.next_value_seed(Offsets { name })?),
+                Field::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        let missing = |what: &str| de::Error::custom(format!("tensor `{name}` has no `{what}`"));
+        Ok((
+            dtype.ok_or_else(|| missing("dtype"))?,
+            shape.ok_or_else(|| missing("shape"))?,
+            offsets.ok_or_else(|| missing("data_offsets"))?,
+        ))
+    }
+}
+
+/// A dtype string.
+struct DtypeName<'a> {
+    name: &'a str,
+}
+
+impl<'de> DeserializeSeed<'de> for DtypeName<'_> {
+    type Value = Dtype;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Dtype, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for DtypeName<'_> {
+    type Value = Dtype;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a dtype string for tensor `{}`", self.name)
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Dtype, E> {
+        Ok(match dtype_bits(v) {
+            Some((known, _)) => Dtype::Known(known),
+            None => Dtype::Other(v.into()),
+        })
+    }
+}
+
+/// A shape: non-negative integers, appended to the shared array.
+struct Shape<'a> {
+    name: &'a str,
+    dims: &'a mut Vec<u64>,
+    limit: &'a mut Option<String>,
+}
+
+impl<'de> DeserializeSeed<'de> for Shape<'_> {
+    type Value = (u32, u32);
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(u32, u32), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Shape<'_> {
+    type Value = (u32, u32);
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "a shape of non-negative integers for tensor `{}`",
+            self.name
+        )
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(u32, u32), A::Error> {
+        let start = self.dims.len();
+        while let Some(d) = seq.next_element::<u64>()? {
+            if self.dims.len() == MAX_SHAPE_DIMS {
+                *self.limit = Some(format!(
+                    "lists more than {MAX_SHAPE_DIMS} shape dimensions in all"
+                ));
+                return Err(de::Error::custom("too many dimensions"));
+            }
+            self.dims.push(d);
+        }
+        // Both fit: the array never holds more than MAX_SHAPE_DIMS.
+        Ok((start as u32, (self.dims.len() - start) as u32))
+    }
+}
+
+/// `data_offsets`: exactly two non-negative integers.
+struct Offsets<'a> {
+    name: &'a str,
+}
+
+impl<'de> DeserializeSeed<'de> for Offsets<'_> {
+    type Value = (u64, u64);
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(u64, u64), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Offsets<'_> {
+    type Value = (u64, u64);
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "data_offsets of two non-negative integers for tensor `{}`",
+            self.name
+        )
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(u64, u64), A::Error> {
+        let begin = seq.next_element::<u64>()?;
+        let end = match begin {
+            Some(_) => seq.next_element::<u64>()?,
+            None => None,
+        };
+        let mut count = usize::from(begin.is_some()) + usize::from(end.is_some());
+        while seq.next_element::<IgnoredAny>()?.is_some() {
+            count += 1;
+        }
+        match (begin, end, count) {
+            (Some(b), Some(e), 2) => Ok((b, e)),
+            _ => Err(de::Error::custom(format!(
+                "tensor `{}` has {count} data_offsets, not 2",
+                self.name
+            ))),
+        }
+    }
 }
 
 /// `Metadata::validate` and the final length comparison of `read_metadata`.
-fn validate(mut entries: Vec<Entry>, n: u64, file_len: u64) -> Result<Header, Invalid> {
+fn validate(listing: Listing, n: u64, file_len: u64) -> Result<Header, Invalid> {
+    let Listing {
+        mut tensors, dims, ..
+    } = listing;
+    let shape = |t: &Listed| &dims[t.shape.0 as usize..(t.shape.0 + t.shape.1) as usize];
     // The reference sorts by offsets only (ties in hash order); the name makes it deterministic.
-    entries.sort_by(|a, b| (a.begin, a.end, &a.name).cmp(&(b.begin, b.end, &b.name)));
+    tensors.sort_by(|a, b| (a.begin, a.end, &a.name).cmp(&(b.begin, b.end, &b.name)));
     let mut start = 0u64;
-    for e in &entries {
+    for e in &tensors {
         if e.begin != start || e.end < e.begin {
             return Err(Invalid::Offset {
                 name: e.name.clone(),
@@ -280,9 +735,8 @@ fn validate(mut entries: Vec<Entry>, n: u64, file_len: u64) -> Result<Header, In
             });
         }
         start = e.end;
-        let bits = dtype_bits(e.dtype).map_or(8, |(_, b)| b);
-        let Some(nbits) = e
-            .shape
+        let bits = e.dtype.bits().unwrap_or(8);
+        let Some(nbits) = shape(e)
             .iter()
             .try_fold(1u64, |acc, &d| acc.checked_mul(d))
             .and_then(|count| count.checked_mul(bits))
@@ -298,10 +752,14 @@ fn validate(mut entries: Vec<Entry>, n: u64, file_len: u64) -> Result<Header, In
             });
         }
         if e.end - e.begin != nbits / 8 {
+            let dtype = match e.dtype {
+                Dtype::Known(d) => d,
+                Dtype::Other(_) => "?",
+            };
             return Err(Invalid::SizeMismatch {
                 name: e.name.clone(),
-                dtype: e.dtype,
-                shape: e.shape.clone(),
+                dtype,
+                shape: shape(e).to_vec(),
                 expected: nbits / 8,
                 actual: e.end - e.begin,
             });
@@ -312,7 +770,7 @@ fn validate(mut entries: Vec<Entry>, n: u64, file_len: u64) -> Result<Header, In
         return Err(Invalid::Incomplete { expected, file_len });
     }
     Ok(Header {
-        tensors: entries
+        tensors: tensors
             .into_iter()
             .map(|e| TensorInfo {
                 name: e.name,
@@ -439,6 +897,16 @@ pub(crate) fn finding(rel: &str, invalid: &Invalid) -> Finding {
                 human_size(expected - file_len)
             ),
             FIX_REDOWNLOAD,
+        ),
+        Invalid::TooMany { what } => error(
+            codes::SAFETENSORS_TOO_MANY_TENSORS,
+            format!(
+                "has a header that {what}, over what airlock checks in one file ({MAX_TENSORS} \
+                 tensors, {MAX_SHAPE_DIMS} shape dimensions; the largest real checkpoints list \
+                 tens of thousands of tensors per file), so it was not checked further"
+            ),
+            "a file like this is damaged or made to exhaust memory; if it is genuine, pack \
+             with --no-model-checks",
         ),
         Invalid::Incomplete { expected, file_len } => error(
             codes::SAFETENSORS_TRAILING_BYTES,
@@ -720,6 +1188,104 @@ pub(crate) mod tests {
         let f = one("m.safetensors", &longer, codes::SAFETENSORS_TRAILING_BYTES);
         assert!(
             f.problem.contains("3 bytes of trailing data"),
+            "{}",
+            f.problem
+        );
+    }
+
+    /// A valid header of `count` one-byte U8 tensors, and its data length.
+    pub(crate) fn many_tensors(count: usize) -> String {
+        let mut h = String::with_capacity(count * 64 + 2);
+        h.push('{');
+        for i in 0..count {
+            if i > 0 {
+                h.push(',');
+            }
+            h.push_str(&format!(
+                r#""t{i}":{{"dtype":"U8","shape":[1],"data_offsets":[{i},{}]}}"#,
+                i + 1
+            ));
+        }
+        h.push('}');
+        h
+    }
+
+    /// Issue 26 item 4: a legal header may list millions of tensors; the check reads up to
+    /// MAX_TENSORS of them and refuses the file at the next one, without going on.
+    #[test]
+    fn a_header_over_the_tensor_limit_is_refused() {
+        let at = make(&many_tensors(MAX_TENSORS), MAX_TENSORS);
+        assert!(check_bytes("m.safetensors", &at).is_empty());
+        let over = make(&many_tensors(MAX_TENSORS + 1), MAX_TENSORS + 1);
+        let f = one("m.safetensors", &over, codes::SAFETENSORS_TOO_MANY_TENSORS);
+        assert!(
+            f.problem
+                .contains(&format!("more than {MAX_TENSORS} tensors")),
+            "{}",
+            f.problem
+        );
+        assert!(f.fix.contains("--no-model-checks"), "{}", f.fix);
+        // The listing stops at the limit: the parser never holds more records.
+        let header = many_tensors(MAX_TENSORS + 1);
+        assert!(matches!(
+            list_tensors(header.as_bytes()),
+            Err(ListError::Limit(_))
+        ));
+    }
+
+    #[test]
+    fn shapes_over_the_dimension_limit_are_refused() {
+        let dims = vec!["1"; MAX_SHAPE_DIMS].join(",");
+        let header = format!(r#"{{"a":{{"dtype":"U8","shape":[{dims}],"data_offsets":[0,1]}}}}"#);
+        assert!(check_bytes("m.safetensors", &make(&header, 1)).is_empty());
+        let header = format!(
+            r#"{{"a":{{"dtype":"U8","shape":[{dims}],"data_offsets":[0,1]}},"b":{{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}}}"#
+        );
+        let f = one(
+            "m.safetensors",
+            &make(&header, 2),
+            codes::SAFETENSORS_TOO_MANY_TENSORS,
+        );
+        assert!(f.problem.contains("shape dimensions"), "{}", f.problem);
+    }
+
+    /// As the reference's map: a name listed twice keeps its last entry; a field given twice
+    /// in one tensor object is refused.
+    #[test]
+    fn duplicate_names_keep_the_last_entry_and_duplicate_fields_are_refused() {
+        let twice = r#"{"a":{"dtype":"U8","shape":[9],"data_offsets":[0,9]},"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}}"#;
+        assert!(check_bytes("m.safetensors", &make(twice, 2)).is_empty());
+        let listing = list_tensors(twice.as_bytes()).unwrap();
+        assert_eq!(listing.tensors.len(), 1);
+        assert_eq!(listing.shape(&listing.tensors[0]), [2]);
+        let field_twice = r#"{"a":{"dtype":"U8","shape":[2],"shape":[2],"data_offsets":[0,2]}}"#;
+        let f = one(
+            "m.safetensors",
+            &make(field_twice, 2),
+            codes::SAFETENSORS_HEADER_INVALID,
+        );
+        assert!(
+            f.problem.contains("duplicate field `shape`"),
+            "{}",
+            f.problem
+        );
+    }
+
+    /// The header is checked as UTF-8 in pieces: a character cut by a piece boundary is
+    /// valid, and a bad byte past the first piece is reported at its header offset.
+    #[test]
+    fn utf8_is_checked_across_pieces() {
+        // "é" (2 bytes) straddles the first piece boundary inside the metadata value.
+        let pad = "x".repeat(UTF8_PIECE - r#"{"__metadata__":{"k":""#.len() - 1);
+        let header = format!(r#"{{"__metadata__":{{"k":"{pad}é"}}}}"#);
+        let bytes = make(&header, 0);
+        assert!(check_bytes("m.safetensors", &bytes).is_empty());
+        let mut bad = bytes.clone();
+        let at = 8 + UTF8_PIECE + 5;
+        bad[at] = 0xff;
+        let f = one("m.safetensors", &bad, codes::SAFETENSORS_HEADER_NOT_UTF8);
+        assert!(
+            f.problem.contains(&format!("offset {}", at - 8)),
             "{}",
             f.problem
         );

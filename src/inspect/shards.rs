@@ -15,7 +15,9 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
 
-use serde_json::Value;
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::read::{self, human_size};
 use super::safetensors;
@@ -23,6 +25,10 @@ use super::{Finding, Resolved, Tree, codes, is_plain_relative};
 
 /// Indexes are a few MB even for the largest models; anything bigger is not an index.
 const MAX_INDEX_SIZE: u64 = 64 * 1024 * 1024;
+
+/// Most `weight_map` entries read from one index: four times the per-file limit of the
+/// safetensors check, several times the largest real models.
+const MAX_INDEX_TENSORS: usize = 4 * safetensors::MAX_TENSORS;
 
 /// Tensor names quoted in one problem sentence.
 const NAMES_SHOWN: usize = 3;
@@ -47,22 +53,19 @@ pub(crate) fn check_index(
             human_size(len)
         ));
     }
-    let bytes = read::read_prefix(file, len, MAX_INDEX_SIZE as usize)?;
-    let index: Value = match serde_json::from_slice(&bytes) {
-        Ok(v) => v,
-        Err(e) => return invalid(format!("is not valid JSON ({e})")),
+    let index = match read_index(file, len)? {
+        Ok(index) => index,
+        Err(problem) => return invalid(problem),
     };
-    let Some(Value::Object(weight_map)) = index.get("weight_map") else {
+    let Some(weight_map) = &index.weight_map else {
         return invalid("has no `weight_map` object".to_string());
     };
     let mut by_shard: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for (tensor, shard) in weight_map {
-        let Some(shard) = shard.as_str() else {
-            return invalid(format!(
-                "maps tensor `{tensor}` to {shard}, which is not a file name"
-            ));
-        };
-        by_shard.entry(shard).or_default().push(tensor);
+        by_shard
+            .entry(&index.shards[*shard as usize])
+            .or_default()
+            .push(tensor);
     }
 
     let dir = rel.rsplit_once('/').map_or("", |(d, _)| d);
@@ -146,10 +149,7 @@ pub(crate) fn check_index(
     // tensors once and a view by its whole storage, while each safetensors shard stores each
     // tensor contiguously. Most exports still match exactly, so a difference is worth a look
     // (shards from another export mixed in), but it does not by itself stop a load.
-    let total_size = index
-        .get("metadata")
-        .and_then(|m| m.get("total_size"))
-        .and_then(|t| t.as_u64().or_else(|| t.as_f64().map(|f| f as u64)));
+    let total_size = index.total_size;
     if let (Some(total), Some(sum)) = (total_size, tensor_bytes)
         && total != sum
     {
@@ -167,6 +167,318 @@ pub(crate) fn check_index(
         ));
     }
     Ok(findings)
+}
+
+/// What the checks need of an index: `weight_map` (tensor → shard, in tensor name order; a
+/// tensor listed twice keeps its last shard, as a JSON object read whole does) and
+/// `metadata.total_size`. Streamed from the file and held compactly (each shard name once),
+/// never as a JSON tree: a 64 MiB index is up to two million entries.
+struct Index {
+    /// `None` when the index has no `weight_map` object.
+    weight_map: Option<BTreeMap<String, u32>>,
+    /// The shard names, indexed by the values of `weight_map`.
+    shards: Vec<String>,
+    total_size: Option<u64>,
+}
+
+/// Reads an index of `len` bytes (at most [`MAX_INDEX_SIZE`]), or says why it is not one.
+fn read_index(file: &File, len: u64) -> io::Result<Result<Index, String>> {
+    let mut index = Index {
+        weight_map: None,
+        shards: Vec::new(),
+        total_size: None,
+    };
+    let mut problem = None;
+    let reader = io::BufReader::with_capacity(1 << 16, read::Section::new(file, 0, len));
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    let parsed = IndexSeed {
+        index: &mut index,
+        problem: &mut problem,
+    }
+    .deserialize(&mut de)
+    .and_then(|()| de.end());
+    Ok(match parsed {
+        Ok(()) => Ok(index),
+        Err(_) if problem.is_some() => Err(problem.expect("set")),
+        Err(e) if e.is_io() => return Err(e.into()),
+        Err(e) => Err(format!("is not valid JSON ({e})")),
+    })
+}
+
+/// The index object: `weight_map` and `metadata` read, other members skipped.
+struct IndexSeed<'a> {
+    index: &'a mut Index,
+    problem: &'a mut Option<String>,
+}
+
+impl<'de> DeserializeSeed<'de> for IndexSeed<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for IndexSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "weight_map" => {
+                    // The last `weight_map` counts, as when the object is read whole.
+                    self.index.weight_map = None;
+                    self.index.shards.clear();
+                    map.next_value_seed(WeightMap {
+                        index: &mut *self.index,
+                        problem: &mut *self.problem,
+                    })?;
+                }
+                "metadata" => self.index.total_size = map.next_value_seed(TotalSize)?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+    // Any other JSON value is valid JSON without a `weight_map`.
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+}
+
+/// `weight_map`: tensor → shard file name, at most [`MAX_INDEX_TENSORS`] entries.
+struct WeightMap<'a> {
+    index: &'a mut Index,
+    problem: &'a mut Option<String>,
+}
+
+impl<'de> DeserializeSeed<'de> for WeightMap<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for WeightMap<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut weight_map = BTreeMap::new();
+        let mut ids: std::collections::HashMap<String, u32> = Default::default();
+        let mut entries = 0usize;
+        while let Some(tensor) = map.next_key::<String>()? {
+            entries += 1;
+            if entries > MAX_INDEX_TENSORS {
+                *self.problem = Some(format!(
+                    "lists more than {MAX_INDEX_TENSORS} tensors in `weight_map`, over what \
+                     airlock checks (the largest real models have about 150,000)"
+                ));
+                return Err(de::Error::custom("too many tensors"));
+            }
+            let Some(shard) = map.next_value_seed(ShardName)? else {
+                *self.problem = Some(format!(
+                    "maps tensor `{tensor}` to something that is not a file name"
+                ));
+                return Err(de::Error::custom("not a file name"));
+            };
+            let id = match ids.get(&shard) {
+                Some(id) => *id,
+                None => {
+                    let id = self.index.shards.len() as u32;
+                    self.index.shards.push(shard.clone());
+                    ids.insert(shard, id);
+                    id
+                }
+            };
+            weight_map.insert(tensor, id);
+        }
+        self.index.weight_map = Some(weight_map);
+        Ok(())
+    }
+    // Not an object: as if there were no `weight_map`.
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+}
+
+/// A shard name: `Some` for a string, `None` for any other value (skipped over).
+struct ShardName;
+
+impl<'de> DeserializeSeed<'de> for ShardName {
+    type Value = Option<String>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ShardName {
+    type Value = Option<String>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Some(v.to_string()))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+/// `metadata`: its `total_size` as an integer (a float is truncated), else `None`.
+struct TotalSize;
+
+impl<'de> DeserializeSeed<'de> for TotalSize {
+    type Value = Option<u64>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for TotalSize {
+    type Value = Option<u64>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut total = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "total_size" {
+                total = map.next_value_seed(Size)?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(total)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+/// A number as a byte count: an integer, or a float truncated (a negative one to 0); `None`
+/// for any other value (skipped over).
+struct Size;
+
+impl<'de> DeserializeSeed<'de> for Size {
+    type Value = Option<u64>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Size {
+    type Value = Option<u64>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(Some(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(Some(v as f64 as u64))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(Some(v as u64))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
 }
 
 fn tensors_missing(index_rel: &str, shard_rel: &str, absent: &[&str], assigned: usize) -> Finding {
@@ -375,6 +687,45 @@ mod tests {
             let f = only(&findings, codes::SHARD_TENSOR_MISSING, "s.safetensors");
             assert!(f.problem.ends_with(quoted), "{}", f.problem);
         }
+    }
+
+    /// Issue 26: a 30 MB index of two million entries cost 400 MB read as a JSON tree. It is
+    /// streamed now, and an index listing more than MAX_INDEX_TENSORS tensors is refused.
+    #[test]
+    fn an_index_over_the_tensor_limit_is_refused() {
+        let index = |n: usize| {
+            let map: Vec<String> = (0..n)
+                .map(|i| format!(r#""t{i}":"s.safetensors""#))
+                .collect();
+            format!(r#"{{"weight_map":{{{}}}}}"#, map.join(","))
+        };
+        let name = "model.safetensors.index.json";
+        let findings = check_bytes(name, index(MAX_INDEX_TENSORS + 1).as_bytes());
+        let f = only(&findings, codes::SHARD_INDEX_INVALID, name);
+        assert!(
+            f.problem
+                .contains(&format!("more than {MAX_INDEX_TENSORS} tensors")),
+            "{}",
+            f.problem
+        );
+        // At the limit it is read (and here the shard is missing).
+        let findings = check_bytes(name, index(MAX_INDEX_TENSORS).as_bytes());
+        only(&findings, codes::SHARD_MISSING, name);
+    }
+
+    /// What the streamed reader takes from an index: the last of a tensor listed twice,
+    /// `total_size` as an integer or a float, other members ignored.
+    #[test]
+    fn index_members_are_read_as_a_whole_object_would_be() {
+        let (one, two) = shards();
+        let index = r#"{"x":[1,{"a":2}],"metadata":{"total_size":30.0,"y":null},"weight_map":{"c":"model-00001-of-00002.safetensors","a":"model-00001-of-00002.safetensors","b":"model-00001-of-00002.safetensors","c":"model-00002-of-00002.safetensors"}}"#;
+        let dir = tree(&[
+            ("m/model.safetensors.index.json", index.as_bytes()),
+            ("m/model-00001-of-00002.safetensors", &one),
+            ("m/model-00002-of-00002.safetensors", &two),
+        ]);
+        let findings = check_file(dir.path(), "m/model.safetensors.index.json").unwrap();
+        assert!(findings.is_empty(), "{findings:#?}");
     }
 
     #[test]

@@ -56,6 +56,7 @@ fn sample() -> Manifest {
         parity: None,
         base: None,
         trust_update: None,
+        oms: None,
     }
 }
 
@@ -199,6 +200,16 @@ fn the_parity_object_is_validated_as_documented() {
         (
             Box::new(|m| m.parity.as_mut().unwrap().data_units = 0),
             "data units",
+        ),
+        (
+            // A stripe wider than the bundle (issue 26 item 3), stripes kept consistent.
+            Box::new(|m| {
+                let units = m.data_units();
+                let p = m.parity.as_mut().unwrap();
+                p.data_units = units as u32 + 1;
+                p.stripes = 1;
+            }),
+            "more than the bundle's",
         ),
         (
             Box::new(|m| m.parity.as_mut().unwrap().volumes[0].name = "parity.0".into()),

@@ -564,3 +564,101 @@ fn verify_and_inspect_describe_a_delta_without_its_base() {
     let err = env.fails(1, &["pack", "bad", "-o", "bb", "--key", "k.key"]);
     assert!(err.contains("reserved for the patches"), "{err}");
 }
+
+/// Issue 26 item 2: a delta's base on the staging host is read by the model directory's rules.
+/// An installed base where one file became a link to a host file, one a FIFO, and one drifted
+/// from its receipt: the pack neither follows the link (the host file's bytes reach no volume)
+/// nor hangs on the FIFO, uses none of the three (their new versions travel whole, with a
+/// warning naming each), and the delta installs over a sound copy of the base.
+#[test]
+fn a_delta_base_on_the_staging_host_is_read_as_untrusted() {
+    let env = Env::new();
+    let files = ["a.bin", "b.bin", "c.bin", "d.bin"];
+    std::fs::create_dir(env.path("v1")).unwrap();
+    std::fs::create_dir(env.path("v2")).unwrap();
+    for (i, f) in files.iter().enumerate() {
+        let v1 = pseudo_random(1 << 20, 40 + i as u64);
+        let mut v2 = v1.clone();
+        v2[1000] ^= 0x5a;
+        std::fs::write(env.path("v1").join(f), &v1).unwrap();
+        std::fs::write(env.path("v2").join(f), &v2).unwrap();
+    }
+    pack(&env, "v1", "b1", 1, None);
+    unpack(&env, "b1", "base");
+    unpack(&env, "b1", "sound");
+    // The host file a link in the base points to: the size of the base file, a marker inside.
+    let mut secret = vec![b'S'; 1 << 20];
+    secret[..16].copy_from_slice(b"HOST-SECRET-0001");
+    std::fs::write(env.path("host-secret"), &secret).unwrap();
+    let base = env.path("base");
+    std::fs::remove_file(base.join("a.bin")).unwrap();
+    std::os::unix::fs::symlink(env.path("host-secret"), base.join("a.bin")).unwrap();
+    std::fs::remove_file(base.join("b.bin")).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        base.join("b.bin"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+    let mut drifted = std::fs::read(base.join("c.bin")).unwrap();
+    drifted[77] ^= 1;
+    std::fs::write(base.join("c.bin"), drifted).unwrap();
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args([
+            "--json",
+            "pack",
+            "v2",
+            "-o",
+            "d2",
+            "--key",
+            "k.key",
+            "--name",
+            "m",
+            "--version",
+            "2",
+            "--base",
+            "base",
+            "--compress",
+            "none",
+        ])
+        .current_dir(env.dir.path())
+        .env_remove("AIRLOCK_TRUST")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("pack hung on the FIFO in the base");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["exit_code"], 0, "{j:#}");
+    // Only d.bin, whose base is sound, is patched; the three others travel whole.
+    assert_eq!(j["delta"]["patched_files"], 1, "{j:#}");
+    assert_eq!(j["delta"]["carried_files"], 3, "{j:#}");
+    let warnings = j["warnings"].to_string();
+    for f in ["a.bin", "b.bin", "c.bin"] {
+        assert!(
+            warnings.contains(&format!("{f} was not used")),
+            "{f}: {warnings}"
+        );
+    }
+    for v in std::fs::read_dir(env.path("d2")).unwrap() {
+        let v = v.unwrap();
+        let bytes = std::fs::read(v.path()).unwrap();
+        assert!(
+            !bytes.windows(16).any(|w| w == b"HOST-SECRET-0001"),
+            "{} carries the host file",
+            v.path().display()
+        );
+    }
+    unpack(&env, "d2", "sound");
+    assert_installed(&env, "sound", &env.path("v2"));
+}
