@@ -29,8 +29,19 @@ pub(super) fn run(file: &Path, trust: &Policy) -> Result<Output> {
             path: sig_path.clone(),
             reason: "is not a minisign signature (not UTF-8 text)".into(),
         })?,
+        // A file without a signature beside it is the wrong path or an incomplete copy, not a
+        // failed verification (exit 1, as for a bundle path that is not a directory).
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::MissingSignature { path: sig_path });
+            return Err(Error::io(
+                &sig_path,
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!(
+                        "missing: {} is one file, not a bundle (a directory), and is checked by this signature; copy it beside the file, or name the bundle's directory",
+                        file.display()
+                    ),
+                ),
+            ));
         }
         Err(e) => return Err(Error::io(&sig_path, e)),
     };

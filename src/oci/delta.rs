@@ -46,7 +46,7 @@ fn no_base(m: &Manifest, registry: &Registry, what: String) -> Error {
             m.name, m.version, base.version, r.registry, r.repository,
         ),
         next: RegistryNext::Do(format!(
-            "push {} version {} (its full bundle) to oci://{}/{} first (`airlock push BUNDLE oci://{}/{}:TAG`), then push this delta again; or push the full bundle of version {} instead",
+            "push {} version {} to oci://{}/{} first (its full bundle: `airlock push BUNDLE oci://{}/{}:TAG`), then push this delta again; or push the full bundle of version {} instead",
             base.name, base.version, r.registry, r.repository, r.registry, r.repository, m.version
         )),
     }
