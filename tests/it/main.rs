@@ -13,6 +13,7 @@ mod model_checks;
 mod oci;
 mod oci_safety;
 mod oms;
+mod operator;
 mod parity;
 mod receipt_links;
 mod repair_safety;
