@@ -13,6 +13,7 @@ mod sign;
 mod trust;
 mod ui;
 mod unpack;
+mod values;
 
 use std::path::{Path, PathBuf};
 
@@ -609,6 +610,10 @@ fn inspect(bundle: &Path, sha256sums: bool) -> Result<Output> {
     }
     if let Some(base) = &m.base {
         delta_summary(&mut out, &m, base);
+    }
+    if let Some(v) = &m.values {
+        out.set("values", v);
+        out.line(format!("values:      {}", values::summary(v)));
     }
     out.line(format!(
         "compression: {}{}",

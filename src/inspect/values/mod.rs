@@ -59,6 +59,13 @@ pub const ZERO_REGION_MIN: u64 = 1 << 20;
 pub const ZERO_REGION_EDGE: u64 = 4 << 10;
 /// Tensors (or regions) kept by name per finding code and file; the rest are counted.
 const NOTES_PER_CODE: usize = 8;
+/// Most findings per file (one per code).
+pub const MAX_FINDINGS_PER_FILE: usize = 5;
+/// Longest `problem` of a finding, in bytes (tensor names are shortened to fit), so a pack
+/// can bound the manifest before it reads a byte.
+pub const MAX_PROBLEM_BYTES: usize = 1024;
+/// Characters of a tensor name a finding shows.
+const NAME_SHOWN: usize = 120;
 
 /// Whether the value scan reads the file at `path` (`/`-separated): a `*.safetensors` or
 /// `*.gguf` name, in any ASCII case.
@@ -786,6 +793,37 @@ pub fn scan_file(file: &File, len: u64, advance: &dyn Fn(u64)) -> io::Result<Opt
     Ok(scanner.finish())
 }
 
+/// A tensor name as a finding shows it: control characters escaped (a manifest's free text
+/// refuses them), at most [`NAME_SHOWN`] characters.
+fn shown(name: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if i == NAME_SHOWN {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `problem` cut to [`MAX_PROBLEM_BYTES`] at a character boundary.
+fn bounded(mut problem: String) -> String {
+    if problem.len() > MAX_PROBLEM_BYTES {
+        let mut cut = MAX_PROBLEM_BYTES - '…'.len_utf8();
+        while !problem.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        problem.truncate(cut);
+        problem.push('…');
+    }
+    problem
+}
+
 fn shape_text(shape: &[u64]) -> String {
     let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
     format!("[{}]", dims.join(", "))
@@ -808,12 +846,12 @@ fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{} {}", grouped(n), if n == 1 { one } else { many })
 }
 
-/// `; N more tensors have …` when `tensors` > 1.
-fn more(tensors: u64, what: &str) -> String {
+/// `, and N more <kind> tensors <with>` when `tensors` > 1.
+fn more(tensors: u64, kind: &str, with: &str) -> String {
     match tensors {
         0 | 1 => String::new(),
         n => format!(
-            ", and {} more {} {what}",
+            ", and {} more {kind}{}{with}",
             grouped(n - 1),
             if n == 2 { "tensor" } else { "tensors" }
         ),
@@ -835,7 +873,7 @@ impl FileScan {
                     "{} whose scale ({scales}) is NaN in tensor `{}` ({} {}), the first at \
                      element {}",
                     plural(n.count, "block", "blocks"),
-                    n.tensor,
+                    shown(&n.tensor),
                     n.dtype,
                     shape_text(&n.shape),
                     grouped(n.first)
@@ -843,7 +881,7 @@ impl FileScan {
                 None => format!(
                     "{} in tensor `{}` ({} {}), the first at element {}",
                     plural(n.count, "NaN value", "NaN values"),
-                    n.tensor,
+                    shown(&n.tensor),
                     n.dtype,
                     shape_text(&n.shape),
                     grouped(n.first)
@@ -855,7 +893,7 @@ impl FileScan {
                 format!(
                     "has {what}{} ({} NaN in all): weights from a run that diverged load \
                      without an error and compute garbage",
-                    more(self.nan_tensors, "with NaN"),
+                    more(self.nan_tensors, "", " with NaN"),
                     grouped(s.nan)
                 ),
                 FIX_DIVERGED,
@@ -868,7 +906,7 @@ impl FileScan {
                     "{} whose scale ({scales}) is infinite ({split}) in tensor `{}` ({} {}), \
                      the first at element {}",
                     plural(n.count, "block", "blocks"),
-                    n.tensor,
+                    shown(&n.tensor),
                     n.dtype,
                     shape_text(&n.shape),
                     grouped(n.first)
@@ -876,7 +914,7 @@ impl FileScan {
                 None => format!(
                     "{} ({split}) in tensor `{}` ({} {}), the first at element {}",
                     plural(n.count, "infinite value", "infinite values"),
-                    n.tensor,
+                    shown(&n.tensor),
                     n.dtype,
                     shape_text(&n.shape),
                     grouped(n.first)
@@ -888,7 +926,7 @@ impl FileScan {
                 format!(
                     "has {what}{} ({} Inf in all): weights that overflowed load without an \
                      error and compute garbage",
-                    more(self.inf_tensors, "with Inf"),
+                    more(self.inf_tensors, "", " with Inf"),
                     grouped(s.inf)
                 ),
                 FIX_DIVERGED,
@@ -910,9 +948,9 @@ impl FileScan {
                     grouped(r.start),
                     grouped(r.end),
                     plural(r.boundaries, "tensor boundary", "tensor boundaries"),
-                    r.first_tensor,
+                    shown(&r.first_tensor),
                     grouped(r.first_element),
-                    r.last_tensor
+                    shown(&r.last_tensor)
                 ),
                 "download or copy the file again (an interrupted download, or a save that died \
                  after preallocating the file, leaves this) and compare its SHA-256 with the \
@@ -926,11 +964,11 @@ impl FileScan {
                 format!(
                     "has tensor `{}` ({} {}) whose {} are all zero{}: a bias initialised to \
                      zero, or a tensor that was never trained or written",
-                    n.tensor,
+                    shown(&n.tensor),
                     n.dtype,
                     shape_text(&n.shape),
                     plural(n.count, "value", "values"),
-                    more(s.zero_tensors, "all zero")
+                    more(s.zero_tensors, "all-zero ", "")
                 ),
                 "nothing, if these are biases or untrained heads; if they should hold trained \
                  weights, export the checkpoint again",
@@ -943,16 +981,19 @@ impl FileScan {
                 format!(
                     "has tensor `{}` ({} {}) whose {} all equal {}{}: a norm initialised to \
                      one, or a model saved before it was trained",
-                    n.tensor,
+                    shown(&n.tensor),
                     n.dtype,
                     shape_text(&n.shape),
                     plural(n.count, "value", "values"),
                     n.detail.as_deref().unwrap_or("?"),
-                    more(s.constant_tensors, "constant")
+                    more(s.constant_tensors, "constant ", "")
                 ),
                 "nothing, for a freshly initialised model; for a trained checkpoint, export it \
                  again",
             ));
+        }
+        for f in &mut out {
+            f.problem = bounded(std::mem::take(&mut f.problem));
         }
         out
     }

@@ -238,7 +238,7 @@ fn all_zero_and_constant_tensors_are_warnings() {
     );
     assert!(
         findings[1].problem.contains(
-            "tensor `norm` (BF16 [8]) whose 8 values all equal 1.0, and 1 more tensor constant"
+            "tensor `norm` (BF16 [8]) whose 8 values all equal 1.0, and 1 more constant tensor"
         ),
         "{}",
         findings[1].problem
