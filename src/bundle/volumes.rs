@@ -1296,6 +1296,7 @@ mod tests {
                 parity: Some(25.0),
                 base: None,
                 trust_update: vec![],
+                values: None,
             },
             &crate::progress::Silent,
         )

@@ -569,3 +569,111 @@ proptest! {
         scan_in_pieces(&zeroed(&sizes, at, len), &[piece]);
     }
 }
+
+/// Every value fixture gets exactly its findings, from files the real writers made.
+#[test]
+fn the_value_fixtures_get_their_findings() {
+    use codes::*;
+    let dir = fixtures().join("values");
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "healthy/model.safetensors",
+            &[TENSOR_ALL_ZERO, TENSOR_CONSTANT],
+        ),
+        ("healthy/model.gguf", &[TENSOR_ALL_ZERO, TENSOR_CONSTANT]),
+        ("untrained.safetensors", &[TENSOR_ALL_ZERO, TENSOR_CONSTANT]),
+        ("nan-f64.safetensors", &[TENSOR_NAN]),
+        ("nan-f32.safetensors", &[TENSOR_NAN]),
+        ("nan-f16.safetensors", &[TENSOR_NAN]),
+        ("nan-bf16.safetensors", &[TENSOR_NAN]),
+        ("nan-f8_e4m3.safetensors", &[TENSOR_NAN]),
+        ("nan-f8_e5m2.safetensors", &[TENSOR_NAN]),
+        ("inf-f64.safetensors", &[TENSOR_INF]),
+        ("inf-f32.safetensors", &[TENSOR_INF]),
+        ("inf-f16.safetensors", &[TENSOR_INF]),
+        ("inf-bf16.safetensors", &[TENSOR_INF]),
+        ("inf-f8_e5m2.safetensors", &[TENSOR_INF]),
+        ("nan-f32.gguf", &[TENSOR_NAN]),
+        ("nan-f16.gguf", &[TENSOR_NAN]),
+        ("nan-bf16.gguf", &[TENSOR_NAN]),
+        ("inf-f32.gguf", &[TENSOR_INF]),
+        ("nan-scale-q8_0.gguf", &[TENSOR_NAN]),
+        ("inf-scale-q4_k.gguf", &[TENSOR_INF]),
+        (
+            "zero-region.safetensors",
+            &[TENSOR_ZERO_REGION, TENSOR_ALL_ZERO],
+        ),
+        ("zero-region-i32.safetensors", &[TENSOR_ZERO_REGION]),
+        ("zero-region.gguf", &[TENSOR_ZERO_REGION, TENSOR_ALL_ZERO]),
+    ];
+    let mut seen = Vec::new();
+    for (name, want) in cases {
+        let path = dir.join(name);
+        let file = File::open(&path).unwrap();
+        let len = file.metadata().unwrap().len();
+        let s = scan_file(&file, len, &|_| {}).unwrap().expect(name);
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(
+            s,
+            reference::scan(&Layout::read(&file, len).unwrap().unwrap(), &bytes),
+            "{name}"
+        );
+        let findings = s.findings(name);
+        let got: Vec<&str> = findings.iter().map(|f| f.code).collect();
+        assert_eq!(&got, want, "{name}: {findings:#?}");
+        for f in &findings {
+            let expected = if f.code == TENSOR_ALL_ZERO || f.code == TENSOR_CONSTANT {
+                Severity::Warning
+            } else {
+                Severity::Error
+            };
+            assert_eq!(f.severity, expected, "{name}");
+        }
+        if name.starts_with("nan-") && !name.contains("scale") {
+            assert_eq!((s.summary.nan, s.nan_notes[0].first), (2, 37), "{name}");
+        }
+        if name.starts_with("inf-") && !name.contains("scale") {
+            assert_eq!(
+                s.inf_notes[0].detail.as_deref(),
+                Some("1 +Inf, 1 -Inf"),
+                "{name}"
+            );
+            assert_eq!(s.inf_notes[0].first, 11, "{name}");
+        }
+        seen.push(*name);
+    }
+    assert_eq!(
+        s_first(&dir, "nan-scale-q8_0.gguf"),
+        (1, 96),
+        "block 3 of Q8_0 starts at element 96"
+    );
+    assert_eq!(s_first(&dir, "inf-scale-q4_k.gguf"), (0, 256));
+    // Every file of the folder is in the table.
+    let mut all: Vec<String> = walkdir::WalkDir::new(&dir)
+        .into_iter()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_file())
+        .map(|e| {
+            e.path()
+                .strip_prefix(&dir)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    all.sort();
+    let mut listed: Vec<String> = seen.iter().map(|s| s.to_string()).collect();
+    listed.sort();
+    assert_eq!(all, listed);
+}
+
+/// (NaN count, first element of the first bad tensor) of a fixture's scan, NaN or else Inf.
+fn s_first(dir: &std::path::Path, name: &str) -> (u64, u64) {
+    let file = File::open(dir.join(name)).unwrap();
+    let len = file.metadata().unwrap().len();
+    let s = scan_file(&file, len, &|_| {}).unwrap().unwrap();
+    match s.nan_notes.first() {
+        Some(n) => (s.summary.nan, n.first),
+        None => (s.summary.nan, s.inf_notes[0].first),
+    }
+}
