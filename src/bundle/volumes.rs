@@ -306,6 +306,7 @@ pub fn stray_files(opened: &Opened) -> Vec<StrayFile> {
         .filter(|s| {
             !super::open::is_cosignature_name(&s.name)
                 && !crate::trust::update::is_listed_root(m, &s.name)
+                && !crate::oms::is_listed(m, &s.name)
         })
         .collect()
 }
@@ -1297,6 +1298,7 @@ mod tests {
                 base: None,
                 trust_update: vec![],
                 values: None,
+                oms: Default::default(),
             },
             &crate::progress::Silent,
         )

@@ -1,4 +1,4 @@
-//! The value scan's record (a manifest's `values`, FORMAT.md section 19), rendered for `pack`,
+//! The value scan's record (a manifest's `values`, FORMAT.md section 20), rendered for `pack`,
 //! `inspect` and `check`.
 
 use airlock::manifest::{FileValues, Values};

@@ -79,6 +79,7 @@ fn delta() -> Manifest {
         parity: None,
         trust_update: None,
         values: None,
+        oms: None,
         base: Some(Base {
             name: "m".into(),
             version: 1,

@@ -57,6 +57,7 @@ fn sample() -> Manifest {
         base: None,
         trust_update: None,
         values: None,
+        oms: None,
     }
 }
 

@@ -65,6 +65,9 @@ pub struct PackOptions<'a> {
     pub trust_update: Vec<crate::trust::update::RootFile>,
     /// The value scan during the read pass (`None`: `pack --no-value-scan`).
     pub values: Option<ValueScan<'a>>,
+    /// OpenSSF Model Signing: sign with this key, check the publisher's signature (FORMAT.md
+    /// section 19).
+    pub oms: crate::oms::pack::Sealing,
 }
 
 /// The value scan ([`crate::inspect::values`]) of a pack: run in the pass that reads every
@@ -224,6 +227,7 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
             base: plan.base().cloned(),
             trust_update: crate::trust::update::carry(&dir, &opts.trust_update)?,
             values: recorded_values,
+            oms: std::mem::take(&mut opts.oms),
         },
         opts.key,
         &dir,
@@ -387,6 +391,7 @@ pub fn manifest_size_estimate(model: &Model, opts: &PackOptions<'_>) -> u64 {
                 files: scanned,
             })
         }),
+        oms: oms_estimate(&opts.oms),
         directories,
         files,
     };
@@ -426,6 +431,25 @@ fn value_warnings_bound(opts: &PackOptions<'_>, files: &[FileEntry]) -> Vec<Warn
         }
     }
     warnings
+}
+
+/// The `oms` object the manifest will get, its digests zeros (their length is fixed).
+fn oms_estimate(o: &crate::oms::pack::Sealing) -> Option<manifest::Oms> {
+    let digest = "0".repeat(64);
+    let signature = o.emit.as_ref().map(|_| manifest::OmsSignature {
+        name: manifest::OMS_SIGNATURE_NAME_BESIDE_PUBLISHER.into(),
+        size: u64::MAX,
+        sha256: digest.clone(),
+    });
+    let publisher = o.publisher.as_ref().map(|p| manifest::OmsPublisher {
+        signature: p.path.clone(),
+        method: "certificate".into(),
+        signer: digest.clone(),
+    });
+    (signature.is_some() || publisher.is_some()).then_some(manifest::Oms {
+        signature,
+        publisher,
+    })
 }
 
 /// Refuses, before anything is written, a model whose manifest would be larger than readers
@@ -513,6 +537,7 @@ fn is_complete_bundle(dir: &Path) -> bool {
         if name == manifest::MANIFEST_NAME
             || name == manifest::SIGNATURE_NAME
             || crate::trust::update::is_listed_root(&m, name)
+            || crate::oms::is_listed(&m, name)
         {
             continue;
         }
@@ -546,6 +571,7 @@ mod tests {
             base: None,
             trust_update: vec![],
             values: None,
+            oms: Default::default(),
         }
     }
 

@@ -42,8 +42,10 @@ pub struct Parts {
     pub base: Option<Base>,
     /// The TUF roots the bundle carries (FORMAT.md section 18).
     pub trust_update: Option<manifest::TrustUpdate>,
-    /// The value scan's counts (FORMAT.md section 19).
+    /// The value scan's counts (FORMAT.md section 20).
     pub values: Option<manifest::Values>,
+    /// OpenSSF Model Signing (FORMAT.md section 19): what to emit and what was verified.
+    pub oms: crate::oms::pack::Sealing,
 }
 
 /// A signed manifest, written.
@@ -65,6 +67,9 @@ pub fn seal(parts: Parts, key: &SecretKey, dir: &Path) -> Result<Sealed> {
         file_bytes: parts.files.iter().map(|f| f.size).sum(),
         volume_bytes: parts.volumes.iter().map(|v| v.size).sum(),
     };
+    // OMS (FORMAT.md section 19): the publisher's digests checked, airlock's signature made
+    // from the digests the writer computed and written beside the manifest.
+    let oms = parts.oms.seal(&parts.name, &parts.files, dir)?;
     let manifest = Manifest {
         format: manifest::FORMAT_ID.into(),
         format_version: manifest::FORMAT_VERSION,
@@ -87,6 +92,7 @@ pub fn seal(parts: Parts, key: &SecretKey, dir: &Path) -> Result<Sealed> {
         base: parts.base,
         trust_update: parts.trust_update,
         values: parts.values,
+        oms,
     };
     // The packer holds itself to the same rules as the reader.
     manifest.validate().map_err(|why| {

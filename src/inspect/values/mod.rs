@@ -37,7 +37,7 @@
 //!
 //! One finding per file and code names the first tensor (its dtype, shape, count and the index
 //! of the first bad value) and how many more are affected; [`Summary`] counts everything, and is
-//! what `pack` records in the signed manifest (its `values`, FORMAT.md section 19) and `check`
+//! what `pack` records in the signed manifest (its `values`, FORMAT.md section 20) and `check`
 //! compares against.
 
 use std::fs::File;
