@@ -473,6 +473,10 @@ pub struct CheckArgs {
     /// --ignore_unsigned_files).
     #[arg(long)]
     pub oms_ignore_unsigned: bool,
+    /// Do not scan the weights' values (NaN, Inf, zero-filled regions, all-zero and constant
+    /// tensors). The scan rides on the read that hashes each file; --sizes-only skips it too.
+    #[arg(long)]
+    pub no_value_scan: bool,
     /// Progress display.
     #[command(flatten)]
     pub progress: ProgressArgs,

@@ -1,7 +1,10 @@
 //! The value scan's record (a manifest's `values`, FORMAT.md section 20), rendered for `pack`,
 //! `inspect` and `check`.
 
+use airlock::inspect::values::{FileScan, RULES, Summary};
 use airlock::manifest::{FileValues, Values};
+use airlock::pack::file_values;
+use airlock::receipt::Drift;
 
 /// `1,234,567`.
 fn grouped(n: u64) -> String {
@@ -68,4 +71,56 @@ pub(crate) fn summary(v: &Values) -> String {
         grouped(checked),
         counts(&files)
     )
+}
+
+/// What the value scans of `check` counted, as a clause like [`summary`].
+pub(crate) fn scanned(summaries: &[&Summary]) -> String {
+    let files: Vec<FileValues> = summaries.iter().map(|s| file_values("", s)).collect();
+    let refs: Vec<&FileValues> = files.iter().collect();
+    let tensors: u64 = files.iter().map(|f| f.tensors).sum();
+    let checked: u64 = files.iter().map(|f| f.checked).sum();
+    format!(
+        "{} weight file{}, {} tensors ({} checked): {}",
+        files.len(),
+        if files.len() == 1 { "" } else { "s" },
+        grouped(tensors),
+        grouped(checked),
+        counts(&refs)
+    )
+}
+
+/// The files of an install whose counts differ from what the pack recorded (`values`, made by
+/// the same rules), as receipt drift: the signed record says what was true at pack time, so
+/// a NaN that is not in it arrived later. A file the scan could not read as a model now (its
+/// header changed) is drift too; the receipt comparison reports its content.
+pub(crate) fn changed(recorded: &Values, scans: &[(String, FileScan)]) -> Vec<Drift> {
+    if recorded.rules != RULES {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for r in &recorded.files {
+        let now = scans
+            .iter()
+            .find(|(p, _)| *p == r.path)
+            .map(|(p, s)| file_values(p, &s.summary));
+        let detail = match &now {
+            Some(now) if now == r => continue,
+            Some(now) => format!(
+                "values changed since packing: the signed record says {}; now {}",
+                counts(&[r]),
+                counts(&[now])
+            ),
+            None => format!(
+                "values could not be scanned (the header no longer reads as {}); the signed record says {}",
+                r.format,
+                counts(&[r])
+            ),
+        };
+        out.push(Drift {
+            path: r.path.clone(),
+            kind: "values",
+            detail,
+        });
+    }
+    out
 }

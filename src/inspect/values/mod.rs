@@ -49,6 +49,9 @@ use super::read::human_size;
 use super::{Finding, codes, gguf, safetensors};
 
 mod kernels;
+mod tree;
+
+pub use tree::{hash_and_scan, scan_tree, scanner_for};
 
 /// The version of these rules, recorded with each summary: a later airlock that changes them
 /// compares only summaries made by the same rules.
