@@ -402,12 +402,12 @@ fn file_drift(
         Ok((h, _, s)) => {
             scanned = s;
             out.push(Drift {
-            path: f.path.clone(),
-            kind: "modified",
-            detail: format!(
-                "content changed (sha256 {h}, the receipt says {})",
-                f.sha256
-            ),
+                path: f.path.clone(),
+                kind: "modified",
+                detail: format!(
+                    "content changed (sha256 {h}, the receipt says {})",
+                    f.sha256
+                ),
             });
         }
         Err(e) => out.push(Drift {

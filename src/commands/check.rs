@@ -98,7 +98,10 @@ fn run_hf(cache: &Path, a: &CheckArgs, ui: &dyn Progress) -> Result<Output> {
     }
     if !report.scanned.is_empty() {
         let summaries: Vec<&values::Summary> = report.scanned.iter().map(|s| &s.summary).collect();
-        out.line(format!("     value scan: {}", super::values::scanned(&summaries)));
+        out.line(format!(
+            "     value scan: {}",
+            super::values::scanned(&summaries)
+        ));
     }
     Ok(out)
 }
@@ -262,8 +265,7 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
         out.set("name", &m.name);
         out.set("version", m.version);
         let mut drift = receipt::planted(dir)?;
-        let (compared, scans) =
-            receipt::compare_scanning(dir, &m, a.sizes_only, scan_values, ui)?;
+        let (compared, scans) = receipt::compare_scanning(dir, &m, a.sizes_only, scan_values, ui)?;
         drift.extend(compared);
         if let Some(recorded) = &m.values {
             out.set("values_recorded", recorded);
@@ -321,13 +323,14 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
     if scan_values {
         match values::scan_tree(dir, &hashed, ui) {
             Ok(more) => value_scans.extend(more),
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidFilename => out
-                .warnings
-                .push(format!("the value scan stopped at a path too long to open: {e}")),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidFilename => out.warnings.push(
+                format!("the value scan stopped at a path too long to open: {e}"),
+            ),
             Err(e) => return Err(Error::io(dir, e)),
         }
         value_scans.sort_by(|a, b| airlock::paths::bundle_order(&a.0, &b.0));
-        let summaries: Vec<&values::Summary> = value_scans.iter().map(|(_, s)| &s.summary).collect();
+        let summaries: Vec<&values::Summary> =
+            value_scans.iter().map(|(_, s)| &s.summary).collect();
         out.set(
             "values",
             value_scans
@@ -336,7 +339,10 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
                 .collect::<Vec<_>>(),
         );
         if !summaries.is_empty() {
-            out.line(format!("value scan: {}", super::values::scanned(&summaries)));
+            out.line(format!(
+                "value scan: {}",
+                super::values::scanned(&summaries)
+            ));
         }
     }
     let mut findings = findings;

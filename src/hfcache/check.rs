@@ -315,12 +315,11 @@ pub fn check_cache_scanning(
                             f.problem, f.fix
                         ),
                     }),
-                    Severity::Warning => report.notes.push(format!(
-                        "{}: {} ({})",
-                        file.display(),
-                        f.problem,
-                        f.fix
-                    )),
+                    Severity::Warning => {
+                        report
+                            .notes
+                            .push(format!("{}: {} ({})", file.display(), f.problem, f.fix))
+                    }
                 }
             }
         }

@@ -24,5 +24,6 @@ mod tamper;
 mod tar_crate;
 mod trust_root;
 mod ux;
+mod values;
 mod verdict;
 mod workflow_checks;
