@@ -329,7 +329,7 @@ fn file_drift(
     sizes_only: bool,
     scan: bool,
     progress: &dyn Progress,
-) -> (Vec<Drift>, Option<FileScan>) {
+) -> FileDrift {
     let one = |kind, detail: String| {
         (
             vec![Drift {
@@ -475,6 +475,12 @@ pub fn planted(dir: &Path) -> Result<Vec<Drift>> {
     Ok(out)
 }
 
+/// The value scans of [`compare_scanning`]: each scanned file's path and scan, in bundle order.
+pub type FileScans = Vec<(String, FileScan)>;
+
+/// One file's differences and value scan.
+type FileDrift = (Vec<Drift>, Option<FileScan>);
+
 /// Compares `dir` with `manifest`. Returns every difference, sorted by path.
 pub fn compare(
     dir: &Path,
@@ -494,7 +500,7 @@ pub fn compare_scanning(
     sizes_only: bool,
     scan: bool,
     progress: &dyn Progress,
-) -> Result<(Vec<Drift>, Vec<(String, FileScan)>)> {
+) -> Result<(Vec<Drift>, FileScans)> {
     progress.start(
         if sizes_only { "sizes" } else { "hash" },
         if sizes_only {
@@ -512,7 +518,7 @@ pub fn compare_scanning(
         .as_ref()
         .and_then(|o| o.signature.as_ref())
         .map(crate::oms::as_file_entry);
-    let compared: Vec<(&manifest::FileEntry, (Vec<Drift>, Option<FileScan>))> = manifest
+    let compared: Vec<(&manifest::FileEntry, FileDrift)> = manifest
         .files
         .par_iter()
         .chain(oms_file.par_iter())

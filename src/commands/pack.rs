@@ -298,7 +298,7 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
             parity: shape.parity,
             base,
             trust_update,
-            values: (!a.no_value_scan).then(|| ValueScan {
+            values: (!a.no_value_scan).then_some(ValueScan {
                 skip_errors: a.no_model_checks,
                 findings: &mut value_findings,
             }),

@@ -11,7 +11,7 @@ fn grouped(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -25,7 +25,7 @@ pub(crate) fn counts(files: &[&FileValues]) -> String {
     let sum = |f: fn(&FileValues) -> u64| files.iter().map(|v| f(v)).sum::<u64>();
     let (nan, inf, regions) = (sum(|v| v.nan), sum(|v| v.inf), sum(|v| v.zero_regions));
     let (zero, constant) = (sum(|v| v.zero_tensors), sum(|v| v.constant_tensors));
-    let mut parts = vec![
+    let mut parts = [
         match nan {
             0 => "no NaN".to_string(),
             n => format!("{} NaN", grouped(n)),

@@ -135,7 +135,8 @@ fn a_healthy_file_has_no_finding() {
 #[test]
 fn nan_and_inf_in_every_float_dtype_are_counted_and_placed() {
     // (dtype, element size, a finite value, a NaN, +Inf, -Inf) as little-endian bit patterns.
-    let cases: &[(&str, usize, u64, u64, Option<(u64, u64)>)] = &[
+    type Case<'a> = (&'a str, usize, u64, u64, Option<(u64, u64)>);
+    let cases: &[Case] = &[
         (
             "F64",
             8,
