@@ -6,6 +6,7 @@
 #   scripts/bench.sh --cold           # drop the page cache before every timed command
 #   scripts/bench.sh --fleet [--fleet-gib 1]   # only the registry section at the end (issue 14)
 #   scripts/bench.sh --delta [--delta-gib 1]   # only the delta section at the end (issue 12)
+#   scripts/bench.sh --values [--values-gib 1] # only the value-scan section at the end (issue 23)
 #
 # Options: --sizes "1 4" (GiB), --runs N, --kinds "random bf16", --dir DIR (default /tmp/perf,
 # needs ~8x the largest size free), --keep (keep the models for the next run), --no-install
@@ -52,6 +53,8 @@ while [ $# -gt 0 ]; do
         --fleet-gib) FLEET_GIB="$2"; shift ;;
         --delta) DELTA=1 ;;
         --delta-gib) DELTA_GIB="$2"; shift ;;
+        --values) VALUES=1 ;;
+        --values-gib) VALUES_GIB="$2"; shift ;;
         -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
     esac
@@ -68,6 +71,11 @@ fi
 if [ "${DELTA:-0}" = 1 ]; then
     DELTA_SECTION=1 REPO=$REPO DIR=$DIR BIN=$BIN DELTA_GIB=${DELTA_GIB:-1} \
         exec bash -c "$(sed -n '/^# ==== delta: bundles against an installed base/,/^# ==== end of delta section/p' "$0")"
+fi
+# --values runs only the value-scan section at the end of this file (issue 23), nothing above.
+if [ "${VALUES:-0}" = 1 ]; then
+    VALUES_SECTION=1 REPO=$REPO DIR=$DIR BIN=$BIN VALUES_GIB=${VALUES_GIB:-1} RUNS=$RUNS \
+        exec bash -c "$(sed -n '/^# ==== values: the value scan/,/^# ==== end of values section/p' "$0")"
 fi
 if [ "$COLD" = 1 ] && [ "$(id -u)" != 0 ]; then
     echo "bench.sh: --cold drops the page cache and needs root" >&2
@@ -559,3 +567,106 @@ print(f'| $v | {m(full)} | {m(delta)} | {int(delta)/int(full):.5f} | {m(peer) if
 }
 delta_bench
 # ==== end of delta section ====================================================================
+
+# ==== values: the value scan (issue 23) =========================================================
+# Run only with --values; the script above exits before this section. A model of G GiB of bf16
+# weights (synth-model.py --kind bf16: trained-like values, 4 shards) is packed with and without
+# the scan (zstd, the default, and --compress none, where hashing is all the pack does), checked
+# as a plain directory (the scan reads each file on its own) and as an install (the scan rides on
+# the receipt's hashing), each with and without the scan, and scanned by the peer: safetensors'
+# header and numpy (bf16 widened to f32 through its raw bits, as numpy has no bf16; isnan, isinf,
+# any per tensor), reading the same files. Rounds alternate the commands; medians of RUNS runs,
+# wall and cpu (user + sys) seconds, peak RSS. Warm page cache.
+values_bench() {
+    [ "${VALUES_SECTION:-0}" = 1 ] || return 0
+    local d=$DIR/values gib=${VALUES_GIB:-1} bin=${BIN:-} synth="" runs=${RUNS:-3}
+    for c in "$REPO/../shared/bench/synth-model.py" "$REPO/../../shared/bench/synth-model.py"; do
+        if [ -z "$synth" ] && [ -f "$c" ]; then synth=$c; fi
+    done
+    [ -n "$synth" ] || { echo "bench.sh --values: synth-model.py not found" >&2; exit 2; }
+    local py=${AIRLOCK_VENV:-$REPO/.venv}/bin/python
+    [ -x "$py" ] || { echo "bench.sh --values: $py is missing (scripts/setup.sh makes the venv)" >&2; exit 2; }
+    if [ -z "$bin" ]; then
+        (cd "$REPO" && cargo build --release --locked -q)
+        bin=$REPO/target/release/airlock
+    fi
+    local al="$bin --progress none -q"
+    rm -rf "$d" && mkdir -p "$d"
+    "$bin" -q keygen --out "$d/k" --unencrypted
+    python3 "$synth" "$d/m" "$gib" --kind bf16 >/dev/null
+    $al pack "$d/m" -o "$d/b" --key "$d/k.key" --compress none
+    $al unpack "$d/b" --trust "$d/k.pub" --dest "$d/inst"
+    rm -rf "$d/b"
+    cat >"$d/peer.py" <<'PY'
+import json, os, struct, sys
+import numpy as np
+from safetensors import safe_open  # the header, as the library reads it
+nan = inf = zero = 0
+for name in sorted(os.listdir(sys.argv[1])):
+    if not name.endswith(".safetensors"):
+        continue
+    path = os.path.join(sys.argv[1], name)
+    with safe_open(path, framework="np") as f:
+        keys = list(f.keys())
+    with open(path, "rb") as fh:
+        n = struct.unpack("<Q", fh.read(8))[0]
+        header = json.loads(fh.read(n))
+    for k in keys:
+        t = header[k]
+        a, b = t["data_offsets"]
+        raw = np.fromfile(path, dtype=np.uint16 if t["dtype"] == "BF16" else np.uint8,
+                          count=(b - a) // (2 if t["dtype"] == "BF16" else 1), offset=8 + n + a)
+        v = (raw.astype(np.uint32) << 16).view(np.float32) if t["dtype"] == "BF16" else raw
+        nan += int(np.isnan(v).sum()) if v.dtype.kind == "f" else 0
+        inf += int(np.isinf(v).sum()) if v.dtype.kind == "f" else 0
+        zero += 0 if v.any() else 1
+print(nan, inf, zero)
+PY
+    local cmds=(
+        "pack|rm -rf $d/o|$al pack $d/m -o $d/o --key $d/k.key"
+        "pack --no-value-scan|rm -rf $d/o|$al pack $d/m -o $d/o --key $d/k.key --no-value-scan"
+        "pack --compress none|rm -rf $d/o|$al pack $d/m -o $d/o --key $d/k.key --compress none"
+        "pack --compress none --no-value-scan|rm -rf $d/o|$al pack $d/m -o $d/o --key $d/k.key --compress none --no-value-scan"
+        "check DIR|:|$al check $d/m"
+        "check DIR --no-value-scan|:|$al check $d/m --no-value-scan"
+        "check INSTALL|:|$al check $d/inst"
+        "check INSTALL --no-value-scan|:|$al check $d/inst --no-value-scan"
+        "numpy peer|:|$py $d/peer.py $d/m"
+    )
+    : >"$d/raw"
+    local r i n=${#cmds[@]} label prep cmd
+    for ((r = 0; r < runs; r++)); do
+        for ((i = 0; i < n; i++)); do
+            IFS='|' read -r label prep cmd <<<"${cmds[$(((i + r) % n))]}"
+            eval "$prep"; sync
+            /usr/bin/time -f "%e %U %S %M" -o "$d/t" $cmd >/dev/null
+            printf '%s\t%s\n' "$label" "$(cat "$d/t")" >>"$d/raw"
+        done
+    done
+    local bytes
+    bytes=$(find "$d/m" -name '*.safetensors' -printf '%s\n' | awk '{s+=$1} END {print s}')
+    python3 - "$d/raw" "$bytes" "$gib" "$runs" <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    label, t = line.rstrip("\n").split("\t")
+    wall, user, sys_, rss = t.split()
+    rows.setdefault(label, []).append((float(wall), float(user) + float(sys_), int(rss)))
+size = int(sys.argv[2])
+print(f"| command ({sys.argv[3]} GiB bf16, median of {sys.argv[4]}) | wall s | cpu s | GB/s per cpu-second | peak RSS MiB |")
+print("|---|---|---|---|---|")
+med = {}
+for label, v in rows.items():
+    w = statistics.median(x[0] for x in v); c = statistics.median(x[1] for x in v)
+    med[label] = (w, c)
+    rate = f"{size / c / 1e9:.2f}" if c > 0 else "n/a (under 10 ms)"
+    print(f"| {label} | {w:.2f} | {c:.2f} | {rate} | {max(x[2] for x in v) / 1024:.0f} |")
+for a, b in [("pack", "pack --no-value-scan"), ("pack --compress none", "pack --compress none --no-value-scan"),
+             ("check DIR", "check DIR --no-value-scan"), ("check INSTALL", "check INSTALL --no-value-scan")]:
+    cpu = f"{med[a][1] / med[b][1]:.3f}x" if med[b][1] > 0 else f"+{med[a][1]:.2f} s"
+    print(f"{a}: {med[a][0] / med[b][0]:.3f}x the wall time, {cpu} the cpu time of {b}")
+PY
+    echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+values_bench
+# ==== end of values section ===================================================================

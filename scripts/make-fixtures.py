@@ -221,6 +221,186 @@ def make_gguf(out):
 
 
 # ---------------------------------------------------------------------------------------------
+# Values: NaN, Inf, all-zero and constant tensors, zero-filled regions (airlock's value scan)
+
+
+def bf16_bits(a):
+    """float32 values as bfloat16 bit patterns (round to nearest even), uint16: numpy has no
+    bfloat16, so BF16 tensors are written from their raw bits."""
+    import numpy as np
+
+    u = np.asarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2")
+
+
+def safetensors_raw(path, tensors):
+    """Writes `tensors` (name -> (dtype as the Python binding names it, shape, little-endian
+    bytes)) with the real writer, `safetensors.serialize`, for the dtypes numpy lacks."""
+    import numpy as np
+    from safetensors import TensorSpec, serialize
+
+    keep, specs = [], {}
+    for name, (dtype, shape, data) in tensors.items():
+        buf = np.frombuffer(bytes(data), dtype=np.uint8).copy()
+        keep.append(buf)
+        specs[name] = TensorSpec(dtype=dtype, shape=tuple(shape), data_ptr=buf.ctypes.data, data_len=buf.nbytes)
+    write(path, bytes(serialize(specs, metadata={"format": "pt"})))
+
+
+def gguf_file(path, tensors):
+    """A GGUF v3 file by gguf.GGUFWriter: (name, array, raw ggml type or None) in order."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("airlock value fixture")
+    writer.add_block_count(1)
+    for name, array, raw in tensors:
+        if raw is None:
+            writer.add_tensor(name, array)
+        else:
+            writer.add_tensor(name, array, raw_dtype=raw)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def make_values(out):
+    import numpy as np
+    from gguf import GGMLQuantizationType as Q
+    from gguf import quants
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(SEED)
+    v = out / "values"
+    v.mkdir(parents=True, exist_ok=True)
+
+    def normal(shape, scale=0.02):
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    def coarse(shape):
+        """Weights from a few values (so the large fixtures stay small in git)."""
+        return (np.round(rng.standard_normal(shape) * 4) / 64).astype(np.float32)
+
+    # Healthy: zero biases, padding rows of zeros, norms of one, integer zeros. Warnings only.
+    embed = normal((64, 32))
+    embed[60:] = 0
+    safetensors_raw(
+        v / "healthy" / "model.safetensors",
+        {
+            "model.embed_tokens.weight": ("bfloat16", (64, 32), bf16_bits(embed).tobytes()),
+            "model.layers.0.self_attn.q_proj.weight": ("bfloat16", (32, 32), bf16_bits(normal((32, 32))).tobytes()),
+            "model.layers.0.self_attn.q_proj.bias": ("bfloat16", (32,), bytes(64)),
+            "model.layers.0.self_attn.k_proj.weight": ("float32", (32, 32), normal((32, 32)).tobytes()),
+            "model.layers.0.self_attn.k_proj.bias": ("float32", (32,), bytes(128)),
+            "model.layers.0.input_layernorm.weight": ("bfloat16", (32,), bf16_bits(np.ones(32)).tobytes()),
+            "model.norm.weight": ("float16", (32,), np.ones(32, dtype="<f2").tobytes()),
+            "position_ids": ("int64", (64,), bytes(512)),
+        },
+    )
+    gguf_file(
+        v / "healthy" / "model.gguf",
+        [
+            ("token_embd.weight", quants.quantize(normal((32, 64)), Q.Q8_0), Q.Q8_0),
+            ("blk.0.attn_q.weight", quants.quantize(normal((64, 64)), Q.Q4_0), Q.Q4_0),
+            ("blk.0.attn_q.bias", np.zeros(64, dtype=np.float16), None),
+            ("blk.0.attn_norm.weight", np.ones(64, dtype=np.float32), None),
+            ("blk.0.layer_ids", np.zeros(16, dtype=np.int32), None),
+            ("output.weight", normal((32, 64)).astype(np.float16), None),
+        ],
+    )
+
+    # NaN and Inf, one file per dtype: NaN at elements 37 and 200, +Inf at 11, -Inf at 12.
+    shape = (16, 16)
+    name = "model.layers.0.mlp.up_proj.weight"
+    for dtype, numpy_dtype in (("f64", "<f8"), ("f32", "<f4"), ("f16", "<f2")):
+        w = normal(shape).astype(numpy_dtype)
+        w.flat[[37, 200]] = np.nan
+        save_file({name: w}, v / f"nan-{dtype}.safetensors", metadata={"format": "pt"})
+        w = normal(shape).astype(numpy_dtype)
+        w.flat[11], w.flat[12] = np.inf, -np.inf
+        save_file({name: w}, v / f"inf-{dtype}.safetensors", metadata={"format": "pt"})
+    w = bf16_bits(normal(shape))
+    w.flat[[37, 200]] = 0x7FC0
+    safetensors_raw(v / "nan-bf16.safetensors", {name: ("bfloat16", shape, w.tobytes())})
+    w = bf16_bits(normal(shape))
+    w.flat[11], w.flat[12] = 0x7F80, 0xFF80
+    safetensors_raw(v / "inf-bf16.safetensors", {name: ("bfloat16", shape, w.tobytes())})
+    # FP8: finite codes with random signs; E4M3 has no infinity (S.1111.111 is its NaN),
+    # E5M2 is IEEE-like (S.11111.00 Inf, S.11111.xx NaN).
+    for dtype, lo, hi, nan, infs in (
+        ("f8_e4m3", 0x20, 0x50, 0x7F, None),
+        ("f8_e5m2", 0x30, 0x40, 0x7E, (0x7C, 0xFC)),
+    ):
+        spelled = {"f8_e4m3": "float8_e4m3fn", "f8_e5m2": "float8_e5m2"}[dtype]
+        codes = (rng.integers(lo, hi, 256) | (rng.integers(0, 2, 256) << 7)).astype(np.uint8)
+        codes[[37, 200]] = nan
+        safetensors_raw(v / f"nan-{dtype}.safetensors", {name: (spelled, shape, codes.tobytes())})
+        if infs:
+            codes = (rng.integers(lo, hi, 256) | (rng.integers(0, 2, 256) << 7)).astype(np.uint8)
+            codes[11], codes[12] = infs
+            safetensors_raw(v / f"inf-{dtype}.safetensors", {name: (spelled, shape, codes.tobytes())})
+
+    # All-zero and constant tensors (warnings): a shard of an untrained model.
+    save_file(
+        {"lm_head.weight": np.zeros((64, 64), dtype=np.float32), "model.norm.weight": np.ones(64, dtype=np.float32)},
+        v / "untrained.safetensors",
+        metadata={"format": "pt"},
+    )
+
+    # Zero-filled regions: 1.5 MiB of zeros from the middle of `a` through `b` into `c`, as a
+    # file preallocated and never completely written leaves them. BF16, integers, GGUF F16.
+    a, b, c = coarse((256, 1024)), coarse((512, 1024)), coarse((256, 1024))
+    bits = np.concatenate([bf16_bits(x).ravel() for x in (a, b, c)])
+    bits[128 * 1024 : (256 + 512 + 128) * 1024] = 0
+    parts = np.split(bits, [256 * 1024, 768 * 1024])
+    safetensors_raw(
+        v / "zero-region.safetensors",
+        {
+            f"model.layers.{i}.mlp.down_proj.weight": ("bfloat16", x.shape, part.tobytes())
+            for i, (x, part) in enumerate(zip((a, b, c), parts))
+        },
+    )
+    ints = rng.integers(1, 64, 2 * 262144).astype("<i4")
+    ints[65536 : 65536 + 2 * 196608] = 0
+    save_file(
+        {"a.ids": ints[:131072].copy(), "b.ids": ints[131072:393216].copy(), "c.ids": ints[393216:].copy()},
+        v / "zero-region-i32.safetensors",
+        metadata={"format": "pt"},
+    )
+    halves = [coarse((256, 1024)).astype(np.float16) for _ in range(3)]
+    flat = np.concatenate([h.ravel() for h in halves])
+    flat[128 * 1024 : 640 * 1024] = 0
+    gguf_file(
+        v / "zero-region.gguf",
+        [(f"blk.{i}.ffn_down.weight", flat[i * 262144 : (i + 1) * 262144].reshape(256, 1024), None) for i in range(3)],
+    )
+
+    # GGUF: float tensors and the fp16 scales of quantized blocks.
+    w = normal((16, 64))
+    w.flat[[37, 200]] = np.nan
+    gguf_file(v / "nan-f32.gguf", [("blk.0.ffn_up.weight", w, None)])
+    gguf_file(v / "nan-f16.gguf", [("blk.0.ffn_up.weight", w.astype(np.float16), None)])
+    raw = quants.quantize(normal((16, 64)), Q.BF16)
+    raw.view("<u2").flat[[37, 200]] = 0x7FC0
+    gguf_file(v / "nan-bf16.gguf", [("blk.0.ffn_up.weight", raw, Q.BF16)])
+    w = normal((16, 64))
+    w.flat[11], w.flat[12] = np.inf, -np.inf
+    gguf_file(v / "inf-f32.gguf", [("blk.0.ffn_up.weight", w, None)])
+    # Q8_0 (34-byte blocks of 32 values, d first): block 3's d is NaN.
+    q = quants.quantize(normal((16, 64)), Q.Q8_0)
+    q.reshape(-1, 34)[3, 0:2] = np.frombuffer(np.array([0x7E00], dtype="<u2").tobytes(), dtype=np.uint8)
+    gguf_file(v / "nan-scale-q8_0.gguf", [("blk.0.ffn_up.weight", q, Q.Q8_0)])
+    # Q4_K (144-byte blocks of 256 values: d, dmin, 12 scale bytes, 128 quant bytes), made by
+    # hand (gguf-py does not quantize K types): block 1's d is +Inf.
+    blocks = rng.integers(0, 256, (4, 144)).astype(np.uint8)
+    halves = np.array([0x2E66, 0x2C00] * 4, dtype="<u2").reshape(4, 2)
+    blocks[:, 0:4] = np.frombuffer(halves.tobytes(), dtype=np.uint8).reshape(4, 4)
+    blocks[1, 0:2] = np.frombuffer(np.array([0x7C00], dtype="<u2").tobytes(), dtype=np.uint8)
+    gguf_file(v / "inf-scale-q4_k.gguf", [("blk.0.ffn_up.weight", blocks.reshape(4, 144), Q.Q4_K)])
+
+
+# ---------------------------------------------------------------------------------------------
 # PyTorch
 
 
@@ -477,6 +657,23 @@ Deterministic: `python3 scripts/make-fixtures.py --check` regenerates and compar
 | `truncated-in-metadata.gguf` | `gguf-truncated` |
 | `truncated-zip.bin` | `torch-zip-no-eocd` |
 | `html-page.bin` | `torch-not-a-checkpoint` |
+
+`values/`, for the value scan (`airlock::inspect::values`): headers valid, values wrong. BF16 and
+FP8 tensors are written from their raw bits through `safetensors.serialize` (numpy has no such
+dtypes); GGUF files by `gguf.GGUFWriter`, Q8_0 blocks by `gguf.quants`, Q4_K blocks by hand.
+
+| file | findings |
+|---|---|
+| `healthy/model.safetensors` | `tensor-all-zero`, `tensor-constant` (warnings only): zero biases (BF16, F32), zero padding rows in the embedding, norms of one (BF16, F16), integer zeros |
+| `healthy/model.gguf` | `tensor-all-zero`, `tensor-constant` (warnings only): Q8_0 and Q4_0 weights, an F16 zero bias, an F32 norm of ones, I32 zeros |
+| `untrained.safetensors` | `tensor-all-zero`, `tensor-constant` (warnings) |
+| `nan-{f64,f32,f16,bf16,f8_e4m3,f8_e5m2}.safetensors` | `tensor-nan`: NaN at elements 37 and 200 |
+| `inf-{f64,f32,f16,bf16,f8_e5m2}.safetensors` | `tensor-inf`: +Inf at element 11, -Inf at 12 (FP8 E4M3 has no infinity) |
+| `nan-{f32,f16,bf16}.gguf`, `inf-f32.gguf` | `tensor-nan`, `tensor-inf`, as above |
+| `nan-scale-q8_0.gguf` | `tensor-nan`: the fp16 `d` of Q8_0 block 3 is NaN |
+| `inf-scale-q4_k.gguf` | `tensor-inf`: the fp16 `d` of Q4_K block 1 is +Inf |
+| `zero-region.safetensors`, `zero-region.gguf` | `tensor-zero-region` (and `tensor-all-zero` for the tensor wholly inside it): zeros from the middle of one tensor through the next into a third |
+| `zero-region-i32.safetensors` | `tensor-zero-region`: the same across integer tensors |
 """
 
 
@@ -495,6 +692,7 @@ def generate(testdata):
     make_safetensors(fixtures)
     make_gguf(fixtures)
     make_torch(fixtures)
+    make_values(fixtures)
     (fixtures / "README.md").write_text(README)
     make_tiny_model(tiny)
     normalize_modes(fixtures)

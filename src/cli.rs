@@ -251,6 +251,11 @@ pub struct PackArgs {
     /// Pack even if the model checks find errors (they are still recorded as warnings).
     #[arg(long)]
     pub no_model_checks: bool,
+    /// Do not scan the weights' values (NaN, Inf, zero-filled regions, all-zero and constant
+    /// tensors) while packing: the bundle then has no `values` record, which airlock releases
+    /// from before the scan need in order to read it.
+    #[arg(long)]
+    pub no_value_scan: bool,
     /// Pack this repository (ORG/NAME) from the Hugging Face cache instead of a directory. Every
     /// file is checked against its blob name (the hash the hub published) as it is read.
     #[arg(long, value_name = "ORG/NAME")]
@@ -470,6 +475,10 @@ pub struct CheckArgs {
     /// --ignore_unsigned_files).
     #[arg(long)]
     pub oms_ignore_unsigned: bool,
+    /// Do not scan the weights' values (NaN, Inf, zero-filled regions, all-zero and constant
+    /// tensors). The scan rides on the read that hashes each file; --sizes-only skips it too.
+    #[arg(long)]
+    pub no_value_scan: bool,
     /// Progress display.
     #[command(flatten)]
     pub progress: ProgressArgs,

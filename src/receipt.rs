@@ -27,6 +27,7 @@ use rayon::prelude::*;
 use crate::bundle::open;
 use crate::error::{Error, Result};
 use crate::fsio::{self, OpenError};
+use crate::inspect::values::{self, FileScan};
 use crate::manifest::{self, Manifest};
 use crate::paths::{self, RECEIPT_DIR};
 use crate::progress::Progress;
@@ -326,14 +327,18 @@ fn file_drift(
     root: &OwnedFd,
     f: &manifest::FileEntry,
     sizes_only: bool,
+    scan: bool,
     progress: &dyn Progress,
-) -> Vec<Drift> {
+) -> FileDrift {
     let one = |kind, detail: String| {
-        vec![Drift {
-            path: f.path.clone(),
-            kind,
-            detail,
-        }]
+        (
+            vec![Drift {
+                path: f.path.clone(),
+                kind,
+                detail,
+            }],
+            None,
+        )
     };
     let file = match fsio::open_file_below(root, &f.path) {
         Ok((file, _)) => file,
@@ -384,29 +389,34 @@ fn file_drift(
             kind: "size",
             detail: format!("is {len} bytes, the receipt says {}", f.size),
         });
-        return out;
+        return (out, None);
     }
     if sizes_only {
-        return out;
+        return (out, None);
     }
     progress.item(&f.path);
-    match fsio::hash_file(&file, &|n| progress.advance(n)) {
-        Ok((h, _)) if h == f.sha256 => {}
-        Ok((h, _)) => out.push(Drift {
-            path: f.path.clone(),
-            kind: "modified",
-            detail: format!(
-                "content changed (sha256 {h}, the receipt says {})",
-                f.sha256
-            ),
-        }),
+    let mut scanned = None;
+    // The value scan of a model file rides on this read (no second read of the model).
+    match values::hash_and_scan(&file, &f.path, scan, &|n| progress.advance(n)) {
+        Ok((h, _, s)) if h == f.sha256 => scanned = s,
+        Ok((h, _, s)) => {
+            scanned = s;
+            out.push(Drift {
+                path: f.path.clone(),
+                kind: "modified",
+                detail: format!(
+                    "content changed (sha256 {h}, the receipt says {})",
+                    f.sha256
+                ),
+            });
+        }
         Err(e) => out.push(Drift {
             path: f.path.clone(),
             kind: "unreadable",
             detail: format!("cannot be read: {e}"),
         }),
     }
-    out
+    (out, scanned)
 }
 
 /// Every entry below `dir` (relative, `/`-separated), through directory handles; the
@@ -465,6 +475,12 @@ pub fn planted(dir: &Path) -> Result<Vec<Drift>> {
     Ok(out)
 }
 
+/// The value scans of [`compare_scanning`]: each scanned file's path and scan, in bundle order.
+pub type FileScans = Vec<(String, FileScan)>;
+
+/// One file's differences and value scan.
+type FileDrift = (Vec<Drift>, Option<FileScan>);
+
 /// Compares `dir` with `manifest`. Returns every difference, sorted by path.
 pub fn compare(
     dir: &Path,
@@ -472,6 +488,19 @@ pub fn compare(
     sizes_only: bool,
     progress: &dyn Progress,
 ) -> Result<Vec<Drift>> {
+    compare_scanning(dir, manifest, sizes_only, false, progress).map(|(drift, _)| drift)
+}
+
+/// [`compare`], and with `scan` (and not `sizes_only`) the value scan
+/// ([`crate::inspect::values`]) of every model file in the read that hashes it. Returns the
+/// differences and the scans of the files with a layout (path and scan, in bundle order).
+pub fn compare_scanning(
+    dir: &Path,
+    manifest: &Manifest,
+    sizes_only: bool,
+    scan: bool,
+    progress: &dyn Progress,
+) -> Result<(Vec<Drift>, FileScans)> {
     progress.start(
         if sizes_only { "sizes" } else { "hash" },
         if sizes_only {
@@ -489,12 +518,18 @@ pub fn compare(
         .as_ref()
         .and_then(|o| o.signature.as_ref())
         .map(crate::oms::as_file_entry);
-    let mut drift: Vec<Drift> = manifest
+    let compared: Vec<(&manifest::FileEntry, FileDrift)> = manifest
         .files
         .par_iter()
         .chain(oms_file.par_iter())
-        .flat_map_iter(|f| file_drift(&root, f, sizes_only, progress))
+        .map(|f| (f, file_drift(&root, f, sizes_only, scan, progress)))
         .collect();
+    let mut drift = Vec::new();
+    let mut scans = Vec::new();
+    for (f, (d, s)) in compared {
+        drift.extend(d);
+        scans.extend(s.map(|s| (f.path.clone(), s)));
+    }
     if let Ok(st) = rustix::fs::fstat(&root) {
         drift.extend(mode_drift(".", st.st_mode));
     }
@@ -528,5 +563,5 @@ pub fn compare(
     }
     drift.sort_by(|a, b| paths::bundle_order(&a.path, &b.path));
     progress.finish();
-    Ok(drift)
+    Ok((drift, scans))
 }

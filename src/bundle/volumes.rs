@@ -1297,6 +1297,7 @@ mod tests {
                 parity: Some(25.0),
                 base: None,
                 trust_update: vec![],
+                values: None,
                 oms: Default::default(),
             },
             &crate::progress::Silent,

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use airlock::error::{Error, Result};
 use airlock::hfcache;
+use airlock::inspect::values;
 use airlock::inspect::{self, Finding, Severity};
 use airlock::paths::RECEIPT_DIR;
 use airlock::progress::Progress;
@@ -78,13 +79,16 @@ fn never_installed(dir: &Path) -> bool {
 fn run_hf(cache: &Path, a: &CheckArgs, ui: &dyn Progress) -> Result<Output> {
     let repo_type = a.repo_type.unwrap_or(RepoTypeArg::Model).as_str();
     let only = a.hf_repo.as_deref().map(|id| (repo_type, id));
-    let report = hfcache::check_cache(cache, only, ui)?;
+    let report = hfcache::check_cache_scanning(cache, only, !a.no_value_scan, ui)?;
     let mut out = Output::default();
     out.set("hf_cache", cache);
     out.set("repos", &report.repos);
     out.set("blobs_checked", report.blobs_checked);
     out.set("bytes_checked", report.bytes_checked);
     out.set("problems", &report.problems);
+    if !a.no_value_scan {
+        out.set("values", &report.scanned);
+    }
     out.warnings.extend(report.notes.iter().cloned());
     for p in &report.problems {
         out.line(format!(
@@ -114,6 +118,13 @@ fn run_hf(cache: &Path, a: &CheckArgs, ui: &dyn Progress) -> Result<Output> {
                 .map(|r| r.snapshots.len())
                 .sum::<usize>()
         )),
+    }
+    if !report.scanned.is_empty() {
+        let summaries: Vec<&values::Summary> = report.scanned.iter().map(|s| &s.summary).collect();
+        out.line(format!(
+            "     value scan: {}",
+            super::values::scanned(&summaries)
+        ));
     }
     Ok(out)
 }
@@ -240,6 +251,11 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
     }
     let has_receipt = receipt::exists(dir);
     oms_check(dir, &a, has_receipt, ui, &mut out)?;
+    // The value scan rides on the receipt comparison's hashing; the model files no receipt
+    // lists are read for it on their own. --sizes-only reads no content, so no scan either.
+    let scan_values = !a.no_value_scan && !a.sizes_only;
+    let mut value_scans = Vec::new();
+    let mut hashed = std::collections::HashSet::new();
     out.set("receipt", has_receipt);
     out.set("receipt_verified", trust.is_some());
     out.set("lint_only", lint_only);
@@ -289,7 +305,22 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
         out.set("name", &m.name);
         out.set("version", m.version);
         let mut drift = receipt::planted(dir)?;
-        drift.extend(receipt::compare(dir, &m, a.sizes_only, ui)?);
+        let (compared, scans) = receipt::compare_scanning(dir, &m, a.sizes_only, scan_values, ui)?;
+        drift.extend(compared);
+        if let Some(recorded) = &m.values {
+            out.set("values_recorded", recorded);
+            if scan_values {
+                // A file already drifting (missing, resized, modified) says enough.
+                let more: Vec<_> = super::values::changed(recorded, &scans)
+                    .into_iter()
+                    .filter(|v| !drift.iter().any(|d| d.path == v.path))
+                    .collect();
+                drift.extend(more);
+                drift.sort_by(|a, b| airlock::paths::bundle_order(&a.path, &b.path));
+            }
+        }
+        hashed.extend(m.files.iter().map(|f| f.path.clone()));
+        value_scans = scans;
         out.set("sizes_only", a.sizes_only);
         out.set("files_checked", m.files.len());
         out.set("drift", &drift);
@@ -330,6 +361,36 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
         }
         Err(e) => return Err(Error::io(dir, e)),
     };
+    if scan_values {
+        match values::scan_tree(dir, &hashed, ui) {
+            Ok(more) => value_scans.extend(more),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidFilename => out.warnings.push(
+                format!("the value scan stopped at a path too long to open: {e}"),
+            ),
+            Err(e) => return Err(Error::io(dir, e)),
+        }
+        value_scans.sort_by(|a, b| airlock::paths::bundle_order(&a.0, &b.0));
+        let summaries: Vec<&values::Summary> =
+            value_scans.iter().map(|(_, s)| &s.summary).collect();
+        out.set(
+            "values",
+            value_scans
+                .iter()
+                .map(|(p, s)| serde_json::json!({"path": p, "summary": s.summary}))
+                .collect::<Vec<_>>(),
+        );
+        if !summaries.is_empty() {
+            out.line(format!(
+                "value scan: {}",
+                super::values::scanned(&summaries)
+            ));
+        }
+    }
+    let mut findings = findings;
+    for (p, s) in &value_scans {
+        findings.extend(s.findings(p));
+    }
+    findings.sort_by(|a, b| (&a.path, a.code).cmp(&(&b.path, b.code)));
     let findings: Vec<Finding> = findings
         .into_iter()
         .filter(|f| f.path != RECEIPT_DIR && !f.path.starts_with(".airlock/"))

@@ -14,6 +14,7 @@ mod sign;
 mod trust;
 mod ui;
 mod unpack;
+mod values;
 mod verify_file;
 
 use std::path::{Path, PathBuf};
@@ -619,6 +620,10 @@ fn inspect(bundle: &Path, sha256sums: bool) -> Result<Output> {
     }
     if let Some(base) = &m.base {
         delta_summary(&mut out, &m, base);
+    }
+    if let Some(v) = &m.values {
+        out.set("values", v);
+        out.line(format!("values:      {}", values::summary(v)));
     }
     out.line(format!(
         "compression: {}{}",

@@ -6,7 +6,7 @@ use std::path::Path;
 use airlock::error::{Error, Result, human};
 use airlock::hfcache;
 use airlock::manifest;
-use airlock::pack::{self, BaseSource, Compress, Model, ModelSpec, PackOptions, write};
+use airlock::pack::{self, BaseSource, Compress, Model, ModelSpec, PackOptions, ValueScan, write};
 use airlock::size::parse_size;
 
 use super::Output;
@@ -318,6 +318,7 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
         }
         None => None,
     };
+    let mut value_findings = Vec::new();
     let packed = pack::pack(
         &model,
         PackOptions {
@@ -333,6 +334,10 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
             parity: shape.parity,
             base,
             trust_update,
+            values: (!a.no_value_scan).then_some(ValueScan {
+                skip_errors: a.no_model_checks,
+                findings: &mut value_findings,
+            }),
             oms: airlock::oms::pack::Sealing {
                 emit: oms_emit.map(|key| airlock::oms::pack::Emit {
                     key,
@@ -342,7 +347,25 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
             },
         },
         ui,
-    )?;
+    );
+    let packed = match packed {
+        Ok(p) => p,
+        // The value scan's errors stop the pack at the end of its read pass: the findings are
+        // the detail behind the error, as for the model checks before it.
+        Err(e @ Error::ModelChecks { .. }) => {
+            out.set("findings", &value_findings);
+            for f in &value_findings {
+                out.line(super::check::finding_line(f));
+            }
+            out.error = Some(e);
+            return Ok(out);
+        }
+        Err(e) => return Err(e),
+    };
+    for f in &value_findings {
+        out.warnings
+            .push(format!("{}: {} ({})", f.path, f.problem, f.fix));
+    }
     out.warnings.extend(packed.notes.iter().cloned());
     render(
         &mut out,
@@ -381,6 +404,13 @@ fn render(
     );
     out.set("volume_bytes", m.totals.volume_bytes);
     out.set("compression", &m.compression.algorithm);
+    if let Some(v) = &m.values {
+        out.set("values", &v.files);
+        out.line(format!(
+            "OK   values scanned: {}",
+            super::values::summary(v)
+        ));
+    }
     if let (Some(hf), Some(src)) = (&model.hf, &m.source) {
         out.set("hf_cache", &hf.cache);
         out.set("snapshot", &hf.snapshot.dir);

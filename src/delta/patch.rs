@@ -316,6 +316,19 @@ pub fn encode<W: Write>(
     level: i32,
     out: W,
 ) -> Result<(W, Encoded), PatchError> {
+    encode_observed(new, base, map, level, out, &mut |_| {})
+}
+
+/// [`encode`], handing each piece of `new` to `observe` as it is read, front to back (the
+/// pack's value scan reads the new file in the same pass).
+pub fn encode_observed<W: Write>(
+    new: &File,
+    base: &File,
+    map: Map,
+    level: i32,
+    out: W,
+    observe: &mut dyn FnMut(&[u8]),
+) -> Result<(W, Encoded), PatchError> {
     let new_len = file_len(new)?;
     let base_len = file_len(base)?;
     let segments = match map {
@@ -347,6 +360,7 @@ pub fn encode<W: Write>(
         let n = (new_len - pos).min(PIECE as u64) as usize;
         new.read_exact_at(&mut buf[..n], pos)?;
         sha2::Digest::update(&mut hash, &buf[..n]);
+        observe(&buf[..n]);
         aligned.xor_into(pos, &mut buf[..n], &mut scratch)?;
         enc.write_all(&buf[..n])?;
         pos += n as u64;

@@ -529,6 +529,7 @@ mod tests {
     /// Files that are test modules as a whole (declared `#[cfg(test)] mod x;`).
     const TEST_ONLY_FILES: &[&str] = &[
         "src/inspect/fuzz.rs",
+        "src/inspect/values/tests.rs",
         "src/manifest/tests.rs",
         "src/manifest/rules_tests.rs",
         "src/manifest/delta_tests.rs",

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 use serde::Serialize;
 
-use super::etag::hash_file;
+use super::etag::hash_and_scan;
 use super::layout::{self, Content};
 use super::names::{
     EtagKind, NOT_REPOSITORIES, parse_repo_folder, repo_folder_name, validate_repo_id,
@@ -20,6 +20,7 @@ use super::names::{
 };
 use super::snapshot::{RefState, list_refs, read_ref};
 use crate::error::{Error, Result};
+use crate::inspect::values::{self, FileScan};
 use crate::inspect::{self, Severity};
 use crate::progress::Progress;
 
@@ -72,6 +73,8 @@ pub struct CacheReport {
     /// Things that are not damage: interrupted downloads, entries that are not repositories,
     /// blobs not named by an etag, model-check warnings.
     pub notes: Vec<String>,
+    /// The model files the value scan read, with what it counted.
+    pub scanned: Vec<ScannedBlob>,
 }
 
 impl CacheReport {
@@ -100,6 +103,23 @@ impl CacheReport {
     }
 }
 
+/// A blob's repository index, bytes hashed, problem, and value scan (as which snapshot file).
+type BlobResult = (
+    usize,
+    u64,
+    Option<CacheProblem>,
+    Option<((String, String), FileScan)>,
+);
+
+/// A model file of a snapshot whose blob the value scan read.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScannedBlob {
+    /// The snapshot file (the first naming the blob as a model file).
+    pub path: PathBuf,
+    /// What the scan counted.
+    pub summary: values::Summary,
+}
+
 struct BlobJob {
     repo: usize,
     /// The blob, as messages name it.
@@ -117,6 +137,17 @@ struct BlobJob {
 pub fn check_cache(
     cache: &Path,
     only: Option<(&str, &str)>,
+    progress: &dyn Progress,
+) -> Result<CacheReport> {
+    check_cache_scanning(cache, only, false, progress)
+}
+
+/// [`check_cache`], and with `scan_values` the value scan ([`crate::inspect::values`]) of
+/// every blob a snapshot names as a model file, in the read that hashes it.
+pub fn check_cache_scanning(
+    cache: &Path,
+    only: Option<(&str, &str)>,
+    scan_values: bool,
     progress: &dyn Progress,
 ) -> Result<CacheReport> {
     let meta = fs::metadata(cache).map_err(|e| Error::io(cache, e))?;
@@ -185,14 +216,35 @@ pub fn check_cache(
     }
 
     let total: u64 = jobs.iter().map(|j| j.size).sum();
+    let users = snapshot_users(&report.repos);
+    // The snapshot file a blob is scanned as (the first that names a model file), so the
+    // value scan rides on the hash of the blob.
+    let scan_as = |job: &BlobJob| -> Option<(String, String)> {
+        if !scan_values {
+            return None;
+        }
+        users
+            .get(&job.path)?
+            .iter()
+            .find(|u| values::wants_scan(&u.1))
+            .cloned()
+    };
     progress.start("check blobs", total);
-    let results: Vec<(usize, u64, Option<CacheProblem>)> = jobs
+    let results: Vec<BlobResult> = jobs
         .par_iter()
         .map(|job| {
             progress.item(&job.etag);
-            match hash_file(&job.source, job.kind, progress) {
-                Ok(actual) if actual == job.etag => (job.repo, job.size, None),
-                Ok(actual) => (
+            let named = scan_as(job);
+            match hash_and_scan(
+                &job.source,
+                job.kind,
+                named.as_ref().map(|n| n.1.as_str()),
+                progress,
+            ) {
+                Ok((actual, scan)) if actual == job.etag => {
+                    (job.repo, job.size, None, named.zip(scan))
+                }
+                Ok((actual, _)) => (
                     job.repo,
                     job.size,
                     Some(CacheProblem {
@@ -203,6 +255,7 @@ pub fn check_cache(
                             job.kind.name()
                         ),
                     }),
+                    None,
                 ),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => (
                     job.repo,
@@ -213,6 +266,7 @@ pub fn check_cache(
                         problem: "is a link whose target (in the shared blob store) is missing"
                             .into(),
                     }),
+                    None,
                 ),
                 Err(e) => (
                     job.repo,
@@ -222,23 +276,52 @@ pub fn check_cache(
                         kind: "blob-mismatch",
                         problem: format!("cannot be read: {e}"),
                     }),
+                    None,
                 ),
             }
         })
         .collect();
     progress.finish();
-    let users = snapshot_users(&report.repos);
-    for (repo, bytes, problem) in results {
+    for (repo, bytes, problem, scanned) in results {
         report.repos[repo].blobs_checked += 1;
         report.repos[repo].bytes_checked += bytes;
         report.blobs_checked += 1;
         report.bytes_checked += bytes;
         if let Some(mut p) = problem {
             if let Some(files) = users.get(&p.path) {
+                let files: Vec<String> = files
+                    .iter()
+                    .map(|(commit, rel)| format!("{:?}", format!("{commit}/{rel}")))
+                    .collect();
                 p.problem
                     .push_str(&format!("; used by {}", files.join(", ")));
             }
             report.problems.push(p);
+        }
+        if let Some(((commit, rel), scan)) = scanned {
+            let repo = &report.repos[repo];
+            let file = repo.folder.join("snapshots").join(&commit).join(&rel);
+            report.scanned.push(ScannedBlob {
+                path: file.clone(),
+                summary: scan.summary.clone(),
+            });
+            for f in scan.findings(&rel) {
+                match f.severity {
+                    Severity::Error => report.problems.push(CacheProblem {
+                        path: file.clone(),
+                        kind: f.code,
+                        problem: format!(
+                            "{rel:?} in snapshot {commit}: {} (fix: {})",
+                            f.problem, f.fix
+                        ),
+                    }),
+                    Severity::Warning => {
+                        report
+                            .notes
+                            .push(format!("{}: {} ({})", file.display(), f.problem, f.fix))
+                    }
+                }
+            }
         }
     }
     // A blob refused while following a snapshot link is refused again in the blob listing.
@@ -251,9 +334,9 @@ pub fn check_cache(
     Ok(report)
 }
 
-/// Blob path → the snapshot files (`<commit>/<path>`) that link to it, for messages.
-fn snapshot_users(repos: &[CachedRepo]) -> HashMap<PathBuf, Vec<String>> {
-    let mut out: HashMap<PathBuf, Vec<String>> = HashMap::new();
+/// Blob path → the snapshot files (commit, path) that link to it.
+fn snapshot_users(repos: &[CachedRepo]) -> HashMap<PathBuf, Vec<(String, String)>> {
+    let mut out: HashMap<PathBuf, Vec<(String, String)>> = HashMap::new();
     for repo in repos {
         let snapshots = repo.folder.join("snapshots");
         for commit in &repo.snapshots {
@@ -274,7 +357,7 @@ fn snapshot_users(repos: &[CachedRepo]) -> HashMap<PathBuf, Vec<String>> {
                 let rel = e.path().strip_prefix(&dir).unwrap_or(e.path());
                 out.entry(repo.folder.join("blobs").join(name))
                     .or_default()
-                    .push(format!("{:?}", format!("{commit}/{}", rel.display())));
+                    .push((commit.clone(), rel.to_string_lossy().into_owned()));
             }
         }
     }

@@ -9,6 +9,7 @@ use sha2::{Digest, Sha256};
 
 use super::layout;
 use super::names::EtagKind;
+use crate::inspect::values::{self, FileScan, Scanner};
 use crate::progress::Progress;
 
 /// The git blob id of a stream of known length, computed as the bytes go by.
@@ -41,7 +42,22 @@ impl GitBlobSha1 {
 /// `/dev/zero` is refused, and at most the size the open file reports is read (one byte more
 /// only to notice growth), so a hostile blob cannot keep the reader busy forever.
 pub fn hash_file(path: &Path, kind: EtagKind, progress: &dyn Progress) -> io::Result<String> {
+    hash_and_scan(path, kind, None, progress).map(|(etag, _)| etag)
+}
+
+/// [`hash_file`], and when `scan_as` names the blob as a model file (its path in a snapshot)
+/// the value scan ([`crate::inspect::values`]) in the same read.
+pub fn hash_and_scan(
+    path: &Path,
+    kind: EtagKind,
+    scan_as: Option<&str>,
+    progress: &dyn Progress,
+) -> io::Result<(String, Option<FileScan>)> {
     let (f, len) = layout::open_regular(path, true)?;
+    let mut scanner = match scan_as {
+        Some(rel) => values::scanner_for(rel, &f, len)?,
+        None => None,
+    };
     let mut sha256 = Sha256::new();
     let mut git = GitBlobSha1::new(len);
     let mut buf = vec![0u8; 1 << 20];
@@ -56,6 +72,9 @@ pub fn hash_file(path: &Path, kind: EtagKind, progress: &dyn Progress) -> io::Re
             EtagKind::GitSha1 => git.update(&buf[..n]),
             EtagKind::Sha256 => sha256.update(&buf[..n]),
         }
+        if let Some(s) = &mut scanner {
+            s.update(&buf[..n]);
+        }
         total += n as u64;
         progress.advance(n as u64);
     }
@@ -69,10 +88,11 @@ pub fn hash_file(path: &Path, kind: EtagKind, progress: &dyn Progress) -> io::Re
             }
         )));
     }
-    Ok(match kind {
+    let etag = match kind {
         EtagKind::GitSha1 => git.finish(),
         EtagKind::Sha256 => hex::encode(sha256.finalize()),
-    })
+    };
+    Ok((etag, scanner.and_then(Scanner::finish)))
 }
 
 #[cfg(test)]

@@ -47,7 +47,9 @@ pub mod locate;
 pub mod names;
 pub mod snapshot;
 
-pub use check::{CacheProblem, CacheReport, CachedRepo, check_cache};
+pub use check::{
+    CacheProblem, CacheReport, CachedRepo, ScannedBlob, check_cache, check_cache_scanning,
+};
 pub use etag::{GitBlobSha1, hash_file};
 pub use layout::{
     RECEIPTS_DIR, RepoDirs, TRACE_DIR, leave_receipt, leave_trace, open_repo_dirs_nofollow,

@@ -112,3 +112,17 @@ pub const CONFIG_INVALID_JSON: &str = "config-invalid-json";
 pub const AUTO_MAP_REMOTE_CODE: &str = "auto-map-remote-code";
 /// Error: `auto_map` names a module file of this repository that is not there.
 pub const AUTO_MAP_MODULE_MISSING: &str = "auto-map-module-missing";
+
+// Values (the value scan, `inspect::values`): read while the bytes pass for another reason.
+
+/// Error: NaN values in a float tensor, or NaN scales in a quantized one.
+pub const TENSOR_NAN: &str = "tensor-nan";
+/// Error: +Inf or -Inf values in a float tensor, or infinite scales in a quantized one.
+pub const TENSOR_INF: &str = "tensor-inf";
+/// Error: a run of at least 1 MiB of zero bytes across a tensor boundary: a preallocated file
+/// that was never completely written.
+pub const TENSOR_ZERO_REGION: &str = "tensor-zero-region";
+/// Warning: a tensor of at least two values, all zero.
+pub const TENSOR_ALL_ZERO: &str = "tensor-all-zero";
+/// Warning: a float tensor of at least two values, all equal (and not zero).
+pub const TENSOR_CONSTANT: &str = "tensor-constant";

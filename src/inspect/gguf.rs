@@ -72,12 +72,12 @@ fn gguf_type_name(t: u32) -> String {
 }
 
 /// `GGML_TYPE_COUNT`: ggml types are numbered below this.
-const GGML_TYPE_COUNT: i32 = 43;
+pub(crate) const GGML_TYPE_COUNT: i32 = 43;
 
 /// ggml's type traits (`type_traits` in `ggml.c`, block structs in `ggml-common.h`):
 /// `(name, elements per block, bytes per block)`. Types removed from GGUF have a block size of
 /// 0 in ggml and are `Err(name)` here.
-fn ggml_type(t: i32) -> Result<(&'static str, u64, u64), &'static str> {
+pub(crate) fn ggml_type(t: i32) -> Result<(&'static str, u64, u64), &'static str> {
     Ok(match t {
         0 => ("F32", 1, 4),
         1 => ("F16", 1, 2),
@@ -138,10 +138,16 @@ enum Stop {
     Found(Finding),
 }
 
-struct TensorInfo {
-    name: String,
-    offset: u64,
-    nbytes: u64,
+pub(crate) struct TensorInfo {
+    pub name: String,
+    /// Offset from the start of the tensor data.
+    pub offset: u64,
+    pub nbytes: u64,
+    /// The ggml type id, valid (ggml's `type_traits` has it with a block size).
+    pub type_id: i32,
+    /// ggml's `ne`, innermost dimension first; `n_dims` of them are meaningful.
+    pub ne: [i64; 4],
+    pub n_dims: u32,
 }
 
 struct Parser<'a> {
@@ -302,6 +308,56 @@ pub(crate) fn check(
         ));
     }
     Ok(findings)
+}
+
+/// A GGUF file ggml and llama.cpp accept, as the value scan needs it.
+pub(crate) struct Parsed {
+    pub tensors: Vec<TensorInfo>,
+    /// Where the tensor data starts (offsets are relative to it).
+    pub data_start: u64,
+    pub big_endian: bool,
+}
+
+/// The tensors of a GGUF file that passes every check of [`check`] (no finding but the
+/// big-endian warning); `None` otherwise (the model checks say why).
+pub(crate) fn parsed(file: &File, file_len: u64) -> io::Result<Option<Parsed>> {
+    let mut magic = [0u8; 4];
+    if super::read::read_at(file, 0, &mut magic)? < 4 || magic != MAGIC {
+        return Ok(None);
+    }
+    let mut parser = Parser {
+        r: PosReader::new(file, file_len, MAGIC.len() as u64),
+        rel: "",
+        file_len,
+        big_endian: false,
+        what: String::new(),
+        section: "header",
+    };
+    match parse(&mut parser) {
+        Ok((tensors, data_start)) => {
+            let inside = tensors.iter().all(|t| {
+                data_start
+                    .checked_add(t.offset)
+                    .and_then(|b| b.checked_add(t.nbytes))
+                    .is_some_and(|end| end <= file_len)
+            });
+            Ok(inside.then_some(Parsed {
+                tensors,
+                data_start,
+                big_endian: parser.big_endian,
+            }))
+        }
+        Err(Stop::Io(e)) => Err(e),
+        Err(Stop::Found(_)) => Ok(None),
+    }
+}
+
+/// ggml's name of a valid type id.
+pub(crate) fn type_name(type_id: i32) -> &'static str {
+    match ggml_type(type_id) {
+        Ok((name, _, _)) => name,
+        Err(name) => name,
+    }
 }
 
 /// Parses the header, key/values and tensor infos; returns the tensors and the data start.
@@ -544,6 +600,9 @@ fn parse(p: &mut Parser) -> Result<(Vec<TensorInfo>, u64), Stop> {
             name,
             offset,
             nbytes,
+            type_id,
+            ne,
+            n_dims,
         });
     }
 

@@ -39,6 +39,7 @@ mod read;
 pub(crate) mod safetensors;
 mod shards;
 mod torch_zip;
+pub mod values;
 
 /// How bad a finding is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]

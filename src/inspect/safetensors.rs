@@ -92,6 +92,9 @@ fn dtype_bits(name: &str) -> Option<(&'static str, u64)> {
 #[derive(Debug, Clone)]
 pub(crate) struct TensorInfo {
     pub name: String,
+    /// One of the names of [`DTYPES`].
+    pub dtype: &'static str,
+    pub shape: Box<[u64]>,
     pub begin: u64,
     pub end: u64,
 }
@@ -773,6 +776,12 @@ fn validate(listing: Listing, n: u64, file_len: u64) -> Result<Header, Invalid> 
         tensors: tensors
             .into_iter()
             .map(|e| TensorInfo {
+                dtype: match e.dtype {
+                    Dtype::Known(d) => d,
+                    // read_header refuses unknown dtypes before validating.
+                    Dtype::Other(_) => "?",
+                },
+                shape: shape(&e).into(),
                 name: e.name,
                 begin: e.begin,
                 end: e.end,

@@ -96,6 +96,14 @@ pub struct Manifest {
         deserialize_with = "present"
     )]
     pub trust_update: Option<TrustUpdate>,
+    /// What the value scan counted in each model file when the bundle was packed (FORMAT.md
+    /// section 20).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub values: Option<Values>,
     /// OpenSSF Model Signing (FORMAT.md section 19): the OMS signature the bundle carries
     /// beside its manifest, and the publisher's OMS signature verified when packing.
     #[serde(
@@ -216,6 +224,44 @@ fn validate_oms(m: &Manifest, o: &Oms) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// The `values` object (FORMAT.md section 20): the value scan's counts per model file at pack
+/// time, so the target sees what was true then and `check` compares against it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Values {
+    /// The version of the scan's rules that made the counts (`inspect::values::RULES`).
+    pub rules: u32,
+    /// One entry per scanned file, in bundle order.
+    pub files: Vec<FileValues>,
+}
+
+/// The value scan's counts for one file.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct FileValues {
+    /// The file, a path of `files`.
+    pub path: String,
+    /// `safetensors` or `gguf`.
+    pub format: String,
+    /// Tensors in the file.
+    pub tensors: u64,
+    /// Tensors whose values were checked.
+    pub checked: u64,
+    /// NaN values (NaN scales of quantized blocks).
+    pub nan: u64,
+    /// Infinite values (infinite scales).
+    pub inf: u64,
+    /// Tensors of at least two values, all zero.
+    pub zero_tensors: u64,
+    /// Float tensors of at least two values, all equal and not zero.
+    pub constant_tensors: u64,
+    /// Zero-filled regions across tensor boundaries.
+    pub zero_regions: u64,
+}
+
+/// The `format` names of [`FileValues`].
+pub const VALUES_FORMATS: &[&str] = &["safetensors", "gguf"];
 
 /// The `trust_update` object (FORMAT.md section 18): the root files `N.root.json` the bundle
 /// carries, so the signature over the manifest covers them too.
@@ -661,6 +707,9 @@ impl Manifest {
         if let Some(o) = &self.oms {
             validate_oms(self, o)?;
         }
+        if let Some(v) = &self.values {
+            self.validate_values(v)?;
+        }
         Ok(())
     }
 
@@ -826,6 +875,43 @@ impl Manifest {
                 .ok_or("has directory entries that overflow")?;
         }
         Ok((file_bytes, stream))
+    }
+
+    /// The rules of FORMAT.md section 20 for `values`.
+    fn validate_values(&self, v: &Values) -> Result<(), String> {
+        if self.format_version < 2 {
+            return Err("has values, which need format version 2".into());
+        }
+        if v.rules == 0 {
+            return Err("has values made by rules 0".into());
+        }
+        if v.files.is_empty() {
+            return Err("has values for no file".into());
+        }
+        let mut files = self.files.iter().map(|f| f.path.as_str());
+        for e in &v.files {
+            // Both lists are in bundle order: each entry is found after the previous one.
+            if !files.any(|p| p == e.path) {
+                return Err(format!(
+                    "has values for {:?}, which is not a file it lists, or out of order or twice",
+                    e.path
+                ));
+            }
+            if !VALUES_FORMATS.contains(&e.format.as_str()) {
+                return Err(format!(
+                    "has values for {:?} in the unknown format {:?}",
+                    e.path, e.format
+                ));
+            }
+            let flagged = e.zero_tensors.checked_add(e.constant_tensors);
+            if e.checked > e.tensors || flagged.is_none_or(|n| n > e.checked) {
+                return Err(format!(
+                    "has values for {:?} that count more checked, all-zero or constant tensors than it has",
+                    e.path
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The delta rules of docs/FORMAT.md section 16.1 (`base`, `files[].from`, version 2 only)

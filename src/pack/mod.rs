@@ -26,6 +26,7 @@ pub use write::{Compress, EtagCheck};
 use crate::delta::Counts;
 use crate::error::{Error, Result};
 use crate::fsio;
+use crate::inspect::{Finding, values};
 use crate::keys::{self, SecretKey};
 use crate::manifest::{
     self, Compression, FileEntry, HfSource, Manifest, Stream, Totals, Volume, Warning,
@@ -62,9 +63,20 @@ pub struct PackOptions<'a> {
     /// TUF root versions to carry (`pack --trust-update`; FORMAT.md section 18), checked by
     /// the caller.
     pub trust_update: Vec<crate::trust::update::RootFile>,
+    /// The value scan during the read pass (`None`: `pack --no-value-scan`).
+    pub values: Option<ValueScan<'a>>,
     /// OpenSSF Model Signing: sign with this key, check the publisher's signature (FORMAT.md
     /// section 19).
     pub oms: crate::oms::pack::Sealing,
+}
+
+/// The value scan ([`crate::inspect::values`]) of a pack: run in the pass that reads every
+/// byte, its findings decided on at the end of that pass, before anything is sealed.
+pub struct ValueScan<'a> {
+    /// Record error findings as warnings and go on (`--no-model-checks`) instead of refusing.
+    pub skip_errors: bool,
+    /// Receives every finding of the scan, whether the pack then goes on or refuses.
+    pub findings: &'a mut Vec<Finding>,
 }
 
 /// Result of a pack.
@@ -132,6 +144,7 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
         Compress::Zstd { level, .. } => level,
         Compress::None => 3,
     };
+    let scan_values = opts.values.is_some();
     let plan = plan::plan(
         model,
         opts.base.as_mut(),
@@ -139,6 +152,7 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
         opts.version,
         &dir,
         level,
+        scan_values,
         progress,
     )?;
     let written = write::write(
@@ -148,12 +162,30 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
             compress: opts.compress,
             volume_size: opts.volume_size,
             chunk_size: opts.chunk_size,
+            scan_values,
         },
         progress,
     )?;
     let stream_size = written.stream_size;
     let volumes = written.volumes.clone();
     let completed = plan.finish(model, written)?;
+    // The value findings exist only now, at the end of the read pass: refuse before sealing
+    // (the work directory goes with the error), or record them with the other findings.
+    let mut warnings = opts.warnings.clone();
+    let recorded_values = match opts.values.as_mut() {
+        Some(scan) => {
+            let findings: Vec<Finding> = completed
+                .values
+                .iter()
+                .flat_map(|(path, v)| v.findings(path))
+                .collect();
+            scan.findings.extend(findings.iter().cloned());
+            warnings.extend(source::gate(&findings, scan.skip_errors)?);
+            warnings.sort_by(|a, b| (&a.path, &a.code).cmp(&(&b.path, &b.code)));
+            values_record(&completed.values)
+        }
+        None => None,
+    };
     let parity = match opts.parity {
         Some(percent) => Some(parity::write_parity(
             &dir,
@@ -186,7 +218,7 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
             volumes,
             directories: completed.directories,
             files: completed.files,
-            warnings: opts.warnings.clone(),
+            warnings,
             source: model.hf.as_ref().map(|hf| HfSource {
                 etags: completed.etags.clone().unwrap_or_default(),
                 ..hf.source()
@@ -194,6 +226,7 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
             parity,
             base: plan.base().cloned(),
             trust_update: crate::trust::update::carry(&dir, &opts.trust_update)?,
+            values: recorded_values,
             oms: std::mem::take(&mut opts.oms),
         },
         opts.key,
@@ -208,6 +241,35 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
         delta: plan.counts(),
         notes: opts.base.map(|b| b.notes).unwrap_or_default(),
     })
+}
+
+/// The manifest's `values` from the scans (absent when no file was scanned).
+fn values_record(scans: &[(String, values::FileScan)]) -> Option<manifest::Values> {
+    if scans.is_empty() {
+        return None;
+    }
+    Some(manifest::Values {
+        rules: values::RULES,
+        files: scans
+            .iter()
+            .map(|(path, v)| file_values(path, &v.summary))
+            .collect(),
+    })
+}
+
+/// One file's entry of the manifest's `values`.
+pub fn file_values(path: &str, s: &values::Summary) -> manifest::FileValues {
+    manifest::FileValues {
+        path: path.to_string(),
+        format: s.format.to_string(),
+        tensors: s.tensors,
+        checked: s.checked,
+        nan: s.nan,
+        inf: s.inf,
+        zero_tensors: s.zero_tensors,
+        constant_tensors: s.constant_tensors,
+        zero_regions: s.zero_regions,
+    }
 }
 
 /// Counts the bytes written to it.
@@ -299,7 +361,7 @@ pub fn manifest_size_estimate(model: &Model, opts: &PackOptions<'_>) -> u64 {
             file_bytes: u64::MAX,
             volume_bytes: u64::MAX,
         },
-        warnings: opts.warnings.clone(),
+        warnings: value_warnings_bound(opts, &files),
         source: model.hf.as_ref().map(|hf| HfSource {
             etags: vec![digest.clone(); files.len()],
             ..hf.source()
@@ -307,6 +369,28 @@ pub fn manifest_size_estimate(model: &Model, opts: &PackOptions<'_>) -> u64 {
         parity,
         base: None,
         trust_update: crate::trust::update::manifest_entry(&opts.trust_update),
+        // Every file the scan may read, with the longest format name and counts.
+        values: opts.values.as_ref().and_then(|_| {
+            let most = values::Summary {
+                format: "safetensors",
+                tensors: u64::MAX,
+                checked: u64::MAX,
+                nan: u64::MAX,
+                inf: u64::MAX,
+                zero_tensors: u64::MAX,
+                constant_tensors: u64::MAX,
+                zero_regions: u64::MAX,
+            };
+            let scanned: Vec<manifest::FileValues> = files
+                .iter()
+                .filter(|f| values::wants_scan(&f.path))
+                .map(|f| file_values(&f.path, &most))
+                .collect();
+            (!scanned.is_empty()).then_some(manifest::Values {
+                rules: u32::MAX,
+                files: scanned,
+            })
+        }),
         oms: oms_estimate(&opts.oms),
         directories,
         files,
@@ -328,6 +412,25 @@ pub fn manifest_size_estimate(model: &Model, opts: &PackOptions<'_>) -> u64 {
             .saturating_add(200),
     };
     (counter.0 + 1).saturating_add(delta)
+}
+
+/// The recorded model-check warnings, and with the value scan the most its findings can add:
+/// one per code for every file it may read, each with the longest problem, every character
+/// escaped.
+fn value_warnings_bound(opts: &PackOptions<'_>, files: &[FileEntry]) -> Vec<Warning> {
+    let mut warnings = opts.warnings.clone();
+    if opts.values.is_some() {
+        for f in files.iter().filter(|f| values::wants_scan(&f.path)) {
+            for _ in 0..values::MAX_FINDINGS_PER_FILE {
+                warnings.push(Warning {
+                    path: f.path.clone(),
+                    code: "x".repeat(20),
+                    problem: "\"".repeat(values::MAX_PROBLEM_BYTES),
+                });
+            }
+        }
+    }
+    warnings
 }
 
 /// The `oms` object the manifest will get, its digests zeros (their length is fixed).
@@ -467,6 +570,7 @@ mod tests {
             parity: None,
             base: None,
             trust_update: vec![],
+            values: None,
             oms: Default::default(),
         }
     }

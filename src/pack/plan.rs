@@ -26,6 +26,7 @@ use crate::delta::Counts;
 use crate::delta::patch::{self, Map};
 use crate::error::{Error, Result};
 use crate::fsio;
+use crate::inspect::values::{self, FileScan, Layout, Scanner};
 use crate::manifest::{self, Base, FileEntry, From};
 use crate::progress::Progress;
 use crate::scan::ScanEntry;
@@ -38,11 +39,13 @@ enum Decision {
         sha256: String,
         etag: Option<String>,
         from: String,
+        values: Option<FileScan>,
     },
     Xor {
         sha256: String,
         etag: Option<String>,
         from: From,
+        values: Option<FileScan>,
     },
 }
 
@@ -71,6 +74,8 @@ pub struct Completed {
     pub files: Vec<FileEntry>,
     /// For a Hugging Face snapshot: each file's etag, in order.
     pub etags: Option<Vec<String>>,
+    /// The value scans of the model files (with the writer's `scan_values`), in bundle order.
+    pub values: Vec<(String, FileScan)>,
 }
 
 impl Plan {
@@ -96,6 +101,11 @@ impl Plan {
                     .map(|f| f.etag.clone().unwrap_or_default())
                     .collect()
             });
+            let values = written
+                .files
+                .iter()
+                .filter_map(|f| Some((f.path.clone(), f.values.clone()?)))
+                .collect();
             let files = written
                 .files
                 .into_iter()
@@ -111,6 +121,7 @@ impl Plan {
                 directories: written.directories,
                 files,
                 etags,
+                values,
             });
         };
         let mut by_path: HashMap<String, write::WrittenFile> = written
@@ -120,6 +131,7 @@ impl Plan {
             .collect();
         let mut files = Vec::with_capacity(delta.decisions.len());
         let mut etags = Vec::with_capacity(delta.decisions.len());
+        let mut scans = Vec::new();
         let model_files = model.entries.iter().filter_map(|e| match e {
             ScanEntry::File {
                 path,
@@ -131,14 +143,19 @@ impl Plan {
         });
         for (index, ((path, size, executable), d)) in model_files.zip(&delta.decisions).enumerate()
         {
-            let (sha256, etag, from) = match d {
+            let (sha256, etag, from, scan) = match d {
                 Decision::Carry => {
                     let f = by_path
                         .remove(path.as_str())
                         .ok_or_else(|| internal(path))?;
-                    (f.sha256, f.etag, None)
+                    (f.sha256, f.etag, None, f.values)
                 }
-                Decision::Copy { sha256, etag, from } => (
+                Decision::Copy {
+                    sha256,
+                    etag,
+                    from,
+                    values,
+                } => (
                     sha256.clone(),
                     etag.clone(),
                     Some(From {
@@ -148,8 +165,14 @@ impl Plan {
                         patch_size: None,
                         patch_sha256: None,
                     }),
+                    values.clone(),
                 ),
-                Decision::Xor { sha256, etag, from } => {
+                Decision::Xor {
+                    sha256,
+                    etag,
+                    from,
+                    values,
+                } => {
                     let p = manifest::patch_path(index);
                     let f = by_path.remove(&p).ok_or_else(|| internal(&p))?;
                     if Some(&f.sha256) != from.patch_sha256.as_ref() {
@@ -158,9 +181,17 @@ impl Plan {
                             what: "the patch changed between its encoding and the stream".into(),
                         });
                     }
-                    (sha256.clone(), etag.clone(), Some(from.clone()))
+                    (
+                        sha256.clone(),
+                        etag.clone(),
+                        Some(from.clone()),
+                        values.clone(),
+                    )
                 }
             };
+            if let Some(scan) = scan {
+                scans.push((path.clone(), scan));
+            }
             etags.push(etag.unwrap_or_default());
             files.push(FileEntry {
                 path: path.clone(),
@@ -180,6 +211,7 @@ impl Plan {
             directories,
             files,
             etags: hf.then_some(etags),
+            values: scans,
         })
     }
 }
@@ -231,7 +263,9 @@ impl<W: Write> Write for HashingWriter<W> {
 
 /// Plans the pack of `model` as `name` version `version`: the whole model, or with `base` a
 /// delta whose patches are written under `work` (the bundle's work directory) at zstd
-/// `level`.
+/// `level`. With `scan_values`, the files a delta does not stream are value-scanned in the
+/// pass that hashes or patches them.
+#[allow(clippy::too_many_arguments)]
 pub fn plan(
     model: &Model,
     base: Option<&mut BaseSource>,
@@ -239,6 +273,7 @@ pub fn plan(
     version: u64,
     work: &Path,
     level: i32,
+    scan_values: bool,
     progress: &dyn Progress,
 ) -> Result<Plan> {
     let Some(base) = base else {
@@ -250,7 +285,7 @@ pub fn plan(
     base::check_same_model(&base.manifest, name, version)?;
     let patch_dir = work.join("delta-patches");
     std::fs::create_dir(&patch_dir).map_err(|e| Error::io(&patch_dir, e))?;
-    let (decisions, candidates, mut counts) = copies(model, base, progress)?;
+    let (decisions, candidates, mut counts) = copies(model, base, scan_values, progress)?;
     let wanted: Vec<&str> = candidates.iter().map(|(_, e)| e.path()).collect();
     let mut base_content = base.contents(&wanted, work, progress)?;
     // Pass 2: a patch for each candidate, kept when it is smaller than the file.
@@ -280,12 +315,24 @@ pub fn plan(
             inner: BufWriter::with_capacity(1 << 20, out),
             hash: Sha256::new(),
         };
-        let (writer, enc) = patch::encode(&new, &old, map, level, writer).map_err(|e| {
-            Error::io(
-                source,
-                io::Error::other(format!("cannot make the patch against its base: {e}")),
-            )
-        })?;
+        let mut scanner = match scan_values && values::wants_scan(path) {
+            true => Layout::read(&new, *size)
+                .map_err(|e| Error::io(source, e))?
+                .map(Scanner::new),
+            false => None,
+        };
+        let mut observe = |piece: &[u8]| {
+            if let Some(s) = &mut scanner {
+                s.update(piece);
+            }
+        };
+        let (writer, enc) = patch::encode_observed(&new, &old, map, level, writer, &mut observe)
+            .map_err(|e| {
+                Error::io(
+                    source,
+                    io::Error::other(format!("cannot make the patch against its base: {e}")),
+                )
+            })?;
         let patch_sha256 = hex::encode(writer.hash.finalize());
         writer
             .inner
@@ -308,6 +355,7 @@ pub fn plan(
         decisions[index] = Decision::Xor {
             sha256: enc.new_sha256,
             etag,
+            values: scanner.and_then(Scanner::finish),
             from: From {
                 path: path.clone(),
                 op: manifest::OP_XOR.into(),
@@ -383,6 +431,7 @@ pub fn plan(
 fn copies<'m>(
     model: &'m Model,
     base: &BaseSource,
+    scan_values: bool,
     progress: &dyn Progress,
 ) -> Result<(Vec<Decision>, Vec<(usize, &'m ScanEntry)>, Counts)> {
     let bm = &base.manifest;
@@ -417,14 +466,20 @@ fn copies<'m>(
         };
         progress.item(path);
         if sizes.contains(size) {
-            let (sha256, etag) =
-                write::digest_file(source, path, *size, model.etag(decisions.len()))?;
+            let (sha256, etag, values) = write::digest_and_scan(
+                source,
+                path,
+                *size,
+                model.etag(decisions.len()),
+                scan_values,
+            )?;
             if let Some(same) = by_content.get(&(*size, sha256.as_str())) {
                 let from = same.iter().find(|b| b.path == *path).unwrap_or(&same[0]);
                 decisions.push(Decision::Copy {
                     sha256: sha256.clone(),
                     etag,
                     from: from.path.clone(),
+                    values,
                 });
                 counts.copied_files += 1;
                 counts.copied_bytes += size;

@@ -42,6 +42,8 @@ pub struct Parts {
     pub base: Option<Base>,
     /// The TUF roots the bundle carries (FORMAT.md section 18).
     pub trust_update: Option<manifest::TrustUpdate>,
+    /// The value scan's counts (FORMAT.md section 20).
+    pub values: Option<manifest::Values>,
     /// OpenSSF Model Signing (FORMAT.md section 19): what to emit and what was verified.
     pub oms: crate::oms::pack::Sealing,
 }
@@ -89,6 +91,7 @@ pub fn seal(parts: Parts, key: &SecretKey, dir: &Path) -> Result<Sealed> {
         parity: parts.parity,
         base: parts.base,
         trust_update: parts.trust_update,
+        values: parts.values,
         oms,
     };
     // The packer holds itself to the same rules as the reader.

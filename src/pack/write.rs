@@ -17,6 +17,7 @@ use sha2::{Digest, Sha256};
 use crate::error::{Error, Result};
 use crate::fsio;
 use crate::hfcache::{EtagKind, GitBlobSha1};
+use crate::inspect::values::{self, FileScan, Layout, Scanner};
 use crate::manifest::{self, Volume};
 use crate::progress::Progress;
 use crate::scan::ScanEntry;
@@ -381,6 +382,25 @@ struct FileDigests {
     sha256: String,
     /// The verified or computed etag, when one was asked for.
     etag: Option<String>,
+    /// The value scan, when one was asked for and the file has a layout.
+    values: Option<FileScan>,
+}
+
+/// A value scanner for the file `path` (in the bundle) open as `file`, `size` bytes: when
+/// `scan` asks for one, the name is a model file's and its header passes the model checks.
+/// Reads the header through positioned reads, leaving the file's offset alone.
+fn scanner_for(
+    file: &File,
+    source: &Path,
+    path: &str,
+    size: u64,
+    scan: bool,
+) -> Result<Option<Scanner>> {
+    if !scan || !values::wants_scan(path) {
+        return Ok(None);
+    }
+    let layout = Layout::read(file, size).map_err(|e| Error::io(source, e))?;
+    Ok(layout.map(Scanner::new))
 }
 
 /// Whether the etag check needs the git blob id (the etag of a small file).
@@ -429,6 +449,17 @@ pub fn digest_file(
     size: u64,
     etag: Option<&EtagCheck>,
 ) -> Result<(String, Option<String>)> {
+    digest_and_scan(source, path, size, etag, false).map(|(sha256, etag, _)| (sha256, etag))
+}
+
+/// [`digest_file`], and with `scan` the value scan of a model file in the same read.
+pub fn digest_and_scan(
+    source: &Path,
+    path: &str,
+    size: u64,
+    etag: Option<&EtagCheck>,
+    scan: bool,
+) -> Result<(String, Option<String>, Option<FileScan>)> {
     let file = crate::scan::open_source(source, path).map_err(|e| Error::io(source, e))?;
     let len = file.metadata().map_err(|e| Error::io(source, e))?.len();
     if len != size {
@@ -439,6 +470,7 @@ pub fn digest_file(
     }
     let mut hasher = Sha256::new();
     let mut git = wants_git_sha1(etag, size).then(|| GitBlobSha1::new(size));
+    let mut scanner = scanner_for(&file, source, path, size, scan)?;
     let mut buf = vec![0u8; BUFFER_SIZE];
     let mut pos = 0u64;
     while pos < size {
@@ -449,20 +481,26 @@ pub fn digest_file(
         if let Some(g) = &mut git {
             g.update(&buf[..n]);
         }
+        if let Some(s) = &mut scanner {
+            s.update(&buf[..n]);
+        }
         pos += n as u64;
     }
     let sha256 = hex::encode(hasher.finalize());
     let etag = settle_etag(etag, git.map(GitBlobSha1::finish), &sha256, path, source)?;
-    Ok((sha256, etag))
+    Ok((sha256, etag, scanner.and_then(Scanner::finish)))
 }
 
 /// Reads one source file once: hashes it, sends its buffers, and checks it did not change. With
-/// `etag`, also checks the content against the etag (or computes one), in the same pass.
+/// `etag`, also checks the content against the etag (or computes one), and with `scan` runs
+/// the value scan on a model file, in the same pass.
+#[allow(clippy::too_many_arguments)]
 fn read_file(
     source: &Path,
     path: &str,
     size: u64,
     etag: Option<&EtagCheck>,
+    scan: bool,
     tx: &Sender<Msg>,
     pool: &Receiver<Vec<u8>>,
     progress: &dyn Progress,
@@ -480,6 +518,7 @@ fn read_file(
     }
     let mut hasher = Sha256::new();
     let mut git = wants_git_sha1(etag, size).then(|| GitBlobSha1::new(size));
+    let mut scanner = scanner_for(&file, source, path, size, scan)?;
     let mut total: u64 = 0;
     while total < size {
         // Take a buffer only when it will be sent: every buffer must travel back to the pool.
@@ -497,6 +536,9 @@ fn read_file(
         hasher.update(&buf[..n]);
         if let Some(g) = &mut git {
             g.update(&buf[..n]);
+        }
+        if let Some(s) = &mut scanner {
+            s.update(&buf[..n]);
         }
         total += n as u64;
         progress.advance(n as u64);
@@ -526,7 +568,11 @@ fn read_file(
     }
     let sha256 = hex::encode(hasher.finalize());
     let etag = settle_etag(etag, git.map(GitBlobSha1::finish), &sha256, path, source)?;
-    Ok(Some(FileDigests { sha256, etag }))
+    Ok(Some(FileDigests {
+        sha256,
+        etag,
+        values: scanner.and_then(Scanner::finish),
+    }))
 }
 
 /// One entry of the stream, in bundle order.
@@ -569,6 +615,8 @@ pub struct WriteOptions {
     pub volume_size: u64,
     /// Chunk size for the per-chunk digests.
     pub chunk_size: u64,
+    /// Run the value scan ([`crate::inspect::values`]) on the model files as they are read.
+    pub scan_values: bool,
 }
 
 /// One file as written.
@@ -584,6 +632,8 @@ pub struct WrittenFile {
     pub sha256: String,
     /// Its etag, checked or computed, when one was asked for.
     pub etag: Option<String>,
+    /// Its value scan, when one was asked for and it is a model file.
+    pub values: Option<FileScan>,
 }
 
 /// What [`write`] wrote.
@@ -677,8 +727,16 @@ pub fn write(
                         if tx.send(begin).is_err() {
                             return Ok(());
                         }
-                        let Some(digests) =
-                            read_file(source, path, *size, etag.as_ref(), &tx, &pool, progress)?
+                        let Some(digests) = read_file(
+                            source,
+                            path,
+                            *size,
+                            etag.as_ref(),
+                            opts.scan_values,
+                            &tx,
+                            &pool,
+                            progress,
+                        )?
                         else {
                             return Ok(());
                         };
@@ -691,6 +749,7 @@ pub fn write(
                             executable: *executable,
                             sha256: digests.sha256,
                             etag: digests.etag,
+                            values: digests.values,
                         });
                     }
                 }

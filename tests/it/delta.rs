@@ -53,6 +53,7 @@ for i in range(1, SHARDS + 1):
             idx = step.choice(n, size=n // 50, replace=False)
             data[idx] = step.integers(0, 1 << 16, idx.size, dtype=np.uint16)
         key = f"layers.{i}.{t}.weight"
+        data[(data & 0x7F80) == 0x7F80] &= 0xFF7F  # random bits, but no NaN or Inf (the value scan)
         keep.append(data)
         tensors[key] = TensorSpec(dtype="bfloat16", shape=[n // 256, 256],
                                   data_ptr=data.ctypes.data, data_len=data.nbytes)

@@ -311,15 +311,18 @@ import numpy as np
 from safetensors.numpy import save_file
 root = sys.argv[1]
 rng = np.random.default_rng(26)
-attn = rng.integers(0, 1 << 32, (128, 128), dtype=np.uint32).view(np.float32)
+def finite(a):  # random bits, but no NaN or Inf (the value scan refuses them)
+    a[~np.isfinite(a)] = np.float32(0.5)
+    return a
+attn = finite(rng.integers(0, 1 << 32, (128, 128), dtype=np.uint32).view(np.float32))
 mlp = rng.integers(0, 1 << 16, 20000, dtype=np.uint16)
-sq = rng.integers(0, 1 << 32, (10, 10), dtype=np.uint32).view(np.float32)
+sq = finite(rng.integers(0, 1 << 32, (10, 10), dtype=np.uint32).view(np.float32))
 os.makedirs(f"{root}/m1"); os.makedirs(f"{root}/m2")
 save_file({"attn": attn, "mlp": mlp, "gone": sq[0].copy(), "reshaped": sq},
           f"{root}/m1/w.safetensors", metadata={"format": "np"})
 attn2 = attn.copy().reshape(-1)
 idx = rng.choice(attn2.size, attn2.size // 50, replace=False)
-attn2[idx] = rng.integers(0, 1 << 32, idx.size, dtype=np.uint32).view(np.float32)
+attn2[idx] = finite(rng.integers(0, 1 << 32, idx.size, dtype=np.uint32).view(np.float32))
 save_file({"attn": attn2.reshape(128, 128), "mlp": mlp, "new": sq[1].copy(),
            "reshaped": sq.reshape(100)},
           f"{root}/m2/w.safetensors",

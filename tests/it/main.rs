@@ -25,5 +25,6 @@ mod tamper;
 mod tar_crate;
 mod trust_root;
 mod ux;
+mod values;
 mod verdict;
 mod workflow_checks;

@@ -45,9 +45,18 @@ import gguf
 from safetensors import safe_open
 
 def load_safetensors(path):
-    with safe_open(path, framework="np") as f:
-        for key in f.keys():
-            f.get_tensor(key)
+    try:
+        with safe_open(path, framework="np") as f:
+            for key in f.keys():
+                f.get_tensor(key)
+    except (TypeError, AttributeError) as e:
+        # numpy has no bfloat16 or float8 (the value fixtures): the package's own reader,
+        # the same validation, returns their raw bytes.
+        if "bfloat16" not in str(e) and "float8" not in str(e):
+            raise
+        from safetensors import deserialize
+        with open(path, "rb") as f:
+            deserialize(f.read())
 
 def load_index(path):
     # What transformers does with a sharded checkpoint: open every shard the weight_map

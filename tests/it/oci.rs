@@ -933,6 +933,7 @@ for i in (1, 2):
             step = np.random.default_rng(7 + (t == "mlp"))
             idx = step.choice(n, size=n // 50, replace=False)
             data[idx] = step.integers(0, 1 << 16, idx.size, dtype=np.uint16)
+        data[(data & 0x7F80) == 0x7F80] &= 0xFF7F  # random bits, but no NaN or Inf (the value scan)
         keep.append(data)
         key = f"layers.{i}.{t}.weight"
         tensors[key] = TensorSpec(dtype="bfloat16", shape=[n // 256, 256],

@@ -1,0 +1,136 @@
+//! The value scan where `check` reads a model: fused with the hash of an installed file
+//! ([`hash_and_scan`]), or on its own for the model files of a directory no receipt lists
+//! ([`scan_tree`]).
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use rayon::prelude::*;
+use sha2::{Digest, Sha256};
+
+use super::{FileScan, Layout, Scanner, wants_scan};
+use crate::fsio;
+use crate::paths::RECEIPT_DIR;
+use crate::progress::Progress;
+
+/// Bytes read per step.
+const PIECE: usize = 1 << 20;
+
+/// A scanner for `file` (`len` bytes), the file `rel` (`/`-separated) of a model: when the
+/// scan reads such a name ([`wants_scan`]) and its header gives a layout. Reads the header
+/// through positioned reads.
+///
+/// # Errors
+///
+/// Reading the header failed.
+pub fn scanner_for(rel: &str, file: &File, len: u64) -> io::Result<Option<Scanner>> {
+    if !wants_scan(rel) {
+        return Ok(None);
+    }
+    Ok(Layout::read(file, len)?.map(Scanner::new))
+}
+
+/// SHA-256 (hex) of the open file `f`, the file `rel` of a model, from its start to its end
+/// with positioned reads, and the number of bytes hashed, as [`fsio::hash_file`]; with `scan`
+/// the value scan of a model file in the same read. `advance` is told of each piece.
+///
+/// # Errors
+///
+/// Reading failed.
+pub fn hash_and_scan(
+    f: &File,
+    rel: &str,
+    scan: bool,
+    advance: &dyn Fn(u64),
+) -> io::Result<(String, u64, Option<FileScan>)> {
+    let mut scanner = if scan {
+        scanner_for(rel, f, f.metadata()?.len())?
+    } else {
+        None
+    };
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; PIECE];
+    let mut pos = 0u64;
+    loop {
+        let n = match f.read_at(&mut buf, pos) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        h.update(&buf[..n]);
+        if let Some(s) = &mut scanner {
+            s.update(&buf[..n]);
+        }
+        pos += n as u64;
+        advance(n as u64);
+    }
+    Ok((
+        hex::encode(h.finalize()),
+        pos,
+        scanner.and_then(Scanner::finish),
+    ))
+}
+
+/// Scans every model file ([`wants_scan`]) below `root` whose relative path is not in `skip`
+/// (files another pass scanned), in parallel: regular files only, opened below a handle on
+/// `root` without following a link (a link is the model checks' business), the receipt
+/// directory left out. Each file is read once, up to the size it had when opened. Returns the
+/// files with a layout and their scans, in path order.
+///
+/// # Errors
+///
+/// The walk or a read failed; the message names the path.
+pub fn scan_tree(
+    root: &Path,
+    skip: &HashSet<String>,
+    progress: &dyn Progress,
+) -> io::Result<Vec<(String, FileScan)>> {
+    let named = |p: &Path, e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", p.display()));
+    let mut files = Vec::new();
+    let mut total = 0u64;
+    let walk = walkdir::WalkDir::new(root)
+        .follow_links(false)
+        .min_depth(1)
+        .sort_by_file_name()
+        .into_iter()
+        .filter_entry(|e| !(e.depth() == 1 && e.file_name() == RECEIPT_DIR));
+    for entry in walk {
+        let entry = entry.map_err(|e| {
+            let path = e.path().map(Path::to_path_buf).unwrap_or_default();
+            named(&path, io::Error::from(e))
+        })?;
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let rel = super::super::relative_name(root, entry.path());
+        if skip.contains(&rel) || !wants_scan(&rel) {
+            continue;
+        }
+        total += entry.metadata().map(|m| m.len()).unwrap_or(0);
+        files.push(rel);
+    }
+    if files.is_empty() {
+        return Ok(Vec::new());
+    }
+    let dir = fsio::open_dir_path(root, fsio::Follow::Final).map_err(|e| named(root, e.into()))?;
+    progress.start("scan values", total);
+    let scanned: io::Result<Vec<Option<(String, FileScan)>>> = files
+        .into_par_iter()
+        .map(|rel| {
+            // Gone, replaced by a link or a special file since the walk: not read.
+            let Ok((file, len)) = fsio::open_file_below(&dir, &rel) else {
+                return Ok(None);
+            };
+            progress.item(&rel);
+            let scan = super::scan_file(&file, len, &|n| progress.advance(n))
+                .map_err(|e| named(&root.join(&rel), e))?;
+            Ok(scan.map(|s| (rel, s)))
+        })
+        .collect();
+    progress.finish();
+    Ok(scanned?.into_iter().flatten().collect())
+}
