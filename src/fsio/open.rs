@@ -259,10 +259,15 @@ pub fn open_below(root: &impl AsFd, rel: &str) -> rustix::io::Result<OwnedFd> {
 /// Opens the regular file `rel` below `root` for reading: one component at a time, no link
 /// followed on the way or at the end, without blocking, checked to be a regular file.
 pub fn open_file_below(root: &impl AsFd, rel: &str) -> std::result::Result<(File, u64), OpenError> {
-    let (parents, name) = rel.rsplit_once('/').unwrap_or(("", rel));
-    let dir = open_below(root, parents).map_err(below_error)?;
-    let fd = rustix::fs::openat(&dir, name, READ_FLAGS | OFlags::NOFOLLOW, Mode::empty())
-        .map_err(below_error)?;
+    let fd = match rel.rsplit_once('/') {
+        Some((parents, name)) => {
+            let dir = open_below(root, parents).map_err(below_error)?;
+            rustix::fs::openat(&dir, name, READ_FLAGS | OFlags::NOFOLLOW, Mode::empty())
+        }
+        // A name in `root` itself: no handle of `root` to open first.
+        None => rustix::fs::openat(root, rel, READ_FLAGS | OFlags::NOFOLLOW, Mode::empty()),
+    }
+    .map_err(below_error)?;
     regular(fd)
 }
 
