@@ -532,7 +532,7 @@ pub fn digest_file(
     }
     let mut hasher = Sha256::new();
     let mut git = wants_git_sha1(etag, size).then(|| GitBlobSha1::new(size));
-    let mut buf = vec![0u8; BUFFER_SIZE];
+    let mut buf = vec![0u8; BUFFER_SIZE.min(size as usize)];
     let mut pos = 0u64;
     while pos < size {
         let n = (size - pos).min(BUFFER_SIZE as u64) as usize;
