@@ -323,7 +323,7 @@ fn mode_drift(path: &str, mode: u32) -> Option<Drift> {
 
 /// The differences of one receipt file.
 fn file_drift(
-    root: &OwnedFd,
+    opener: &mut fsio::BelowOpener<'_, OwnedFd>,
     f: &manifest::FileEntry,
     sizes_only: bool,
     progress: &dyn Progress,
@@ -335,7 +335,7 @@ fn file_drift(
             detail,
         }]
     };
-    let file = match fsio::open_file_below(root, &f.path) {
+    let file = match opener.open(&f.path) {
         Ok((file, _)) => file,
         Err(OpenError::NotFound) => return one("missing", "is missing".into()),
         Err(OpenError::Link) => {
@@ -489,12 +489,25 @@ pub fn compare(
         .as_ref()
         .and_then(|o| o.signature.as_ref())
         .map(crate::oms::as_file_entry);
+    // In runs of files, each run opening its files below the last one's directory handle.
     let mut drift: Vec<Drift> = manifest
         .files
-        .par_iter()
-        .chain(oms_file.par_iter())
-        .flat_map_iter(|f| file_drift(&root, f, sizes_only, progress))
+        .par_chunks(256)
+        .flat_map_iter(|run| {
+            let mut opener = fsio::BelowOpener::new(&root);
+            run.iter()
+                .flat_map(|f| file_drift(&mut opener, f, sizes_only, progress))
+                .collect::<Vec<_>>()
+        })
         .collect();
+    if let Some(f) = &oms_file {
+        drift.extend(file_drift(
+            &mut fsio::BelowOpener::new(&root),
+            f,
+            sizes_only,
+            progress,
+        ));
+    }
     if let Ok(st) = rustix::fs::fstat(&root) {
         drift.extend(mode_drift(".", st.st_mode));
     }
