@@ -7,6 +7,7 @@
 #   scripts/bench.sh --fleet [--fleet-gib 1]   # only the registry section at the end (issue 14)
 #   scripts/bench.sh --delta [--delta-gib 1]   # only the delta section at the end (issue 12)
 #   scripts/bench.sh --values [--values-gib 1] # only the value-scan section at the end (issue 23)
+#   scripts/bench.sh --many-files [--many-counts "100000 200000"]   # only the small-files section (issue 24)
 #
 # Options: --sizes "1 4" (GiB), --runs N, --kinds "random bf16", --dir DIR (default /tmp/perf,
 # needs ~8x the largest size free), --keep (keep the models for the next run), --no-install
@@ -55,6 +56,8 @@ while [ $# -gt 0 ]; do
         --delta-gib) DELTA_GIB="$2"; shift ;;
         --values) VALUES=1 ;;
         --values-gib) VALUES_GIB="$2"; shift ;;
+        --many-files) MANY=1 ;;
+        --many-counts) MANY_COUNTS="$2"; shift ;;
         -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
     esac
@@ -76,6 +79,11 @@ fi
 if [ "${VALUES:-0}" = 1 ]; then
     VALUES_SECTION=1 REPO=$REPO DIR=$DIR BIN=$BIN VALUES_GIB=${VALUES_GIB:-1} RUNS=$RUNS \
         exec bash -c "$(sed -n '/^# ==== values: the value scan/,/^# ==== end of values section/p' "$0")"
+fi
+# --many-files runs only the small-files section at the end of this file (issue 24).
+if [ "${MANY:-0}" = 1 ]; then
+    MANY_SECTION=1 REPO=$REPO DIR=$DIR BIN=$BIN RUNS=$RUNS MANY_COUNTS=${MANY_COUNTS:-100000} \
+        exec bash -c "$(sed -n '/^# ==== many files: pack, check and unpack/,/^# ==== end of many-files section/p' "$0")"
 fi
 if [ "$COLD" = 1 ] && [ "$(id -u)" != 0 ]; then
     echo "bench.sh: --cold drops the page cache and needs root" >&2
@@ -387,7 +395,8 @@ bench_parity
 # into Debian's docker-registry on 127.0.0.1 (plain HTTP, no auth: the transfer is measured, not
 # TLS), then installed by 1, 4 and 8 concurrent `airlock unpack oci://` (each verifies the
 # signature, checks every byte's SHA-256, fsyncs and renames), against the same blobs fetched
-# by as many concurrent `curl` processes, each then fsyncing its files (`sync FILE...`). Aggregate throughput = installs x
+# by as many concurrent `curl` processes, each then hashing (`sha256sum`) and fsyncing its files
+# (`sync FILE...`), the work airlock does besides the fetch. Aggregate throughput = installs x
 # model bytes / wall seconds of the whole round.
 [ "${FLEET_SECTION:-0}" = 1 ] || exit 0
 set -euo pipefail
@@ -422,7 +431,7 @@ fleet_bench() {
     digests=$(curl -sf -H "Accept: application/vnd.oci.image.manifest.v1+json" \
         "http://127.0.0.1:$port/v2/models/m/manifests/1" |
         python3 -c 'import json,sys; print(" ".join(l["digest"] for l in json.load(sys.stdin)["layers"] if not l["annotations"]["org.cncf.model.filepath"].startswith(".airlock/")))')
-    echo "| installs | airlock s | airlock MiB/s (aggregate) | airlock peak RSS MiB (max) | curl + fsync s | curl MiB/s (aggregate) |"
+    echo "| installs | airlock s | airlock MiB/s (aggregate) | airlock peak RSS MiB (max) | curl + sha256sum + fsync s | curl MiB/s (aggregate) |"
     echo "|---|---|---|---|---|---|"
     local n i t0 t1 ta tc rss jobs
     for n in 1 4 8; do
@@ -444,7 +453,7 @@ fleet_bench() {
         for i in $(seq "$n"); do
             (mkdir -p "$d/c$i" && for dg in $digests; do
                 curl -sf -o "$d/c$i/${dg#sha256:}" "http://127.0.0.1:$port/v2/models/m/blobs/$dg"
-            done && sync "$d/c$i"/*) &
+            done && sha256sum "$d/c$i"/* >/dev/null && sync "$d/c$i"/*) &
             jobs+=($!)
         done
         wait "${jobs[@]}"
@@ -670,3 +679,75 @@ PY
 }
 values_bench
 # ==== end of values section ===================================================================
+
+# ==== many files: pack, check and unpack of small files against tar and sha256sum (issue 24) ==
+# Run with `scripts/bench.sh --many-files [--many-counts "100000 200000 400000"] [--runs N]
+# [--dir DIR] [--bin PATH]`. For each count N, a tree of N files of 512 bytes (1000 to a
+# directory, each file different) is made once; then, N times alternating in one loop so
+# drift hits both sides alike: `airlock pack` (default zstd) against `tar -cf && sync`;
+# `airlock unpack` (every file fsynced, staging, receipt, rename) against `tar -xf && sync`;
+# `airlock check` of the install against `sha256sum` of the same files. Wall seconds are
+# medians; the ratio is airlock / peer. Peak RSS of airlock's commands from /usr/bin/time.
+many_bench() {
+    [ "${MANY_SECTION:-0}" = 1 ] || return 0
+    set -euo pipefail
+    local d=$DIR/many bin=${BIN:-} runs=${RUNS:-3}
+    for t in tar sha256sum python3 /usr/bin/time; do
+        command -v "$t" >/dev/null || { echo "bench.sh --many-files: $t is missing (scripts/setup.sh)" >&2; exit 2; }
+    done
+    if [ -z "$bin" ]; then
+        (cd "$REPO" && cargo build --release --locked -q)
+        bin=$REPO/target/release/airlock
+    fi
+    local al="$bin --progress none -q"
+    mkdir -p "$d"
+    [ -f "$d/k.key" ] || "$bin" -q keygen --out "$d/k" --unencrypted
+    t() { /usr/bin/time -f "%e %M" -o "$d/t" "$@" >/dev/null && cat "$d/t"; }
+    med() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+    echo "| files | pack s | tar -cf && sync s | ratio | check s | sha256sum s | ratio | unpack s | tar -xf && sync s | ratio | pack peak RSS MiB |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
+    local n r m
+    for n in $MANY_COUNTS; do
+        m=$d/m$n
+        if [ ! -d "$m" ]; then
+            python3 - "$m" "$n" <<'PY'
+import os, sys
+root, n = sys.argv[1], int(sys.argv[2])
+data = os.urandom(512)
+for i in range(n):
+    d = os.path.join(root, f"d{i // 1000:04d}")
+    if i % 1000 == 0:
+        os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, f"f{i % 1000:04d}.bin"), "wb") as f:
+        f.write(data[:256] + i.to_bytes(8, "little") + data[264:])
+PY
+        fi
+        : > "$d/res"
+        for r in $(seq "$runs"); do
+            rm -rf "$d/b" "$d/x.tar" "$d/i" "$d/x"; sync
+            echo "pack $(t $al pack "$m" -o "$d/b" --key "$d/k.key")" >> "$d/res"
+            echo "tarc $(t sh -c "tar -cf '$d/x.tar' -C '$m' . && sync")" >> "$d/res"
+            sync
+            echo "unpack $(t $al unpack "$d/b" --trust "$d/k.pub" --dest "$d/i")" >> "$d/res"
+            mkdir "$d/x"
+            echo "tarx $(t sh -c "tar -xf '$d/x.tar' -C '$d/x' && sync")" >> "$d/res"
+            echo "check $(t $al check "$d/i" --trust "$d/k.pub")" >> "$d/res"
+            echo "sha $(t sh -c "cd '$d/i' && find . -path ./.airlock -prune -o -type f -print0 | xargs -0 sha256sum >/dev/null")" >> "$d/res"
+        done
+        rm -rf "$d/b" "$d/x.tar" "$d/i" "$d/x"
+        python3 - "$d/res" "$n" <<'PY'
+import sys, statistics as st
+rows = {}
+for line in open(sys.argv[1]):
+    k, wall, rss = line.split()
+    rows.setdefault(k, []).append((float(wall), int(rss)))
+m = lambda k: st.median(w for w, _ in rows[k])
+r = lambda a, b: f"{m(a) / m(b):.2f}"
+rss = max(x for _, x in rows["pack"]) / 1024
+print(f"| {int(sys.argv[2]):,} | {m('pack'):.2f} | {m('tarc'):.2f} | {r('pack','tarc')} | {m('check'):.2f} | {m('sha'):.2f} | {r('check','sha')} | {m('unpack'):.2f} | {m('tarx'):.2f} | {r('unpack','tarx')} | {rss:.0f} |")
+PY
+    done
+    echo "runs: $runs each; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+many_bench
+# ==== end of many-files section ===============================================================

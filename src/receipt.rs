@@ -324,7 +324,7 @@ fn mode_drift(path: &str, mode: u32) -> Option<Drift> {
 
 /// The differences of one receipt file.
 fn file_drift(
-    root: &OwnedFd,
+    opener: &mut fsio::BelowOpener<'_, OwnedFd>,
     f: &manifest::FileEntry,
     sizes_only: bool,
     scan: bool,
@@ -340,7 +340,7 @@ fn file_drift(
             None,
         )
     };
-    let file = match fsio::open_file_below(root, &f.path) {
+    let file = match opener.open(&f.path) {
         Ok((file, _)) => file,
         Err(OpenError::NotFound) => return one("missing", "is missing".into()),
         Err(OpenError::Link) => {
@@ -518,17 +518,32 @@ pub fn compare_scanning(
         .as_ref()
         .and_then(|o| o.signature.as_ref())
         .map(crate::oms::as_file_entry);
+    // In runs of files, each run opening its files below the last one's directory handle.
     let compared: Vec<(&manifest::FileEntry, FileDrift)> = manifest
         .files
-        .par_iter()
-        .chain(oms_file.par_iter())
-        .map(|f| (f, file_drift(&root, f, sizes_only, scan, progress)))
+        .par_chunks(256)
+        .flat_map_iter(|run| {
+            let mut opener = fsio::BelowOpener::new(&root);
+            run.iter()
+                .map(|f| (f, file_drift(&mut opener, f, sizes_only, scan, progress)))
+                .collect::<Vec<_>>()
+        })
         .collect();
     let mut drift = Vec::new();
     let mut scans = Vec::new();
     for (f, (d, s)) in compared {
         drift.extend(d);
         scans.extend(s.map(|s| (f.path.clone(), s)));
+    }
+    if let Some(f) = &oms_file {
+        let (d, _) = file_drift(
+            &mut fsio::BelowOpener::new(&root),
+            f,
+            sizes_only,
+            false,
+            progress,
+        );
+        drift.extend(d);
     }
     if let Ok(st) = rustix::fs::fstat(&root) {
         drift.extend(mode_drift(".", st.st_mode));

@@ -255,8 +255,58 @@ fn open_dir_below(root: &OwnedFd, rel: &str) -> rustix::io::Result<OwnedFd> {
 /// `open(2)` would. The file itself is never a link, is opened without blocking (a FIFO swapped
 /// in cannot hang the pack) and must be a regular file.
 pub fn open_source(source: &Path, rel: &str) -> io::Result<File> {
+    let (dir, last) = open_source_dir(source, rel)?;
+    open_in(&dir, last)
+}
+
+/// Opens the source files of a scan one after the other, as [`open_source`] does, keeping the
+/// handle of the directory the last file was opened in: the next file of the same directory
+/// (the usual case, files come in bundle order) is opened with one `openat` below it instead of
+/// a walk from the model directory down. The handle was reached by the same rules (no link
+/// followed below the model directory), and nothing is ever looked up through a link.
+#[derive(Default)]
+pub struct SourceOpener {
+    /// The source path of the last file's directory, whether it was reached below the model
+    /// directory (no link followed) or as a resolved path, and its handle.
+    last: Option<(PathBuf, bool, OwnedFd)>,
+}
+
+impl SourceOpener {
+    /// Opens the source file of a scanned entry, as [`open_source`].
+    pub fn open(&mut self, source: &Path, rel: &str) -> io::Result<File> {
+        let parent = source.parent().unwrap_or(Path::new(""));
+        let below = below_model_dir(source, rel);
+        if let Some((dir, b, fd)) = &self.last
+            && *b == below
+            && dir == parent
+        {
+            return open_in(fd, last_name(source)?);
+        }
+        self.last = None;
+        let (fd, last) = open_source_dir(source, rel)?;
+        let file = open_in(&fd, last)?;
+        self.last = Some((parent.to_path_buf(), below, fd));
+        Ok(file)
+    }
+}
+
+/// Whether `source` is the model directory joined with `rel` (a file the scan found), rather
+/// than a link's resolved target.
+fn below_model_dir(source: &Path, rel: &str) -> bool {
+    !rel.is_empty() && source.ends_with(Path::new(rel))
+}
+
+fn last_name(source: &Path) -> io::Result<&OsStr> {
+    source
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))
+}
+
+/// The directory holding the source file of a scanned entry ([`open_source`]), opened, and
+/// the file's name in it.
+fn open_source_dir<'s>(source: &'s Path, rel: &str) -> io::Result<(OwnedFd, &'s OsStr)> {
     let rel_path = Path::new(rel);
-    let (dir, names): (OwnedFd, Vec<&OsStr>) = if !rel.is_empty() && source.ends_with(rel_path) {
+    let (dir, names): (OwnedFd, Vec<&OsStr>) = if below_model_dir(source, rel) {
         let mut root = source;
         for _ in rel.split('/') {
             root = root.parent().unwrap_or(Path::new(""));
@@ -270,15 +320,21 @@ pub fn open_source(source: &Path, rel: &str) -> io::Result<File> {
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?;
         (fsio::open_dir_following(parent)?, vec![name])
     };
-    let (last, parents) = names.split_last().expect("at least one component");
+    let (_, parents) = names.split_last().expect("at least one component");
     let mut fd = dir;
     for c in parents {
         fd = fsio::open_dir_at(&fd, *c)?;
     }
+    Ok((fd, last_name(source)?))
+}
+
+/// Opens the regular file `last` in the directory `fd` for reading, never through a link,
+/// without blocking.
+fn open_in(fd: &OwnedFd, last: &OsStr) -> io::Result<File> {
     let last = last
         .to_str()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a UTF-8 name"))?;
-    let file = match fsio::open_file_below(&fd, last) {
+    let file = match fsio::open_file_below(fd, last) {
         Ok((f, _)) => f,
         Err(fsio::OpenError::Link) => {
             return Err(io::Error::new(
@@ -386,6 +442,41 @@ mod tests {
         .unwrap();
         let e = open_source(source, path).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+    }
+
+    #[test]
+    fn the_opener_reuses_a_directory_handle_and_follows_no_link() {
+        let t = tempfile::tempdir().unwrap();
+        let m = t.path().join("m");
+        std::fs::create_dir_all(m.join("a")).unwrap();
+        for name in ["f", "g", "h"] {
+            std::fs::write(m.join("a").join(name), name).unwrap();
+        }
+        std::fs::write(m.join("top"), b"top").unwrap();
+        let mut opener = SourceOpener::default();
+        let read = |opener: &mut SourceOpener, rel: &str| {
+            let mut got = String::new();
+            std::io::Read::read_to_string(&mut opener.open(&m.join(rel), rel)?, &mut got)?;
+            io::Result::Ok(got)
+        };
+        assert_eq!(read(&mut opener, "a/f").unwrap(), "f");
+        // The directory swapped for a link to a host directory after the first file: the next
+        // file of it is read from the directory the handle holds, never through the link.
+        std::fs::create_dir(t.path().join("elsewhere")).unwrap();
+        std::fs::write(t.path().join("elsewhere/g"), b"host secret").unwrap();
+        std::fs::rename(m.join("a"), t.path().join("a-moved")).unwrap();
+        symlink(t.path().join("elsewhere"), m.join("a")).unwrap();
+        assert_eq!(read(&mut opener, "a/g").unwrap(), "g");
+        // Another directory: opened afresh, below the model directory.
+        assert_eq!(read(&mut opener, "top").unwrap(), "top");
+        assert!(read(&mut opener, "a/h").is_err(), "read through a link");
+        // A file of the held directory swapped for a link: refused.
+        std::fs::remove_file(m.join("a")).unwrap();
+        std::fs::rename(t.path().join("a-moved"), m.join("a")).unwrap();
+        assert_eq!(read(&mut opener, "a/f").unwrap(), "f");
+        std::fs::remove_file(m.join("a/g")).unwrap();
+        symlink(t.path().join("elsewhere/g"), m.join("a/g")).unwrap();
+        assert!(read(&mut opener, "a/g").is_err(), "read through a link");
     }
 
     #[test]

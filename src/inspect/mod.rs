@@ -145,7 +145,7 @@ pub fn check_tree(root: &Path) -> io::Result<Vec<Finding>> {
             continue;
         }
         let rel = relative_name(root, entry.path());
-        findings.extend(tree.check(&rel)?);
+        findings.extend(tree.check_walked(&rel, &entry)?);
     }
     sort_findings(&mut findings);
     Ok(findings)
@@ -186,7 +186,7 @@ pub fn check_tree_reaching(root: &Path) -> io::Result<(Vec<Finding>, Vec<String>
             continue;
         }
         let rel = relative_name(root, entry.path());
-        match tree.check(&rel) {
+        match tree.check_walked(&rel, &entry) {
             Ok(found) => findings.extend(found),
             Err(e) if e.kind() == io::ErrorKind::InvalidFilename => unchecked.push(rel),
             Err(e) => return Err(e),
@@ -274,6 +274,20 @@ impl Tree {
         } else {
             Ok(Resolved::NotAFile)
         }
+    }
+
+    /// [`Tree::check`] for an entry of a walk from the root that follows no link: a regular
+    /// file it reached is inside the tree and needs no resolving (a `realpath` per file was
+    /// most of the model checks' cost on a tree of many small files).
+    fn check_walked(&self, rel: &str, entry: &walkdir::DirEntry) -> io::Result<Vec<Finding>> {
+        if entry.file_type().is_file() && is_plain_relative(rel) {
+            let len = entry
+                .metadata()
+                .map_err(|e| with_path(entry.path(), e.into()))?
+                .len();
+            return self.check_content(rel, entry.path(), len);
+        }
+        self.check(rel)
     }
 
     fn check(&self, rel: &str) -> io::Result<Vec<Finding>> {

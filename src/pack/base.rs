@@ -28,6 +28,9 @@ use crate::manifest::{self, FileEntry, Manifest};
 use crate::progress::Progress;
 use crate::receipt;
 
+/// Bytes of each of the three pieces [`BaseSource::sample_differs`] compares.
+pub const SAMPLE_PIECE: u64 = 64 << 10;
+
 /// Where the base files' contents are on this host.
 #[derive(Debug)]
 enum Content {
@@ -207,6 +210,37 @@ impl BaseSource {
     pub fn no_content_note(&self) -> Option<String> {
         (!self.has_content()).then(|| {
             "the base's file contents cannot be used here: files are taken from it only where unchanged (copy); changed files are carried whole. Give the base's installed directory (or its bundle, signed by this key) as --base to patch them".to_string()
+        })
+    }
+
+    /// Whether the base file at `path` visibly differs from the new file `new` of `size`
+    /// bytes, judged from three pieces of at most [`SAMPLE_PIECE`] bytes (start, middle, end)
+    /// read from each: the planner then patches the file straight away, reading it once,
+    /// instead of hashing it first to look for a copy and reading it again to patch it. `false`
+    /// when the pieces match or the base file cannot be read here (the file is then hashed
+    /// first, as any other). Opened by the rules above; what is read only steers the plan (a
+    /// patch is still made only from a base file checked against the base manifest).
+    pub fn sample_differs(&self, path: &str, size: u64, new: &File) -> bool {
+        use std::os::unix::fs::FileExt;
+        let base = match &self.content {
+            Content::Installed { root, .. } => match fsio::open_file_below(root, path) {
+                Ok((f, len)) if len == size => f,
+                _ => return false,
+            },
+            Content::Snapshot { repo, commit } => {
+                match crate::hfcache::open_snapshot_file(repo, commit, path) {
+                    Ok(f) if f.metadata().is_ok_and(|m| m.len() == size) => f,
+                    _ => return false,
+                }
+            }
+            // A base bundle is read in one pass later; nothing to sample cheaply.
+            Content::Bundle { .. } | Content::None => return false,
+        };
+        let piece = size.min(SAMPLE_PIECE);
+        let (mut a, mut b) = (vec![0u8; piece as usize], vec![0u8; piece as usize]);
+        [0, (size - piece) / 2, size - piece].iter().any(|&at| {
+            let read = |f: &File, buf: &mut [u8]| f.read_exact_at(buf, at).is_ok();
+            read(new, &mut a) && read(&base, &mut b) && a != b
         })
     }
 

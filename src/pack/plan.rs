@@ -285,9 +285,10 @@ pub fn plan(
     base::check_same_model(&base.manifest, name, version)?;
     let patch_dir = work.join("delta-patches");
     std::fs::create_dir(&patch_dir).map_err(|e| Error::io(&patch_dir, e))?;
-    let (decisions, candidates, mut counts) = copies(model, base, scan_values, progress)?;
+    let (decisions, candidates, unhashed, mut counts) = copies(model, base, scan_values, progress)?;
     let wanted: Vec<&str> = candidates.iter().map(|(_, e)| e.path()).collect();
     let mut base_content = base.contents(&wanted, work, progress)?;
+    let by_content = content_index(&base.manifest);
     // Pass 2: a patch for each candidate, kept when it is smaller than the file.
     let mut decisions = decisions;
     let mut patches = Vec::new();
@@ -299,6 +300,22 @@ pub fn plan(
             continue;
         };
         let Some(old) = base_content.remove(path.as_str()) else {
+            if unhashed.contains(&index) {
+                // Not hashed in pass 1 and nothing to patch from after all: it may still be a
+                // copy of another base file.
+                let (sha256, etag, values) =
+                    digest(source, path, *size, model.etag(index), scan_values)?;
+                if let Some(from) = copy_from(&by_content, path, *size, &sha256) {
+                    decisions[index] = Decision::Copy {
+                        sha256,
+                        etag,
+                        from,
+                        values,
+                    };
+                    counts.copied_files += 1;
+                    counts.copied_bytes += size;
+                }
+            }
             continue;
         };
         progress.item(path);
@@ -346,6 +363,23 @@ pub fn plan(
             });
         }
         progress.advance(*size);
+        if unhashed.contains(&index)
+            && let Some(from) = copy_from(&by_content, path, *size, &enc.new_sha256)
+        {
+            // Visibly different from the base file at its path, but a copy of another one
+            // (shards renamed): found from the digest the patch pass made.
+            std::fs::remove_file(&out_path).map_err(|e| Error::io(&out_path, e))?;
+            let etag = etag_of_patched(model, index, source, path, *size, &enc.new_sha256)?;
+            decisions[index] = Decision::Copy {
+                sha256: enc.new_sha256,
+                etag,
+                from,
+                values: scanner.and_then(Scanner::finish),
+            };
+            counts.copied_files += 1;
+            counts.copied_bytes += size;
+            continue;
+        }
         if enc.patch_size >= *size {
             std::fs::remove_file(&out_path).map_err(|e| Error::io(&out_path, e))?;
             continue;
@@ -424,26 +458,78 @@ pub fn plan(
     })
 }
 
-/// Pass 1: every file that is a copy of a base file (same size and SHA-256), and the files a
-/// patch may be made for (the base has the same path). Returns one decision per model file,
-/// the candidates (decision index, entry), and the counts so far.
-#[allow(clippy::type_complexity)]
-fn copies<'m>(
-    model: &'m Model,
-    base: &BaseSource,
-    scan_values: bool,
-    progress: &dyn Progress,
-) -> Result<(Vec<Decision>, Vec<(usize, &'m ScanEntry)>, Counts)> {
-    let bm = &base.manifest;
-    let by_path: HashMap<&str, &FileEntry> =
-        bm.files.iter().map(|f| (f.path.as_str(), f)).collect();
-    let mut by_content: HashMap<(u64, &str), Vec<&FileEntry>> = HashMap::new();
+/// The base files by size and SHA-256.
+type ContentIndex<'b> = HashMap<(u64, &'b str), Vec<&'b FileEntry>>;
+
+fn content_index(bm: &manifest::Manifest) -> ContentIndex<'_> {
+    let mut by_content: ContentIndex<'_> = HashMap::new();
     for f in &bm.files {
         by_content
             .entry((f.size, f.sha256.as_str()))
             .or_default()
             .push(f);
     }
+    by_content
+}
+
+/// The base file the new file `path` (`size` bytes, `sha256`) is a copy of, if any: the one
+/// at the same path first.
+fn copy_from(by_content: &ContentIndex<'_>, path: &str, size: u64, sha256: &str) -> Option<String> {
+    let same = by_content.get(&(size, sha256))?;
+    let from = same.iter().find(|b| b.path == path).unwrap_or(&same[0]);
+    Some(from.path.clone())
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many times this thread's planner hashed a new file outside the patch pass.
+    static HASHED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// [`write::digest_and_scan`], counted in tests.
+fn digest(
+    source: &Path,
+    path: &str,
+    size: u64,
+    etag: Option<&write::EtagCheck>,
+    scan_values: bool,
+) -> Result<(String, Option<String>, Option<FileScan>)> {
+    #[cfg(test)]
+    HASHED.with(|n| n.set(n.get() + 1));
+    write::digest_and_scan(source, path, size, etag, scan_values)
+}
+
+/// Whether the new file at `source` visibly differs from the base file at `path`
+/// ([`BaseSource::sample_differs`]); `false` when either cannot be read for the sample.
+fn sample_differs(base: &BaseSource, source: &Path, path: &str, size: u64) -> bool {
+    crate::scan::open_source(source, path).is_ok_and(|new| base.sample_differs(path, size, &new))
+}
+
+/// Pass 1: every file that is a copy of a base file (same size and SHA-256), and the files a
+/// patch may be made for (the base has the same path). Returns one decision per model file,
+/// the candidates (decision index, entry), the candidates not hashed here, and the counts so
+/// far.
+///
+/// A file of the same size as the base file at its path that visibly differs from it (three
+/// sampled pieces) is not hashed here: it is a patch candidate, and the patch pass hashes it
+/// as it reads it and looks for a copy then, so a changed file is read once, not twice (once
+/// to hash, once to patch).
+#[allow(clippy::type_complexity)]
+fn copies<'m>(
+    model: &'m Model,
+    base: &BaseSource,
+    scan_values: bool,
+    progress: &dyn Progress,
+) -> Result<(
+    Vec<Decision>,
+    Vec<(usize, &'m ScanEntry)>,
+    std::collections::HashSet<usize>,
+    Counts,
+)> {
+    let bm = &base.manifest;
+    let by_path: HashMap<&str, &FileEntry> =
+        bm.files.iter().map(|f| (f.path.as_str(), f)).collect();
+    let by_content = content_index(bm);
     let sizes: std::collections::HashSet<u64> = bm.files.iter().map(|f| f.size).collect();
     let total: u64 = model
         .entries
@@ -456,6 +542,7 @@ fn copies<'m>(
     progress.start("delta", total);
     let mut decisions = Vec::new();
     let mut candidates = Vec::new();
+    let mut unhashed = std::collections::HashSet::new();
     let mut counts = Counts::default();
     for e in &model.entries {
         let ScanEntry::File {
@@ -466,19 +553,26 @@ fn copies<'m>(
         };
         progress.item(path);
         if sizes.contains(size) {
-            let (sha256, etag, values) = write::digest_and_scan(
+            if by_path.get(path.as_str()).is_some_and(|b| b.size == *size)
+                && sample_differs(base, source, path, *size)
+            {
+                unhashed.insert(decisions.len());
+                candidates.push((decisions.len(), e));
+                decisions.push(Decision::Carry);
+                continue;
+            }
+            let (sha256, etag, values) = digest(
                 source,
                 path,
                 *size,
                 model.etag(decisions.len()),
                 scan_values,
             )?;
-            if let Some(same) = by_content.get(&(*size, sha256.as_str())) {
-                let from = same.iter().find(|b| b.path == *path).unwrap_or(&same[0]);
+            if let Some(from) = copy_from(&by_content, path, *size, &sha256) {
                 decisions.push(Decision::Copy {
                     sha256: sha256.clone(),
                     etag,
-                    from: from.path.clone(),
+                    from,
                     values,
                 });
                 counts.copied_files += 1;
@@ -492,7 +586,7 @@ fn copies<'m>(
         }
         decisions.push(Decision::Carry);
     }
-    Ok((decisions, candidates, counts))
+    Ok((decisions, candidates, unhashed, counts))
 }
 
 /// The etag of a patched file of a Hugging Face snapshot: its SHA-256 (from the patch pass)
@@ -517,7 +611,7 @@ fn etag_of_patched(
         }
     };
     if needs_git {
-        return Ok(write::digest_file(source, path, size, Some(check))?.1);
+        return Ok(digest(source, path, size, Some(check), false)?.1);
     }
     if let write::EtagCheck::Expect(want) = check
         && want != sha256
@@ -536,4 +630,188 @@ fn internal(path: &str) -> Error {
     Error::Usage(format!(
         "internal error: the delta plan and the stream disagree about {path:?}"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::SecretKey;
+    use crate::pack::{Compress, ModelSpec, PackOptions};
+
+    /// `len` bytes no compressor can shrink (SHA-256 in counter mode).
+    fn bytes(seed: u32, len: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(len + 32);
+        for i in 0u32.. {
+            if out.len() >= len {
+                break;
+            }
+            out.extend(Sha256::digest(
+                [seed.to_le_bytes(), i.to_le_bytes()].concat(),
+            ));
+        }
+        out.truncate(len);
+        out
+    }
+
+    /// Installs `files` as version 1 the way `unpack` leaves it (the files and the receipt).
+    fn installed_base(dir: &Path, files: &[(&str, Vec<u8>)], key: &SecretKey) {
+        std::fs::create_dir_all(dir).unwrap();
+        for (name, content) in files {
+            std::fs::write(dir.join(name), content).unwrap();
+        }
+        let model = Model::open(&ModelSpec::Dir(dir.to_path_buf())).unwrap();
+        let out = dir.with_extension("bundle");
+        crate::pack::pack(
+            &model,
+            PackOptions {
+                out: out.clone(),
+                key,
+                name: "m".into(),
+                version: 1,
+                compress: Compress::None,
+                volume_size: 1 << 30,
+                chunk_size: 1 << 20,
+                created_unix: 0,
+                warnings: vec![],
+                parity: None,
+                base: None,
+                trust_update: vec![],
+                oms: Default::default(),
+                values: None,
+            },
+            &crate::progress::Silent,
+        )
+        .unwrap();
+        std::fs::create_dir(dir.join(".airlock")).unwrap();
+        for name in [manifest::MANIFEST_NAME, manifest::SIGNATURE_NAME] {
+            std::fs::copy(out.join(name), dir.join(".airlock").join(name)).unwrap();
+        }
+    }
+
+    /// A changed file of the same size as its base file is read once, by the patch pass that
+    /// hashes it, not hashed first to look for a copy and read again to patch it; unchanged
+    /// files are hashed once and found as copies; a file whose content moved to another name
+    /// (visibly different from the base file at its own path) is still found as a copy.
+    #[test]
+    fn a_changed_file_of_the_same_size_is_read_once() {
+        let t = tempfile::tempdir().unwrap();
+        let key = SecretKey::generate().unwrap();
+        let (a, b, c) = (bytes(1, 300_000), bytes(2, 300_000), bytes(3, 200_000));
+        installed_base(
+            &t.path().join("v1"),
+            &[
+                ("a.bin", a.clone()),
+                ("b.bin", b.clone()),
+                ("c.bin", c.clone()),
+            ],
+            &key,
+        );
+        // Version 2: a.bin changed in a few places (same size), b.bin unchanged, c.bin
+        // rewritten (same size, a copy of nothing, no patch smaller than itself).
+        let v2 = t.path().join("v2");
+        std::fs::create_dir(&v2).unwrap();
+        let mut a2 = a.clone();
+        for i in (0..a2.len()).step_by(1000) {
+            a2[i] ^= 0x5a;
+        }
+        let c2 = bytes(9, c.len());
+        std::fs::write(v2.join("a.bin"), &a2).unwrap();
+        std::fs::write(v2.join("b.bin"), &b).unwrap();
+        std::fs::write(v2.join("c.bin"), &c2).unwrap();
+        // Same size as b.bin and visibly different from the base file at its path (none):
+        // hashed, found as a copy of b.bin.
+        std::fs::write(v2.join("e.bin"), &b).unwrap();
+        let model = Model::open(&ModelSpec::Dir(v2.clone())).unwrap();
+        let mut base = BaseSource::open(&t.path().join("v1"), &key.public_key()).unwrap();
+        let work = t.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        HASHED.with(|n| n.set(0));
+        let plan = plan(
+            &model,
+            Some(&mut base),
+            "m",
+            2,
+            &work,
+            3,
+            true,
+            &crate::progress::Silent,
+        )
+        .unwrap();
+        // b.bin and e.bin hashed to find their copies; a.bin and c.bin (changed) not.
+        assert_eq!(
+            HASHED.with(|n| n.get()),
+            2,
+            "changed files hashed before patching"
+        );
+        let d = &plan.delta.as_ref().unwrap().decisions;
+        let sha = |v: &[u8]| hex::encode(Sha256::digest(v));
+        match &d[0] {
+            Decision::Xor { sha256, from, .. } => {
+                assert_eq!(*sha256, sha(&a2));
+                assert_eq!(from.path, "a.bin");
+            }
+            other => panic!("a.bin: {other:?}"),
+        }
+        assert!(
+            matches!(&d[1], Decision::Copy { from, .. } if from == "b.bin"),
+            "{:?}",
+            d[1]
+        );
+        assert!(
+            matches!(&d[3], Decision::Copy { from, .. } if from == "b.bin"),
+            "{:?}",
+            d[3]
+        );
+        // c.bin: its patch is no smaller than the file, so it travels whole and the writer
+        // hashes it.
+        assert!(matches!(&d[2], Decision::Carry), "{:?}", d[2]);
+    }
+
+    /// A file whose content moved to another name of the same size (shards renamed) is
+    /// visibly different from the base file at its own path, so it is not hashed before the
+    /// patch pass; the patch pass finds it as a copy from its digest.
+    #[test]
+    fn a_renamed_file_is_still_a_copy() {
+        let t = tempfile::tempdir().unwrap();
+        let key = SecretKey::generate().unwrap();
+        let (a, b) = (bytes(1, 300_000), bytes(2, 300_000));
+        installed_base(
+            &t.path().join("v1"),
+            &[("a.bin", a.clone()), ("b.bin", b.clone())],
+            &key,
+        );
+        let v2 = t.path().join("v2");
+        std::fs::create_dir(&v2).unwrap();
+        std::fs::write(v2.join("a.bin"), &b).unwrap();
+        std::fs::write(v2.join("b.bin"), &a).unwrap();
+        let model = Model::open(&ModelSpec::Dir(v2.clone())).unwrap();
+        let mut base = BaseSource::open(&t.path().join("v1"), &key.public_key()).unwrap();
+        let work = t.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        HASHED.with(|n| n.set(0));
+        let plan = plan(
+            &model,
+            Some(&mut base),
+            "m",
+            2,
+            &work,
+            3,
+            true,
+            &crate::progress::Silent,
+        )
+        .unwrap();
+        assert_eq!(HASHED.with(|n| n.get()), 0);
+        let d = &plan.delta.as_ref().unwrap().decisions;
+        assert!(
+            matches!(&d[0], Decision::Copy { from, .. } if from == "b.bin"),
+            "{:?}",
+            d[0]
+        );
+        assert!(
+            matches!(&d[1], Decision::Copy { from, .. } if from == "a.bin"),
+            "{:?}",
+            d[1]
+        );
+        assert!(!work.join("delta-patches/0").exists());
+    }
 }
