@@ -117,7 +117,10 @@ impl Verdict {
             let mut e = volumes::volumes_error(
                 &listed,
                 &self.stray,
-                self.volumes_checked + self.parity_checked,
+                volumes::VolumeCounts {
+                    data: self.volumes_checked,
+                    parity: self.parity_checked,
+                },
                 true,
             );
             if let (

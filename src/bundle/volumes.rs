@@ -28,7 +28,8 @@ use crate::progress::Progress;
 pub struct VolumeProblem {
     /// Volume file name.
     pub volume: String,
-    /// Position in the manifest, 1-based, for messages ("3 of 7").
+    /// The volume's number, as in its name (`data.003` and `parity.003` are 3): its 0-based
+    /// position in the manifest's list of data or of parity volumes.
     pub index: usize,
     /// What is wrong.
     pub problem: String,
@@ -71,36 +72,100 @@ impl StrayFile {
     }
 }
 
-/// The error for bad volumes: each listed volume named with its position ("volume data.003
-/// of 7 fails its sha256"), then the stray volume-like files, then how many volumes are good
-/// when every volume was checked.
+/// How many volumes of each kind a message counts: the data volumes, and the parity volumes
+/// when they were checked too (0 otherwise).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VolumeCounts {
+    /// Data volumes (`data.NNN`).
+    pub data: usize,
+    /// Parity volumes (`parity.NNN`) that were checked.
+    pub parity: usize,
+}
+
+impl VolumeCounts {
+    /// The data volumes of `m` only.
+    pub fn data_of(m: &Manifest) -> Self {
+        VolumeCounts {
+            data: m.volumes.len(),
+            parity: 0,
+        }
+    }
+
+    /// The data and parity volumes of `m`.
+    pub fn all_of(m: &Manifest) -> Self {
+        VolumeCounts {
+            data: m.volumes.len(),
+            parity: m.parity.as_ref().map_or(0, |p| p.volumes.len()),
+        }
+    }
+}
+
+/// Whether a listed volume's name is a parity volume's (the manifest's name rules make the
+/// prefix decide).
+fn is_parity_name(name: &str) -> bool {
+    name.starts_with("parity.")
+}
+
+/// The error for bad volumes: each listed volume named with the count of its kind ("volume
+/// data.003 of 7 fails its sha256", "volume parity.000 of 2 is missing": one numbering, the
+/// names', everywhere), then the stray volume-like files, then how many volumes are good when
+/// every volume counted was checked.
 pub fn volumes_error(
     listed: &[VolumeProblem],
     stray: &[StrayFile],
-    total: usize,
+    counts: VolumeCounts,
     checked_all: bool,
 ) -> Error {
     let stray: Vec<&StrayFile> = stray
         .iter()
         .filter(|s| s.kind == StrayKind::VolumeLike)
         .collect();
+    let of = |p: &VolumeProblem| {
+        if is_parity_name(&p.volume) {
+            counts.parity
+        } else {
+            counts.data
+        }
+    };
     let mut parts: Vec<String> = listed
         .iter()
-        .map(|p| format!("volume {} of {total} {}", p.volume, p.problem))
+        .map(|p| format!("volume {} of {} {}", p.volume, of(p), p.problem))
         .chain(stray.iter().map(|s| format!("{} {}", s.name, s.problem())))
         .collect();
-    let good = total.saturating_sub(listed.len());
+    let bad_parity = listed.iter().filter(|p| is_parity_name(&p.volume)).count();
+    let good_data = counts.data.saturating_sub(listed.len() - bad_parity);
+    let good_parity = counts.parity.saturating_sub(bad_parity);
+    let total = counts.data + counts.parity;
     if checked_all && !listed.is_empty() && total > 1 {
-        parts.push(match good {
-            0 => format!("none of the {total} volumes is good"),
-            1 => "the other 1 is good".to_string(),
-            n => format!("the other {n} are good"),
+        parts.push(match (good_data + good_parity, counts.parity) {
+            (0, _) => format!("none of the {total} volumes is good"),
+            (1, 0) => "the other 1 is good".to_string(),
+            (n, 0) => format!("the other {n} are good"),
+            _ => format!(
+                "the other {} and {} {} good",
+                plural(good_data, "data volume"),
+                plural(good_parity, "parity volume"),
+                if good_data + good_parity == 1 {
+                    "is"
+                } else {
+                    "are"
+                }
+            ),
         });
     }
     Error::BadVolumes {
         summary: parts.join("; "),
         copy_again: listed.iter().map(|p| p.volume.clone()).collect(),
         remove: stray.iter().map(|s| s.name.clone()).collect(),
+    }
+}
+
+/// `n thing` or `n things`.
+fn plural(n: usize, thing: &str) -> String {
+    if n == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{n} {thing}s")
     }
 }
 
@@ -221,7 +286,7 @@ fn check_list(
         };
         problems.push(VolumeProblem {
             volume: v.name.clone(),
-            index: i + 1,
+            index: i,
             problem,
             bad_ranges: ranges,
         });
@@ -273,7 +338,7 @@ fn stat_list(opened: &Opened, list: &[manifest::Volume]) -> (Vec<VolumeProblem>,
         };
         problems.push(VolumeProblem {
             volume: v.name.clone(),
-            index: i + 1,
+            index: i,
             problem,
             bad_ranges: vec![],
         });
@@ -476,7 +541,7 @@ impl std::error::Error for VolumeIo {}
 #[derive(Debug)]
 pub(super) struct VolumeFailure {
     pub(super) problem: VolumeProblem,
-    /// How many volumes the bundle has.
+    /// How many data volumes the bundle has.
     pub(super) total: usize,
 }
 
@@ -561,7 +626,7 @@ impl<'a> VolumeReader<'a> {
         let v = &self.manifest.volumes[self.index];
         let p = VolumeProblem {
             volume: v.name.clone(),
-            index: self.index + 1,
+            index: self.index,
             problem,
             bad_ranges: std::mem::take(&mut self.bad_ranges),
         };
@@ -662,7 +727,7 @@ impl<'a> VolumeReader<'a> {
                     if self.mode == Mode::Collect {
                         self.problems.push(VolumeProblem {
                             volume: v.name.clone(),
-                            index: self.index + 1,
+                            index: self.index,
                             problem: "is damaged (rebuilt from parity to read on)".into(),
                             bad_ranges: vec![],
                         });
@@ -1213,7 +1278,7 @@ pub fn assess_with(
     let mut erased_recovery = 0;
     let mut lost_units_of: std::collections::BTreeMap<u64, usize> = Default::default();
     for p in data {
-        let i = p.index - 1;
+        let i = p.index;
         for c in 0..m.volumes[i].chunks.len() {
             let u = ur.layout.unit_of_chunk(i, c);
             if !ur.intact(false, u) {
@@ -1225,7 +1290,7 @@ pub fn assess_with(
         }
     }
     for p in parity {
-        let j = p.index - 1;
+        let j = p.index;
         for c in 0..ur.parity_volumes()[j].chunks.len() {
             let n = ur.layout.recovery_of_chunk(j, c);
             if !ur.intact(true, n) {
@@ -1290,10 +1355,10 @@ mod tests {
                 version: 1,
                 compress: Compress::None,
                 volume_size: 16384,
-                chunk_size: 4096,
+                chunk_size: Some(4096),
                 created_unix: 0,
                 warnings: vec![],
-                parity: Some(25.0),
+                parity: Some(crate::parity::Ask::Percent(25.0)),
                 base: None,
                 trust_update: vec![],
             },

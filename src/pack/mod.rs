@@ -49,14 +49,16 @@ pub struct PackOptions<'a> {
     pub compress: Compress,
     /// Largest volume, bytes.
     pub volume_size: u64,
-    /// Chunk size for per-chunk digests.
-    pub chunk_size: u64,
+    /// Chunk size for per-chunk digests; `None`: 64 MiB, or with parity the parity unit
+    /// chosen for the volume size (FORMAT.md 17.4).
+    pub chunk_size: Option<u64>,
     /// Creation time, seconds since the epoch.
     pub created_unix: i64,
     /// Model-check warnings to record.
     pub warnings: Vec<Warning>,
-    /// Parity to add, in percent of the data (`pack --parity`; FORMAT.md section 17).
-    pub parity: Option<f64>,
+    /// Parity to add (`pack --parity`; FORMAT.md section 17): a share of the data or a number
+    /// of lost volumes to survive.
+    pub parity: Option<crate::parity::Ask>,
     /// Pack a delta against this base (docs/FORMAT.md section 16).
     pub base: Option<BaseSource>,
     /// TUF root versions to carry (`pack --trust-update`; FORMAT.md section 18), checked by
@@ -138,13 +140,14 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
         level,
         progress,
     )?;
+    let chunk_size = opts.chunk_size_for(stream_estimate(&plan.stream));
     let written = write::write(
         &plan.stream,
         &dir,
         &write::WriteOptions {
             compress: opts.compress,
             volume_size: opts.volume_size,
-            chunk_size: opts.chunk_size,
+            chunk_size,
         },
         progress,
     )?;
@@ -152,12 +155,12 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
     let volumes = written.volumes.clone();
     let completed = plan.finish(model, written)?;
     let parity = match opts.parity {
-        Some(percent) => Some(parity::write_parity(
+        Some(ask) => Some(parity::write_parity(
             &dir,
             &volumes,
-            opts.chunk_size,
+            chunk_size,
             opts.volume_size,
-            percent,
+            ask,
             progress,
         )?),
         None => None,
@@ -179,7 +182,7 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
             created_unix: opts.created_unix,
             compression,
             stream_size,
-            chunk_size: opts.chunk_size,
+            chunk_size,
             volumes,
             directories: completed.directories,
             files: completed.files,
@@ -204,6 +207,33 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
         delta: plan.counts(),
         notes: opts.base.map(|b| b.notes).unwrap_or_default(),
     })
+}
+
+impl PackOptions<'_> {
+    /// The chunk size for a stream of about `stream` bytes ([`parity::chunk_size`]).
+    pub fn chunk_size_for(&self, stream: u64) -> u64 {
+        parity::chunk_size(
+            self.chunk_size,
+            self.parity.is_some(),
+            self.volume_size,
+            stream,
+        )
+    }
+}
+
+/// The uncompressed size of a stream of `entries` (an upper bound of its payload but for
+/// zstd's few bytes of framing), to choose the parity unit before it is written.
+fn stream_estimate(entries: &[write::StreamEntry]) -> u64 {
+    entries
+        .iter()
+        .map(|e| match e {
+            write::StreamEntry::Dir(p) => manifest::entry_stream_size(p, true, 0),
+            write::StreamEntry::File { path, size, .. } => {
+                manifest::entry_stream_size(path, false, *size)
+            }
+        })
+        .map(|s| s.unwrap_or(u64::MAX))
+        .fold(2 * tar::BLOCK as u64, u64::saturating_add)
 }
 
 /// Counts the bytes written to it.
@@ -260,6 +290,7 @@ pub fn manifest_size_estimate(model: &Model, opts: &PackOptions<'_>) -> u64 {
         Compress::None => stream,
         Compress::Zstd { .. } => stream.saturating_add(stream >> 8).saturating_add(128),
     };
+    let chunk_size = opts.chunk_size_for(stream);
     let count = payload.div_ceil(opts.volume_size.max(1)).max(1);
     let volumes: Vec<Volume> = (0..count)
         .map(|i| {
@@ -268,13 +299,13 @@ pub fn manifest_size_estimate(model: &Model, opts: &PackOptions<'_>) -> u64 {
                 name: manifest::volume_name(i as usize, count as usize),
                 size,
                 sha256: None,
-                chunks: vec![digest.clone(); size.div_ceil(opts.chunk_size.max(1)) as usize],
+                chunks: vec![digest.clone(); size.div_ceil(chunk_size) as usize],
             }
         })
         .collect();
     let parity = opts
         .parity
-        .and_then(|p| parity::estimate(&volumes, opts.chunk_size, opts.volume_size, p));
+        .and_then(|p| parity::estimate(&volumes, chunk_size, opts.volume_size, p));
     let m = Manifest {
         format: manifest::FORMAT_ID.into(),
         format_version: manifest::FORMAT_VERSION,
@@ -287,7 +318,7 @@ pub fn manifest_size_estimate(model: &Model, opts: &PackOptions<'_>) -> u64 {
             level: Some(19),
         },
         stream: Stream { size: stream },
-        chunk_size: opts.chunk_size,
+        chunk_size,
         volumes,
         totals: Totals {
             files: u64::MAX,
@@ -436,7 +467,7 @@ mod tests {
             version: 1,
             compress,
             volume_size: 4096,
-            chunk_size: 4096,
+            chunk_size: Some(4096),
             created_unix: 0,
             warnings: vec![],
             parity: None,
