@@ -96,7 +96,7 @@ impl VolumeSource for Merged<'_> {
             Some(Some(d)) => *d,
             _ => return Err(io::Error::other("no intact copy of this chunk")),
         };
-        volumes::DirVolumes(&self.dirs[dir]).read_at(name, offset, buf)
+        volumes::DirVolumes::new(&self.dirs[dir]).read_at(name, offset, buf)
     }
 }
 
@@ -141,7 +141,7 @@ fn shard_of(
 
 /// SHA-256 of `[start, start + len)` of volume `name` in `dir`, or `None` if unreadable.
 fn hash_chunk(dir: &Path, name: &str, start: u64, len: u64) -> Option<String> {
-    let src = volumes::DirVolumes(dir);
+    let src = volumes::DirVolumes::new(dir);
     let mut h = Sha256::new();
     let mut buf = vec![0u8; (1 << 20).min(len as usize)];
     let mut pos = 0;
@@ -364,7 +364,7 @@ pub fn repair(
                     if d != 0 {
                         report.chunks_from_copies += 1;
                     }
-                    let src = volumes::DirVolumes(&dirs[d]);
+                    let src = volumes::DirVolumes::new(&dirs[d]);
                     let mut buf = vec![0u8; (1 << 20).min(len as usize)];
                     let mut pos = 0;
                     while pos < len {

@@ -500,22 +500,54 @@ pub trait VolumeSource: Sync {
             "this volume source has no random access",
         ))
     }
+    /// The largest parity unit the reader holds in memory, to read it once (FORMAT.md 17.3);
+    /// larger units are read twice, hashed and then streamed. The tests lower it to read the
+    /// second way.
+    fn unit_memory(&self) -> u64 {
+        parity::MAX_UNIT_SIZE
+    }
 }
 
 /// The volumes of a bundle directory. Each is opened without blocking and must be a regular
-/// file: a FIFO or device planted as a volume must not hang or feed the reader.
-pub struct DirVolumes<'a>(pub &'a Path);
+/// file: a FIFO or device planted as a volume must not hang or feed the reader. A volume read
+/// at random (`read_at`, unit by unit) is opened once and kept open.
+pub struct DirVolumes<'a> {
+    dir: &'a Path,
+    opened: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<std::fs::File>>>,
+}
+
+impl<'a> DirVolumes<'a> {
+    /// The volumes in `dir`.
+    pub fn new(dir: &'a Path) -> Self {
+        DirVolumes {
+            dir,
+            opened: Default::default(),
+        }
+    }
+}
 
 impl VolumeSource for DirVolumes<'_> {
     fn open(&self, _index: usize, name: &str) -> io::Result<Box<dyn Read + Send + '_>> {
-        let (f, _) = open_regular(&self.0.join(name), Follow::Final)?;
+        let (f, _) = open_regular(&self.dir.join(name), Follow::Final)?;
         Ok(Box::new(f))
     }
     fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
+        self.dir.join(name)
     }
     fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        let (f, _) = open_regular(&self.0.join(name), Follow::Final)?;
+        let cached = self.opened.lock().expect("not poisoned").get(name).cloned();
+        let f = match cached {
+            Some(f) => f,
+            None => {
+                let (f, _) = open_regular(&self.dir.join(name), Follow::Final)?;
+                let f = std::sync::Arc::new(f);
+                self.opened
+                    .lock()
+                    .expect("not poisoned")
+                    .insert(name.to_string(), f.clone());
+                f
+            }
+        };
         f.read_exact_at(buf, offset)
     }
 }
@@ -588,6 +620,13 @@ pub(super) struct VolumeReader<'a> {
     slice_start: u64,
     /// Names of the data volumes with units rebuilt from parity, in order.
     repaired: Vec<String>,
+    /// With parity and units of at most [`VolumeReader::max_held`] bytes: the data unit being
+    /// handed on, read once and checked (or rebuilt and checked) before any of it is.
+    unit: Vec<u8>,
+    /// Whether `unit` holds the current unit.
+    unit_held: bool,
+    /// Largest unit read whole into memory; larger ones are read twice (hashed, then streamed).
+    max_held: u64,
 }
 
 /// What the volume-reading thread hands on, in stream order.
@@ -618,6 +657,9 @@ impl<'a> VolumeReader<'a> {
             slice: Vec::new(),
             slice_start: 0,
             repaired: Vec::new(),
+            unit: Vec::new(),
+            unit_held: false,
+            max_held: source.unit_memory(),
         }
     }
 
@@ -679,11 +721,111 @@ impl<'a> VolumeReader<'a> {
         (self.problems, self.repaired)
     }
 
-    /// [`Read::read`] for a bundle with parity: each data unit is hashed before any of its
-    /// bytes are handed on; an intact unit is then read again (and hashed again as it goes, so
-    /// media that change between the two reads are caught), an erased one is rebuilt from its
-    /// stripe slice by slice, and checked against its signed digest at its end. Memory stays
-    /// at `(D + R)` slices.
+    /// The part of [`VolumeReader::read_parity`] for units held in memory: data unit `u` of
+    /// `len` real bytes, the current one, handed on from memory, loaded first at its start.
+    fn read_held(&mut self, u: u64, len: u64, buf: &mut [u8]) -> io::Result<usize> {
+        if !self.unit_held {
+            self.load_unit(u, len)?;
+        }
+        let from = self.in_chunk as usize;
+        let n = buf.len().min(len as usize - from);
+        buf[..n].copy_from_slice(&self.unit[from..from + n]);
+        self.in_chunk += n as u64;
+        self.read_in_volume += n as u64;
+        if self.in_chunk == len {
+            self.unit_held = false;
+            self.chunk_index += 1;
+            self.in_chunk = 0;
+        }
+        Ok(n)
+    }
+
+    /// Reads data unit `u` (`len` real bytes) into memory and checks it against its signed
+    /// digest; an erased unit (unreadable, missing, or failing its digest) is rebuilt from its
+    /// stripe into memory and checked again.
+    fn load_unit(&mut self, u: u64, len: u64) -> io::Result<()> {
+        let ur = self.units.as_ref().expect("parity mode");
+        let g = ur.g;
+        let name = self.manifest.volumes[self.index].name.clone();
+        let io_error = |path: PathBuf, e: io::Error| io::Error::other(VolumeIo { path, source: e });
+        let len_us = len as usize;
+        if self.unit.len() < len_us {
+            self.unit
+                .try_reserve_exact(len_us - self.unit.len())
+                .map_err(|_| {
+                    io_error(
+                        self.source.path(&name),
+                        io::Error::other(ParityError::Memory(len)),
+                    )
+                })?;
+        }
+        self.unit.resize(len_us, 0);
+        let (want, _) = ur.digest(false, u);
+        let read = ur.read_data(u, 0, &mut self.unit);
+        if read.is_ok() && hex::encode(Sha256::digest(&self.unit)) == want {
+            ur.set_known(false, u, true);
+            self.unit_held = true;
+            return Ok(());
+        }
+        ur.set_known(false, u, false);
+        let (k, d) = g.locate(u);
+        let erased = ur.erased(k);
+        let chunk = self.chunk_index;
+        if erased.len() > g.recovery as usize {
+            let msg = format!(
+                "is damaged (chunk {chunk}) and its parity stripe {k} lost {} units, more than its {} recovery units: beyond what parity can rebuild",
+                erased.len(),
+                g.recovery
+            );
+            self.fail(msg)?;
+            return Err(io::Error::other(format!(
+                "{name} cannot be rebuilt from parity"
+            )));
+        }
+        if self.repaired.last() != Some(&name) {
+            self.repaired.push(name.clone());
+            if self.mode == Mode::Collect {
+                self.problems.push(VolumeProblem {
+                    volume: name.clone(),
+                    index: self.index,
+                    problem: "is damaged (rebuilt from parity to read on)".into(),
+                    bad_ranges: vec![],
+                });
+            }
+        }
+        let unit = &mut self.unit;
+        let r = ur.rebuild(k, &erased, 0, g.unit_size, &mut |shard, off, bytes| {
+            if shard == Shard::Data(d) && off < len {
+                let n = (len - off).min(bytes.len() as u64) as usize;
+                unit[off as usize..off as usize + n].copy_from_slice(&bytes[..n]);
+            }
+            Ok(())
+        });
+        if let Err(e) = r {
+            return Err(io_error(
+                self.source.path(&name),
+                io::Error::other(format!("rebuilding chunk {chunk} from parity: {e}")),
+            ));
+        }
+        self.unit_held = true;
+        if hex::encode(Sha256::digest(&self.unit)) != want {
+            let start = chunk as u64 * self.manifest.chunk_size;
+            self.bad_ranges.push((start, start + len));
+            self.fail(format!(
+                "chunk {chunk} rebuilt from parity does not match its signed digest (the parity volumes are damaged or not this bundle's)"
+            ))?;
+        }
+        Ok(())
+    }
+
+    /// [`Read::read`] for a bundle with parity: each data unit is checked against its signed
+    /// digest before any of its bytes are handed on. A unit of at most [`parity::MAX_UNIT_SIZE`]
+    /// (every unit `pack` makes, but for payloads of terabytes) is read once into memory,
+    /// hashed there and handed on from there ([`VolumeReader::read_held`]). A larger one (the
+    /// 64 MiB units of bundles packed before issue 24) is hashed, then read again and hashed
+    /// again as it goes (media that change between the two reads are caught); an erased one
+    /// is rebuilt from its stripe slice by slice and checked at its end. Memory stays at one
+    /// unit, or `(D + R)` slices.
     fn read_parity(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
             let volumes = &self.manifest.volumes;
@@ -706,6 +848,9 @@ impl<'a> VolumeReader<'a> {
             let g = ur.g;
             let u = ur.layout.unit_of_chunk(self.index, self.chunk_index);
             let (_, _, len) = ur.layout.data_unit(u);
+            if g.unit_size <= self.max_held {
+                return self.read_held(u, len, buf);
+            }
             if self.in_chunk == 0 && self.rebuilding.is_none() && !ur.intact(false, u) {
                 let (k, _) = g.locate(u);
                 let erased = ur.erased(k);
@@ -1260,7 +1405,7 @@ pub fn assess(
     data: &[VolumeProblem],
     parity: &[VolumeProblem],
 ) -> Option<Repairability> {
-    let source = DirVolumes(opened.dir());
+    let source = DirVolumes::new(opened.dir());
     let ur = UnitReader::new(&opened.manifest, &source)?;
     Some(assess_with(&ur, data, parity))
 }
@@ -1462,50 +1607,119 @@ mod tests {
         std::fs::write(path, b).unwrap();
     }
 
+    /// A bundle directory that counts the bytes read at random and may hold units of at most
+    /// `memory` bytes.
+    struct Counted<'a> {
+        dir: DirVolumes<'a>,
+        memory: u64,
+        read: std::sync::atomic::AtomicU64,
+    }
+
+    impl<'a> Counted<'a> {
+        fn new(dir: &'a Path, memory: u64) -> Self {
+            Counted {
+                dir: DirVolumes::new(dir),
+                memory,
+                read: Default::default(),
+            }
+        }
+    }
+
+    impl VolumeSource for Counted<'_> {
+        fn open(&self, index: usize, name: &str) -> io::Result<Box<dyn Read + Send + '_>> {
+            self.dir.open(index, name)
+        }
+        fn path(&self, name: &str) -> PathBuf {
+            self.dir.path(name)
+        }
+        fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+            self.read
+                .fetch_add(buf.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            self.dir.read_at(name, offset, buf)
+        }
+        fn unit_memory(&self) -> u64 {
+            self.memory
+        }
+    }
+
+    /// Both ways of reading a bundle with parity: units held in memory, and units read twice.
+    const HELD_AND_TWICE: [u64; 2] = [parity::MAX_UNIT_SIZE, 0];
+
+    /// Issue 24: an intact bundle with parity is read once (each unit was hashed, then read
+    /// and hashed again: unpack took 1.46x unpack without parity); units larger than a reader
+    /// holds are still read twice.
     #[test]
-    fn an_erased_unit_is_rebuilt_while_streaming_and_the_volume_named() {
+    fn an_intact_bundle_with_parity_is_read_once() {
         let t = tempfile::tempdir().unwrap();
         let m = packed(t.path());
         let b = t.path().join("b");
-        flip(&b.join("data.000"), 3);
-        std::fs::remove_file(b.join("data.002")).unwrap();
-        let report = stream_volumes(
-            &m,
-            &DirVolumes(&b),
-            Mode::Strict,
-            &mut NullSink,
-            &crate::progress::Silent,
-        )
-        .unwrap();
-        assert_eq!(report.repaired, ["data.000", "data.002"]);
+        for (memory, reads) in [(parity::MAX_UNIT_SIZE, 1), (0, 2)] {
+            let source = Counted::new(&b, memory);
+            stream_volumes(
+                &m,
+                &source,
+                Mode::Strict,
+                &mut NullSink,
+                &crate::progress::Silent,
+            )
+            .unwrap();
+            assert_eq!(
+                source.read.into_inner(),
+                reads * m.totals.volume_bytes,
+                "units held up to {memory} bytes"
+            );
+        }
+    }
+
+    #[test]
+    fn an_erased_unit_is_rebuilt_while_streaming_and_the_volume_named() {
+        for memory in HELD_AND_TWICE {
+            let t = tempfile::tempdir().unwrap();
+            let m = packed(t.path());
+            let b = t.path().join("b");
+            flip(&b.join("data.000"), 3);
+            std::fs::remove_file(b.join("data.002")).unwrap();
+            // Strict: every file is held to its signed digest, so the rebuilt bytes are right.
+            let report = stream_volumes(
+                &m,
+                &Counted::new(&b, memory),
+                Mode::Strict,
+                &mut NullSink,
+                &crate::progress::Silent,
+            )
+            .unwrap();
+            assert_eq!(report.repaired, ["data.000", "data.002"]);
+        }
     }
 
     #[test]
     fn a_rebuilt_unit_that_fails_its_signed_digest_is_refused() {
         // The recovery unit of stripe 0 is changed and its digest in the manifest with it (a
         // parity volume that verifies but lies): the rebuilt data unit 0 must not be used.
-        let t = tempfile::tempdir().unwrap();
-        let mut m = packed(t.path());
-        let b = t.path().join("b");
-        let g = m.parity_geometry().unwrap();
-        assert_eq!(g.recovery_index(0, 0), 0);
-        let p0 = b.join("parity.000");
-        flip(&p0, 10);
-        let unit = std::fs::read(&p0).unwrap()[..4096].to_vec();
-        m.parity.as_mut().unwrap().volumes[0].chunks[0] = hex::encode(Sha256::digest(&unit));
-        flip(&b.join("data.000"), 3);
-        let e = stream_volumes(
-            &m,
-            &DirVolumes(&b),
-            Mode::Strict,
-            &mut NullSink,
-            &crate::progress::Silent,
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(
-            e.contains("chunk 0 rebuilt from parity does not match its signed digest"),
-            "{e}"
-        );
+        for memory in HELD_AND_TWICE {
+            let t = tempfile::tempdir().unwrap();
+            let mut m = packed(t.path());
+            let b = t.path().join("b");
+            let g = m.parity_geometry().unwrap();
+            assert_eq!(g.recovery_index(0, 0), 0);
+            let p0 = b.join("parity.000");
+            flip(&p0, 10);
+            let unit = std::fs::read(&p0).unwrap()[..4096].to_vec();
+            m.parity.as_mut().unwrap().volumes[0].chunks[0] = hex::encode(Sha256::digest(&unit));
+            flip(&b.join("data.000"), 3);
+            let e = stream_volumes(
+                &m,
+                &Counted::new(&b, memory),
+                Mode::Strict,
+                &mut NullSink,
+                &crate::progress::Silent,
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains("chunk 0 rebuilt from parity does not match its signed digest"),
+                "{e}"
+            );
+        }
     }
 }
