@@ -228,25 +228,39 @@ fn check_list(
                 .collect(),
         })
         .collect();
+    // Each worker keeps its buffer and the volume it has open: with small chunks (a bundle with
+    // parity has units of 4 KiB to 16 MiB) a job is a few hundred kilobytes.
+    type Worker = (Vec<u8>, Option<(usize, std::fs::File)>);
     let results: Vec<(usize, JobResult)> = jobs
         .par_iter()
-        .map(|&job| {
-            let i = match job {
-                Job::Chunk(i, _) | Job::Whole(i) => i,
-            };
-            let v = &list[i];
-            progress.item(&v.name);
-            let path = opened.dir().join(&v.name);
-            let r = match job {
-                Job::Chunk(_, c) => {
-                    let (start, end) = chunk_range(m.chunk_size, v, c);
-                    hash_range(&path, start, end, progress)
-                        .map(|h| (vec![(c, h == v.chunks[c])], None))
-                }
-                Job::Whole(_) => hash_volume(&path, m, i, progress),
-            };
-            (i, r.map_err(|e| e.to_string()))
-        })
+        .map_init(
+            || -> Worker { (Vec::new(), None) },
+            |(buf, open), &job| {
+                let i = match job {
+                    Job::Chunk(i, _) | Job::Whole(i) => i,
+                };
+                let v = &list[i];
+                progress.item(&v.name);
+                let path = opened.dir().join(&v.name);
+                let r = match job {
+                    Job::Chunk(_, c) => {
+                        let (start, end) = chunk_range(m.chunk_size, v, c);
+                        if open.as_ref().is_none_or(|(at, _)| *at != i) {
+                            *open = None;
+                            match open_regular(&path, Follow::Final) {
+                                Ok((f, _)) => *open = Some((i, f)),
+                                Err(e) => return (i, Err(io::Error::from(e).to_string())),
+                            }
+                        }
+                        let (_, f) = open.as_ref().expect("opened above");
+                        hash_range(f, buf, start, end, progress)
+                            .map(|h| (vec![(c, h == v.chunks[c])], None))
+                    }
+                    Job::Whole(_) => hash_volume(&path, m, i, progress),
+                };
+                (i, r.map_err(|e| e.to_string()))
+            },
+        )
         .collect();
     type Found = (Vec<(u64, u64)>, Option<String>, bool);
     let mut per_volume: std::collections::BTreeMap<usize, Found> = Default::default();
@@ -271,17 +285,14 @@ fn check_list(
     }
     for (i, (mut ranges, err, whole_bad)) in per_volume {
         ranges.sort();
+        let ranges = merge_ranges(ranges);
         let v = &list[i];
         let problem = match err {
             Some(e) => format!("cannot be read: {e}"),
             None if ranges.is_empty() && whole_bad => WHOLE_DIGEST_DISAGREES.to_string(),
             None => format!(
                 "fails its sha256 (bad byte ranges: {})",
-                ranges
-                    .iter()
-                    .map(|(a, b)| format!("{a}-{b}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                ranges_text(&ranges)
             ),
         };
         problems.push(VolumeProblem {
@@ -293,6 +304,40 @@ fn check_list(
     }
     problems.sort_by_key(|p| p.index);
     problems
+}
+
+/// Sorted byte ranges with the adjacent ones joined: a bundle with parity has chunks of a few
+/// KiB, and damage of a megabyte is one range, not hundreds.
+fn merge_ranges(ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for (a, b) in ranges {
+        match out.last_mut() {
+            Some(last) if last.1 == a => last.1 = b,
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
+/// How many ranges a message lists before it sums up the rest.
+const RANGES_LISTED: usize = 8;
+
+/// `0-4096, 8192-12288` (the first [`RANGES_LISTED`], then how many more and their bytes).
+fn ranges_text(ranges: &[(u64, u64)]) -> String {
+    let mut text: Vec<String> = ranges
+        .iter()
+        .take(RANGES_LISTED)
+        .map(|(a, b)| format!("{a}-{b}"))
+        .collect();
+    if ranges.len() > RANGES_LISTED {
+        let rest = &ranges[RANGES_LISTED..];
+        text.push(format!(
+            "and {} more ranges of {} bytes in all",
+            rest.len(),
+            rest.iter().map(|(a, b)| b - a).sum::<u64>()
+        ));
+    }
+    text.join(", ")
 }
 
 /// The problem of a version 1 volume whose chunks all match but whose whole-volume digest
@@ -429,10 +474,19 @@ pub fn is_volume_like(name: &str) -> bool {
     })
 }
 
-fn hash_range(path: &Path, start: u64, end: u64, progress: &dyn Progress) -> io::Result<String> {
-    let (f, _) = open_regular(path, Follow::Final)?;
+/// SHA-256 of `[start, end)` of `f`, read through `buf` (grown to at most 1 MiB).
+fn hash_range(
+    f: &std::fs::File,
+    buf: &mut Vec<u8>,
+    start: u64,
+    end: u64,
+    progress: &dyn Progress,
+) -> io::Result<String> {
+    let want = (end - start).clamp(1, 1 << 20) as usize;
+    if buf.len() < want {
+        buf.resize(want, 0);
+    }
     let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
     let mut pos = start;
     while pos < end {
         let want = ((end - pos) as usize).min(buf.len());
@@ -670,7 +724,7 @@ impl<'a> VolumeReader<'a> {
             volume: v.name.clone(),
             index: self.index,
             problem,
-            bad_ranges: std::mem::take(&mut self.bad_ranges),
+            bad_ranges: merge_ranges(std::mem::take(&mut self.bad_ranges)),
         };
         match self.mode {
             Mode::Strict => Err(io::Error::other(VolumeFailure {

@@ -13,6 +13,7 @@ mod model_checks;
 mod oci;
 mod oci_safety;
 mod parity;
+mod parity_units;
 mod receipt_links;
 mod repair_safety;
 mod roundtrip;
