@@ -106,7 +106,7 @@ pub enum Command {
     /// Generate a minisign-compatible signing key pair (PREFIX.pub, PREFIX.key).
     Keygen(KeygenArgs),
     /// Pack a model directory, or a snapshot from the Hugging Face cache, into a signed bundle.
-    Pack(PackArgs),
+    Pack(Box<PackArgs>),
     /// Verify a bundle in place, read-only: signature, then every volume.
     Verify(VerifyArgs),
     /// Verify and install a bundle (or a registry artifact) into a directory, a Hugging Face cache
@@ -284,6 +284,39 @@ pub struct PackArgs {
     /// row. The signing key must be in its targets role.
     #[arg(long, value_name = "ROOT")]
     pub trust_update: Vec<PathBuf>,
+    /// Also sign the model with OpenSSF Model Signing (OMS v1.0) with this ECDSA P-256, P-384
+    /// or P-521 private key (PEM: SEC1, PKCS#8 or encrypted PKCS#8). The signature is made from
+    /// the digests the pack computes (no second read), travels in the bundle, and unpack places
+    /// it in the install as model.sig (model.airlock.sig when the model has a model.sig of its
+    /// own), where `model_signing verify key` checks it.
+    #[arg(long, value_name = "KEY.pem")]
+    pub oms_key: Option<PathBuf>,
+    /// The password of an encrypted --oms-key, from the first line of this file [default: the
+    /// --password-file, else asked on the terminal].
+    #[arg(long, value_name = "FILE", requires = "oms_key")]
+    pub oms_password_file: Option<PathBuf>,
+    /// Sign with the OMS certificate method: the signing certificate (PEM) of --oms-key, carried
+    /// in the signature with --oms-signing-chain.
+    #[arg(long, value_name = "CERT.pem", requires = "oms_key")]
+    pub oms_signing_cert: Option<PathBuf>,
+    /// With --oms-signing-cert: the intermediate certificates (PEM) to carry after it
+    /// (repeatable).
+    #[arg(long, value_name = "CHAIN.pem", requires = "oms_signing_cert")]
+    pub oms_signing_chain: Vec<PathBuf>,
+    /// Verify the publisher's OMS signature the model carries (model.sig, or --oms-signature)
+    /// with this public key (PEM) before packing: exit 3 when it fails. The result is recorded in
+    /// the signed manifest and the signature stays in the model, so the target can check the
+    /// publisher too.
+    #[arg(long, value_name = "PUB.pem", conflicts_with = "oms_cert_chain")]
+    pub oms_trust: Option<PathBuf>,
+    /// Like --oms-trust, for a publisher's signature made with the certificate method: the
+    /// certificates (PEM) leading to a trusted root (repeatable).
+    #[arg(long, value_name = "CHAIN.pem")]
+    pub oms_cert_chain: Vec<PathBuf>,
+    /// With --oms-trust or --oms-cert-chain: the publisher's signature's path in the model
+    /// [default: model.sig].
+    #[arg(long, value_name = "PATH")]
+    pub oms_signature: Option<String>,
     /// Progress display.
     #[command(flatten)]
     pub progress: ProgressArgs,
@@ -415,6 +448,26 @@ pub struct CheckArgs {
     /// With --hf-repo: the repository type [default: model].
     #[arg(long, value_enum, requires = "hf_repo")]
     pub repo_type: Option<RepoTypeArg>,
+    /// Verify DIR against its OpenSSF Model Signing (OMS v1.0) signature with this public key
+    /// (PEM), offline, with the reference tool's rules: every file signed, none changed, no
+    /// unsigned file (any model directory, not only airlock installs).
+    #[arg(long, value_name = "PUB.pem", conflicts_with_all = ["hf_cache", "oms_cert_chain"])]
+    pub oms_trust: Option<PathBuf>,
+    /// Like --oms-trust, for a signature made with the certificate method: the certificates
+    /// (PEM) leading to a trusted root (repeatable).
+    #[arg(long, value_name = "CHAIN.pem", conflicts_with = "hf_cache")]
+    pub oms_cert_chain: Vec<PathBuf>,
+    /// The OMS signature to check [default: DIR/model.sig].
+    #[arg(long, value_name = "FILE")]
+    pub oms_signature: Option<PathBuf>,
+    /// Leave PATH (relative to DIR) out of the OMS check, as model_signing's --ignore-paths
+    /// (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub oms_ignore: Vec<String>,
+    /// Files the OMS signature does not list are not a failure (model_signing's
+    /// --ignore_unsigned_files).
+    #[arg(long)]
+    pub oms_ignore_unsigned: bool,
     /// Progress display.
     #[command(flatten)]
     pub progress: ProgressArgs,

@@ -352,6 +352,24 @@ pub enum Error {
         /// Why it was refused.
         reason: String,
     },
+    /// An OpenSSF Model Signing (OMS) signature failed: malformed, made by another key or
+    /// certificate, or over other files or digests than the model holds.
+    #[error("{}: {reason}", path.display())]
+    OmsSignature {
+        /// The signature file (or the model file that does not match it).
+        path: PathBuf,
+        /// What failed.
+        reason: String,
+    },
+    /// An OMS key, certificate or trust file cannot be used (unsupported curve, not PEM, not
+    /// readable).
+    #[error("{}: {reason}", path.display())]
+    OmsKey {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A delta bundle cannot be applied to what the destination holds (docs/FORMAT.md
     /// section 16.4); nothing was changed.
     #[error("{}: {reason}", path.display())]
@@ -390,7 +408,8 @@ impl Error {
             Error::Source { .. }
             | Error::NotCached { .. }
             | Error::ManifestTooLarge { .. }
-            | Error::NotReplaceable { .. } => EXIT_OPERATIONAL,
+            | Error::NotReplaceable { .. }
+            | Error::OmsKey { .. } => EXIT_OPERATIONAL,
             Error::Registry { .. } | Error::RegistryAuth { .. } => EXIT_OPERATIONAL,
             Error::Artifact { .. } => EXIT_VERIFY,
             Error::TrustEnv { source } => source.exit_code(),
@@ -413,7 +432,8 @@ impl Error {
             | Error::SignatureThreshold { .. }
             | Error::TrustRoot { .. }
             | Error::TrustExpired { .. }
-            | Error::TrustUpdate { .. } => EXIT_VERIFY,
+            | Error::TrustUpdate { .. }
+            | Error::OmsSignature { .. } => EXIT_VERIFY,
         }
     }
 
@@ -450,6 +470,8 @@ impl Error {
             Error::TrustRoot { .. } => "trust-root",
             Error::TrustExpired { .. } => "trust-expired",
             Error::TrustUpdate { .. } => "trust-update",
+            Error::OmsSignature { .. } => "oms-signature",
+            Error::OmsKey { .. } => "oms-key",
         }
     }
 
@@ -579,6 +601,12 @@ impl Error {
             }
             Error::TrustUpdate { .. } => {
                 "do not use this root update: check it with `airlock trust show NEW.json --previous TRUSTED.json` and ask the holders of the root keys".into()
+            }
+            Error::OmsSignature { .. } => {
+                "do not use this model: check the publisher's public key or certificate chain with the publisher, or fetch the model and its signature again; the signature covers every file, so any change shows".into()
+            }
+            Error::OmsKey { .. } => {
+                "OMS signs with ECDSA on P-256, P-384 or P-521 in PEM; make a key with `openssl ecparam -name prime256v1 -genkey -noout -out oms.key` and its public half with `openssl ec -in oms.key -pubout -out oms.pub`".into()
             }
             Error::Artifact { .. } => {
                 "do not use this artifact: push the verified bundle again from the landing host (`airlock push BUNDLE oci://...`), then install again".into()

@@ -21,6 +21,7 @@ pub mod inspect;
 pub mod keys;
 pub mod manifest;
 pub mod oci;
+pub mod oms;
 pub mod pack;
 pub mod parity;
 pub mod paths;

@@ -482,9 +482,17 @@ pub fn compare(
     );
     let root =
         fsio::open_dir_path(dir, fsio::Follow::Final).map_err(|e| Error::io(dir, e.into()))?;
+    // The OMS signature the bundle carried is a file of the install like the model's
+    // (FORMAT.md section 19).
+    let oms_file = manifest
+        .oms
+        .as_ref()
+        .and_then(|o| o.signature.as_ref())
+        .map(crate::oms::as_file_entry);
     let mut drift: Vec<Drift> = manifest
         .files
         .par_iter()
+        .chain(oms_file.par_iter())
         .flat_map_iter(|f| file_drift(&root, f, sizes_only, progress))
         .collect();
     if let Ok(st) = rustix::fs::fstat(&root) {
@@ -505,6 +513,7 @@ pub fn compare(
         .iter()
         .map(|f| f.path.as_str())
         .chain(manifest.directories.iter().map(|d| d.as_str()))
+        .chain(oms_file.iter().map(|f| f.path.as_str()))
         .collect();
     let mut present = Vec::new();
     walk(&root, "", &mut present).map_err(|e| Error::io(dir, e))?;

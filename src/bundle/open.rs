@@ -63,6 +63,9 @@ pub struct Opened {
     pub warnings: Vec<String>,
     /// Who signed, and the trust material the bundle carries.
     pub trust: TrustInfo,
+    /// The OMS signature the manifest lists (FORMAT.md section 19), read to its signed size
+    /// and checked against its signed digest; targets place it at commit.
+    pub oms: Option<crate::oms::Carried>,
 }
 
 fn too_large(len: u64, cap: u64) -> String {
@@ -523,7 +526,7 @@ pub fn open_with(dir: &Path, policy: &Policy) -> Result<Opened> {
     let mut notes = Vec::new();
     let carried = update::read_carried(dir, policy.root.is_some(), &mut notes)?;
     let cosigs = read_cosignatures(dir, &mut notes)?;
-    open_parts(
+    let mut opened = open_parts(
         Origin::Dir(dir.to_path_buf()),
         &mpath,
         bytes,
@@ -532,7 +535,9 @@ pub fn open_with(dir: &Path, policy: &Policy) -> Result<Opened> {
         carried,
         notes,
         policy,
-    )
+    )?;
+    opened.oms = crate::oms::read_carried(dir, &opened.manifest)?;
+    Ok(opened)
 }
 
 /// The root files a bundle source holds, parsed, for [`open_parts`].
@@ -590,6 +595,7 @@ pub fn open_parts(
         signer,
         warnings,
         trust,
+        oms: None,
     })
 }
 

@@ -416,6 +416,7 @@ pub fn stray_files(opened: &Opened) -> Vec<StrayFile> {
         .filter(|s| {
             !super::open::is_cosignature_name(&s.name)
                 && !crate::trust::update::is_listed_root(m, &s.name)
+                && !crate::oms::is_listed(m, &s.name)
         })
         .collect()
 }
@@ -1560,6 +1561,7 @@ mod tests {
                 parity: Some(crate::parity::Ask::Percent(25.0)),
                 base: None,
                 trust_update: vec![],
+                oms: Default::default(),
             },
             &crate::progress::Silent,
         )

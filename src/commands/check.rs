@@ -95,6 +95,77 @@ fn run_hf(cache: &Path, a: &CheckArgs, ui: &dyn Progress) -> Result<Output> {
     Ok(out)
 }
 
+/// `--oms-trust` / `--oms-cert-chain`: DIR against its OMS signature, before anything else.
+/// In an airlock install the receipt directory and airlock's own signature beside a
+/// publisher's are left out (`check --trust` covers them against the receipt).
+fn oms_check(
+    dir: &Path,
+    a: &CheckArgs,
+    has_receipt: bool,
+    ui: &dyn Progress,
+    out: &mut Output,
+) -> Result<()> {
+    use airlock::oms::{self, TrustMaterial};
+    let trust = match (&a.oms_trust, a.oms_cert_chain.is_empty()) {
+        (Some(k), _) => TrustMaterial::Key(oms::load_public_key(k)?),
+        (None, false) => TrustMaterial::Certificates(oms::load_certificates(&a.oms_cert_chain)?),
+        (None, true) => {
+            if a.oms_signature.is_some() || !a.oms_ignore.is_empty() || a.oms_ignore_unsigned {
+                return Err(Error::Usage(
+                    "--oms-signature, --oms-ignore and --oms-ignore-unsigned go with --oms-trust or --oms-cert-chain".into(),
+                ));
+            }
+            return Ok(());
+        }
+    };
+    let signature = a
+        .oms_signature
+        .clone()
+        .unwrap_or_else(|| dir.join(airlock::manifest::OMS_SIGNATURE_NAME));
+    let mut ignore = a.oms_ignore.clone();
+    if has_receipt {
+        ignore.push(RECEIPT_DIR.to_string());
+        ignore.push(airlock::manifest::OMS_SIGNATURE_NAME_BESIDE_PUBLISHER.to_string());
+    }
+    let report = oms::verify_dir(
+        dir,
+        &oms::DirOptions {
+            signature: &signature,
+            trust: &trust,
+            ignore,
+            ignore_unsigned: a.oms_ignore_unsigned,
+        },
+        ui,
+    )?;
+    let v = &report.verified;
+    out.warnings.extend(v.notes.iter().cloned());
+    out.set(
+        "oms",
+        serde_json::json!({
+            "signature": signature,
+            "method": v.method,
+            "signer": v.signer,
+            "subject": v.subject,
+            "model_name": v.statement.model_name,
+            "files": report.files,
+            "bytes": report.bytes,
+            "ignored": report.ignored,
+        }),
+    );
+    out.line(format!(
+        "OK   OMS signature {} verified ({} {}{}): {} files match it",
+        signature.display(),
+        v.method,
+        v.signer,
+        v.subject
+            .as_ref()
+            .map(|s| format!(", {s}"))
+            .unwrap_or_default(),
+        report.files
+    ));
+    Ok(())
+}
+
 pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
     super::only_with(
         "--hf-cache",
@@ -136,6 +207,7 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
         }
     }
     let has_receipt = receipt::exists(dir);
+    oms_check(dir, &a, has_receipt, ui, &mut out)?;
     out.set("receipt", has_receipt);
     out.set("receipt_verified", trust.is_some());
     let mut receipt_error = None;

@@ -72,7 +72,7 @@ pub fn run(cli: Cli) -> u8 {
         Command::Keygen(a) => keygen::run(a),
         Command::Pack(a) => {
             exit_cleanly_on_signals();
-            pack::run(a, &ui)
+            pack::run(*a, &ui)
         }
         Command::Verify(a) => verify(a.bundle, &a.trust, a.deep, &ui),
         Command::Unpack(a) => {

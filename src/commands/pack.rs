@@ -174,6 +174,55 @@ fn gate(
     })
 }
 
+/// The OMS material the flags name, read and checked before any key is unlocked: the OMS
+/// signing key (not yet decrypted), the certificate chain that goes with it, and the
+/// publisher's trust material for a signature already in the model.
+struct OmsFlags {
+    key_file: Option<OmsKeyFile>,
+    chain: Vec<Vec<u8>>,
+    trust: Option<airlock::oms::TrustMaterial>,
+}
+
+fn oms_flags(a: &PackArgs) -> Result<OmsFlags> {
+    let key_file = match &a.oms_key {
+        Some(k) => Some(read_oms_key(
+            k,
+            a.oms_password_file
+                .as_deref()
+                .or(a.password_file.as_deref()),
+        )?),
+        None => None,
+    };
+    let chain = match &a.oms_signing_cert {
+        Some(cert) => {
+            let mut chain = airlock::oms::load_certificates(std::slice::from_ref(cert))?;
+            chain.truncate(1);
+            chain.extend(airlock::oms::load_certificates(&a.oms_signing_chain)?);
+            chain.into_iter().map(|c| c.der).collect()
+        }
+        None => Vec::new(),
+    };
+    let trust = match (&a.oms_trust, a.oms_cert_chain.is_empty()) {
+        (Some(k), _) => Some(airlock::oms::TrustMaterial::Key(
+            airlock::oms::load_public_key(k)?,
+        )),
+        (None, false) => Some(airlock::oms::TrustMaterial::Certificates(
+            airlock::oms::load_certificates(&a.oms_cert_chain)?,
+        )),
+        (None, true) => None,
+    };
+    if a.oms_signature.is_some() && trust.is_none() {
+        return Err(Error::Usage(
+            "--oms-signature names the publisher's OMS signature for --oms-trust or --oms-cert-chain; give one of them".into(),
+        ));
+    }
+    Ok(OmsFlags {
+        key_file,
+        chain,
+        trust,
+    })
+}
+
 /// Packs in this order: options, then every check that needs no key (output path, key and
 /// password files, the source and its model checks), then the key (the scrypt work and the
 /// password prompt), then the bundle. A typo is reported at once, not after a password.
@@ -183,6 +232,7 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
     let created = created_unix()?;
     check_output(&a.output)?;
     let key_file = secret::read(&a.key, a.password_file.as_deref())?;
+    let oms = oms_flags(&a)?;
     let mut out = Output::default();
     let model = Model::open(&spec)?;
     out.warnings.extend(model.notes.iter().cloned());
@@ -195,6 +245,18 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
             return Ok(out);
         }
     };
+    let publisher = match &oms.trust {
+        Some(t) => {
+            let rel = a
+                .oms_signature
+                .as_deref()
+                .unwrap_or(manifest::OMS_SIGNATURE_NAME);
+            let p = airlock::oms::pack::check_publisher(&model.entries, &model.root, rel, t)?;
+            out.warnings.extend(p.verified.notes.iter().cloned());
+            Some(p)
+        }
+        None => None,
+    };
     let compress = compression(&a, &model)?;
     if let Some(path) = &a.base {
         pack::base::precheck(path, &name, a.bundle_version)?;
@@ -205,6 +267,10 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
         .map(|p| airlock::trust::update::read_root(p).map(|(_, bytes)| (p.clone(), bytes)))
         .collect::<Result<Vec<_>>>()?;
     let key = secret::unlock(key_file, ui)?;
+    let oms_emit = match oms.key_file {
+        Some(f) => Some(unlock_oms_key(f, ui, &oms.chain)?),
+        None => None,
+    };
     let trust_update = airlock::trust::update::check_for_pack(
         &trust_update_files,
         &key.public_key(),
@@ -234,6 +300,13 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
             parity: shape.parity,
             base,
             trust_update,
+            oms: airlock::oms::pack::Sealing {
+                emit: oms_emit.map(|key| airlock::oms::pack::Emit {
+                    key,
+                    chain: oms.chain,
+                }),
+                publisher,
+            },
         },
         ui,
     )?;
@@ -292,6 +365,22 @@ fn render(
             "OK   every file of {} {} at commit {} matched its blob name (the hash the hub published)",
             src.repo_type, src.repo_id, src.commit
         ));
+    }
+    if let Some(o) = &m.oms {
+        if let Some(p) = &o.publisher {
+            out.set("oms_publisher", p);
+            out.line(format!(
+                "OK   the publisher's OMS signature {} verified ({} {}): every file matches it; recorded in the manifest",
+                p.signature, p.method, p.signer
+            ));
+        }
+        if let Some(s) = &o.signature {
+            out.set("oms_signature", s);
+            out.line(format!(
+                "OK   OMS signature {} made from the packed digests; unpack places it in the install",
+                s.name
+            ));
+        }
     }
     if let Some(t) = &m.trust_update {
         let versions: Vec<u64> = t.roots.iter().map(|r| r.version).collect();
@@ -421,4 +510,95 @@ fn size_arg(bytes: u64) -> String {
     } else {
         bytes.to_string()
     }
+}
+
+/// An OMS key file read (bounded) and the password found for it, not yet decrypted.
+struct OmsKeyFile {
+    path: std::path::PathBuf,
+    text: zeroize::Zeroizing<String>,
+    password: Option<zeroize::Zeroizing<Vec<u8>>>,
+}
+
+/// Reads `--oms-key` and, when it is encrypted, its password file; refuses before any real
+/// work when it is encrypted and there is neither a password file nor a terminal.
+fn read_oms_key(path: &Path, password_file: Option<&Path>) -> Result<OmsKeyFile> {
+    use std::io::IsTerminal;
+    let text = zeroize::Zeroizing::new(airlock::oms::read_text(path)?);
+    let password = if airlock::oms::keys::is_encrypted(&text) {
+        match password_file {
+            Some(f) => Some(super::password_from_file(f)?),
+            None if std::io::stdin().is_terminal() || std::io::stderr().is_terminal() => None,
+            None => {
+                return Err(Error::Usage(format!(
+                    "{} is encrypted and there is no terminal to ask for its password: pass --oms-password-file FILE",
+                    path.display()
+                )));
+            }
+        }
+    } else {
+        None
+    };
+    // Parse now (without decrypting) so a wrong kind of key is reported before any work.
+    if password.is_none()
+        && !airlock::oms::keys::is_encrypted(&text)
+        && let Err(e) = airlock::oms::SigningKey::from_pem(&text, None)
+    {
+        return Err(oms_key_error(path, e));
+    }
+    Ok(OmsKeyFile {
+        path: path.to_path_buf(),
+        text,
+        password,
+    })
+}
+
+fn oms_key_error(path: &Path, e: airlock::oms::keys::KeyLoadError) -> Error {
+    Error::OmsKey {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    }
+}
+
+/// Decrypts the OMS key (asking on the terminal when there is no password file) and checks it
+/// against the signing certificate, if any.
+fn unlock_oms_key(f: OmsKeyFile, ui: &Ui, chain: &[Vec<u8>]) -> Result<airlock::oms::SigningKey> {
+    use airlock::oms::keys::KeyLoadError;
+    let encrypted = airlock::oms::keys::is_encrypted(&f.text);
+    let key = match (&f.password, encrypted) {
+        (_, false) => airlock::oms::SigningKey::from_pem(&f.text, None),
+        (Some(p), true) => {
+            ui.note("decrypting the OMS key…");
+            let k = airlock::oms::SigningKey::from_pem(&f.text, Some(p));
+            ui.clear();
+            k
+        }
+        (None, true) => {
+            let typed = rpassword::prompt_password(format!("Password for {}: ", f.path.display()))
+                .map_err(|e| Error::io("/dev/tty", e))?;
+            let typed = zeroize::Zeroizing::new(typed.into_bytes());
+            airlock::oms::SigningKey::from_pem(&f.text, Some(&typed))
+        }
+    };
+    let key = key.map_err(|e| match e {
+        KeyLoadError::WrongPassword => Error::WrongPassword {
+            key: f.path.clone(),
+            password_file: None,
+            attempts: 1,
+        },
+        e => oms_key_error(&f.path, e),
+    })?;
+    if let Some(cert) = chain.first() {
+        let c = airlock::oms::x509::Cert::from_der(cert)
+            .map_err(|why| oms_key_error(&f.path, KeyLoadError::Invalid(why)))?;
+        if c.ecdsa_key().ok().as_ref() != Some(&key.verifying_key()) {
+            return Err(Error::OmsKey {
+                path: f.path.clone(),
+                reason: format!(
+                    "is not the key of the signing certificate {:?} (--oms-signing-cert)",
+                    c.subject()
+                ),
+            });
+        }
+    }
+    Ok(key)
 }

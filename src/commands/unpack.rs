@@ -130,6 +130,18 @@ fn finish(
     out.set("bytes", m.totals.file_bytes);
     let what = format!("{} version {}{from}", m.name, m.version);
     let size = format!("{} files, {}", m.totals.files, human(m.totals.file_bytes));
+    let oms_at = airlock::oms::carried_name(m).map(|name| match &done {
+        Unpacked::Dir(i) => i.dest.join(name).display().to_string(),
+        Unpacked::HfCache(i) => i
+            .repo_folder
+            .join(airlock::paths::RECEIPT_DIR)
+            .join("receipts")
+            .join(&i.commit)
+            .join(name)
+            .display()
+            .to_string(),
+        Unpacked::Layout(_) => format!("{name}, a layer of the artifact"),
+    });
     match done {
         Unpacked::Dir(i) => render_dir(&mut out, &i, &what, &size),
         Unpacked::HfCache(i) => {
@@ -137,6 +149,19 @@ fn finish(
             render_hf(&mut out, &i, &what, &size)
         }
         Unpacked::Layout(l) => render_layout(&mut out, &l, &what, &size),
+    }
+    if let Some(at) = oms_at {
+        out.set("oms_signature", &at);
+        out.line(format!(
+            "OK   the OMS signature is at {at} (model_signing verify, or airlock check --oms-trust, checks the install with it)"
+        ));
+    }
+    if let Some(p) = m.oms.as_ref().and_then(|o| o.publisher.as_ref()) {
+        out.set("oms_publisher", p);
+        out.line(format!(
+            "OK   the publisher's OMS signature {} was verified when packing ({} {})",
+            p.signature, p.method, p.signer
+        ));
     }
     apply_trust_update(&mut out, trust, &opened.trust)?;
     Ok(out)

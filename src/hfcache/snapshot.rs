@@ -245,6 +245,74 @@ pub fn open_snapshot(
     repo_id: &str,
     revision: &str,
 ) -> Result<Snapshot> {
+    let (repo_folder, commit, dir) = locate_snapshot(cache, repo_type, repo_id, revision)?;
+    let blobs = repo_folder.join("blobs");
+    let has_blobs = layout::real_dir(&blobs)?;
+    let (listing, listing_note) = read_listing(&repo_folder, &commit);
+    let mut notes: Vec<String> = listing_note.into_iter().collect();
+
+    let Walked {
+        mut entries,
+        mut etag_of,
+        linked,
+        missing_blob,
+    } = walk_snapshot(&repo_folder, &dir, &commit, has_blobs, listing.as_ref())?;
+
+    // An interrupted download comes first: it explains a missing blob or file.
+    if let Some((path, reason)) = incomplete_downloads(&blobs, &linked, listing.as_ref())
+        .into_iter()
+        .next()
+    {
+        return Err(Error::HfCache { path, reason });
+    }
+    if let Some(e) = missing_blob {
+        return Err(e);
+    }
+    entries.sort_by(|a, b| paths::bundle_order(a.path(), b.path()));
+    let etags: Vec<Option<String>> = entries
+        .iter()
+        .filter(|e| matches!(e, ScanEntry::File { .. }))
+        .map(|e| etag_of.remove(e.path()).flatten())
+        .collect();
+    let missing: Vec<String> = match &listing {
+        Some(l) => {
+            let have: std::collections::HashSet<&str> = entries
+                .iter()
+                .filter(|e| matches!(e, ScanEntry::File { .. }))
+                .map(|e| e.path())
+                .collect();
+            l.keys()
+                .filter(|k| !have.contains(k.as_str()))
+                .cloned()
+                .collect()
+        }
+        None => Vec::new(),
+    };
+    if listing.is_none() && notes.is_empty() {
+        notes.push(format!(
+            "no hub listing (trees/{commit}.json) is cached for this commit, so the snapshot's completeness cannot be checked; its files are checked against their blob names"
+        ));
+    }
+    Ok(Snapshot {
+        repo_folder,
+        commit,
+        dir,
+        entries,
+        etags,
+        listed: listing.is_some(),
+        missing,
+        notes,
+    })
+}
+
+/// The repository folder, the commit `revision` resolves to and its snapshot folder, every
+/// folder on the way checked to be a real directory.
+fn locate_snapshot(
+    cache: &Path,
+    repo_type: &str,
+    repo_id: &str,
+    revision: &str,
+) -> Result<(PathBuf, String, PathBuf)> {
     validate_repo_type(repo_type).map_err(Error::Usage)?;
     validate_repo_id(repo_id).map_err(Error::Usage)?;
     let repo_folder = cache.join(repo_folder_name(repo_type, repo_id));
@@ -287,37 +355,55 @@ pub fn open_snapshot(
             Error::HfCache { path: dir, reason }
         });
     }
-    let blobs = repo_folder.join("blobs");
-    let has_blobs = layout::real_dir(&blobs)?;
-    let (listing, listing_note) = read_listing(&repo_folder, &commit);
-    let mut notes: Vec<String> = listing_note.into_iter().collect();
+    Ok((repo_folder, commit, dir))
+}
 
+/// What [`walk_snapshot`] found.
+struct Walked {
+    entries: Vec<ScanEntry>,
+    etag_of: HashMap<String, Option<String>>,
+    /// Every blob a snapshot file links to, with the file.
+    linked: HashMap<String, String>,
+    /// The first link to a missing blob.
+    missing_blob: Option<Error>,
+}
+
+/// Walks the snapshot folder `dir`: every entry checked by the packer's name rules and the
+/// cache's link rules, each file's content located (its blob), its size and etag held to the
+/// hub's listing when there is one.
+fn walk_snapshot(
+    repo_folder: &Path,
+    dir: &Path,
+    commit: &str,
+    has_blobs: bool,
+    listing: Option<&BTreeMap<String, ListedFile>>,
+) -> Result<Walked> {
     let mut entries = Vec::new();
     let mut etag_of: HashMap<String, Option<String>> = HashMap::new();
     let mut collisions = CollisionSet::default();
     let mut missing_blob: Option<Error> = None;
     let mut linked: HashMap<String, String> = HashMap::new();
-    let walker = walkdir::WalkDir::new(&dir)
+    let walker = walkdir::WalkDir::new(dir)
         .min_depth(1)
         .follow_links(false)
         .sort_by_file_name();
     for item in walker {
         let item = item.map_err(|e| {
-            let path = e.path().unwrap_or(&dir).to_path_buf();
+            let path = e.path().unwrap_or(dir).to_path_buf();
             let source = e
                 .into_io_error()
                 .unwrap_or_else(|| io::Error::other("filesystem loop"));
             Error::io(path, source)
         })?;
         let full = item.path();
-        let rel = scan::check_name(&dir, full, &mut collisions)?;
+        let rel = scan::check_name(dir, full, &mut collisions)?;
         let ft = item.file_type();
         if ft.is_dir() {
             entries.push(ScanEntry::Dir { path: rel });
             continue;
         }
         let listed = listing.as_ref().and_then(|l| l.get(&rel));
-        let (source, size, etag) = match layout::snapshot_content(&repo_folder, full, &ft)? {
+        let (source, size, etag) = match layout::snapshot_content(repo_folder, full, &ft)? {
             Content::MissingBlob { etag, blob } => {
                 linked.insert(etag.clone(), rel.clone());
                 missing_blob.get_or_insert(Error::HfCache {
@@ -378,50 +464,11 @@ pub fn open_snapshot(
         });
     }
 
-    // An interrupted download comes first: it explains a missing blob or file.
-    if let Some((path, reason)) = incomplete_downloads(&blobs, &linked, listing.as_ref())
-        .into_iter()
-        .next()
-    {
-        return Err(Error::HfCache { path, reason });
-    }
-    if let Some(e) = missing_blob {
-        return Err(e);
-    }
-    entries.sort_by(|a, b| paths::bundle_order(a.path(), b.path()));
-    let etags: Vec<Option<String>> = entries
-        .iter()
-        .filter(|e| matches!(e, ScanEntry::File { .. }))
-        .map(|e| etag_of.remove(e.path()).flatten())
-        .collect();
-    let missing: Vec<String> = match &listing {
-        Some(l) => {
-            let have: std::collections::HashSet<&str> = entries
-                .iter()
-                .filter(|e| matches!(e, ScanEntry::File { .. }))
-                .map(|e| e.path())
-                .collect();
-            l.keys()
-                .filter(|k| !have.contains(k.as_str()))
-                .cloned()
-                .collect()
-        }
-        None => Vec::new(),
-    };
-    if listing.is_none() && notes.is_empty() {
-        notes.push(format!(
-            "no hub listing (trees/{commit}.json) is cached for this commit, so the snapshot's completeness cannot be checked; its files are checked against their blob names"
-        ));
-    }
-    Ok(Snapshot {
-        repo_folder,
-        commit,
-        dir,
+    Ok(Walked {
         entries,
-        etags,
-        listed: listing.is_some(),
-        missing,
-        notes,
+        etag_of,
+        linked,
+        missing_blob,
     })
 }
 

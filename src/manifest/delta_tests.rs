@@ -78,6 +78,7 @@ fn delta() -> Manifest {
         source: None,
         parity: None,
         trust_update: None,
+        oms: None,
         base: Some(Base {
             name: "m".into(),
             version: 1,

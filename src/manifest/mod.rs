@@ -96,6 +96,125 @@ pub struct Manifest {
         deserialize_with = "present"
     )]
     pub trust_update: Option<TrustUpdate>,
+    /// OpenSSF Model Signing (FORMAT.md section 19): the OMS signature the bundle carries
+    /// beside its manifest, and the publisher's OMS signature verified when packing.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub oms: Option<Oms>,
+}
+
+/// The `oms` object (FORMAT.md section 19).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Oms {
+    /// The OMS signature of the model the bundle carries beside `manifest.json`
+    /// (`pack --oms-key`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub signature: Option<OmsSignature>,
+    /// The publisher's OMS signature, a file of the model, verified when the bundle was packed
+    /// (`pack --oms-trust`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub publisher: Option<OmsPublisher>,
+}
+
+/// The OMS signature file a bundle carries.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct OmsSignature {
+    /// Its name beside the manifest and in the install: [`OMS_SIGNATURE_NAME`], or
+    /// [`OMS_SIGNATURE_NAME_BESIDE_PUBLISHER`] when the model holds a `model.sig` of its own.
+    pub name: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// SHA-256 of its bytes.
+    pub sha256: String,
+}
+
+/// The publisher's OMS signature, verified at pack time.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct OmsPublisher {
+    /// The signature file's path in the model (a path of `files`).
+    pub signature: String,
+    /// `key` or `certificate`.
+    pub method: String,
+    /// The key's hint (SHA-256 of its PEM) or the signing certificate's SHA-256 fingerprint.
+    pub signer: String,
+}
+
+/// The OMS signature's name: the reference tool's default.
+pub const OMS_SIGNATURE_NAME: &str = "model.sig";
+/// Its name when the model carries a `model.sig` of its own (the publisher's).
+pub const OMS_SIGNATURE_NAME_BESIDE_PUBLISHER: &str = "model.airlock.sig";
+/// Largest OMS signature file read anywhere (the manifest's own limit).
+pub const MAX_OMS_SIGNATURE_BYTES: u64 = MAX_MANIFEST_BYTES;
+
+/// The rules of FORMAT.md section 19.1 for `oms`.
+fn validate_oms(m: &Manifest, o: &Oms) -> Result<(), String> {
+    if m.format_version < 2 {
+        return Err("has oms, which needs format version 2".into());
+    }
+    if o.signature.is_none() && o.publisher.is_none() {
+        return Err("has an empty oms object".into());
+    }
+    if let Some(s) = &o.signature {
+        if s.name != OMS_SIGNATURE_NAME && s.name != OMS_SIGNATURE_NAME_BESIDE_PUBLISHER {
+            return Err(format!(
+                "names the OMS signature {:?} (only {OMS_SIGNATURE_NAME:?} or {OMS_SIGNATURE_NAME_BESIDE_PUBLISHER:?})",
+                s.name
+            ));
+        }
+        let folded = paths::fold(&s.name);
+        if let Some(p) = m
+            .directories
+            .iter()
+            .chain(m.files.iter().map(|f| &f.path))
+            .find(|p| !p.contains('/') && paths::fold(p) == folded)
+        {
+            return Err(format!(
+                "names the OMS signature {:?}, the name of the model's own {p:?}",
+                s.name
+            ));
+        }
+        if s.size == 0 || s.size > MAX_OMS_SIGNATURE_BYTES {
+            return Err(format!(
+                "has an OMS signature of {} bytes (1 to {MAX_OMS_SIGNATURE_BYTES} allowed)",
+                s.size
+            ));
+        }
+        if !is_hex64(&s.sha256) {
+            return Err("has a malformed oms.signature.sha256".into());
+        }
+    }
+    if let Some(p) = &o.publisher {
+        if !m.files.iter().any(|f| f.path == p.signature) {
+            return Err(format!(
+                "says the publisher's OMS signature is {:?}, which is not a file of the bundle",
+                p.signature
+            ));
+        }
+        if p.method != "key" && p.method != "certificate" {
+            return Err(format!(
+                "names the OMS method {:?} (key or certificate)",
+                p.method
+            ));
+        }
+        if !is_hex64(&p.signer) {
+            return Err("has a malformed oms.publisher.signer".into());
+        }
+    }
+    Ok(())
 }
 
 /// The `trust_update` object (FORMAT.md section 18): the root files `N.root.json` the bundle
@@ -505,6 +624,48 @@ impl Manifest {
                 self.format_version
             ));
         }
+        self.validate_texts()?;
+        match (self.compression.algorithm.as_str(), self.compression.level) {
+            ("zstd", _) | ("none", None) => {}
+            (other, _) => return Err(format!("names an unknown compression {other:?}")),
+        }
+        let volume_bytes = self.validate_volumes()?;
+        let (file_bytes, stream) = self.validate_entries()?;
+        if self.totals.files != self.files.len() as u64
+            || self.totals.directories != self.directories.len() as u64
+            || self.totals.file_bytes != file_bytes
+        {
+            return Err("has totals that disagree with its lists".into());
+        }
+        if self.stream.size != stream {
+            return Err(format!(
+                "declares a tar stream of {} bytes, its entries make {stream}",
+                self.stream.size
+            ));
+        }
+        if self.compression.algorithm == "none" && self.stream.size != volume_bytes {
+            return Err(format!(
+                "is uncompressed but its volumes hold {volume_bytes} bytes for a {}-byte stream",
+                self.stream.size
+            ));
+        }
+        if let Some(src) = &self.source {
+            self.validate_source(src)?;
+        }
+        if let Some(p) = &self.parity {
+            self.validate_parity(p)?;
+        }
+        if let Some(t) = &self.trust_update {
+            validate_trust_update(t)?;
+        }
+        if let Some(o) = &self.oms {
+            validate_oms(self, o)?;
+        }
+        Ok(())
+    }
+
+    /// The free texts: the name, `created`, `tool`, the warnings' and the source's strings.
+    fn validate_texts(&self) -> Result<(), String> {
         check_name(&self.name)?;
         let texts = [("created", &self.created), ("tool", &self.tool)];
         for (what, text) in texts {
@@ -528,10 +689,12 @@ impl Manifest {
                 check_text("source.etags", e)?;
             }
         }
-        match (self.compression.algorithm.as_str(), self.compression.level) {
-            ("zstd", _) | ("none", None) => {}
-            (other, _) => return Err(format!("names an unknown compression {other:?}")),
-        }
+        Ok(())
+    }
+
+    /// The chunk size and the volumes (names, sizes, digests per format version); returns
+    /// their total size.
+    fn validate_volumes(&self) -> Result<u64, String> {
         if !(4096..=(1 << 30)).contains(&self.chunk_size) || !self.chunk_size.is_power_of_two() {
             return Err(format!("has an invalid chunk_size {}", self.chunk_size));
         }
@@ -588,6 +751,13 @@ impl Manifest {
                 self.totals.volume_bytes
             ));
         }
+        Ok(volume_bytes)
+    }
+
+    /// The directories and files: safe paths in bundle order, no collisions, parents listed,
+    /// digests well formed, a delta's rules; returns the files' total size and the tar stream's
+    /// size their entries make.
+    fn validate_entries(&self) -> Result<(u64, u64), String> {
         let mut collisions = CollisionSet::default();
         let mut previous: Option<&str> = None;
         let mut dirs = std::collections::HashSet::new();
@@ -655,34 +825,7 @@ impl Manifest {
                 .and_then(|n| stream.checked_add(n))
                 .ok_or("has directory entries that overflow")?;
         }
-        if self.totals.files != self.files.len() as u64
-            || self.totals.directories != self.directories.len() as u64
-            || self.totals.file_bytes != file_bytes
-        {
-            return Err("has totals that disagree with its lists".into());
-        }
-        if self.stream.size != stream {
-            return Err(format!(
-                "declares a tar stream of {} bytes, its entries make {stream}",
-                self.stream.size
-            ));
-        }
-        if self.compression.algorithm == "none" && self.stream.size != volume_bytes {
-            return Err(format!(
-                "is uncompressed but its volumes hold {volume_bytes} bytes for a {}-byte stream",
-                self.stream.size
-            ));
-        }
-        if let Some(src) = &self.source {
-            self.validate_source(src)?;
-        }
-        if let Some(p) = &self.parity {
-            self.validate_parity(p)?;
-        }
-        if let Some(t) = &self.trust_update {
-            validate_trust_update(t)?;
-        }
-        Ok(())
+        Ok((file_bytes, stream))
     }
 
     /// The delta rules of docs/FORMAT.md section 16.1 (`base`, `files[].from`, version 2 only)

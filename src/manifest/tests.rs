@@ -56,6 +56,7 @@ fn sample() -> Manifest {
         parity: None,
         base: None,
         trust_update: None,
+        oms: None,
     }
 }
 

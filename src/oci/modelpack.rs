@@ -39,6 +39,8 @@ pub const AIRLOCK_SIGNATURE: &str = "application/vnd.airlock.signature.v1";
 pub const AIRLOCK_COSIGNATURE: &str = "application/vnd.airlock.cosignature.v1";
 /// A TUF root version the bundle carries (FORMAT.md section 18).
 pub const AIRLOCK_TRUST_ROOT: &str = "application/vnd.airlock.trust-root.v1+json";
+/// The OMS signature (a Sigstore bundle, FORMAT.md section 19), at its path in the model.
+pub const OMS_SIGNATURE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
 /// The layer annotation naming a file's path.
 pub const FILEPATH: &str = "org.cncf.model.filepath";
 /// The OCI title annotation (what ORAS names a file by).
@@ -427,6 +429,18 @@ pub fn bundle_layers(opened: &crate::bundle::open::Opened) -> (Vec<Layer>, Vec<(
         &opened.trust.cosignatures,
         &opened.trust.roots,
     );
+    let mut small = small;
+    if let Some(c) = &opened.oms {
+        small.push((
+            Layer {
+                media_type: OMS_SIGNATURE,
+                digest: digest_of(&c.bytes),
+                size: c.bytes.len() as u64,
+                path: c.name.clone(),
+            },
+            c.bytes.clone(),
+        ));
+    }
     let mut layers: Vec<Layer> = opened.manifest.files.iter().map(Layer::of_file).collect();
     layers.extend(small.iter().map(|(l, _)| l.clone()));
     (layers, small)
@@ -488,6 +502,7 @@ pub fn check_publishable(
         let limit = match l.media_type {
             AIRLOCK_MANIFEST => MAX_MANIFEST_BYTES,
             AIRLOCK_SIGNATURE => MAX_SIGNATURE_BYTES,
+            OMS_SIGNATURE => crate::manifest::MAX_OMS_SIGNATURE_BYTES,
             _ => continue,
         };
         if l.size > limit {

@@ -109,8 +109,8 @@ pub fn open_with(registry: &Registry, policy: &crate::trust::Policy) -> Result<O
     })?;
     let (cosigs, notes, roots) = crate::oci::trust::fetch_all(registry, &image, policy)?;
     let primary = SigFile { path: spath, text };
-    open_parts(
-        Origin::Registry(reference),
+    let mut opened = open_parts(
+        Origin::Registry(reference.clone()),
         &mpath,
         bytes,
         primary,
@@ -118,7 +118,30 @@ pub fn open_with(registry: &Registry, policy: &crate::trust::Policy) -> Result<O
         roots,
         notes,
         policy,
-    )
+    )?;
+    // The OMS signature the signed manifest lists, fetched by its signed digest (never by
+    // what the registry's manifest says) to its signed size.
+    if let Some(s) = opened
+        .manifest
+        .oms
+        .as_ref()
+        .and_then(|o| o.signature.as_ref())
+    {
+        let path = PathBuf::from(format!("{reference}#{}", s.name));
+        let bytes = registry
+            .blob_bytes(&format!("sha256:{}", s.sha256), s.size)?
+            .ok_or_else(|| {
+                artifact(
+                    registry,
+                    format!(
+                        "its OMS signature {} (sha256:{}) is missing, though the signed manifest lists it",
+                        s.name, s.sha256
+                    ),
+                )
+            })?;
+        opened.oms = Some(crate::oms::check_carried(&opened.manifest, &path, bytes)?);
+    }
+    Ok(opened)
 }
 
 /// Streams one file's blob into `out`, resuming a broken transfer where it stopped. It counts

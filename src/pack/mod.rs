@@ -64,6 +64,9 @@ pub struct PackOptions<'a> {
     /// TUF root versions to carry (`pack --trust-update`; FORMAT.md section 18), checked by
     /// the caller.
     pub trust_update: Vec<crate::trust::update::RootFile>,
+    /// OpenSSF Model Signing: sign with this key, check the publisher's signature (FORMAT.md
+    /// section 19).
+    pub oms: crate::oms::pack::Sealing,
 }
 
 /// Result of a pack.
@@ -194,6 +197,7 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
             parity,
             base: plan.base().cloned(),
             trust_update: crate::trust::update::carry(&dir, &opts.trust_update)?,
+            oms: std::mem::take(&mut opts.oms),
         },
         opts.key,
         &dir,
@@ -334,6 +338,7 @@ pub fn manifest_size_estimate(model: &Model, opts: &PackOptions<'_>) -> u64 {
         parity,
         base: None,
         trust_update: crate::trust::update::manifest_entry(&opts.trust_update),
+        oms: oms_estimate(&opts.oms),
         directories,
         files,
     };
@@ -354,6 +359,25 @@ pub fn manifest_size_estimate(model: &Model, opts: &PackOptions<'_>) -> u64 {
             .saturating_add(200),
     };
     (counter.0 + 1).saturating_add(delta)
+}
+
+/// The `oms` object the manifest will get, its digests zeros (their length is fixed).
+fn oms_estimate(o: &crate::oms::pack::Sealing) -> Option<manifest::Oms> {
+    let digest = "0".repeat(64);
+    let signature = o.emit.as_ref().map(|_| manifest::OmsSignature {
+        name: manifest::OMS_SIGNATURE_NAME_BESIDE_PUBLISHER.into(),
+        size: u64::MAX,
+        sha256: digest.clone(),
+    });
+    let publisher = o.publisher.as_ref().map(|p| manifest::OmsPublisher {
+        signature: p.path.clone(),
+        method: "certificate".into(),
+        signer: digest.clone(),
+    });
+    (signature.is_some() || publisher.is_some()).then_some(manifest::Oms {
+        signature,
+        publisher,
+    })
 }
 
 /// Refuses, before anything is written, a model whose manifest would be larger than readers
@@ -441,6 +465,7 @@ fn is_complete_bundle(dir: &Path) -> bool {
         if name == manifest::MANIFEST_NAME
             || name == manifest::SIGNATURE_NAME
             || crate::trust::update::is_listed_root(&m, name)
+            || crate::oms::is_listed(&m, name)
         {
             continue;
         }
@@ -473,6 +498,7 @@ mod tests {
             parity: None,
             base: None,
             trust_update: vec![],
+            oms: Default::default(),
         }
     }
 

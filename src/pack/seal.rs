@@ -42,6 +42,8 @@ pub struct Parts {
     pub base: Option<Base>,
     /// The TUF roots the bundle carries (FORMAT.md section 18).
     pub trust_update: Option<manifest::TrustUpdate>,
+    /// OpenSSF Model Signing (FORMAT.md section 19): what to emit and what was verified.
+    pub oms: crate::oms::pack::Sealing,
 }
 
 /// A signed manifest, written.
@@ -63,6 +65,9 @@ pub fn seal(parts: Parts, key: &SecretKey, dir: &Path) -> Result<Sealed> {
         file_bytes: parts.files.iter().map(|f| f.size).sum(),
         volume_bytes: parts.volumes.iter().map(|v| v.size).sum(),
     };
+    // OMS (FORMAT.md section 19): the publisher's digests checked, airlock's signature made
+    // from the digests the writer computed and written beside the manifest.
+    let oms = parts.oms.seal(&parts.name, &parts.files, dir)?;
     let manifest = Manifest {
         format: manifest::FORMAT_ID.into(),
         format_version: manifest::FORMAT_VERSION,
@@ -84,6 +89,7 @@ pub fn seal(parts: Parts, key: &SecretKey, dir: &Path) -> Result<Sealed> {
         parity: parts.parity,
         base: parts.base,
         trust_update: parts.trust_update,
+        oms,
     };
     // The packer holds itself to the same rules as the reader.
     manifest.validate().map_err(|why| {

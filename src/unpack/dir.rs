@@ -221,6 +221,8 @@ impl Target for DirTarget {
             &opened.signature_text,
             &opened.trust,
         )?;
+        // The OMS signature the bundle carries, where model_signing looks for it.
+        crate::oms::place(&root, &tree, opened.oms.as_ref())?;
         for d in &m.directories {
             let fd = fsio::open_below(&root, d).map_err(|e| Error::io(tree.join(d), e.into()))?;
             crate::durable::sync_dir_fd(&fd, &tree.join(d))?;

@@ -867,6 +867,11 @@ fn receipt_files(opened: &Opened) -> Vec<(String, Vec<u8>)> {
     for r in &opened.trust.roots {
         files.push((crate::trust::update::file_name(r.version), r.bytes.clone()));
     }
+    // The OMS signature, beside the receipt rather than in the snapshot, which holds exactly
+    // the model's files (FORMAT.md section 19).
+    if let Some(c) = &opened.oms {
+        files.push((c.name.clone(), c.bytes.clone()));
+    }
     files
 }
 

@@ -12,6 +12,7 @@ mod long_paths;
 mod model_checks;
 mod oci;
 mod oci_safety;
+mod oms;
 mod parity;
 mod parity_units;
 mod receipt_links;

@@ -1,0 +1,322 @@
+//! The signature file (`model.sig`): a Sigstore bundle (`application/vnd.dev.sigstore.bundle.
+//! v0.3+json`) whose `dsseEnvelope` holds the statement and one ECDSA signature over its DSSE
+//! pre-authentication encoding, and whose `verificationMaterial` says who signed: a
+//! `publicKey.hint` (the key method) or an `x509CertificateChain` (the certificate method).
+//! No transparency-log entry: the key and certificate methods are offline.
+//!
+//! [`sign`] writes the bundle as `model_signing sign key|certificate` does (compact JSON, the
+//! same field order); [`verify`] reads one as `model_signing verify key|certificate` does:
+//! the media type exact, the payload type in-toto JSON, the first signature checked over
+//! `PAE(payload)` with the hash of the key's curve, then the statement ([`super::statement`]).
+//! The reference also accepts a signature over a mis-encoded PAE made by its 0.2 release; airlock
+//! does not (such signatures carry a pre-1.0 statement, which is refused anyway).
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde::Deserialize;
+
+use super::keys::{SigningKey, VerifyingKey};
+use super::statement::{self, Statement};
+use super::x509::{self, Cert};
+
+/// The bundle's media type.
+pub const MEDIA_TYPE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
+/// The DSSE payload type.
+pub const PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
+
+/// DSSE v1 pre-authentication encoding of an in-toto payload.
+pub fn pae(payload: &[u8]) -> Vec<u8> {
+    let mut out = format!(
+        "DSSEv1 {} {PAYLOAD_TYPE} {} ",
+        PAYLOAD_TYPE.len(),
+        payload.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(payload);
+    out
+}
+
+/// Who signs: a key alone, or a key with its certificate and chain (DER, signing certificate
+/// first).
+pub enum Signer<'a> {
+    /// `model_signing sign key`.
+    Key(&'a SigningKey),
+    /// `model_signing sign certificate`.
+    Certificate(&'a SigningKey, &'a [Vec<u8>]),
+}
+
+/// Signs `payload` (a statement) and returns the bundle's bytes.
+pub fn sign(payload: &[u8], signer: &Signer<'_>) -> Vec<u8> {
+    let key = match signer {
+        Signer::Key(k) | Signer::Certificate(k, _) => k,
+    };
+    let sig = key.sign(&pae(payload));
+    let material = match signer {
+        Signer::Key(k) => format!(
+            "{{\"publicKey\":{{\"hint\":\"{}\"}},\"tlogEntries\":[]}}",
+            k.verifying_key().hint()
+        ),
+        Signer::Certificate(_, chain) => format!(
+            "{{\"x509CertificateChain\":{{\"certificates\":[{}]}},\"tlogEntries\":[]}}",
+            chain
+                .iter()
+                .map(|c| format!("{{\"rawBytes\":\"{}\"}}", STANDARD.encode(c)))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+    };
+    format!(
+        "{{\"mediaType\":\"{MEDIA_TYPE}\",\"verificationMaterial\":{material},\"dsseEnvelope\":{{\"payload\":\"{}\",\"payloadType\":\"{PAYLOAD_TYPE}\",\"signatures\":[{{\"sig\":\"{}\",\"keyid\":\"\"}}]}}}}",
+        STANDARD.encode(payload),
+        STANDARD.encode(&sig)
+    )
+    .into_bytes()
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawBundle {
+    media_type: String,
+    verification_material: RawMaterial,
+    dsse_envelope: Option<RawEnvelope>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawMaterial {
+    public_key: Option<RawKeyId>,
+    x509_certificate_chain: Option<RawChain>,
+    certificate: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct RawKeyId {
+    hint: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawChain {
+    certificates: Vec<RawCert>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawCert {
+    raw_bytes: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawEnvelope {
+    payload: String,
+    payload_type: String,
+    signatures: Vec<RawSig>,
+}
+
+#[derive(Deserialize)]
+struct RawSig {
+    sig: String,
+}
+
+/// What a signature is checked against.
+pub enum Trust<'a> {
+    /// A public key (`--oms-trust`).
+    Key(&'a VerifyingKey),
+    /// Trusted certificates (`--oms-cert-chain`).
+    Certificates(&'a [Cert]),
+}
+
+/// How a signature verified.
+#[derive(Clone, Debug)]
+pub struct Verified {
+    /// The statement it signs.
+    pub statement: Statement,
+    /// `key` or `certificate`.
+    pub method: &'static str,
+    /// The key's hint (key method) or the signing certificate's SHA-256 fingerprint.
+    pub signer: String,
+    /// The signing certificate's subject (certificate method).
+    pub subject: Option<String>,
+    /// What the operator should know (an old bundle without a key hint).
+    pub notes: Vec<String>,
+}
+
+fn b64(field: &str, s: &str) -> Result<Vec<u8>, String> {
+    STANDARD
+        .decode(s)
+        .map_err(|e| format!("has a {field} that is not base64: {e}"))
+}
+
+/// Verifies the bundle `bytes` against `trust` and returns its statement. `Err` says what
+/// failed, for a message that names the file.
+pub fn verify(bytes: &[u8], trust: &Trust<'_>) -> Result<Verified, String> {
+    let raw: RawBundle = serde_json::from_slice(bytes)
+        .map_err(|e| format!("is not a Sigstore bundle in JSON: {e}"))?;
+    if raw.media_type != MEDIA_TYPE {
+        return Err(format!(
+            "is a bundle of media type {:?}, not {MEDIA_TYPE:?}",
+            raw.media_type
+        ));
+    }
+    let env = raw
+        .dsse_envelope
+        .ok_or("holds no DSSE envelope (a message signature is not a model signature)")?;
+    if env.payload_type != PAYLOAD_TYPE {
+        return Err(format!(
+            "has the DSSE payload type {:?}, not {PAYLOAD_TYPE:?}",
+            env.payload_type
+        ));
+    }
+    let first = env.signatures.first().ok_or("holds no signature")?;
+    let sig = b64("signature", &first.sig)?;
+    let payload = b64("payload", &env.payload)?;
+    let material = raw.verification_material;
+    let mut notes = Vec::new();
+    let (key, method, signer, subject) = match trust {
+        Trust::Key(k) => {
+            let Some(id) = material.public_key else {
+                return Err(
+                    if material.x509_certificate_chain.is_some() || material.certificate.is_some() {
+                        "was made with the certificate method (it carries a certificate chain): verify it with --oms-cert-chain".into()
+                    } else {
+                        "has no publicKey in its verification material".into()
+                    },
+                );
+            };
+            let hint = k.hint();
+            match id.hint {
+                Some(h) if h != hint => {
+                    return Err(format!(
+                        "was signed by another key: its key hint is {h}, the trusted key's is {hint}"
+                    ));
+                }
+                Some(_) => {}
+                None => notes.push(
+                    "the signature carries no key hint (an older model_signing wrote it); it was checked against the trusted key".into(),
+                ),
+            }
+            ((*k).clone(), "key", hint, None)
+        }
+        Trust::Certificates(trusted) => {
+            let Some(chain) = material.x509_certificate_chain else {
+                return Err(if material.public_key.is_some() {
+                    "was made with the key method (it carries a key hint, no certificate): verify it with --oms-trust".into()
+                } else {
+                    "carries no x509CertificateChain".into()
+                });
+            };
+            if chain.certificates.len() > x509::MAX_CERTIFICATES {
+                return Err(format!(
+                    "carries {} certificates, more than {}",
+                    chain.certificates.len(),
+                    x509::MAX_CERTIFICATES
+                ));
+            }
+            let certs = chain
+                .certificates
+                .iter()
+                .map(|c| b64("certificate", &c.raw_bytes).and_then(|d| Cert::from_der(&d)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let (key, path) = x509::verify_chain(&certs, trusted)?;
+            (
+                key,
+                "certificate",
+                path[0].fingerprint(),
+                Some(path[0].subject()),
+            )
+        }
+    };
+    if !key.verify(&pae(&payload), &sig) {
+        return Err(match trust {
+            Trust::Key(_) => "does not verify with the trusted key: the signature or the statement was changed, or another key signed it".into(),
+            Trust::Certificates(_) => "does not verify with its signing certificate's key: the signature or the statement was changed".into(),
+        });
+    }
+    let statement = statement::parse(&payload)?;
+    Ok(Verified {
+        statement,
+        method,
+        signer,
+        subject,
+        notes,
+    })
+}
+
+/// The statement of a bundle, without checking who signed it: for a bundle's carried
+/// signature, whose bytes the manifest's minisign signature already vouches for, compared with
+/// the manifest's own list (a packer that lied in one of the two is caught).
+pub fn read_statement(bytes: &[u8]) -> Result<Statement, String> {
+    let raw: RawBundle = serde_json::from_slice(bytes)
+        .map_err(|e| format!("is not a Sigstore bundle in JSON: {e}"))?;
+    if raw.media_type != MEDIA_TYPE {
+        return Err(format!(
+            "is a bundle of media type {:?}, not {MEDIA_TYPE:?}",
+            raw.media_type
+        ));
+    }
+    let env = raw.dsse_envelope.ok_or("holds no DSSE envelope")?;
+    if env.payload_type != PAYLOAD_TYPE || env.signatures.is_empty() {
+        return Err("holds no signed in-toto statement".into());
+    }
+    statement::parse(&b64("payload", &env.payload)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oms::statement::Resource;
+
+    fn key() -> SigningKey {
+        SigningKey::P384(p384::ecdsa::SigningKey::from_slice(&[9u8; 48]).unwrap())
+    }
+
+    #[test]
+    fn a_signed_bundle_verifies_and_names_the_key_hint() {
+        let k = key();
+        let payload = statement::build(
+            "m",
+            vec![Resource {
+                name: "w.bin".into(),
+                sha256: [5; 32],
+            }],
+            &[],
+        );
+        let bytes = sign(&payload, &Signer::Key(&k));
+        let vk = k.verifying_key();
+        let v = verify(&bytes, &Trust::Key(&vk)).unwrap();
+        assert_eq!(v.statement.resources[0].name, "w.bin");
+        assert_eq!(v.signer, vk.hint());
+        let other = SigningKey::P384(p384::ecdsa::SigningKey::from_slice(&[8u8; 48]).unwrap());
+        let err = verify(&bytes, &Trust::Key(&other.verifying_key())).unwrap_err();
+        assert!(err.contains("another key"), "{err}");
+    }
+
+    #[test]
+    fn a_changed_payload_or_malformed_base64_is_refused() {
+        let k = key();
+        let payload = statement::build(
+            "m",
+            vec![Resource {
+                name: "w.bin".into(),
+                sha256: [5; 32],
+            }],
+            &[],
+        );
+        let bytes = String::from_utf8(sign(&payload, &Signer::Key(&k))).unwrap();
+        let other = STANDARD.encode(statement::build(
+            "m",
+            vec![Resource {
+                name: "w.bin".into(),
+                sha256: [6; 32],
+            }],
+            &[],
+        ));
+        let swapped = bytes.replace(&STANDARD.encode(&payload), &other);
+        let vk = k.verifying_key();
+        let err = verify(swapped.as_bytes(), &Trust::Key(&vk)).unwrap_err();
+        assert!(err.contains("does not verify"), "{err}");
+        let bad = bytes.replace("\"sig\":\"", "\"sig\":\"!");
+        let err = verify(bad.as_bytes(), &Trust::Key(&vk)).unwrap_err();
+        assert!(err.contains("base64"), "{err}");
+    }
+}

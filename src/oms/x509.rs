@@ -1,0 +1,357 @@
+//! The certificate method: the signing certificate and the chain a signature carries
+//! (`verificationMaterial.x509CertificateChain`), checked against the certificates the operator
+//! trusts (`--oms-cert-chain`), as the reference verifier's OpenSSL store does:
+//!
+//! - a path from the signing certificate, through the carried intermediates or the trusted
+//!   ones, to a self-signed certificate the operator trusts, each certificate's signature
+//!   verified with its issuer's key (ECDSA P-256/384/521, RSA PKCS#1 v1.5 of 2048 bits or more,
+//!   or Ed25519; SHA-256/384/512), at most [`MAX_DEPTH`] certificates;
+//! - every certificate valid at the moment the signing certificate became valid (its
+//!   `notBefore`: the reference's signing time, so a signature outlives its certificate);
+//! - every issuer a CA (`basicConstraints` CA, its path length respected, `keyUsage`
+//!   keyCertSign when present); an unknown critical extension, or name constraints (which
+//!   airlock does not evaluate), refuses the certificate;
+//! - the signing certificate usable for signing: `keyUsage` digitalSignature, or else the
+//!   code-signing extended key usage; its key ECDSA on a supported curve.
+//!
+//! Revocation is not checked (the reference does not either): the chain is the operator's
+//! trust, offline.
+
+use der::{Decode, Encode};
+use sha2::{Digest, Sha256, Sha384, Sha512};
+use x509_cert::Certificate;
+use x509_cert::ext::pkix::{BasicConstraints, ExtendedKeyUsage, KeyUsage};
+
+use super::keys::VerifyingKey;
+
+/// Most certificates in a path, the signing certificate and the trusted root included.
+pub const MAX_DEPTH: usize = 10;
+/// Most certificates a signature may carry, or the operator may trust.
+pub const MAX_CERTIFICATES: usize = 64;
+
+const BASIC_CONSTRAINTS: &str = "2.5.29.19";
+const KEY_USAGE: &str = "2.5.29.15";
+const EXT_KEY_USAGE: &str = "2.5.29.37";
+const CODE_SIGNING: &str = "1.3.6.1.5.5.7.3.3";
+/// Critical extensions that are understood (or, like policies and alternative names, have no
+/// bearing on this check, as with OpenSSL's defaults).
+const KNOWN_CRITICAL: [&str; 6] = [
+    BASIC_CONSTRAINTS,
+    KEY_USAGE,
+    EXT_KEY_USAGE,
+    "2.5.29.17", // subjectAltName
+    "2.5.29.32", // certificatePolicies
+    "2.5.29.14", // subjectKeyIdentifier
+];
+
+/// A parsed certificate with its DER.
+#[derive(Clone, Debug)]
+pub struct Cert {
+    /// The certificate.
+    pub cert: Certificate,
+    /// Its exact DER.
+    pub der: Vec<u8>,
+}
+
+impl Cert {
+    /// Parses DER.
+    pub fn from_der(der: &[u8]) -> Result<Cert, String> {
+        let cert = Certificate::from_der(der)
+            .map_err(|e| format!("holds a certificate that does not parse: {e}"))?;
+        Ok(Cert {
+            cert,
+            der: der.to_vec(),
+        })
+    }
+
+    /// The subject, for messages.
+    pub fn subject(&self) -> String {
+        self.cert.tbs_certificate.subject.to_string()
+    }
+
+    /// SHA-256 of the DER (the certificate's fingerprint), hex.
+    pub fn fingerprint(&self) -> String {
+        hex::encode(Sha256::digest(&self.der))
+    }
+
+    fn name_bytes(n: &x509_cert::name::Name) -> Vec<u8> {
+        n.to_der().unwrap_or_default()
+    }
+
+    fn self_issued(&self) -> bool {
+        let t = &self.cert.tbs_certificate;
+        Self::name_bytes(&t.subject) == Self::name_bytes(&t.issuer)
+    }
+
+    fn extension(&self, oid: &str) -> Option<(bool, &[u8])> {
+        self.cert
+            .tbs_certificate
+            .extensions
+            .as_ref()?
+            .iter()
+            .find(|e| e.extn_id.to_string() == oid)
+            .map(|e| (e.critical, e.extn_value.as_bytes()))
+    }
+
+    fn basic_constraints(&self) -> Result<Option<BasicConstraints>, String> {
+        match self.extension(BASIC_CONSTRAINTS) {
+            None => Ok(None),
+            Some((_, v)) => BasicConstraints::from_der(v)
+                .map(Some)
+                .map_err(|e| format!("has basicConstraints that do not parse: {e}")),
+        }
+    }
+
+    fn key_usage(&self) -> Result<Option<KeyUsage>, String> {
+        match self.extension(KEY_USAGE) {
+            None => Ok(None),
+            Some((_, v)) => KeyUsage::from_der(v)
+                .map(Some)
+                .map_err(|e| format!("has a keyUsage that does not parse: {e}")),
+        }
+    }
+
+    fn ext_key_usage(&self) -> Result<Option<ExtendedKeyUsage>, String> {
+        match self.extension(EXT_KEY_USAGE) {
+            None => Ok(None),
+            Some((_, v)) => ExtendedKeyUsage::from_der(v)
+                .map(Some)
+                .map_err(|e| format!("has an extendedKeyUsage that does not parse: {e}")),
+        }
+    }
+
+    fn unknown_critical(&self) -> Option<String> {
+        self.cert
+            .tbs_certificate
+            .extensions
+            .as_ref()?
+            .iter()
+            .find(|e| e.critical && !KNOWN_CRITICAL.contains(&e.extn_id.to_string().as_str()))
+            .map(|e| e.extn_id.to_string())
+    }
+
+    /// Whether `at` (seconds since the epoch) is within the validity period.
+    fn valid_at(&self, at: u64) -> bool {
+        let v = &self.cert.tbs_certificate.validity;
+        v.not_before.to_unix_duration().as_secs() <= at
+            && at <= v.not_after.to_unix_duration().as_secs()
+    }
+
+    /// The ECDSA key of the certificate, if it is one OMS signs with.
+    pub fn ecdsa_key(&self) -> Result<VerifyingKey, String> {
+        let spki = self
+            .cert
+            .tbs_certificate
+            .subject_public_key_info
+            .to_der()
+            .map_err(|e| e.to_string())?;
+        VerifyingKey::from_spki_der(&spki)
+    }
+
+    /// Whether `self` signed `child`.
+    fn signed(&self, child: &Cert) -> Result<bool, String> {
+        let tbs = child
+            .cert
+            .tbs_certificate
+            .to_der()
+            .map_err(|e| e.to_string())?;
+        let sig = child
+            .cert
+            .signature
+            .as_bytes()
+            .ok_or("has a signature that is not a whole number of bytes")?;
+        let alg = child.cert.signature_algorithm.oid.to_string();
+        let spki = &self.cert.tbs_certificate.subject_public_key_info;
+        let key_alg = spki.algorithm.oid.to_string();
+        let digest = |name: &str| -> Option<Vec<u8>> {
+            Some(match name {
+                "sha256" => Sha256::digest(&tbs).to_vec(),
+                "sha384" => Sha384::digest(&tbs).to_vec(),
+                "sha512" => Sha512::digest(&tbs).to_vec(),
+                _ => return None,
+            })
+        };
+        let hash = match alg.as_str() {
+            "1.2.840.10045.4.3.2" | "1.2.840.113549.1.1.11" => "sha256",
+            "1.2.840.10045.4.3.3" | "1.2.840.113549.1.1.12" => "sha384",
+            "1.2.840.10045.4.3.4" | "1.2.840.113549.1.1.13" => "sha512",
+            "1.3.101.112" => "ed25519",
+            other => {
+                return Err(format!(
+                    "is signed with the algorithm {other}, which airlock does not verify (ECDSA, RSA PKCS#1 v1.5 or Ed25519 with SHA-256/384/512)"
+                ));
+            }
+        };
+        match (alg.starts_with("1.2.840.10045.4.3"), key_alg.as_str()) {
+            (true, "1.2.840.10045.2.1") => {
+                let key = self.ecdsa_key()?;
+                Ok(key.verify_digest(&digest(hash).expect("a sha"), sig))
+            }
+            (false, "1.2.840.113549.1.1.1") if alg.starts_with("1.2.840.113549.1.1.") => {
+                use rsa::pkcs1::DecodeRsaPublicKey;
+                use rsa::traits::PublicKeyParts;
+                let bits = spki
+                    .subject_public_key
+                    .as_bytes()
+                    .ok_or("has a malformed RSA key")?;
+                let key = rsa::RsaPublicKey::from_pkcs1_der(bits)
+                    .map_err(|e| format!("has an RSA key that does not parse: {e}"))?;
+                if key.size() < 256 {
+                    return Err(format!(
+                        "has an RSA key of {} bits (2048 or more needed)",
+                        key.size() * 8
+                    ));
+                }
+                let scheme = match hash {
+                    "sha256" => rsa::Pkcs1v15Sign::new::<Sha256>(),
+                    "sha384" => rsa::Pkcs1v15Sign::new::<Sha384>(),
+                    _ => rsa::Pkcs1v15Sign::new::<Sha512>(),
+                };
+                Ok(key
+                    .verify(scheme, &digest(hash).expect("a sha"), sig)
+                    .is_ok())
+            }
+            (false, "1.3.101.112") if hash == "ed25519" => {
+                let bits = spki
+                    .subject_public_key
+                    .as_bytes()
+                    .ok_or("has a malformed Ed25519 key")?;
+                let Ok(key_bytes) = <[u8; 32]>::try_from(bits) else {
+                    return Ok(false);
+                };
+                let Ok(key) = ed25519_dalek::VerifyingKey::from_bytes(&key_bytes) else {
+                    return Ok(false);
+                };
+                let Ok(sig) = ed25519_dalek::Signature::from_slice(sig) else {
+                    return Ok(false);
+                };
+                Ok(key.verify_strict(&tbs, &sig).is_ok())
+            }
+            _ => Ok(false),
+        }
+    }
+}
+
+/// Parses the certificates of PEM text (`--oms-cert-chain`).
+pub fn parse_pem(text: &str) -> Result<Vec<Cert>, String> {
+    let blocks = super::keys::certificate_blocks(text)?;
+    if blocks.is_empty() {
+        return Err("holds no PEM CERTIFICATE block".into());
+    }
+    blocks.iter().map(|b| Cert::from_der(b)).collect()
+}
+
+/// Verifies the carried `chain` (the signing certificate first) against `trusted`; returns the
+/// signing certificate's key and the path found, signing certificate first.
+pub fn verify_chain(chain: &[Cert], trusted: &[Cert]) -> Result<(VerifyingKey, Vec<Cert>), String> {
+    let leaf = chain.first().ok_or("carries an empty certificate chain")?;
+    if chain.len() > MAX_CERTIFICATES || trusted.len() > MAX_CERTIFICATES {
+        return Err(format!(
+            "has more than {MAX_CERTIFICATES} certificates to consider"
+        ));
+    }
+    let at = leaf
+        .cert
+        .tbs_certificate
+        .validity
+        .not_before
+        .to_unix_duration()
+        .as_secs();
+    let mut path: Vec<Cert> = vec![leaf.clone()];
+    loop {
+        let current = path.last().expect("not empty").clone();
+        let is_trusted = trusted.iter().any(|t| t.der == current.der);
+        if is_trusted && current.self_issued() && current.signed(&current)? {
+            break;
+        }
+        if path.len() >= MAX_DEPTH {
+            return Err(format!(
+                "has no path of at most {MAX_DEPTH} certificates from the signing certificate ({}) to a trusted root",
+                leaf.subject()
+            ));
+        }
+        let issuer_name = Cert::name_bytes(&current.cert.tbs_certificate.issuer);
+        let mut found = None;
+        for cand in trusted.iter().chain(chain[1..].iter()) {
+            if Cert::name_bytes(&cand.cert.tbs_certificate.subject) != issuer_name
+                || path.iter().any(|p| p.der == cand.der && !p.self_issued())
+            {
+                continue;
+            }
+            if cand.der == current.der {
+                continue;
+            }
+            if cand.signed(&current)? {
+                found = Some(cand.clone());
+                break;
+            }
+        }
+        match found {
+            Some(c) => path.push(c),
+            None => {
+                return Err(format!(
+                    "has no trusted issuer for the certificate {:?} (issuer {:?}): the chain does not lead to a certificate in --oms-cert-chain",
+                    current.subject(),
+                    current.cert.tbs_certificate.issuer.to_string()
+                ));
+            }
+        }
+    }
+    for (i, c) in path.iter().enumerate() {
+        if let Some(oid) = c.unknown_critical() {
+            return Err(format!(
+                "has a certificate ({:?}) with the critical extension {oid}, which airlock does not evaluate",
+                c.subject()
+            ));
+        }
+        if !c.valid_at(at) {
+            return Err(format!(
+                "has a certificate ({:?}) that was not valid when the signing certificate was issued",
+                c.subject()
+            ));
+        }
+        if i == 0 {
+            continue;
+        }
+        let bc = c.basic_constraints()?;
+        if !bc.as_ref().is_some_and(|b| b.ca) {
+            return Err(format!(
+                "has an issuer ({:?}) that is not a certificate authority (basicConstraints CA)",
+                c.subject()
+            ));
+        }
+        if let Some(len) = bc.and_then(|b| b.path_len_constraint) {
+            let below = path[1..i].iter().filter(|p| !p.self_issued()).count();
+            if below > len as usize {
+                return Err(format!(
+                    "has an issuer ({:?}) whose path length constraint {len} is exceeded",
+                    c.subject()
+                ));
+            }
+        }
+        if let Some(ku) = c.key_usage()?
+            && !ku.key_cert_sign()
+        {
+            return Err(format!(
+                "has an issuer ({:?}) whose keyUsage does not allow signing certificates",
+                c.subject()
+            ));
+        }
+    }
+    let usable = match leaf.key_usage()? {
+        Some(ku) if ku.digital_signature() => true,
+        _ => leaf
+            .ext_key_usage()?
+            .is_some_and(|e| e.0.iter().any(|o| o.to_string() == CODE_SIGNING)),
+    };
+    if !usable {
+        return Err(format!(
+            "has a signing certificate ({:?}) that cannot be used for signing (no keyUsage digitalSignature, no code-signing extended key usage)",
+            leaf.subject()
+        ));
+    }
+    let key = leaf
+        .ecdsa_key()
+        .map_err(|why| format!("has a signing certificate whose key {why}"))?;
+    Ok((key, path))
+}
