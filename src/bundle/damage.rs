@@ -58,7 +58,7 @@ pub struct DamageMap {
 
 impl DamageMap {
     /// A map where every unit is intact, to be marked.
-    fn intact(m: &Manifest) -> Self {
+    pub fn intact(m: &Manifest) -> Self {
         let row = |v: &Volume, parity: bool| VolumeRow {
             name: v.name.clone(),
             parity,

@@ -3,6 +3,7 @@
 mod cli;
 mod compose;
 mod crash;
+mod damage_map;
 mod delta;
 mod format_exact;
 mod hfcache;
