@@ -927,7 +927,7 @@ mod tests {
             (5 * MIB, 512 << 10, 10.0),
             (7 * MIB, 600 << 10, 25.0),
             (3 * MIB, 3 * MIB, 10.0),
-            (9 * MIB, 1 * MIB, 50.0),
+            (9 * MIB, MIB, 50.0),
         ] {
             let (unit, units) = cut(payload, volume);
             let shape = DataShape {

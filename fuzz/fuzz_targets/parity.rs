@@ -249,7 +249,7 @@ fn choice(data: &[u8]) {
     if data.len() < 8 {
         return;
     }
-    // Volumes from 4 KiB to 512 GiB (any size, not only powers of two), payloads up to 1 PiB.
+    // Volumes from 4 KiB to 512 GiB (any size, not only powers of two), payloads up to 16 TiB.
     let volume_size = (4096u64 << (data[0] % 28)) + u64::from(u16::from_le_bytes([data[1], 0]));
     let payload = u64::from_le_bytes([data[2], data[3], data[4], data[5], data[6] % 4, 0, 0, 0])
         .max(1)

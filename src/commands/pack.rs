@@ -503,9 +503,9 @@ fn largest_volume_percent(m: &manifest::Manifest) -> f64 {
 
 /// A size as `--volume-size` takes it: whole MiB as `NM`, whole KiB as `NK`, else bytes.
 fn size_arg(bytes: u64) -> String {
-    if bytes % (1 << 20) == 0 {
+    if bytes.is_multiple_of(1 << 20) {
         format!("{}M", bytes >> 20)
-    } else if bytes % 1024 == 0 {
+    } else if bytes.is_multiple_of(1024) {
         format!("{}K", bytes >> 10)
     } else {
         bytes.to_string()
