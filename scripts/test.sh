@@ -4,6 +4,7 @@
 # Python readers. Usage: scripts/test.sh [extra cargo test args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/check-rust.sh
 scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings

@@ -107,7 +107,8 @@ pub enum Command {
     Keygen(KeygenArgs),
     /// Pack a model directory, or a snapshot from the Hugging Face cache, into a signed bundle.
     Pack(Box<PackArgs>),
-    /// Verify a bundle in place, read-only: signature, then every volume.
+    /// Verify a bundle in place, read-only: signature, then every volume (or one file's
+    /// FILE.minisig, e.g. the next airlock release).
     Verify(VerifyArgs),
     /// Verify and install a bundle (or a registry artifact) into a directory, a Hugging Face cache
     /// or an OCI image layout, atomically.
@@ -325,7 +326,8 @@ pub struct PackArgs {
 /// `airlock verify`.
 #[derive(Args, Debug)]
 pub struct VerifyArgs {
-    /// The bundle directory.
+    /// The bundle directory, or a file signed with `airlock sign` or `minisign -S` (its
+    /// signature FILE.minisig is checked, as `minisign -Vm FILE` does).
     pub bundle: PathBuf,
     /// Trusted keys.
     #[command(flatten)]
@@ -504,7 +506,8 @@ pub struct PushArgs {
 }
 
 /// How to reach an OCI registry. Credentials come from the docker config
-/// ($DOCKER_CONFIG/config.json or ~/.docker/config.json, its `auths` entries).
+/// ($DOCKER_CONFIG/config.json or ~/.docker/config.json: its credential helper for the
+/// registry, else its `auths` entry).
 #[derive(Args, Debug)]
 pub struct RegistryArgs {
     /// Trust the CA certificates in this PEM file for the registry's TLS, besides the system

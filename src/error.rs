@@ -19,6 +19,17 @@ pub const EXIT_USAGE: u8 = 2;
 /// Exit code for a bundle or model that failed verification.
 pub const EXIT_VERIFY: u8 = 3;
 
+/// What to do after an [`Error::Registry`]: the hint follows the command and the problem.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RegistryNext {
+    /// Reading from the registry (`unpack oci://`) failed: retry once it is reachable.
+    RetryUnpack,
+    /// Publishing (`push`) failed: retry; no tag was written.
+    RetryPush,
+    /// The registry lacks what was asked for (a tag, a delta's base): the exact step.
+    Do(String),
+}
+
 /// Everything that can go wrong in airlock.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -289,6 +300,9 @@ pub enum Error {
         registry: String,
         /// What failed.
         reason: String,
+        /// What the operator does next (the hint): it depends on whether airlock was
+        /// installing or publishing, and on what the registry lacks.
+        next: RegistryNext,
     },
     /// An OCI registry refused the credentials (or asked for some and none were found).
     #[error(
@@ -301,6 +315,42 @@ pub enum Error {
         reason: String,
         /// Where credentials were looked for.
         creds_from: String,
+        /// The credential helper that holds them (`docker-credential-NAME`), when the docker
+        /// config names one for the registry.
+        helper: Option<String>,
+    },
+    /// SIGINT or SIGTERM ended the command; its work directories were removed first.
+    #[error(
+        "interrupted by {}: {}; {kept}",
+        if *signal == 2 { "SIGINT (Ctrl-C)" } else { "SIGTERM" },
+        if removed.is_empty() {
+            "nothing to remove".to_string()
+        } else {
+            format!("removed {}", removed.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))
+        }
+    )]
+    Interrupted {
+        /// The signal number (2 or 15); the exit code is 128 + it.
+        signal: i32,
+        /// The work directories (and directories made for them) removed.
+        removed: Vec<PathBuf>,
+        /// What was kept, as the command knows it (the destination is as it was, ...).
+        kept: String,
+    },
+    /// The credential helper the docker config names for a registry failed (not installed,
+    /// an error, no answer in time, an answer airlock cannot use).
+    #[error("registry {registry}: the credential helper {helper} ({chosen_by}) {reason}")]
+    CredentialHelper {
+        /// `HOST[:PORT]`.
+        registry: String,
+        /// `docker-credential-NAME`.
+        helper: String,
+        /// The config key and file that chose it.
+        chosen_by: String,
+        /// What happened.
+        reason: String,
+        /// What to try (the hint).
+        todo: String,
     },
     /// An artifact in a registry is not a signed airlock publication, or a blob in it does not
     /// match the signed manifest.
@@ -410,9 +460,12 @@ impl Error {
             | Error::ManifestTooLarge { .. }
             | Error::NotReplaceable { .. }
             | Error::OmsKey { .. } => EXIT_OPERATIONAL,
-            Error::Registry { .. } | Error::RegistryAuth { .. } => EXIT_OPERATIONAL,
+            Error::Registry { .. }
+            | Error::RegistryAuth { .. }
+            | Error::CredentialHelper { .. } => EXIT_OPERATIONAL,
             Error::Artifact { .. } => EXIT_VERIFY,
             Error::TrustEnv { source } => source.exit_code(),
+            Error::Interrupted { signal, .. } => 128u8.saturating_add(*signal as u8),
             Error::Usage(_) | Error::Arguments { .. } => EXIT_USAGE,
             Error::ModelChecks { .. }
             | Error::MissingSignature { .. }
@@ -464,7 +517,8 @@ impl Error {
             Error::NotReplaceable { .. } => "not-replaceable",
             Error::TrustEnv { source } => source.kind(),
             Error::Registry { .. } => "registry",
-            Error::RegistryAuth { .. } => "registry-auth",
+            Error::RegistryAuth { .. } | Error::CredentialHelper { .. } => "registry-auth",
+            Error::Interrupted { .. } => "interrupted",
             Error::Artifact { .. } => "artifact",
             Error::SignatureThreshold { .. } => "signature-threshold",
             Error::TrustRoot { .. } => "trust-root",
@@ -491,7 +545,7 @@ impl Error {
                     .as_ref()
                     .map_or_else(|| "that filesystem".to_string(), |m| m.mount_point.display().to_string())
             ),
-            Error::Usage(_) => return None,
+            Error::Usage(_) | Error::Interrupted { .. } => return None,
             Error::TrustEnv { source } => return source.hint(),
             Error::NotReplaceable { todo, .. } => todo.clone(),
             Error::Arguments { hint, .. } => hint.clone(),
@@ -584,12 +638,24 @@ impl Error {
             Error::HfCache { .. } => {
                 "finish or repeat the download with huggingface_hub (`hf download ORG/NAME --revision REV`), or remove what the message names, then try again".into()
             }
-            Error::Registry { .. } => {
-                "check that the registry is up and reachable from this host (and --ca-file for a site CA, --plain-http for a registry without TLS), then run the command again; nothing was installed".into()
-            }
+            Error::Registry { next, .. } => match next {
+                RegistryNext::RetryUnpack => format!("{REACHABLE}, then run the command again; nothing was installed"),
+                RegistryNext::RetryPush => format!(
+                    "{REACHABLE}, then push again; nothing was published: the tag is written last, and the blobs already uploaded are reused by the next push"
+                ),
+                RegistryNext::Do(todo) => todo.clone(),
+            },
+            Error::RegistryAuth {
+                registry,
+                helper: Some(helper),
+                ..
+            } => format!(
+                "log in again with `docker login {registry}` (docker stores the password through {helper}, where airlock reads it), then run the command again"
+            ),
             Error::RegistryAuth { registry, .. } => format!(
                 "log in with `docker login {registry}` (or put an `auths` entry for {registry} in that file), then run the command again"
             ),
+            Error::CredentialHelper { todo, .. } => todo.clone(),
             Error::SignatureThreshold { .. } => {
                 "each missing signer co-signs on their own machine (`airlock cosign BUNDLE --key THEIR.key`) and the manifest.json.KEYID.minisig file it writes is copied into the bundle; do not lower the threshold to get past this".into()
             }
@@ -614,6 +680,9 @@ impl Error {
         })
     }
 }
+
+/// The first step of every hint for a registry that failed mid-way.
+const REACHABLE: &str = "check that the registry is up and reachable from this host (and --ca-file for a site CA, --plain-http for a registry without TLS)";
 
 /// The fix for a model-check finding in a directory airlock installed (its receipt is there).
 /// The findings' own fixes are written for the staging host ("download ..., then pack again");

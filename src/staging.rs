@@ -67,22 +67,71 @@ pub fn commit_guard() -> CommitGuard {
 }
 
 /// Returned by [`interrupt`]: while it is held no work can be published. The caller exits.
-pub struct Interrupted(#[allow(dead_code)] MutexGuard<'static, Vec<(u64, PathBuf)>>);
+pub struct Interrupted {
+    _guard: MutexGuard<'static, Vec<(u64, PathBuf)>>,
+    /// What was removed: the work directories, then the directories created for the work
+    /// that were left empty, in that order.
+    pub removed: Vec<PathBuf>,
+}
 
-/// Removes every work directory of this process (after any rename in progress has finished)
-/// and blocks further publishing. For the binary's SIGINT/SIGTERM handler, which exits next.
+/// Directories this process created for its work (the missing parents of a destination):
+/// removed by [`interrupt`] after the work directories, each only if it is empty then.
+static CREATED: Mutex<Vec<(u64, PathBuf)>> = Mutex::new(Vec::new());
+
+/// A directory registered with [`register_created`]; unregistered when dropped.
+#[derive(Debug)]
+pub struct CreatedDir(u64);
+
+/// Registers `path`, a directory this process just created for its work, for removal by
+/// [`interrupt`] while it is still empty (a published result inside it keeps it).
+pub fn register_created(path: PathBuf) -> CreatedDir {
+    let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
+    CREATED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((token, path));
+    CreatedDir(token)
+}
+
+impl Drop for CreatedDir {
+    fn drop(&mut self) {
+        CREATED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(t, _)| *t != self.0);
+    }
+}
+
+/// Removes every work directory of this process (after any rename in progress has finished),
+/// then the directories it created for them that are empty, and blocks further publishing.
+/// For the binary's SIGINT/SIGTERM handler, which reports what was removed and exits next.
 pub fn interrupt() -> Interrupted {
     let mut guard = live();
+    let mut removed = Vec::new();
     for (_, path) in guard.drain(..) {
         // The main thread may still be writing into it: a few passes empty it.
         for _ in 0..5 {
             match remove_tree(&path) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => continue,
-                _ => break,
+                Err(_) => break,
+                Ok(()) => {
+                    removed.push(path);
+                    break;
+                }
             }
         }
     }
-    Interrupted(guard)
+    let created = std::mem::take(&mut *CREATED.lock().unwrap_or_else(|e| e.into_inner()));
+    for (_, path) in created.into_iter().rev() {
+        // `remove_dir` removes only an empty directory and never follows a link.
+        if std::fs::remove_dir(&path).is_ok() {
+            removed.push(path);
+        }
+    }
+    Interrupted {
+        _guard: guard,
+        removed,
+    }
 }
 
 fn unregister(guard: &mut Vec<(u64, PathBuf)>, token: u64) {

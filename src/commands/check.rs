@@ -9,6 +9,7 @@ use airlock::inspect::{self, Finding, Severity};
 use airlock::paths::RECEIPT_DIR;
 use airlock::progress::Progress;
 use airlock::receipt;
+use airlock::trust::{TRUST_ENV, TrustSource};
 
 use super::Output;
 use crate::cli::{CheckArgs, RepoTypeArg, TrustArgs};
@@ -49,6 +50,28 @@ fn plural(n: u64, one: &str) -> String {
         (_, Some(stem)) => format!("{n} {stem}ies"),
         (_, None) => format!("{n} {one}s"),
     }
+}
+
+/// The one line that counts everything `check DIR` found: the receipt comparison's problems
+/// (when there was a receipt to compare with) and the model checks' findings together, so an
+/// `ERROR` line above is never followed by "0 error(s)".
+fn summary(drift: Option<usize>, errors: usize, warnings: usize) -> String {
+    match drift {
+        None => format!("{errors} error(s), {warnings} warning(s) from the model checks"),
+        Some(d) => format!(
+            "{} error(s), {warnings} warning(s) ({d} against the receipt, {errors} error(s) and {warnings} warning(s) from the model checks)",
+            d + errors
+        ),
+    }
+}
+
+/// Whether `dir` holds nothing named `.airlock` (of any type): airlock never installed it.
+/// Anything else (present, a link, unreadable) counts as an install.
+fn never_installed(dir: &Path) -> bool {
+    matches!(
+        std::fs::symlink_metadata(dir.join(RECEIPT_DIR)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound
+    )
 }
 
 /// `airlock check --hf-cache DIR [--hf-repo ORG/NAME]`.
@@ -184,12 +207,21 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
         return Err(snapshot_folder_error(dir, &snap));
     }
     // With a trust set (from --trust or AIRLOCK_TRUST, one rule) the receipt is a verdict:
-    // missing, unsigned or untrusted is exit 3. Without one, the files are only linted.
-    let trust = super::trust_source(&TrustArgs {
+    // missing, unsigned or untrusted is exit 3. Without one, the files are only linted. So is
+    // a directory airlock never installed (nothing named .airlock in it) when the trust comes
+    // from AIRLOCK_TRUST, set system-wide: linting any model directory must keep working there.
+    // `--trust` on the command line asks for the verdict, and a directory holding .airlock
+    // (even an incomplete one) is an install whose receipt must verify.
+    let source = super::trust_source(&TrustArgs {
         trust: a.trust.clone(),
         assume_now: None,
-    })?
-    .load_at(super::trust_clock(a.assume_now.as_deref())?)?;
+    })?;
+    let lint_only = matches!(source, TrustSource::Env(_)) && never_installed(dir);
+    let trust = if lint_only {
+        None
+    } else {
+        source.load_at(super::trust_clock(a.assume_now.as_deref())?)?
+    };
     let clock_warning = trust.as_ref().and_then(|p| p.clock.warning());
     let meta = std::fs::metadata(dir).map_err(|e| Error::io(dir, e))?;
     if !meta.is_dir() {
@@ -210,7 +242,15 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
     oms_check(dir, &a, has_receipt, ui, &mut out)?;
     out.set("receipt", has_receipt);
     out.set("receipt_verified", trust.is_some());
+    out.set("lint_only", lint_only);
+    if lint_only {
+        out.line(format!(
+            "lint only: airlock did not install {} (it holds no {RECEIPT_DIR}), so {TRUST_ENV} does not apply; pass --trust to insist on a signed receipt",
+            dir.display()
+        ));
+    }
     let mut receipt_error = None;
+    let mut drift_count = None;
     if has_receipt || trust.is_some() {
         let opened = receipt::open(dir, trust.as_ref())?;
         out.warnings.extend(opened.warnings);
@@ -256,6 +296,7 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
         for d in &drift {
             out.line(format!("ERROR {}: {} [{}]", d.path, d.detail, d.kind));
         }
+        drift_count = Some(drift.len());
         if let Some(first) = drift.first() {
             receipt_error = Some(Error::ReceiptMismatch {
                 path: dir.clone(),
@@ -309,10 +350,17 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
         .count();
     let warnings = findings.len() - errors;
     out.set("findings", &findings);
-    out.line(format!(
-        "{} error(s), {} warning(s) from the model checks",
-        errors, warnings
-    ));
+    out.set(
+        "counts",
+        serde_json::json!({
+            "errors": errors + drift_count.unwrap_or(0),
+            "warnings": warnings,
+            "receipt_problems": drift_count,
+            "model_check_errors": errors,
+            "model_check_warnings": warnings,
+        }),
+    );
+    out.line(summary(drift_count, errors, warnings));
     if let Some(e) = receipt_error {
         out.error = Some(e);
     } else if errors > 0 {

@@ -17,7 +17,7 @@ const ENVIRONMENT: &[EnvVar] = &[
     EnvVar {
         name: "DOCKER_CONFIG",
         commands: &["push", "unpack"],
-        text: "The directory of the docker config.json whose `auths` entries give registry credentials (default ~/.docker).",
+        text: "The directory of the docker config.json whose credential helpers (credHelpers, credsStore: docker-credential-NAME get) and `auths` entries give registry credentials (default ~/.docker).",
     },
     EnvVar {
         name: "AIRLOCK_REGISTRY_STALL",
@@ -27,7 +27,7 @@ const ENVIRONMENT: &[EnvVar] = &[
     EnvVar {
         name: "AIRLOCK_TRUST",
         commands: &["verify", "unpack", "check", "repair", "push", "cosign"],
-        text: "A trusted public key file (.pub) or a directory of them, or a TUF root.json, used when no --trust is given. One path, not split on colons. check uses it only for a directory that holds a receipt.",
+        text: "A trusted public key file (.pub) or a directory of them, or a TUF root.json, used when no --trust is given. One path, not split on colons. check uses it only for a directory that holds .airlock (an install); a directory airlock never installed is linted only.",
     },
     EnvVar {
         name: "SOURCE_DATE_EPOCH",
@@ -88,6 +88,12 @@ fn exit_status(command: Option<&str>) -> Vec<(&'static str, String)> {
     ];
     if let Some(t) = three {
         codes.push(("3", t.to_string()));
+    }
+    if matches!(command, None | Some("pack" | "unpack" | "repair" | "push")) {
+        codes.push((
+            "130, 143",
+            "interrupted by SIGINT (Ctrl-C) or SIGTERM: the work directories were removed first, and the message (with --json, the document) says what was removed and what was kept".to_string(),
+        ));
     }
     codes
 }

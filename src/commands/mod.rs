@@ -4,6 +4,7 @@
 mod check;
 mod damage_map;
 mod files;
+mod interrupt;
 mod keygen;
 mod man;
 mod pack;
@@ -14,6 +15,7 @@ mod sign;
 mod trust;
 mod ui;
 mod unpack;
+mod verify_file;
 
 use std::path::{Path, PathBuf};
 
@@ -72,23 +74,23 @@ pub fn run(cli: Cli) -> u8 {
     let result = match cli.command {
         Command::Keygen(a) => keygen::run(a),
         Command::Pack(a) => {
-            exit_cleanly_on_signals();
+            exit_cleanly_on_signals(&ui, name, json, quiet, interrupt::kept_by_pack(&a));
             pack::run(*a, &ui)
         }
         Command::Verify(a) => verify(a.bundle, &a.trust, a.deep, &ui),
         Command::Unpack(a) => {
-            exit_cleanly_on_signals();
+            exit_cleanly_on_signals(&ui, name, json, quiet, interrupt::kept_by_unpack(&a));
             unpack::run(a, &ui)
         }
         Command::Inspect(a) => inspect(&a.bundle, a.sha256sums),
         Command::Check(a) => check::run(a, &ui),
         Command::Sign(a) => sign::run(a, &ui),
         Command::Repair(a) => {
-            exit_cleanly_on_signals();
+            exit_cleanly_on_signals(&ui, name, json, quiet, interrupt::kept_by_repair(&a));
             repair::run(a, &ui)
         }
         Command::Push(a) => {
-            exit_cleanly_on_signals();
+            exit_cleanly_on_signals(&ui, name, json, quiet, interrupt::kept_by_push(&a));
             push::run(a, &ui)
         }
         Command::Cosign(a) => trust::cosign(a, &ui),
@@ -128,6 +130,7 @@ pub fn run(cli: Cli) -> u8 {
         error: Some(e),
         ..Output::default()
     });
+    interrupt::claim_output_for_result();
     ui.clear();
     render(name, out, json, quiet)
 }
@@ -344,18 +347,16 @@ pub(crate) fn apply_trust_update(
     }
 }
 
-/// On SIGINT or SIGTERM, removes this process's work directories (never a destination) and
-/// exits 130 or 143. Installed for the commands that create work directories.
-fn exit_cleanly_on_signals() {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
-        return;
-    };
-    std::thread::spawn(move || {
-        if let Some(sig) = signals.forever().next() {
-            let _held = airlock::staging::interrupt();
-            std::process::exit(128 + sig);
-        }
+/// On SIGINT or SIGTERM, removes this process's work directories (never a destination),
+/// clears the progress bar, says what was removed and what was `kept`, and exits 130 or 143
+/// (`interrupt.rs`). Installed for the commands that create work directories.
+fn exit_cleanly_on_signals(ui: &Ui, command: &'static str, json: bool, quiet: bool, kept: String) {
+    interrupt::install(interrupt::OnSignal {
+        command,
+        json,
+        quiet,
+        kept,
+        screen: ui.screen(),
     });
 }
 
@@ -406,6 +407,15 @@ pub(crate) fn recorded_warnings(
 /// `airlock verify`: the library's verdict, rendered.
 fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Output> {
     let trust = load_trust(trust)?;
+    if verify_file::is_file(&bundle) {
+        if deep {
+            return Err(Error::Usage(format!(
+                "--deep checks the files inside a bundle; {} is one file, checked by its signature alone",
+                bundle.display()
+            )));
+        }
+        return verify_file::run(&bundle, &trust);
+    }
     let mut out = Output::default();
     let opened = open::open_with(&bundle, &trust)?;
     report_trust(&mut out, &trust, &opened.trust);

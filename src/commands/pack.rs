@@ -174,6 +174,41 @@ fn gate(
     })
 }
 
+/// The bundle's name: `--name`, else a delta's base's name (a delta keeps the name of the
+/// model it updates, and the directory of a new version is often named differently, such as
+/// `Llama-3-8B-v4`), else the model's own (its directory or repository). Taking the base's
+/// name is said in the output, with the reason.
+fn bundle_name(
+    a: &PackArgs,
+    model: &Model,
+    base: Option<&manifest::Manifest>,
+    out: &mut Output,
+) -> String {
+    out.set("name_from_base", false);
+    if let Some(name) = &a.name {
+        return name.clone();
+    }
+    let own = model.default_name();
+    match base {
+        Some(bm) if bm.name != own => {
+            out.set("name_from_base", true);
+            out.line(format!(
+                "name {:?} taken from the base ({} version {}): the {} is {own:?}, and a delta keeps its base's name (--name sets it)",
+                bm.name,
+                a.base.as_deref().unwrap_or(std::path::Path::new("")).display(),
+                bm.version,
+                if model.hf.is_some() {
+                    "repository id"
+                } else {
+                    "model directory's name"
+                },
+            ));
+            bm.name.clone()
+        }
+        _ => own,
+    }
+}
+
 /// The OMS material the flags name, read and checked before any key is unlocked: the OMS
 /// signing key (not yet decrypted), the certificate chain that goes with it, and the
 /// publisher's trust material for a signature already in the model.
@@ -236,8 +271,12 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
     let mut out = Output::default();
     let model = Model::open(&spec)?;
     out.warnings.extend(model.notes.iter().cloned());
-    let name = a.name.clone().unwrap_or_else(|| model.default_name());
+    let base_manifest = a.base.as_deref().map(pack::base::precheck).transpose()?;
+    let name = bundle_name(&a, &model, base_manifest.as_ref(), &mut out);
     manifest::check_name(&name).map_err(|why| Error::Usage(format!("--name {why}")))?;
+    if let Some(bm) = &base_manifest {
+        pack::base::check_same_model(bm, &name, a.bundle_version)?;
+    }
     let warnings = match gate(&model, &a, &mut out)? {
         Ok(w) => w,
         Err(e) => {
@@ -258,9 +297,6 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
         None => None,
     };
     let compress = compression(&a, &model)?;
-    if let Some(path) = &a.base {
-        pack::base::precheck(path, &name, a.bundle_version)?;
-    }
     let trust_update_files = a
         .trust_update
         .iter()

@@ -8,7 +8,8 @@
 //! command prints its result or error, so no redraw lands on top of them.
 
 use std::io::IsTerminal;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
@@ -27,6 +28,31 @@ const BAR_HZ: u8 = 10;
 /// No ETA before a phase has run this long: the first rate measured is not the real one.
 const ETA_AFTER: Duration = Duration::from_secs(3);
 
+/// Set once a signal ends the command: nothing more is drawn (the signal thread has cleared
+/// the bar and prints its report).
+static SILENCED: AtomicBool = AtomicBool::new(false);
+
+/// What the signal thread needs to take the live bar off the screen for good.
+#[derive(Clone)]
+pub struct Screen(Option<Arc<Mutex<Option<ProgressBar>>>>);
+
+impl Screen {
+    /// Clears the live bar (or spinner) and stops every later draw, so what is printed next is
+    /// not drawn over and no bar is left frozen on the screen.
+    pub fn silence(&self) {
+        SILENCED.store(true, Ordering::SeqCst);
+        if let Some(slot) = &self.0
+            && let Some(bar) = slot.lock().unwrap_or_else(|e| e.into_inner()).take()
+        {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+fn silenced() -> bool {
+    SILENCED.load(Ordering::SeqCst)
+}
+
 /// The progress sink handed to the library.
 pub struct Ui {
     display: Display,
@@ -40,7 +66,7 @@ enum Display {
     /// A live bar, a new one for each phase. `forced` draws even where indicatif would hide
     /// the bar (not a terminal, `TERM=dumb`).
     Bar {
-        bar: Mutex<Option<ProgressBar>>,
+        bar: Arc<Mutex<Option<ProgressBar>>>,
         forced: bool,
     },
     Plain(Mutex<Plain>),
@@ -110,7 +136,7 @@ impl Ui {
                 printed: Instant::now(),
             })),
             Choice::Bar => Display::Bar {
-                bar: Mutex::new(None),
+                bar: Arc::new(Mutex::new(None)),
                 forced: arg == ProgressArg::Bar,
             },
         };
@@ -127,13 +153,27 @@ impl Ui {
         self
     }
 
+    /// The handle the signal thread clears the screen with.
+    pub fn screen(&self) -> Screen {
+        Screen(match &self.display {
+            Display::Bar { bar, .. } => Some(Arc::clone(bar)),
+            _ => None,
+        })
+    }
+
     /// Says what the command is busy with between phases (the scrypt work of decrypting a key):
     /// a spinner on the bar display, which the next phase or [`Ui::clear`] removes; a line in
     /// plain mode.
     pub fn note(&self, what: &str) {
+        if silenced() {
+            return;
+        }
         match &self.display {
             Display::Bar { bar, forced } => {
                 let mut slot = bar.lock().expect("progress lock");
+                if silenced() {
+                    return;
+                }
                 if let Some(old) = slot.take() {
                     old.finish_and_clear();
                 }
@@ -287,6 +327,9 @@ impl Progress for Ui {
                 // The last phase's bar, if an error cut it short, goes first: two bars
                 // drawing on one terminal would each leave lines the other cannot clear.
                 let mut slot = bar.lock().expect("progress lock");
+                if silenced() {
+                    return;
+                }
                 if let Some(old) = slot.take() {
                     old.finish_and_clear();
                 }
@@ -294,6 +337,7 @@ impl Progress for Ui {
                 fresh.tick();
                 *slot = Some(fresh);
             }
+            Display::Plain(_) if silenced() => {}
             Display::Plain(state) => {
                 let mut p = state.lock().expect("progress lock");
                 *p = Plain {
@@ -320,7 +364,7 @@ impl Progress for Ui {
             Display::Plain(state) => {
                 let mut p = state.lock().expect("progress lock");
                 p.done += bytes;
-                if p.printed.elapsed() >= PLAIN_EVERY {
+                if p.printed.elapsed() >= PLAIN_EVERY && !silenced() {
                     p.printed = Instant::now();
                     eprintln!("{}", plain_line(&p));
                 }
@@ -348,6 +392,7 @@ impl Progress for Ui {
     fn finish(&self) {
         match &self.display {
             Display::Bar { .. } => self.clear(),
+            Display::Plain(_) if silenced() => {}
             Display::Plain(state) => {
                 let p = state.lock().expect("progress lock");
                 let secs = p.started.elapsed().as_secs_f64();

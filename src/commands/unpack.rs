@@ -175,6 +175,20 @@ fn render_dir(out: &mut Output, i: &Installed, what: &str, size: &str) {
         "OK   installed {what} into {} ({size})",
         i.dest.display()
     ));
+    out.set("created_parents", &i.notes.created_parents);
+    if !i.notes.created_parents.is_empty() {
+        let made: Vec<String> = i
+            .notes
+            .created_parents
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        out.line(format!(
+            "created {} for the destination (mode 0700, private like the staging directory): run `chmod 0755 {}` if other users must reach the model",
+            made.join(", "),
+            made.join(" ")
+        ));
+    }
 }
 
 fn render_hf(out: &mut Output, installed: &HfInstalled, what: &str, size: &str) {

@@ -140,6 +140,27 @@ fn bad_zip64(rel: &str, problem: String) -> Finding {
 
 /// Finds the end record and the ZIP64 records, and checks that they agree.
 fn find_end(rel: &str, file: &File, len: u64) -> io::Result<Result<End, Finding>> {
+    let (eocd, eocd_pos) = match locate_eocd(rel, file, len)? {
+        Ok(found) => found,
+        Err(finding) => return Ok(Err(finding)),
+    };
+    let mut locator = [0u8; LOCATOR_LEN as usize];
+    let has_locator = eocd_pos >= LOCATOR_LEN
+        && read::read_at(file, eocd_pos - LOCATOR_LEN, &mut locator)? == locator.len()
+        && u32_at(&locator, 0) == LOCATOR_SIG;
+    if has_locator {
+        zip64_end(rel, file, &eocd, eocd_pos, &locator)
+    } else {
+        Ok(classic_end(rel, &eocd, eocd_pos))
+    }
+}
+
+/// A classic end-of-central-directory record, as read.
+type Eocd = [u8; EOCD_LEN as usize];
+
+/// The end-of-central-directory record and its offset: the last signature in the file's tail
+/// whose comment length reaches exactly to the end of the file.
+fn locate_eocd(rel: &str, file: &File, len: u64) -> io::Result<Result<(Eocd, u64), Finding>> {
     let tail_len = len.min(EOCD_LEN + MAX_COMMENT);
     let tail_start = len - tail_len;
     let mut tail = vec![0u8; tail_len as usize];
@@ -166,49 +187,59 @@ fn find_end(rel: &str, file: &File, len: u64) -> io::Result<Result<End, Finding>
             FIX_RECOPY,
         )));
     };
-    let eocd = &tail[i..i + EOCD_LEN as usize];
-    let eocd_pos = tail_start + i as u64;
-    let disk = u16_at(eocd, 4);
-    let cd_disk = u16_at(eocd, 6);
-    let entries_disk16 = u16_at(eocd, 8);
+    let mut eocd = [0u8; EOCD_LEN as usize];
+    eocd.copy_from_slice(&tail[i..i + EOCD_LEN as usize]);
+    Ok(Ok((eocd, tail_start + i as u64)))
+}
+
+/// The end of a zip without a ZIP64 locator: the classic record's own values.
+fn classic_end(rel: &str, eocd: &Eocd, eocd_pos: u64) -> Result<End, Finding> {
     let entries16 = u16_at(eocd, 10);
     let cd_size32 = u32_at(eocd, 12);
     let cd_offset32 = u32_at(eocd, 16);
-
-    let mut locator = [0u8; LOCATOR_LEN as usize];
-    let has_locator = eocd_pos >= LOCATOR_LEN
-        && read::read_at(file, eocd_pos - LOCATOR_LEN, &mut locator)? == locator.len()
-        && u32_at(&locator, 0) == LOCATOR_SIG;
-    if !has_locator {
-        if entries16 == 0xFFFF || cd_size32 == u32::MAX || cd_offset32 == u32::MAX {
-            return Ok(Err(bad_zip64(
-                rel,
-                format!(
-                    "has an end record at byte {eocd_pos} that defers to ZIP64 values, but no \
-                     ZIP64 locator precedes it"
-                ),
-            )));
-        }
-        if disk != 0 || cd_disk != 0 || entries16 != entries_disk16 {
-            return Ok(Err(bad_cd(
-                rel,
-                "is a zip that spans several disks (miniz: \"unsupported multidisk archive\")"
-                    .to_string(),
-            )));
-        }
-        return Ok(Ok(End {
-            entries: u64::from(entries16),
-            cd_size: u64::from(cd_size32),
-            cd_offset: u64::from(cd_offset32),
-            cd_end: eocd_pos,
-            zip64: false,
-        }));
+    if entries16 == 0xFFFF || cd_size32 == u32::MAX || cd_offset32 == u32::MAX {
+        return Err(bad_zip64(
+            rel,
+            format!(
+                "has an end record at byte {eocd_pos} that defers to ZIP64 values, but no \
+                 ZIP64 locator precedes it"
+            ),
+        ));
     }
+    if u16_at(eocd, 4) != 0 || u16_at(eocd, 6) != 0 || entries16 != u16_at(eocd, 8) {
+        return Err(bad_cd(
+            rel,
+            "is a zip that spans several disks (miniz: \"unsupported multidisk archive\")"
+                .to_string(),
+        ));
+    }
+    Ok(End {
+        entries: u64::from(entries16),
+        cd_size: u64::from(cd_size32),
+        cd_offset: u64::from(cd_offset32),
+        cd_end: eocd_pos,
+        zip64: false,
+    })
+}
 
+/// The end of a zip whose classic record is preceded by a ZIP64 locator: the ZIP64 end record it
+/// points at, held to the classic record wherever that one is not saturated.
+fn zip64_end(
+    rel: &str,
+    file: &File,
+    eocd: &Eocd,
+    eocd_pos: u64,
+    locator: &[u8; LOCATOR_LEN as usize],
+) -> io::Result<Result<End, Finding>> {
+    let disk = u16_at(eocd, 4);
+    let cd_disk = u16_at(eocd, 6);
+    let entries16 = u16_at(eocd, 10);
+    let cd_size32 = u32_at(eocd, 12);
+    let cd_offset32 = u32_at(eocd, 16);
     let locator_pos = eocd_pos - LOCATOR_LEN;
-    let eocd64_pos = u64_at(&locator, 8);
-    let locator_disk = u32_at(&locator, 4);
-    let total_disks = u32_at(&locator, 16);
+    let eocd64_pos = u64_at(locator, 8);
+    let locator_disk = u32_at(locator, 4);
+    let total_disks = u32_at(locator, 16);
     if eocd64_pos
         .checked_add(EOCD64_LEN)
         .is_none_or(|end| end > locator_pos)

@@ -2,17 +2,40 @@
 //! and zot ask for them.
 //!
 //! Credentials come from the docker client's config file: `$DOCKER_CONFIG/config.json`, else
-//! `~/.docker/config.json`, its `auths` entry for the registry (keyed `HOST[:PORT]`, with or
-//! without `https://` and a `/v1/` or `/v2/` path), holding `auth` (base64 of `USER:PASSWORD`)
-//! or `username` and `password`. Credential helpers (`credsStore`, `credHelpers`) run
-//! programs and are not used; the error says where credentials were looked for.
+//! `~/.docker/config.json`. As docker reads it: a credential helper named for the registry in
+//! `credHelpers`, else the one in `credsStore`, is asked first (`docker-credential-NAME get`,
+//! the protocol every helper speaks: the registry on stdin, `{"ServerURL", "Username",
+//! "Secret"}` on stdout); otherwise, or when the helper has nothing for the registry, its
+//! `auths` entry (keyed `HOST[:PORT]`, with or without `https://` and a `/v1/` or `/v2/`
+//! path), holding `auth` (base64 of `USER:PASSWORD`) or `username` and `password`. An empty
+//! `auths` entry is what `docker login` leaves when a helper holds the password.
+//!
+//! A helper is a program from `PATH` named by the operator's own config; it runs with no
+//! arguments but `get`, for at most [`HELPER_TIMEOUT`], and at most [`HELPER_OUTPUT_CAP`]
+//! bytes of its output are read. When it fails, the error names the helper, the config key
+//! that chose it and what to try. Its credentials go where the docker config's own go: to the
+//! registry and its token service only ([`super::client`]).
 
-use std::path::PathBuf;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 
 use crate::error::{Error, Result};
 use crate::fsio::{Follow, OpenError, read_capped};
+
+/// The longest a credential helper may take to answer (one waiting for a passphrase prompt
+/// that nobody sees must not hang a push).
+pub const HELPER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The most bytes read from a credential helper's stdout (and from its stderr).
+pub const HELPER_OUTPUT_CAP: u64 = 64 << 10;
+
+/// What every credential helper prints when it holds nothing for the server (docker's
+/// `credentials.errCredentialsNotFoundMessage`).
+const HELPER_NOT_FOUND: &str = "credentials not found in native keychain";
 
 /// Largest docker config file read.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
@@ -53,15 +76,83 @@ pub fn config_path() -> Option<PathBuf> {
         .map(|h| PathBuf::from(h).join(".docker").join("config.json"))
 }
 
-/// Where credentials are read from, for messages.
-pub fn describe_source() -> String {
-    match config_path() {
-        Some(p) => format!(
+/// Where credentials for `registry` are read from, for messages: the helper the docker config
+/// names for it, or the config's `auths` entry.
+pub fn describe_source(registry: &str) -> String {
+    let Some(p) = config_path() else {
+        return "the docker config (set DOCKER_CONFIG or HOME)".into();
+    };
+    match helper_for(registry) {
+        Some(h) => format!(
+            "the credential helper {} (`{}` in {}; DOCKER_CONFIG names its directory)",
+            h.program(),
+            h.key,
+            p.display()
+        ),
+        None => format!(
             "{} (the `auths` entry for the registry; DOCKER_CONFIG names its directory)",
             p.display()
         ),
-        None => "the docker config (set DOCKER_CONFIG or HOME)".into(),
     }
+}
+
+/// The credential helper the docker config names for `registry`, if any (the config is read
+/// again; an unreadable one names none).
+pub fn helper_for(registry: &str) -> Option<Helper> {
+    let bytes = read_config()?.ok()?.1;
+    let doc: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    helper_in(&doc, registry).ok().flatten()
+}
+
+/// A credential helper chosen by the docker config.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Helper {
+    /// `NAME` of `docker-credential-NAME`.
+    pub name: String,
+    /// The config key that chose it: `credHelpers` or `credsStore`.
+    pub key: &'static str,
+}
+
+impl Helper {
+    /// The program run: `docker-credential-NAME`.
+    pub fn program(&self) -> String {
+        format!("docker-credential-{}", self.name)
+    }
+}
+
+/// The helper `doc` names for `registry`: `credHelpers` (keyed like `auths`), else
+/// `credsStore`. A name that is not a plain program-name suffix is refused.
+fn helper_in(
+    doc: &serde_json::Value,
+    registry: &str,
+) -> std::result::Result<Option<Helper>, String> {
+    let per_registry = doc
+        .get("credHelpers")
+        .and_then(|h| h.as_object())
+        .and_then(|h| h.iter().find(|(k, _)| normalize(k) == registry))
+        .map(|(_, v)| (v, "credHelpers"));
+    let store = doc.get("credsStore").map(|v| (v, "credsStore"));
+    let Some((value, key)) = per_registry.or(store) else {
+        return Ok(None);
+    };
+    let name = value
+        .as_str()
+        .ok_or_else(|| format!("`{key}` is not a string"))?;
+    if name.is_empty() {
+        return Ok(None);
+    }
+    let plain = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !plain || name.starts_with('.') {
+        return Err(format!(
+            "`{key}` names {name:?}, which is not a credential helper name (docker-credential-NAME: letters, digits, '-', '_', '.')"
+        ));
+    }
+    Ok(Some(Helper {
+        name: name.to_string(),
+        key,
+    }))
 }
 
 /// The key an `auths` entry stands for: host and port, without scheme or path.
@@ -73,31 +164,237 @@ fn normalize(key: &str) -> &str {
     k.split('/').next().unwrap_or(k)
 }
 
-/// Finds the credentials for `registry` (`HOST[:PORT]`). `Ok(None)` when the file or the entry
-/// does not exist; an unreadable or malformed file is an error naming it.
+/// The docker config's path and bytes; `None` when there is none.
+fn read_config() -> Option<Result<(PathBuf, Vec<u8>)>> {
+    let path = config_path()?;
+    Some(match read_capped(&path, MAX_CONFIG_BYTES, Follow::Final) {
+        Ok(b) => Ok((path, b)),
+        Err(OpenError::NotFound) => return None,
+        Err(e @ (OpenError::Io(_) | OpenError::Link | OpenError::NotRegular(_))) => {
+            Err(Error::io(&path, e.into()))
+        }
+        Err(OpenError::TooLarge(_)) => Err(Error::io(
+            &path,
+            std::io::Error::other(format!("larger than {MAX_CONFIG_BYTES} bytes")),
+        )),
+    })
+}
+
+/// Finds the credentials for `registry` (`HOST[:PORT]`): from the credential helper the
+/// docker config names for it, else (or when the helper has none) its `auths` entry.
+/// `Ok(None)` when there are none; an unreadable or malformed file, or a helper that fails,
+/// is an error naming it.
 pub fn credentials_for(registry: &str) -> Result<Option<Credentials>> {
-    let Some(path) = config_path() else {
+    let Some(read) = read_config() else {
         return Ok(None);
     };
-    let bytes = match read_capped(&path, MAX_CONFIG_BYTES, Follow::Final) {
-        Ok(b) => b,
-        Err(OpenError::NotFound) => return Ok(None),
-        Err(e @ (OpenError::Io(_) | OpenError::Link | OpenError::NotRegular(_))) => {
-            return Err(Error::io(&path, e.into()));
-        }
-        Err(OpenError::TooLarge(_)) => {
-            return Err(Error::io(
-                &path,
-                std::io::Error::other(format!("larger than {MAX_CONFIG_BYTES} bytes")),
-            ));
-        }
-    };
-    parse_config(&bytes, registry).map_err(|why| {
+    let (path, bytes) = read?;
+    let malformed = |why: String| {
         Error::io(
             &path,
             std::io::Error::new(std::io::ErrorKind::InvalidData, why),
         )
-    })
+    };
+    let inline = parse_config(&bytes, registry).map_err(malformed)?;
+    let doc: serde_json::Value = serde_json::from_slice(&bytes).expect("parsed above");
+    let Some(helper) = helper_in(&doc, registry).map_err(malformed)? else {
+        return Ok(inline);
+    };
+    match run_helper(&helper.program(), registry, HELPER_TIMEOUT) {
+        Ok(Some(c)) => Ok(Some(c)),
+        Ok(None) => Ok(inline),
+        Err(failure) => Err(helper_error(&helper, &path, registry, failure)),
+    }
+}
+
+/// How running a credential helper failed.
+#[derive(Debug)]
+enum HelperFailure {
+    /// The program is not on `PATH`.
+    Missing,
+    /// It could not be started, or its output not read.
+    Io(std::io::Error),
+    /// It ran longer than its timeout (and was killed).
+    Timeout,
+    /// It exited with an error other than "not found"; its first line of output.
+    Failed(String),
+    /// It printed more than [`HELPER_OUTPUT_CAP`] bytes, or not the protocol's JSON.
+    BadOutput(String),
+    /// It answered with an identity token, which airlock does not exchange.
+    IdentityToken,
+}
+
+/// Runs `program get` the way docker does: the registry on stdin, the credentials as JSON on
+/// stdout, killed after `timeout`. `Ok(None)` when the helper holds nothing for the registry.
+fn run_helper(
+    program: &str,
+    registry: &str,
+    timeout: Duration,
+) -> std::result::Result<Option<Credentials>, HelperFailure> {
+    let mut child = match Command::new(program)
+        .arg("get")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(HelperFailure::Missing),
+        Err(e) => return Err(HelperFailure::Io(e)),
+    };
+    let capped = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            if let Some(r) = r {
+                let _ = r.take(HELPER_OUTPUT_CAP + 1).read_to_end(&mut out);
+            }
+            out
+        })
+    };
+    let stdout = capped(
+        child
+            .stdout
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let stderr = capped(
+        child
+            .stderr
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    if let Some(mut stdin) = child.stdin.take() {
+        // A helper that exits without reading is judged by its exit status below.
+        let _ = stdin.write_all(registry.as_bytes());
+    }
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if started.elapsed() < timeout => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(HelperFailure::Timeout);
+            }
+            Err(e) => return Err(HelperFailure::Io(e)),
+        }
+    };
+    // The helper has exited; a child it left holding the pipes is not waited for.
+    let out = join_within(stdout, started, timeout);
+    let err = join_within(stderr, started, timeout);
+    let (Some(out), Some(err)) = (out, err) else {
+        return Err(HelperFailure::Timeout);
+    };
+    if out.len() as u64 > HELPER_OUTPUT_CAP || err.len() as u64 > HELPER_OUTPUT_CAP {
+        return Err(HelperFailure::BadOutput(format!(
+            "more than {} KiB of output",
+            HELPER_OUTPUT_CAP >> 10
+        )));
+    }
+    let text = String::from_utf8_lossy(&out);
+    if !status.success() {
+        if text.trim() == HELPER_NOT_FOUND {
+            return Ok(None);
+        }
+        let said = first_line(&text)
+            .or_else(|| first_line(&String::from_utf8_lossy(&err)))
+            .unwrap_or_else(|| "no output".into());
+        return Err(HelperFailure::Failed(format!("{status}: {said}")));
+    }
+    parse_helper_answer(&out)
+}
+
+/// Waits for a reader thread until `timeout` after `started`.
+fn join_within(
+    handle: std::thread::JoinHandle<Vec<u8>>,
+    started: Instant,
+    timeout: Duration,
+) -> Option<Vec<u8>> {
+    while !handle.is_finished() {
+        if started.elapsed() >= timeout {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    handle.join().ok()
+}
+
+/// The first non-empty line of a helper's output, without control characters, at most 200
+/// characters (it is quoted in an error message).
+fn first_line(text: &str) -> Option<String> {
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
+    Some(line.chars().filter(|c| !c.is_control()).take(200).collect())
+}
+
+/// The `{"ServerURL", "Username", "Secret"}` answer of `get`.
+fn parse_helper_answer(out: &[u8]) -> std::result::Result<Option<Credentials>, HelperFailure> {
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        #[serde(rename = "Username")]
+        username: String,
+        #[serde(rename = "Secret")]
+        secret: String,
+    }
+    let a: Answer = serde_json::from_slice(out).map_err(|e| {
+        HelperFailure::BadOutput(format!(
+            "its answer is not the helper protocol's {{\"ServerURL\", \"Username\", \"Secret\"}} JSON ({e})"
+        ))
+    })?;
+    if a.username == "<token>" {
+        return Err(HelperFailure::IdentityToken);
+    }
+    if a.username.is_empty() && a.secret.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Credentials {
+        username: a.username,
+        password: a.secret,
+    }))
+}
+
+/// The error for a helper that failed: which helper, chosen by which key of which file, what
+/// happened, and what to try.
+fn helper_error(helper: &Helper, config: &Path, registry: &str, failure: HelperFailure) -> Error {
+    let program = helper.program();
+    let check = format!(
+        "run `printf {registry} | {program} get` to see the helper's own answer; unlock its store (the gpg agent for pass, the desktop keyring for secretservice) or log in again with `docker login {registry}`, then run the command again"
+    );
+    let (reason, todo) = match failure {
+        HelperFailure::Missing => (
+            "is not on PATH".to_string(),
+            format!(
+                "install {program} on this host (docker stored the password through it), or remove `{}` from {} and put the credentials in its `auths` entry for {registry} (`docker login {registry}` writes one when no helper is configured)",
+                helper.key,
+                config.display()
+            ),
+        ),
+        HelperFailure::Io(e) => (format!("could not be run: {e}"), check),
+        HelperFailure::Timeout => (
+            format!(
+                "did not answer within {} s and was stopped (it may be waiting for a passphrase or a keyring prompt nobody sees)",
+                HELPER_TIMEOUT.as_secs()
+            ),
+            check,
+        ),
+        HelperFailure::Failed(said) => (format!("`get` failed ({said})"), check),
+        HelperFailure::BadOutput(what) => (format!("answered with {what}"), check),
+        HelperFailure::IdentityToken => (
+            "answered with an identity token (Username \"<token>\"), which airlock does not exchange for a registry token".to_string(),
+            format!(
+                "log in with a user name and password or an access token as password (`docker login {registry} -u USER`), then run the command again"
+            ),
+        ),
+    };
+    Error::CredentialHelper {
+        registry: registry.to_string(),
+        helper: program,
+        chosen_by: format!("`{}` in {}", helper.key, config.display()),
+        reason,
+        todo,
+    }
 }
 
 /// The credentials for `registry` in a docker config file's bytes.
@@ -216,6 +513,93 @@ mod tests {
         assert!(parse_config(b"{}", "x").unwrap().is_none());
         assert!(parse_config(b"{", "x").is_err());
         assert!(parse_config(br#"{"auths":{"x":{"auth":"!!"}}}"#, "x").is_err());
+    }
+
+    #[test]
+    fn the_helper_for_a_registry_is_cred_helpers_then_creds_store() {
+        let doc: serde_json::Value = serde_json::from_str(
+            r#"{"auths":{"reg.site:5000":{}},"credsStore":"pass","credHelpers":{"https://other.site":"ecr-login"}}"#,
+        )
+        .unwrap();
+        let h = helper_in(&doc, "reg.site:5000").unwrap().unwrap();
+        assert_eq!(
+            (h.program().as_str(), h.key),
+            ("docker-credential-pass", "credsStore")
+        );
+        let h = helper_in(&doc, "other.site").unwrap().unwrap();
+        assert_eq!((h.name.as_str(), h.key), ("ecr-login", "credHelpers"));
+        let none: serde_json::Value = serde_json::from_str(r#"{"credsStore":""}"#).unwrap();
+        assert_eq!(helper_in(&none, "x").unwrap(), None);
+        for bad in [
+            r#"{"credsStore":"../../bin/sh"}"#,
+            r#"{"credsStore":".hidden"}"#,
+            r#"{"credsStore":1}"#,
+        ] {
+            let doc: serde_json::Value = serde_json::from_str(bad).unwrap();
+            assert!(helper_in(&doc, "x").is_err(), "{bad}");
+        }
+    }
+
+    /// A helper script in a temp dir, run by its path.
+    fn helper_script(dir: &Path, body: &str) -> String {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join("docker-credential-test");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path.display().to_string()
+    }
+
+    #[test]
+    fn a_helper_is_run_with_the_protocol_and_its_failures_are_told_apart() {
+        let t = tempfile::tempdir().unwrap();
+        let long = Duration::from_secs(20);
+        // The registry arrives on stdin; the answer is the protocol's JSON.
+        let ok = helper_script(
+            t.path(),
+            r#"[ "$1" = get ] || exit 9; read -r server; [ "$server" = reg.site:5000 ] || exit 8; echo '{"ServerURL":"reg.site:5000","Username":"bob","Secret":"pw"}'"#,
+        );
+        let c = run_helper(&ok, "reg.site:5000", long).unwrap().unwrap();
+        assert_eq!((c.username.as_str(), c.password.as_str()), ("bob", "pw"));
+        assert!(matches!(
+            run_helper(&ok, "other", long),
+            Err(HelperFailure::Failed(_))
+        ));
+        let none = helper_script(t.path(), &format!("echo '{HELPER_NOT_FOUND}'; exit 1"));
+        assert!(run_helper(&none, "x", long).unwrap().is_none());
+        let fails = helper_script(
+            t.path(),
+            "echo 'gpg: decryption failed: No secret key' >&2; exit 1",
+        );
+        match run_helper(&fails, "x", long) {
+            Err(HelperFailure::Failed(said)) => {
+                assert!(said.contains("gpg: decryption failed"), "{said}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let token = helper_script(t.path(), r#"echo '{"Username":"<token>","Secret":"t"}'"#);
+        assert!(matches!(
+            run_helper(&token, "x", long),
+            Err(HelperFailure::IdentityToken)
+        ));
+        let garbage = helper_script(t.path(), "echo not json");
+        assert!(matches!(
+            run_helper(&garbage, "x", long),
+            Err(HelperFailure::BadOutput(_))
+        ));
+        let endless = helper_script(t.path(), "head -c 1000000 /dev/zero");
+        assert!(matches!(
+            run_helper(&endless, "x", long),
+            Err(HelperFailure::BadOutput(_))
+        ));
+        let hangs = helper_script(t.path(), "exec sleep 600");
+        assert!(matches!(
+            run_helper(&hangs, "x", Duration::from_millis(300)),
+            Err(HelperFailure::Timeout)
+        ));
+        assert!(matches!(
+            run_helper(&t.path().join("nowhere").display().to_string(), "x", long),
+            Err(HelperFailure::Missing)
+        ));
     }
 
     #[test]

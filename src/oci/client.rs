@@ -32,7 +32,7 @@ use ureq::{Body, SendBody};
 
 use super::auth::{self, Challenge, Credentials};
 use super::reference::Reference;
-use crate::error::{Error, Result};
+use crate::error::{Error, RegistryNext, Result};
 
 /// How to reach the registry.
 #[derive(Clone, Debug, Default)]
@@ -526,9 +526,20 @@ impl Registry {
     }
 
     fn registry_error(&self, reason: impl Into<String>) -> Error {
+        self.failed(reason)
+    }
+
+    /// The error for a request to this registry that failed (unreachable, an error answer, a
+    /// broken transfer); its hint says to retry the push or the unpack this connection is for.
+    pub fn failed(&self, reason: impl Into<String>) -> Error {
         Error::Registry {
             registry: self.reference.registry.clone(),
             reason: reason.into(),
+            next: if self.push {
+                RegistryNext::RetryPush
+            } else {
+                RegistryNext::RetryUnpack
+            },
         }
     }
 
@@ -536,7 +547,8 @@ impl Registry {
         Error::RegistryAuth {
             registry: self.reference.registry.clone(),
             reason: reason.into(),
-            creds_from: auth::describe_source(),
+            creds_from: auth::describe_source(&self.reference.registry),
+            helper: auth::helper_for(&self.reference.registry).map(|h| h.program()),
         }
     }
 

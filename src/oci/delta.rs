@@ -27,7 +27,7 @@ use sha2::{Digest, Sha256};
 use super::client::Registry;
 use super::modelpack;
 use crate::delta::apply::Base;
-use crate::error::{Error, Result};
+use crate::error::{Error, RegistryNext, Result};
 use crate::manifest::{self, FileEntry, Manifest};
 
 fn digest(sha256: &str) -> String {
@@ -42,17 +42,13 @@ fn no_base(m: &Manifest, registry: &Registry, what: String) -> Error {
         registry: r.registry.clone(),
         reason: format!(
             "{} version {} is a delta over version {}, which oci://{}/{} does not hold ({what}); \
-             nothing was pushed: push {} version {} to oci://{}/{} first, or push the full bundle",
-            m.name,
-            m.version,
-            base.version,
-            r.registry,
-            r.repository,
-            base.name,
-            base.version,
-            r.registry,
-            r.repository
+             nothing was pushed",
+            m.name, m.version, base.version, r.registry, r.repository,
         ),
+        next: RegistryNext::Do(format!(
+            "push {} version {} to oci://{}/{} first (its full bundle: `airlock push BUNDLE oci://{}/{}:TAG`), then push this delta again; or push the full bundle of version {} instead",
+            base.name, base.version, r.registry, r.repository, r.registry, r.repository, m.version
+        )),
     }
 }
 
@@ -190,9 +186,11 @@ impl Base for RegistryBase<'_> {
         let mut buf = vec![0u8; 1 << 20];
         let mut got = 0u64;
         loop {
-            let n = reader.read(&mut buf).map_err(|e| Error::Registry {
-                registry: registry.reference.registry.clone(),
-                reason: format!("reading blob {bdigest} (the base of {}): {e}", b.path),
+            let n = reader.read(&mut buf).map_err(|e| {
+                registry.failed(format!(
+                    "reading blob {bdigest} (the base of {}): {e}",
+                    b.path
+                ))
             })?;
             if n == 0 {
                 break;

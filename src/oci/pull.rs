@@ -27,7 +27,7 @@ use super::Registry;
 use super::modelpack::{self, Layer};
 use crate::bundle::open::{MAX_SIGNATURE_BYTES, Opened, Origin, open_parts};
 use crate::entries::{Blame, EntrySink, Mode, RawEntry, Verifier};
-use crate::error::{Error, Result};
+use crate::error::{Error, RegistryNext, Result};
 use crate::keys::PublicKey;
 use crate::manifest::{self, Expected, FileEntry, Manifest};
 use crate::pipeline::{Fed, Source};
@@ -88,9 +88,10 @@ pub fn open_with(registry: &Registry, policy: &crate::trust::Policy) -> Result<O
     let reference = registry.reference.to_string();
     let (image, _media_type) = registry.get_manifest()?.ok_or_else(|| Error::Registry {
         registry: registry.reference.registry.clone(),
-        reason: format!(
-            "{reference}: no such tag (or repository) in the registry; check the reference"
-        ),
+        reason: format!("{reference}: no such tag (or repository) in the registry"),
+        next: RegistryNext::Do(format!(
+            "check the reference's repository and tag; if they are right, the bundle was not published there yet: push it from the landing host (`airlock push BUNDLE {reference} --trust KEY`), then unpack again"
+        )),
     })?;
     let (mlayer, slayer) =
         modelpack::airlock_layers(&image).map_err(|why| artifact(registry, why))?;
@@ -190,13 +191,10 @@ fn fetch_file(
                 std::thread::sleep(Duration::from_millis(250 << attempt));
             }
             Some(e) => {
-                return Err(Error::Registry {
-                    registry: registry.reference.registry.clone(),
-                    reason: format!(
-                        "reading blob {digest} ({}) broke at byte {got} of {}, {TRIES} times: {e}",
-                        f.path, f.size
-                    ),
-                });
+                return Err(registry.failed(format!(
+                    "reading blob {digest} ({}) broke at byte {got} of {}, {TRIES} times: {e}",
+                    f.path, f.size
+                )));
             }
         }
     }

@@ -105,10 +105,9 @@ impl<'scope, 'env> UploadSink<'scope, 'env> {
             match up.handle.join() {
                 Ok(r) => r?,
                 Err(_) => {
-                    return Err(Error::Registry {
-                        registry: self.registry.reference.registry.clone(),
-                        reason: format!("the upload of {} failed", up.path),
-                    });
+                    return Err(self
+                        .registry
+                        .failed(format!("the upload of {} failed", up.path)));
                 }
             }
         }
@@ -153,10 +152,9 @@ impl<'scope, 'env> UploadSink<'scope, 'env> {
         {
             // The upload ended early: its error says why.
             self.finish_upload()?;
-            return Err(Error::Registry {
-                registry: self.registry.reference.registry.clone(),
-                reason: "the upload stopped before the file's end".into(),
-            });
+            return Err(self
+                .registry
+                .failed("the upload stopped before the file's end"));
         }
         Ok(())
     }

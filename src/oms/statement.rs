@@ -74,29 +74,11 @@ pub fn root_of(resources: &[Resource]) -> [u8; 32] {
     h.finalize().into()
 }
 
-/// A JSON string as Python's `json.dumps(..., ensure_ascii=True)` writes it.
+/// A JSON string as Python's `json.dumps(..., ensure_ascii=True)` writes it (the writer TUF's
+/// canonical form uses too).
 pub fn py_json_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            ' '..='~' => out.push(c),
-            _ => {
-                let mut units = [0u16; 2];
-                for u in c.encode_utf16(&mut units) {
-                    out.push_str(&format!("\\u{u:04x}"));
-                }
-            }
-        }
-    }
-    out.push('"');
+    crate::trust::json::ascii_string(s, &mut out);
     out
 }
 

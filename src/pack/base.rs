@@ -87,8 +87,9 @@ fn locate(path: &Path) -> Result<(PathBuf, PathBuf, Option<PathBuf>, &'static st
 }
 
 /// The checks `--base` allows before the key is unlocked: the base is there, its manifest
-/// parses, its signature file exists, and it is an earlier version of the same model.
-pub fn precheck(path: &Path, name: &str, version: u64) -> Result<()> {
+/// parses and its signature file exists. Returns the base manifest, whose name a delta keeps
+/// (the caller checks it with [`check_same_model`] once the delta's name is settled).
+pub fn precheck(path: &Path) -> Result<Manifest> {
     let (manifest_path, sig_path, _, _) = locate(path)?;
     let bytes = fsio::read_regular_capped(&manifest_path, manifest::MAX_MANIFEST_BYTES, false)
         .map_err(|e| Error::io(&manifest_path, e))?;
@@ -99,7 +100,7 @@ pub fn precheck(path: &Path, name: &str, version: u64) -> Result<()> {
     if !sig_path.is_file() {
         return Err(Error::MissingSignature { path: sig_path });
     }
-    check_same_model(&m, name, version)
+    Ok(m)
 }
 
 /// A delta's base must be an earlier version of the same model.

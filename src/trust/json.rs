@@ -240,7 +240,7 @@ fn write_pretty(v: &Value, level: usize, out: &mut String) {
 }
 
 /// A string as Python's `json.dumps` writes it with `ensure_ascii=True`.
-fn ascii_string(s: &str, out: &mut String) {
+pub(crate) fn ascii_string(s: &str, out: &mut String) {
     out.push('"');
     for c in s.chars() {
         match c {

@@ -89,6 +89,9 @@ struct Begun {
     previous_version: Option<u64>,
     keep: Option<Keep>,
     staging: Staging,
+    /// Missing parents of the destination that `begin` created (removed after the staging
+    /// directory unless the install completes).
+    made: Option<super::parents::Made>,
 }
 
 impl DirTarget {
@@ -112,13 +115,8 @@ impl Target for DirTarget {
                 dest.display()
             )));
         };
-        let parent_meta = std::fs::metadata(&parent).map_err(|e| Error::io(&parent, e))?;
-        if !parent_meta.is_dir() {
-            return Err(Error::Usage(format!(
-                "{} is not a directory",
-                parent.display()
-            )));
-        }
+        // A parent that does not exist yet is created (private) once every check has passed.
+        let missing = super::parents::Missing::find(&parent)?;
         let existing = std::fs::symlink_metadata(dest).ok();
         let mut previous_version = None;
         let mut keep = None;
@@ -141,15 +139,20 @@ impl Target for DirTarget {
             }
             keep = Some(kept);
         }
-        let cleanup = staging::clean_stale(&parent)?;
+        let cleanup = match &missing {
+            None => staging::clean_stale(&parent)?,
+            Some(_) => Cleanup::default(),
+        };
         let receipt_bytes = receipt::size(
             &opened.manifest_bytes,
             &opened.signature_text,
             &opened.trust,
         );
         if opts.check_space {
-            notes::check_space(&parent, notes::space_needed(m, receipt_bytes))?;
+            let on = missing.as_ref().map_or(&parent, |mi| &mi.existing);
+            notes::check_space(on, notes::space_needed(m, receipt_bytes))?;
         }
+        let made = missing.map(|mi| mi.create()).transpose()?;
         let staging = Staging::create(&parent, dest_name)?;
         let root = staging.mkdir("tree", receipt::DIR_MODE)?;
         let tree = staging.path().join("tree");
@@ -173,6 +176,7 @@ impl Target for DirTarget {
             previous_version,
             keep,
             staging,
+            made,
         });
         Ok(())
     }
@@ -197,6 +201,7 @@ impl Target for DirTarget {
             previous_version,
             keep,
             staging,
+            made,
         } = self.begun.take().expect("begin came first");
         let m = &opened.manifest;
         let StagingSink {
@@ -258,6 +263,7 @@ impl Target for DirTarget {
         // The old tree (after an exchange) sits in the work directory; removing it is cleanup,
         // and a crash here leaves a stale work directory the next run removes.
         drop(staging);
+        notes.created_parents = made.map(super::parents::Made::keep).unwrap_or_default();
         Ok(Installed {
             dest: dest.clone(),
             replaced,

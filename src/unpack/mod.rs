@@ -12,6 +12,7 @@ pub mod dir;
 pub mod hf;
 pub mod notes;
 pub mod oci_layout;
+pub mod parents;
 
 pub use dir::{DirTarget, Installed, UnpackOptions};
 pub use hf::{HfInstalled, HfTarget, HfUnpackOptions, SnapshotState};

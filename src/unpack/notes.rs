@@ -25,6 +25,9 @@ pub struct InstallNotes {
     /// Data volumes that were damaged and rebuilt from parity as they were read (FORMAT.md
     /// section 17); the installed bytes match the signed digests all the same.
     pub repaired_volumes: Vec<String>,
+    /// Missing parents of the destination created for it (mode 0700), outermost first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub created_parents: Vec<PathBuf>,
 }
 
 impl InstallNotes {
@@ -38,6 +41,7 @@ impl InstallNotes {
             findings,
             unchecked,
             repaired_volumes: Vec::new(),
+            created_parents: Vec::new(),
         })
     }
 }

@@ -14,6 +14,7 @@ mod model_checks;
 mod oci;
 mod oci_safety;
 mod oms;
+mod operator;
 mod parity;
 mod parity_units;
 mod receipt_links;

@@ -296,7 +296,7 @@ fn on_terminal_sized(env: &Env, cols: usize, args: &[&str]) -> (String, i32) {
 /// What a terminal `width` columns wide shows after receiving `raw`: enough of VT100 for
 /// indicatif's redraws (CR, LF, cursor up and down, erase line, deferred autowrap); other
 /// escape sequences are ignored.
-fn screen(raw: &str, width: usize) -> Vec<String> {
+pub(crate) fn screen(raw: &str, width: usize) -> Vec<String> {
     screen_and_rows_used(raw, width).0
 }
 
