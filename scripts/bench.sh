@@ -325,25 +325,27 @@ bench_parity() {
         log "making $M"
         python3 "$SYNTH" "$M" "$size" --kind "$kind" >/dev/null
     fi
-    # 4 MiB chunks (the hidden --chunk-size) so that even the --quick model has enough units
-    # for 10% parity to be 10%: parity comes in whole chunks, and a volume shorter than a chunk
-    # costs a whole chunk of parity.
-    local bytes vol chunk=4194304
+    # Volumes of about 1/20 of the model (at least 1 MiB), so 10% parity rebuilds one whole
+    # lost volume. No --chunk-size: pack chooses the parity unit from the volume size (issue 24),
+    # and a pack without parity keeps its 64 MiB chunks, as an operator would run them.
+    local bytes vol
     bytes=$(du -sb "$M" | cut -f1)
-    vol=$((bytes / 20 / chunk * chunk))
-    [ "$vol" -ge "$chunk" ] || vol=$chunk
+    vol=$((bytes / 20 / 1048576 * 1048576))
+    [ "$vol" -ge 1048576 ] || vol=1048576
     local saved=$RESULTS
     RESULTS=$DIR/parity.tsv
     printf 'size\tkind\tlabel\trun\twall_s\tcpu_s\tmax_rss_kib\n' >"$RESULTS"
     log "$size GiB $kind: pack --parity 10% vs pack"
     bench "$size" "$kind" \
-        "pack" "rm -rf $W/b" "$AL pack $M -o $W/b --key $KEYS/a.key --volume-size $vol --chunk-size $chunk" \
+        "pack" "rm -rf $W/b" "$AL pack $M -o $W/b --key $KEYS/a.key --volume-size $vol" \
         "pack-parity10" "rm -rf $W/bp" \
-        "$AL pack $M -o $W/bp --key $KEYS/a.key --volume-size $vol --chunk-size $chunk --parity 10%"
-    # Unpack of an intact bundle with parity (each unit hashed before it streams) and without.
+        "$AL pack $M -o $W/bp --key $KEYS/a.key --volume-size $vol --parity 10%"
+    # Unpack of an intact bundle with parity (each unit read once, checked, handed on) and without
+    # (target: at most 1.1x).
     rm -rf "$W/b" "$W/bp"
-    $AL pack "$M" -o "$W/b" --key "$KEYS/a.key" --volume-size "$vol" --chunk-size "$chunk"
-    $AL pack "$M" -o "$W/bp" --key "$KEYS/a.key" --volume-size "$vol" --chunk-size "$chunk" --parity 10%
+    $AL pack "$M" -o "$W/b" --key "$KEYS/a.key" --volume-size "$vol"
+    $AL pack "$M" -o "$W/bp" --key "$KEYS/a.key" --volume-size "$vol" --parity 10%
+    log "$size GiB $kind: parity written: $(cat "$W"/bp/parity.* | wc -c) bytes for $(cat "$W"/bp/data.* | wc -c) of data in volumes of $vol"
     log "$size GiB $kind: unpack with parity vs without (intact)"
     bench "$size" "$kind" \
         "unpack" "rm -rf $W/u" "$AL unpack $W/b --trust $KEYS/a.pub --dest $W/u" \
@@ -378,9 +380,9 @@ if "pack-parity10" in m and "pack" in m:
     m["parity-pass"] = m["pack-parity10"] - m["pack"]  # the parity pass alone, for par2 create
     r["parity-pass"] = r["pack-parity10"]
 for a, p, target in [("pack-parity10", "pack", 1.3), ("parity-pass", "par2-create", None),
-                     ("unpack-parity10", "unpack", None), ("repair", "par2-repair", None)]:
+                     ("unpack-parity10", "unpack", 1.1), ("repair", "par2-repair", None)]:
     if a in m and p in m:
-        ratio = m[a] / m[p]
+        ratio = m[a] / m[p] if m[p] > 0 else float("inf")
         tg = "" if target is None else f"<= {target} ({'met' if ratio <= target else 'NOT met'})"
         print(f"| {a} | {p} | {m[a]:.2f} | {m[p]:.2f} | {ratio:.2f} | {tg} | {statistics.median(r[a]) / 1024:.1f} |")
 PY

@@ -89,6 +89,10 @@ for c in none zstd; do
   done
 done
 printf '\1\0\x40\0\x10\0\x04\0\x07\x01\x02\x03\x05\x00\x00' >corpus/parity/geometry
+# What pack chooses (the choice mode): a few volume sizes, payloads and asks, 1vol among them.
+printf '\3\x0e\0\0\0\xe0\x11\0\0\x09' >corpus/parity/choice-10
+printf '\3\x0c\0\0\0\0\x08\0\0\x18' >corpus/parity/choice-25
+printf '\3\x0e\0\0\0\xe0\x11\0\0\xf0' >corpus/parity/choice-1vol
 for t in patch parity; do
   echo "== $t: ${secs}s"
   cargo fuzz run "$t" "corpus/$t" -- -max_total_time="$secs" -rss_limit_mb=1024 \

@@ -149,43 +149,6 @@ impl Geometry {
         Ok(())
     }
 
-    /// Chooses a geometry for `units` data units that makes parity `percent` of the data as
-    /// closely as the unit granularity allows, preferring few data units per stripe (a rebuild
-    /// reads a whole stripe) and so many stripes (a contiguous loss spreads over more of them).
-    pub fn choose(units: u64, unit_size: u64, percent: f64) -> Result<Geometry, ParityError> {
-        if !(percent > 0.0 && percent <= 100.0) {
-            return Err(ParityError::Geometry(format!(
-                "parity of {percent}% is not between 0 and 100"
-            )));
-        }
-        let want = percent / 100.0;
-        let mut best: Option<(f64, Geometry)> = None;
-        let max_d = units.clamp(1, 1024) as u32;
-        for data in 1..=max_d {
-            let stripes = units.div_ceil(u64::from(data));
-            let recovery = ((want * units as f64) / stripes as f64).round().max(1.0);
-            let recovery = (recovery as u32).min(MAX_UNITS_PER_STRIPE);
-            let g = Geometry {
-                unit_size,
-                units,
-                data,
-                recovery,
-            };
-            if g.validate().is_err() {
-                continue;
-            }
-            let error = (g.ratio() - want).abs();
-            if error <= 0.005 {
-                return Ok(g);
-            }
-            if best.as_ref().is_none_or(|(e, _)| error < *e) {
-                best = Some((error, g));
-            }
-        }
-        best.map(|(_, g)| g)
-            .ok_or_else(|| ParityError::Geometry(format!("no geometry for {units} units")))
-    }
-
     /// Number of stripes, `K = ceil(U / D)`.
     pub fn stripes(&self) -> u64 {
         self.units.div_ceil(u64::from(self.data))
@@ -276,6 +239,234 @@ pub struct Assessment {
     /// Whether every stripe can be rebuilt.
     pub repairable: bool,
 }
+
+/// What the operator asks of `pack --parity`: a share of the data, or survival of any `N`
+/// whole lost data volumes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Ask {
+    /// Parity bytes as a percentage of the data bytes, more than 0 and at most 100.
+    Percent(f64),
+    /// The least parity that rebuilds any this many lost data volumes.
+    Volumes(u32),
+}
+
+impl std::fmt::Display for Ask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ask::Percent(p) => write!(f, "{p}%"),
+            Ask::Volumes(n) => write!(f, "{n}vol"),
+        }
+    }
+}
+
+/// The data volumes as parity sees them: the unit size, each data volume's units (a short last
+/// chunk is a whole unit), and the data bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct DataShape<'a> {
+    /// Bytes per unit (the bundle's `chunk_size`).
+    pub unit_size: u64,
+    /// Units of each data volume, in order.
+    pub volume_units: &'a [u64],
+    /// Bytes of the data volumes.
+    pub bytes: u64,
+}
+
+impl DataShape<'_> {
+    /// All data units, `U`.
+    pub fn units(&self) -> u64 {
+        self.volume_units.iter().sum()
+    }
+
+    /// Parity of `g` as a percentage of the data bytes.
+    pub fn percent(&self, g: &Geometry) -> f64 {
+        g.parity_bytes().unwrap_or(u64::MAX) as f64 * 100.0 / self.bytes.max(1) as f64
+    }
+}
+
+/// What a bundle's parity rebuilds whatever the placement of the damage (FORMAT.md 17.4), in
+/// the operator's terms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Survives {
+    /// Any this many whole data volumes lost together (the parity volumes intact); 0 when not
+    /// even the largest one alone.
+    pub volumes: u32,
+    /// Contiguous damage in one place (a bad region of a disc, a torn file), in bytes.
+    pub contiguous_bytes: u64,
+    /// Contiguous damage in every data volume at once, in bytes per volume (0 when the stripes
+    /// have fewer recovery units than the bundle has volumes).
+    pub per_volume_bytes: u64,
+}
+
+/// Largest unit `pack` chooses unless the payload needs larger ones ([`unit_size_for`]); a
+/// reader holds one unit in memory while it checks it (FORMAT.md 17.3).
+pub const MAX_UNIT_SIZE: u64 = 16 << 20;
+
+/// Units a full volume should have, so that a volume's zero-padded last unit costs little and a
+/// lost volume spreads over many stripes.
+const UNITS_PER_VOLUME: u64 = 256;
+
+/// Units a bundle should have at most (each is a signed digest in the manifest: 2^18 digests are
+/// about 20 MB of manifest).
+const MAX_UNITS: u64 = 1 << 18;
+
+/// Largest `D` a chosen geometry has (a rebuild reads a stripe's `D` units).
+const MAX_CHOSEN_DATA: u64 = 1024;
+
+/// The parity unit `pack` uses, as the chunk size of a bundle with parity (FORMAT.md 17.4): the
+/// largest power of two that gives a full volume of `volume_size` bytes (or the whole payload,
+/// when it is smaller) at least 256 units, from 4096 bytes to [`MAX_UNIT_SIZE`], and at least
+/// `payload / 2^18` (rounded up to a power of two) so a bundle of any size has a manifest of
+/// bounded size. `payload` is an estimate (the model's size) for a payload not written yet.
+pub fn unit_size_for(volume_size: u64, payload: u64) -> u64 {
+    let volume = volume_size.min(payload).max(1);
+    let fine = match volume / UNITS_PER_VOLUME {
+        0 => 1,
+        n => 1u64 << (63 - n.leading_zeros()),
+    };
+    let floor = payload.div_ceil(MAX_UNITS).max(1).next_power_of_two();
+    fine.clamp(4096, MAX_UNIT_SIZE).max(floor).min(1 << 30)
+}
+
+impl Geometry {
+    /// Chooses the geometry for the data `shape` and what the operator asked.
+    ///
+    /// For a percentage: among the geometries whose parity is within one point of it (all of
+    /// them, when none is: a bundle too small for the unit), one that rebuilds a whole lost
+    /// data volume where any does, then one within half a point, then the fewest data units
+    /// per stripe (a rebuild reads a stripe), then the closest. For `N` volumes: the least
+    /// parity that rebuilds any `N` lost data volumes, then the fewest data units per stripe;
+    /// an error when the bundle has no more than `N` data volumes.
+    pub fn choose_for(shape: &DataShape<'_>, ask: Ask) -> Result<Geometry, ParityError> {
+        let units = shape.units();
+        let volumes = shape.volume_units.len();
+        let bad = |m: String| Err(ParityError::Geometry(m));
+        match ask {
+            Ask::Percent(p) if !(p > 0.0 && p <= 100.0) => {
+                return bad(format!("parity of {p}% is not between 0 and 100"));
+            }
+            Ask::Volumes(0) => return bad("0 volumes asked".into()),
+            Ask::Volumes(n) if n as usize >= volumes => {
+                return bad(format!(
+                    "parity that rebuilds {n} lost volume(s) of a bundle of {volumes} data volume(s) is a whole copy: cut the bundle into more volumes (--volume-size)"
+                ));
+            }
+            _ => {}
+        }
+        if units == 0 {
+            return bad("no data units".into());
+        }
+        // Every candidate: for each D, the R near the asked share and the R each volume count
+        // needs.
+        let target = match ask {
+            Ask::Percent(p) => p / 100.0 * shape.bytes as f64 / shape.unit_size as f64,
+            Ask::Volumes(_) => 0.0,
+        };
+        let mut largest_first = shape.volume_units.to_vec();
+        largest_first.sort_unstable_by(|a, b| b.cmp(a));
+        let mut best: Option<(Key, Geometry)> = None;
+        for data in 1..=units.min(MAX_CHOSEN_DATA) as u32 {
+            let probe = Geometry {
+                unit_size: shape.unit_size,
+                units,
+                data,
+                recovery: 1,
+            };
+            let stripes = probe.stripes();
+            let mut rs: Vec<u32> = Vec::with_capacity(4);
+            match ask {
+                Ask::Percent(_) => {
+                    let r = target / stripes as f64;
+                    rs.push(r.floor().max(1.0).min(f64::from(MAX_UNITS_PER_STRIPE)) as u32);
+                    rs.push(r.ceil().max(1.0).min(f64::from(MAX_UNITS_PER_STRIPE)) as u32);
+                    if volumes > 1 {
+                        rs.push(probe.needed_for(&largest_first, 1));
+                    }
+                }
+                Ask::Volumes(n) => rs.push(probe.needed_for(&largest_first, n)),
+            }
+            for recovery in rs {
+                let g = Geometry { recovery, ..probe };
+                if g.validate().is_err() {
+                    continue;
+                }
+                let pct = shape.percent(&g);
+                let key = match ask {
+                    Ask::Percent(p) => {
+                        let error = (pct - p).abs();
+                        let in_band = error <= 1.0 + 1e-9;
+                        let survives = volumes > 1 && g.survives_volumes(&largest_first) >= 1;
+                        Key(
+                            !in_band,
+                            in_band && !survives,
+                            in_band && error > 0.5,
+                            if in_band { 0.0 } else { error },
+                            data,
+                            error,
+                        )
+                    }
+                    Ask::Volumes(_) => Key(false, false, false, pct, data, 0.0),
+                };
+                if best.as_ref().is_none_or(|(k, _)| key < *k) {
+                    best = Some((key, g));
+                }
+            }
+        }
+        best.map(|(_, g)| g)
+            .ok_or_else(|| ParityError::Geometry(format!("no geometry for {units} units")))
+    }
+
+    /// Recovery units per stripe that rebuild any `n` lost data volumes: the sum of the `n`
+    /// largest `ceil(V / K)` (a run of `V` units puts at most that many in any stripe).
+    /// `largest_first` is the volumes' unit counts, sorted from the largest.
+    fn needed_for(&self, largest_first: &[u64], n: u32) -> u32 {
+        let k = self.stripes();
+        let sum: u64 = largest_first
+            .iter()
+            .take(n as usize)
+            .map(|v| v.div_ceil(k))
+            .sum();
+        sum.clamp(1, u64::from(MAX_UNITS_PER_STRIPE)) as u32
+    }
+
+    /// How many lost data volumes, whichever they are, every stripe can rebuild
+    /// (`largest_first` as for [`Geometry::needed_for`]).
+    fn survives_volumes(&self, largest_first: &[u64]) -> u32 {
+        let k = self.stripes();
+        let mut sum = 0;
+        let mut n = 0;
+        for v in largest_first {
+            sum += v.div_ceil(k);
+            if sum > u64::from(self.recovery) {
+                break;
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// What this geometry rebuilds for the data volumes `volume_units`, whatever the
+    /// placement: a run of `L` units puts at most `ceil(L / K)` in any stripe, and a byte
+    /// range of `(m - 1)` units' length touches at most `m` units.
+    pub fn survives(&self, volume_units: &[u64]) -> Survives {
+        let mut largest_first = volume_units.to_vec();
+        largest_first.sort_unstable_by(|a, b| b.cmp(a));
+        let kr = self.recovery_units();
+        let per_volume_runs = u64::from(self.recovery) / (volume_units.len().max(1) as u64);
+        Survives {
+            volumes: self.survives_volumes(&largest_first),
+            contiguous_bytes: kr.saturating_sub(1).saturating_mul(self.unit_size),
+            per_volume_bytes: (self.stripes() * per_volume_runs)
+                .saturating_sub(1)
+                .saturating_mul(self.unit_size),
+        }
+    }
+}
+
+/// The order [`Geometry::choose_for`] prefers candidates in (smallest first): out of the band,
+/// in the band but no whole volume rebuilt, more than half a point off, distance out of the
+/// band (or the parity, for a volume count), data units per stripe, distance.
+#[derive(PartialEq, PartialOrd)]
+struct Key(bool, bool, bool, f64, u32, f64);
 
 /// Reads a data unit's bytes: `(unit, offset, buf)`.
 pub type ReadUnit<'a> = dyn FnMut(u64, u64, &mut [u8]) -> io::Result<()> + 'a;
@@ -468,8 +659,18 @@ mod tests {
         recovery: Vec<Vec<u8>>,
     }
 
+    /// The geometry for `units` units of `unit_size` in one volume at `percent`.
+    fn choose(units: u64, unit_size: u64, percent: f64) -> Geometry {
+        let shape = DataShape {
+            unit_size,
+            volume_units: &[units],
+            bytes: units * unit_size,
+        };
+        Geometry::choose_for(&shape, Ask::Percent(percent)).unwrap()
+    }
+
     fn fixture(units: u64, unit_size: u64, percent: f64) -> Fixture {
-        let g = Geometry::choose(units, unit_size, percent).unwrap();
+        let g = choose(units, unit_size, percent);
         let data: Vec<Vec<u8>> = (0..units)
             .map(|u| noise(u + 1, unit_size as usize))
             .collect();
@@ -545,7 +746,7 @@ mod tests {
     fn chosen_geometry_gives_the_asked_percentage_within_one_point() {
         for units in [40u64, 100, 257, 2240, 10_000] {
             for percent in [5.0, 10.0, 12.5, 25.0, 50.0] {
-                let g = Geometry::choose(units, 1 << 26, percent).unwrap();
+                let g = choose(units, 1 << 26, percent);
                 g.validate().unwrap();
                 let got = g.ratio() * 100.0;
                 assert!(
@@ -556,9 +757,209 @@ mod tests {
         }
     }
 
+    /// A payload of `payload` bytes cut into volumes of `volume_size`, in units of the size
+    /// `pack` chooses: (unit size, units per volume).
+    fn cut(payload: u64, volume_size: u64) -> (u64, Vec<u64>) {
+        let unit = unit_size_for(volume_size, payload);
+        let mut left = payload;
+        let mut units = Vec::new();
+        while left > 0 {
+            let v = left.min(volume_size);
+            units.push(v.div_ceil(unit));
+            left -= v;
+        }
+        (unit, units)
+    }
+
+    /// Every erased unit of the data volumes `lost` (indexes), per stripe, is within `R`.
+    fn rebuilds(g: &Geometry, volume_units: &[u64], lost: &[usize]) -> bool {
+        let mut first = 0;
+        let mut per_stripe: HashMap<u64, u32> = HashMap::new();
+        for (i, &n) in volume_units.iter().enumerate() {
+            if lost.contains(&i) {
+                for u in first..first + n {
+                    *per_stripe.entry(g.locate(u).0).or_default() += 1;
+                }
+            }
+            first += n;
+        }
+        per_stripe.values().all(|&e| e <= g.recovery)
+    }
+
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+
+    /// Issue 24: the unit follows the volume size (a volume is about 256 units), within 4 KiB
+    /// to 16 MiB, and the unit count stays bounded for the largest bundles.
+    #[test]
+    fn the_unit_follows_the_volume_size() {
+        assert_eq!(unit_size_for(16 * MIB, 128 * MIB), 64 << 10);
+        assert_eq!(unit_size_for(100 * MIB, 286 * MIB), 256 << 10);
+        assert_eq!(unit_size_for(u64::MAX, 4 * GIB), 16 * MIB);
+        assert_eq!(unit_size_for(u64::MAX, 3 * MIB), 8 << 10);
+        assert_eq!(unit_size_for(4096, 10_000), 4096);
+        assert_eq!(unit_size_for(4 * GIB - 1, 300 * GIB), 8 * MIB);
+        // 500 GiB in 16 MiB volumes: 2^18 units of 2 MiB, not 8 million of 64 KiB.
+        assert_eq!(unit_size_for(16 * MIB, 500 * GIB), 2 * MIB);
+        for (v, p) in [
+            (16 * MIB, 500 * GIB),
+            (u64::MAX, 900 * GIB),
+            (4096, 10 * GIB),
+        ] {
+            assert!(p.div_ceil(unit_size_for(v, p)) <= MAX_UNITS, "{v} {p}");
+        }
+    }
+
+    /// Issue 24: the percentage asked is the percentage written, within one point, for
+    /// bundles from a few MiB to hundreds of GiB in the volume sizes operators use.
+    #[test]
+    fn the_share_asked_is_the_share_written_within_one_point() {
+        for payload in [3 * MIB, 128 * MIB, 286 * MIB, 4 * GIB, 100 * GIB, 400 * GIB] {
+            for volume in [16 * MIB, 100 * MIB, 700 * MIB, 4 * GIB - 1, u64::MAX] {
+                if payload / volume.min(payload) > 5000 {
+                    continue;
+                }
+                let (unit, units) = cut(payload, volume);
+                let shape = DataShape {
+                    unit_size: unit,
+                    volume_units: &units,
+                    bytes: payload,
+                };
+                for p in [1.0, 5.0, 10.0, 12.5, 25.0, 50.0, 100.0] {
+                    let g = Geometry::choose_for(&shape, Ask::Percent(p)).unwrap();
+                    let got = shape.percent(&g);
+                    assert!(
+                        (got - p).abs() <= 1.0,
+                        "{payload} in volumes of {volume} at {p}%: {g:?} writes {got:.2}%"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Issue 24's examples, scaled by the unit rule (the geometry depends on ratios only).
+    #[test]
+    fn ten_percent_over_ten_volumes_and_a_quarter_over_sixteen_mib_volumes_rebuild_a_volume() {
+        // 10% over 10 or more volumes (the last one short) rebuilds any one lost volume.
+        for (payload, volume) in [
+            (10 * 100 * MIB, 100 * MIB),
+            (1000 * MIB, 95 * MIB),
+            (4 * GIB, 400 * MIB),
+            (20 * GIB, 1024 * MIB),
+        ] {
+            let (unit, units) = cut(payload, volume);
+            let shape = DataShape {
+                unit_size: unit,
+                volume_units: &units,
+                bytes: payload,
+            };
+            let g = Geometry::choose_for(&shape, Ask::Percent(10.0)).unwrap();
+            assert!(g.survives(&units).volumes >= 1, "{payload}/{volume}: {g:?}");
+            for lost in 0..units.len() {
+                assert!(rebuilds(&g, &units, &[lost]), "volume {lost} of {g:?}");
+            }
+        }
+        // 25% on 16 MiB volumes of a 128 MiB model writes 20-27% and rebuilds any volume.
+        let (unit, units) = cut(128 * MIB, 16 * MIB);
+        let shape = DataShape {
+            unit_size: unit,
+            volume_units: &units,
+            bytes: 128 * MIB,
+        };
+        let g = Geometry::choose_for(&shape, Ask::Percent(25.0)).unwrap();
+        let got = shape.percent(&g);
+        assert!((20.0..=27.0).contains(&got), "{got}");
+        for lost in 0..units.len() {
+            assert!(rebuilds(&g, &units, &[lost]));
+        }
+        // 10% of 3 volumes cannot: said so, not promised.
+        let (unit, units) = cut(286 * MIB, 100 * MIB);
+        let shape = DataShape {
+            unit_size: unit,
+            volume_units: &units,
+            bytes: 286 * MIB,
+        };
+        let g = Geometry::choose_for(&shape, Ask::Percent(10.0)).unwrap();
+        assert_eq!(g.survives(&units).volumes, 0);
+        assert!(!rebuilds(&g, &units, &[0]));
+    }
+
+    /// `Nvol`: the least parity that rebuilds any `N` lost volumes, and what it promises holds.
+    #[test]
+    fn asking_for_volumes_gets_the_least_parity_that_rebuilds_them() {
+        let (unit, units) = cut(286 * MIB, 100 * MIB);
+        let shape = DataShape {
+            unit_size: unit,
+            volume_units: &units,
+            bytes: 286 * MIB,
+        };
+        let g = Geometry::choose_for(&shape, Ask::Volumes(1)).unwrap();
+        assert!(g.survives(&units).volumes >= 1);
+        for lost in 0..3 {
+            assert!(rebuilds(&g, &units, &[lost]));
+        }
+        // About one volume's share (100 of 286 MiB), not twice it.
+        let got = shape.percent(&g);
+        assert!((34.0..=38.0).contains(&got), "{got}");
+        let (unit, units) = cut(2 * GIB, 100 * MIB);
+        let shape = DataShape {
+            unit_size: unit,
+            volume_units: &units,
+            bytes: 2 * GIB,
+        };
+        let g = Geometry::choose_for(&shape, Ask::Volumes(2)).unwrap();
+        assert!(g.survives(&units).volumes >= 2, "{g:?}");
+        for a in 0..units.len() {
+            for b in a + 1..units.len() {
+                assert!(rebuilds(&g, &units, &[a, b]), "{a} and {b} of {g:?}");
+            }
+        }
+        assert!(shape.percent(&g) < 12.0, "{}", shape.percent(&g));
+        // As many volumes as the bundle has: refused, with the way out.
+        let e = Geometry::choose_for(&shape, Ask::Volumes(units.len() as u32)).unwrap_err();
+        assert!(e.to_string().contains("--volume-size"), "{e}");
+    }
+
+    /// What `survives` promises holds for every placement of the damage it names.
+    #[test]
+    fn the_promise_holds_for_every_placement() {
+        for (payload, volume, p) in [
+            (5 * MIB, 512 << 10, 10.0),
+            (7 * MIB, 600 << 10, 25.0),
+            (3 * MIB, 3 * MIB, 10.0),
+            (9 * MIB, MIB, 50.0),
+        ] {
+            let (unit, units) = cut(payload, volume);
+            let shape = DataShape {
+                unit_size: unit,
+                volume_units: &units,
+                bytes: payload,
+            };
+            let g = Geometry::choose_for(&shape, Ask::Percent(p)).unwrap();
+            let s = g.survives(&units);
+            let n = s.volumes as usize;
+            if n >= 1 {
+                for lost in 0..units.len() {
+                    let set: Vec<usize> = (lost..lost + n).map(|i| i % units.len()).collect();
+                    assert!(rebuilds(&g, &units, &set), "{set:?} of {g:?}");
+                }
+            }
+            // Contiguous damage of that length anywhere in the data touches at most `m`
+            // units in a row, and no stripe gets more than R of them.
+            let m = (s.contiguous_bytes.div_ceil(unit) + 1).min(g.units);
+            for start in 0..g.units - m + 1 {
+                let mut per: HashMap<u64, u32> = HashMap::new();
+                for u in start..start + m {
+                    *per.entry(g.locate(u).0).or_default() += 1;
+                }
+                assert!(per.values().all(|&e| e <= g.recovery), "{s:?} {g:?}");
+            }
+        }
+    }
+
     #[test]
     fn every_data_unit_has_exactly_one_place() {
-        let g = Geometry::choose(103, 4096, 10.0).unwrap();
+        let g = choose(103, 4096, 10.0);
         let mut seen = [false; 103];
         for k in 0..g.stripes() {
             for d in 0..g.data {

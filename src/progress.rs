@@ -11,6 +11,9 @@ pub trait Progress: Sync {
     fn item(&self, _name: &str) {}
     /// The phase ended.
     fn finish(&self) {}
+    /// A damaged bundle's map, found before the work on it starts (`repair`), for the
+    /// operator to see where the damage is while the work goes on.
+    fn damage(&self, _map: &crate::bundle::damage::DamageMap) {}
 }
 
 /// Reports nothing.

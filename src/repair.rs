@@ -27,6 +27,7 @@ use rustix::fs::RenameFlags;
 
 use sha2::{Digest, Sha256};
 
+use crate::bundle::damage::{DamageMap, UnitState};
 use crate::bundle::open::{self, Opened};
 use crate::bundle::volumes::{self, UnitReader, VolumeProblem, VolumeSource};
 use crate::error::{Error, Result};
@@ -96,7 +97,7 @@ impl VolumeSource for Merged<'_> {
             Some(Some(d)) => *d,
             _ => return Err(io::Error::other("no intact copy of this chunk")),
         };
-        volumes::DirVolumes(&self.dirs[dir]).read_at(name, offset, buf)
+        volumes::DirVolumes::new(&self.dirs[dir]).read_at(name, offset, buf)
     }
 }
 
@@ -106,6 +107,35 @@ fn all_volumes(m: &Manifest) -> impl Iterator<Item = (bool, &Volume)> {
             .iter()
             .flat_map(|p| p.volumes.iter().map(|v| (true, v))),
     )
+}
+
+/// The map of what repair finds before it starts: for each chunk of each volume, intact here,
+/// intact in another copy (`good` names the directory), or else rebuilt from parity unless its
+/// stripe is `beyond` repair (damaged, in a bundle without parity).
+fn damage_map(
+    m: &Manifest,
+    ur: Option<&UnitReader<'_>>,
+    good: &BTreeMap<String, Vec<Option<usize>>>,
+    beyond: &std::collections::HashSet<u64>,
+) -> DamageMap {
+    let mut map = DamageMap::intact(m);
+    for (is_parity, v) in all_volumes(m) {
+        let Some(row) = map.row_mut(&v.name) else {
+            continue;
+        };
+        for (c, found) in good[&v.name].iter().enumerate() {
+            row.units[c] = match (found, ur) {
+                (Some(0), _) => UnitState::Intact,
+                (Some(_), _) => UnitState::FromCopy,
+                (None, None) => UnitState::Damaged,
+                (None, Some(ur)) if beyond.contains(&shard_of(m, ur, is_parity, &v.name, c).0) => {
+                    UnitState::BeyondRepair
+                }
+                (None, Some(_)) => UnitState::Rebuildable,
+            };
+        }
+    }
+    map
 }
 
 /// The stripe and shard of chunk `c` of the data or parity volume `name`.
@@ -141,7 +171,7 @@ fn shard_of(
 
 /// SHA-256 of `[start, start + len)` of volume `name` in `dir`, or `None` if unreadable.
 fn hash_chunk(dir: &Path, name: &str, start: u64, len: u64) -> Option<String> {
-    let src = volumes::DirVolumes(dir);
+    let src = volumes::DirVolumes::new(dir);
     let mut h = Sha256::new();
     let mut buf = vec![0u8; (1 << 20).min(len as usize)];
     let mut pos = 0;
@@ -256,12 +286,18 @@ pub fn repair(
             sources.insert((v.name.clone(), c), Source::Parity);
         }
     }
-    if let Some(ur) = &ur {
-        let beyond: std::collections::HashSet<u64> = stripes
+    let beyond: std::collections::HashSet<u64> = match &ur {
+        Some(ur) => stripes
             .iter()
             .filter(|(_, e)| e.len() > ur.g.recovery as usize)
             .map(|(k, _)| *k)
-            .collect();
+            .collect(),
+        None => Default::default(),
+    };
+    if !bad.is_empty() {
+        progress.damage(&damage_map(m, ur.as_ref(), &good, &beyond));
+    }
+    if let Some(ur) = &ur {
         for ((name, c), src) in &sources {
             if *src != Source::Parity {
                 continue;
@@ -364,7 +400,7 @@ pub fn repair(
                     if d != 0 {
                         report.chunks_from_copies += 1;
                     }
-                    let src = volumes::DirVolumes(&dirs[d]);
+                    let src = volumes::DirVolumes::new(&dirs[d]);
                     let mut buf = vec![0u8; (1 << 20).min(len as usize)];
                     let mut pos = 0;
                     while pos < len {

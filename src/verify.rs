@@ -9,6 +9,7 @@
 //! (an operator re-copies every damaged volume in one trip across the gap), and that turns into
 //! the one error the bundle's state amounts to with [`Verdict::into_error`].
 
+use crate::bundle::damage::{self, DamageMap};
 use crate::bundle::open::Opened;
 use crate::bundle::stream;
 use crate::bundle::volumes::{self, Repairability, StrayFile, StrayKind, VolumeProblem};
@@ -70,6 +71,9 @@ pub struct Verdict {
     pub bad_parity: Vec<VolumeProblem>,
     /// With parity and damage: how the damage compares with the parity budget.
     pub repair: Option<Repairability>,
+    /// With damage to listed volumes: the state of each of their units, for a display that
+    /// draws it ([`crate::bundle::damage`]).
+    pub damage: Option<DamageMap>,
 }
 
 impl Verdict {
@@ -117,7 +121,10 @@ impl Verdict {
             let mut e = volumes::volumes_error(
                 &listed,
                 &self.stray,
-                self.volumes_checked + self.parity_checked,
+                volumes::VolumeCounts {
+                    data: self.volumes_checked,
+                    parity: self.parity_checked,
+                },
                 true,
             );
             if let (
@@ -177,10 +184,11 @@ pub fn verify(opened: &Opened, depth: Depth, progress: &dyn Progress) -> Verdict
         _ => volumes::check_volumes(opened, progress),
     };
     let bad_parity = volumes::check_parity_volumes(opened, progress);
-    let repair = if bad_volumes.is_empty() && bad_parity.is_empty() {
-        None
+    let (repair, damage) = if bad_volumes.is_empty() && bad_parity.is_empty() {
+        (None, None)
     } else {
-        volumes::assess(opened, &bad_volumes, &bad_parity)
+        let (repair, map) = damage::assess(opened, &bad_volumes, &bad_parity);
+        (repair, Some(map))
     };
     let stray = volumes::stray_files(opened);
     let damaged = !bad_volumes.is_empty() || stray.iter().any(|s| s.kind == StrayKind::VolumeLike);
@@ -202,6 +210,7 @@ pub fn verify(opened: &Opened, depth: Depth, progress: &dyn Progress) -> Verdict
         bad_volumes,
         bad_parity,
         repair,
+        damage,
         stray,
         deep,
         recorded_warnings: m.warnings.clone(),

@@ -8,10 +8,14 @@
 //!   `parity` object is validated (its geometry against the bundle), then streamed in both
 //!   modes through the unit reader, which rebuilds every unit whose signed digest fails: the
 //!   seeds are real parity bundles, so mutations damage units that the stripe can rebuild.
-//! - Geometry mode (odd first byte): a geometry from the input (unit size, units, `D`, `R`),
-//!   validated; a valid small one gets pseudo-random data units, its recovery units are encoded
-//!   and shards the input picks are erased: a stripe with at most `R` erased shards must rebuild
-//!   them exactly, one with more must be refused as beyond repair.
+//! - Geometry mode (first byte 1 mod 4): a geometry from the input (unit size, units, `D`,
+//!   `R`), validated; a valid small one gets pseudo-random data units, its recovery units are
+//!   encoded and shards the input picks are erased: a stripe with at most `R` erased shards must
+//!   rebuild them exactly, one with more must be refused as beyond repair.
+//! - Choice mode (first byte 3 mod 4): what `pack --parity` chooses (issue 24) for a volume
+//!   size, a payload and a share or a volume count from the input: the unit pack takes, then
+//!   the geometry; what it chooses must be valid, within the memory bound (`D <= U` included),
+//!   and rebuild the volumes asked for.
 //!
 //! Invariants: no panic, no hang, memory within the cap scripts/fuzz.sh sets (a valid geometry
 //! says how much a rebuild may hold, and that is bounded whatever the geometry), never more
@@ -20,11 +24,14 @@ use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::path::PathBuf;
 
-use airlock::bundle::stream::{EntrySink, Mode, stream_volumes};
+use airlock::bundle::stream::stream_volumes;
+use airlock::entries::{EntrySink, Mode};
 use airlock::bundle::volumes::VolumeSource;
 use airlock::error::Result;
 use airlock::manifest::{FileEntry, Manifest};
-use airlock::parity::{Geometry, ParityError, Shard, encode_stripe, rebuild_stripe};
+use airlock::parity::{
+    Ask, DataShape, Geometry, ParityError, Shard, encode_stripe, rebuild_stripe, unit_size_for,
+};
 use airlock::progress::Silent;
 use libfuzzer_sys::fuzz_target;
 
@@ -239,13 +246,57 @@ fn geometry(data: &[u8]) {
     }
 }
 
+fn choice(data: &[u8]) {
+    if data.len() < 8 {
+        return;
+    }
+    // Volumes from 4 KiB to 512 GiB (any size, not only powers of two), payloads up to 16 TiB.
+    let volume_size = (4096u64 << (data[0] % 28)) + u64::from(u16::from_le_bytes([data[1], 0]));
+    let payload = u64::from_le_bytes([data[2], data[3], data[4], data[5], data[6] % 4, 0, 0, 0])
+        .max(1)
+        << (data[7] % 11);
+    let unit = unit_size_for(volume_size, payload);
+    assert!(unit.is_power_of_two() && (4096..=1 << 30).contains(&unit), "{unit}");
+    // Volumes hold whole units (the writer cuts at chunk boundaries); keep the run small.
+    let per_volume = (volume_size / unit).max(1);
+    let units = payload.div_ceil(unit);
+    let volumes = units.div_ceil(per_volume);
+    if volumes > 4096 || units > 1 << 22 {
+        return;
+    }
+    let volume_units: Vec<u64> = (0..volumes)
+        .map(|i| per_volume.min(units - i * per_volume))
+        .collect();
+    let shape = DataShape {
+        unit_size: unit,
+        volume_units: &volume_units,
+        bytes: payload,
+    };
+    let ask = match data.get(8) {
+        Some(&b) if b >= 0xf0 => Ask::Volumes(u32::from(b - 0xef)),
+        Some(&b) => Ask::Percent(f64::from(b % 100 + 1)),
+        None => Ask::Percent(10.0),
+    };
+    let Ok(g) = Geometry::choose_for(&shape, ask) else {
+        return;
+    };
+    assert!(g.validate().is_ok(), "{g:?} for {ask}");
+    assert_eq!((g.units, g.unit_size), (units, unit));
+    assert!(u64::from(g.data) <= units, "{g:?}");
+    assert!(g.working_memory() <= 80 << 20, "{g:?}");
+    let s = g.survives(&volume_units);
+    if let Ask::Volumes(n) = ask {
+        assert!(s.volumes >= n, "{g:?} asked {n} volumes, survives {s:?}");
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else {
         return;
     };
-    if mode % 2 == 0 {
-        bundle(rest);
-    } else {
-        geometry(rest);
+    match mode % 4 {
+        0 | 2 => bundle(rest),
+        1 => geometry(rest),
+        _ => choice(rest),
     }
 });

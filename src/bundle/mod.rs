@@ -4,6 +4,7 @@
 //! source for a bundle on disk). The verdict that combines them is `crate::verify`; writing a
 //! bundle is `crate::pack`.
 
+pub mod damage;
 pub mod open;
 pub mod stream;
 pub mod volumes;

@@ -13,8 +13,8 @@ use crossbeam_channel::bounded;
 
 use super::open::Opened;
 use super::volumes::{
-    self, DirVolumes, PipeReader, STREAM_BUFFER_SIZE, STREAM_BUFFERS, VolumeFailure, VolumeIo,
-    VolumeProblem, VolumeReader, VolumeSource, check_volumes, stray_files, volumes_error,
+    self, DirVolumes, PipeReader, STREAM_BUFFER_SIZE, STREAM_BUFFERS, VolumeCounts, VolumeFailure,
+    VolumeIo, VolumeProblem, VolumeReader, VolumeSource, check_volumes, stray_files, volumes_error,
 };
 use crate::entries::{Blame, EntrySink, Mode, RawEntry, Verifier};
 use crate::error::{Error, Result};
@@ -92,7 +92,15 @@ fn io_to_error(e: io::Error) -> Error {
             .expect("checked")
             .downcast::<VolumeFailure>()
             .expect("checked");
-        return volumes_error(&[inner.problem], &[], inner.total, false);
+        return volumes_error(
+            &[inner.problem],
+            &[],
+            VolumeCounts {
+                data: inner.total,
+                parity: 0,
+            },
+            false,
+        );
     }
     Error::BadStream {
         volume: "data stream".into(),
@@ -123,12 +131,12 @@ pub fn stream(
             return Err(volumes_error(
                 &listed,
                 &stray,
-                opened.manifest.volumes.len(),
+                VolumeCounts::data_of(&opened.manifest),
                 true,
             ));
         }
     }
-    let source = DirVolumes(opened.dir());
+    let source = DirVolumes::new(opened.dir());
     match stream_volumes(&opened.manifest, &source, mode, sink, progress) {
         Err(e @ (Error::BadFile { .. } | Error::BadStream { .. } | Error::BadVolumes { .. }))
             if mode == Mode::Strict =>
@@ -141,7 +149,7 @@ pub fn stream(
             if bad.is_empty() {
                 Err(e)
             } else {
-                let e = volumes_error(&bad, &[], opened.manifest.volumes.len(), true);
+                let e = volumes_error(&bad, &[], VolumeCounts::data_of(&opened.manifest), true);
                 Err(with_parity_assessment(opened, e, &bad, progress))
             }
         }

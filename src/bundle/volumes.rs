@@ -28,7 +28,8 @@ use crate::progress::Progress;
 pub struct VolumeProblem {
     /// Volume file name.
     pub volume: String,
-    /// Position in the manifest, 1-based, for messages ("3 of 7").
+    /// The volume's number, as in its name (`data.003` and `parity.003` are 3): its 0-based
+    /// position in the manifest's list of data or of parity volumes.
     pub index: usize,
     /// What is wrong.
     pub problem: String,
@@ -71,36 +72,100 @@ impl StrayFile {
     }
 }
 
-/// The error for bad volumes: each listed volume named with its position ("volume data.003
-/// of 7 fails its sha256"), then the stray volume-like files, then how many volumes are good
-/// when every volume was checked.
+/// How many volumes of each kind a message counts: the data volumes, and the parity volumes
+/// when they were checked too (0 otherwise).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VolumeCounts {
+    /// Data volumes (`data.NNN`).
+    pub data: usize,
+    /// Parity volumes (`parity.NNN`) that were checked.
+    pub parity: usize,
+}
+
+impl VolumeCounts {
+    /// The data volumes of `m` only.
+    pub fn data_of(m: &Manifest) -> Self {
+        VolumeCounts {
+            data: m.volumes.len(),
+            parity: 0,
+        }
+    }
+
+    /// The data and parity volumes of `m`.
+    pub fn all_of(m: &Manifest) -> Self {
+        VolumeCounts {
+            data: m.volumes.len(),
+            parity: m.parity.as_ref().map_or(0, |p| p.volumes.len()),
+        }
+    }
+}
+
+/// Whether a listed volume's name is a parity volume's (the manifest's name rules make the
+/// prefix decide).
+fn is_parity_name(name: &str) -> bool {
+    name.starts_with("parity.")
+}
+
+/// The error for bad volumes: each listed volume named with the count of its kind ("volume
+/// data.003 of 7 fails its sha256", "volume parity.000 of 2 is missing": one numbering, the
+/// names', everywhere), then the stray volume-like files, then how many volumes are good when
+/// every volume counted was checked.
 pub fn volumes_error(
     listed: &[VolumeProblem],
     stray: &[StrayFile],
-    total: usize,
+    counts: VolumeCounts,
     checked_all: bool,
 ) -> Error {
     let stray: Vec<&StrayFile> = stray
         .iter()
         .filter(|s| s.kind == StrayKind::VolumeLike)
         .collect();
+    let of = |p: &VolumeProblem| {
+        if is_parity_name(&p.volume) {
+            counts.parity
+        } else {
+            counts.data
+        }
+    };
     let mut parts: Vec<String> = listed
         .iter()
-        .map(|p| format!("volume {} of {total} {}", p.volume, p.problem))
+        .map(|p| format!("volume {} of {} {}", p.volume, of(p), p.problem))
         .chain(stray.iter().map(|s| format!("{} {}", s.name, s.problem())))
         .collect();
-    let good = total.saturating_sub(listed.len());
+    let bad_parity = listed.iter().filter(|p| is_parity_name(&p.volume)).count();
+    let good_data = counts.data.saturating_sub(listed.len() - bad_parity);
+    let good_parity = counts.parity.saturating_sub(bad_parity);
+    let total = counts.data + counts.parity;
     if checked_all && !listed.is_empty() && total > 1 {
-        parts.push(match good {
-            0 => format!("none of the {total} volumes is good"),
-            1 => "the other 1 is good".to_string(),
-            n => format!("the other {n} are good"),
+        parts.push(match (good_data + good_parity, counts.parity) {
+            (0, _) => format!("none of the {total} volumes is good"),
+            (1, 0) => "the other 1 is good".to_string(),
+            (n, 0) => format!("the other {n} are good"),
+            _ => format!(
+                "the other {} and {} {} good",
+                plural(good_data, "data volume"),
+                plural(good_parity, "parity volume"),
+                if good_data + good_parity == 1 {
+                    "is"
+                } else {
+                    "are"
+                }
+            ),
         });
     }
     Error::BadVolumes {
         summary: parts.join("; "),
         copy_again: listed.iter().map(|p| p.volume.clone()).collect(),
         remove: stray.iter().map(|s| s.name.clone()).collect(),
+    }
+}
+
+/// `n thing` or `n things`.
+fn plural(n: usize, thing: &str) -> String {
+    if n == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{n} {thing}s")
     }
 }
 
@@ -163,25 +228,39 @@ fn check_list(
                 .collect(),
         })
         .collect();
+    // Each worker keeps its buffer and the volume it has open: with small chunks (a bundle with
+    // parity has units of 4 KiB to 16 MiB) a job is a few hundred kilobytes.
+    type Worker = (Vec<u8>, Option<(usize, std::fs::File)>);
     let results: Vec<(usize, JobResult)> = jobs
         .par_iter()
-        .map(|&job| {
-            let i = match job {
-                Job::Chunk(i, _) | Job::Whole(i) => i,
-            };
-            let v = &list[i];
-            progress.item(&v.name);
-            let path = opened.dir().join(&v.name);
-            let r = match job {
-                Job::Chunk(_, c) => {
-                    let (start, end) = chunk_range(m.chunk_size, v, c);
-                    hash_range(&path, start, end, progress)
-                        .map(|h| (vec![(c, h == v.chunks[c])], None))
-                }
-                Job::Whole(_) => hash_volume(&path, m, i, progress),
-            };
-            (i, r.map_err(|e| e.to_string()))
-        })
+        .map_init(
+            || -> Worker { (Vec::new(), None) },
+            |(buf, open), &job| {
+                let i = match job {
+                    Job::Chunk(i, _) | Job::Whole(i) => i,
+                };
+                let v = &list[i];
+                progress.item(&v.name);
+                let path = opened.dir().join(&v.name);
+                let r = match job {
+                    Job::Chunk(_, c) => {
+                        let (start, end) = chunk_range(m.chunk_size, v, c);
+                        if open.as_ref().is_none_or(|(at, _)| *at != i) {
+                            *open = None;
+                            match open_regular(&path, Follow::Final) {
+                                Ok((f, _)) => *open = Some((i, f)),
+                                Err(e) => return (i, Err(io::Error::from(e).to_string())),
+                            }
+                        }
+                        let (_, f) = open.as_ref().expect("opened above");
+                        hash_range(f, buf, start, end, progress)
+                            .map(|h| (vec![(c, h == v.chunks[c])], None))
+                    }
+                    Job::Whole(_) => hash_volume(&path, m, i, progress),
+                };
+                (i, r.map_err(|e| e.to_string()))
+            },
+        )
         .collect();
     type Found = (Vec<(u64, u64)>, Option<String>, bool);
     let mut per_volume: std::collections::BTreeMap<usize, Found> = Default::default();
@@ -206,28 +285,59 @@ fn check_list(
     }
     for (i, (mut ranges, err, whole_bad)) in per_volume {
         ranges.sort();
+        let ranges = merge_ranges(ranges);
         let v = &list[i];
         let problem = match err {
             Some(e) => format!("cannot be read: {e}"),
             None if ranges.is_empty() && whole_bad => WHOLE_DIGEST_DISAGREES.to_string(),
             None => format!(
                 "fails its sha256 (bad byte ranges: {})",
-                ranges
-                    .iter()
-                    .map(|(a, b)| format!("{a}-{b}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                ranges_text(&ranges)
             ),
         };
         problems.push(VolumeProblem {
             volume: v.name.clone(),
-            index: i + 1,
+            index: i,
             problem,
             bad_ranges: ranges,
         });
     }
     problems.sort_by_key(|p| p.index);
     problems
+}
+
+/// Sorted byte ranges with the adjacent ones joined: a bundle with parity has chunks of a few
+/// KiB, and damage of a megabyte is one range, not hundreds.
+fn merge_ranges(ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for (a, b) in ranges {
+        match out.last_mut() {
+            Some(last) if last.1 == a => last.1 = b,
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
+/// How many ranges a message lists before it sums up the rest.
+const RANGES_LISTED: usize = 8;
+
+/// `0-4096, 8192-12288` (the first [`RANGES_LISTED`], then how many more and their bytes).
+fn ranges_text(ranges: &[(u64, u64)]) -> String {
+    let mut text: Vec<String> = ranges
+        .iter()
+        .take(RANGES_LISTED)
+        .map(|(a, b)| format!("{a}-{b}"))
+        .collect();
+    if ranges.len() > RANGES_LISTED {
+        let rest = &ranges[RANGES_LISTED..];
+        text.push(format!(
+            "and {} more ranges of {} bytes in all",
+            rest.len(),
+            rest.iter().map(|(a, b)| b - a).sum::<u64>()
+        ));
+    }
+    text.join(", ")
 }
 
 /// The problem of a version 1 volume whose chunks all match but whose whole-volume digest
@@ -273,7 +383,7 @@ fn stat_list(opened: &Opened, list: &[manifest::Volume]) -> (Vec<VolumeProblem>,
         };
         problems.push(VolumeProblem {
             volume: v.name.clone(),
-            index: i + 1,
+            index: i,
             problem,
             bad_ranges: vec![],
         });
@@ -365,10 +475,19 @@ pub fn is_volume_like(name: &str) -> bool {
     })
 }
 
-fn hash_range(path: &Path, start: u64, end: u64, progress: &dyn Progress) -> io::Result<String> {
-    let (f, _) = open_regular(path, Follow::Final)?;
+/// SHA-256 of `[start, end)` of `f`, read through `buf` (grown to at most 1 MiB).
+fn hash_range(
+    f: &std::fs::File,
+    buf: &mut Vec<u8>,
+    start: u64,
+    end: u64,
+    progress: &dyn Progress,
+) -> io::Result<String> {
+    let want = (end - start).clamp(1, 1 << 20) as usize;
+    if buf.len() < want {
+        buf.resize(want, 0);
+    }
     let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
     let mut pos = start;
     while pos < end {
         let want = ((end - pos) as usize).min(buf.len());
@@ -436,22 +555,54 @@ pub trait VolumeSource: Sync {
             "this volume source has no random access",
         ))
     }
+    /// The largest parity unit the reader holds in memory, to read it once (FORMAT.md 17.3);
+    /// larger units are read twice, hashed and then streamed. The tests lower it to read the
+    /// second way.
+    fn unit_memory(&self) -> u64 {
+        parity::MAX_UNIT_SIZE
+    }
 }
 
 /// The volumes of a bundle directory. Each is opened without blocking and must be a regular
-/// file: a FIFO or device planted as a volume must not hang or feed the reader.
-pub struct DirVolumes<'a>(pub &'a Path);
+/// file: a FIFO or device planted as a volume must not hang or feed the reader. A volume read
+/// at random (`read_at`, unit by unit) is opened once and kept open.
+pub struct DirVolumes<'a> {
+    dir: &'a Path,
+    opened: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<std::fs::File>>>,
+}
+
+impl<'a> DirVolumes<'a> {
+    /// The volumes in `dir`.
+    pub fn new(dir: &'a Path) -> Self {
+        DirVolumes {
+            dir,
+            opened: Default::default(),
+        }
+    }
+}
 
 impl VolumeSource for DirVolumes<'_> {
     fn open(&self, _index: usize, name: &str) -> io::Result<Box<dyn Read + Send + '_>> {
-        let (f, _) = open_regular(&self.0.join(name), Follow::Final)?;
+        let (f, _) = open_regular(&self.dir.join(name), Follow::Final)?;
         Ok(Box::new(f))
     }
     fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
+        self.dir.join(name)
     }
     fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        let (f, _) = open_regular(&self.0.join(name), Follow::Final)?;
+        let cached = self.opened.lock().expect("not poisoned").get(name).cloned();
+        let f = match cached {
+            Some(f) => f,
+            None => {
+                let (f, _) = open_regular(&self.dir.join(name), Follow::Final)?;
+                let f = std::sync::Arc::new(f);
+                self.opened
+                    .lock()
+                    .expect("not poisoned")
+                    .insert(name.to_string(), f.clone());
+                f
+            }
+        };
         f.read_exact_at(buf, offset)
     }
 }
@@ -477,7 +628,7 @@ impl std::error::Error for VolumeIo {}
 #[derive(Debug)]
 pub(super) struct VolumeFailure {
     pub(super) problem: VolumeProblem,
-    /// How many volumes the bundle has.
+    /// How many data volumes the bundle has.
     pub(super) total: usize,
 }
 
@@ -524,6 +675,13 @@ pub(super) struct VolumeReader<'a> {
     slice_start: u64,
     /// Names of the data volumes with units rebuilt from parity, in order.
     repaired: Vec<String>,
+    /// With parity and units of at most [`VolumeReader::max_held`] bytes: the data unit being
+    /// handed on, read once and checked (or rebuilt and checked) before any of it is.
+    unit: Vec<u8>,
+    /// Whether `unit` holds the current unit.
+    unit_held: bool,
+    /// Largest unit read whole into memory; larger ones are read twice (hashed, then streamed).
+    max_held: u64,
 }
 
 /// What the volume-reading thread hands on, in stream order.
@@ -554,6 +712,9 @@ impl<'a> VolumeReader<'a> {
             slice: Vec::new(),
             slice_start: 0,
             repaired: Vec::new(),
+            unit: Vec::new(),
+            unit_held: false,
+            max_held: source.unit_memory(),
         }
     }
 
@@ -562,9 +723,9 @@ impl<'a> VolumeReader<'a> {
         let v = &self.manifest.volumes[self.index];
         let p = VolumeProblem {
             volume: v.name.clone(),
-            index: self.index + 1,
+            index: self.index,
             problem,
-            bad_ranges: std::mem::take(&mut self.bad_ranges),
+            bad_ranges: merge_ranges(std::mem::take(&mut self.bad_ranges)),
         };
         match self.mode {
             Mode::Strict => Err(io::Error::other(VolumeFailure {
@@ -615,11 +776,111 @@ impl<'a> VolumeReader<'a> {
         (self.problems, self.repaired)
     }
 
-    /// [`Read::read`] for a bundle with parity: each data unit is hashed before any of its
-    /// bytes are handed on; an intact unit is then read again (and hashed again as it goes, so
-    /// media that change between the two reads are caught), an erased one is rebuilt from its
-    /// stripe slice by slice, and checked against its signed digest at its end. Memory stays
-    /// at `(D + R)` slices.
+    /// The part of [`VolumeReader::read_parity`] for units held in memory: data unit `u` of
+    /// `len` real bytes, the current one, handed on from memory, loaded first at its start.
+    fn read_held(&mut self, u: u64, len: u64, buf: &mut [u8]) -> io::Result<usize> {
+        if !self.unit_held {
+            self.load_unit(u, len)?;
+        }
+        let from = self.in_chunk as usize;
+        let n = buf.len().min(len as usize - from);
+        buf[..n].copy_from_slice(&self.unit[from..from + n]);
+        self.in_chunk += n as u64;
+        self.read_in_volume += n as u64;
+        if self.in_chunk == len {
+            self.unit_held = false;
+            self.chunk_index += 1;
+            self.in_chunk = 0;
+        }
+        Ok(n)
+    }
+
+    /// Reads data unit `u` (`len` real bytes) into memory and checks it against its signed
+    /// digest; an erased unit (unreadable, missing, or failing its digest) is rebuilt from its
+    /// stripe into memory and checked again.
+    fn load_unit(&mut self, u: u64, len: u64) -> io::Result<()> {
+        let ur = self.units.as_ref().expect("parity mode");
+        let g = ur.g;
+        let name = self.manifest.volumes[self.index].name.clone();
+        let io_error = |path: PathBuf, e: io::Error| io::Error::other(VolumeIo { path, source: e });
+        let len_us = len as usize;
+        if self.unit.len() < len_us {
+            self.unit
+                .try_reserve_exact(len_us - self.unit.len())
+                .map_err(|_| {
+                    io_error(
+                        self.source.path(&name),
+                        io::Error::other(ParityError::Memory(len)),
+                    )
+                })?;
+        }
+        self.unit.resize(len_us, 0);
+        let (want, _) = ur.digest(false, u);
+        let read = ur.read_data(u, 0, &mut self.unit);
+        if read.is_ok() && hex::encode(Sha256::digest(&self.unit)) == want {
+            ur.set_known(false, u, true);
+            self.unit_held = true;
+            return Ok(());
+        }
+        ur.set_known(false, u, false);
+        let (k, d) = g.locate(u);
+        let erased = ur.erased(k);
+        let chunk = self.chunk_index;
+        if erased.len() > g.recovery as usize {
+            let msg = format!(
+                "is damaged (chunk {chunk}) and its parity stripe {k} lost {} units, more than its {} recovery units: beyond what parity can rebuild",
+                erased.len(),
+                g.recovery
+            );
+            self.fail(msg)?;
+            return Err(io::Error::other(format!(
+                "{name} cannot be rebuilt from parity"
+            )));
+        }
+        if self.repaired.last() != Some(&name) {
+            self.repaired.push(name.clone());
+            if self.mode == Mode::Collect {
+                self.problems.push(VolumeProblem {
+                    volume: name.clone(),
+                    index: self.index,
+                    problem: "is damaged (rebuilt from parity to read on)".into(),
+                    bad_ranges: vec![],
+                });
+            }
+        }
+        let unit = &mut self.unit;
+        let r = ur.rebuild(k, &erased, 0, g.unit_size, &mut |shard, off, bytes| {
+            if shard == Shard::Data(d) && off < len {
+                let n = (len - off).min(bytes.len() as u64) as usize;
+                unit[off as usize..off as usize + n].copy_from_slice(&bytes[..n]);
+            }
+            Ok(())
+        });
+        if let Err(e) = r {
+            return Err(io_error(
+                self.source.path(&name),
+                io::Error::other(format!("rebuilding chunk {chunk} from parity: {e}")),
+            ));
+        }
+        self.unit_held = true;
+        if hex::encode(Sha256::digest(&self.unit)) != want {
+            let start = chunk as u64 * self.manifest.chunk_size;
+            self.bad_ranges.push((start, start + len));
+            self.fail(format!(
+                "chunk {chunk} rebuilt from parity does not match its signed digest (the parity volumes are damaged or not this bundle's)"
+            ))?;
+        }
+        Ok(())
+    }
+
+    /// [`Read::read`] for a bundle with parity: each data unit is checked against its signed
+    /// digest before any of its bytes are handed on. A unit of at most [`parity::MAX_UNIT_SIZE`]
+    /// (every unit `pack` makes, but for payloads of terabytes) is read once into memory,
+    /// hashed there and handed on from there ([`VolumeReader::read_held`]). A larger one (the
+    /// 64 MiB units of bundles packed before issue 24) is hashed, then read again and hashed
+    /// again as it goes (media that change between the two reads are caught); an erased one
+    /// is rebuilt from its stripe slice by slice and checked at its end. Memory stays at one
+    /// unit, or `(D + R)` slices.
     fn read_parity(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
             let volumes = &self.manifest.volumes;
@@ -642,6 +903,9 @@ impl<'a> VolumeReader<'a> {
             let g = ur.g;
             let u = ur.layout.unit_of_chunk(self.index, self.chunk_index);
             let (_, _, len) = ur.layout.data_unit(u);
+            if g.unit_size <= self.max_held {
+                return self.read_held(u, len, buf);
+            }
             if self.in_chunk == 0 && self.rebuilding.is_none() && !ur.intact(false, u) {
                 let (k, _) = g.locate(u);
                 let erased = ur.erased(k);
@@ -663,7 +927,7 @@ impl<'a> VolumeReader<'a> {
                     if self.mode == Mode::Collect {
                         self.problems.push(VolumeProblem {
                             volume: v.name.clone(),
-                            index: self.index + 1,
+                            index: self.index,
                             problem: "is damaged (rebuilt from parity to read on)".into(),
                             bad_ranges: vec![],
                         });
@@ -1196,7 +1460,7 @@ pub fn assess(
     data: &[VolumeProblem],
     parity: &[VolumeProblem],
 ) -> Option<Repairability> {
-    let source = DirVolumes(opened.dir());
+    let source = DirVolumes::new(opened.dir());
     let ur = UnitReader::new(&opened.manifest, &source)?;
     Some(assess_with(&ur, data, parity))
 }
@@ -1214,7 +1478,7 @@ pub fn assess_with(
     let mut erased_recovery = 0;
     let mut lost_units_of: std::collections::BTreeMap<u64, usize> = Default::default();
     for p in data {
-        let i = p.index - 1;
+        let i = p.index;
         for c in 0..m.volumes[i].chunks.len() {
             let u = ur.layout.unit_of_chunk(i, c);
             if !ur.intact(false, u) {
@@ -1226,7 +1490,7 @@ pub fn assess_with(
         }
     }
     for p in parity {
-        let j = p.index - 1;
+        let j = p.index;
         for c in 0..ur.parity_volumes()[j].chunks.len() {
             let n = ur.layout.recovery_of_chunk(j, c);
             if !ur.intact(true, n) {
@@ -1291,10 +1555,10 @@ mod tests {
                 version: 1,
                 compress: Compress::None,
                 volume_size: 16384,
-                chunk_size: 4096,
+                chunk_size: Some(4096),
                 created_unix: 0,
                 warnings: vec![],
-                parity: Some(25.0),
+                parity: Some(crate::parity::Ask::Percent(25.0)),
                 base: None,
                 trust_update: vec![],
                 values: None,
@@ -1400,50 +1664,119 @@ mod tests {
         std::fs::write(path, b).unwrap();
     }
 
+    /// A bundle directory that counts the bytes read at random and may hold units of at most
+    /// `memory` bytes.
+    struct Counted<'a> {
+        dir: DirVolumes<'a>,
+        memory: u64,
+        read: std::sync::atomic::AtomicU64,
+    }
+
+    impl<'a> Counted<'a> {
+        fn new(dir: &'a Path, memory: u64) -> Self {
+            Counted {
+                dir: DirVolumes::new(dir),
+                memory,
+                read: Default::default(),
+            }
+        }
+    }
+
+    impl VolumeSource for Counted<'_> {
+        fn open(&self, index: usize, name: &str) -> io::Result<Box<dyn Read + Send + '_>> {
+            self.dir.open(index, name)
+        }
+        fn path(&self, name: &str) -> PathBuf {
+            self.dir.path(name)
+        }
+        fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+            self.read
+                .fetch_add(buf.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            self.dir.read_at(name, offset, buf)
+        }
+        fn unit_memory(&self) -> u64 {
+            self.memory
+        }
+    }
+
+    /// Both ways of reading a bundle with parity: units held in memory, and units read twice.
+    const HELD_AND_TWICE: [u64; 2] = [parity::MAX_UNIT_SIZE, 0];
+
+    /// Issue 24: an intact bundle with parity is read once (each unit was hashed, then read
+    /// and hashed again: unpack took 1.46x unpack without parity); units larger than a reader
+    /// holds are still read twice.
     #[test]
-    fn an_erased_unit_is_rebuilt_while_streaming_and_the_volume_named() {
+    fn an_intact_bundle_with_parity_is_read_once() {
         let t = tempfile::tempdir().unwrap();
         let m = packed(t.path());
         let b = t.path().join("b");
-        flip(&b.join("data.000"), 3);
-        std::fs::remove_file(b.join("data.002")).unwrap();
-        let report = stream_volumes(
-            &m,
-            &DirVolumes(&b),
-            Mode::Strict,
-            &mut NullSink,
-            &crate::progress::Silent,
-        )
-        .unwrap();
-        assert_eq!(report.repaired, ["data.000", "data.002"]);
+        for (memory, reads) in [(parity::MAX_UNIT_SIZE, 1), (0, 2)] {
+            let source = Counted::new(&b, memory);
+            stream_volumes(
+                &m,
+                &source,
+                Mode::Strict,
+                &mut NullSink,
+                &crate::progress::Silent,
+            )
+            .unwrap();
+            assert_eq!(
+                source.read.into_inner(),
+                reads * m.totals.volume_bytes,
+                "units held up to {memory} bytes"
+            );
+        }
+    }
+
+    #[test]
+    fn an_erased_unit_is_rebuilt_while_streaming_and_the_volume_named() {
+        for memory in HELD_AND_TWICE {
+            let t = tempfile::tempdir().unwrap();
+            let m = packed(t.path());
+            let b = t.path().join("b");
+            flip(&b.join("data.000"), 3);
+            std::fs::remove_file(b.join("data.002")).unwrap();
+            // Strict: every file is held to its signed digest, so the rebuilt bytes are right.
+            let report = stream_volumes(
+                &m,
+                &Counted::new(&b, memory),
+                Mode::Strict,
+                &mut NullSink,
+                &crate::progress::Silent,
+            )
+            .unwrap();
+            assert_eq!(report.repaired, ["data.000", "data.002"]);
+        }
     }
 
     #[test]
     fn a_rebuilt_unit_that_fails_its_signed_digest_is_refused() {
         // The recovery unit of stripe 0 is changed and its digest in the manifest with it (a
         // parity volume that verifies but lies): the rebuilt data unit 0 must not be used.
-        let t = tempfile::tempdir().unwrap();
-        let mut m = packed(t.path());
-        let b = t.path().join("b");
-        let g = m.parity_geometry().unwrap();
-        assert_eq!(g.recovery_index(0, 0), 0);
-        let p0 = b.join("parity.000");
-        flip(&p0, 10);
-        let unit = std::fs::read(&p0).unwrap()[..4096].to_vec();
-        m.parity.as_mut().unwrap().volumes[0].chunks[0] = hex::encode(Sha256::digest(&unit));
-        flip(&b.join("data.000"), 3);
-        let e = stream_volumes(
-            &m,
-            &DirVolumes(&b),
-            Mode::Strict,
-            &mut NullSink,
-            &crate::progress::Silent,
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(
-            e.contains("chunk 0 rebuilt from parity does not match its signed digest"),
-            "{e}"
-        );
+        for memory in HELD_AND_TWICE {
+            let t = tempfile::tempdir().unwrap();
+            let mut m = packed(t.path());
+            let b = t.path().join("b");
+            let g = m.parity_geometry().unwrap();
+            assert_eq!(g.recovery_index(0, 0), 0);
+            let p0 = b.join("parity.000");
+            flip(&p0, 10);
+            let unit = std::fs::read(&p0).unwrap()[..4096].to_vec();
+            m.parity.as_mut().unwrap().volumes[0].chunks[0] = hex::encode(Sha256::digest(&unit));
+            flip(&b.join("data.000"), 3);
+            let e = stream_volumes(
+                &m,
+                &Counted::new(&b, memory),
+                Mode::Strict,
+                &mut NullSink,
+                &crate::progress::Silent,
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains("chunk 0 rebuilt from parity does not match its signed digest"),
+                "{e}"
+            );
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! [`Output`] (JSON fields, human lines, warnings, maybe an error) and [`run`] renders it.
 
 mod check;
+mod damage_map;
 mod files;
 mod interrupt;
 mod keygen;
@@ -70,7 +71,7 @@ pub fn run(cli: Cli) -> u8 {
     }
     .or(cli.progress)
     .unwrap_or(ProgressArg::Auto);
-    let ui = Ui::new(progress, quiet, name);
+    let ui = Ui::new(progress, quiet, name).with_damage_maps(!json && !quiet);
     let result = match cli.command {
         Command::Keygen(a) => keygen::run(a),
         Command::Pack(a) => {
@@ -527,6 +528,12 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
             }
         ));
         return Ok(out);
+    }
+    // On a terminal, a map of the damage first (issue 25 item 13); pipes get the list alone.
+    if let (Some(map), Some((_, cols))) = (&verdict.damage, console::Term::stdout().size_checked())
+        && let Some(lines) = damage_map::draw(map, usize::from(cols))
+    {
+        out.lines.extend(lines);
     }
     for p in verdict.bad_volumes.iter().chain(&verdict.bad_parity) {
         out.line(format!("BAD  {}: {}", p.volume, p.problem));

@@ -7,6 +7,7 @@ use airlock::error::{Error, Result, human};
 use airlock::hfcache;
 use airlock::manifest;
 use airlock::pack::{self, BaseSource, Compress, Model, ModelSpec, PackOptions, ValueScan, write};
+use airlock::parity::Ask;
 use airlock::size::parse_size;
 
 use super::Output;
@@ -56,8 +57,8 @@ pub(super) fn created_unix() -> Result<i64> {
 /// The sizes and shapes `pack` takes from its flags, checked.
 struct Shape {
     volume_size: u64,
-    chunk_size: u64,
-    parity: Option<f64>,
+    chunk_size: Option<u64>,
+    parity: Option<Ask>,
 }
 
 fn shape(a: &PackArgs) -> Result<Shape> {
@@ -73,13 +74,15 @@ fn shape(a: &PackArgs) -> Result<Shape> {
     let parity = a
         .parity
         .as_deref()
-        .map(pack::parity::parse_percent)
+        .map(pack::parity::parse_ask)
         .transpose()
         .map_err(|e| Error::Usage(format!("--parity {e}")))?;
-    let chunk_size = a.chunk_size.unwrap_or(manifest::DEFAULT_CHUNK_SIZE);
-    if !(4096..=(1 << 30)).contains(&chunk_size) || !chunk_size.is_power_of_two() {
+    let chunk_size = a.chunk_size;
+    if let Some(c) = chunk_size
+        && (!(4096..=(1 << 30)).contains(&c) || !c.is_power_of_two())
+    {
         return Err(Error::Usage(format!(
-            "--chunk-size {chunk_size} is not a power of two from 4096 to 1073741824"
+            "--chunk-size {c} is not a power of two from 4096 to 1073741824"
         )));
     }
     Ok(Shape {
@@ -385,7 +388,7 @@ fn render(
     model: &Model,
     packed: &pack::Packed,
     signer: &airlock::keys::PublicKey,
-    parity: Option<f64>,
+    parity: Option<Ask>,
 ) {
     let m = &packed.manifest;
     out.set("bundle", &a.output);
@@ -486,7 +489,7 @@ fn render(
         human(m.totals.volume_bytes),
         signer.key_id_hex()
     ));
-    if let Some(p) = &m.parity {
+    if let (Some(p), Some(advice)) = (&m.parity, pack::parity::advice(m, parity)) {
         let bytes: u64 = p.volumes.iter().map(|v| v.size).sum();
         out.set(
             "parity",
@@ -496,26 +499,82 @@ fn render(
                 "stripes": p.stripes,
                 "volumes": p.volumes.len(),
                 "bytes": bytes,
+                "percent": advice.percent,
+                "unit_size": advice.unit_size,
+                "survives": advice.survives,
             }),
         );
-        let got = bytes as f64 * 100.0 / m.totals.volume_bytes as f64;
-        if let Some(asked) = parity
-            && (got - asked).abs() > 1.0
+        out.line(format!(
+            "OK   parity: {} volume(s) ({}, {:.1}% of the data) in units of {}; it rebuilds {}",
+            p.volumes.len(),
+            human(bytes),
+            advice.percent,
+            human(advice.unit_size),
+            survives_text(&advice.survives)
+        ));
+        if let Some(Ask::Percent(asked)) = parity
+            && (advice.percent - asked).abs() > 1.0
         {
             out.warnings.push(format!(
-                "parity is {got:.1}% of the data, not the {asked}% asked: parity comes in whole chunks of {} and the bundle has only {} (a small bundle)",
-                human(m.chunk_size),
+                "parity is {:.1}% of the data, not the {asked}% asked: parity comes in units of {} and the bundle has only {} of them (a small bundle)",
+                advice.percent,
+                human(advice.unit_size),
                 m.data_units()
             ));
         }
-        out.line(format!(
-            "OK   parity: {} volume(s) ({}, {:.1}% of the data), {} of every {} chunks rebuildable per stripe",
-            p.volumes.len(),
-            human(bytes),
-            bytes as f64 * 100.0 / m.totals.volume_bytes as f64,
-            p.recovery_units,
-            p.data_units + p.recovery_units
+        if let Some(one) = advice.one_volume_percent {
+            out.warnings.push(format!(
+                "{} cannot rebuild a lost data volume: the largest of the {} is {:.1}% of the data; --parity 1vol ({one:.1}% of parity) would{}",
+                parity.map_or_else(|| "this parity".to_string(), |a| format!("--parity {a}")),
+                m.volumes.len(),
+                largest_volume_percent(m),
+                match advice.volume_size_for_one {
+                    Some(s) => format!(", or --volume-size {} with the same share", size_arg(s)),
+                    None => String::new(),
+                }
+            ));
+        }
+    }
+}
+
+/// What parity rebuilds, in operator terms: "any 1 whole data volume lost, or up to 24.0 MiB of
+/// contiguous damage".
+fn survives_text(s: &airlock::parity::Survives) -> String {
+    let mut parts = Vec::new();
+    if s.volumes >= 1 {
+        parts.push(format!(
+            "any {} whole data volume{} lost",
+            s.volumes,
+            if s.volumes == 1 { "" } else { "s" }
         ));
+    }
+    if s.per_volume_bytes > 0 {
+        parts.push(format!(
+            "up to {} of contiguous damage in every volume at once",
+            human(s.per_volume_bytes)
+        ));
+    }
+    parts.push(format!(
+        "up to {} of contiguous damage in one place",
+        human(s.contiguous_bytes)
+    ));
+    parts.join(", or ")
+}
+
+/// The largest data volume's share of the data, in percent.
+fn largest_volume_percent(m: &manifest::Manifest) -> f64 {
+    let largest = m.volumes.iter().map(|v| v.size).max().unwrap_or(0);
+    largest as f64 * 100.0 / m.totals.volume_bytes.max(1) as f64
+}
+
+/// A size as `--volume-size` takes it: whole MiB as `NM`, whole KiB as `NK`, else bytes.
+fn size_arg(bytes: u64) -> String {
+    if bytes.is_multiple_of(1 << 20) {
+        format!("{}M", bytes >> 20)
+    } else if bytes.is_multiple_of(1024) {
+        format!("{}K", bytes >> 10)
+    } else {
+        bytes.to_string()
     }
 }
 

@@ -58,6 +58,8 @@ pub struct Ui {
     display: Display,
     /// The subcommand, to name its phases the way an operator thinks of them.
     command: &'static str,
+    /// Whether a damage map may be drawn on stderr (not with `--json` or `--quiet`).
+    damage_maps: bool,
 }
 
 enum Display {
@@ -138,7 +140,17 @@ impl Ui {
                 forced: arg == ProgressArg::Bar,
             },
         };
-        Ui { display, command }
+        Ui {
+            display,
+            command,
+            damage_maps: false,
+        }
+    }
+
+    /// Lets [`Progress::damage`] draw its map on stderr when stderr is a terminal wide enough.
+    pub fn with_damage_maps(mut self, on: bool) -> Ui {
+        self.damage_maps = on;
+        self
     }
 
     /// The handle the signal thread clears the screen with.
@@ -293,6 +305,19 @@ fn eta_text(secs: f64) -> String {
 }
 
 impl Progress for Ui {
+    fn damage(&self, map: &airlock::bundle::damage::DamageMap) {
+        if !self.damage_maps {
+            return;
+        }
+        let Some((_, cols)) = console::Term::stderr().size_checked() else {
+            return;
+        };
+        if let Some(lines) = super::damage_map::draw(map, usize::from(cols)) {
+            self.clear();
+            eprintln!("{}", lines.join("\n"));
+        }
+    }
+
     fn start(&self, phase: &str, total: u64) {
         let label = label(self.command, phase);
         match &self.display {

@@ -50,14 +50,16 @@ pub struct PackOptions<'a> {
     pub compress: Compress,
     /// Largest volume, bytes.
     pub volume_size: u64,
-    /// Chunk size for per-chunk digests.
-    pub chunk_size: u64,
+    /// Chunk size for per-chunk digests; `None`: 64 MiB, or with parity the parity unit
+    /// chosen for the volume size (FORMAT.md 17.4).
+    pub chunk_size: Option<u64>,
     /// Creation time, seconds since the epoch.
     pub created_unix: i64,
     /// Model-check warnings to record.
     pub warnings: Vec<Warning>,
-    /// Parity to add, in percent of the data (`pack --parity`; FORMAT.md section 17).
-    pub parity: Option<f64>,
+    /// Parity to add (`pack --parity`; FORMAT.md section 17): a share of the data or a number
+    /// of lost volumes to survive.
+    pub parity: Option<crate::parity::Ask>,
     /// Pack a delta against this base (docs/FORMAT.md section 16).
     pub base: Option<BaseSource>,
     /// TUF root versions to carry (`pack --trust-update`; FORMAT.md section 18), checked by
@@ -155,13 +157,14 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
         scan_values,
         progress,
     )?;
+    let chunk_size = opts.chunk_size_for(stream_estimate(&plan.stream));
     let written = write::write(
         &plan.stream,
         &dir,
         &write::WriteOptions {
             compress: opts.compress,
             volume_size: opts.volume_size,
-            chunk_size: opts.chunk_size,
+            chunk_size,
             scan_values,
         },
         progress,
@@ -187,12 +190,12 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
         None => None,
     };
     let parity = match opts.parity {
-        Some(percent) => Some(parity::write_parity(
+        Some(ask) => Some(parity::write_parity(
             &dir,
             &volumes,
-            opts.chunk_size,
+            chunk_size,
             opts.volume_size,
-            percent,
+            ask,
             progress,
         )?),
         None => None,
@@ -214,7 +217,7 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
             created_unix: opts.created_unix,
             compression,
             stream_size,
-            chunk_size: opts.chunk_size,
+            chunk_size,
             volumes,
             directories: completed.directories,
             files: completed.files,
@@ -272,6 +275,33 @@ pub fn file_values(path: &str, s: &values::Summary) -> manifest::FileValues {
     }
 }
 
+impl PackOptions<'_> {
+    /// The chunk size for a stream of about `stream` bytes ([`parity::chunk_size`]).
+    pub fn chunk_size_for(&self, stream: u64) -> u64 {
+        parity::chunk_size(
+            self.chunk_size,
+            self.parity.is_some(),
+            self.volume_size,
+            stream,
+        )
+    }
+}
+
+/// The uncompressed size of a stream of `entries` (an upper bound of its payload but for
+/// zstd's few bytes of framing), to choose the parity unit before it is written.
+fn stream_estimate(entries: &[write::StreamEntry]) -> u64 {
+    entries
+        .iter()
+        .map(|e| match e {
+            write::StreamEntry::Dir(p) => manifest::entry_stream_size(p, true, 0),
+            write::StreamEntry::File { path, size, .. } => {
+                manifest::entry_stream_size(path, false, *size)
+            }
+        })
+        .map(|s| s.unwrap_or(u64::MAX))
+        .fold(2 * tar::BLOCK as u64, u64::saturating_add)
+}
+
 /// Counts the bytes written to it.
 struct Counter(u64);
 
@@ -326,6 +356,7 @@ pub fn manifest_size_estimate(model: &Model, opts: &PackOptions<'_>) -> u64 {
         Compress::None => stream,
         Compress::Zstd { .. } => stream.saturating_add(stream >> 8).saturating_add(128),
     };
+    let chunk_size = opts.chunk_size_for(stream);
     let count = payload.div_ceil(opts.volume_size.max(1)).max(1);
     let volumes: Vec<Volume> = (0..count)
         .map(|i| {
@@ -334,13 +365,13 @@ pub fn manifest_size_estimate(model: &Model, opts: &PackOptions<'_>) -> u64 {
                 name: manifest::volume_name(i as usize, count as usize),
                 size,
                 sha256: None,
-                chunks: vec![digest.clone(); size.div_ceil(opts.chunk_size.max(1)) as usize],
+                chunks: vec![digest.clone(); size.div_ceil(chunk_size) as usize],
             }
         })
         .collect();
     let parity = opts
         .parity
-        .and_then(|p| parity::estimate(&volumes, opts.chunk_size, opts.volume_size, p));
+        .and_then(|p| parity::estimate(&volumes, chunk_size, opts.volume_size, p));
     let m = Manifest {
         format: manifest::FORMAT_ID.into(),
         format_version: manifest::FORMAT_VERSION,
@@ -353,7 +384,7 @@ pub fn manifest_size_estimate(model: &Model, opts: &PackOptions<'_>) -> u64 {
             level: Some(19),
         },
         stream: Stream { size: stream },
-        chunk_size: opts.chunk_size,
+        chunk_size,
         volumes,
         totals: Totals {
             files: u64::MAX,
@@ -564,7 +595,7 @@ mod tests {
             version: 1,
             compress,
             volume_size: 4096,
-            chunk_size: 4096,
+            chunk_size: Some(4096),
             created_unix: 0,
             warnings: vec![],
             parity: None,

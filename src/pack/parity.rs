@@ -20,8 +20,8 @@ use sha2::{Digest, Sha256};
 use crate::bundle::volumes::UnitLayout;
 use crate::error::{Error, Result};
 use crate::fsio;
-use crate::manifest::{self, PARITY_ALGORITHM, Parity, Volume};
-use crate::parity::{self, Geometry};
+use crate::manifest::{self, Manifest, PARITY_ALGORITHM, Parity, Volume};
+use crate::parity::{self, Ask, DataShape, Geometry, Survives};
 use crate::progress::Progress;
 
 /// How many recovery units go into each parity volume: as many whole units as fit in the
@@ -31,27 +31,65 @@ pub fn units_per_parity_volume(volume_size: u64, chunk_size: u64) -> u64 {
 }
 
 /// Parses `--parity`: a percentage such as `10%` or `12.5%` (the `%` may be left out), more
-/// than 0 and at most 100.
-pub fn parse_percent(s: &str) -> std::result::Result<f64, String> {
+/// than 0 and at most 100; or `Nvol` (`1vol`, `2vol`): the least parity that rebuilds any `N`
+/// lost data volumes.
+pub fn parse_ask(s: &str) -> std::result::Result<Ask, String> {
     let t = s.trim();
+    let lower = t.to_ascii_lowercase();
+    if let Some(n) = lower
+        .strip_suffix("vols")
+        .or_else(|| lower.strip_suffix("vol"))
+    {
+        return match n.parse::<u32>() {
+            Ok(n) if n >= 1 => Ok(Ask::Volumes(n)),
+            _ => Err(format!(
+                "{s:?} is not a number of volumes of at least 1 (e.g. 1vol)"
+            )),
+        };
+    }
     let t = t.strip_suffix('%').unwrap_or(t);
     match t.parse::<f64>() {
-        Ok(p) if p > 0.0 && p <= 100.0 && p.is_finite() => Ok(p),
+        Ok(p) if p > 0.0 && p <= 100.0 && p.is_finite() => Ok(Ask::Percent(p)),
         _ => Err(format!(
-            "{s:?} is not a percentage between 0 and 100 (e.g. 10%)"
+            "{s:?} is neither a percentage between 0 and 100 (e.g. 10%) nor a number of volumes (e.g. 1vol)"
         )),
     }
 }
 
-/// The geometry and parity volume names and sizes for `data` at `percent` (digests empty).
+/// The chunk size of a bundle: the one given (`--chunk-size`, for tests), else with parity the
+/// parity unit for volumes of `volume_size` and a payload of about `payload` bytes
+/// ([`parity::unit_size_for`], FORMAT.md 17.4), else 64 MiB.
+pub fn chunk_size(given: Option<u64>, with_parity: bool, volume_size: u64, payload: u64) -> u64 {
+    match given {
+        Some(c) => c,
+        None if with_parity => parity::unit_size_for(volume_size, payload),
+        None => manifest::DEFAULT_CHUNK_SIZE,
+    }
+}
+
+/// The data volumes as parity sees them (their units and bytes), for `chunk_size`.
+fn shape_of(data: &[Volume], chunk_size: u64) -> (Vec<u64>, u64) {
+    (
+        data.iter().map(|v| v.size.div_ceil(chunk_size)).collect(),
+        data.iter().map(|v| v.size).sum(),
+    )
+}
+
+/// The geometry and parity volume names and sizes for `data` and what was asked (digests
+/// empty).
 pub fn plan(
     data: &[Volume],
     chunk_size: u64,
     volume_size: u64,
-    percent: f64,
+    ask: Ask,
 ) -> std::result::Result<(Geometry, Vec<Volume>), String> {
-    let units: u64 = data.iter().map(|v| v.chunks.len() as u64).sum();
-    let g = Geometry::choose(units, chunk_size, percent).map_err(|e| e.to_string())?;
+    let (volume_units, bytes) = shape_of(data, chunk_size);
+    let shape = DataShape {
+        unit_size: chunk_size,
+        volume_units: &volume_units,
+        bytes,
+    };
+    let g = Geometry::choose_for(&shape, ask).map_err(|e| e.to_string())?;
     let total = g.recovery_units();
     let per = units_per_parity_volume(volume_size, chunk_size);
     let count = total.div_ceil(per) as usize;
@@ -71,13 +109,8 @@ pub fn plan(
 
 /// An upper bound of the `parity` object for the manifest size estimate: the same shape with
 /// placeholder digests.
-pub fn estimate(
-    data: &[Volume],
-    chunk_size: u64,
-    volume_size: u64,
-    percent: f64,
-) -> Option<Parity> {
-    let (g, mut volumes) = plan(data, chunk_size, volume_size, percent).ok()?;
+pub fn estimate(data: &[Volume], chunk_size: u64, volume_size: u64, ask: Ask) -> Option<Parity> {
+    let (g, mut volumes) = plan(data, chunk_size, volume_size, ask).ok()?;
     for v in &mut volumes {
         v.chunks = vec!["0".repeat(64); (v.size / chunk_size) as usize];
     }
@@ -90,6 +123,83 @@ pub fn estimate(
     })
 }
 
+/// What a bundle's parity buys, for the operator (`pack` prints it and `--json` carries it).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Advice {
+    /// Parity bytes as a percentage of the data bytes.
+    pub percent: f64,
+    /// The parity unit (the bundle's chunk size).
+    pub unit_size: u64,
+    /// What it rebuilds whatever the placement of the damage.
+    pub survives: Survives,
+    /// When it cannot rebuild one lost data volume of several: the parity `--parity 1vol`
+    /// would write, in percent of the data.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub one_volume_percent: Option<f64>,
+    /// And the largest volume size with which the share asked would rebuild one lost volume,
+    /// if one of at least 4096 bytes does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volume_size_for_one: Option<u64>,
+}
+
+/// What the parity of `m` buys, and (for a percentage asked) how to get one lost volume
+/// rebuilt when it does not. `None` without parity.
+pub fn advice(m: &Manifest, ask: Option<Ask>) -> Option<Advice> {
+    let g = m.parity_geometry()?;
+    let (volume_units, bytes) = shape_of(&m.volumes, m.chunk_size);
+    let shape = DataShape {
+        unit_size: m.chunk_size,
+        volume_units: &volume_units,
+        bytes,
+    };
+    let survives = g.survives(&volume_units);
+    let mut advice = Advice {
+        percent: shape.percent(&g),
+        unit_size: m.chunk_size,
+        survives,
+        one_volume_percent: None,
+        volume_size_for_one: None,
+    };
+    if survives.volumes == 0 && volume_units.len() > 1 {
+        advice.one_volume_percent = Geometry::choose_for(&shape, Ask::Volumes(1))
+            .ok()
+            .map(|g| shape.percent(&g));
+        if let Some(Ask::Percent(p)) = ask {
+            advice.volume_size_for_one = volume_size_for_one(bytes, p);
+        }
+    }
+    Some(advice)
+}
+
+/// The largest volume size (a whole number of MiB, or of 4 KiB below 1 MiB) with which `p`
+/// percent of parity over `bytes` of data rebuilds any one lost volume, if one of at least
+/// 4096 bytes does.
+fn volume_size_for_one(bytes: u64, p: f64) -> Option<u64> {
+    // A volume larger than the parity cannot be rebuilt from it.
+    let mut size = (bytes as f64 * p / 100.0) as u64;
+    while size >= 4096 {
+        let round = if size >= 1 << 20 { 1 << 20 } else { 4096 };
+        let s = size / round * round;
+        let unit = parity::unit_size_for(s, bytes);
+        let units: Vec<u64> = (0..bytes.div_ceil(s))
+            .map(|i| (bytes - i * s).min(s).div_ceil(unit))
+            .collect();
+        let shape = DataShape {
+            unit_size: unit,
+            volume_units: &units,
+            bytes,
+        };
+        if units.len() > 1
+            && Geometry::choose_for(&shape, Ask::Percent(p))
+                .is_ok_and(|g| g.survives(&units).volumes >= 1)
+        {
+            return Some(s);
+        }
+        size = size * 15 / 16;
+    }
+    None
+}
+
 /// Writes the parity volumes for the data volumes `data` (already in `dir`, with their chunk
 /// digests) and returns the manifest's `parity` object.
 pub fn write_parity(
@@ -97,11 +207,11 @@ pub fn write_parity(
     data: &[Volume],
     chunk_size: u64,
     volume_size: u64,
-    percent: f64,
+    ask: Ask,
     progress: &dyn Progress,
 ) -> Result<Parity> {
-    let (g, mut volumes) = plan(data, chunk_size, volume_size, percent)
-        .map_err(|why| Error::Usage(format!("--parity {percent}%: {why}")))?;
+    let (g, mut volumes) = plan(data, chunk_size, volume_size, ask)
+        .map_err(|why| Error::Usage(format!("--parity {ask}: {why}")))?;
     let layout = UnitLayout::new(chunk_size, data, &volumes);
     // The work directory is opened once, not through a link; the volumes are read and created
     // through its handle, never through a link, the parity volumes exclusively.
@@ -245,22 +355,29 @@ mod tests {
         // A link planted where a parity volume goes: refused, its target untouched.
         std::fs::write(t.path().join("victim"), b"keep").unwrap();
         symlink(t.path().join("victim"), work.join("parity.000")).unwrap();
-        assert!(write_parity(&work, &data, 4096, 1 << 20, 50.0, &silent).is_err());
+        assert!(write_parity(&work, &data, 4096, 1 << 20, Ask::Percent(50.0), &silent).is_err());
         assert_eq!(std::fs::read(t.path().join("victim")).unwrap(), b"keep");
         std::fs::remove_file(work.join("parity.000")).unwrap();
         // The work directory named through a link: refused, nothing written where it points.
         symlink(&work, t.path().join("link")).unwrap();
-        let e = write_parity(&t.path().join("link"), &data, 4096, 1 << 20, 50.0, &silent);
+        let e = write_parity(
+            &t.path().join("link"),
+            &data,
+            4096,
+            1 << 20,
+            Ask::Percent(50.0),
+            &silent,
+        );
         assert!(e.is_err(), "wrote parity through a linked directory");
         assert!(!work.join("parity.000").exists());
         // A data volume that is a link: refused.
         std::fs::rename(work.join("data.000"), t.path().join("data.000")).unwrap();
         symlink(t.path().join("data.000"), work.join("data.000")).unwrap();
-        assert!(write_parity(&work, &data, 4096, 1 << 20, 50.0, &silent).is_err());
+        assert!(write_parity(&work, &data, 4096, 1 << 20, Ask::Percent(50.0), &silent).is_err());
         std::fs::remove_file(work.join("data.000")).unwrap();
         std::fs::rename(t.path().join("data.000"), work.join("data.000")).unwrap();
         // The real thing, with the mode set whatever the umask.
-        let p = write_parity(&work, &data, 4096, 1 << 20, 50.0, &silent).unwrap();
+        let p = write_parity(&work, &data, 4096, 1 << 20, Ask::Percent(50.0), &silent).unwrap();
         for v in &p.volumes {
             let meta = std::fs::symlink_metadata(work.join(&v.name)).unwrap();
             assert!(meta.is_file());

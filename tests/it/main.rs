@@ -3,6 +3,7 @@
 mod cli;
 mod compose;
 mod crash;
+mod damage_map;
 mod delta;
 mod format_exact;
 mod hfcache;
@@ -15,6 +16,7 @@ mod oci_safety;
 mod oms;
 mod operator;
 mod parity;
+mod parity_units;
 mod receipt_links;
 mod repair_safety;
 mod roundtrip;

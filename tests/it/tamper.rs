@@ -99,7 +99,8 @@ fn damaged_chunk_is_named_by_its_byte_range_in_a_multi_chunk_volume() {
     v[(70 * MIB) as usize] ^= 0x01;
     v[(size - 10) as usize] ^= 0x80;
     std::fs::write(&p, v).unwrap();
-    let ranges = serde_json::json!([[64 * MIB, 128 * MIB], [128 * MIB, size]]);
+    // Two adjacent bad chunks are one range (issue 24: damage named without a list per chunk).
+    let ranges = serde_json::json!([[64 * MIB, size]]);
     for deep in [false, true] {
         let mut args = vec!["verify", "b", "--trust", "k.pub"];
         if deep {
@@ -113,12 +114,7 @@ fn damaged_chunk_is_named_by_its_byte_range_in_a_multi_chunk_volume() {
         assert_eq!(j["bad_volumes"][0]["bad_ranges"], ranges, "{j}");
     }
     let text = env.fails(3, &["verify", "b", "--trust", "k.pub"]);
-    let expected = format!(
-        "bad byte ranges: {}-{}, {}-{size}",
-        64 * MIB,
-        128 * MIB,
-        128 * MIB
-    );
+    let expected = format!("bad byte ranges: {}-{size}", 64 * MIB);
     assert!(text.contains(&expected), "{text}");
     assert_unpack_refused(&env, 3, &["data.000"]);
 }
