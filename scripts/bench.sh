@@ -675,7 +675,8 @@ for label, v in rows.items():
 for a, b in [("pack", "pack --no-value-scan"), ("pack --compress none", "pack --compress none --no-value-scan"),
              ("check DIR", "check DIR --no-value-scan"), ("check INSTALL", "check INSTALL --no-value-scan")]:
     cpu = f"{med[a][1] / med[b][1]:.3f}x" if med[b][1] > 0 else f"+{med[a][1]:.2f} s"
-    print(f"{a}: {med[a][0] / med[b][0]:.3f}x the wall time, {cpu} the cpu time of {b}")
+    wall = f"{med[a][0] / med[b][0]:.3f}x" if med[b][0] > 0 else f"+{med[a][0]:.2f} s"
+    print(f"{a}: {wall} the wall time, {cpu} the cpu time of {b}")
 PY
     echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 }

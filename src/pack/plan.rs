@@ -670,7 +670,7 @@ mod tests {
                 version: 1,
                 compress: Compress::None,
                 volume_size: 1 << 30,
-                chunk_size: 1 << 20,
+                chunk_size: Some(1 << 20),
                 created_unix: 0,
                 warnings: vec![],
                 parity: None,
