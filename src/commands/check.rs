@@ -10,7 +10,8 @@ use airlock::inspect::{self, Finding, Severity};
 use airlock::paths::RECEIPT_DIR;
 use airlock::progress::Progress;
 use airlock::receipt;
-use airlock::trust::{TRUST_ENV, TrustSource};
+use airlock::trust::policy::Signer;
+use airlock::trust::{Policy, TRUST_ENV, TrustSource};
 
 use super::Output;
 use crate::cli::{CheckArgs, RepoTypeArg, TrustArgs};
@@ -254,8 +255,6 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
     // The value scan rides on the receipt comparison's hashing; the model files no receipt
     // lists are read for it on their own. --sizes-only reads no content, so no scan either.
     let scan_values = !a.no_value_scan && !a.sizes_only;
-    let mut value_scans = Vec::new();
-    let mut hashed = std::collections::HashSet::new();
     out.set("receipt", has_receipt);
     out.set("receipt_verified", trust.is_some());
     out.set("lint_only", lint_only);
@@ -265,76 +264,87 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
             dir.display()
         ));
     }
-    let mut receipt_error = None;
-    let mut drift_count = None;
-    if has_receipt || trust.is_some() {
-        let opened = receipt::open(dir, trust.as_ref())?;
-        out.warnings.extend(opened.warnings);
-        if let Some(signer) = &opened.signer {
-            out.set("receipt_signer", signer);
-            out.set("receipt_signers", &opened.signers);
+    let compared = if has_receipt || trust.is_some() {
+        compare_receipt(dir, &a, trust.as_ref(), scan_values, ui, &mut out)?
+    } else {
+        Compared::default()
+    };
+    let findings = model_findings(
+        dir,
+        scan_values,
+        has_receipt,
+        compared.scans,
+        &compared.hashed,
+        ui,
+        &mut out,
+    )?;
+    conclude(&mut out, &findings, compared.drift_count, compared.error);
+    Ok(out)
+}
+
+/// What the receipt comparison of `check DIR` found.
+#[derive(Default)]
+struct Compared {
+    /// How many differences (`None`: no receipt was compared).
+    drift_count: Option<usize>,
+    /// The verdict when anything differs.
+    error: Option<Error>,
+    /// The files the receipt lists (hashed, and value-scanned in the same read).
+    hashed: std::collections::HashSet<String>,
+    /// Their value scans.
+    scans: receipt::FileScans,
+}
+
+/// Opens the receipt (verified against `trust` when one is set) and compares `dir` with it:
+/// hashes (or sizes), modes, planted files and the recorded value counts.
+fn compare_receipt(
+    dir: &Path,
+    a: &CheckArgs,
+    trust: Option<&Policy>,
+    scan_values: bool,
+    ui: &dyn Progress,
+    out: &mut Output,
+) -> Result<Compared> {
+    let opened = receipt::open(dir, trust)?;
+    out.warnings.extend(opened.warnings);
+    if let Some(signer) = &opened.signer {
+        out.set("receipt_signer", signer);
+        out.set("receipt_signers", &opened.signers);
+    }
+    if let Some(p) = trust {
+        say_signers(p, opened.vouched_by, &opened.signers, out);
+    }
+    let m = opened.manifest;
+    out.set("name", &m.name);
+    out.set("version", m.version);
+    let mut drift = receipt::planted(dir)?;
+    let (compared, scans) = receipt::compare_scanning(dir, &m, a.sizes_only, scan_values, ui)?;
+    drift.extend(compared);
+    if let Some(recorded) = &m.values {
+        out.set("values_recorded", recorded);
+        if scan_values {
+            // A file already drifting (missing, resized, modified) says enough.
+            let more: Vec<_> = super::values::changed(recorded, &scans)
+                .into_iter()
+                .filter(|v| !drift.iter().any(|d| d.path == v.path))
+                .collect();
+            drift.extend(more);
+            drift.sort_by(|a, b| airlock::paths::bundle_order(&a.path, &b.path));
         }
-        if let Some(p) = &trust {
-            let current = p.root_version();
-            out.set("vouched_by_root_version", opened.vouched_by.or(current));
-            if opened.signers.len() > 1 || current.is_some() {
-                out.line(format!(
-                    "receipt signed by {}{}",
-                    opened
-                        .signers
-                        .iter()
-                        .map(|s| s.key.clone())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    match (opened.vouched_by, current) {
-                        (Some(v), Some(c)) => format!(
-                            "; vouched for by trust root version {v} (its keys signed this install; the root in force is version {c})"
-                        ),
-                        (None, Some(c)) => format!(" (trust root version {c})"),
-                        _ => String::new(),
-                    }
-                ));
-            }
-            if let (Some(v), Some(c)) = (opened.vouched_by, current) {
-                out.warnings.push(format!(
-                    "the receipt was signed under trust root version {v}, not by the keys of version {c} in force; it still checks because version {v} leads to {c} in the root's history"
-                ));
-            }
-        }
-        let m = opened.manifest;
-        out.set("name", &m.name);
-        out.set("version", m.version);
-        let mut drift = receipt::planted(dir)?;
-        let (compared, scans) = receipt::compare_scanning(dir, &m, a.sizes_only, scan_values, ui)?;
-        drift.extend(compared);
-        if let Some(recorded) = &m.values {
-            out.set("values_recorded", recorded);
-            if scan_values {
-                // A file already drifting (missing, resized, modified) says enough.
-                let more: Vec<_> = super::values::changed(recorded, &scans)
-                    .into_iter()
-                    .filter(|v| !drift.iter().any(|d| d.path == v.path))
-                    .collect();
-                drift.extend(more);
-                drift.sort_by(|a, b| airlock::paths::bundle_order(&a.path, &b.path));
-            }
-        }
-        hashed.extend(m.files.iter().map(|f| f.path.clone()));
-        value_scans = scans;
-        out.set("sizes_only", a.sizes_only);
-        out.set("files_checked", m.files.len());
-        out.set("drift", &drift);
-        for d in &drift {
-            out.line(format!("ERROR {}: {} [{}]", d.path, d.detail, d.kind));
-        }
-        drift_count = Some(drift.len());
-        if let Some(first) = drift.first() {
-            receipt_error = Some(Error::ReceiptMismatch {
-                path: dir.clone(),
-                count: drift.len(),
-                first: format!("{}: {}", first.path, first.detail),
-            });
-        } else {
+    }
+    out.set("sizes_only", a.sizes_only);
+    out.set("files_checked", m.files.len());
+    out.set("drift", &drift);
+    for d in &drift {
+        out.line(format!("ERROR {}: {} [{}]", d.path, d.detail, d.kind));
+    }
+    let error = match drift.first() {
+        Some(first) => Some(Error::ReceiptMismatch {
+            path: dir.to_path_buf(),
+            count: drift.len(),
+            first: format!("{}: {}", first.path, first.detail),
+        }),
+        None => {
             out.line(format!(
                 "OK   {} version {}: {} files match the receipt{}{}",
                 m.name,
@@ -347,9 +357,58 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
                     ""
                 }
             ));
+            None
         }
+    };
+    Ok(Compared {
+        drift_count: Some(drift.len()),
+        error,
+        hashed: m.files.iter().map(|f| f.path.clone()).collect(),
+        scans,
+    })
+}
+
+/// Says who signed the receipt and under which trust root version, when there is more to say
+/// than one key.
+fn say_signers(p: &Policy, vouched_by: Option<u64>, signers: &[Signer], out: &mut Output) {
+    let current = p.root_version();
+    out.set("vouched_by_root_version", vouched_by.or(current));
+    if signers.len() > 1 || current.is_some() {
+        out.line(format!(
+            "receipt signed by {}{}",
+            signers
+                .iter()
+                .map(|s| s.key.clone())
+                .collect::<Vec<_>>()
+                .join(", "),
+            match (vouched_by, current) {
+                (Some(v), Some(c)) => format!(
+                    "; vouched for by trust root version {v} (its keys signed this install; the root in force is version {c})"
+                ),
+                (None, Some(c)) => format!(" (trust root version {c})"),
+                _ => String::new(),
+            }
+        ));
     }
-    let findings = match inspect::check_tree(dir) {
+    if let (Some(v), Some(c)) = (vouched_by, current) {
+        out.warnings.push(format!(
+            "the receipt was signed under trust root version {v}, not by the keys of version {c} in force; it still checks because version {v} leads to {c} in the root's history"
+        ));
+    }
+}
+
+/// The model checks of `dir` and the value findings: of the receipt's files from `scans`
+/// (made while they were hashed), of the other model files from a scan of their own.
+fn model_findings(
+    dir: &Path,
+    scan_values: bool,
+    has_receipt: bool,
+    mut value_scans: receipt::FileScans,
+    hashed: &std::collections::HashSet<String>,
+    ui: &dyn Progress,
+    out: &mut Output,
+) -> Result<Vec<Finding>> {
+    let mut findings = match inspect::check_tree(dir) {
         Ok(f) => f,
         // A path beyond what path-based reads reach: the receipt comparison, which works
         // through directory handles, has still covered every file.
@@ -362,7 +421,7 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
         Err(e) => return Err(Error::io(dir, e)),
     };
     if scan_values {
-        match values::scan_tree(dir, &hashed, ui) {
+        match values::scan_tree(dir, hashed, ui) {
             Ok(more) => value_scans.extend(more),
             Err(e) if e.kind() == std::io::ErrorKind::InvalidFilename => out.warnings.push(
                 format!("the value scan stopped at a path too long to open: {e}"),
@@ -386,12 +445,11 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
             ));
         }
     }
-    let mut findings = findings;
     for (p, s) in &value_scans {
         findings.extend(s.findings(p));
     }
     findings.sort_by(|a, b| (&a.path, a.code).cmp(&(&b.path, b.code)));
-    let findings: Vec<Finding> = findings
+    Ok(findings
         .into_iter()
         .filter(|f| f.path != RECEIPT_DIR && !f.path.starts_with(".airlock/"))
         .map(|mut f| {
@@ -401,8 +459,18 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
             }
             f
         })
-        .collect();
-    for f in &findings {
+        .collect())
+}
+
+/// Prints the findings and the one summary that counts everything, and sets the verdict: the
+/// receipt's first, else the model checks' errors.
+fn conclude(
+    out: &mut Output,
+    findings: &[Finding],
+    drift_count: Option<usize>,
+    receipt_error: Option<Error>,
+) {
+    for f in findings {
         out.line(finding_line(f));
     }
     let errors = findings
@@ -410,7 +478,7 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
         .filter(|f| f.severity == Severity::Error)
         .count();
     let warnings = findings.len() - errors;
-    out.set("findings", &findings);
+    out.set("findings", findings);
     out.set(
         "counts",
         serde_json::json!({
@@ -435,5 +503,4 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
             fix: first.fix.clone(),
         });
     }
-    Ok(out)
 }
