@@ -10,7 +10,8 @@
 use std::io::{self, Read};
 use std::path::PathBuf;
 
-use airlock::bundle::stream::{EntrySink, Mode, stream_volumes};
+use airlock::bundle::stream::stream_volumes;
+use airlock::entries::{EntrySink, Mode};
 use airlock::bundle::volumes::VolumeSource;
 use airlock::error::Result;
 use airlock::manifest::{FileEntry, Manifest};
