@@ -760,17 +760,35 @@ impl<'a> VolumeReader<'a> {
         pool: Receiver<Vec<u8>>,
     ) -> (Vec<VolumeProblem>, Vec<String>) {
         while let Ok(mut buf) = pool.recv() {
-            match self.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    if tx.send(Piece::Data(buf, n)).is_err() {
+            // A buffer is filled before it is sent: with parity a read ends at the end of its
+            // unit (tens of KiB), and a message per unit cost more than the units' digests.
+            // Bytes are still handed on only after their unit checked, and in order; an error
+            // follows the checked bytes before it.
+            let mut filled = 0;
+            let mut error = None;
+            let mut ended = false;
+            while filled < buf.len() {
+                match self.read(&mut buf[filled..]) {
+                    Ok(0) => {
+                        ended = true;
+                        break;
+                    }
+                    Ok(n) => filled += n,
+                    Err(e) => {
+                        error = Some(e);
                         break;
                     }
                 }
-                Err(e) => {
-                    let _ = tx.send(Piece::Err(e));
-                    break;
-                }
+            }
+            if filled > 0 && tx.send(Piece::Data(buf, filled)).is_err() {
+                break;
+            }
+            if let Some(e) = error {
+                let _ = tx.send(Piece::Err(e));
+                break;
+            }
+            if ended {
+                break;
             }
         }
         (self.problems, self.repaired)
