@@ -486,27 +486,56 @@ pub fn encode_stripe(
     read: &mut ReadUnit<'_>,
     write: &mut WriteRecovery<'_>,
 ) -> Result<(), ParityError> {
-    let slice = g.slice_size();
-    can_allocate(g.working_memory())?;
-    let mut enc =
-        ReedSolomonEncoder::new(g.data as usize, g.recovery as usize, slice).map_err(codec)?;
-    let mut buf = zeroed(slice)?;
-    let mut offset = 0u64;
-    while offset < g.unit_size {
-        for d in 0..g.data {
-            match g.data_unit(stripe, d) {
-                Some(unit) => read(unit, offset, &mut buf)?,
-                None => buf.fill(0),
-            }
-            enc.add_original_shard(&buf).map_err(codec)?;
-        }
-        let result = enc.encode().map_err(codec)?;
-        for (r, bytes) in result.recovery_iter().enumerate() {
-            write(r as u32, offset, bytes)?;
-        }
-        offset += slice as u64;
+    StripeEncoder::new(g)?.encode(g, stripe, read, write)
+}
+
+/// The codec's work area and a slice buffer for the stripes of one geometry, kept from stripe
+/// to stripe. A bundle has thousands of small stripes; making (and zero-filling) the work area
+/// afresh for each cost more than encoding them.
+pub struct StripeEncoder {
+    enc: ReedSolomonEncoder,
+    buf: Vec<u8>,
+}
+
+impl StripeEncoder {
+    /// The work area for stripes of `g`, or [`ParityError::Memory`] if it cannot be had.
+    pub fn new(g: &Geometry) -> Result<Self, ParityError> {
+        let slice = g.slice_size();
+        can_allocate(g.working_memory())?;
+        Ok(StripeEncoder {
+            enc: ReedSolomonEncoder::new(g.data as usize, g.recovery as usize, slice)
+                .map_err(codec)?,
+            buf: zeroed(slice)?,
+        })
     }
-    Ok(())
+
+    /// [`encode_stripe`] with this work area (made for `g`).
+    pub fn encode(
+        &mut self,
+        g: &Geometry,
+        stripe: u64,
+        read: &mut ReadUnit<'_>,
+        write: &mut WriteRecovery<'_>,
+    ) -> Result<(), ParityError> {
+        let slice = self.buf.len();
+        debug_assert_eq!(slice, g.slice_size());
+        let mut offset = 0u64;
+        while offset < g.unit_size {
+            for d in 0..g.data {
+                match g.data_unit(stripe, d) {
+                    Some(unit) => read(unit, offset, &mut self.buf)?,
+                    None => self.buf.fill(0),
+                }
+                self.enc.add_original_shard(&self.buf).map_err(codec)?;
+            }
+            let result = self.enc.encode().map_err(codec)?;
+            for (r, bytes) in result.recovery_iter().enumerate() {
+                write(r as u32, offset, bytes)?;
+            }
+            offset += slice as u64;
+        }
+        Ok(())
+    }
 }
 
 /// Rebuilds the erased shards of `stripe`. `erased` lists them; `read(shard, offset, buf)`

@@ -158,7 +158,7 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
         progress,
     )?;
     let chunk_size = opts.chunk_size_for(stream_estimate(&plan.stream));
-    let written = write::write(
+    let mut written = write::write(
         &plan.stream,
         &dir,
         &write::WriteOptions {
@@ -171,6 +171,7 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
     )?;
     let stream_size = written.stream_size;
     let volumes = written.volumes.clone();
+    let chunk_checks = std::mem::take(&mut written.chunk_checks);
     let completed = plan.finish(model, written)?;
     // The value findings exist only now, at the end of the read pass: refuse before sealing
     // (the work directory goes with the error), or record them with the other findings.
@@ -193,6 +194,7 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
         Some(ask) => Some(parity::write_parity(
             &dir,
             &volumes,
+            &chunk_checks,
             chunk_size,
             opts.volume_size,
             ask,
