@@ -414,6 +414,25 @@ fn render(
             super::values::summary(v)
         ));
     }
+    render_provenance(out, model, m);
+    render_delta(out, packed);
+    out.line(format!(
+        "OK   packed {} version {} into {}: {} files ({}) in {} volume(s) ({}), signed by {}",
+        m.name,
+        m.version,
+        a.output.display(),
+        m.totals.files,
+        human(m.totals.file_bytes),
+        m.volumes.len(),
+        human(m.totals.volume_bytes),
+        signer.key_id_hex()
+    ));
+    render_parity(out, m, parity);
+}
+
+/// Where the model came from and what vouches for it: the hub's blob names, the OMS signatures,
+/// the trust roots carried.
+fn render_provenance(out: &mut Output, model: &Model, m: &airlock::manifest::Manifest) {
     if let (Some(hf), Some(src)) = (&model.hf, &m.source) {
         out.set("hf_cache", &hf.cache);
         out.set("snapshot", &hf.snapshot.dir);
@@ -460,6 +479,11 @@ fn render(
                 .join(", ")
         ));
     }
+}
+
+/// What a delta bundle carries and takes from its base.
+fn render_delta(out: &mut Output, packed: &pack::Packed) {
+    let m = &packed.manifest;
     if let (Some(base), Some(c)) = (&m.base, &packed.delta) {
         out.set(
             "base",
@@ -478,17 +502,11 @@ fn render(
             human(c.patch_bytes)
         ));
     }
-    out.line(format!(
-        "OK   packed {} version {} into {}: {} files ({}) in {} volume(s) ({}), signed by {}",
-        m.name,
-        m.version,
-        a.output.display(),
-        m.totals.files,
-        human(m.totals.file_bytes),
-        m.volumes.len(),
-        human(m.totals.volume_bytes),
-        signer.key_id_hex()
-    ));
+}
+
+/// The parity written, what it survives, and a warning when it is not what was asked or
+/// cannot rebuild a lost volume.
+fn render_parity(out: &mut Output, m: &airlock::manifest::Manifest, parity: Option<Ask>) {
     if let (Some(p), Some(advice)) = (&m.parity, pack::parity::advice(m, parity)) {
         let bytes: u64 = p.volumes.iter().map(|v| v.size).sum();
         out.set(
