@@ -29,4 +29,5 @@ mod trust_root;
 mod ux;
 mod values;
 mod verdict;
+mod verify_file_hostile;
 mod workflow_checks;
