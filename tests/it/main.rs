@@ -3,6 +3,7 @@
 mod cli;
 mod compose;
 mod crash;
+mod credential_helper_safety;
 mod damage_map;
 mod delta;
 mod format_exact;
