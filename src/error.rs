@@ -582,6 +582,13 @@ impl Error {
             Error::BadSignature { path, .. } | Error::BadManifest { path, .. } if is_receipt(path) => {
                 "the receipt in .airlock/ was changed: unpack the model again from its bundle".into()
             }
+            Error::BadSignature { path, .. } if is_file_signature(path) => {
+                let file = path.with_extension("");
+                format!(
+                    "do not use {0}: get {0} and {0}.minisig again from where they were published, then verify again",
+                    file.display()
+                )
+            }
             Error::BadSignature { .. } | Error::BadManifest { .. } => {
                 "copy manifest.json and manifest.json.minisig from the staging host again".into()
             }
@@ -700,6 +707,15 @@ pub fn fix_for_installed(fix: &str) -> String {
 /// Whether `path` is a file of an install receipt: the receipt module knows its layout.
 fn is_receipt(path: &Path) -> bool {
     crate::paths::is_receipt_file(path)
+}
+
+/// Whether `path` is the `FILE.minisig` of one signed file (`airlock verify FILE`), not a
+/// bundle's or a receipt's `manifest.json[.KEYID].minisig`.
+fn is_file_signature(path: &Path) -> bool {
+    path.file_name().is_some_and(|n| {
+        let n = n.to_string_lossy();
+        n.ends_with(".minisig") && !n.starts_with("manifest.json")
+    })
 }
 
 /// `Error::Key`'s message: key errors that name their own file are not prefixed again.

@@ -17,7 +17,7 @@
 //! directory, a complete bundle is written under `OUT.partial` (the same kind of work
 //! directory) and renamed to `OUT` once it is whole.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -116,7 +116,7 @@ fn damage_map(
     m: &Manifest,
     ur: Option<&UnitReader<'_>>,
     good: &BTreeMap<String, Vec<Option<usize>>>,
-    beyond: &std::collections::HashSet<u64>,
+    beyond: &HashSet<u64>,
 ) -> DamageMap {
     let mut map = DamageMap::intact(m);
     for (is_parity, v) in all_volumes(m) {
@@ -192,7 +192,6 @@ pub fn repair(
     progress: &dyn Progress,
 ) -> Result<Repaired> {
     let m = &opened.manifest;
-    let cs = m.chunk_size;
     let mut report = Repaired {
         bundle: opts
             .out
@@ -200,6 +199,71 @@ pub fn repair(
             .unwrap_or_else(|| opened.dir().to_path_buf()),
         ..Default::default()
     };
+    let bundle_fd = prepare_target(opened, opts, &mut report)?;
+    let dirs = usable_copies(opened, opts, trust, &mut report);
+
+    // Which volumes are damaged, and which of their chunks.
+    let bad: Vec<VolumeProblem> = volumes::check_volumes(opened, progress)
+        .into_iter()
+        .chain(volumes::check_parity_volumes(opened, progress))
+        .collect();
+    let bad_names: HashSet<&str> = bad.iter().map(|p| p.volume.as_str()).collect();
+    let good = intact_chunks(m, &dirs, &bad_names);
+
+    // The chunks no copy has: rebuilt from parity where their stripe allows.
+    let merged = Merged {
+        dirs: &dirs,
+        chunk_size: m.chunk_size,
+        good: &good,
+    };
+    let ur = UnitReader::new(m, &merged);
+    let plan = Plan::new(m, ur.as_ref(), &good, &bad_names);
+    let beyond = plan.beyond_repair(ur.as_ref());
+    if !bad.is_empty() {
+        progress.damage(&damage_map(m, ur.as_ref(), &good, &beyond));
+    }
+    plan.refuse_unrepairable(m, ur.as_ref(), &beyond)?;
+    if bad.is_empty() && opts.out.is_none() {
+        return Ok(report);
+    }
+
+    let work = work_dir(opened, opts, bundle_fd.as_ref())?;
+    let writer = Writer {
+        m,
+        dirs: &dirs,
+        ur: ur.as_ref(),
+        plan: &plan,
+    };
+    for (is_parity, v) in all_volumes(m) {
+        let damaged = bad_names.contains(v.name.as_str());
+        if !damaged && opts.out.is_none() {
+            continue;
+        }
+        progress.item(&v.name);
+        // On failure the work directory, with this volume in it, is removed when `work` drops.
+        writer.write_volume(&work, is_parity, v, &mut report, progress)?;
+        if let Some(bundle_fd) = &bundle_fd {
+            replace_volume(&work, bundle_fd, opened.dir(), &v.name)?;
+        }
+        if damaged {
+            report.volumes.push(v.name.clone());
+        }
+    }
+    if let Some(out) = &opts.out {
+        finish_output(work, opened, out)?;
+    }
+    // In place, `work` (now holding only its lock) is removed here.
+    Ok(report)
+}
+
+/// Checks the output directory (none yet, not inside the bundle); in place, opens the bundle
+/// directory once, refusing a link (every later step in it goes through this handle), and
+/// removes the work directories of interrupted repairs.
+fn prepare_target(
+    opened: &Opened,
+    opts: &RepairOptions,
+    report: &mut Repaired,
+) -> Result<Option<OwnedFd>> {
     if let Some(out) = &opts.out {
         refuse_output_inside(out, opened.dir())?;
         if std::fs::symlink_metadata(out).is_ok() {
@@ -208,17 +272,21 @@ pub fn repair(
                 out.display()
             )));
         }
+        return Ok(None);
     }
-    // In place, the bundle directory is opened once, refusing a link; every later step in it
-    // goes through this handle.
-    let bundle_fd = match &opts.out {
-        Some(_) => None,
-        None => {
-            let fd = open_bundle_dir(opened.dir())?;
-            clean_stale(&fd, opened.dir(), &mut report);
-            Some(fd)
-        }
-    };
+    let fd = open_bundle_dir(opened.dir())?;
+    clean_stale(&fd, opened.dir(), report);
+    Ok(Some(fd))
+}
+
+/// The bundle's directory, then each other copy that opens with `trust` and has the same
+/// manifest; the others are reported as skipped, with why.
+fn usable_copies(
+    opened: &Opened,
+    opts: &RepairOptions,
+    trust: &crate::trust::Policy,
+    report: &mut Repaired,
+) -> Vec<PathBuf> {
     let mut dirs = vec![opened.dir().to_path_buf()];
     for copy in &opts.from {
         match open::open_with(copy, trust) {
@@ -232,18 +300,21 @@ pub fn repair(
                 .push((copy.clone(), format!("cannot be used: {e}"))),
         }
     }
+    dirs
+}
 
-    // Which volumes are damaged, and which of their chunks.
-    let bad: Vec<VolumeProblem> = volumes::check_volumes(opened, progress)
-        .into_iter()
-        .chain(volumes::check_parity_volumes(opened, progress))
-        .collect();
-    let bad_names: std::collections::HashSet<&str> =
-        bad.iter().map(|p| p.volume.as_str()).collect();
-    let mut good: BTreeMap<String, Vec<Option<usize>>> = BTreeMap::new();
-    let mut sources: BTreeMap<(String, usize), Source> = BTreeMap::new();
+/// For each chunk of each volume, the first directory of `dirs` holding it intact (the bundle
+/// itself for a volume not in `bad`; for a damaged one, the first whose chunk hashes to its
+/// signed digest), `None` where none does.
+fn intact_chunks(
+    m: &Manifest,
+    dirs: &[PathBuf],
+    bad: &HashSet<&str>,
+) -> BTreeMap<String, Vec<Option<usize>>> {
+    let cs = m.chunk_size;
+    let mut good = BTreeMap::new();
     for (_, v) in all_volumes(m) {
-        let damaged = bad_names.contains(v.name.as_str());
+        let damaged = bad.contains(v.name.as_str());
         let mut per_chunk = Vec::with_capacity(v.chunks.len());
         for (c, want) in v.chunks.iter().enumerate() {
             let start = c as u64 * cs;
@@ -259,213 +330,304 @@ pub fn repair(
         }
         good.insert(v.name.clone(), per_chunk);
     }
+    good
+}
 
-    // The chunks no copy has: rebuilt from parity where their stripe allows.
-    let merged = Merged {
-        dirs: &dirs,
-        chunk_size: cs,
-        good: &good,
-    };
-    let ur = UnitReader::new(m, &merged);
-    let mut missing: Vec<String> = Vec::new();
-    let mut stripes: BTreeMap<u64, Vec<Shard>> = BTreeMap::new();
-    for (is_parity, v) in all_volumes(m) {
-        for (c, found) in good[&v.name].iter().enumerate() {
-            if let Some(d) = found {
-                if *d != 0 || bad_names.contains(v.name.as_str()) {
-                    sources.insert((v.name.clone(), c), Source::Dir(*d));
+/// Where each chunk to write comes from, decided before anything is written.
+struct Plan {
+    /// The chunks of damaged volumes, and chunks found only in another copy, by source.
+    sources: BTreeMap<(String, usize), Source>,
+    /// The shards of each stripe that are rebuilt from parity.
+    stripes: BTreeMap<u64, Vec<Shard>>,
+    /// Volumes with a chunk no directory holds intact, in a bundle without parity.
+    missing: Vec<String>,
+}
+
+impl Plan {
+    /// Each chunk's source: the directory `good` names, else parity (with `ur`), else none.
+    fn new(
+        m: &Manifest,
+        ur: Option<&UnitReader<'_>>,
+        good: &BTreeMap<String, Vec<Option<usize>>>,
+        bad: &HashSet<&str>,
+    ) -> Plan {
+        let mut plan = Plan {
+            sources: BTreeMap::new(),
+            stripes: BTreeMap::new(),
+            missing: Vec::new(),
+        };
+        for (is_parity, v) in all_volumes(m) {
+            for (c, found) in good[&v.name].iter().enumerate() {
+                if let Some(d) = found {
+                    if *d != 0 || bad.contains(v.name.as_str()) {
+                        plan.sources.insert((v.name.clone(), c), Source::Dir(*d));
+                    }
+                    continue;
                 }
-                continue;
-            }
-            let Some(ur) = &ur else {
-                missing.push(v.name.clone());
-                continue;
-            };
-            let (stripe, shard) = shard_of(m, ur, is_parity, &v.name, c);
-            stripes.entry(stripe).or_default().push(shard);
-            sources.insert((v.name.clone(), c), Source::Parity);
-        }
-    }
-    let beyond: std::collections::HashSet<u64> = match &ur {
-        Some(ur) => stripes
-            .iter()
-            .filter(|(_, e)| e.len() > ur.g.recovery as usize)
-            .map(|(k, _)| *k)
-            .collect(),
-        None => Default::default(),
-    };
-    if !bad.is_empty() {
-        progress.damage(&damage_map(m, ur.as_ref(), &good, &beyond));
-    }
-    if let Some(ur) = &ur {
-        for ((name, c), src) in &sources {
-            if *src != Source::Parity {
-                continue;
-            }
-            let (is_parity, _) = all_volumes(m)
-                .find(|(_, v)| &v.name == name)
-                .expect("listed");
-            let (stripe, _) = shard_of(m, ur, is_parity, name, *c);
-            if beyond.contains(&stripe) {
-                missing.push(name.clone());
+                let Some(ur) = ur else {
+                    plan.missing.push(v.name.clone());
+                    continue;
+                };
+                let (stripe, shard) = shard_of(m, ur, is_parity, &v.name, c);
+                plan.stripes.entry(stripe).or_default().push(shard);
+                plan.sources.insert((v.name.clone(), c), Source::Parity);
             }
         }
+        plan
     }
-    missing.dedup();
-    if !missing.is_empty() {
-        let mut names: Vec<String> = missing;
-        names.sort();
-        names.dedup();
-        return Err(Error::BadVolumes {
+
+    /// The stripes with more shards to rebuild than the parity has recovery units.
+    fn beyond_repair(&self, ur: Option<&UnitReader<'_>>) -> HashSet<u64> {
+        match ur {
+            Some(ur) => self
+                .stripes
+                .iter()
+                .filter(|(_, e)| e.len() > ur.g.recovery as usize)
+                .map(|(k, _)| *k)
+                .collect(),
+            None => Default::default(),
+        }
+    }
+
+    /// Fails, naming the volumes to copy again, when a chunk has no source: none intact
+    /// anywhere and no parity, or its stripe `beyond` repair. Nothing has been written yet.
+    fn refuse_unrepairable(
+        &self,
+        m: &Manifest,
+        ur: Option<&UnitReader<'_>>,
+        beyond: &HashSet<u64>,
+    ) -> Result<()> {
+        let mut missing = self.missing.clone();
+        if let Some(ur) = ur {
+            for ((name, c), src) in &self.sources {
+                if *src != Source::Parity {
+                    continue;
+                }
+                let (is_parity, _) = all_volumes(m)
+                    .find(|(_, v)| &v.name == name)
+                    .expect("listed");
+                let (stripe, _) = shard_of(m, ur, is_parity, name, *c);
+                if beyond.contains(&stripe) {
+                    missing.push(name.clone());
+                }
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        missing.sort();
+        missing.dedup();
+        Err(Error::BadVolumes {
             summary: format!(
                 "cannot repair the bundle: {} hold(s) damage that no copy has intact and parity cannot rebuild{}; nothing was changed",
-                names.join(", "),
+                missing.join(", "),
                 if m.parity.is_none() {
                     " (the bundle has no parity)"
                 } else {
                     ""
                 }
             ),
-            copy_again: names,
+            copy_again: missing,
             remove: vec![],
-        });
+        })
     }
-    if bad.is_empty() && opts.out.is_none() {
-        return Ok(report);
-    }
+}
 
-    // Write, into a private work directory: beside OUT, or inside the bundle.
-    let work = match (&opts.out, &bundle_fd) {
-        (Some(out), _) => out_staging(out)?,
+/// The private work directory the repaired volumes are written into: beside OUT, or inside
+/// the bundle through its handle (refusing read-only media before any work, with the way out).
+fn work_dir(opened: &Opened, opts: &RepairOptions, bundle_fd: Option<&OwnedFd>) -> Result<Staging> {
+    match (&opts.out, bundle_fd) {
+        (Some(out), _) => out_staging(out),
         (None, Some(fd)) => {
             let fd = fd.try_clone().map_err(|e| Error::io(opened.dir(), e))?;
             let name = format!("{WORK_PREFIX}{}", staging::random_hex());
-            // Refuses read-only media before any work, with the way out.
             Staging::create_named_at(fd, opened.dir(), &name).map_err(|e| match e {
                 Error::Io { source, .. } => read_only(opened.dir(), source),
                 e => e,
-            })?
+            })
         }
         (None, None) => unreachable!("in place always has the bundle's handle"),
-    };
-    let work_path = work.path();
-    let rebuilt = |name: &str, c: usize| -> bool {
-        matches!(sources.get(&(name.to_string(), c)), Some(Source::Parity))
-    };
-    for (is_parity, v) in all_volumes(m) {
-        let damaged = bad_names.contains(v.name.as_str());
-        if !damaged && opts.out.is_none() {
-            continue;
-        }
-        progress.item(&v.name);
+    }
+}
+
+/// One chunk of a volume: its index, offset and length.
+#[derive(Clone, Copy)]
+struct Chunk {
+    index: usize,
+    start: u64,
+    len: u64,
+}
+
+/// A volume being written in the work directory: the file and its path (for messages).
+struct Target<'a> {
+    file: &'a std::fs::File,
+    path: &'a Path,
+}
+
+/// Writes repaired volumes by the [`Plan`], each chunk checked against its signed digest.
+struct Writer<'a> {
+    m: &'a Manifest,
+    dirs: &'a [PathBuf],
+    ur: Option<&'a UnitReader<'a>>,
+    plan: &'a Plan,
+}
+
+impl Writer<'_> {
+    /// Writes volume `v` whole into `work`, created exclusively, and syncs it.
+    fn write_volume(
+        &self,
+        work: &Staging,
+        is_parity: bool,
+        v: &Volume,
+        report: &mut Repaired,
+        progress: &dyn Progress,
+    ) -> Result<()> {
+        let cs = self.m.chunk_size;
+        let work_path = work.path();
         let tmp = work_path.join(&v.name);
         let f = crate::durable::create_new_at(work.fd(), &work_path, &v.name, VOLUME_MODE)?;
-        let result = (|| -> Result<()> {
-            for (c, want) in v.chunks.iter().enumerate() {
-                let start = c as u64 * cs;
-                let len = (v.size - start).min(cs);
-                let mut h = Sha256::new();
-                if rebuilt(&v.name, c) {
-                    let ur = ur.as_ref().expect("parity rebuild needs parity");
-                    let g = ur.g;
-                    let (stripe, shard) = shard_of(m, ur, is_parity, &v.name, c);
-                    let erased = &stripes[&stripe];
-                    let size = g.slice_size() as u64;
-                    let mut off = 0;
-                    while off < len {
-                        let end = (off + size).min(g.unit_size);
-                        let mut io_err: Option<io::Error> = None;
-                        ur.rebuild(stripe, erased, off, end, &mut |s, o, bytes| {
-                            if s == shard && o < len {
-                                let real = &bytes[..(len - o).min(bytes.len() as u64) as usize];
-                                h.update(real);
-                                if let Err(e) = f.write_all_at(real, start + o) {
-                                    io_err = Some(e);
-                                }
-                            }
-                            Ok(())
-                        })
-                        .map_err(|e| Error::io(&tmp, io::Error::other(e.to_string())))?;
-                        if let Some(e) = io_err {
-                            return Err(Error::io(&tmp, e));
-                        }
-                        off = end;
-                    }
+        let out = Target {
+            file: &f,
+            path: &tmp,
+        };
+        for (index, want) in v.chunks.iter().enumerate() {
+            let start = index as u64 * cs;
+            let chunk = Chunk {
+                index,
+                start,
+                len: (v.size - start).min(cs),
+            };
+            let mut h = Sha256::new();
+            match self.plan.sources.get(&(v.name.clone(), index)) {
+                Some(Source::Parity) => {
+                    self.rebuild_chunk(is_parity, &v.name, chunk, &out, &mut h)?;
                     report.chunks_from_parity += 1;
-                } else {
-                    let d = match sources.get(&(v.name.clone(), c)) {
+                }
+                found => {
+                    let d = match found {
                         Some(Source::Dir(d)) => *d,
                         _ => 0,
                     };
                     if d != 0 {
                         report.chunks_from_copies += 1;
                     }
-                    let src = volumes::DirVolumes::new(&dirs[d]);
-                    let mut buf = vec![0u8; (1 << 20).min(len as usize)];
-                    let mut pos = 0;
-                    while pos < len {
-                        let n = (len - pos).min(buf.len() as u64) as usize;
-                        src.read_at(&v.name, start + pos, &mut buf[..n])
-                            .map_err(|e| Error::io(dirs[d].join(&v.name), e))?;
-                        h.update(&buf[..n]);
-                        f.write_all_at(&buf[..n], start + pos)
-                            .map_err(|e| Error::io(&tmp, e))?;
-                        pos += n as u64;
+                    self.copy_chunk(d, &v.name, chunk, &out, &mut h)?;
+                }
+            }
+            if hex::encode(h.finalize()) != *want {
+                return Err(Error::BadVolumes {
+                    summary: format!(
+                        "chunk {index} of {} does not match its signed digest after repair (the media changed while being read, or the parity volumes are not this bundle's); nothing was changed",
+                        v.name
+                    ),
+                    copy_again: vec![v.name.clone()],
+                    remove: vec![],
+                });
+            }
+            progress.advance(chunk.len);
+        }
+        f.set_len(v.size).map_err(|e| Error::io(&tmp, e))?;
+        f.sync_all().map_err(|e| Error::io(&tmp, e))?;
+        Ok(())
+    }
+
+    /// Rebuilds `chunk` of volume `name` from its stripe's surviving units, slice by slice,
+    /// writing and hashing its bytes.
+    fn rebuild_chunk(
+        &self,
+        is_parity: bool,
+        name: &str,
+        chunk: Chunk,
+        out: &Target<'_>,
+        h: &mut Sha256,
+    ) -> Result<()> {
+        let ur = self.ur.expect("parity rebuild needs parity");
+        let g = ur.g;
+        let (stripe, shard) = shard_of(self.m, ur, is_parity, name, chunk.index);
+        let erased = &self.plan.stripes[&stripe];
+        let size = g.slice_size() as u64;
+        let (start, len) = (chunk.start, chunk.len);
+        let mut off = 0;
+        while off < len {
+            let end = (off + size).min(g.unit_size);
+            let mut io_err: Option<io::Error> = None;
+            ur.rebuild(stripe, erased, off, end, &mut |s, o, bytes| {
+                if s == shard && o < len {
+                    let real = &bytes[..(len - o).min(bytes.len() as u64) as usize];
+                    h.update(real);
+                    if let Err(e) = out.file.write_all_at(real, start + o) {
+                        io_err = Some(e);
                     }
                 }
-                if hex::encode(h.finalize()) != *want {
-                    return Err(Error::BadVolumes {
-                        summary: format!(
-                            "chunk {c} of {} does not match its signed digest after repair (the media changed while being read, or the parity volumes are not this bundle's); nothing was changed",
-                            v.name
-                        ),
-                        copy_again: vec![v.name.clone()],
-                        remove: vec![],
-                    });
-                }
-                progress.advance(len);
+                Ok(())
+            })
+            .map_err(|e| Error::io(out.path, io::Error::other(e.to_string())))?;
+            if let Some(e) = io_err {
+                return Err(Error::io(out.path, e));
             }
-            f.set_len(v.size).map_err(|e| Error::io(&tmp, e))?;
-            f.sync_all().map_err(|e| Error::io(&tmp, e))?;
-            Ok(())
-        })();
-        // On failure the work directory, with this volume in it, is removed when `work` drops.
-        result?;
-        drop(f);
-        if let Some(bundle_fd) = &bundle_fd {
-            // rename(2) replaces the name itself: a link there is replaced, never followed.
-            {
-                let _commit = staging::commit_guard();
-                fsio::rename_at(work.fd(), &v.name, bundle_fd, &v.name, RenameFlags::empty())
-                    .map_err(|e| Error::io(opened.dir().join(&v.name), e))?;
-            }
-            crate::durable::sync_dir_fd(bundle_fd, opened.dir())?;
+            off = end;
         }
-        if damaged {
-            report.volumes.push(v.name.clone());
-        }
+        Ok(())
     }
-    if let Some(out) = &opts.out {
-        work.write_file(manifest::MANIFEST_NAME, &opened.manifest_bytes, 0o644)?;
-        work.write_file(
-            manifest::SIGNATURE_NAME,
-            opened.signature_text.as_bytes(),
-            0o644,
-        )?;
-        for (name, text) in &opened.trust.cosignatures {
-            work.write_file(name, text.as_bytes(), 0o644)?;
+
+    /// Copies `chunk` of volume `name` from directory `d` of the list, hashing its bytes.
+    fn copy_chunk(
+        &self,
+        d: usize,
+        name: &str,
+        chunk: Chunk,
+        out: &Target<'_>,
+        h: &mut Sha256,
+    ) -> Result<()> {
+        let src = volumes::DirVolumes::new(&self.dirs[d]);
+        let mut buf = vec![0u8; (1 << 20).min(chunk.len as usize)];
+        let mut pos = 0;
+        while pos < chunk.len {
+            let n = (chunk.len - pos).min(buf.len() as u64) as usize;
+            src.read_at(name, chunk.start + pos, &mut buf[..n])
+                .map_err(|e| Error::io(self.dirs[d].join(name), e))?;
+            h.update(&buf[..n]);
+            out.file
+                .write_all_at(&buf[..n], chunk.start + pos)
+                .map_err(|e| Error::io(out.path, e))?;
+            pos += n as u64;
         }
-        for r in &opened.trust.roots {
-            let name = crate::trust::update::file_name(r.version);
-            work.write_file(&name, &r.bytes, 0o644)?;
-        }
-        rustix::fs::fchmod(work.fd(), rustix::fs::Mode::from_raw_mode(0o755))
-            .map_err(|e| Error::io(out, e.into()))?;
-        work.sync()?;
-        work.into_place(out)?;
+        Ok(())
     }
-    // In place, `work` (now holding only its lock) is removed here.
-    Ok(report)
+}
+
+/// Renames the repaired volume `name` from `work` over the damaged one in the bundle, through
+/// the bundle's handle, and syncs the bundle directory.
+fn replace_volume(work: &Staging, bundle_fd: &OwnedFd, dir: &Path, name: &str) -> Result<()> {
+    // rename(2) replaces the name itself: a link there is replaced, never followed.
+    {
+        let _commit = staging::commit_guard();
+        fsio::rename_at(work.fd(), name, bundle_fd, name, RenameFlags::empty())
+            .map_err(|e| Error::io(dir.join(name), e))?;
+    }
+    crate::durable::sync_dir_fd(bundle_fd, dir)
+}
+
+/// Completes the bundle written to `work` (manifest, signatures, trust roots, mode 0755),
+/// syncs it and renames it to `out`.
+fn finish_output(work: Staging, opened: &Opened, out: &Path) -> Result<()> {
+    work.write_file(manifest::MANIFEST_NAME, &opened.manifest_bytes, 0o644)?;
+    work.write_file(
+        manifest::SIGNATURE_NAME,
+        opened.signature_text.as_bytes(),
+        0o644,
+    )?;
+    for (name, text) in &opened.trust.cosignatures {
+        work.write_file(name, text.as_bytes(), 0o644)?;
+    }
+    for r in &opened.trust.roots {
+        let name = crate::trust::update::file_name(r.version);
+        work.write_file(&name, &r.bytes, 0o644)?;
+    }
+    rustix::fs::fchmod(work.fd(), rustix::fs::Mode::from_raw_mode(0o755))
+        .map_err(|e| Error::io(out, e.into()))?;
+    work.sync()?;
+    work.into_place(out)
 }
 
 /// Mode of a repaired volume, as pack writes them.

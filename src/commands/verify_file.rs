@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use airlock::error::{Error, Result};
+use airlock::fsio::Follow;
 use airlock::keys::{self, PublicKey, Signature};
 use airlock::trust::Policy;
 
@@ -14,37 +15,25 @@ use super::Output;
 /// Largest `.minisig` read (four short lines; minisign's own limits keep it under 10 KiB).
 const MAX_SIGNATURE_BYTES: u64 = 16 << 10;
 
-/// Whether `path` names one regular file (so `verify` checks its signature, not a bundle).
+/// Whether `path` names one file rather than a directory (a bundle): a regular file, or
+/// anything else that exists and is not a directory (a FIFO, a device), which [`run`] then
+/// refuses by name. A final link is followed, as the shell would (SECURITY.md section 11).
 pub(super) fn is_file(path: &Path) -> bool {
-    std::fs::metadata(path).is_ok_and(|m| m.is_file())
+    std::fs::metadata(path).is_ok_and(|m| !m.is_dir())
 }
 
 /// Verifies `FILE.minisig` over `file` with a key of `trust` (module documentation).
+///
+/// `file` is opened once, without blocking, and checked to be a regular file before its
+/// signature is read; the bytes hashed are read through that handle, at most its size.
 pub(super) fn run(file: &Path, trust: &Policy) -> Result<Output> {
+    refuse_special(file)?;
+    let (opened, len) =
+        airlock::fsio::open_regular(file, Follow::Final).map_err(|e| Error::io(file, e.into()))?;
     let mut sig_path = file.as_os_str().to_owned();
     sig_path.push(".minisig");
     let sig_path = PathBuf::from(sig_path);
-    let text = match airlock::fsio::read_regular_capped(&sig_path, MAX_SIGNATURE_BYTES, true) {
-        Ok(bytes) => String::from_utf8(bytes).map_err(|_| Error::BadSignature {
-            path: sig_path.clone(),
-            reason: "is not a minisign signature (not UTF-8 text)".into(),
-        })?,
-        // A file without a signature beside it is the wrong path or an incomplete copy, not a
-        // failed verification (exit 1, as for a bundle path that is not a directory).
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::io(
-                &sig_path,
-                std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    format!(
-                        "missing: {} is one file, not a bundle (a directory), and is checked by this signature; copy it beside the file, or name the bundle's directory",
-                        file.display()
-                    ),
-                ),
-            ));
-        }
-        Err(e) => return Err(Error::io(&sig_path, e)),
-    };
+    let text = read_signature(&sig_path, file)?;
     let sig = Signature::parse(&text).map_err(|e| Error::BadSignature {
         path: sig_path.clone(),
         reason: e.to_string(),
@@ -67,10 +56,7 @@ pub(super) fn run(file: &Path, trust: &Policy) -> Result<Output> {
         key_id: sig.key_id,
         key: key.public,
     };
-    let digest = keys::prehash_file(file).map_err(|e| Error::Key {
-        path: file.to_path_buf(),
-        source: e,
-    })?;
+    let digest = prehash_exactly(opened, len).map_err(|e| Error::io(file, e))?;
     keys::verify_prehashed(&public, &sig, &digest).map_err(|e| Error::BadSignature {
         path: sig_path.clone(),
         reason: format!(
@@ -107,4 +93,118 @@ pub(super) fn run(file: &Path, trust: &Policy) -> Result<Output> {
         sig.trusted_comment
     ));
     Ok(out)
+}
+
+/// The text of the signature file `sig_path` of `file`: a regular file (a final link
+/// followed) of at most [`MAX_SIGNATURE_BYTES`], refused before reading otherwise.
+fn read_signature(sig_path: &Path, file: &Path) -> Result<String> {
+    use airlock::fsio::OpenError;
+    refuse_special(sig_path)?;
+    let bytes = match airlock::fsio::read_capped(sig_path, MAX_SIGNATURE_BYTES, Follow::Final) {
+        Ok(bytes) => bytes,
+        // A file without a signature beside it is the wrong path or an incomplete copy, not a
+        // failed verification (exit 1, as for a bundle path that is not a directory).
+        Err(OpenError::NotFound) => {
+            return Err(Error::io(
+                sig_path,
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!(
+                        "missing: {} is one file, not a bundle (a directory), and is checked by this signature; copy it beside the file, or name the bundle's directory",
+                        file.display()
+                    ),
+                ),
+            ));
+        }
+        // A regular file too large to be a signature is a signature that fails (exit 3).
+        Err(OpenError::TooLarge(n)) => {
+            return Err(Error::BadSignature {
+                path: sig_path.to_path_buf(),
+                reason: format!(
+                    "{n} bytes{}, more than the {MAX_SIGNATURE_BYTES}-byte limit (too large to be a minisign signature)",
+                    if n > MAX_SIGNATURE_BYTES + 1 {
+                        ""
+                    } else {
+                        " or more"
+                    }
+                ),
+            });
+        }
+        // A FIFO, a device or a directory is no signature file at all: the wrong path (exit 1).
+        Err(e) => return Err(Error::io(sig_path, e.into())),
+    };
+    String::from_utf8(bytes).map_err(|_| Error::BadSignature {
+        path: sig_path.to_path_buf(),
+        reason: "is not a minisign signature (not UTF-8 text)".into(),
+    })
+}
+
+/// Refuses `path` when it leads (a final link followed) to something that exists and is not a
+/// regular file, without opening it: opening a device can act on it (a tape rewinds). The
+/// open that follows checks its handle again, for a file swapped in between.
+fn refuse_special(path: &Path) -> Result<()> {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => Err(Error::io(
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "is {}, not a regular file",
+                    airlock::fsio::describe_type(m.file_type())
+                ),
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// [`keys::prehash`] of the `len` bytes of `file` (its size when it was opened): at most
+/// `len + 1` bytes are read, and a file that grew or shrank meanwhile is refused, so the
+/// digest is of the file as it was checked, never of bytes without end.
+fn prehash_exactly(file: impl std::io::Read, len: u64) -> std::io::Result<[u8; 64]> {
+    let mut bounded = file.take(len.saturating_add(1));
+    let digest = keys::prehash(&mut bounded)?;
+    let read = len.saturating_add(1) - bounded.limit();
+    let why = match read.cmp(&len) {
+        std::cmp::Ordering::Equal => return Ok(digest),
+        std::cmp::Ordering::Greater => format!("grew while it was read ({len} bytes when opened)"),
+        std::cmp::Ordering::Less => {
+            format!("shrank while it was read ({len} bytes when opened, {read} read)")
+        }
+    };
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("{why}: check it again once nothing writes to it"),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hash_is_of_exactly_the_size_the_file_had_when_opened() {
+        let bytes = b"the release binary".as_slice();
+        let len = bytes.len() as u64;
+        assert_eq!(
+            prehash_exactly(bytes, len).unwrap(),
+            keys::prehash(bytes).unwrap()
+        );
+        // More bytes than the size (a file appended to, or one without end): refused after
+        // reading one byte past the size.
+        let endless = std::io::repeat(7);
+        let e = prehash_exactly(endless, len).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("grew while it was read (18 bytes"),
+            "{e}"
+        );
+        // Fewer (truncated meanwhile).
+        let e = prehash_exactly(&bytes[..5], len).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("shrank while it was read (18 bytes when opened, 5 read)"),
+            "{e}"
+        );
+    }
 }

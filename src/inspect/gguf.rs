@@ -362,6 +362,16 @@ pub(crate) fn type_name(type_id: i32) -> &'static str {
 
 /// Parses the header, key/values and tensor infos; returns the tensors and the data start.
 fn parse(p: &mut Parser) -> Result<(Vec<TensorInfo>, u64), Stop> {
+    let (n_tensors, n_kv) = header(p)?;
+    let alignment = key_values(p, n_kv)?;
+    let tensors = tensor_infos(p, n_tensors)?;
+    let data_start = data_start(p, n_tensors, alignment)?;
+    check_offsets(p, &tensors, alignment)?;
+    Ok((tensors, data_start))
+}
+
+/// The version (which also tells the byte order) and the two counts, each refused over its cap.
+fn header(p: &mut Parser) -> Result<(u64, u64), Stop> {
     let raw_version = p.u32()?;
     let mut version = raw_version;
     if version != 0 && version & 0xFFFF == 0 {
@@ -408,89 +418,18 @@ fn parse(p: &mut Parser) -> Result<(Vec<TensorInfo>, u64), Stop> {
             ));
         }
     }
+    Ok((n_tensors, n_kv))
+}
 
+/// The `n_kv` key/values: each key non-empty and unique, each value of a valid type and skipped;
+/// returns `general.alignment` (a power of 2; the default without it).
+fn key_values(p: &mut Parser, n_kv: u64) -> Result<u64, Stop> {
     let mut alignment = DEFAULT_ALIGNMENT;
     let mut keys: HashSet<[u8; 32]> = HashSet::new();
     p.section = "key-value pairs";
     for i in 0..n_kv {
-        p.what = format!("key/value {} of {n_kv}", i + 1);
-        let (key, digest, key_len) = p.key()?;
-        if key_len == 0 {
-            return Err(p.bad(
-                codes::GGUF_INVALID_KV,
-                format!(
-                    "has an empty key at key/value {} (ggml: \"key {i} is empty\")",
-                    i + 1
-                ),
-            ));
-        }
-        if !keys.insert(digest) {
-            return Err(p.bad(
-                codes::GGUF_INVALID_KV,
-                format!("has the key `{key}` twice (ggml: \"duplicate key '{key}'\")"),
-            ));
-        }
-        p.what = format!("key/value {} of {n_kv} (`{key}`)", i + 1);
-        let mut value_type = p.u32()?;
-        let mut count = None;
-        if value_type == TYPE_ARRAY {
-            value_type = p.u32()?;
-            count = Some(p.u64()?);
-        }
-        let scalar = scalar_size(value_type);
-        if scalar.is_none() && value_type != TYPE_STRING {
-            return Err(p.bad(
-                codes::GGUF_INVALID_KV,
-                format!(
-                    "has key `{key}` with invalid GGUF type {value_type} (ggml: \"key '{key}' \
-                     has invalid GGUF type {value_type}\")"
-                ),
-            ));
-        }
-        let is_alignment = key_len == 17 && key == "general.alignment";
-        if is_alignment && (count.is_some() || value_type != TYPE_UINT32) {
-            let shown = match count {
-                Some(_) => "array".to_string(),
-                None => gguf_type_name(value_type),
-            };
-            return Err(p.bad(
-                codes::GGUF_INVALID_KV,
-                format!(
-                    "has general.alignment of type {shown} (ggml: \"key 'general.alignment' \
-                     must be of type u32 but is {shown}\")"
-                ),
-            ));
-        }
-        match (count, scalar) {
-            (None, Some(size)) if is_alignment => {
-                debug_assert_eq!(size, 4);
-                alignment = u64::from(p.u32()?);
-            }
-            (None, Some(size)) => p.skip(size)?,
-            (None, None) => {
-                let len = p.string_len()?;
-                p.skip(len)?;
-            }
-            (Some(n), _) if n > MAX_ARRAY_ELEMENTS => {
-                return Err(p.bad(
-                    codes::GGUF_INVALID_KV,
-                    format!("has key `{key}` with an array of {n} elements, over ggml's 2^30"),
-                ));
-            }
-            (Some(n), Some(size)) => p.skip(n * size)?,
-            (Some(n), None) => {
-                // Each string needs at least its 8-byte length.
-                if n * 8 > p.r.remaining() {
-                    return Err(p.stop(Short::End {
-                        needed: n * 8,
-                        available: p.r.remaining(),
-                    }));
-                }
-                for _ in 0..n {
-                    let len = p.string_len()?;
-                    p.skip(len)?;
-                }
-            }
+        if let Some(a) = key_value(p, i, n_kv, &mut keys)? {
+            alignment = a;
         }
     }
     if alignment == 0 || !alignment.is_power_of_two() {
@@ -502,99 +441,120 @@ fn parse(p: &mut Parser) -> Result<(Vec<TensorInfo>, u64), Stop> {
             ),
         ));
     }
+    Ok(alignment)
+}
 
+/// Key/value `i` (0-based) of `n_kv`, its key's digest added to `keys`; returns the value when
+/// it is `general.alignment`.
+fn key_value(
+    p: &mut Parser,
+    i: u64,
+    n_kv: u64,
+    keys: &mut HashSet<[u8; 32]>,
+) -> Result<Option<u64>, Stop> {
+    p.what = format!("key/value {} of {n_kv}", i + 1);
+    let (key, digest, key_len) = p.key()?;
+    if key_len == 0 {
+        return Err(p.bad(
+            codes::GGUF_INVALID_KV,
+            format!(
+                "has an empty key at key/value {} (ggml: \"key {i} is empty\")",
+                i + 1
+            ),
+        ));
+    }
+    if !keys.insert(digest) {
+        return Err(p.bad(
+            codes::GGUF_INVALID_KV,
+            format!("has the key `{key}` twice (ggml: \"duplicate key '{key}'\")"),
+        ));
+    }
+    p.what = format!("key/value {} of {n_kv} (`{key}`)", i + 1);
+    let mut value_type = p.u32()?;
+    let mut count = None;
+    if value_type == TYPE_ARRAY {
+        value_type = p.u32()?;
+        count = Some(p.u64()?);
+    }
+    let scalar = scalar_size(value_type);
+    if scalar.is_none() && value_type != TYPE_STRING {
+        return Err(p.bad(
+            codes::GGUF_INVALID_KV,
+            format!(
+                "has key `{key}` with invalid GGUF type {value_type} (ggml: \"key '{key}' \
+                 has invalid GGUF type {value_type}\")"
+            ),
+        ));
+    }
+    let is_alignment = key_len == 17 && key == "general.alignment";
+    if is_alignment && (count.is_some() || value_type != TYPE_UINT32) {
+        let shown = match count {
+            Some(_) => "array".to_string(),
+            None => gguf_type_name(value_type),
+        };
+        return Err(p.bad(
+            codes::GGUF_INVALID_KV,
+            format!(
+                "has general.alignment of type {shown} (ggml: \"key 'general.alignment' \
+                 must be of type u32 but is {shown}\")"
+            ),
+        ));
+    }
+    if is_alignment {
+        debug_assert_eq!(scalar, Some(4));
+        return Ok(Some(u64::from(p.u32()?)));
+    }
+    skip_value(p, &key, count, scalar)?;
+    Ok(None)
+}
+
+/// Skips the value of `key`: a scalar of `scalar` bytes or a string (`scalar` `None`), or an
+/// array of `count` of them (at most ggml's 2^30 elements).
+fn skip_value(
+    p: &mut Parser,
+    key: &str,
+    count: Option<u64>,
+    scalar: Option<u64>,
+) -> Result<(), Stop> {
+    match (count, scalar) {
+        (None, Some(size)) => p.skip(size),
+        (None, None) => {
+            let len = p.string_len()?;
+            p.skip(len)
+        }
+        (Some(n), _) if n > MAX_ARRAY_ELEMENTS => Err(p.bad(
+            codes::GGUF_INVALID_KV,
+            format!("has key `{key}` with an array of {n} elements, over ggml's 2^30"),
+        )),
+        (Some(n), Some(size)) => p.skip(n * size),
+        (Some(n), None) => {
+            // Each string needs at least its 8-byte length.
+            if n * 8 > p.r.remaining() {
+                return Err(p.stop(Short::End {
+                    needed: n * 8,
+                    available: p.r.remaining(),
+                }));
+            }
+            for _ in 0..n {
+                let len = p.string_len()?;
+                p.skip(len)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The `n_tensors` tensor infos, each name unique.
+fn tensor_infos(p: &mut Parser, n_tensors: u64) -> Result<Vec<TensorInfo>, Stop> {
     let mut tensors: Vec<TensorInfo> = Vec::new();
     let mut names: HashSet<Vec<u8>> = HashSet::new();
     p.section = "tensor info";
     for i in 0..n_tensors {
         p.what = format!("tensor info {} of {n_tensors}", i + 1);
-        let name_len = p.string_len()?;
-        if name_len >= MAX_NAME {
-            // ggml reads the string before checking its length.
-            p.skip(name_len)?;
-            return Err(p.bad(
-                codes::GGUF_INVALID_TENSOR_INFO,
-                format!(
-                    "has a tensor name of {name_len} bytes at tensor info {} (ggml: \"tensor \
-                     name {i} is too long: {name_len} >= {MAX_NAME}\")",
-                    i + 1
-                ),
-            ));
-        }
-        let name_bytes = p.r.bytes(name_len).map_err(|s| p.stop(s))?;
-        let name = String::from_utf8_lossy(&name_bytes).into_owned();
-        if !names.insert(name_bytes) {
-            return Err(p.bad(
-                codes::GGUF_INVALID_TENSOR_INFO,
-                format!("has the tensor name `{name}` twice (ggml: \"duplicate tensor name\")"),
-            ));
-        }
+        let name = tensor_name(p, i, &mut names)?;
         p.what = format!("tensor info {} of {n_tensors} (`{name}`)", i + 1);
-        let n_dims = p.u32()?;
-        if n_dims > MAX_DIMS {
-            return Err(p.bad(
-                codes::GGUF_INVALID_TENSOR_INFO,
-                format!(
-                    "has tensor `{name}` with {n_dims} dimensions (ggml: \"invalid number of \
-                     dimensions: {n_dims} > {MAX_DIMS}\")"
-                ),
-            ));
-        }
-        let mut ne = [1i64; 4];
-        for d in ne.iter_mut().take(n_dims as usize) {
-            *d = p.u64()? as i64;
-            if *d < 0 {
-                return Err(p.bad(
-                    codes::GGUF_INVALID_TENSOR_INFO,
-                    format!("has tensor `{name}` with a negative dimension {}", *d),
-                ));
-            }
-        }
-        let elements = ne.iter().try_fold(1i64, |acc, &d| acc.checked_mul(d));
-        let Some(elements) = elements.filter(|&e| e < i64::MAX) else {
-            return Err(p.bad(
-                codes::GGUF_INVALID_TENSOR_INFO,
-                format!("has tensor `{name}` with shape {ne:?}, whose element count overflows"),
-            ));
-        };
-        let type_id = p.u32()? as i32;
-        if !(0..GGML_TYPE_COUNT).contains(&type_id) {
-            return Err(p.bad(
-                codes::GGUF_INVALID_TENSOR_INFO,
-                format!(
-                    "has tensor `{name}` of invalid ggml type {type_id} (ggml: \"should be in \
-                     [0, {GGML_TYPE_COUNT})\")"
-                ),
-            ));
-        }
-        let (type_name, block, type_size) = match ggml_type(type_id) {
-            Ok(t) => t,
-            Err(removed) => {
-                return Err(p.bad(
-                    codes::GGUF_INVALID_TENSOR_INFO,
-                    format!(
-                        "has tensor `{name}` of ggml type {type_id} ({removed}), which was \
-                         removed from GGUF (block size 0)"
-                    ),
-                ));
-            }
-        };
-        if !(ne[0] as u64).is_multiple_of(block) {
-            return Err(p.bad(
-                codes::GGUF_INVALID_TENSOR_INFO,
-                format!(
-                    "has tensor `{name}` of type {type_name} with {} elements per row, not a \
-                     multiple of the block size {block}",
-                    ne[0]
-                ),
-            ));
-        }
-        let Some(nbytes) = (elements as u64 / block).checked_mul(type_size) else {
-            return Err(p.bad(
-                codes::GGUF_INVALID_TENSOR_INFO,
-                format!("has tensor `{name}` whose size in bytes overflows"),
-            ));
-        };
+        let (ne, n_dims, elements) = tensor_shape(p, &name)?;
+        let (type_id, nbytes) = tensor_type(p, &name, ne[0], elements)?;
         let offset = p.u64()?;
         tensors.push(TensorInfo {
             name,
@@ -605,7 +565,114 @@ fn parse(p: &mut Parser) -> Result<(Vec<TensorInfo>, u64), Stop> {
             n_dims,
         });
     }
+    Ok(tensors)
+}
 
+/// The name of tensor info `i` (0-based): shorter than ggml's 64 bytes, not in `names` yet.
+fn tensor_name(p: &mut Parser, i: u64, names: &mut HashSet<Vec<u8>>) -> Result<String, Stop> {
+    let name_len = p.string_len()?;
+    if name_len >= MAX_NAME {
+        // ggml reads the string before checking its length.
+        p.skip(name_len)?;
+        return Err(p.bad(
+            codes::GGUF_INVALID_TENSOR_INFO,
+            format!(
+                "has a tensor name of {name_len} bytes at tensor info {} (ggml: \"tensor \
+                 name {i} is too long: {name_len} >= {MAX_NAME}\")",
+                i + 1
+            ),
+        ));
+    }
+    let name_bytes = p.r.bytes(name_len).map_err(|s| p.stop(s))?;
+    let name = String::from_utf8_lossy(&name_bytes).into_owned();
+    if !names.insert(name_bytes) {
+        return Err(p.bad(
+            codes::GGUF_INVALID_TENSOR_INFO,
+            format!("has the tensor name `{name}` twice (ggml: \"duplicate tensor name\")"),
+        ));
+    }
+    Ok(name)
+}
+
+/// Tensor `name`'s dimensions (`ne`, the count, and the element count, which must not
+/// overflow).
+fn tensor_shape(p: &mut Parser, name: &str) -> Result<([i64; 4], u32, i64), Stop> {
+    let n_dims = p.u32()?;
+    if n_dims > MAX_DIMS {
+        return Err(p.bad(
+            codes::GGUF_INVALID_TENSOR_INFO,
+            format!(
+                "has tensor `{name}` with {n_dims} dimensions (ggml: \"invalid number of \
+                 dimensions: {n_dims} > {MAX_DIMS}\")"
+            ),
+        ));
+    }
+    let mut ne = [1i64; 4];
+    for d in ne.iter_mut().take(n_dims as usize) {
+        *d = p.u64()? as i64;
+        if *d < 0 {
+            return Err(p.bad(
+                codes::GGUF_INVALID_TENSOR_INFO,
+                format!("has tensor `{name}` with a negative dimension {}", *d),
+            ));
+        }
+    }
+    let elements = ne.iter().try_fold(1i64, |acc, &d| acc.checked_mul(d));
+    let Some(elements) = elements.filter(|&e| e < i64::MAX) else {
+        return Err(p.bad(
+            codes::GGUF_INVALID_TENSOR_INFO,
+            format!("has tensor `{name}` with shape {ne:?}, whose element count overflows"),
+        ));
+    };
+    Ok((ne, n_dims, elements))
+}
+
+/// Tensor `name`'s ggml type id (valid, not removed, its block dividing a row of `row`
+/// elements) and its size in bytes for `elements` elements.
+fn tensor_type(p: &mut Parser, name: &str, row: i64, elements: i64) -> Result<(i32, u64), Stop> {
+    let type_id = p.u32()? as i32;
+    if !(0..GGML_TYPE_COUNT).contains(&type_id) {
+        return Err(p.bad(
+            codes::GGUF_INVALID_TENSOR_INFO,
+            format!(
+                "has tensor `{name}` of invalid ggml type {type_id} (ggml: \"should be in \
+                 [0, {GGML_TYPE_COUNT})\")"
+            ),
+        ));
+    }
+    let (type_name, block, type_size) = match ggml_type(type_id) {
+        Ok(t) => t,
+        Err(removed) => {
+            return Err(p.bad(
+                codes::GGUF_INVALID_TENSOR_INFO,
+                format!(
+                    "has tensor `{name}` of ggml type {type_id} ({removed}), which was \
+                     removed from GGUF (block size 0)"
+                ),
+            ));
+        }
+    };
+    if !(row as u64).is_multiple_of(block) {
+        return Err(p.bad(
+            codes::GGUF_INVALID_TENSOR_INFO,
+            format!(
+                "has tensor `{name}` of type {type_name} with {row} elements per row, not a \
+                 multiple of the block size {block}"
+            ),
+        ));
+    }
+    let Some(nbytes) = (elements as u64 / block).checked_mul(type_size) else {
+        return Err(p.bad(
+            codes::GGUF_INVALID_TENSOR_INFO,
+            format!("has tensor `{name}` whose size in bytes overflows"),
+        ));
+    };
+    Ok((type_id, nbytes))
+}
+
+/// Where the tensor data starts: after the infos, padded to `alignment` when there are
+/// tensors; refused when the padding runs past the end of the file.
+fn data_start(p: &mut Parser, n_tensors: u64, alignment: u64) -> Result<u64, Stop> {
     let end_of_infos = p.r.pos();
     let data_start = if n_tensors > 0 {
         pad(end_of_infos, alignment).unwrap_or(u64::MAX)
@@ -619,8 +686,13 @@ fn parse(p: &mut Parser) -> Result<(Vec<TensorInfo>, u64), Stop> {
             available: p.file_len - end_of_infos,
         }));
     }
+    Ok(data_start)
+}
+
+/// Each tensor's offset must be the running sum of the padded sizes before it, as ggml checks.
+fn check_offsets(p: &Parser, tensors: &[TensorInfo], alignment: u64) -> Result<(), Stop> {
     let mut expected = 0u64;
-    for t in &tensors {
+    for t in tensors {
         if t.offset != expected {
             return Err(p.bad(
                 codes::GGUF_INVALID_TENSOR_INFO,
@@ -641,7 +713,7 @@ fn parse(p: &mut Parser) -> Result<(Vec<TensorInfo>, u64), Stop> {
                 )
             })?;
     }
-    Ok((tensors, data_start))
+    Ok(())
 }
 
 /// llama.cpp's check: every tensor's data within the file.

@@ -12,7 +12,11 @@
 //!
 //! A helper is a program from `PATH` named by the operator's own config; it runs with no
 //! arguments but `get`, for at most [`HELPER_TIMEOUT`], and at most [`HELPER_OUTPUT_CAP`]
-//! bytes of its output are read. When it fails, the error names the helper, the config key
+//! bytes of its output are read. It is found on `PATH` once ([`resolve_helper`]), refused when
+//! another local user could have put it there or could replace it (the file, or any directory
+//! above it, writable by group or others without the sticky bit, or owned by a user who is
+//! neither root nor this one; found through a relative `PATH` entry), and exactly that
+//! resolved file is run: whoever can change what runs gets the registry password. When it fails, the error names the helper, the config key
 //! that chose it and what to try. Its credentials go where the docker config's own go: to the
 //! registry and its token service only ([`super::client`]).
 
@@ -200,7 +204,15 @@ pub fn credentials_for(registry: &str) -> Result<Option<Credentials>> {
     let Some(helper) = helper_in(&doc, registry).map_err(malformed)? else {
         return Ok(inline);
     };
-    match run_helper(&helper.program(), registry, HELPER_TIMEOUT) {
+    let program = helper.program();
+    let path_var = std::env::var_os("PATH");
+    let ran = resolve_helper(
+        &program,
+        path_var.as_deref(),
+        rustix::process::geteuid().as_raw(),
+    )
+    .and_then(|exe| run_helper(&exe, &program, registry, HELPER_TIMEOUT));
+    match ran {
         Ok(Some(c)) => Ok(Some(c)),
         Ok(None) => Ok(inline),
         Err(failure) => Err(helper_error(&helper, &path, registry, failure)),
@@ -212,6 +224,15 @@ pub fn credentials_for(registry: &str) -> Result<Option<Credentials>> {
 enum HelperFailure {
     /// The program is not on `PATH`.
     Missing,
+    /// It was found where another local user could have put it or could replace it.
+    Unsafe {
+        /// The file or directory at fault.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
+        /// How to make it safe.
+        fix: String,
+    },
     /// It could not be started, or its output not read.
     Io(std::io::Error),
     /// It ran longer than its timeout (and was killed).
@@ -224,14 +245,119 @@ enum HelperFailure {
     IdentityToken,
 }
 
-/// Runs `program get` the way docker does: the registry on stdin, the credentials as JSON on
-/// stdout, killed after `timeout`. `Ok(None)` when the helper holds nothing for the registry.
+/// The search path when `PATH` is unset (what `execvp` uses).
+const DEFAULT_PATH: &str = "/bin:/usr/bin";
+
+/// Finds `program` on `path_var` (`PATH`; [`DEFAULT_PATH`] when unset) as `execvp` would (the
+/// first entry holding an executable regular file of that name, a link followed), resolves it
+/// to its real path, and checks that no user but root and `euid` could have put it there or
+/// could replace it: the file and every directory above its real path are owned by root or
+/// `euid` and not writable by group or others (a directory with the sticky bit may be, as
+/// `/tmp` is: others cannot rename or remove what they do not own in it). A match through a
+/// relative entry (`.`, an empty entry, `bin`) is refused: it depends on the current
+/// directory (docker refuses it the same way).
+fn resolve_helper(
+    program: &str,
+    path_var: Option<&std::ffi::OsStr>,
+    euid: u32,
+) -> std::result::Result<PathBuf, HelperFailure> {
+    use std::os::unix::fs::PermissionsExt;
+    let path_var = path_var.unwrap_or(DEFAULT_PATH.as_ref());
+    let found = std::env::split_paths(path_var).find_map(|dir| {
+        let candidate = dir.join(program);
+        let meta = std::fs::metadata(&candidate).ok()?;
+        (meta.is_file() && meta.permissions().mode() & 0o111 != 0).then_some((dir, candidate))
+    });
+    let Some((dir, candidate)) = found else {
+        return Err(HelperFailure::Missing);
+    };
+    if !dir.is_absolute() {
+        return Err(HelperFailure::Unsafe {
+            why: format!(
+                "was found through the relative PATH entry {:?}, which names a different directory in every working directory",
+                dir.display().to_string()
+            ),
+            fix: "remove the relative entry from PATH (an empty entry, `.` or a name without a leading /), or put the helper's directory on PATH as an absolute path".into(),
+            path: candidate,
+        });
+    }
+    let real = std::fs::canonicalize(&candidate).map_err(HelperFailure::Io)?;
+    // From `/` down to the file: the first place another user could write is the one to fix.
+    let mut chain: Vec<&Path> = real.ancestors().collect();
+    chain.reverse();
+    for at in chain {
+        let meta = std::fs::symlink_metadata(at).map_err(HelperFailure::Io)?;
+        if let Some((why, fix)) = replaceable_by_others(&meta, at, euid) {
+            return Err(HelperFailure::Unsafe {
+                path: at.to_path_buf(),
+                why,
+                fix,
+            });
+        }
+    }
+    Ok(real)
+}
+
+/// Why another local user could change `path` (described by `meta`, not followed), and how to
+/// stop it: `None` when only root and `euid` can.
+fn replaceable_by_others(
+    meta: &std::fs::Metadata,
+    path: &Path,
+    euid: u32,
+) -> Option<(String, String)> {
+    use std::os::unix::fs::MetadataExt;
+    let why = unsafe_owner_or_mode(meta.uid(), meta.mode(), meta.is_dir(), euid)?;
+    let fix = if meta.uid() != 0 && meta.uid() != euid {
+        format!(
+            "install the helper where every directory above it belongs to root or to you (such as /usr/local/bin), or have {} owned by root",
+            path.display()
+        )
+    } else {
+        format!(
+            "run `chmod go-w {}` (or install the helper in a directory only root or you can write, such as /usr/local/bin)",
+            path.display()
+        )
+    };
+    Some((why, fix))
+}
+
+/// The rule of [`resolve_helper`] on one path's owner and mode: what is wrong, if anything.
+fn unsafe_owner_or_mode(uid: u32, mode: u32, is_dir: bool, euid: u32) -> Option<String> {
+    let what = if is_dir { "directory" } else { "file" };
+    if uid != 0 && uid != euid {
+        return Some(format!(
+            "is a {what} owned by user {uid}, not by root or by you (user {euid})"
+        ));
+    }
+    let sticky = is_dir && mode & 0o1000 != 0;
+    if mode & 0o022 != 0 && !sticky {
+        let by = match (mode & 0o020 != 0, mode & 0o002 != 0) {
+            (true, true) => "its group and all users",
+            (true, false) => "its group",
+            _ => "all users",
+        };
+        return Some(format!(
+            "is a {what} writable by {by} (mode {:04o}{})",
+            mode & 0o7777,
+            if is_dir { ", no sticky bit" } else { "" }
+        ));
+    }
+    None
+}
+
+/// Runs the helper `exe` (resolved by [`resolve_helper`]; `program` is its name, given as
+/// `argv[0]` as a `PATH` lookup would) with `get` the way docker does: the registry on stdin,
+/// the credentials as JSON on stdout, killed after `timeout`. `Ok(None)` when the helper holds
+/// nothing for the registry.
 fn run_helper(
+    exe: &Path,
     program: &str,
     registry: &str,
     timeout: Duration,
 ) -> std::result::Result<Option<Credentials>, HelperFailure> {
-    let mut child = match Command::new(program)
+    use std::os::unix::process::CommandExt;
+    let mut child = match Command::new(exe)
+        .arg0(program)
         .arg("get")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -370,6 +496,13 @@ fn helper_error(helper: &Helper, config: &Path, registry: &str, failure: HelperF
                 helper.key,
                 config.display()
             ),
+        ),
+        HelperFailure::Unsafe { path, why, fix } => (
+            format!(
+                "is not run: {} {why}, so another local user could replace what runs and read the registry password",
+                path.display()
+            ),
+            format!("{fix}, then run the command again"),
         ),
         HelperFailure::Io(e) => (format!("could not be run: {e}"), check),
         HelperFailure::Timeout => (
@@ -541,12 +674,21 @@ mod tests {
     }
 
     /// A helper script in a temp dir, run by its path.
-    fn helper_script(dir: &Path, body: &str) -> String {
+    fn helper_script(dir: &Path, body: &str) -> PathBuf {
         use std::os::unix::fs::PermissionsExt;
         let path = dir.join("docker-credential-test");
         std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        path.display().to_string()
+        path
+    }
+
+    /// [`run_helper`] as `credentials_for` calls it, with the name the helper has here.
+    fn run_test_helper(
+        exe: &Path,
+        registry: &str,
+        timeout: Duration,
+    ) -> std::result::Result<Option<Credentials>, HelperFailure> {
+        run_helper(exe, "docker-credential-test", registry, timeout)
     }
 
     #[test]
@@ -558,19 +700,21 @@ mod tests {
             t.path(),
             r#"[ "$1" = get ] || exit 9; read -r server; [ "$server" = reg.site:5000 ] || exit 8; echo '{"ServerURL":"reg.site:5000","Username":"bob","Secret":"pw"}'"#,
         );
-        let c = run_helper(&ok, "reg.site:5000", long).unwrap().unwrap();
+        let c = run_test_helper(&ok, "reg.site:5000", long)
+            .unwrap()
+            .unwrap();
         assert_eq!((c.username.as_str(), c.password.as_str()), ("bob", "pw"));
         assert!(matches!(
-            run_helper(&ok, "other", long),
+            run_test_helper(&ok, "other", long),
             Err(HelperFailure::Failed(_))
         ));
         let none = helper_script(t.path(), &format!("echo '{HELPER_NOT_FOUND}'; exit 1"));
-        assert!(run_helper(&none, "x", long).unwrap().is_none());
+        assert!(run_test_helper(&none, "x", long).unwrap().is_none());
         let fails = helper_script(
             t.path(),
             "echo 'gpg: decryption failed: No secret key' >&2; exit 1",
         );
-        match run_helper(&fails, "x", long) {
+        match run_test_helper(&fails, "x", long) {
             Err(HelperFailure::Failed(said)) => {
                 assert!(said.contains("gpg: decryption failed"), "{said}")
             }
@@ -578,26 +722,137 @@ mod tests {
         }
         let token = helper_script(t.path(), r#"echo '{"Username":"<token>","Secret":"t"}'"#);
         assert!(matches!(
-            run_helper(&token, "x", long),
+            run_test_helper(&token, "x", long),
             Err(HelperFailure::IdentityToken)
         ));
         let garbage = helper_script(t.path(), "echo not json");
         assert!(matches!(
-            run_helper(&garbage, "x", long),
+            run_test_helper(&garbage, "x", long),
             Err(HelperFailure::BadOutput(_))
         ));
         let endless = helper_script(t.path(), "head -c 1000000 /dev/zero");
         assert!(matches!(
-            run_helper(&endless, "x", long),
+            run_test_helper(&endless, "x", long),
             Err(HelperFailure::BadOutput(_))
         ));
         let hangs = helper_script(t.path(), "exec sleep 600");
         assert!(matches!(
-            run_helper(&hangs, "x", Duration::from_millis(300)),
+            run_test_helper(&hangs, "x", Duration::from_millis(300)),
             Err(HelperFailure::Timeout)
         ));
         assert!(matches!(
-            run_helper(&t.path().join("nowhere").display().to_string(), "x", long),
+            run_test_helper(&t.path().join("nowhere"), "x", long),
+            Err(HelperFailure::Missing)
+        ));
+    }
+
+    #[test]
+    fn owner_and_mode_rules_follow_what_another_user_could_change() {
+        let me = 1000;
+        // Root's or mine, writable by the owner only: fine.
+        assert_eq!(unsafe_owner_or_mode(0, 0o100755, false, me), None);
+        assert_eq!(unsafe_owner_or_mode(me, 0o040700, true, me), None);
+        // /tmp: world-writable with the sticky bit.
+        assert_eq!(unsafe_owner_or_mode(0, 0o041777, true, me), None);
+        // Another user's file or directory, however strict its mode.
+        let why = unsafe_owner_or_mode(1001, 0o040755, true, me).unwrap();
+        assert_eq!(
+            why,
+            "is a directory owned by user 1001, not by root or by you (user 1000)"
+        );
+        assert!(unsafe_owner_or_mode(1001, 0o100700, false, me).is_some());
+        // Running as root, a file of user 1000 is another user's.
+        assert!(unsafe_owner_or_mode(me, 0o100755, false, 0).is_some());
+        // Writable by group or others.
+        assert_eq!(
+            unsafe_owner_or_mode(me, 0o100777, false, me).unwrap(),
+            "is a file writable by its group and all users (mode 0777)"
+        );
+        assert_eq!(
+            unsafe_owner_or_mode(0, 0o040775, true, me).unwrap(),
+            "is a directory writable by its group (mode 0775, no sticky bit)"
+        );
+        assert_eq!(
+            unsafe_owner_or_mode(me, 0o040757, true, me).unwrap(),
+            "is a directory writable by all users (mode 0757, no sticky bit)"
+        );
+        // The sticky bit protects a directory's entries, not a file's bytes.
+        assert!(unsafe_owner_or_mode(me, 0o101777, false, me).is_some());
+    }
+
+    #[test]
+    fn a_helper_is_found_once_on_path_and_refused_where_others_could_replace_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let euid = rustix::process::geteuid().as_raw();
+        let t = tempfile::tempdir().unwrap();
+        let mode = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        let (early, good) = (t.path().join("early"), t.path().join("good"));
+        for d in [&early, &good] {
+            std::fs::create_dir(d).unwrap();
+            mode(d, 0o755);
+        }
+        let real = helper_script(&good, "exit 0");
+        let path_var = std::env::join_paths([&early, &good]).unwrap();
+        let find = |p: &std::ffi::OsStr| resolve_helper("docker-credential-test", Some(p), euid);
+        // The first entry holding it; its real path is what runs.
+        assert_eq!(find(&path_var).unwrap(), real.canonicalize().unwrap());
+        // A file of that name that is not executable is passed over, as execvp does.
+        std::fs::write(early.join("docker-credential-test"), "#!/bin/sh\n").unwrap();
+        mode(&early.join("docker-credential-test"), 0o644);
+        assert_eq!(find(&path_var).unwrap(), real.canonicalize().unwrap());
+        // An earlier entry others can write, holding a planted helper: refused, naming it.
+        mode(&early.join("docker-credential-test"), 0o755);
+        mode(&early, 0o777);
+        match find(&path_var) {
+            Err(HelperFailure::Unsafe { path, why, fix }) => {
+                assert_eq!(path, early.canonicalize().unwrap());
+                assert_eq!(
+                    why,
+                    "is a directory writable by its group and all users (mode 0777, no sticky bit)"
+                );
+                assert!(
+                    fix.starts_with(&format!("run `chmod go-w {}`", path.display())),
+                    "{fix}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // With the sticky bit (as /tmp) the directory is fine; the helper's own mode is not.
+        mode(&early, 0o1777);
+        assert!(find(&path_var).is_ok());
+        mode(&early.join("docker-credential-test"), 0o777);
+        match find(&path_var) {
+            Err(HelperFailure::Unsafe { path, .. }) => {
+                assert_eq!(
+                    path,
+                    early.join("docker-credential-test").canonicalize().unwrap()
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        std::fs::remove_file(early.join("docker-credential-test")).unwrap();
+        // A link to a helper in a directory others can write: the real path is checked.
+        mode(&early, 0o755);
+        let open = t.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        helper_script(&open, "exit 0");
+        mode(&open, 0o777);
+        std::os::unix::fs::symlink(
+            open.join("docker-credential-test"),
+            early.join("docker-credential-test"),
+        )
+        .unwrap();
+        match find(&path_var) {
+            Err(HelperFailure::Unsafe { path, .. }) => {
+                assert_eq!(path, open.canonicalize().unwrap())
+            }
+            other => panic!("{other:?}"),
+        }
+        // Not on PATH at all.
+        assert!(matches!(
+            find(t.path().join("none").as_os_str()),
             Err(HelperFailure::Missing)
         ));
     }

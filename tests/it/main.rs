@@ -3,6 +3,7 @@
 mod cli;
 mod compose;
 mod crash;
+mod credential_helper_safety;
 mod damage_map;
 mod delta;
 mod format_exact;
@@ -29,4 +30,5 @@ mod trust_root;
 mod ux;
 mod values;
 mod verdict;
+mod verify_file_hostile;
 mod workflow_checks;
