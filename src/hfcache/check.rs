@@ -158,6 +158,59 @@ pub fn check_cache_scanning(
         )));
     }
     let mut report = CacheReport::default();
+    let folders = repository_folders(cache, only, &mut report)?;
+
+    let mut jobs = Vec::new();
+    for (index, (repo_type, repo_id, folder)) in folders.into_iter().enumerate() {
+        let (repo, mut repo_jobs) = survey_repo(index, repo_type, repo_id, folder, &mut report)?;
+        report.repos.push(repo);
+        jobs.append(&mut repo_jobs);
+    }
+
+    let total: u64 = jobs.iter().map(|j| j.size).sum();
+    let users = snapshot_users(&report.repos);
+    // The snapshot file a blob is scanned as (the first that names a model file), so the
+    // value scan rides on the hash of the blob.
+    let scan_as = |job: &BlobJob| -> Option<(String, String)> {
+        if !scan_values {
+            return None;
+        }
+        users
+            .get(&job.path)?
+            .iter()
+            .find(|u| values::wants_scan(&u.1))
+            .cloned()
+    };
+    progress.start("check blobs", total);
+    let results: Vec<BlobResult> = jobs
+        .par_iter()
+        .map(|job| {
+            progress.item(&job.etag);
+            check_blob(job, scan_as(job), progress)
+        })
+        .collect();
+    progress.finish();
+    for result in results {
+        record_blob(&mut report, &users, result);
+    }
+    // A blob refused while following a snapshot link is refused again in the blob listing.
+    report
+        .problems
+        .sort_by(|a, b| (&a.path, a.kind, &a.problem).cmp(&(&b.path, b.kind, &b.problem)));
+    report
+        .problems
+        .dedup_by(|a, b| (&a.path, a.kind, &a.problem) == (&b.path, b.kind, &b.problem));
+    Ok(report)
+}
+
+/// The repository folders to check: `only`'s (which must exist), or every repository folder
+/// of `cache` in name order. A link where a repository folder should be is a problem of
+/// `report`, anything else not a repository folder a note.
+fn repository_folders(
+    cache: &Path,
+    only: Option<(&str, &str)>,
+    report: &mut CacheReport,
+) -> Result<Vec<(String, String, PathBuf)>> {
     let mut folders: Vec<(String, String, PathBuf)> = Vec::new();
     match only {
         Some((repo_type, repo_id)) => {
@@ -207,131 +260,106 @@ pub fn check_cache_scanning(
             }
         }
     }
+    Ok(folders)
+}
 
-    let mut jobs = Vec::new();
-    for (index, (repo_type, repo_id, folder)) in folders.into_iter().enumerate() {
-        let (repo, mut repo_jobs) = survey_repo(index, repo_type, repo_id, folder, &mut report)?;
-        report.repos.push(repo);
-        jobs.append(&mut repo_jobs);
+/// Hashes the blob of `job` against its name, with the value scan as the snapshot file
+/// `named` when one is given.
+fn check_blob(
+    job: &BlobJob,
+    named: Option<(String, String)>,
+    progress: &dyn Progress,
+) -> BlobResult {
+    match hash_and_scan(
+        &job.source,
+        job.kind,
+        named.as_ref().map(|n| n.1.as_str()),
+        progress,
+    ) {
+        Ok((actual, scan)) if actual == job.etag => (job.repo, job.size, None, named.zip(scan)),
+        Ok((actual, _)) => (
+            job.repo,
+            job.size,
+            Some(CacheProblem {
+                path: job.path.clone(),
+                kind: "blob-mismatch",
+                problem: format!(
+                    "does not hash to its name: its {} is {actual}",
+                    job.kind.name()
+                ),
+            }),
+            None,
+        ),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => (
+            job.repo,
+            0,
+            Some(CacheProblem {
+                path: job.path.clone(),
+                kind: "missing-blob",
+                problem: "is a link whose target (in the shared blob store) is missing".into(),
+            }),
+            None,
+        ),
+        Err(e) => (
+            job.repo,
+            0,
+            Some(CacheProblem {
+                path: job.path.clone(),
+                kind: "blob-mismatch",
+                problem: format!("cannot be read: {e}"),
+            }),
+            None,
+        ),
     }
+}
 
-    let total: u64 = jobs.iter().map(|j| j.size).sum();
-    let users = snapshot_users(&report.repos);
-    // The snapshot file a blob is scanned as (the first that names a model file), so the
-    // value scan rides on the hash of the blob.
-    let scan_as = |job: &BlobJob| -> Option<(String, String)> {
-        if !scan_values {
-            return None;
+/// Counts a checked blob into `report`, with its problem (naming the snapshot files that use
+/// it) and its value scan's findings.
+fn record_blob(
+    report: &mut CacheReport,
+    users: &HashMap<PathBuf, Vec<(String, String)>>,
+    (repo, bytes, problem, scanned): BlobResult,
+) {
+    report.repos[repo].blobs_checked += 1;
+    report.repos[repo].bytes_checked += bytes;
+    report.blobs_checked += 1;
+    report.bytes_checked += bytes;
+    if let Some(mut p) = problem {
+        if let Some(files) = users.get(&p.path) {
+            let files: Vec<String> = files
+                .iter()
+                .map(|(commit, rel)| format!("{:?}", format!("{commit}/{rel}")))
+                .collect();
+            p.problem
+                .push_str(&format!("; used by {}", files.join(", ")));
         }
-        users
-            .get(&job.path)?
-            .iter()
-            .find(|u| values::wants_scan(&u.1))
-            .cloned()
-    };
-    progress.start("check blobs", total);
-    let results: Vec<BlobResult> = jobs
-        .par_iter()
-        .map(|job| {
-            progress.item(&job.etag);
-            let named = scan_as(job);
-            match hash_and_scan(
-                &job.source,
-                job.kind,
-                named.as_ref().map(|n| n.1.as_str()),
-                progress,
-            ) {
-                Ok((actual, scan)) if actual == job.etag => {
-                    (job.repo, job.size, None, named.zip(scan))
-                }
-                Ok((actual, _)) => (
-                    job.repo,
-                    job.size,
-                    Some(CacheProblem {
-                        path: job.path.clone(),
-                        kind: "blob-mismatch",
-                        problem: format!(
-                            "does not hash to its name: its {} is {actual}",
-                            job.kind.name()
-                        ),
-                    }),
-                    None,
-                ),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => (
-                    job.repo,
-                    0,
-                    Some(CacheProblem {
-                        path: job.path.clone(),
-                        kind: "missing-blob",
-                        problem: "is a link whose target (in the shared blob store) is missing"
-                            .into(),
-                    }),
-                    None,
-                ),
-                Err(e) => (
-                    job.repo,
-                    0,
-                    Some(CacheProblem {
-                        path: job.path.clone(),
-                        kind: "blob-mismatch",
-                        problem: format!("cannot be read: {e}"),
-                    }),
-                    None,
-                ),
-            }
-        })
-        .collect();
-    progress.finish();
-    for (repo, bytes, problem, scanned) in results {
-        report.repos[repo].blobs_checked += 1;
-        report.repos[repo].bytes_checked += bytes;
-        report.blobs_checked += 1;
-        report.bytes_checked += bytes;
-        if let Some(mut p) = problem {
-            if let Some(files) = users.get(&p.path) {
-                let files: Vec<String> = files
-                    .iter()
-                    .map(|(commit, rel)| format!("{:?}", format!("{commit}/{rel}")))
-                    .collect();
-                p.problem
-                    .push_str(&format!("; used by {}", files.join(", ")));
-            }
-            report.problems.push(p);
-        }
-        if let Some(((commit, rel), scan)) = scanned {
-            let repo = &report.repos[repo];
-            let file = repo.folder.join("snapshots").join(&commit).join(&rel);
-            report.scanned.push(ScannedBlob {
-                path: file.clone(),
-                summary: scan.summary.clone(),
-            });
-            for f in scan.findings(&rel) {
-                match f.severity {
-                    Severity::Error => report.problems.push(CacheProblem {
-                        path: file.clone(),
-                        kind: f.code,
-                        problem: format!(
-                            "{rel:?} in snapshot {commit}: {} (fix: {})",
-                            f.problem, f.fix
-                        ),
-                    }),
-                    Severity::Warning => {
-                        report
-                            .notes
-                            .push(format!("{}: {} ({})", file.display(), f.problem, f.fix))
-                    }
+        report.problems.push(p);
+    }
+    if let Some(((commit, rel), scan)) = scanned {
+        let repo = &report.repos[repo];
+        let file = repo.folder.join("snapshots").join(&commit).join(&rel);
+        report.scanned.push(ScannedBlob {
+            path: file.clone(),
+            summary: scan.summary.clone(),
+        });
+        for f in scan.findings(&rel) {
+            match f.severity {
+                Severity::Error => report.problems.push(CacheProblem {
+                    path: file.clone(),
+                    kind: f.code,
+                    problem: format!(
+                        "{rel:?} in snapshot {commit}: {} (fix: {})",
+                        f.problem, f.fix
+                    ),
+                }),
+                Severity::Warning => {
+                    report
+                        .notes
+                        .push(format!("{}: {} ({})", file.display(), f.problem, f.fix))
                 }
             }
         }
     }
-    // A blob refused while following a snapshot link is refused again in the blob listing.
-    report
-        .problems
-        .sort_by(|a, b| (&a.path, a.kind, &a.problem).cmp(&(&b.path, b.kind, &b.problem)));
-    report
-        .problems
-        .dedup_by(|a, b| (&a.path, a.kind, &a.problem) == (&b.path, b.kind, &b.problem));
-    Ok(report)
 }
 
 /// Blob path → the snapshot files (commit, path) that link to it.
