@@ -16,6 +16,7 @@ use rustix::fs::{AtFlags, FileType};
 
 use crate::error::{Error, Result};
 use crate::fsio;
+use crate::inspect::TreeChecks;
 use crate::paths::{self, CollisionSet, RECEIPT_DIR};
 
 /// One entry to pack.
@@ -94,6 +95,27 @@ pub fn check_name(root: &Path, full: &Path, collisions: &mut CollisionSet) -> Re
 /// entries examined while it is open, then closed before its subdirectories are visited, so
 /// two descriptors are open at most whatever the depth.
 pub fn scan(root: &Path, link_root: &Path) -> Result<Vec<ScanEntry>> {
+    scan_inner(root, link_root, None)
+}
+
+/// [`scan`], feeding the model checks ([`TreeChecks`]) in the same pass: each regular file is
+/// opened once below its directory's handle while the directory is listed (its `fstat` takes
+/// the place of the scan's `fstatat`) and checked on that handle; links, the receipt directory
+/// and files that cannot be opened are left to the checks' by-path end. The files are opened
+/// as the packer opens them (no link followed, no blocking, regular files only).
+pub fn scan_checking(
+    root: &Path,
+    link_root: &Path,
+    checks: &mut TreeChecks,
+) -> Result<Vec<ScanEntry>> {
+    scan_inner(root, link_root, Some(checks))
+}
+
+fn scan_inner(
+    root: &Path,
+    link_root: &Path,
+    checks: Option<&mut TreeChecks>,
+) -> Result<Vec<ScanEntry>> {
     let meta = std::fs::metadata(root).map_err(|e| Error::io(root, e))?;
     if !meta.is_dir() {
         return Err(refuse(root, "is not a directory"));
@@ -107,6 +129,7 @@ pub fn scan(root: &Path, link_root: &Path) -> Result<Vec<ScanEntry>> {
         link_root: &link_root,
         collisions: CollisionSet::default(),
         out: Vec::new(),
+        checks,
     };
     walk.dir("")?;
     let mut out = walk.out;
@@ -128,6 +151,8 @@ struct Walk<'a> {
     link_root: &'a Path,
     collisions: CollisionSet,
     out: Vec<ScanEntry>,
+    /// The model checks fed by the walk ([`scan_checking`]).
+    checks: Option<&'a mut TreeChecks>,
 }
 
 impl Walk<'_> {
@@ -144,18 +169,29 @@ impl Walk<'_> {
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         let mut found = Vec::with_capacity(entries.len());
         for (name, kind) in entries {
+            // The name the entry has in the tree, for the model checks (a name that is not
+            // UTF-8 is refused below, before anything is checked).
+            let checked_name = match (&self.checks, name.to_str()) {
+                (Some(_), Some(n)) if rel.is_empty() => Some(n.to_string()),
+                (Some(_), Some(n)) => Some(format!("{rel}/{n}")),
+                _ => None,
+            };
             if rel.is_empty() && name == RECEIPT_DIR {
+                if let (Some(checks), Some(n)) = (self.checks.as_deref_mut(), &checked_name) {
+                    checks.subtree(n);
+                }
                 continue;
             }
             let full = dir_path.join(&name);
             let what = match kind {
                 FileType::Directory => Found::Dir,
-                FileType::RegularFile => Found::File(
-                    rustix::fs::statat(&fd, &name, AtFlags::SYMLINK_NOFOLLOW)
-                        .map(|st| (full.clone(), st.st_size as u64, st.st_mode))
-                        .map_err(|e| Error::io(&full, e.into())),
-                ),
-                FileType::Symlink => Found::File(self.link(&fd, &name, &full)),
+                FileType::RegularFile => Found::File(self.regular(&fd, &name, &full, checked_name)),
+                FileType::Symlink => {
+                    if let (Some(checks), Some(n)) = (self.checks.as_deref_mut(), &checked_name) {
+                        checks.by_path(n, false);
+                    }
+                    Found::File(self.link(&fd, &name, &full))
+                }
                 _ => Found::Other,
             };
             found.push((full, what));
@@ -186,6 +222,32 @@ impl Walk<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Where the regular file `name` in `dir` (at `full`) is read from, its size and mode.
+    /// With model checks, the file is opened and checked on its handle (`rel` its name in the
+    /// tree), its `fstat` giving the size and mode; one that cannot be opened as a regular
+    /// file now is looked at as without checks and left to the checks' by-path end, which
+    /// reports what the path-based checks would.
+    fn regular(
+        &mut self,
+        dir: &OwnedFd,
+        name: &OsStr,
+        full: &Path,
+        rel: Option<String>,
+    ) -> Result<(PathBuf, u64, u32)> {
+        if let (Some(checks), Some(rel)) = (self.checks.as_deref_mut(), rel) {
+            match fsio::open_file_at(dir, name) {
+                Ok((file, st)) => {
+                    checks.opened(&rel, full, &file, st.st_size as u64);
+                    return Ok((full.to_path_buf(), st.st_size as u64, st.st_mode));
+                }
+                Err(_) => checks.by_path(&rel, true),
+            }
+        }
+        rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+            .map(|st| (full.to_path_buf(), st.st_size as u64, st.st_mode))
+            .map_err(|e| Error::io(full, e.into()))
     }
 
     /// The regular file the link `name` in `dir` (at `full`) stands for: it must resolve to a
@@ -274,19 +336,25 @@ pub struct SourceOpener {
 impl SourceOpener {
     /// Opens the source file of a scanned entry, as [`open_source`].
     pub fn open(&mut self, source: &Path, rel: &str) -> io::Result<File> {
+        self.open_stat(source, rel).map(|(file, _)| file)
+    }
+
+    /// [`SourceOpener::open`], with the file's status from the `fstat` that checked it is a
+    /// regular file (so the reader needs no second one).
+    pub fn open_stat(&mut self, source: &Path, rel: &str) -> io::Result<(File, rustix::fs::Stat)> {
         let parent = source.parent().unwrap_or(Path::new(""));
         let below = below_model_dir(source, rel);
         if let Some((dir, b, fd)) = &self.last
             && *b == below
             && dir == parent
         {
-            return open_in(fd, last_name(source)?);
+            return open_in_stat(fd, last_name(source)?);
         }
         self.last = None;
         let (fd, last) = open_source_dir(source, rel)?;
-        let file = open_in(&fd, last)?;
+        let opened = open_in_stat(&fd, last)?;
         self.last = Some((parent.to_path_buf(), below, fd));
-        Ok(file)
+        Ok(opened)
     }
 }
 
@@ -331,11 +399,19 @@ fn open_source_dir<'s>(source: &'s Path, rel: &str) -> io::Result<(OwnedFd, &'s 
 /// Opens the regular file `last` in the directory `fd` for reading, never through a link,
 /// without blocking.
 fn open_in(fd: &OwnedFd, last: &OsStr) -> io::Result<File> {
-    let last = last
-        .to_str()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a UTF-8 name"))?;
-    let file = match fsio::open_file_below(fd, last) {
-        Ok((f, _)) => f,
+    open_in_stat(fd, last).map(|(file, _)| file)
+}
+
+/// [`open_in`], with the file's status.
+fn open_in_stat(fd: &OwnedFd, last: &OsStr) -> io::Result<(File, rustix::fs::Stat)> {
+    if last.to_str().is_none() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a UTF-8 name",
+        ));
+    }
+    let opened = match fsio::open_file_at(fd, last) {
+        Ok(opened) => opened,
         Err(fsio::OpenError::Link) => {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -350,7 +426,7 @@ fn open_in(fd: &OwnedFd, last: &OsStr) -> io::Result<File> {
         }
         Err(e) => return Err(e.into()),
     };
-    Ok(file)
+    Ok(opened)
 }
 
 #[cfg(test)]

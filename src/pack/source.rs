@@ -70,7 +70,13 @@ pub struct Model {
     pub root: PathBuf,
     /// What the operator should know that does not stop the pack.
     pub notes: Vec<String>,
+    /// For a directory: the model checks, run by the scan as it opened each file
+    /// ([`scan::scan_checking`]), kept for [`Model::check`] (an error as its kind and text).
+    checked: Option<Checked>,
 }
+
+/// The model checks' findings and the paths too long for them, or the error that stopped them.
+type Checked = std::result::Result<(Vec<Finding>, Vec<String>), (std::io::ErrorKind, String)>;
 
 impl Model {
     /// Reads the model `spec` names: the directory scanned by the packer's rules, or the
@@ -102,6 +108,7 @@ impl Model {
                     etags,
                     root: snapshot.dir.clone(),
                     notes: snapshot.notes.clone(),
+                    checked: None,
                     hf: Some(HfOrigin {
                         cache,
                         repo_id: repo_id.clone(),
@@ -136,7 +143,16 @@ impl Model {
     /// path-based checks (packed all the same: the packer reads through directory handles).
     pub fn check(&self) -> Result<(Vec<Finding>, Vec<String>)> {
         let Some(hf) = &self.hf else {
-            return inspect::check_tree_reaching(&self.root).map_err(|e| Error::io(&self.root, e));
+            return match &self.checked {
+                Some(Ok(checked)) => Ok(checked.clone()),
+                Some(Err((kind, text))) => Err(Error::io(
+                    &self.root,
+                    std::io::Error::new(*kind, text.clone()),
+                )),
+                None => {
+                    inspect::check_tree_reaching(&self.root).map_err(|e| Error::io(&self.root, e))
+                }
+            };
         };
         let snap = &hf.snapshot;
         // Checked from the cache root: a blob may be a link into the cache-wide shared store
@@ -189,7 +205,11 @@ fn open_dir(dir: &Path) -> Result<Model> {
             snap.flags()
         )));
     }
-    let mut entries = scan::scan(dir, dir)?;
+    // The model checks ride on the scan, which opens each file anyway (one open a file, not
+    // a second walk opening each file again by path).
+    let mut checks = inspect::TreeChecks::default();
+    let mut entries = scan::scan_checking(dir, dir, &mut checks)?;
+    let checked = checks.finish(dir).map_err(|e| (e.kind(), e.to_string()));
     let mut notes = Vec::new();
     let before = entries.len();
     entries.retain(|e| !hfcache::is_local_dir_metadata(e.path()));
@@ -208,6 +228,7 @@ fn open_dir(dir: &Path) -> Result<Model> {
         hf: None,
         root: dir.to_path_buf(),
         notes,
+        checked: Some(checked),
     })
 }
 
