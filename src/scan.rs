@@ -555,6 +555,80 @@ mod tests {
         assert!(read(&mut opener, "a/g").is_err(), "read through a link");
     }
 
+    /// Copies the directory `from` into `to`, files and directories only.
+    fn copy_tree(from: &Path, to: &Path) {
+        for e in walkdir::WalkDir::new(from) {
+            let e = e.unwrap();
+            let dest = to.join(e.path().strip_prefix(from).unwrap());
+            if e.file_type().is_dir() {
+                std::fs::create_dir_all(&dest).unwrap();
+            } else {
+                std::fs::copy(e.path(), &dest).unwrap();
+            }
+        }
+    }
+
+    /// The model checks fed by the scan find exactly what their own path-based walk finds:
+    /// every corrupt fixture, shard indexes and configs (checked by path at the end), a link
+    /// in the tree, a receipt directory the scan leaves out, `.no_exist` markers, empty and
+    /// interrupted files, bookkeeping the pack leaves out.
+    #[test]
+    fn the_model_checks_fed_by_the_scan_find_what_their_own_walk_finds() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/fixtures");
+        let t = tempfile::tempdir().unwrap();
+        let m = t.path().join("m");
+        copy_tree(&fixtures.join("valid"), &m.join("valid"));
+        copy_tree(&fixtures.join("corrupt"), &m.join("corrupt"));
+        let pointer = b"version https://git-lfs.github.com/spec/v1\noid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 4943852032\n";
+        std::fs::create_dir_all(m.join(".airlock")).unwrap();
+        std::fs::write(m.join(".airlock/model.safetensors"), pointer).unwrap();
+        std::fs::create_dir_all(m.join(".no_exist/c1")).unwrap();
+        std::fs::write(m.join(".no_exist/c1/model.safetensors"), b"").unwrap();
+        std::fs::create_dir_all(m.join(".cache/huggingface")).unwrap();
+        std::fs::write(m.join(".cache/huggingface/tokenizer.json"), pointer).unwrap();
+        std::fs::write(m.join("empty.bin"), b"").unwrap();
+        std::fs::write(m.join("README.md"), b"").unwrap();
+        std::fs::write(m.join("weights.safetensors.incomplete"), [1u8; 100]).unwrap();
+        std::fs::write(
+            m.join("config.json"),
+            b"{\"auto_map\": {\"AutoModel\": \"modeling_x.Model\"}}",
+        )
+        .unwrap();
+        symlink(
+            "corrupt/lfs-pointer.safetensors",
+            m.join("linked.safetensors"),
+        )
+        .unwrap();
+
+        let mut checks = TreeChecks::default();
+        let entries = scan_checking(&m, &m, &mut checks).unwrap();
+        assert_eq!(entries, scan(&m, &m).unwrap());
+        let (fed, fed_unchecked) = checks.finish(&m).unwrap();
+        let (walked, walked_unchecked) = crate::inspect::check_tree_reaching(&m).unwrap();
+        let json = |f: &[crate::inspect::Finding]| serde_json::to_value(f).unwrap();
+        assert_eq!(json(&fed), json(&walked));
+        assert_eq!(fed_unchecked, walked_unchecked);
+        // The tree exercises what it should: findings from the handles, from the by-path end
+        // (the link, the shard indexes, the config) and from the receipt directory.
+        let paths: Vec<&str> = fed.iter().map(|f| f.path.as_str()).collect();
+        for p in [
+            "corrupt/html-page.bin",
+            "corrupt/missing-shard/model.safetensors.index.json",
+            "linked.safetensors",
+            ".airlock/model.safetensors",
+            ".cache/huggingface/tokenizer.json",
+            "empty.bin",
+            "weights.safetensors.incomplete",
+            "config.json",
+        ] {
+            assert!(paths.contains(&p), "{p} not in {paths:?}");
+        }
+        assert!(
+            !paths.iter().any(|p| p.starts_with(".no_exist")),
+            "{paths:?}"
+        );
+    }
+
     #[test]
     fn refuses_case_collisions() {
         let t = tempfile::tempdir().unwrap();
