@@ -12,6 +12,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use rayon::prelude::*;
 use rustix::fs::{AtFlags, FileType};
 
 use crate::error::{Error, Result};
@@ -167,35 +168,38 @@ impl Walk<'_> {
         let fd = open_dir_below(self.root_fd, rel).map_err(|e| Error::io(&dir_path, e.into()))?;
         let mut entries = fsio::dir_entries(&fd).map_err(|e| Error::io(&dir_path, e))?;
         entries.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut found = Vec::with_capacity(entries.len());
-        for (name, kind) in entries {
-            // The name the entry has in the tree, for the model checks (a name that is not
-            // UTF-8 is refused below, before anything is checked).
-            let checked_name = match (&self.checks, name.to_str()) {
-                (Some(_), Some(n)) if rel.is_empty() => Some(n.to_string()),
-                (Some(_), Some(n)) => Some(format!("{rel}/{n}")),
-                _ => None,
-            };
-            if rel.is_empty() && name == RECEIPT_DIR {
-                if let (Some(checks), Some(n)) = (self.checks.as_deref_mut(), &checked_name) {
-                    checks.subtree(n);
+        let found: Vec<(PathBuf, Found)> = match self.checks.is_some() {
+            // With the model checks, each file is opened, read and checked here: the runs of a
+            // directory's entries are examined in parallel (the opens and reads of small files
+            // are most of a pack's time), each feeding checks of its own, merged in order.
+            true => {
+                let this = &*self;
+                let parts: Vec<(Vec<(PathBuf, Found)>, TreeChecks)> = entries
+                    .par_chunks(CHECKED_RUN)
+                    .map(|run| {
+                        let mut checks = TreeChecks::default();
+                        let found = run
+                            .iter()
+                            .filter_map(|(name, kind)| {
+                                this.examine(&fd, rel, &dir_path, name, *kind, Some(&mut checks))
+                            })
+                            .collect();
+                        (found, checks)
+                    })
+                    .collect();
+                let checks = self.checks.as_deref_mut().expect("checked above");
+                let mut found = Vec::with_capacity(entries.len());
+                for (part, part_checks) in parts {
+                    found.extend(part);
+                    checks.merge(part_checks);
                 }
-                continue;
+                found
             }
-            let full = dir_path.join(&name);
-            let what = match kind {
-                FileType::Directory => Found::Dir,
-                FileType::RegularFile => Found::File(self.regular(&fd, &name, &full, checked_name)),
-                FileType::Symlink => {
-                    if let (Some(checks), Some(n)) = (self.checks.as_deref_mut(), &checked_name) {
-                        checks.by_path(n, false);
-                    }
-                    Found::File(self.link(&fd, &name, &full))
-                }
-                _ => Found::Other,
-            };
-            found.push((full, what));
-        }
+            false => entries
+                .iter()
+                .filter_map(|(name, kind)| self.examine(&fd, rel, &dir_path, name, *kind, None))
+                .collect(),
+        };
         drop(fd);
         for (full, what) in found {
             let rel = check_name(self.root, &full, &mut self.collisions)?;
@@ -224,30 +228,46 @@ impl Walk<'_> {
         Ok(())
     }
 
-    /// Where the regular file `name` in `dir` (at `full`) is read from, its size and mode.
-    /// With model checks, the file is opened and checked on its handle (`rel` its name in the
-    /// tree), its `fstat` giving the size and mode; one that cannot be opened as a regular
-    /// file now is looked at as without checks and left to the checks' by-path end, which
-    /// reports what the path-based checks would.
-    fn regular(
-        &mut self,
+    /// What the entry `name` (of type `kind`) of the directory `dir` (`rel` in the tree, at
+    /// `dir_path`) is, feeding `checks` when given; `None` for the receipt directory at the
+    /// top, which is not packed.
+    fn examine(
+        &self,
         dir: &OwnedFd,
+        rel: &str,
+        dir_path: &Path,
         name: &OsStr,
-        full: &Path,
-        rel: Option<String>,
-    ) -> Result<(PathBuf, u64, u32)> {
-        if let (Some(checks), Some(rel)) = (self.checks.as_deref_mut(), rel) {
-            match fsio::open_file_at(dir, name) {
-                Ok((file, st)) => {
-                    checks.opened(&rel, full, &file, st.st_size as u64);
-                    return Ok((full.to_path_buf(), st.st_size as u64, st.st_mode));
-                }
-                Err(_) => checks.by_path(&rel, true),
+        kind: FileType,
+        mut checks: Option<&mut TreeChecks>,
+    ) -> Option<(PathBuf, Found)> {
+        // The name the entry has in the tree, for the model checks (a name that is not UTF-8
+        // is refused later, before anything is checked).
+        let checked_name = match (&checks, name.to_str()) {
+            (Some(_), Some(n)) if rel.is_empty() => Some(n.to_string()),
+            (Some(_), Some(n)) => Some(format!("{rel}/{n}")),
+            _ => None,
+        };
+        if rel.is_empty() && name == RECEIPT_DIR {
+            if let (Some(checks), Some(n)) = (checks, &checked_name) {
+                checks.subtree(n);
             }
+            return None;
         }
-        rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
-            .map(|st| (full.to_path_buf(), st.st_size as u64, st.st_mode))
-            .map_err(|e| Error::io(full, e.into()))
+        let full = dir_path.join(name);
+        let what = match kind {
+            FileType::Directory => Found::Dir,
+            FileType::RegularFile => {
+                Found::File(regular(dir, name, &full, checks.zip(checked_name)))
+            }
+            FileType::Symlink => {
+                if let (Some(checks), Some(n)) = (checks.as_deref_mut(), &checked_name) {
+                    checks.by_path(n, false);
+                }
+                Found::File(self.link(dir, name, &full))
+            }
+            _ => Found::Other,
+        };
+        Some((full, what))
     }
 
     /// The regular file the link `name` in `dir` (at `full`) stands for: it must resolve to a
@@ -273,6 +293,35 @@ impl Walk<'_> {
         }
         Ok((target, m.len(), m.permissions().mode()))
     }
+}
+
+/// Entries of one directory examined together by one thread when the scan runs the model
+/// checks.
+const CHECKED_RUN: usize = 64;
+
+/// Where the regular file `name` in `dir` (at `full`) is read from, its size and mode. With
+/// model checks (and its name `rel` in the tree), the file is opened and checked on its
+/// handle, its `fstat` giving the size and mode; one that cannot be opened as a regular file
+/// now is looked at as without checks and left to the checks' by-path end, which reports what
+/// the path-based checks would.
+fn regular(
+    dir: &OwnedFd,
+    name: &OsStr,
+    full: &Path,
+    checks: Option<(&mut TreeChecks, String)>,
+) -> Result<(PathBuf, u64, u32)> {
+    if let Some((checks, rel)) = checks {
+        match fsio::open_file_at(dir, name) {
+            Ok((file, st)) => {
+                checks.opened(&rel, full, &file, st.st_size as u64);
+                return Ok((full.to_path_buf(), st.st_size as u64, st.st_mode));
+            }
+            Err(_) => checks.by_path(&rel, true),
+        }
+    }
+    rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+        .map(|st| (full.to_path_buf(), st.st_size as u64, st.st_mode))
+        .map_err(|e| Error::io(full, e.into()))
 }
 
 /// The canonical path of what the link `name` in `dir` (at `full`) points to. A link whose own
