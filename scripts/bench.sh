@@ -748,7 +748,7 @@ PY
                 echo "unpack $r $(t $al unpack "$d/b" --trust "$d/k.pub" --dest "$d/i")" >> "$d/res"
                 mkdir "$d/x"
                 echo "tarx $r $(t sh -c "tar -xf '$d/x.tar' -C '$d/x' && sync")" >> "$d/res"
-            elif [ ! -d "$d/i" ]; then
+            elif op check && [ ! -d "$d/i" ]; then
                 $al unpack "$d/b" --trust "$d/k.pub" --dest "$d/i"
             fi
             if op check; then
