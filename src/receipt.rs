@@ -488,6 +488,12 @@ pub type FileScans = Vec<(String, FileScan)>;
 /// One file's differences and value scan.
 type FileDrift = (Vec<Drift>, Option<FileScan>);
 
+/// A run of files compared together, and the model checks it fed.
+type Run<'a> = (
+    Vec<(&'a manifest::FileEntry, FileDrift)>,
+    Option<Checks<'a>>,
+);
+
 /// Compares `dir` with `manifest`. Returns every difference, sorted by path.
 pub fn compare(
     dir: &Path,
@@ -571,7 +577,7 @@ fn compare_inner(
         .map(crate::oms::as_file_entry);
     // In runs of files, each run opening its files below the last one's directory handle.
     let with_checks = model_checks.is_some();
-    let runs: Vec<(Vec<(&manifest::FileEntry, FileDrift)>, Option<Checks<'_>>)> = manifest
+    let runs: Vec<Run<'_>> = manifest
         .files
         .par_chunks(256)
         .map(|run| {

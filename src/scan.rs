@@ -238,7 +238,7 @@ impl Walk<'_> {
         dir_path: &Path,
         name: &OsStr,
         kind: FileType,
-        mut checks: Option<&mut TreeChecks>,
+        checks: Option<&mut TreeChecks>,
     ) -> Option<(PathBuf, Found)> {
         // The name the entry has in the tree, for the model checks (a name that is not UTF-8
         // is refused later, before anything is checked).
@@ -260,7 +260,7 @@ impl Walk<'_> {
                 Found::File(regular(dir, name, &full, checks.zip(checked_name)))
             }
             FileType::Symlink => {
-                if let (Some(checks), Some(n)) = (checks.as_deref_mut(), &checked_name) {
+                if let (Some(checks), Some(n)) = (checks, &checked_name) {
                     checks.by_path(n, false);
                 }
                 Found::File(self.link(dir, name, &full))
