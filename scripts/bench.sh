@@ -7,7 +7,7 @@
 #   scripts/bench.sh --fleet [--fleet-gib 1]   # only the registry section at the end (issue 14)
 #   scripts/bench.sh --delta [--delta-gib 1]   # only the delta section at the end (issue 12)
 #   scripts/bench.sh --values [--values-gib 1] # only the value-scan section at the end (issue 23)
-#   scripts/bench.sh --many-files [--many-counts "100000 200000"]   # only the small-files section (issue 24)
+#   scripts/bench.sh --many-files [--many-counts "100000 200000"] [--many-ops "pack check"]   # only the small-files section (issue 24)
 #
 # Options: --sizes "1 4" (GiB), --runs N, --kinds "random bf16", --dir DIR (default /tmp/perf,
 # needs ~8x the largest size free), --keep (keep the models for the next run), --no-install
@@ -58,6 +58,7 @@ while [ $# -gt 0 ]; do
         --values-gib) VALUES_GIB="$2"; shift ;;
         --many-files) MANY=1 ;;
         --many-counts) MANY_COUNTS="$2"; shift ;;
+        --many-ops) MANY_OPS="$2"; shift ;;
         -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
     esac
@@ -83,6 +84,7 @@ fi
 # --many-files runs only the small-files section at the end of this file (issue 24).
 if [ "${MANY:-0}" = 1 ]; then
     MANY_SECTION=1 REPO=$REPO DIR=$DIR BIN=$BIN RUNS=$RUNS MANY_COUNTS=${MANY_COUNTS:-100000} \
+        MANY_OPS=${MANY_OPS:-pack check unpack} \
         exec bash -c "$(sed -n '/^# ==== many files: pack, check and unpack/,/^# ==== end of many-files section/p' "$0")"
 fi
 if [ "$COLD" = 1 ] && [ "$(id -u)" != 0 ]; then
@@ -691,16 +693,19 @@ values_bench
 
 # ==== many files: pack, check and unpack of small files against tar and sha256sum (issue 24) ==
 # Run with `scripts/bench.sh --many-files [--many-counts "100000 200000 400000"] [--runs N]
-# [--dir DIR] [--bin PATH]`. For each count N, a tree of N files of 512 bytes (1000 to a
-# directory, each file different) is made once; then, N times alternating in one loop so
-# drift hits both sides alike: `airlock pack` (default zstd) against `tar -cf && sync`;
-# `airlock unpack` (every file fsynced, staging, receipt, rename) against `tar -xf && sync`;
-# `airlock check` of the install against `sha256sum` of the same files. Wall seconds are
-# medians; the ratio is airlock / peer. Peak RSS of airlock's commands from /usr/bin/time.
+# [--many-ops "pack check unpack"] [--dir DIR] [--bin PATH]`. For each count N, a tree of N
+# files of 512 bytes (1000 to a directory, each file different) is made once; then, N times
+# alternating in one loop so drift hits both sides alike: `airlock pack` (default zstd) against
+# `tar -cf && sync`; `airlock unpack` (every file fsynced, staging, receipt, rename) against
+# `tar -xf && sync`; `airlock check` of the install against `sha256sum` of the same files.
+# `--many-ops` picks the pairs to time (default all three; without `pack` the first run still
+# packs, and without `unpack` the bundle is unpacked once, untimed, for `check`). Wall seconds
+# are medians; "ratio" is the ratio of the medians, "pairwise" the median of each run's
+# airlock / peer. Peak RSS of pack from /usr/bin/time.
 many_bench() {
     [ "${MANY_SECTION:-0}" = 1 ] || return 0
     set -euo pipefail
-    local d=$DIR/many bin=${BIN:-} runs=${RUNS:-3}
+    local d=$DIR/many bin=${BIN:-} runs=${RUNS:-3} ops=${MANY_OPS:-pack check unpack}
     for t in tar sha256sum python3 /usr/bin/time; do
         command -v "$t" >/dev/null || { echo "bench.sh --many-files: $t is missing (scripts/setup.sh)" >&2; exit 2; }
     done
@@ -709,12 +714,12 @@ many_bench() {
         bin=$REPO/target/release/airlock
     fi
     local al="$bin --progress none -q"
+    op() { case " $ops " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
     mkdir -p "$d"
     [ -f "$d/k.key" ] || "$bin" -q keygen --out "$d/k" --unencrypted
     t() { /usr/bin/time -f "%e %M" -o "$d/t" "$@" >/dev/null && cat "$d/t"; }
-    med() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-    echo "| files | pack s | tar -cf && sync s | ratio | check s | sha256sum s | ratio | unpack s | tar -xf && sync s | ratio | pack peak RSS MiB |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "| files | op | airlock s | peer s | ratio | pairwise | pack peak RSS MiB |"
+    echo "|---|---|---|---|---|---|---|"
     local n r m
     for n in $MANY_COUNTS; do
         m=$d/m$n
@@ -732,28 +737,43 @@ for i in range(n):
 PY
         fi
         : > "$d/res"
+        rm -rf "$d/b" "$d/x.tar" "$d/i" "$d/x"
         for r in $(seq "$runs"); do
-            rm -rf "$d/b" "$d/x.tar" "$d/i" "$d/x"; sync
-            echo "pack $(t $al pack "$m" -o "$d/b" --key "$d/k.key")" >> "$d/res"
-            echo "tarc $(t sh -c "tar -cf '$d/x.tar' -C '$m' . && sync")" >> "$d/res"
+            if op pack || [ "$r" = 1 ]; then
+                rm -rf "$d/b" "$d/x.tar"; sync
+                echo "pack $r $(t $al pack "$m" -o "$d/b" --key "$d/k.key")" >> "$d/res"
+                echo "tarc $r $(t sh -c "tar -cf '$d/x.tar' -C '$m' . && sync")" >> "$d/res"
+            fi
             sync
-            echo "unpack $(t $al unpack "$d/b" --trust "$d/k.pub" --dest "$d/i")" >> "$d/res"
-            mkdir "$d/x"
-            echo "tarx $(t sh -c "tar -xf '$d/x.tar' -C '$d/x' && sync")" >> "$d/res"
-            echo "check $(t $al check "$d/i" --trust "$d/k.pub")" >> "$d/res"
-            echo "sha $(t sh -c "cd '$d/i' && find . -path ./.airlock -prune -o -type f -print0 | xargs -0 sha256sum >/dev/null")" >> "$d/res"
+            if op unpack; then
+                rm -rf "$d/i" "$d/x"
+                echo "unpack $r $(t $al unpack "$d/b" --trust "$d/k.pub" --dest "$d/i")" >> "$d/res"
+                mkdir "$d/x"
+                echo "tarx $r $(t sh -c "tar -xf '$d/x.tar' -C '$d/x' && sync")" >> "$d/res"
+            elif op check && [ ! -d "$d/i" ]; then
+                $al unpack "$d/b" --trust "$d/k.pub" --dest "$d/i"
+            fi
+            if op check; then
+                echo "check $r $(t $al check "$d/i" --trust "$d/k.pub")" >> "$d/res"
+                echo "sha $r $(t sh -c "cd '$d/i' && find . -path ./.airlock -prune -o -type f -print0 | xargs -0 sha256sum >/dev/null")" >> "$d/res"
+            fi
         done
         rm -rf "$d/b" "$d/x.tar" "$d/i" "$d/x"
-        python3 - "$d/res" "$n" <<'PY'
+        python3 - "$d/res" "$n" "$ops" <<'PY'
 import sys, statistics as st
-rows = {}
+runs = {}
 for line in open(sys.argv[1]):
-    k, wall, rss = line.split()
-    rows.setdefault(k, []).append((float(wall), int(rss)))
-m = lambda k: st.median(w for w, _ in rows[k])
-r = lambda a, b: f"{m(a) / m(b):.2f}"
-rss = max(x for _, x in rows["pack"]) / 1024
-print(f"| {int(sys.argv[2]):,} | {m('pack'):.2f} | {m('tarc'):.2f} | {r('pack','tarc')} | {m('check'):.2f} | {m('sha'):.2f} | {r('check','sha')} | {m('unpack'):.2f} | {m('tarx'):.2f} | {r('unpack','tarx')} | {rss:.0f} |")
+    k, r, wall, rss = line.split()
+    runs.setdefault(k, {})[r] = (float(wall), int(rss))
+n, ops = int(sys.argv[2]), sys.argv[3].split()
+rss = max(x for _, x in runs["pack"].values()) / 1024
+for op, peer in (("pack", "tarc"), ("check", "sha"), ("unpack", "tarx")):
+    if op not in ops:
+        continue
+    a, p = runs[op], runs[peer]
+    ma, mp = st.median(w for w, _ in a.values()), st.median(w for w, _ in p.values())
+    pair = st.median(a[r][0] / p[r][0] for r in a if r in p)
+    print(f"| {n:,} | {op} | {ma:.2f} | {mp:.2f} | {ma / mp:.2f} | {pair:.2f} | {rss:.0f} |")
 PY
     done
     echo "runs: $runs each; load average: $(cut -d' ' -f1-3 /proc/loadavg)"

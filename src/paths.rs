@@ -74,6 +74,12 @@ pub const NORMALIZATION_UNICODE_VERSION: (u8, u8, u8) = unicode_normalization::U
 /// decomposed, and `οδος` / `οδοσ` (final and ordinary sigma) each fold to one name.
 pub fn fold(path: &str) -> String {
     use caseless::Caseless;
+    // ASCII is its own NFD and folds to its lower case (the only full case folding of an
+    // ASCII character is A-Z to a-z): the Unicode iterators cost a sixth of a pack of
+    // 100,000 small files, whose names are almost always ASCII.
+    if path.is_ascii() {
+        return path.to_ascii_lowercase();
+    }
     path.nfd().default_case_fold().nfd().collect()
 }
 
@@ -320,6 +326,21 @@ mod tests {
     fn case_folding_is_the_unicode_version_format_md_pins() {
         assert_eq!(CASE_FOLDING_UNICODE_VERSION, (16, 0, 0));
         assert_eq!(fold("\u{3a3}\u{3c2}"), "\u{3c3}\u{3c3}");
+    }
+
+    /// The ASCII shortcut of `fold` gives what the Unicode path gives, character by character
+    /// and for a mixed name (a name with one non-ASCII character takes the Unicode path).
+    #[test]
+    fn the_ascii_shortcut_of_fold_is_the_unicode_fold() {
+        use caseless::Caseless;
+        let slow = |s: &str| -> String { s.nfd().default_case_fold().nfd().collect() };
+        for b in 0u8..=127 {
+            let s = (b as char).to_string();
+            assert_eq!(fold(&s), slow(&s), "{b:#x}");
+        }
+        let name = "Model-00001-OF-00002.SafeTensors/Tokenizer_Config.JSON";
+        assert_eq!(fold(name), slow(name));
+        assert_eq!(fold("K\u{212a}"), slow("K\u{212a}"));
     }
 
     #[test]

@@ -27,6 +27,7 @@ use rayon::prelude::*;
 use crate::bundle::open;
 use crate::error::{Error, Result};
 use crate::fsio::{self, OpenError};
+use crate::inspect::TreeChecks;
 use crate::inspect::values::{self, FileScan};
 use crate::manifest::{self, Manifest};
 use crate::paths::{self, RECEIPT_DIR};
@@ -322,12 +323,14 @@ fn mode_drift(path: &str, mode: u32) -> Option<Drift> {
     })
 }
 
-/// The differences of one receipt file.
+/// The differences of one receipt file; with `checks`, the model checks of it run on the
+/// handle the comparison opened (the file is then `checked`).
 fn file_drift(
     opener: &mut fsio::BelowOpener<'_, OwnedFd>,
     f: &manifest::FileEntry,
     sizes_only: bool,
     scan: bool,
+    checks: Option<&mut Checks<'_>>,
     progress: &dyn Progress,
 ) -> FileDrift {
     let one = |kind, detail: String| {
@@ -340,8 +343,8 @@ fn file_drift(
             None,
         )
     };
-    let file = match opener.open(&f.path) {
-        Ok((file, _)) => file,
+    let (file, st) = match opener.open_stat(&f.path) {
+        Ok(opened) => opened,
         Err(OpenError::NotFound) => return one("missing", "is missing".into()),
         Err(OpenError::Link) => {
             return one(
@@ -354,15 +357,11 @@ fn file_drift(
         }
         Err(e) => return one("unreadable", format!("cannot be opened: {e}")),
     };
-    let st = match rustix::fs::fstat(&file) {
-        Ok(st) => st,
-        Err(e) => {
-            return one(
-                "unreadable",
-                format!("cannot be read: {}", std::io::Error::from(e)),
-            );
-        }
-    };
+    if let Some(c) = checks {
+        c.tree
+            .opened(&f.path, &c.dir.join(&f.path), &file, st.st_size as u64);
+        c.checked.push(f.path.clone());
+    }
     let mut out = Vec::new();
     let mode = st.st_mode;
     out.extend(mode_drift(&f.path, mode));
@@ -419,9 +418,9 @@ fn file_drift(
     (out, scanned)
 }
 
-/// Every entry below `dir` (relative, `/`-separated), through directory handles; the
-/// receipt directory at the top is left out.
-fn walk(dir: &OwnedFd, prefix: &str, out: &mut Vec<String>) -> std::io::Result<()> {
+/// Every entry below `dir` (relative, `/`-separated) with its type, through directory
+/// handles; the receipt directory at the top is left out.
+fn walk(dir: &OwnedFd, prefix: &str, out: &mut Vec<(String, FileType)>) -> std::io::Result<()> {
     for (name, kind) in fsio::dir_entries(dir)? {
         if prefix.is_empty() && name == RECEIPT_DIR {
             continue;
@@ -431,9 +430,17 @@ fn walk(dir: &OwnedFd, prefix: &str, out: &mut Vec<String>) -> std::io::Result<(
             let sub = fsio::open_dir_at(dir, name.as_os_str())?;
             walk(&sub, &format!("{rel}/"), out)?;
         }
-        out.push(rel);
+        out.push((rel, kind));
     }
     Ok(())
+}
+
+/// The model checks riding on a comparison: fed each file the comparison opens.
+struct Checks<'a> {
+    dir: &'a Path,
+    tree: TreeChecks,
+    /// The files checked on the comparison's handle.
+    checked: Vec<String>,
 }
 
 /// Entries under `DIR/.airlock/` other than the receipt's files (manifest, signature,
@@ -481,6 +488,12 @@ pub type FileScans = Vec<(String, FileScan)>;
 /// One file's differences and value scan.
 type FileDrift = (Vec<Drift>, Option<FileScan>);
 
+/// A run of files compared together, and the model checks it fed.
+type Run<'a> = (
+    Vec<(&'a manifest::FileEntry, FileDrift)>,
+    Option<Checks<'a>>,
+);
+
 /// Compares `dir` with `manifest`. Returns every difference, sorted by path.
 pub fn compare(
     dir: &Path,
@@ -501,6 +514,50 @@ pub fn compare_scanning(
     scan: bool,
     progress: &dyn Progress,
 ) -> Result<(Vec<Drift>, FileScans)> {
+    compare_inner(dir, manifest, sizes_only, scan, None, progress)
+}
+
+/// What [`compare_checking`] found.
+pub struct Comparison {
+    /// Every difference, sorted by path.
+    pub drift: Vec<Drift>,
+    /// The value scans ([`compare_scanning`]).
+    pub scans: FileScans,
+    /// The model checks of the whole tree, to finish against `dir`
+    /// ([`TreeChecks::finish`]).
+    pub checks: TreeChecks,
+}
+
+/// [`compare_scanning`], and the model checks ([`crate::inspect`]) of every entry of the
+/// tree in the same pass: each receipt file on the handle the comparison opened (one open and
+/// one read a file for hash, value scan and model checks), everything else (files the receipt
+/// does not list, links, what could not be opened, the receipt directory) left to the checks'
+/// by-path end. [`TreeChecks::finish`] then gives what [`crate::inspect::check_tree`] gives.
+pub fn compare_checking(
+    dir: &Path,
+    manifest: &Manifest,
+    sizes_only: bool,
+    scan: bool,
+    progress: &dyn Progress,
+) -> Result<Comparison> {
+    let mut checks = TreeChecks::default();
+    let (drift, scans) =
+        compare_inner(dir, manifest, sizes_only, scan, Some(&mut checks), progress)?;
+    Ok(Comparison {
+        drift,
+        scans,
+        checks,
+    })
+}
+
+fn compare_inner(
+    dir: &Path,
+    manifest: &Manifest,
+    sizes_only: bool,
+    scan: bool,
+    model_checks: Option<&mut TreeChecks>,
+    progress: &dyn Progress,
+) -> Result<(Vec<Drift>, FileScans)> {
     progress.start(
         if sizes_only { "sizes" } else { "hash" },
         if sizes_only {
@@ -519,31 +576,60 @@ pub fn compare_scanning(
         .and_then(|o| o.signature.as_ref())
         .map(crate::oms::as_file_entry);
     // In runs of files, each run opening its files below the last one's directory handle.
-    let compared: Vec<(&manifest::FileEntry, FileDrift)> = manifest
+    let with_checks = model_checks.is_some();
+    let runs: Vec<Run<'_>> = manifest
         .files
         .par_chunks(256)
-        .flat_map_iter(|run| {
+        .map(|run| {
             let mut opener = fsio::BelowOpener::new(&root);
-            run.iter()
-                .map(|f| (f, file_drift(&mut opener, f, sizes_only, scan, progress)))
-                .collect::<Vec<_>>()
+            let mut checks = with_checks.then(|| Checks {
+                dir,
+                tree: TreeChecks::default(),
+                checked: Vec::new(),
+            });
+            let compared = run
+                .iter()
+                .map(|f| {
+                    let d = file_drift(&mut opener, f, sizes_only, scan, checks.as_mut(), progress);
+                    (f, d)
+                })
+                .collect::<Vec<_>>();
+            (compared, checks)
         })
         .collect();
     let mut drift = Vec::new();
     let mut scans = Vec::new();
-    for (f, (d, s)) in compared {
-        drift.extend(d);
-        scans.extend(s.map(|s| (f.path.clone(), s)));
+    let mut checked = std::collections::HashSet::new();
+    let mut tree_checks = TreeChecks::default();
+    for (compared, checks) in runs {
+        for (f, (d, s)) in compared {
+            drift.extend(d);
+            scans.extend(s.map(|s| (f.path.clone(), s)));
+        }
+        if let Some(c) = checks {
+            tree_checks.merge(c.tree);
+            checked.extend(c.checked);
+        }
     }
     if let Some(f) = &oms_file {
+        let mut checks = with_checks.then(|| Checks {
+            dir,
+            tree: TreeChecks::default(),
+            checked: Vec::new(),
+        });
         let (d, _) = file_drift(
             &mut fsio::BelowOpener::new(&root),
             f,
             sizes_only,
             false,
+            checks.as_mut(),
             progress,
         );
         drift.extend(d);
+        if let Some(c) = checks {
+            tree_checks.merge(c.tree);
+            checked.extend(c.checked);
+        }
     }
     if let Ok(st) = rustix::fs::fstat(&root) {
         drift.extend(mode_drift(".", st.st_mode));
@@ -567,7 +653,18 @@ pub fn compare_scanning(
         .collect();
     let mut present = Vec::new();
     walk(&root, "", &mut present).map_err(|e| Error::io(dir, e))?;
-    for rel in present {
+    if let Some(model_checks) = model_checks {
+        // What the comparison did not open as a receipt file is checked by path, as the
+        // checks' own walk would have: links, files the receipt does not list, the rest.
+        for (rel, kind) in &present {
+            if *kind != FileType::Directory && !checked.contains(rel) {
+                tree_checks.by_path(rel, *kind == FileType::RegularFile);
+            }
+        }
+        tree_checks.subtree(RECEIPT_DIR);
+        model_checks.merge(tree_checks);
+    }
+    for (rel, _) in present {
         if !known.contains(rel.as_str()) {
             drift.push(Drift {
                 path: rel,

@@ -12,10 +12,12 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use rayon::prelude::*;
 use rustix::fs::{AtFlags, FileType};
 
 use crate::error::{Error, Result};
 use crate::fsio;
+use crate::inspect::TreeChecks;
 use crate::paths::{self, CollisionSet, RECEIPT_DIR};
 
 /// One entry to pack.
@@ -94,6 +96,27 @@ pub fn check_name(root: &Path, full: &Path, collisions: &mut CollisionSet) -> Re
 /// entries examined while it is open, then closed before its subdirectories are visited, so
 /// two descriptors are open at most whatever the depth.
 pub fn scan(root: &Path, link_root: &Path) -> Result<Vec<ScanEntry>> {
+    scan_inner(root, link_root, None)
+}
+
+/// [`scan`], feeding the model checks ([`TreeChecks`]) in the same pass: each regular file is
+/// opened once below its directory's handle while the directory is listed (its `fstat` takes
+/// the place of the scan's `fstatat`) and checked on that handle; links, the receipt directory
+/// and files that cannot be opened are left to the checks' by-path end. The files are opened
+/// as the packer opens them (no link followed, no blocking, regular files only).
+pub fn scan_checking(
+    root: &Path,
+    link_root: &Path,
+    checks: &mut TreeChecks,
+) -> Result<Vec<ScanEntry>> {
+    scan_inner(root, link_root, Some(checks))
+}
+
+fn scan_inner(
+    root: &Path,
+    link_root: &Path,
+    checks: Option<&mut TreeChecks>,
+) -> Result<Vec<ScanEntry>> {
     let meta = std::fs::metadata(root).map_err(|e| Error::io(root, e))?;
     if !meta.is_dir() {
         return Err(refuse(root, "is not a directory"));
@@ -107,6 +130,7 @@ pub fn scan(root: &Path, link_root: &Path) -> Result<Vec<ScanEntry>> {
         link_root: &link_root,
         collisions: CollisionSet::default(),
         out: Vec::new(),
+        checks,
     };
     walk.dir("")?;
     let mut out = walk.out;
@@ -128,6 +152,8 @@ struct Walk<'a> {
     link_root: &'a Path,
     collisions: CollisionSet,
     out: Vec<ScanEntry>,
+    /// The model checks fed by the walk ([`scan_checking`]).
+    checks: Option<&'a mut TreeChecks>,
 }
 
 impl Walk<'_> {
@@ -142,24 +168,38 @@ impl Walk<'_> {
         let fd = open_dir_below(self.root_fd, rel).map_err(|e| Error::io(&dir_path, e.into()))?;
         let mut entries = fsio::dir_entries(&fd).map_err(|e| Error::io(&dir_path, e))?;
         entries.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut found = Vec::with_capacity(entries.len());
-        for (name, kind) in entries {
-            if rel.is_empty() && name == RECEIPT_DIR {
-                continue;
+        let found: Vec<(PathBuf, Found)> = match self.checks.is_some() {
+            // With the model checks, each file is opened, read and checked here: the runs of a
+            // directory's entries are examined in parallel (the opens and reads of small files
+            // are most of a pack's time), each feeding checks of its own, merged in order.
+            true => {
+                let this = &*self;
+                let parts: Vec<(Vec<(PathBuf, Found)>, TreeChecks)> = entries
+                    .par_chunks(CHECKED_RUN)
+                    .map(|run| {
+                        let mut checks = TreeChecks::default();
+                        let found = run
+                            .iter()
+                            .filter_map(|(name, kind)| {
+                                this.examine(&fd, rel, &dir_path, name, *kind, Some(&mut checks))
+                            })
+                            .collect();
+                        (found, checks)
+                    })
+                    .collect();
+                let checks = self.checks.as_deref_mut().expect("checked above");
+                let mut found = Vec::with_capacity(entries.len());
+                for (part, part_checks) in parts {
+                    found.extend(part);
+                    checks.merge(part_checks);
+                }
+                found
             }
-            let full = dir_path.join(&name);
-            let what = match kind {
-                FileType::Directory => Found::Dir,
-                FileType::RegularFile => Found::File(
-                    rustix::fs::statat(&fd, &name, AtFlags::SYMLINK_NOFOLLOW)
-                        .map(|st| (full.clone(), st.st_size as u64, st.st_mode))
-                        .map_err(|e| Error::io(&full, e.into())),
-                ),
-                FileType::Symlink => Found::File(self.link(&fd, &name, &full)),
-                _ => Found::Other,
-            };
-            found.push((full, what));
-        }
+            false => entries
+                .iter()
+                .filter_map(|(name, kind)| self.examine(&fd, rel, &dir_path, name, *kind, None))
+                .collect(),
+        };
         drop(fd);
         for (full, what) in found {
             let rel = check_name(self.root, &full, &mut self.collisions)?;
@@ -188,6 +228,48 @@ impl Walk<'_> {
         Ok(())
     }
 
+    /// What the entry `name` (of type `kind`) of the directory `dir` (`rel` in the tree, at
+    /// `dir_path`) is, feeding `checks` when given; `None` for the receipt directory at the
+    /// top, which is not packed.
+    fn examine(
+        &self,
+        dir: &OwnedFd,
+        rel: &str,
+        dir_path: &Path,
+        name: &OsStr,
+        kind: FileType,
+        checks: Option<&mut TreeChecks>,
+    ) -> Option<(PathBuf, Found)> {
+        // The name the entry has in the tree, for the model checks (a name that is not UTF-8
+        // is refused later, before anything is checked).
+        let checked_name = match (&checks, name.to_str()) {
+            (Some(_), Some(n)) if rel.is_empty() => Some(n.to_string()),
+            (Some(_), Some(n)) => Some(format!("{rel}/{n}")),
+            _ => None,
+        };
+        if rel.is_empty() && name == RECEIPT_DIR {
+            if let (Some(checks), Some(n)) = (checks, &checked_name) {
+                checks.subtree(n);
+            }
+            return None;
+        }
+        let full = dir_path.join(name);
+        let what = match kind {
+            FileType::Directory => Found::Dir,
+            FileType::RegularFile => {
+                Found::File(regular(dir, name, &full, checks.zip(checked_name)))
+            }
+            FileType::Symlink => {
+                if let (Some(checks), Some(n)) = (checks, &checked_name) {
+                    checks.by_path(n, false);
+                }
+                Found::File(self.link(dir, name, &full))
+            }
+            _ => Found::Other,
+        };
+        Some((full, what))
+    }
+
     /// The regular file the link `name` in `dir` (at `full`) stands for: it must resolve to a
     /// regular file under `link_root`.
     fn link(&self, dir: &OwnedFd, name: &OsStr, full: &Path) -> Result<(PathBuf, u64, u32)> {
@@ -211,6 +293,35 @@ impl Walk<'_> {
         }
         Ok((target, m.len(), m.permissions().mode()))
     }
+}
+
+/// Entries of one directory examined together by one thread when the scan runs the model
+/// checks.
+const CHECKED_RUN: usize = 64;
+
+/// Where the regular file `name` in `dir` (at `full`) is read from, its size and mode. With
+/// model checks (and its name `rel` in the tree), the file is opened and checked on its
+/// handle, its `fstat` giving the size and mode; one that cannot be opened as a regular file
+/// now is looked at as without checks and left to the checks' by-path end, which reports what
+/// the path-based checks would.
+fn regular(
+    dir: &OwnedFd,
+    name: &OsStr,
+    full: &Path,
+    checks: Option<(&mut TreeChecks, String)>,
+) -> Result<(PathBuf, u64, u32)> {
+    if let Some((checks, rel)) = checks {
+        match fsio::open_file_at(dir, name) {
+            Ok((file, st)) => {
+                checks.opened(&rel, full, &file, st.st_size as u64);
+                return Ok((full.to_path_buf(), st.st_size as u64, st.st_mode));
+            }
+            Err(_) => checks.by_path(&rel, true),
+        }
+    }
+    rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+        .map(|st| (full.to_path_buf(), st.st_size as u64, st.st_mode))
+        .map_err(|e| Error::io(full, e.into()))
 }
 
 /// The canonical path of what the link `name` in `dir` (at `full`) points to. A link whose own
@@ -274,19 +385,25 @@ pub struct SourceOpener {
 impl SourceOpener {
     /// Opens the source file of a scanned entry, as [`open_source`].
     pub fn open(&mut self, source: &Path, rel: &str) -> io::Result<File> {
+        self.open_stat(source, rel).map(|(file, _)| file)
+    }
+
+    /// [`SourceOpener::open`], with the file's status from the `fstat` that checked it is a
+    /// regular file (so the reader needs no second one).
+    pub fn open_stat(&mut self, source: &Path, rel: &str) -> io::Result<(File, rustix::fs::Stat)> {
         let parent = source.parent().unwrap_or(Path::new(""));
         let below = below_model_dir(source, rel);
         if let Some((dir, b, fd)) = &self.last
             && *b == below
             && dir == parent
         {
-            return open_in(fd, last_name(source)?);
+            return open_in_stat(fd, last_name(source)?);
         }
         self.last = None;
         let (fd, last) = open_source_dir(source, rel)?;
-        let file = open_in(&fd, last)?;
+        let opened = open_in_stat(&fd, last)?;
         self.last = Some((parent.to_path_buf(), below, fd));
-        Ok(file)
+        Ok(opened)
     }
 }
 
@@ -331,11 +448,19 @@ fn open_source_dir<'s>(source: &'s Path, rel: &str) -> io::Result<(OwnedFd, &'s 
 /// Opens the regular file `last` in the directory `fd` for reading, never through a link,
 /// without blocking.
 fn open_in(fd: &OwnedFd, last: &OsStr) -> io::Result<File> {
-    let last = last
-        .to_str()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a UTF-8 name"))?;
-    let file = match fsio::open_file_below(fd, last) {
-        Ok((f, _)) => f,
+    open_in_stat(fd, last).map(|(file, _)| file)
+}
+
+/// [`open_in`], with the file's status.
+fn open_in_stat(fd: &OwnedFd, last: &OsStr) -> io::Result<(File, rustix::fs::Stat)> {
+    if last.to_str().is_none() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a UTF-8 name",
+        ));
+    }
+    let opened = match fsio::open_file_at(fd, last) {
+        Ok(opened) => opened,
         Err(fsio::OpenError::Link) => {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -350,7 +475,7 @@ fn open_in(fd: &OwnedFd, last: &OsStr) -> io::Result<File> {
         }
         Err(e) => return Err(e.into()),
     };
-    Ok(file)
+    Ok(opened)
 }
 
 #[cfg(test)]
@@ -477,6 +602,80 @@ mod tests {
         std::fs::remove_file(m.join("a/g")).unwrap();
         symlink(t.path().join("elsewhere/g"), m.join("a/g")).unwrap();
         assert!(read(&mut opener, "a/g").is_err(), "read through a link");
+    }
+
+    /// Copies the directory `from` into `to`, files and directories only.
+    fn copy_tree(from: &Path, to: &Path) {
+        for e in walkdir::WalkDir::new(from) {
+            let e = e.unwrap();
+            let dest = to.join(e.path().strip_prefix(from).unwrap());
+            if e.file_type().is_dir() {
+                std::fs::create_dir_all(&dest).unwrap();
+            } else {
+                std::fs::copy(e.path(), &dest).unwrap();
+            }
+        }
+    }
+
+    /// The model checks fed by the scan find exactly what their own path-based walk finds:
+    /// every corrupt fixture, shard indexes and configs (checked by path at the end), a link
+    /// in the tree, a receipt directory the scan leaves out, `.no_exist` markers, empty and
+    /// interrupted files, bookkeeping the pack leaves out.
+    #[test]
+    fn the_model_checks_fed_by_the_scan_find_what_their_own_walk_finds() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/fixtures");
+        let t = tempfile::tempdir().unwrap();
+        let m = t.path().join("m");
+        copy_tree(&fixtures.join("valid"), &m.join("valid"));
+        copy_tree(&fixtures.join("corrupt"), &m.join("corrupt"));
+        let pointer = b"version https://git-lfs.github.com/spec/v1\noid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 4943852032\n";
+        std::fs::create_dir_all(m.join(".airlock")).unwrap();
+        std::fs::write(m.join(".airlock/model.safetensors"), pointer).unwrap();
+        std::fs::create_dir_all(m.join(".no_exist/c1")).unwrap();
+        std::fs::write(m.join(".no_exist/c1/model.safetensors"), b"").unwrap();
+        std::fs::create_dir_all(m.join(".cache/huggingface")).unwrap();
+        std::fs::write(m.join(".cache/huggingface/tokenizer.json"), pointer).unwrap();
+        std::fs::write(m.join("empty.bin"), b"").unwrap();
+        std::fs::write(m.join("README.md"), b"").unwrap();
+        std::fs::write(m.join("weights.safetensors.incomplete"), [1u8; 100]).unwrap();
+        std::fs::write(
+            m.join("config.json"),
+            b"{\"auto_map\": {\"AutoModel\": \"modeling_x.Model\"}}",
+        )
+        .unwrap();
+        symlink(
+            "corrupt/lfs-pointer.safetensors",
+            m.join("linked.safetensors"),
+        )
+        .unwrap();
+
+        let mut checks = TreeChecks::default();
+        let entries = scan_checking(&m, &m, &mut checks).unwrap();
+        assert_eq!(entries, scan(&m, &m).unwrap());
+        let (fed, fed_unchecked) = checks.finish(&m).unwrap();
+        let (walked, walked_unchecked) = crate::inspect::check_tree_reaching(&m).unwrap();
+        let json = |f: &[crate::inspect::Finding]| serde_json::to_value(f).unwrap();
+        assert_eq!(json(&fed), json(&walked));
+        assert_eq!(fed_unchecked, walked_unchecked);
+        // The tree exercises what it should: findings from the handles, from the by-path end
+        // (the link, the shard indexes, the config) and from the receipt directory.
+        let paths: Vec<&str> = fed.iter().map(|f| f.path.as_str()).collect();
+        for p in [
+            "corrupt/html-page.bin",
+            "corrupt/missing-shard/model.safetensors.index.json",
+            "linked.safetensors",
+            ".airlock/model.safetensors",
+            ".cache/huggingface/tokenizer.json",
+            "empty.bin",
+            "weights.safetensors.incomplete",
+            "config.json",
+        ] {
+            assert!(paths.contains(&p), "{p} not in {paths:?}");
+        }
+        assert!(
+            !paths.iter().any(|p| p.starts_with(".no_exist")),
+            "{paths:?}"
+        );
     }
 
     #[test]

@@ -267,14 +267,19 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
     let compared = if has_receipt || trust.is_some() {
         compare_receipt(dir, &a, trust.as_ref(), scan_values, ui, &mut out)?
     } else {
-        Compared::default()
+        Compared {
+            unlisted_model_files: true,
+            ..Compared::default()
+        }
     };
     let findings = model_findings(
         dir,
         scan_values,
         has_receipt,
+        compared.checks,
         compared.scans,
         &compared.hashed,
+        compared.unlisted_model_files,
         ui,
         &mut out,
     )?;
@@ -293,6 +298,12 @@ struct Compared {
     hashed: std::collections::HashSet<String>,
     /// Their value scans.
     scans: receipt::FileScans,
+    /// The model checks of the tree, made in the comparison's pass (`None`: no receipt was
+    /// compared; the checks walk the tree themselves).
+    checks: Option<inspect::TreeChecks>,
+    /// Whether any file the receipt does not list is a model file the value scan reads
+    /// (without a comparison: unknown, so true).
+    unlisted_model_files: bool,
 }
 
 /// Opens the receipt (verified against `trust` when one is set) and compares `dir` with it:
@@ -318,7 +329,17 @@ fn compare_receipt(
     out.set("name", &m.name);
     out.set("version", m.version);
     let mut drift = receipt::planted(dir)?;
-    let (compared, scans) = receipt::compare_scanning(dir, &m, a.sizes_only, scan_values, ui)?;
+    // The model checks ride on the comparison: each file opened and read once.
+    let receipt::Comparison {
+        drift: compared,
+        scans,
+        checks,
+    } = receipt::compare_checking(dir, &m, a.sizes_only, scan_values, ui)?;
+    // Every file of the tree the receipt does not list is an `extra` difference: the value
+    // scan of unlisted files has nothing to read unless one of them is a model file.
+    let unlisted_model_files = compared
+        .iter()
+        .any(|d| d.kind == "extra" && values::wants_scan(&d.path));
     drift.extend(compared);
     if let Some(recorded) = &m.values {
         out.set("values_recorded", recorded);
@@ -365,6 +386,8 @@ fn compare_receipt(
         error,
         hashed: m.files.iter().map(|f| f.path.clone()).collect(),
         scans,
+        checks: Some(checks),
+        unlisted_model_files,
     })
 }
 
@@ -397,36 +420,54 @@ fn say_signers(p: &Policy, vouched_by: Option<u64>, signers: &[Signer], out: &mu
     }
 }
 
-/// The model checks of `dir` and the value findings: of the receipt's files from `scans`
-/// (made while they were hashed), of the other model files from a scan of their own.
+/// The model checks of `dir` and the value findings: of the receipt's files from `checks` and
+/// `scans` (made while they were hashed), of the other files by path and from a scan of
+/// their own.
+#[allow(clippy::too_many_arguments)]
 fn model_findings(
     dir: &Path,
     scan_values: bool,
     has_receipt: bool,
+    checks: Option<inspect::TreeChecks>,
     mut value_scans: receipt::FileScans,
     hashed: &std::collections::HashSet<String>,
+    unlisted_model_files: bool,
     ui: &dyn Progress,
     out: &mut Output,
 ) -> Result<Vec<Finding>> {
-    let mut findings = match inspect::check_tree(dir) {
-        Ok(f) => f,
-        // A path beyond what path-based reads reach: the receipt comparison, which works
-        // through directory handles, has still covered every file.
-        Err(e) if e.kind() == std::io::ErrorKind::InvalidFilename => {
-            out.warnings.push(format!(
-                "the model checks stopped at a path too long to open: {e}"
-            ));
-            Vec::new()
+    let mut findings = match checks {
+        Some(checks) => {
+            let (findings, unchecked) = checks.finish(dir).map_err(|e| Error::io(dir, e))?;
+            for p in &unchecked {
+                out.warnings.push(format!(
+                    "model check: {p}: not checked, its path is too long for the format checks"
+                ));
+            }
+            findings
         }
-        Err(e) => return Err(Error::io(dir, e)),
+        None => match inspect::check_tree(dir) {
+            Ok(f) => f,
+            // A path beyond what path-based reads reach.
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidFilename => {
+                out.warnings.push(format!(
+                    "the model checks stopped at a path too long to open: {e}"
+                ));
+                Vec::new()
+            }
+            Err(e) => return Err(Error::io(dir, e)),
+        },
     };
     if scan_values {
-        match values::scan_tree(dir, hashed, ui) {
-            Ok(more) => value_scans.extend(more),
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidFilename => out.warnings.push(
-                format!("the value scan stopped at a path too long to open: {e}"),
-            ),
-            Err(e) => return Err(Error::io(dir, e)),
+        // Each listed file was scanned as it was hashed: the walk for the others is needed
+        // only when one of them is a model file.
+        if unlisted_model_files {
+            match values::scan_tree(dir, hashed, ui) {
+                Ok(more) => value_scans.extend(more),
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidFilename => out.warnings.push(
+                    format!("the value scan stopped at a path too long to open: {e}"),
+                ),
+                Err(e) => return Err(Error::io(dir, e)),
+            }
         }
         value_scans.sort_by(|a, b| airlock::paths::bundle_order(&a.0, &b.0));
         let summaries: Vec<&values::Summary> =

@@ -171,11 +171,29 @@ const READ_FLAGS: OFlags = OFlags::RDONLY
 
 /// Checks on the open handle that `fd` is a regular file; returns it with its size.
 fn regular(fd: OwnedFd) -> std::result::Result<(File, u64), OpenError> {
+    regular_stat(fd).map(|(f, st)| (f, st.st_size as u64))
+}
+
+/// [`regular`], returning the whole status of the one `fstat` that checked the type (size,
+/// mode, modification time, inode), so a caller needs no second `fstat`.
+fn regular_stat(fd: OwnedFd) -> std::result::Result<(File, rustix::fs::Stat), OpenError> {
     let st = rustix::fs::fstat(&fd).map_err(|e| OpenError::Io(e.into()))?;
     if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
         return Err(OpenError::NotRegular(describe_raw(st.st_mode)));
     }
-    Ok((File::from(fd), st.st_size as u64))
+    Ok((File::from(fd), st))
+}
+
+/// Opens the regular file `name` (one component) in the directory `dir` for reading: not
+/// through a link, without blocking, checked to be a regular file on the open handle. Returns
+/// its status too (the `fstat` of that check).
+pub fn open_file_at(
+    dir: &impl AsFd,
+    name: &std::ffi::OsStr,
+) -> std::result::Result<(File, rustix::fs::Stat), OpenError> {
+    let fd = rustix::fs::openat(dir, name, READ_FLAGS | OFlags::NOFOLLOW, Mode::empty())
+        .map_err(below_error)?;
+    regular_stat(fd)
 }
 
 /// Opens `path` for reading without blocking and checks on the open handle that it is a
@@ -288,8 +306,20 @@ impl<'r, R: AsFd> BelowOpener<'r, R> {
 
     /// [`open_file_below`] of `rel`.
     pub fn open(&mut self, rel: &str) -> std::result::Result<(File, u64), OpenError> {
+        self.open_stat(rel).map(|(f, st)| (f, st.st_size as u64))
+    }
+
+    /// [`BelowOpener::open`], returning the file's whole status (the `fstat` that checked it is
+    /// a regular file) in place of its size.
+    pub fn open_stat(
+        &mut self,
+        rel: &str,
+    ) -> std::result::Result<(File, rustix::fs::Stat), OpenError> {
         let Some((parents, name)) = rel.rsplit_once('/') else {
-            return open_file_below(self.root, rel);
+            let fd =
+                rustix::fs::openat(self.root, rel, READ_FLAGS | OFlags::NOFOLLOW, Mode::empty())
+                    .map_err(below_error)?;
+            return regular_stat(fd);
         };
         let dir = match self.last.take() {
             Some((held, fd)) if held == parents => fd,
@@ -298,7 +328,7 @@ impl<'r, R: AsFd> BelowOpener<'r, R> {
         let fd = rustix::fs::openat(&dir, name, READ_FLAGS | OFlags::NOFOLLOW, Mode::empty())
             .map_err(below_error);
         self.last = Some((parents.to_string(), dir));
-        regular(fd?)
+        regular_stat(fd?)
     }
 }
 

@@ -23,7 +23,7 @@
 //! is wrong and one saying what to do. The command layer decides what to show and whether
 //! errors stop a pack.
 
-use std::fs;
+use std::fs::{self, File};
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
@@ -163,37 +163,154 @@ pub fn check_tree_reaching(root: &Path) -> io::Result<(Vec<Finding>, Vec<String>
     let tree = Tree::new(root)?;
     let mut findings = Vec::new();
     let mut unchecked = Vec::new();
-    let walk = walkdir::WalkDir::new(root)
-        .follow_links(false)
-        .min_depth(1)
-        .sort_by_file_name()
-        .into_iter()
-        .filter_entry(|e| e.file_name() != ".no_exist");
-    for entry in walk {
-        let entry = match entry {
-            Ok(entry) => entry,
-            Err(e) => {
-                let path = e.path().map(Path::to_path_buf).unwrap_or_default();
-                let err = io::Error::from(e);
-                if err.kind() == io::ErrorKind::InvalidFilename {
-                    unchecked.push(relative_name(root, &path));
-                    continue;
-                }
-                return Err(with_path(&path, err));
-            }
-        };
-        if entry.file_type().is_dir() {
-            continue;
-        }
-        let rel = relative_name(root, entry.path());
-        match tree.check_walked(&rel, &entry) {
-            Ok(found) => findings.extend(found),
-            Err(e) if e.kind() == io::ErrorKind::InvalidFilename => unchecked.push(rel),
-            Err(e) => return Err(e),
-        }
-    }
+    tree.walk_reaching(root, 1, &mut findings, &mut unchecked)
+        .map_err(|(_, e)| e)?;
     sort_findings(&mut findings);
     Ok((findings, unchecked))
+}
+
+/// The kernel's limit on a path it is handed (`PATH_MAX`, the NUL included): a longer one is
+/// refused with `ENAMETOOLONG`, so the path-based walk of [`check_tree_reaching`] cannot reach
+/// what lies there.
+const PATH_MAX: usize = 4096;
+
+/// The model checks of a tree, fed by a pass that opens every file anyway (pack's scan of a
+/// model directory, `check`'s comparison with the receipt), so that no file is opened twice
+/// (on a tree of 100,000 small files the separate walk that opened each file again by path was
+/// a third of pack's time): each regular file is checked on the handle that pass holds, and
+/// what needs more (a link, a shard index or a config naming other files of the tree, a file
+/// the pass could not open, a subtree it does not visit) is checked by path at the end.
+///
+/// [`TreeChecks::finish`] returns what [`check_tree_reaching`] returns for the same tree: the
+/// same findings in the same order, the same first error (in walk order), and the same paths
+/// reported as too long for the path-based checks.
+#[derive(Debug, Default)]
+pub struct TreeChecks {
+    findings: Vec<Finding>,
+    /// Checked by path at the end: the path, and whether the pass found a regular file there.
+    by_path: Vec<(String, bool)>,
+    /// Entries the pass does not visit, each checked with everything below it at the end.
+    subtrees: Vec<String>,
+    /// Every error, with its path: the first in walk order is the one reported.
+    errors: Vec<(String, io::Error)>,
+    unchecked: Vec<String>,
+}
+
+impl TreeChecks {
+    /// Checks the regular file `rel` (relative to the checked root, `/`-separated), found
+    /// without following a link and open as `file`, `len` bytes by its `fstat`; `path` is the
+    /// root joined with `rel` (for messages).
+    pub fn opened(&mut self, rel: &str, path: &Path, file: &File, len: u64) {
+        if skipped(rel) {
+            return;
+        }
+        if let Some(top) = too_long(rel, path) {
+            self.unchecked.push(top);
+            return;
+        }
+        let found = match by_name(rel, len) {
+            Some(found) => Ok(Some(found)),
+            None => check_opened(None, rel, path, file, len),
+        };
+        match found {
+            Ok(Some(found)) => self.findings.extend(found),
+            Ok(None) => self.by_path.push((rel.to_string(), true)),
+            Err(e) => self.errors.push((rel.to_string(), e)),
+        }
+    }
+
+    /// Checks the entry `rel` by its path at the end: a link (`regular` false: resolved, its
+    /// target checked when it stays in the tree), something that is not a file (nothing to
+    /// check), or a regular file the pass did not open (`regular` true).
+    pub fn by_path(&mut self, rel: &str, regular: bool) {
+        if !skipped(rel) {
+            self.by_path.push((rel.to_string(), regular));
+        }
+    }
+
+    /// Checks the entry `rel`, and everything below it when it is a directory, at the end:
+    /// what the pass does not visit (pack's scan leaves out a receipt directory).
+    pub fn subtree(&mut self, rel: &str) {
+        if !skipped(rel) {
+            self.subtrees.push(rel.to_string());
+        }
+    }
+
+    /// Adds what another part of the same pass found (a parallel pass feeds one per run).
+    pub fn merge(&mut self, other: TreeChecks) {
+        self.findings.extend(other.findings);
+        self.by_path.extend(other.by_path);
+        self.subtrees.extend(other.subtrees);
+        self.errors.extend(other.errors);
+        self.unchecked.extend(other.unchecked);
+    }
+
+    /// Runs the checks left for the end against `root` and returns the findings (sorted by
+    /// path, then code) and the paths too long for the path-based checks (in walk order), as
+    /// [`check_tree_reaching`].
+    ///
+    /// # Errors
+    ///
+    /// As [`check_tree_reaching`]: the first error in walk order.
+    pub fn finish(mut self, root: &Path) -> io::Result<(Vec<Finding>, Vec<String>)> {
+        let tree = Tree::new(root)?;
+        for (rel, regular) in std::mem::take(&mut self.by_path) {
+            match tree.check_found(&rel, regular) {
+                Ok(found) => self.findings.extend(found),
+                Err(e) if e.kind() == io::ErrorKind::InvalidFilename => self.unchecked.push(rel),
+                Err(e) => self.errors.push((rel, e)),
+            }
+        }
+        for rel in std::mem::take(&mut self.subtrees) {
+            let start = root.join(&rel);
+            if fs::symlink_metadata(&start).is_err_and(|e| e.kind() == io::ErrorKind::NotFound) {
+                continue;
+            }
+            if let Err(e) = tree.walk_reaching(&start, 0, &mut self.findings, &mut self.unchecked) {
+                self.errors.push(e);
+            }
+        }
+        if let Some((_, e)) = self
+            .errors
+            .into_iter()
+            .min_by(|a, b| crate::paths::bundle_order(&a.0, &b.0))
+        {
+            return Err(e);
+        }
+        sort_findings(&mut self.findings);
+        self.unchecked
+            .sort_by(|a, b| crate::paths::bundle_order(a, b));
+        self.unchecked.dedup();
+        Ok((self.findings, self.unchecked))
+    }
+}
+
+/// Whether the checks leave `rel` out: anything in a `.no_exist/` folder of a Hugging Face
+/// cache (empty markers for files known to be absent upstream), as [`check_tree`]'s walk does.
+fn skipped(rel: &str) -> bool {
+    rel.split('/').any(|c| c == ".no_exist")
+}
+
+/// The first of `rel`'s leading paths (its topmost directory, the next one down, ..., `rel`
+/// itself) whose full path (the root joined with it; `path` is the root joined with `rel`)
+/// is too long for the kernel: what the path-based walk of [`check_tree_reaching`] reports as
+/// not checked, going no further below it.
+fn too_long(rel: &str, path: &Path) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let full = path.as_os_str().as_bytes();
+    if full.len() < PATH_MAX || !full.ends_with(rel.as_bytes()) {
+        return None;
+    }
+    let root_len = full.len() - rel.len();
+    let mut end = 0;
+    for c in rel.split('/') {
+        end += c.len();
+        if root_len + end >= PATH_MAX {
+            return Some(rel[..end].to_string());
+        }
+        end += 1;
+    }
+    None
 }
 
 /// Checks one file, `rel` being its path relative to `root` (`/`-separated).
@@ -290,6 +407,64 @@ impl Tree {
         self.check(rel)
     }
 
+    /// [`Tree::check_walked`] for an entry another pass found, by its path: `regular` when
+    /// that pass found a regular file there (not a link).
+    fn check_found(&self, rel: &str, regular: bool) -> io::Result<Vec<Finding>> {
+        if regular && is_plain_relative(rel) {
+            let path = self.root.join(rel);
+            let len = fs::symlink_metadata(&path)
+                .map_err(|e| with_path(&path, e))?
+                .len();
+            return self.check_content(rel, &path, len);
+        }
+        self.check(rel)
+    }
+
+    /// Walks from `start` (the root, or an entry below it with `min_depth` 0) without
+    /// following a link and checks every entry that is not a directory, as
+    /// [`check_tree_reaching`]; stops at the first error, returned with its path.
+    fn walk_reaching(
+        &self,
+        start: &Path,
+        min_depth: usize,
+        findings: &mut Vec<Finding>,
+        unchecked: &mut Vec<String>,
+    ) -> Result<(), (String, io::Error)> {
+        let root = &self.root;
+        // A subtree's start is an entry of the tree like any other: a link is not followed.
+        let walk = walkdir::WalkDir::new(start)
+            .follow_links(false)
+            .follow_root_links(min_depth > 0)
+            .min_depth(min_depth)
+            .sort_by_file_name()
+            .into_iter()
+            .filter_entry(|e| e.file_name() != ".no_exist");
+        for entry in walk {
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(e) => {
+                    let path = e.path().map(Path::to_path_buf).unwrap_or_default();
+                    let err = io::Error::from(e);
+                    if err.kind() == io::ErrorKind::InvalidFilename {
+                        unchecked.push(relative_name(root, &path));
+                        continue;
+                    }
+                    return Err((relative_name(root, &path), with_path(&path, err)));
+                }
+            };
+            if entry.file_type().is_dir() {
+                continue;
+            }
+            let rel = relative_name(root, entry.path());
+            match self.check_walked(&rel, &entry) {
+                Ok(found) => findings.extend(found),
+                Err(e) if e.kind() == io::ErrorKind::InvalidFilename => unchecked.push(rel),
+                Err(e) => return Err((rel, e)),
+            }
+        }
+        Ok(())
+    }
+
     fn check(&self, rel: &str) -> io::Result<Vec<Finding>> {
         if !is_plain_relative(rel) {
             return Err(io::Error::new(
@@ -329,58 +504,84 @@ impl Tree {
     }
 
     fn check_content(&self, rel: &str, target: &Path, len: u64) -> io::Result<Vec<Finding>> {
-        let name = rel.rsplit('/').next().unwrap_or(rel);
-        let lower = name.to_ascii_lowercase();
-        let ext = lower.rsplit_once('.').map_or("", |(_, e)| e);
-
-        if lower.ends_with(".incomplete") {
-            return Ok(vec![Finding::error(
-                codes::INCOMPLETE_DOWNLOAD,
-                rel,
-                format!(
-                    "is an interrupted download ({} so far)",
-                    read::human_size(len)
-                ),
-                "finish the download (run the same huggingface_hub download again; it resumes), \
-                 then pack again",
-            )]);
+        if let Some(found) = by_name(rel, len) {
+            return Ok(found);
         }
-        if len == 0 {
-            if WEIGHT_EXTENSIONS.contains(&ext) {
-                return Ok(vec![Finding::error(
-                    codes::EMPTY_WEIGHT_FILE,
-                    rel,
-                    format!("is a .{ext} weight file with zero bytes"),
-                    "download or copy the file again; an empty weight file never loads",
-                )]);
-            }
-            return Ok(Vec::new());
-        }
-
         let (file, _) = crate::fsio::open_regular(target, crate::fsio::Follow::Never)
             .map_err(|e| with_path(target, e.into()))?;
-        let prefix = read::read_prefix(&file, len, 1024).map_err(|e| with_path(target, e))?;
-        if len < lfs::MAX_POINTER_SIZE
-            && let Some(pointer) = lfs::parse(&prefix)
-        {
-            return Ok(vec![lfs::finding(rel, &pointer)]);
-        }
-
-        let result = if lower.ends_with(".index.json") {
-            shards::check_index(self, rel, &file, len)
-        } else if ext == "safetensors" {
-            safetensors::check(rel, &file, len)
-        } else if ext == "gguf" || prefix.starts_with(gguf::MAGIC) {
-            gguf::check(rel, &file, len, &prefix)
-        } else if matches!(ext, "bin" | "pt" | "pth" | "ckpt") {
-            torch_zip::check(rel, ext, &file, len, &prefix)
-        } else if lower == "config.json" || lower == "tokenizer_config.json" {
-            config::check(self, rel, &file, len)
-        } else {
-            Ok(Vec::new())
-        };
-        result.map_err(|e| with_path(target, e))
+        Ok(check_opened(Some(self), rel, target, &file, len)?
+            .expect("with the tree at hand every check runs"))
     }
+}
+
+/// What the checks decide from a file's name and size alone (an interrupted download, an
+/// empty file), before opening it; `None` when its content decides.
+fn by_name(rel: &str, len: u64) -> Option<Vec<Finding>> {
+    let name = rel.rsplit('/').next().unwrap_or(rel);
+    let lower = name.to_ascii_lowercase();
+    let ext = lower.rsplit_once('.').map_or("", |(_, e)| e);
+    if lower.ends_with(".incomplete") {
+        return Some(vec![Finding::error(
+            codes::INCOMPLETE_DOWNLOAD,
+            rel,
+            format!(
+                "is an interrupted download ({} so far)",
+                read::human_size(len)
+            ),
+            "finish the download (run the same huggingface_hub download again; it resumes), \
+             then pack again",
+        )]);
+    }
+    if len == 0 {
+        if WEIGHT_EXTENSIONS.contains(&ext) {
+            return Some(vec![Finding::error(
+                codes::EMPTY_WEIGHT_FILE,
+                rel,
+                format!("is a .{ext} weight file with zero bytes"),
+                "download or copy the file again; an empty weight file never loads",
+            )]);
+        }
+        return Some(Vec::new());
+    }
+    None
+}
+
+/// The checks of the non-empty file `rel` open as `file` (`len` bytes; `target` names it in
+/// errors), by its first bytes and its name. `None` when the check needs other files of the
+/// tree (a shard index, a config naming code files) and `tree` is not given.
+fn check_opened(
+    tree: Option<&Tree>,
+    rel: &str,
+    target: &Path,
+    file: &File,
+    len: u64,
+) -> io::Result<Option<Vec<Finding>>> {
+    let name = rel.rsplit('/').next().unwrap_or(rel);
+    let lower = name.to_ascii_lowercase();
+    let ext = lower.rsplit_once('.').map_or("", |(_, e)| e);
+    let prefix = read::read_prefix(file, len, 1024).map_err(|e| with_path(target, e))?;
+    if len < lfs::MAX_POINTER_SIZE
+        && let Some(pointer) = lfs::parse(&prefix)
+    {
+        return Ok(Some(vec![lfs::finding(rel, &pointer)]));
+    }
+
+    let result = if lower.ends_with(".index.json") {
+        let Some(tree) = tree else { return Ok(None) };
+        shards::check_index(tree, rel, file, len)
+    } else if ext == "safetensors" {
+        safetensors::check(rel, file, len)
+    } else if ext == "gguf" || prefix.starts_with(gguf::MAGIC) {
+        gguf::check(rel, file, len, &prefix)
+    } else if matches!(ext, "bin" | "pt" | "pth" | "ckpt") {
+        torch_zip::check(rel, ext, file, len, &prefix)
+    } else if lower == "config.json" || lower == "tokenizer_config.json" {
+        let Some(tree) = tree else { return Ok(None) };
+        config::check(tree, rel, file, len)
+    } else {
+        Ok(Vec::new())
+    };
+    result.map(Some).map_err(|e| with_path(target, e))
 }
 
 /// `rel` names something inside the tree: relative, no `..`, no root or prefix.

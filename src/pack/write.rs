@@ -8,7 +8,6 @@
 
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crossbeam_channel::{Receiver, Sender, bounded};
@@ -631,31 +630,41 @@ fn read_file(
     out: &mut Outbox<'_>,
     progress: &dyn Progress,
 ) -> Result<Option<FileDigests>> {
-    let mut file = opener
-        .open(source, path)
+    // The `fstat` that checked the file is regular is the "before" of the change check.
+    let (mut file, before) = opener
+        .open_stat(source, path)
         .map_err(|e| Error::io(source, e))?;
-    let before = file.metadata().map_err(|e| Error::io(source, e))?;
-    if before.len() != size {
+    if before.st_size as u64 != size {
         return Err(Error::SourceChanged {
             path: source.to_path_buf(),
             what: format!(
                 "size went from {size} to {} bytes since the scan",
-                before.len()
+                before.st_size
             ),
         });
     }
+    let grew = || Error::SourceChanged {
+        path: source.to_path_buf(),
+        what: format!("grew past {size} bytes while being read"),
+    };
     let mut hasher = Sha256::new();
     let mut git = wants_git_sha1(etag, size).then(|| GitBlobSha1::new(size));
     let mut scanner = scanner_for(&file, source, path, size, scan)?;
     let mut total: u64 = 0;
+    // Whether a read came back short of a byte asked past the declared size: the file ended
+    // there (a regular file's read is short only at its end), so no probe read is needed.
+    let mut ended = false;
     while total < size {
         let Ok(buf) = out.room() else {
             // The writer thread failed; its error is reported by the caller.
             return Ok(None);
         };
         let want = (buf.len() as u64).min(size - total) as usize;
+        // One byte more than is left, when the buffer has room for it: the read that takes
+        // the last bytes also tells whether the file goes on (one read a small file, not two).
+        let ask = if buf.len() > want { want + 1 } else { want };
         let n = file
-            .read(&mut buf[..want])
+            .read(&mut buf[..ask])
             .map_err(|e| Error::io(source, e))?;
         if n == 0 {
             return Err(Error::SourceChanged {
@@ -663,6 +672,10 @@ fn read_file(
                 what: format!("ended after {total} of {size} bytes"),
             });
         }
+        if n > want {
+            return Err(grew());
+        }
+        ended = ask > want && n < ask;
         hasher.update(&buf[..n]);
         if let Some(g) = &mut git {
             g.update(&buf[..n]);
@@ -674,19 +687,16 @@ fn read_file(
         total += n as u64;
         progress.advance(n as u64);
     }
-    // Probe for growth past the declared size.
+    // Probe for growth past the declared size, unless the last read already saw the end.
     let mut probe = [0u8; 1];
-    if file.read(&mut probe).map_err(|e| Error::io(source, e))? != 0 {
-        return Err(Error::SourceChanged {
-            path: source.to_path_buf(),
-            what: format!("grew past {size} bytes while being read"),
-        });
+    if !(ended && total == size) && file.read(&mut probe).map_err(|e| Error::io(source, e))? != 0 {
+        return Err(grew());
     }
-    let after = file.metadata().map_err(|e| Error::io(source, e))?;
-    if after.len() != before.len()
-        || after.mtime() != before.mtime()
-        || after.mtime_nsec() != before.mtime_nsec()
-        || after.ino() != before.ino()
+    let after = rustix::fs::fstat(&file).map_err(|e| Error::io(source, e.into()))?;
+    if after.st_size != before.st_size
+        || after.st_mtime != before.st_mtime
+        || after.st_mtime_nsec != before.st_mtime_nsec
+        || after.st_ino != before.st_ino
     {
         return Err(Error::SourceChanged {
             path: source.to_path_buf(),

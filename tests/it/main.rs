@@ -11,6 +11,7 @@ mod hfcache;
 mod hostile;
 mod interop;
 mod long_paths;
+mod manyfiles;
 mod model_checks;
 mod oci;
 mod oci_safety;

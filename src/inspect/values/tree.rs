@@ -46,33 +46,44 @@ pub fn hash_and_scan(
     scan: bool,
     advance: &dyn Fn(u64),
 ) -> io::Result<(String, u64, Option<FileScan>)> {
-    let mut scanner = if scan {
+    // Only a model file's name costs the `fstat` its layout needs.
+    let mut scanner = if scan && wants_scan(rel) {
         scanner_for(rel, f, f.metadata()?.len())?
     } else {
         None
     };
     let mut h = Sha256::new();
-    let mut buf = vec![0u8; PIECE];
     let mut pos = 0u64;
-    loop {
-        let n = match f.read_at(&mut buf, pos) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        h.update(&buf[..n]);
-        if let Some(s) = &mut scanner {
-            s.update(&buf[..n]);
+    PIECE_BUFFER.with_borrow_mut(|buf| {
+        // One buffer per thread, reused: zeroing a fresh 1 MiB for every file was a third of
+        // the time `check` spent on a tree of 100,000 small files.
+        buf.resize(PIECE, 0);
+        loop {
+            let n = match f.read_at(buf, pos) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            h.update(&buf[..n]);
+            if let Some(s) = &mut scanner {
+                s.update(&buf[..n]);
+            }
+            pos += n as u64;
+            advance(n as u64);
         }
-        pos += n as u64;
-        advance(n as u64);
-    }
+        Ok(())
+    })?;
     Ok((
         hex::encode(h.finalize()),
         pos,
         scanner.and_then(Scanner::finish),
     ))
+}
+
+thread_local! {
+    /// [`hash_and_scan`]'s buffer.
+    static PIECE_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Scans every model file ([`wants_scan`]) below `root` whose relative path is not in `skip`

@@ -1,0 +1,189 @@
+//! Many small files (issue 24): the model checks ride on the pass that already opens every
+//! file (pack's scan, check's receipt comparison) and must find exactly what their own
+//! path-based walk finds.
+
+use std::io::Write;
+use std::os::unix::fs::symlink;
+use std::path::Path;
+
+use rustix::fs::{Mode, OFlags};
+
+use crate::support::*;
+
+const POINTER: &[u8] = b"version https://git-lfs.github.com/spec/v1\n\
+    oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n\
+    size 4943852032\n";
+
+fn fixtures() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/fixtures")
+}
+
+/// Copies the directory `from` to `to` (files and directories).
+fn copy_tree(from: &Path, to: &Path) {
+    for e in walkdir::WalkDir::new(from) {
+        let e = e.unwrap();
+        let dest = to.join(e.path().strip_prefix(from).unwrap());
+        if e.file_type().is_dir() {
+            std::fs::create_dir_all(&dest).unwrap();
+        } else {
+            std::fs::copy(e.path(), &dest).unwrap();
+        }
+    }
+}
+
+fn codes_and_paths(findings: &serde_json::Value) -> Vec<(String, String)> {
+    findings
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_string(),
+                f["code"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// `check` of an install that drifted every way the model checks care about (files the
+/// receipt does not list, a receipt file replaced by a link, a missing one, links in and out
+/// of the tree, `.no_exist` markers, shard indexes and configs read by path): the checks fed
+/// by the receipt comparison find what `inspect::check_tree` finds walking the tree itself.
+#[test]
+fn checks_on_the_compares_handles_find_what_the_tree_walk_finds() {
+    let env = Env::new();
+    let m = env.model("m");
+    copy_tree(&fixtures().join("corrupt"), &m.join("corrupt"));
+    copy_tree(&fixtures().join("valid"), &m.join("valid"));
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--no-model-checks",
+    ]);
+    env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
+    let out = env.path("out");
+    env.write("out/extra/tokenizer.json", POINTER);
+    env.write(
+        "out/extra/model.safetensors.index.json",
+        b"{\"weight_map\": {\"a\": \"gone.safetensors\"}}",
+    );
+    env.write("out/.no_exist/c1/model.safetensors", b"");
+    symlink(
+        "corrupt/lfs-pointer.safetensors",
+        out.join("linked.safetensors"),
+    )
+    .unwrap();
+    symlink("nowhere.bin", out.join("dangling.bin")).unwrap();
+    symlink(env.path("m/config.json"), out.join("outside.json")).unwrap();
+    std::fs::remove_file(out.join("weights/part-2.bin")).unwrap();
+    symlink("part-1.bin", out.join("weights/part-2.bin")).unwrap();
+    std::fs::remove_file(out.join("run.sh")).unwrap();
+
+    let receipt = airlock::receipt::open(&out, None).unwrap();
+    let compared = airlock::receipt::compare_checking(
+        &out,
+        &receipt.manifest,
+        false,
+        true,
+        &airlock::progress::Silent,
+    )
+    .unwrap();
+    let (fed, unchecked) = compared.checks.finish(&out).unwrap();
+    let walked = airlock::inspect::check_tree(&out).unwrap();
+    assert_eq!(
+        serde_json::to_value(&fed).unwrap(),
+        serde_json::to_value(&walked).unwrap()
+    );
+    assert!(unchecked.is_empty(), "{unchecked:?}");
+    let got = codes_and_paths(&serde_json::to_value(&fed).unwrap());
+    for (path, code) in [
+        ("corrupt/html-page.bin", "torch-not-a-checkpoint"),
+        (
+            "corrupt/missing-shard/model.safetensors.index.json",
+            "shard-missing",
+        ),
+        ("dangling.bin", "dangling-symlink"),
+        ("extra/model.safetensors.index.json", "shard-missing"),
+        ("extra/tokenizer.json", "lfs-pointer"),
+        ("linked.safetensors", "lfs-pointer"),
+        ("outside.json", "symlink-escapes-tree"),
+    ] {
+        assert!(
+            got.contains(&(path.to_string(), code.to_string())),
+            "{path} {code} not in {got:?}"
+        );
+    }
+
+    // The command reports the same findings (it drops those under .airlock, of which there
+    // are none here; the value scan's are left out).
+    let (code, v) = env.json(&["check", "out", "--trust", "k.pub", "--no-value-scan"]);
+    assert_eq!(code, 3, "{v}");
+    assert_eq!(v["error"]["kind"], "receipt-mismatch", "{v}");
+    assert_eq!(codes_and_paths(&v["findings"]), got);
+}
+
+/// Creates `dirs/file` holding `bytes` below `root` through directory handles (a path this
+/// long cannot be created by name).
+fn write_deep(root: &Path, dirs: &[String], file: &str, bytes: &[u8]) {
+    let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::NOFOLLOW;
+    let mut fd = rustix::fs::open(root, flags, Mode::empty()).unwrap();
+    for d in dirs {
+        rustix::fs::mkdirat(&fd, d.as_str(), Mode::from_raw_mode(0o755)).unwrap();
+        fd = rustix::fs::openat(&fd, d.as_str(), flags, Mode::empty()).unwrap();
+    }
+    let f = rustix::fs::openat(
+        &fd,
+        file,
+        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY,
+        Mode::from_raw_mode(0o644),
+    )
+    .unwrap();
+    std::fs::File::from(f).write_all(bytes).unwrap();
+}
+
+/// A path longer than the system's limit somewhere in an install stopped `check`'s model
+/// checks altogether (their walk opened files by path): every finding was dropped with a
+/// warning and a model that will not load passed with exit 0. The checks now ride on the
+/// receipt comparison, which reaches every file through directory handles.
+#[test]
+fn a_path_too_long_to_walk_no_longer_hides_the_other_findings_of_check() {
+    let env = Env::new();
+    env.write("m/config.json", b"{\"model_type\": \"test\"}\n");
+    env.write(
+        "m/pytorch_model.bin",
+        b"<!DOCTYPE html><html>Not Found</html>\n",
+    );
+    let dirs: Vec<String> = (0..16)
+        .map(|i| format!("{i:02}{}", "d".repeat(248)))
+        .collect();
+    write_deep(
+        &env.path("m"),
+        &dirs,
+        &format!("{}.bin", "f".repeat(76)),
+        b"\x80\x02}q\x00.",
+    );
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--no-model-checks",
+    ]);
+    env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
+    let (code, v) = env.json(&["check", "out", "--trust", "k.pub"]);
+    assert_eq!(code, 3, "{v}");
+    assert_eq!(v["error"]["kind"], "model-checks", "{v}");
+    assert_eq!(
+        codes_and_paths(&v["findings"]),
+        [(
+            "pytorch_model.bin".to_string(),
+            "torch-not-a-checkpoint".to_string()
+        )]
+    );
+}
