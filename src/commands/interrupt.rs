@@ -90,8 +90,14 @@ pub(super) fn install(on: OnSignal) {
                 removed,
                 kept: on.kept,
             });
-            let code = super::render(on.command, out, on.json, on.quiet);
-            std::process::exit(code.into());
+            // The report may not be writable (stderr a pipe whose reader is gone): printing
+            // panics then, and a panic here would leave the main thread parked for ever. The
+            // exit comes whatever the printing did.
+            let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                super::render(on.command, out, on.json, on.quiet)
+            }))
+            .map_or(128 + signal, i32::from);
+            std::process::exit(code);
         }
     });
 }

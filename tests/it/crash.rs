@@ -418,3 +418,59 @@ fn replace_refuses_an_old_tree_holding_a_mount_point() {
     );
     assert!(work_dirs(env.dir.path()).is_empty());
 }
+
+/// A signal while stderr is a pipe nobody reads any more (a `| tail` killed with the command)
+/// still exits 143 and removes the work: the signal thread's report cannot be written, and
+/// before the fix it panicked there, leaving the main thread parked for ever.
+#[test]
+fn a_signal_with_stderr_closed_still_exits_with_its_code() {
+    let env = Env::new();
+    big_model(&env, "m", 21);
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args([
+            "--progress",
+            "none",
+            "pack",
+            "m",
+            "-o",
+            "b",
+            "--key",
+            "k.key",
+            "--compress",
+            "none",
+        ])
+        .current_dir(env.dir.path())
+        .env_remove("AIRLOCK_TRUST")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(writer)
+        .spawn()
+        .unwrap();
+    while work_dirs(env.dir.path()).is_empty() {
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("pack finished ({st}) before it could be interrupted");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let st = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let start = Instant::now();
+    let code = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st.code();
+        }
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("airlock did not exit within 60 s of SIGTERM with stderr closed");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    assert_eq!(code, Some(143));
+    assert!(work_dirs(env.dir.path()).is_empty());
+    assert!(!env.path("b").exists());
+}
