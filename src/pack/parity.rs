@@ -413,64 +413,36 @@ mod tests {
         std::fs::create_dir(&work).unwrap();
         let (data, checks) = data_volume(&work);
         let silent = crate::progress::Silent;
-        // A link planted where a parity volume goes: refused, its target untouched.
-        std::fs::write(t.path().join("victim"), b"keep").unwrap();
-        symlink(t.path().join("victim"), work.join("parity.000")).unwrap();
-        assert!(
+        let write = |dir: &Path| {
             write_parity(
-                &work,
+                dir,
                 &data,
                 &checks,
                 4096,
                 1 << 20,
                 Ask::Percent(50.0),
-                &silent
+                &silent,
             )
-            .is_err()
-        );
+        };
+        // A link planted where a parity volume goes: refused, its target untouched.
+        std::fs::write(t.path().join("victim"), b"keep").unwrap();
+        symlink(t.path().join("victim"), work.join("parity.000")).unwrap();
+        assert!(write(&work).is_err());
         assert_eq!(std::fs::read(t.path().join("victim")).unwrap(), b"keep");
         std::fs::remove_file(work.join("parity.000")).unwrap();
         // The work directory named through a link: refused, nothing written where it points.
         symlink(&work, t.path().join("link")).unwrap();
-        let e = write_parity(
-            &t.path().join("link"),
-            &data,
-            &checks,
-            4096,
-            1 << 20,
-            Ask::Percent(50.0),
-            &silent,
-        );
+        let e = write(&t.path().join("link"));
         assert!(e.is_err(), "wrote parity through a linked directory");
         assert!(!work.join("parity.000").exists());
         // A data volume that is a link: refused.
         std::fs::rename(work.join("data.000"), t.path().join("data.000")).unwrap();
         symlink(t.path().join("data.000"), work.join("data.000")).unwrap();
-        assert!(
-            write_parity(
-                &work,
-                &data,
-                &checks,
-                4096,
-                1 << 20,
-                Ask::Percent(50.0),
-                &silent
-            )
-            .is_err()
-        );
+        assert!(write(&work).is_err());
         std::fs::remove_file(work.join("data.000")).unwrap();
         std::fs::rename(t.path().join("data.000"), work.join("data.000")).unwrap();
         // The real thing, with the mode set whatever the umask.
-        let p = write_parity(
-            &work,
-            &data,
-            &checks,
-            4096,
-            1 << 20,
-            Ask::Percent(50.0),
-            &silent,
-        )
-        .unwrap();
+        let p = write(&work).unwrap();
         for v in &p.volumes {
             let meta = std::fs::symlink_metadata(work.join(&v.name)).unwrap();
             assert!(meta.is_file());

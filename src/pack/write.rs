@@ -339,6 +339,23 @@ fn temp_volume_name(index: usize) -> String {
 }
 
 impl VolumeWriter {
+    /// A writer of volumes of `volume_size` bytes, in chunks of `chunk_size`, into `dir`.
+    fn new(dir: &Path, volume_size: u64, chunk_size: u64) -> Self {
+        VolumeWriter {
+            dir: dir.to_path_buf(),
+            volume_size,
+            chunk_size,
+            file: None,
+            in_volume: 0,
+            in_chunk: 0,
+            chunk_hasher: ChunkHasher::new(),
+            chunks: 0,
+            flusher: Flusher::new(),
+            since_flush: 0,
+            done: Vec::new(),
+        }
+    }
+
     fn close_volume(&mut self) -> io::Result<()> {
         let Some(file) = self.file.take() else {
             return Ok(());
@@ -796,19 +813,7 @@ pub fn write(
     opts: &WriteOptions,
     progress: &dyn Progress,
 ) -> Result<Written> {
-    let volumes_writer = VolumeWriter {
-        dir: dir.to_path_buf(),
-        volume_size: opts.volume_size,
-        chunk_size: opts.chunk_size,
-        file: None,
-        in_volume: 0,
-        in_chunk: 0,
-        chunk_hasher: ChunkHasher::new(),
-        chunks: 0,
-        flusher: Flusher::new(),
-        since_flush: 0,
-        done: Vec::new(),
-    };
+    let volumes_writer = VolumeWriter::new(dir, opts.volume_size, opts.chunk_size);
     let sink = match opts.compress {
         Compress::None => Sink::Plain(BufWriter::with_capacity(BUFFER_SIZE, volumes_writer)),
         Compress::Zstd { level, workers } => {
@@ -938,19 +943,7 @@ mod tests {
         ] {
             let dir = t.path().join(format!("{chunk_size}-{volume_size}-{write}"));
             std::fs::create_dir(&dir).unwrap();
-            let mut w = VolumeWriter {
-                dir: dir.clone(),
-                volume_size,
-                chunk_size,
-                file: None,
-                in_volume: 0,
-                in_chunk: 0,
-                chunk_hasher: ChunkHasher::new(),
-                chunks: 0,
-                flusher: Flusher::new(),
-                since_flush: 0,
-                done: Vec::new(),
-            };
+            let mut w = VolumeWriter::new(&dir, volume_size, chunk_size);
             for piece in stream.chunks(write) {
                 w.write_all(piece).unwrap();
             }
