@@ -237,15 +237,13 @@ pub fn write_parity(
         })
         .collect::<Result<_>>()?;
     progress.start("parity", g.units * chunk_size);
-    let codec_error = |e: parity::ParityError| Error::io(dir, io::Error::other(e.to_string()));
+    let codec_error = |e: &parity::ParityError| Error::io(dir, io::Error::other(e.to_string()));
     let digests: Vec<(u64, Vec<String>)> = (0..g.stripes())
         .into_par_iter()
         .map_init(
             || parity::StripeEncoder::new(&g),
             |encoder, k| -> Result<(u64, Vec<String>)> {
-                let encoder = encoder
-                    .as_mut()
-                    .map_err(|e| Error::io(dir, io::Error::other(e.to_string())))?;
+                let encoder = encoder.as_mut().map_err(|e| codec_error(e))?;
                 let mut data_hash: Vec<Xxh3> = vec![Xxh3::new(); g.data as usize];
                 let mut rec_hash: Vec<Sha256> = vec![Sha256::new(); g.recovery as usize];
                 let r = encoder.encode(
@@ -269,7 +267,7 @@ pub fn write_parity(
                         outputs[j].write_all_at(bytes, start + offset)
                     },
                 );
-                r.map_err(codec_error)?;
+                r.map_err(|e| codec_error(&e))?;
                 for (d, h) in data_hash.iter().enumerate() {
                     if let Some(unit) = g.data_unit(k, d as u32) {
                         let (i, start, _) = layout.data_unit(unit);
