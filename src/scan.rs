@@ -38,7 +38,66 @@ pub enum ScanEntry {
         size: u64,
         /// Whether any executable bit is set.
         executable: bool,
+        /// The file's bytes, when the scan read them whole ([`Prefetched`]).
+        prefetched: Option<Prefetched>,
     },
+}
+
+/// The whole content of a small file, read by the scan on the handle it opened the file with
+/// for the model checks, so that the pack's read pass takes these bytes instead of opening the
+/// file a second time (with 100,000 files of 512 bytes the second `openat` and `close` were a
+/// fifth of the pack). Kept only when the file's `fstat` after the read and the checks (size,
+/// modification time, inode) is the one it was opened with, so the bytes that travel are the
+/// bytes the model checks saw; a file that changed is left to the read pass, which reports it.
+///
+/// At most [`PREFETCH_FILE_MAX`] bytes a file and [`PREFETCH_TOTAL_MAX`] for the whole scan
+/// (the rest is read as before): the memory stays bounded whatever the number of files.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Prefetched(std::sync::Arc<[u8]>);
+
+impl Prefetched {
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Prefetched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Prefetched({} bytes)", self.0.len())
+    }
+}
+
+/// The largest file whose content the scan keeps ([`Prefetched`]): past a few pages, the
+/// second open costs little beside the read itself.
+pub const PREFETCH_FILE_MAX: u64 = 64 << 10;
+
+/// The most file content one scan keeps ([`Prefetched`]), each file counted with a cache line
+/// of allocator overhead: the files past it are read in the read pass.
+pub const PREFETCH_TOTAL_MAX: u64 = 64 << 20;
+
+/// What is left of [`PREFETCH_TOTAL_MAX`] in one scan, shared by its threads.
+struct PrefetchBudget(std::sync::atomic::AtomicU64);
+
+impl PrefetchBudget {
+    fn new(total: u64) -> Self {
+        PrefetchBudget(std::sync::atomic::AtomicU64::new(total))
+    }
+
+    /// Takes room for a file of `len` bytes; false when too little is left.
+    fn take(&self, len: u64) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let cost = len + 64;
+        self.0
+            .fetch_update(Relaxed, Relaxed, |left| left.checked_sub(cost))
+            .is_ok()
+    }
+
+    /// Gives back the room taken for a file whose content was not kept.
+    fn give_back(&self, len: u64) {
+        self.0
+            .fetch_add(len + 64, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl ScanEntry {
@@ -96,7 +155,7 @@ pub fn check_name(root: &Path, full: &Path, collisions: &mut CollisionSet) -> Re
 /// entries examined while it is open, then closed before its subdirectories are visited, so
 /// two descriptors are open at most whatever the depth.
 pub fn scan(root: &Path, link_root: &Path) -> Result<Vec<ScanEntry>> {
-    scan_inner(root, link_root, None)
+    scan_inner(root, link_root, None, 0)
 }
 
 /// [`scan`], feeding the model checks ([`TreeChecks`]) in the same pass: each regular file is
@@ -109,13 +168,16 @@ pub fn scan_checking(
     link_root: &Path,
     checks: &mut TreeChecks,
 ) -> Result<Vec<ScanEntry>> {
-    scan_inner(root, link_root, Some(checks))
+    scan_inner(root, link_root, Some(checks), PREFETCH_TOTAL_MAX)
 }
 
+/// The walk, keeping at most `budget` bytes of small files' content ([`Prefetched`]) when it
+/// runs the checks.
 fn scan_inner(
     root: &Path,
     link_root: &Path,
     checks: Option<&mut TreeChecks>,
+    budget: u64,
 ) -> Result<Vec<ScanEntry>> {
     let meta = std::fs::metadata(root).map_err(|e| Error::io(root, e))?;
     if !meta.is_dir() {
@@ -131,6 +193,7 @@ fn scan_inner(
         collisions: CollisionSet::default(),
         out: Vec::new(),
         checks,
+        budget: PrefetchBudget::new(budget),
     };
     walk.dir("")?;
     let mut out = walk.out;
@@ -141,8 +204,9 @@ fn scan_inner(
 /// What one directory entry is, found while its directory was open.
 enum Found {
     Dir,
-    /// A regular file, or a link to one: where to read it, its size and mode.
-    File(Result<(PathBuf, u64, u32)>),
+    /// A regular file, or a link to one: where to read it, its size and mode, and its bytes
+    /// when the scan kept them.
+    File(Result<(PathBuf, u64, u32, Option<Prefetched>)>),
     Other,
 }
 
@@ -154,6 +218,8 @@ struct Walk<'a> {
     out: Vec<ScanEntry>,
     /// The model checks fed by the walk ([`scan_checking`]).
     checks: Option<&'a mut TreeChecks>,
+    /// Room left for the content of small files the checks open ([`Prefetched`]).
+    budget: PrefetchBudget,
 }
 
 impl Walk<'_> {
@@ -209,12 +275,13 @@ impl Walk<'_> {
                     self.dir(&rel)?;
                 }
                 Found::File(f) => {
-                    let (source, size, mode) = f?;
+                    let (source, size, mode, prefetched) = f?;
                     self.out.push(ScanEntry::File {
                         path: rel,
                         source,
                         size,
                         executable: mode & 0o111 != 0,
+                        prefetched,
                     });
                 }
                 Found::Other => {
@@ -256,14 +323,21 @@ impl Walk<'_> {
         let full = dir_path.join(name);
         let what = match kind {
             FileType::Directory => Found::Dir,
-            FileType::RegularFile => {
-                Found::File(regular(dir, name, &full, checks.zip(checked_name)))
-            }
+            FileType::RegularFile => Found::File(regular(
+                dir,
+                name,
+                &full,
+                checks.zip(checked_name),
+                &self.budget,
+            )),
             FileType::Symlink => {
                 if let (Some(checks), Some(n)) = (checks, &checked_name) {
                     checks.by_path(n, false);
                 }
-                Found::File(self.link(dir, name, &full))
+                Found::File(
+                    self.link(dir, name, &full)
+                        .map(|(source, size, mode)| (source, size, mode, None)),
+                )
             }
             _ => Found::Other,
         };
@@ -301,27 +375,73 @@ const CHECKED_RUN: usize = 64;
 
 /// Where the regular file `name` in `dir` (at `full`) is read from, its size and mode. With
 /// model checks (and its name `rel` in the tree), the file is opened and checked on its
-/// handle, its `fstat` giving the size and mode; one that cannot be opened as a regular file
-/// now is looked at as without checks and left to the checks' by-path end, which reports what
-/// the path-based checks would.
+/// handle, its `fstat` giving the size and mode, and a small one is read whole while it is
+/// open ([`Prefetched`], within `budget`); one that cannot be opened as a regular file now is
+/// looked at as without checks and left to the checks' by-path end, which reports what the
+/// path-based checks would.
 fn regular(
     dir: &OwnedFd,
     name: &OsStr,
     full: &Path,
     checks: Option<(&mut TreeChecks, String)>,
-) -> Result<(PathBuf, u64, u32)> {
+    budget: &PrefetchBudget,
+) -> Result<(PathBuf, u64, u32, Option<Prefetched>)> {
     if let Some((checks, rel)) = checks {
         match fsio::open_file_at(dir, name) {
             Ok((file, st)) => {
-                checks.opened(&rel, full, &file, st.st_size as u64);
-                return Ok((full.to_path_buf(), st.st_size as u64, st.st_mode));
+                let len = st.st_size as u64;
+                let taken = len <= PREFETCH_FILE_MAX && budget.take(len);
+                let content = if taken { read_whole(&file, len) } else { None };
+                checks.opened(&rel, full, &file, len);
+                let prefetched = content.filter(|_| unchanged(&file, &st)).map(Prefetched);
+                if taken && prefetched.is_none() {
+                    budget.give_back(len);
+                }
+                return Ok((full.to_path_buf(), len, st.st_mode, prefetched));
             }
             Err(_) => checks.by_path(&rel, true),
         }
     }
     rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
-        .map(|st| (full.to_path_buf(), st.st_size as u64, st.st_mode))
+        .map(|st| (full.to_path_buf(), st.st_size as u64, st.st_mode, None))
         .map_err(|e| Error::io(full, e.into()))
+}
+
+/// The `len` bytes of the open regular `file`, read from its start by positioned reads (its
+/// offset stays where the checks expect it); `None` when the file does not hold exactly `len`
+/// bytes now (the read pass reports the change).
+fn read_whole(file: &File, len: u64) -> Option<std::sync::Arc<[u8]>> {
+    use std::os::unix::fs::FileExt;
+    thread_local! {
+        /// The thread's read buffer: one allocation a file (the kept bytes), not two.
+        static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let len = len as usize;
+    BUF.with_borrow_mut(|buf| {
+        // One byte more than the size: the read that takes the last bytes also tells whether
+        // the file goes on.
+        buf.resize(len + 1, 0);
+        let mut got = 0;
+        while got <= len {
+            match file.read_at(&mut buf[got..], got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
+            }
+        }
+        (got == len).then(|| std::sync::Arc::from(&buf[..len]))
+    })
+}
+
+/// Whether the open `file` still has the size, modification time and inode of `before`.
+fn unchanged(file: &File, before: &rustix::fs::Stat) -> bool {
+    rustix::fs::fstat(file).is_ok_and(|after| {
+        after.st_size == before.st_size
+            && after.st_mtime == before.st_mtime
+            && after.st_mtime_nsec == before.st_mtime_nsec
+            && after.st_ino == before.st_ino
+    })
 }
 
 /// The canonical path of what the link `name` in `dir` (at `full`) points to. A link whose own
@@ -651,7 +771,16 @@ mod tests {
 
         let mut checks = TreeChecks::default();
         let entries = scan_checking(&m, &m, &mut checks).unwrap();
-        assert_eq!(entries, scan(&m, &m).unwrap());
+        // The same entries, but that the checking scan keeps the content of the small files.
+        let unread: Vec<ScanEntry> = entries.iter().cloned().map(without_content).collect();
+        assert_eq!(unread, scan(&m, &m).unwrap());
+        assert!(entries.iter().any(|e| matches!(
+            e,
+            ScanEntry::File {
+                prefetched: Some(_),
+                ..
+            }
+        )));
         let (fed, fed_unchecked) = checks.finish(&m).unwrap();
         let (walked, walked_unchecked) = crate::inspect::check_tree_reaching(&m).unwrap();
         let json = |f: &[crate::inspect::Finding]| serde_json::to_value(f).unwrap();
@@ -676,6 +805,108 @@ mod tests {
             !paths.iter().any(|p| p.starts_with(".no_exist")),
             "{paths:?}"
         );
+    }
+
+    fn without_content(e: ScanEntry) -> ScanEntry {
+        match e {
+            ScanEntry::File {
+                path,
+                source,
+                size,
+                executable,
+                ..
+            } => ScanEntry::File {
+                path,
+                source,
+                size,
+                executable,
+                prefetched: None,
+            },
+            dir => dir,
+        }
+    }
+
+    /// The content each file of `entries` was given, by path.
+    fn contents(entries: &[ScanEntry]) -> Vec<(&str, Option<&[u8]>)> {
+        entries
+            .iter()
+            .filter_map(|e| match e {
+                ScanEntry::File {
+                    path, prefetched, ..
+                } => Some((path.as_str(), prefetched.as_ref().map(Prefetched::bytes))),
+                ScanEntry::Dir { .. } => None,
+            })
+            .collect()
+    }
+
+    /// The checking scan keeps the exact bytes of the files it opens that are at most
+    /// [`PREFETCH_FILE_MAX`] bytes, empty ones included, within its budget; not those of larger
+    /// files, of links (read through their target later) or of a scan without checks.
+    #[test]
+    fn the_checking_scan_keeps_small_files_within_its_budget() {
+        let t = tempfile::tempdir().unwrap();
+        let m = t.path().join("m");
+        std::fs::create_dir_all(m.join("d")).unwrap();
+        let edge = vec![7u8; PREFETCH_FILE_MAX as usize];
+        let big = vec![8u8; PREFETCH_FILE_MAX as usize + 1];
+        std::fs::write(m.join("d/a.txt"), b"alpha").unwrap();
+        std::fs::write(m.join("d/b.txt"), b"").unwrap();
+        std::fs::write(m.join("edge.bin"), &edge).unwrap();
+        std::fs::write(m.join("big.bin"), &big).unwrap();
+        symlink("d/a.txt", m.join("link.txt")).unwrap();
+        let scanned = |budget: u64| {
+            let mut checks = TreeChecks::default();
+            scan_inner(&m, &m, Some(&mut checks), budget).unwrap()
+        };
+        let all = scanned(PREFETCH_TOTAL_MAX);
+        assert_eq!(
+            contents(&all),
+            [
+                ("big.bin", None),
+                ("d/a.txt", Some(&b"alpha"[..])),
+                ("d/b.txt", Some(&b""[..])),
+                ("edge.bin", Some(&edge[..])),
+                ("link.txt", None),
+            ]
+        );
+        // A budget that holds the small files but not the 64 KiB one: each file counts its
+        // size and 64 bytes of overhead.
+        let some = scanned(5 + 64 + 64);
+        assert_eq!(
+            contents(&some),
+            [
+                ("big.bin", None),
+                ("d/a.txt", Some(&b"alpha"[..])),
+                ("d/b.txt", Some(&b""[..])),
+                ("edge.bin", None),
+                ("link.txt", None),
+            ]
+        );
+        assert!(
+            contents(&scan(&m, &m).unwrap())
+                .iter()
+                .all(|(_, c)| c.is_none())
+        );
+    }
+
+    /// Content is kept only when the file read whole is exactly its `fstat` size and is
+    /// unchanged after the read; otherwise the read pass opens it again and reports the change.
+    #[test]
+    fn content_is_kept_only_from_a_file_that_did_not_change() {
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("f");
+        std::fs::write(&path, b"0123456789").unwrap();
+        let file = File::open(&path).unwrap();
+        let before = rustix::fs::fstat(&file).unwrap();
+        assert_eq!(read_whole(&file, 10).as_deref(), Some(&b"0123456789"[..]));
+        assert!(unchanged(&file, &before));
+        // Shorter or longer than the size the open saw: not kept.
+        assert_eq!(read_whole(&file, 11), None);
+        assert_eq!(read_whole(&file, 9), None);
+        // Written to after the open (the same size, a new modification time): changed.
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        std::fs::write(&path, b"9876543210").unwrap();
+        assert!(!unchanged(&file, &before));
     }
 
     #[test]

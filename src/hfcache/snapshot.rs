@@ -461,6 +461,7 @@ fn walk_snapshot(
             source,
             size,
             executable: false,
+            prefetched: None,
         });
     }
 

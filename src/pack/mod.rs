@@ -608,6 +608,53 @@ mod tests {
         }
     }
 
+    /// A small file travels as the scan read it, the bytes the model checks saw, even when it
+    /// is rewritten before the read pass; a large one is read again and its change refused.
+    #[test]
+    fn small_files_travel_as_the_scan_read_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("m");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(root.join("small.txt"), b"as scanned").unwrap();
+        std::fs::write(root.join("large.bin"), vec![1u8; 100 << 10]).unwrap();
+        let key = SecretKey::generate().unwrap();
+        let model = Model::open(&ModelSpec::Dir(root.clone())).unwrap();
+        std::fs::write(root.join("small.txt"), b"rewritten!").unwrap();
+        let out = dir.path().join("b");
+        let packed = pack(
+            &model,
+            options(out.clone(), &key, Compress::None),
+            &crate::progress::Silent,
+        )
+        .unwrap();
+        let small = packed.manifest.files.iter().find(|f| f.path == "small.txt");
+        let want = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b"as scanned"));
+        assert_eq!(small.map(|f| f.sha256.as_str()), Some(want.as_str()));
+        let stream: Vec<u8> = packed
+            .manifest
+            .volumes
+            .iter()
+            .flat_map(|v| std::fs::read(out.join(&v.name)).unwrap())
+            .collect();
+        assert!(stream.windows(10).any(|w| w == b"as scanned"));
+        assert!(!stream.windows(10).any(|w| w == b"rewritten!"));
+
+        std::fs::write(root.join("large.bin"), vec![2u8; 99 << 10]).unwrap();
+        let model = Model::open(&ModelSpec::Dir(root.clone())).unwrap();
+        std::fs::write(root.join("large.bin"), vec![2u8; 98 << 10]).unwrap();
+        let err = pack(
+            &model,
+            options(dir.path().join("b2"), &key, Compress::None),
+            &crate::progress::Silent,
+        )
+        .err()
+        .expect("a changed large file fails the pack");
+        assert!(
+            matches!(&err, Error::SourceChanged { path, .. } if path.ends_with("large.bin")),
+            "{err}"
+        );
+    }
+
     #[test]
     fn manifest_size_estimate_is_an_upper_bound_close_to_the_real_size() {
         let dir = tempfile::tempdir().unwrap();

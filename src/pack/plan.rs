@@ -229,6 +229,7 @@ fn model_stream(model: &Model) -> Vec<StreamEntry> {
                 source,
                 size,
                 executable,
+                prefetched,
             } => {
                 let etag = model.etag(file_index).cloned();
                 file_index += 1;
@@ -238,6 +239,7 @@ fn model_stream(model: &Model) -> Vec<StreamEntry> {
                     size: *size,
                     executable: *executable,
                     etag,
+                    prefetched: prefetched.clone(),
                 }
             }
         })
@@ -413,6 +415,7 @@ pub fn plan(
             size: enc.patch_size,
             executable: false,
             etag: None,
+            prefetched: None,
         });
     }
     let extracted = work.join("delta-base");

@@ -20,7 +20,7 @@ use crate::hfcache::{EtagKind, GitBlobSha1};
 use crate::inspect::values::{self, FileScan, Layout, Scanner};
 use crate::manifest::{self, Volume};
 use crate::progress::Progress;
-use crate::scan::ScanEntry;
+use crate::scan::{Prefetched, ScanEntry};
 use crate::tar;
 use crate::writeback::{FLUSH_EVERY, Flusher};
 
@@ -545,6 +545,52 @@ fn scanner_for(
     Ok(layout.map(Scanner::new))
 }
 
+/// The digests of one file, taken as its bytes go by: SHA-256, the git blob id when the etag
+/// check needs it, the value scan when one was asked for.
+struct Digester {
+    sha256: Sha256,
+    git: Option<GitBlobSha1>,
+    scanner: Option<Scanner>,
+}
+
+impl Digester {
+    fn new(etag: Option<&EtagCheck>, size: u64, scanner: Option<Scanner>) -> Self {
+        Digester {
+            sha256: Sha256::new(),
+            git: wants_git_sha1(etag, size).then(|| GitBlobSha1::new(size)),
+            scanner,
+        }
+    }
+
+    fn update(&mut self, bytes: &[u8]) {
+        self.sha256.update(bytes);
+        if let Some(g) = &mut self.git {
+            g.update(bytes);
+        }
+        if let Some(s) = &mut self.scanner {
+            s.update(bytes);
+        }
+    }
+
+    /// The digests, the etag checked or computed as `etag` asks (`path` in the bundle, read
+    /// from `source`).
+    fn finish(self, etag: Option<&EtagCheck>, path: &str, source: &Path) -> Result<FileDigests> {
+        let sha256 = hex::encode(self.sha256.finalize());
+        let etag = settle_etag(
+            etag,
+            self.git.map(GitBlobSha1::finish),
+            &sha256,
+            path,
+            source,
+        )?;
+        Ok(FileDigests {
+            sha256,
+            etag,
+            values: self.scanner.and_then(Scanner::finish),
+        })
+    }
+}
+
 /// Whether the etag check needs the git blob id (the etag of a small file).
 fn wants_git_sha1(etag: Option<&EtagCheck>, size: u64) -> bool {
     match etag {
@@ -610,27 +656,18 @@ pub fn digest_and_scan(
             what: format!("size went from {size} to {len} bytes since the scan"),
         });
     }
-    let mut hasher = Sha256::new();
-    let mut git = wants_git_sha1(etag, size).then(|| GitBlobSha1::new(size));
-    let mut scanner = scanner_for(&file, source, path, size, scan)?;
+    let mut digester = Digester::new(etag, size, scanner_for(&file, source, path, size, scan)?);
     let mut buf = vec![0u8; BUFFER_SIZE.min(size as usize)];
     let mut pos = 0u64;
     while pos < size {
         let n = (size - pos).min(BUFFER_SIZE as u64) as usize;
         std::os::unix::fs::FileExt::read_exact_at(&file, &mut buf[..n], pos)
             .map_err(|e| Error::io(source, e))?;
-        hasher.update(&buf[..n]);
-        if let Some(g) = &mut git {
-            g.update(&buf[..n]);
-        }
-        if let Some(s) = &mut scanner {
-            s.update(&buf[..n]);
-        }
+        digester.update(&buf[..n]);
         pos += n as u64;
     }
-    let sha256 = hex::encode(hasher.finalize());
-    let etag = settle_etag(etag, git.map(GitBlobSha1::finish), &sha256, path, source)?;
-    Ok((sha256, etag, scanner.and_then(Scanner::finish)))
+    let d = digester.finish(etag, path, source)?;
+    Ok((d.sha256, d.etag, d.values))
 }
 
 /// Reads one source file once: hashes it, sends its buffers, and checks it did not change. With
@@ -664,9 +701,7 @@ fn read_file(
         path: source.to_path_buf(),
         what: format!("grew past {size} bytes while being read"),
     };
-    let mut hasher = Sha256::new();
-    let mut git = wants_git_sha1(etag, size).then(|| GitBlobSha1::new(size));
-    let mut scanner = scanner_for(&file, source, path, size, scan)?;
+    let mut digester = Digester::new(etag, size, scanner_for(&file, source, path, size, scan)?);
     let mut total: u64 = 0;
     // Whether a read came back short of a byte asked past the declared size: the file ended
     // there (a regular file's read is short only at its end), so no probe read is needed.
@@ -693,13 +728,7 @@ fn read_file(
             return Err(grew());
         }
         ended = ask > want && n < ask;
-        hasher.update(&buf[..n]);
-        if let Some(g) = &mut git {
-            g.update(&buf[..n]);
-        }
-        if let Some(s) = &mut scanner {
-            s.update(&buf[..n]);
-        }
+        digester.update(&buf[..n]);
         out.filled(n);
         total += n as u64;
         progress.advance(n as u64);
@@ -720,13 +749,34 @@ fn read_file(
             what: "its size or modification time changed while it was read".into(),
         });
     }
-    let sha256 = hex::encode(hasher.finalize());
-    let etag = settle_etag(etag, git.map(GitBlobSha1::finish), &sha256, path, source)?;
-    Ok(Some(FileDigests {
-        sha256,
-        etag,
-        values: scanner.and_then(Scanner::finish),
-    }))
+    digester.finish(etag, path, source).map(Some)
+}
+
+/// Sends the bytes the scan read of one file ([`Prefetched`]) as [`read_file`] sends what it
+/// reads, hashing them and checking or computing the etag as `etag` asks; the file is not
+/// opened again.
+fn send_prefetched(
+    bytes: &[u8],
+    source: &Path,
+    path: &str,
+    etag: Option<&EtagCheck>,
+    out: &mut Outbox<'_>,
+    progress: &dyn Progress,
+) -> Result<Option<FileDigests>> {
+    let mut digester = Digester::new(etag, bytes.len() as u64, None);
+    digester.update(bytes);
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let Ok(room) = out.room() else {
+            return Ok(None);
+        };
+        let n = room.len().min(rest.len());
+        room[..n].copy_from_slice(&rest[..n]);
+        out.filled(n);
+        rest = &rest[n..];
+    }
+    progress.advance(bytes.len() as u64);
+    digester.finish(etag, path, source).map(Some)
 }
 
 /// One entry of the stream, in bundle order.
@@ -747,6 +797,8 @@ pub enum StreamEntry {
         executable: bool,
         /// Its etag check.
         etag: Option<EtagCheck>,
+        /// Its bytes, when the scan read them ([`Prefetched`]): the file is not opened again.
+        prefetched: Option<Prefetched>,
     },
 }
 
@@ -864,6 +916,7 @@ pub fn write(
                         size,
                         executable,
                         etag,
+                        prefetched,
                     } => {
                         progress.item(path);
                         let begin = Item::Begin {
@@ -874,17 +927,32 @@ pub fn write(
                         if out.push(begin).is_err() {
                             return Ok(());
                         }
-                        let Some(digests) = read_file(
-                            source,
-                            path,
-                            *size,
-                            etag.as_ref(),
-                            opts.scan_values,
-                            &mut opener,
-                            &mut out,
-                            progress,
-                        )?
-                        else {
+                        // The value scan reads a model file's header from the file itself.
+                        let prefetched = prefetched.as_ref().filter(|p| {
+                            p.bytes().len() as u64 == *size
+                                && !(opts.scan_values && values::wants_scan(path))
+                        });
+                        let digests = match prefetched {
+                            Some(p) => send_prefetched(
+                                p.bytes(),
+                                source,
+                                path,
+                                etag.as_ref(),
+                                &mut out,
+                                progress,
+                            )?,
+                            None => read_file(
+                                source,
+                                path,
+                                *size,
+                                etag.as_ref(),
+                                opts.scan_values,
+                                &mut opener,
+                                &mut out,
+                                progress,
+                            )?,
+                        };
+                        let Some(digests) = digests else {
                             return Ok(());
                         };
                         if out.push(Item::End).is_err() {
