@@ -49,25 +49,36 @@ impl InstallNotes {
 /// The model-format checks on the staged files under `root` (each at `PREFIX` + its manifest
 /// path): exactly the bytes about to become visible. Returns the findings (paths without the
 /// prefix) and the files too deep for the path-based checks to open.
+///
+/// Each file is opened once, below the handle of its directory (held while the files of that
+/// directory follow one another, as the manifest lists them), and checked on its handle; what
+/// needs other files of the tree (a shard index, a config) is checked by path at the end. One
+/// path-based check a file resolved the root and every component of the file's path again:
+/// 11% of an unpack of 100,000 small files.
 fn check_staged(root: &Path, prefix: &str, m: &Manifest) -> Result<(Vec<Finding>, Vec<String>)> {
-    let mut findings = Vec::new();
-    let mut unchecked = Vec::new();
+    let mut checks = crate::inspect::TreeChecks::default();
+    let mut opener = crate::scan::SourceOpener::default();
     for f in &m.files {
         let rel = format!("{prefix}{}", f.path);
-        match crate::inspect::check_file(root, &rel) {
-            Ok(found) => findings.extend(found.into_iter().map(|mut finding| {
-                if let Some(p) = finding.path.strip_prefix(prefix) {
-                    finding.path = p.to_string();
-                }
-                finding
-            })),
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidFilename => {
-                unchecked.push(f.path.clone())
-            }
-            Err(e) => return Err(Error::io(root, e)),
+        let path = root.join(&rel);
+        match opener.open_stat(&path, &rel) {
+            Ok((file, st)) => checks.opened(&rel, &path, &file, st.st_size as u64),
+            Err(_) => checks.by_path(&rel, true),
         }
     }
-    Ok((findings, unchecked))
+    let (findings, unchecked) = checks.finish(root).map_err(|e| Error::io(root, e))?;
+    let strip = |p: String| match p.strip_prefix(prefix) {
+        Some(rest) => rest.to_string(),
+        None => p,
+    };
+    let findings = findings
+        .into_iter()
+        .map(|mut finding| {
+            finding.path = strip(std::mem::take(&mut finding.path));
+            finding
+        })
+        .collect();
+    Ok((findings, unchecked.into_iter().map(strip).collect()))
 }
 
 /// Bytes to reserve for a manifest's files on disk: contents plus a block per entry.
