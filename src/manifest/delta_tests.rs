@@ -11,7 +11,7 @@ fn file(path: &str, size: u64, from: Option<From>) -> FileEntry {
         size,
         sha256: "a".repeat(64),
         executable: false,
-        from,
+        from: from.map(Box::new),
     }
 }
 

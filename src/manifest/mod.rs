@@ -452,12 +452,13 @@ pub struct FileEntry {
     /// Whether the file is installed executable (mode 755 instead of 644).
     pub executable: bool,
     /// In a delta bundle: where the content comes from when it is not carried (section 16.1).
+    /// Boxed: a manifest holds one entry a file, and most files have none.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "present"
     )]
-    pub from: Option<From>,
+    pub from: Option<Box<From>>,
 }
 
 /// Sums over the manifest.

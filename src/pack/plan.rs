@@ -104,7 +104,7 @@ impl Plan {
             let values = written
                 .files
                 .iter()
-                .filter_map(|f| Some((f.path.clone(), f.values.clone()?)))
+                .filter_map(|f| Some((f.path.clone(), f.values.as_deref()?.clone())))
                 .collect();
             let files = written
                 .files
@@ -148,7 +148,7 @@ impl Plan {
                     let f = by_path
                         .remove(path.as_str())
                         .ok_or_else(|| internal(path))?;
-                    (f.sha256, f.etag, None, f.values)
+                    (f.sha256, f.etag, None, f.values.map(|v| *v))
                 }
                 Decision::Copy {
                     sha256,
@@ -198,7 +198,7 @@ impl Plan {
                 size,
                 sha256,
                 executable,
-                from,
+                from: from.map(Box::new),
             });
         }
         std::fs::remove_dir_all(&delta.patch_dir).map_err(|e| Error::io(&delta.patch_dir, e))?;

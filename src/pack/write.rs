@@ -838,8 +838,9 @@ pub struct WrittenFile {
     pub sha256: String,
     /// Its etag, checked or computed, when one was asked for.
     pub etag: Option<String>,
-    /// Its value scan, when one was asked for and it is a model file.
-    pub values: Option<FileScan>,
+    /// Its value scan, when one was asked for and it is a model file (boxed: most files have
+    /// none, and the list holds one entry a file).
+    pub values: Option<Box<FileScan>>,
 }
 
 /// What [`write`] wrote.
@@ -964,7 +965,7 @@ pub fn write(
                             executable: *executable,
                             sha256: digests.sha256,
                             etag: digests.etag,
-                            values: digests.values,
+                            values: digests.values.map(Box::new),
                         });
                     }
                 }
