@@ -302,68 +302,22 @@ pub fn plan(
             continue;
         };
         let Some(old) = base_content.remove(path.as_str()) else {
-            if unhashed.contains(&index) {
-                // Not hashed in pass 1 and nothing to patch from after all: it may still be a
-                // copy of another base file.
-                let (sha256, etag, values) =
-                    digest(source, path, *size, model.etag(index), scan_values)?;
-                if let Some(from) = copy_from(&by_content, path, *size, &sha256) {
-                    decisions[index] = Decision::Copy {
-                        sha256,
-                        etag,
-                        from,
-                        values,
-                    };
-                    counts.copied_files += 1;
-                    counts.copied_bytes += size;
-                }
+            // Not hashed in pass 1 and nothing to patch from after all: it may still be a
+            // copy of another base file.
+            if unhashed.contains(&index)
+                && let Some(copy) = copy_of_another(model, index, e, &by_content, scan_values)?
+            {
+                decisions[index] = copy;
+                counts.copied_files += 1;
+                counts.copied_bytes += size;
             }
             continue;
         };
         progress.item(path);
-        let (new, _) = fsio::open_regular(source, fsio::Follow::Final)
-            .map_err(|e| Error::io(source, e.into()))?;
-        let map = if patch::safetensors_pair(&new, &old) {
-            Map::Safetensors
-        } else {
-            Map::Bytes
-        };
         let out_path = patch_dir.join(index.to_string());
-        let out = fsio::create_new(&out_path, 0o600).map_err(|e| Error::io(&out_path, e))?;
-        let writer = HashingWriter {
-            inner: BufWriter::with_capacity(1 << 20, out),
-            hash: Sha256::new(),
-        };
-        let mut scanner = match scan_values && values::wants_scan(path) {
-            true => Layout::read(&new, *size)
-                .map_err(|e| Error::io(source, e))?
-                .map(Scanner::new),
-            false => None,
-        };
-        let mut observe = |piece: &[u8]| {
-            if let Some(s) = &mut scanner {
-                s.update(piece);
-            }
-        };
-        let (writer, enc) = patch::encode_observed(&new, &old, map, level, writer, &mut observe)
-            .map_err(|e| {
-                Error::io(
-                    source,
-                    io::Error::other(format!("cannot make the patch against its base: {e}")),
-                )
-            })?;
-        let patch_sha256 = hex::encode(writer.hash.finalize());
-        writer
-            .inner
-            .into_inner()
-            .map_err(|e| Error::io(&out_path, e.into_error()))?;
-        let len = new.metadata().map_err(|e| Error::io(source, e))?.len();
-        if len != *size {
-            return Err(Error::SourceChanged {
-                path: source.clone(),
-                what: format!("size went from {size} to {len} bytes since the scan"),
-            });
-        }
+        let encoded = encode_patch(source, path, *size, &old, &out_path, level, scan_values)?;
+        let from = encoded.xor_from(path);
+        let Encoded { enc, scanner, .. } = encoded;
         progress.advance(*size);
         if unhashed.contains(&index)
             && let Some(from) = copy_from(&by_content, path, *size, &enc.new_sha256)
@@ -392,19 +346,7 @@ pub fn plan(
             sha256: enc.new_sha256,
             etag,
             values: scanner.and_then(Scanner::finish),
-            from: From {
-                path: path.clone(),
-                op: manifest::OP_XOR.into(),
-                map: Some(
-                    match map {
-                        Map::Bytes => "bytes",
-                        Map::Safetensors => "safetensors",
-                    }
-                    .into(),
-                ),
-                patch_size: Some(enc.patch_size),
-                patch_sha256: Some(patch_sha256),
-            },
+            from,
         };
         counts.patched_files += 1;
         counts.patched_bytes += size;
@@ -422,8 +364,148 @@ pub fn plan(
     if extracted.exists() {
         std::fs::remove_dir_all(&extracted).map_err(|e| Error::io(&extracted, e))?;
     }
-    // The stream: directories and carried files in bundle order, then the patches (sorted
-    // into place below).
+    progress.finish();
+    let stream = delta_stream(model, &decisions, patches, &mut counts);
+    let bm = &base.manifest;
+    Ok(Plan {
+        stream,
+        delta: Some(DeltaPlan {
+            base: Base {
+                name: bm.name.clone(),
+                version: bm.version,
+                manifest_sha256: base.manifest_sha256.clone(),
+            },
+            decisions,
+            patch_dir,
+            counts,
+        }),
+    })
+}
+
+/// The model file `e` (the `index`-th), hashed now: a copy of the base file of the same size
+/// and digest when `by_content` has one.
+fn copy_of_another(
+    model: &Model,
+    index: usize,
+    e: &ScanEntry,
+    by_content: &ContentIndex<'_>,
+    scan_values: bool,
+) -> Result<Option<Decision>> {
+    let ScanEntry::File {
+        path, source, size, ..
+    } = e
+    else {
+        return Ok(None);
+    };
+    let (sha256, etag, values) = digest(source, path, *size, model.etag(index), scan_values)?;
+    Ok(
+        copy_from(by_content, path, *size, &sha256).map(|from| Decision::Copy {
+            sha256,
+            etag,
+            from,
+            values,
+        }),
+    )
+}
+
+/// A patch written by [`encode_patch`].
+struct Encoded {
+    enc: patch::Encoded,
+    map: Map,
+    patch_sha256: String,
+    /// The value scan of the new file, fed by the patch pass.
+    scanner: Option<Scanner>,
+}
+
+impl Encoded {
+    /// The manifest's `from` of a file patched from its base file at `path`.
+    fn xor_from(&self, path: &str) -> From {
+        From {
+            path: path.to_string(),
+            op: manifest::OP_XOR.into(),
+            map: Some(
+                match self.map {
+                    Map::Bytes => "bytes",
+                    Map::Safetensors => "safetensors",
+                }
+                .into(),
+            ),
+            patch_size: Some(self.enc.patch_size),
+            patch_sha256: Some(self.patch_sha256.clone()),
+        }
+    }
+}
+
+/// Writes to `out_path` the patch that rebuilds the model file `path` (at `source`, `size`
+/// bytes by the scan) from `old`, its base file, at zstd `level`; with `scan_values`, value-scans
+/// the new file in the same read. A file whose size changed since the scan fails the pack.
+fn encode_patch(
+    source: &Path,
+    path: &str,
+    size: u64,
+    old: &std::fs::File,
+    out_path: &Path,
+    level: i32,
+    scan_values: bool,
+) -> Result<Encoded> {
+    let (new, _) =
+        fsio::open_regular(source, fsio::Follow::Final).map_err(|e| Error::io(source, e.into()))?;
+    let map = if patch::safetensors_pair(&new, old) {
+        Map::Safetensors
+    } else {
+        Map::Bytes
+    };
+    let out = fsio::create_new(out_path, 0o600).map_err(|e| Error::io(out_path, e))?;
+    let writer = HashingWriter {
+        inner: BufWriter::with_capacity(1 << 20, out),
+        hash: Sha256::new(),
+    };
+    let mut scanner = match scan_values && values::wants_scan(path) {
+        true => Layout::read(&new, size)
+            .map_err(|e| Error::io(source, e))?
+            .map(Scanner::new),
+        false => None,
+    };
+    let mut observe = |piece: &[u8]| {
+        if let Some(s) = &mut scanner {
+            s.update(piece);
+        }
+    };
+    let (writer, enc) = patch::encode_observed(&new, old, map, level, writer, &mut observe)
+        .map_err(|e| {
+            Error::io(
+                source,
+                io::Error::other(format!("cannot make the patch against its base: {e}")),
+            )
+        })?;
+    let patch_sha256 = hex::encode(writer.hash.finalize());
+    writer
+        .inner
+        .into_inner()
+        .map_err(|e| Error::io(out_path, e.into_error()))?;
+    let len = new.metadata().map_err(|e| Error::io(source, e))?.len();
+    if len != size {
+        return Err(Error::SourceChanged {
+            path: source.to_path_buf(),
+            what: format!("size went from {size} to {len} bytes since the scan"),
+        });
+    }
+    Ok(Encoded {
+        enc,
+        map,
+        patch_sha256,
+        scanner,
+    })
+}
+
+/// A delta's stream: the directories and the carried files in bundle order, and the patches
+/// under `.airlock-delta/`; counts the carried files.
+fn delta_stream(
+    model: &Model,
+    decisions: &[Decision],
+    patches: Vec<StreamEntry>,
+    counts: &mut Counts,
+) -> Vec<StreamEntry> {
     let mut stream = Vec::new();
     let mut index = 0;
     for e in model_stream(model) {
@@ -439,26 +521,12 @@ pub fn plan(
             }
         }
     }
-    progress.finish();
     if !patches.is_empty() {
         stream.push(StreamEntry::Dir(manifest::DELTA_DIR.into()));
         stream.extend(patches);
     }
     stream.sort_by(|a, b| crate::paths::bundle_order(a.path(), b.path()));
-    let bm = &base.manifest;
-    Ok(Plan {
-        stream,
-        delta: Some(DeltaPlan {
-            base: Base {
-                name: bm.name.clone(),
-                version: bm.version,
-                manifest_sha256: base.manifest_sha256.clone(),
-            },
-            decisions,
-            patch_dir,
-            counts,
-        }),
-    })
+    stream
 }
 
 /// The base files by size and SHA-256.
