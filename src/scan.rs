@@ -60,6 +60,12 @@ impl Prefetched {
     pub fn bytes(&self) -> &[u8] {
         &self.0
     }
+
+    /// Bytes kept as if a scan had read them.
+    #[cfg(test)]
+    pub(crate) fn for_test(bytes: &[u8]) -> Self {
+        Prefetched(bytes.into())
+    }
 }
 
 impl std::fmt::Debug for Prefetched {
@@ -410,7 +416,7 @@ fn regular(
 /// The `len` bytes of the open regular `file`, read from its start by positioned reads (its
 /// offset stays where the checks expect it); `None` when the file does not hold exactly `len`
 /// bytes now (the read pass reports the change).
-fn read_whole(file: &File, len: u64) -> Option<std::sync::Arc<[u8]>> {
+pub(crate) fn read_whole(file: &File, len: u64) -> Option<std::sync::Arc<[u8]>> {
     use std::os::unix::fs::FileExt;
     thread_local! {
         /// The thread's read buffer: one allocation a file (the kept bytes), not two.
@@ -435,7 +441,7 @@ fn read_whole(file: &File, len: u64) -> Option<std::sync::Arc<[u8]>> {
 }
 
 /// Whether the open `file` still has the size, modification time and inode of `before`.
-fn unchanged(file: &File, before: &rustix::fs::Stat) -> bool {
+pub(crate) fn unchanged(file: &File, before: &rustix::fs::Stat) -> bool {
     rustix::fs::fstat(file).is_ok_and(|after| {
         after.st_size == before.st_size
             && after.st_mtime == before.st_mtime

@@ -779,6 +779,92 @@ fn send_prefetched(
     digester.finish(etag, path, source).map(Some)
 }
 
+/// What a read-ahead thread hands over: each file's bytes, or `None` when the reading thread is
+/// to read it itself.
+type LoadBatch = Vec<Option<std::sync::Arc<[u8]>>>;
+
+/// Small files a read-ahead thread hands over at once.
+const LOAD_BATCH: usize = 64;
+/// Read-ahead threads ([`load_ahead`]), taking the batches in turn.
+const LOADERS: usize = 2;
+/// Batches the read-ahead thread may have waiting (with [`LOAD_BATCH`] files of at most
+/// [`crate::scan::PREFETCH_FILE_MAX`] bytes: 16 MiB at most, a few hundred KiB for small files).
+const LOAD_BATCHES: usize = 4;
+
+/// Whether the read-ahead thread reads `e` for the reading thread ([`load_ahead`]): a small
+/// file whose bytes the scan did not keep, and that the value scan does not want.
+fn loads_ahead(e: &StreamEntry, scan_values: bool) -> bool {
+    matches!(e, StreamEntry::File { path, size, prefetched: None, .. }
+        if *size <= crate::scan::PREFETCH_FILE_MAX && !(scan_values && values::wants_scan(path)))
+}
+
+/// The read-ahead thread: reads whole, in stream order, the small files the scan did not keep
+/// (past its budget: the files of a tree of a million small files), as the scan would have
+/// ([`crate::scan::Prefetched`]: opened by the packer's rules, exactly the scanned size,
+/// unchanged by its `fstat` after the read), so their opens and reads run beside the reading
+/// thread's hashing instead of before it. `None` for a file that could not be read so: the
+/// reading thread reads it itself and reports what is wrong. Stops when the reading thread
+/// stops taking batches; holds at most [`LOAD_BATCHES`] batches, so memory stays flat.
+fn load_ahead(entries: &[StreamEntry], scan_values: bool, part: usize, tx: Sender<LoadBatch>) {
+    let mut opener = crate::scan::SourceOpener::default();
+    let mut batch = Vec::with_capacity(LOAD_BATCH);
+    let mine = entries
+        .iter()
+        .filter(|e| loads_ahead(e, scan_values))
+        .enumerate()
+        .filter(|(i, _)| i / LOAD_BATCH % LOADERS == part)
+        .map(|(_, e)| e);
+    for e in mine {
+        let StreamEntry::File {
+            source, path, size, ..
+        } = e
+        else {
+            continue;
+        };
+        let loaded = opener.open_stat(source, path).ok().and_then(|(file, st)| {
+            let bytes = (st.st_size as u64 == *size)
+                .then(|| crate::scan::read_whole(&file, *size))
+                .flatten()?;
+            crate::scan::unchanged(&file, &st).then_some(bytes)
+        });
+        batch.push(loaded);
+        if batch.len() == LOAD_BATCH
+            && tx
+                .send(std::mem::replace(
+                    &mut batch,
+                    Vec::with_capacity(LOAD_BATCH),
+                ))
+                .is_err()
+        {
+            return;
+        }
+    }
+    let _ = tx.send(batch);
+}
+
+/// The reading thread's side of [`load_ahead`]: the files its threads read, one at a time, in
+/// order (batch `k` from thread `k % LOADERS`).
+struct Loaded {
+    rx: Vec<Receiver<LoadBatch>>,
+    /// Batches taken so far.
+    taken: usize,
+    batch: std::vec::IntoIter<Option<std::sync::Arc<[u8]>>>,
+}
+
+impl Loaded {
+    /// The bytes of the next file [`loads_ahead`] chose, if a read-ahead thread read it.
+    fn next(&mut self) -> Option<std::sync::Arc<[u8]>> {
+        loop {
+            if let Some(loaded) = self.batch.next() {
+                return loaded;
+            }
+            let batch = self.rx[self.taken % LOADERS].recv().ok()?;
+            self.taken += 1;
+            self.batch = batch.into_iter();
+        }
+    }
+}
+
 /// One entry of the stream, in bundle order.
 #[derive(Clone, Debug)]
 pub enum StreamEntry {
@@ -900,6 +986,18 @@ pub fn write(
     let mut directories = Vec::new();
     let (read_result, write_result) = std::thread::scope(|s| {
         let writer = s.spawn(move || write_stream(rx, recycle_tx, sink));
+        let scan_values = opts.scan_values;
+        let mut loaded = Loaded {
+            rx: (0..LOADERS)
+                .map(|part| {
+                    let (load_tx, load_rx) = bounded(LOAD_BATCHES);
+                    s.spawn(move || load_ahead(entries, scan_values, part, load_tx));
+                    load_rx
+                })
+                .collect(),
+            taken: 0,
+            batch: Vec::new().into_iter(),
+        };
         let read_result = (|| -> Result<()> {
             let mut out = Outbox::new(&tx, &pool);
             let mut opener = crate::scan::SourceOpener::default();
@@ -929,13 +1027,20 @@ pub fn write(
                             return Ok(());
                         }
                         // The value scan reads a model file's header from the file itself.
-                        let prefetched = prefetched.as_ref().filter(|p| {
-                            p.bytes().len() as u64 == *size
-                                && !(opts.scan_values && values::wants_scan(path))
-                        });
-                        let digests = match prefetched {
-                            Some(p) => send_prefetched(
-                                p.bytes(),
+                        let kept = prefetched
+                            .as_ref()
+                            .filter(|p| {
+                                p.bytes().len() as u64 == *size
+                                    && !(opts.scan_values && values::wants_scan(path))
+                            })
+                            .map(|p| p.bytes());
+                        let ahead = match loads_ahead(entry, opts.scan_values) {
+                            true => loaded.next(),
+                            false => None,
+                        };
+                        let digests = match kept.or(ahead.as_deref()) {
+                            Some(bytes) => send_prefetched(
+                                bytes,
                                 source,
                                 path,
                                 etag.as_ref(),
@@ -1045,6 +1150,86 @@ mod tests {
     /// Many small files travel to the writer thread in one message with their entry events,
     /// not three messages a file (the hand-overs were the cost of packing 512-byte files), and
     /// a file larger than a buffer is split across messages in order.
+    /// The small files the scan did not keep are read by the read-ahead threads, in batches
+    /// taken in turn, and still travel in stream order with their own bytes and digests,
+    /// between files the reading thread reads itself (a large one) and one the scan kept; a
+    /// file whose size is no longer the scanned one is left to the reading thread, which
+    /// refuses it by name.
+    #[test]
+    fn files_read_ahead_travel_in_order_with_their_bytes() {
+        let t = tempfile::tempdir().unwrap();
+        let m = t.path().join("m");
+        let mut want: Vec<(String, Vec<u8>)> = Vec::new();
+        for i in 0..(LOAD_BATCH * LOADERS * 3 + 7) {
+            let bytes: Vec<u8> = (0..(i * 37 % 3000)).map(|b| (b * 31 + i) as u8).collect();
+            let path = format!("d{}/f{i:04}", i / 100);
+            std::fs::create_dir_all(m.join(format!("d{}", i / 100))).unwrap();
+            std::fs::write(m.join(&path), &bytes).unwrap();
+            want.push((path, bytes));
+        }
+        let big: Vec<u8> = (0..(crate::scan::PREFETCH_FILE_MAX as u32 + 5000))
+            .map(|b| (b % 253) as u8)
+            .collect();
+        std::fs::write(m.join("d1/g"), &big).unwrap();
+        want.push(("d1/g".into(), big));
+        want.sort_by(|a, b| crate::paths::bundle_order(&a.0, &b.0));
+        let entries: Vec<StreamEntry> = want
+            .iter()
+            .map(|(path, bytes)| StreamEntry::File {
+                path: path.clone(),
+                source: m.join(path),
+                size: bytes.len() as u64,
+                executable: false,
+                etag: None,
+                // One file the scan kept: its kept bytes travel, not the file's.
+                prefetched: (path == "d2/f0200").then(|| crate::scan::Prefetched::for_test(bytes)),
+            })
+            .collect();
+        std::fs::write(m.join("d2/f0200"), b"rewritten since the scan").unwrap();
+        let opts = WriteOptions {
+            compress: Compress::None,
+            volume_size: 1 << 30,
+            chunk_size: 1 << 20,
+            scan_values: false,
+        };
+        let out = t.path().join("out");
+        std::fs::create_dir(&out).unwrap();
+        let written = write(&entries, &out, &opts, &crate::progress::Silent).unwrap();
+        let stream = std::fs::read(out.join(&written.volumes[0].name)).unwrap();
+        let mut archive = ::tar::Archive::new(&stream[..]);
+        let got: Vec<(String, Vec<u8>)> = archive
+            .entries()
+            .unwrap()
+            .map(|e| {
+                let mut e = e.unwrap();
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut e, &mut bytes).unwrap();
+                (e.path().unwrap().to_str().unwrap().to_string(), bytes)
+            })
+            .collect();
+        assert_eq!(got.len(), want.len());
+        for ((gp, gb), (wp, wb)) in got.iter().zip(&want) {
+            assert_eq!((gp, gb.len()), (wp, wb.len()));
+            assert!(gb == wb, "{gp}: other bytes");
+        }
+        for (f, (path, bytes)) in written.files.iter().zip(&want) {
+            assert_eq!(
+                (&f.path, &f.sha256),
+                (path, &hex::encode(Sha256::digest(bytes)))
+            );
+        }
+
+        // A small file no longer of its scanned size: named in the refusal.
+        std::fs::write(m.join("d3/f0301"), b"grown past the scanned size").unwrap();
+        let out2 = t.path().join("out2");
+        std::fs::create_dir(&out2).unwrap();
+        let err = write(&entries, &out2, &opts, &crate::progress::Silent).unwrap_err();
+        assert!(
+            matches!(&err, Error::SourceChanged { path, .. } if path.ends_with("d3/f0301")),
+            "{err}"
+        );
+    }
+
     #[test]
     fn small_files_travel_many_to_a_message() {
         let t = tempfile::tempdir().unwrap();
