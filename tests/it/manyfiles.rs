@@ -31,6 +31,24 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
+/// Packs into `b`, with `--no-model-checks`, the model `m`: the test model, the corrupt and
+/// valid fixtures, and what `more` adds.
+fn pack_the_fixtures(env: &Env, more: impl FnOnce(&Env)) {
+    let m = env.model("m");
+    copy_tree(&fixtures().join("corrupt"), &m.join("corrupt"));
+    copy_tree(&fixtures().join("valid"), &m.join("valid"));
+    more(env);
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--no-model-checks",
+    ]);
+}
+
 fn codes_and_paths(findings: &serde_json::Value) -> Vec<(String, String)> {
     findings
         .as_array()
@@ -52,18 +70,7 @@ fn codes_and_paths(findings: &serde_json::Value) -> Vec<(String, String)> {
 #[test]
 fn checks_on_the_compares_handles_find_what_the_tree_walk_finds() {
     let env = Env::new();
-    let m = env.model("m");
-    copy_tree(&fixtures().join("corrupt"), &m.join("corrupt"));
-    copy_tree(&fixtures().join("valid"), &m.join("valid"));
-    env.ok(&[
-        "pack",
-        "m",
-        "-o",
-        "b",
-        "--key",
-        "k.key",
-        "--no-model-checks",
-    ]);
+    pack_the_fixtures(&env, |_| {});
     env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
     let out = env.path("out");
     env.write("out/extra/tokenizer.json", POINTER);
@@ -195,22 +202,12 @@ fn a_path_too_long_to_walk_no_longer_hides_the_other_findings_of_check() {
 #[test]
 fn the_install_checks_on_handles_find_what_the_tree_walk_finds() {
     let env = Env::new();
-    let m = env.model("m");
-    copy_tree(&fixtures().join("corrupt"), &m.join("corrupt"));
-    copy_tree(&fixtures().join("valid"), &m.join("valid"));
-    env.write("m/deep/er/tokenizer.json", POINTER);
-    for i in 0..300 {
-        env.write(&format!("m/many/d{}/f{i}.txt", i % 3), b"small");
-    }
-    env.ok(&[
-        "pack",
-        "m",
-        "-o",
-        "b",
-        "--key",
-        "k.key",
-        "--no-model-checks",
-    ]);
+    pack_the_fixtures(&env, |env| {
+        env.write("m/deep/er/tokenizer.json", POINTER);
+        for i in 0..300 {
+            env.write(&format!("m/many/d{}/f{i}.txt", i % 3), b"small");
+        }
+    });
     let (code, v) = env.json(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
     assert_eq!(code, 0, "{v}");
     let walked = airlock::inspect::check_tree(&env.path("out")).unwrap();
