@@ -398,7 +398,7 @@ fn regular(
                 let len = st.st_size as u64;
                 let taken = len <= PREFETCH_FILE_MAX && budget.take(len);
                 let content = if taken { read_whole(&file, len) } else { None };
-                checks.opened(&rel, full, &file, len);
+                checks.opened_read(&rel, full, &file, len, content.as_deref());
                 let prefetched = content.filter(|_| unchanged(&file, &st)).map(Prefetched);
                 if taken && prefetched.is_none() {
                     budget.give_back(len);
@@ -429,8 +429,14 @@ pub(crate) fn read_whole(file: &File, len: u64) -> Option<std::sync::Arc<[u8]>> 
         buf.resize(len + 1, 0);
         let mut got = 0;
         while got <= len {
+            let want = buf.len() - got;
             match file.read_at(&mut buf[got..], got as u64) {
                 Ok(0) => break,
+                // A regular file's read is short only at its end: no read to find the end.
+                Ok(n) if n < want => {
+                    got += n;
+                    break;
+                }
                 Ok(n) => got += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => return None,

@@ -201,6 +201,20 @@ impl TreeChecks {
     /// without following a link and open as `file`, `len` bytes by its `fstat`; `path` is the
     /// root joined with `rel` (for messages).
     pub fn opened(&mut self, rel: &str, path: &Path, file: &File, len: u64) {
+        self.opened_read(rel, path, file, len, None);
+    }
+
+    /// [`TreeChecks::opened`], given the bytes of the file the caller has already read from
+    /// its start (`head`, all of it for a small file): the first bytes every check sniffs are
+    /// taken from them instead of read again.
+    pub fn opened_read(
+        &mut self,
+        rel: &str,
+        path: &Path,
+        file: &File,
+        len: u64,
+        head: Option<&[u8]>,
+    ) {
         if skipped(rel) {
             return;
         }
@@ -210,7 +224,7 @@ impl TreeChecks {
         }
         let found = match by_name(rel, len) {
             Some(found) => Ok(Some(found)),
-            None => check_opened(None, rel, path, file, len),
+            None => check_opened(None, rel, path, file, len, head),
         };
         match found {
             Ok(Some(found)) => self.findings.extend(found),
@@ -509,7 +523,7 @@ impl Tree {
         }
         let (file, _) = crate::fsio::open_regular(target, crate::fsio::Follow::Never)
             .map_err(|e| with_path(target, e.into()))?;
-        Ok(check_opened(Some(self), rel, target, &file, len)?
+        Ok(check_opened(Some(self), rel, target, &file, len, None)?
             .expect("with the tree at hand every check runs"))
     }
 }
@@ -555,11 +569,19 @@ fn check_opened(
     target: &Path,
     file: &File,
     len: u64,
+    head: Option<&[u8]>,
 ) -> io::Result<Option<Vec<Finding>>> {
     let name = rel.rsplit('/').next().unwrap_or(rel);
     let lower = name.to_ascii_lowercase();
     let ext = lower.rsplit_once('.').map_or("", |(_, e)| e);
-    let prefix = read::read_prefix(file, len, 1024).map_err(|e| with_path(target, e))?;
+    const SNIFF: usize = 1024;
+    let want = usize::try_from(len).map_or(SNIFF, |l| l.min(SNIFF));
+    let prefix = match head {
+        Some(h) if h.len() >= want => std::borrow::Cow::Borrowed(&h[..want]),
+        _ => std::borrow::Cow::Owned(
+            read::read_prefix(file, len, SNIFF).map_err(|e| with_path(target, e))?,
+        ),
+    };
     if len < lfs::MAX_POINTER_SIZE
         && let Some(pointer) = lfs::parse(&prefix)
     {
