@@ -90,19 +90,24 @@ impl PrefetchBudget {
         PrefetchBudget(std::sync::atomic::AtomicU64::new(total))
     }
 
+    /// What keeping a file of `len` bytes costs: its bytes and a cache line of allocator
+    /// overhead.
+    fn cost(len: u64) -> u64 {
+        len + 64
+    }
+
     /// Takes room for a file of `len` bytes; false when too little is left.
     fn take(&self, len: u64) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
-        let cost = len + 64;
         self.0
-            .fetch_update(Relaxed, Relaxed, |left| left.checked_sub(cost))
+            .fetch_update(Relaxed, Relaxed, |left| left.checked_sub(Self::cost(len)))
             .is_ok()
     }
 
     /// Gives back the room taken for a file whose content was not kept.
     fn give_back(&self, len: u64) {
         self.0
-            .fetch_add(len + 64, std::sync::atomic::Ordering::Relaxed);
+            .fetch_add(Self::cost(len), std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -448,12 +453,16 @@ pub(crate) fn read_whole(file: &File, len: u64) -> Option<std::sync::Arc<[u8]>> 
 
 /// Whether the open `file` still has the size, modification time and inode of `before`.
 pub(crate) fn unchanged(file: &File, before: &rustix::fs::Stat) -> bool {
-    rustix::fs::fstat(file).is_ok_and(|after| {
-        after.st_size == before.st_size
-            && after.st_mtime == before.st_mtime
-            && after.st_mtime_nsec == before.st_mtime_nsec
-            && after.st_ino == before.st_ino
-    })
+    rustix::fs::fstat(file).is_ok_and(|after| same_state(before, &after))
+}
+
+/// Whether two `fstat`s of one open file give the same size, modification time and inode:
+/// what the packer holds a file to between the start and the end of a read.
+pub(crate) fn same_state(before: &rustix::fs::Stat, after: &rustix::fs::Stat) -> bool {
+    after.st_size == before.st_size
+        && after.st_mtime == before.st_mtime
+        && after.st_mtime_nsec == before.st_mtime_nsec
+        && after.st_ino == before.st_ino
 }
 
 /// The canonical path of what the link `name` in `dir` (at `full`) points to. A link whose own

@@ -574,14 +574,8 @@ fn check_opened(
     let name = rel.rsplit('/').next().unwrap_or(rel);
     let lower = name.to_ascii_lowercase();
     let ext = lower.rsplit_once('.').map_or("", |(_, e)| e);
-    const SNIFF: usize = 1024;
-    let want = usize::try_from(len).map_or(SNIFF, |l| l.min(SNIFF));
-    let prefix = match head {
-        Some(h) if h.len() >= want => std::borrow::Cow::Borrowed(&h[..want]),
-        _ => std::borrow::Cow::Owned(
-            read::read_prefix(file, len, SNIFF).map_err(|e| with_path(target, e))?,
-        ),
-    };
+    let prefix =
+        read::read_prefix_given(file, len, 1024, head).map_err(|e| with_path(target, e))?;
     if len < lfs::MAX_POINTER_SIZE
         && let Some(pointer) = lfs::parse(&prefix)
     {

@@ -82,11 +82,25 @@ impl io::Read for Section<'_> {
 
 /// Reads up to `max` bytes from the start of the file.
 pub(crate) fn read_prefix(file: &File, file_len: u64, max: usize) -> io::Result<Vec<u8>> {
+    read_prefix_given(file, file_len, max, None).map(std::borrow::Cow::into_owned)
+}
+
+/// [`read_prefix`], taken from `head` (bytes of the file from its start, already read by the
+/// caller) when it holds them all, without a read.
+pub(crate) fn read_prefix_given<'h>(
+    file: &File,
+    file_len: u64,
+    max: usize,
+    head: Option<&'h [u8]>,
+) -> io::Result<std::borrow::Cow<'h, [u8]>> {
     let want = usize::try_from(file_len).map_or(max, |len| len.min(max));
+    if let Some(h) = head.filter(|h| h.len() >= want) {
+        return Ok(std::borrow::Cow::Borrowed(&h[..want]));
+    }
     let mut buf = vec![0; want];
     let got = read_at(file, 0, &mut buf)?;
     buf.truncate(got);
-    Ok(buf)
+    Ok(std::borrow::Cow::Owned(buf))
 }
 
 /// A forward-only reader over a positioned file with a small buffer, for walking a sequence of

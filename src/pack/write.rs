@@ -538,7 +538,7 @@ fn scanner_for(
     size: u64,
     scan: bool,
 ) -> Result<Option<Scanner>> {
-    if !scan || !values::wants_scan(path) {
+    if !value_scanned(scan, path) {
         return Ok(None);
     }
     let layout = Layout::read(file, size).map_err(|e| Error::io(source, e))?;
@@ -589,6 +589,12 @@ impl Digester {
             values: self.scanner.and_then(Scanner::finish),
         })
     }
+}
+
+/// Whether the value scan reads the file `path` (in the bundle) when `scan` asks for it: a
+/// model file, whose header it reads from the file itself.
+fn value_scanned(scan: bool, path: &str) -> bool {
+    scan && values::wants_scan(path)
 }
 
 /// Whether the etag check needs the git blob id (the etag of a small file).
@@ -739,11 +745,7 @@ fn read_file(
         return Err(grew());
     }
     let after = rustix::fs::fstat(&file).map_err(|e| Error::io(source, e.into()))?;
-    if after.st_size != before.st_size
-        || after.st_mtime != before.st_mtime
-        || after.st_mtime_nsec != before.st_mtime_nsec
-        || after.st_ino != before.st_ino
-    {
+    if !crate::scan::same_state(&before, &after) {
         return Err(Error::SourceChanged {
             path: source.to_path_buf(),
             what: "its size or modification time changed while it was read".into(),
@@ -795,7 +797,7 @@ const LOAD_BATCHES: usize = 4;
 /// file whose bytes the scan did not keep, and that the value scan does not want.
 fn loads_ahead(e: &StreamEntry, scan_values: bool) -> bool {
     matches!(e, StreamEntry::File { path, size, prefetched: None, .. }
-        if *size <= crate::scan::PREFETCH_FILE_MAX && !(scan_values && values::wants_scan(path)))
+        if *size <= crate::scan::PREFETCH_FILE_MAX && !value_scanned(scan_values, path))
 }
 
 /// The read-ahead thread: reads whole, in stream order, the small files the scan did not keep
@@ -1031,7 +1033,7 @@ pub fn write(
                             .as_ref()
                             .filter(|p| {
                                 p.bytes().len() as u64 == *size
-                                    && !(opts.scan_values && values::wants_scan(path))
+                                    && !value_scanned(opts.scan_values, path)
                             })
                             .map(|p| p.bytes());
                         let ahead = match loads_ahead(entry, opts.scan_values) {
