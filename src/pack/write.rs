@@ -1230,6 +1230,42 @@ mod tests {
             matches!(&err, Error::SourceChanged { path, .. } if path.ends_with("d3/f0301")),
             "{err}"
         );
+
+        // A small file swapped since the scan for a FIFO (no writer: a blocking open would
+        // hang), or for a link to a host file: the read-ahead threads leave both to the reading
+        // thread, which refuses each by name without blocking or following the link.
+        let bytes = &want.iter().find(|(p, _)| p == "d3/f0301").unwrap().1;
+        std::fs::write(m.join("d3/f0301"), bytes).unwrap();
+        std::fs::remove_file(m.join("d1/f0150")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            m.join("d1/f0150"),
+            rustix::fs::FileType::Fifo,
+            0o644.into(),
+            0,
+        )
+        .unwrap();
+        let out3 = t.path().join("out3");
+        std::fs::create_dir(&out3).unwrap();
+        let err = write(&entries, &out3, &opts, &crate::progress::Silent)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("d1/f0150") && err.contains("no longer a regular file"),
+            "{err}"
+        );
+        std::fs::remove_file(m.join("d1/f0150")).unwrap();
+        std::fs::write(t.path().join("host-secret"), b"host secret").unwrap();
+        std::os::unix::fs::symlink(t.path().join("host-secret"), m.join("d1/f0150")).unwrap();
+        let out4 = t.path().join("out4");
+        std::fs::create_dir(&out4).unwrap();
+        let err = write(&entries, &out4, &opts, &crate::progress::Silent)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("d1/f0150") && err.contains("symbolic link"),
+            "{err}"
+        );
     }
 
     #[test]
