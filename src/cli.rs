@@ -332,14 +332,20 @@ pub struct PackArgs {
 #[derive(Args, Debug)]
 pub struct VerifyArgs {
     /// The bundle directory, or a file signed with `airlock sign` or `minisign -S` (its
-    /// signature FILE.minisig is checked, as `minisign -Vm FILE` does).
-    pub bundle: PathBuf,
+    /// signature FILE.minisig is checked, as `minisign -Vm FILE` does). A bundle spread over
+    /// several media: the bundle directory on each (each holds the same signed manifest).
+    #[arg(required = true, num_args = 1.., value_name = "BUNDLE")]
+    pub bundle: Vec<PathBuf>,
     /// Trusted keys.
     #[command(flatten)]
     pub trust: TrustArgs,
     /// Also decompress and check every entry's path, type, size and sha256.
     #[arg(long)]
     pub deep: bool,
+    /// Read the volumes through the page cache instead of from the medium: faster on a bundle
+    /// just written, but it proves only what the cache holds, not the medium.
+    #[arg(long)]
+    pub cached: bool,
     /// Progress display.
     #[command(flatten)]
     pub progress: ProgressArgs,

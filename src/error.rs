@@ -189,6 +189,21 @@ pub enum Error {
         /// What is missing.
         reason: String,
     },
+    /// Directories given as one bundle spread over several media hold different manifests.
+    #[error("{}: {reason}", path.display())]
+    MixedMedia {
+        /// The directory whose manifest differs.
+        path: PathBuf,
+        /// What differs.
+        reason: String,
+    },
+    /// Volumes of a bundle spread over several media are on none of the directories given,
+    /// and nobody could be asked for their medium (not a terminal) or the operator stopped.
+    #[error("{summary}")]
+    MediumNeeded {
+        /// The missing volumes, each with the medium it is on when the media say.
+        summary: String,
+    },
     /// The data stream breaks the format or disagrees with the manifest.
     #[error("{volume}: {reason}")]
     BadStream {
@@ -446,6 +461,7 @@ impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Io { .. }
+            | Error::MediumNeeded { .. }
             | Error::NoSpace { .. }
             | Error::SourceChanged { .. }
             | Error::WrongPassword { .. } => EXIT_OPERATIONAL,
@@ -473,6 +489,7 @@ impl Error {
             | Error::BadSignature { .. }
             | Error::BadManifest { .. }
             | Error::NotABundle { .. }
+            | Error::MixedMedia { .. }
             | Error::BadVolumes { .. }
             | Error::BadStream { .. }
             | Error::BadFile { .. }
@@ -505,6 +522,8 @@ impl Error {
             Error::BadSignature { .. } => "bad-signature",
             Error::BadManifest { .. } | Error::NotABundle { .. } => "bad-manifest",
             Error::BadVolumes { .. } => "bad-volumes",
+            Error::MixedMedia { .. } => "mixed-media",
+            Error::MediumNeeded { .. } => "medium-needed",
             Error::BadStream { .. } => "bad-stream",
             Error::BadFile { .. } => "bad-file",
             Error::Downgrade { .. } => "downgrade",
@@ -548,6 +567,8 @@ impl Error {
             Error::Usage(_) | Error::Interrupted { .. } => return None,
             Error::TrustEnv { source } => return source.hint(),
             Error::NotReplaceable { todo, .. } => todo.clone(),
+            Error::MixedMedia { .. } => "give only directories that hold copies of the same bundle: each must hold the byte-identical manifest.json (sha256sum */manifest.json tells)".to_string(),
+            Error::MediumNeeded { .. } => "give the bundle directory of every medium of the set (airlock unpack /media/a/NAME /media/b/NAME ...), or run on a terminal to be asked for each medium in turn".to_string(),
             Error::Arguments { hint, .. } => hint.clone(),
             Error::Key { source, .. } => return key_hint(source),
             Error::WrongPassword {

@@ -14,6 +14,26 @@ pub trait Progress: Sync {
     /// A damaged bundle's map, found before the work on it starts (`repair`), for the
     /// operator to see where the damage is while the work goes on.
     fn damage(&self, _map: &crate::bundle::damage::DamageMap) {}
+    /// Volumes are on none of the directories given (a bundle spread over several media, one
+    /// drive for them all): ask for the medium that holds the first of them. `true` when the
+    /// operator says it is in place (the directories are looked at again), `false` to stop
+    /// (the default: nobody to ask, so what is missing fails at once).
+    fn ask_for_medium(&self, _request: &MediumRequest<'_>) -> bool {
+        false
+    }
+}
+
+/// What [`Progress::ask_for_medium`] asks for.
+#[derive(Debug)]
+pub struct MediumRequest<'a> {
+    /// The volumes on none of the directories, in order.
+    pub missing: &'a [String],
+    /// Which medium holds the first of them ("medium 2 of 3"), when the media say.
+    pub hint: Option<String>,
+    /// The directories looked in.
+    pub looked_in: &'a [std::path::PathBuf],
+    /// Why the last answer brought none of them (the medium held another bundle).
+    pub complaint: Option<String>,
 }
 
 /// Reports nothing.

@@ -10,6 +10,7 @@
 //! the one error the bundle's state amounts to with [`Verdict::into_error`].
 
 use crate::bundle::damage::{self, DamageMap};
+use crate::bundle::media::VolumeRead;
 use crate::bundle::open::Opened;
 use crate::bundle::stream;
 use crate::bundle::volumes::{self, Repairability, StrayFile, StrayKind, VolumeProblem};
@@ -74,6 +75,10 @@ pub struct Verdict {
     /// With damage to listed volumes: the state of each of their units, for a display that
     /// draws it ([`crate::bundle::damage`]).
     pub damage: Option<DamageMap>,
+    /// How each volume read was read: from the medium, or why not (FORMAT.md section 21).
+    pub reads: Vec<VolumeRead>,
+    /// Copies of a volume on several media that failed where another copy was good.
+    pub copy_notes: Vec<String>,
 }
 
 impl Verdict {
@@ -95,6 +100,11 @@ impl Verdict {
             Some(DeepOutcome::Completed { bad_files }) => bad_files,
             _ => &[],
         }
+    }
+
+    /// Whether every volume read came from below the page cache.
+    pub fn all_from_medium(&self) -> bool {
+        self.reads.iter().all(|r| r.read_from.from_medium())
     }
 
     /// Whether the bundle passed every check made.
@@ -215,5 +225,7 @@ pub fn verify(opened: &Opened, depth: Depth, progress: &dyn Progress) -> Verdict
         deep,
         recorded_warnings: m.warnings.clone(),
         signature_warnings: opened.warnings.clone(),
+        reads: opened.media.reads(),
+        copy_notes: opened.media.notes(),
     }
 }

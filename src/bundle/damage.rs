@@ -102,7 +102,7 @@ pub fn assess(
 ) -> (Option<Repairability>, DamageMap) {
     let m = &opened.manifest;
     let mut map = DamageMap::intact(m);
-    let source = DirVolumes::new(opened.dir());
+    let source = DirVolumes::of(opened, &crate::progress::Silent);
     let Some(ur) = UnitReader::new(m, &source) else {
         for p in data.iter().chain(parity) {
             let cs = m.chunk_size;

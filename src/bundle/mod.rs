@@ -5,6 +5,7 @@
 //! bundle is `crate::pack`.
 
 pub mod damage;
+pub mod media;
 pub mod open;
 pub mod stream;
 pub mod volumes;

@@ -66,6 +66,9 @@ pub struct Opened {
     /// The OMS signature the manifest lists (FORMAT.md section 19), read to its signed size
     /// and checked against its signed digest; targets place it at commit.
     pub oms: Option<crate::oms::Carried>,
+    /// The directories holding the volumes (one, or several media), and how they are read;
+    /// none for a registry artifact.
+    pub media: super::media::Media,
 }
 
 fn too_large(len: u64, cap: u64) -> String {
@@ -537,6 +540,29 @@ pub fn open_with(dir: &Path, policy: &Policy) -> Result<Opened> {
         policy,
     )?;
     opened.oms = crate::oms::read_carried(dir, &opened.manifest)?;
+    opened.media = super::media::Media::new(vec![dir.to_path_buf()], &opened.manifest_sha256);
+    Ok(opened)
+}
+
+/// [`open_with`] for a bundle spread over several media (or duplicated on them): the
+/// signature is checked in the first directory, and every other must hold the byte-identical
+/// signed manifest (two bundles mixed are refused before anything else is read). Volumes may
+/// be in any of them.
+pub fn open_media(dirs: &[PathBuf], policy: &Policy) -> Result<Opened> {
+    let Some((first, _)) = dirs.split_first() else {
+        return Err(Error::Usage("no bundle directory given".into()));
+    };
+    let mut opened = open_with(first, policy)?;
+    if dirs.len() > 1 {
+        let mut unique: Vec<PathBuf> = Vec::with_capacity(dirs.len());
+        for d in dirs {
+            if !unique.contains(d) {
+                unique.push(d.clone());
+            }
+        }
+        opened.media = super::media::Media::new(unique, &opened.manifest_sha256);
+        opened.media.check_same_bundle(false)?;
+    }
     Ok(opened)
 }
 
@@ -596,6 +622,7 @@ pub fn open_parts(
         warnings,
         trust,
         oms: None,
+        media: super::media::Media::new(vec![], ""),
     })
 }
 

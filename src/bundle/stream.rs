@@ -136,7 +136,7 @@ pub fn stream(
             ));
         }
     }
-    let source = DirVolumes::new(opened.dir());
+    let source = DirVolumes::of(opened, progress);
     match stream_volumes(&opened.manifest, &source, mode, sink, progress) {
         Err(e @ (Error::BadFile { .. } | Error::BadStream { .. } | Error::BadVolumes { .. }))
             if mode == Mode::Strict =>

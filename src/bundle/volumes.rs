@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 
 use super::open::Opened;
 use crate::error::Error;
-use crate::fsio::{Follow, open_regular};
+use crate::fsio::{AlignedBuf, Follow, MEDIUM_READ_SIZE, MediumFile, MediumRead, open_medium};
 use crate::manifest::{self, Manifest};
 use crate::parity::{self, Geometry, ParityError, Shard};
 use crate::progress::Progress;
@@ -36,6 +36,13 @@ pub struct VolumeProblem {
     /// Byte ranges `[start, end)` whose chunk digests fail.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub bad_ranges: Vec<(u64, u64)>,
+    /// For a volume on none of the directories given: the medium that holds it ("medium 2 of
+    /// 3"), when the media's placement file says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elsewhere: Option<String>,
+    /// Whether the volume is on none of the directories given (rather than damaged).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub missing: bool,
 }
 
 /// What a file in the bundle directory that the manifest does not list looks like.
@@ -153,6 +160,19 @@ pub fn volumes_error(
             ),
         });
     }
+    if stray.is_empty()
+        && !listed.is_empty()
+        && listed.iter().all(|p| p.missing && p.elsewhere.is_some())
+    {
+        // Not damage: media not given (or not inserted when asked for).
+        return Error::MediumNeeded {
+            summary: listed
+                .iter()
+                .map(|p| format!("{} {}", p.volume, p.problem))
+                .collect::<Vec<_>>()
+                .join("; "),
+        };
+    }
     Error::BadVolumes {
         summary: parts.join("; "),
         copy_again: listed.iter().map(|p| p.volume.clone()).collect(),
@@ -217,76 +237,157 @@ fn check_list(
     list: &[manifest::Volume],
     progress: &dyn Progress,
 ) -> Vec<VolumeProblem> {
+    let media = &opened.media;
+    let mut problems = Vec::new();
+    let mut pending: Vec<usize> = (0..list.len()).collect();
+    loop {
+        let (held, missing): (Vec<usize>, Vec<usize>) = pending
+            .into_iter()
+            .partition(|&i| media.holds(&list[i].name));
+        problems.extend(check_held(opened, list, &held, progress));
+        if missing.is_empty() {
+            break;
+        }
+        let names: Vec<String> = missing.iter().map(|&i| list[i].name.clone()).collect();
+        if media.ask_for(&names, progress) {
+            pending = missing;
+            continue;
+        }
+        // Held nowhere, and nobody to ask (or the operator stopped): each is missing, named
+        // with the medium it is on when the media say.
+        problems.extend(missing.into_iter().map(|i| {
+            let (problem, elsewhere) = missing_from(media, &list[i].name);
+            VolumeProblem {
+                volume: list[i].name.clone(),
+                index: i,
+                problem,
+                bad_ranges: vec![],
+                elsewhere,
+                missing: true,
+            }
+        }));
+        break;
+    }
+    problems.sort_by_key(|p| p.index);
+    problems
+}
+
+/// What the report says of volume `name`, held by none of the media's directories, and the
+/// medium it is on: the one the placement file names, or (a bundle given as several
+/// directories) none of those given. `None` for a bundle in one directory that lacks it.
+fn missing_from(media: &super::media::Media, name: &str) -> (String, Option<String>) {
+    match media.where_missing(name) {
+        Some(m) => (
+            format!("is missing (it is on {m}, which was not given)"),
+            Some(m),
+        ),
+        None if media.is_spread() => (
+            "is on none of the media given".to_string(),
+            Some("another medium".to_string()),
+        ),
+        None => ("is missing".to_string(), None),
+    }
+}
+
+/// [`check_list`] for the volumes `held` (indexes into `list`) that some directory holds:
+/// every copy is checked, and a volume is good when one copy is (that copy is read from then
+/// on; the bad ones are noted). Volumes of the wrong size or type are problems without a read.
+fn check_held(
+    opened: &Opened,
+    list: &[manifest::Volume],
+    held: &[usize],
+    progress: &dyn Progress,
+) -> Vec<VolumeProblem> {
     let m = &opened.manifest;
-    let (mut problems, passed) = stat_list(opened, list);
-    let jobs: Vec<Job> = passed
+    let media = &opened.media;
+    // Every copy of every held volume: (volume index, its path).
+    let copies: Vec<(usize, PathBuf)> = held
         .iter()
-        .flat_map(|&i| match list[i].sha256 {
-            Some(_) => vec![Job::Whole(i)],
-            None => (0..list[i].chunks.len())
-                .map(|c| Job::Chunk(i, c))
-                .collect(),
+        .flat_map(|&i| {
+            media
+                .holders(&list[i].name)
+                .into_iter()
+                .map(move |p| (i, p))
         })
         .collect();
-    // Each worker keeps its buffer and the volume it has open: with small chunks (a bundle with
+    let mut found: Vec<Option<VolumeProblem>> = copies
+        .iter()
+        .map(|(i, path)| stat_copy(*i, &list[*i], path))
+        .collect();
+    let jobs: Vec<Job> = (0..copies.len())
+        .filter(|&k| found[k].is_none())
+        .flat_map(|k| {
+            let v = &list[copies[k].0];
+            match v.sha256 {
+                Some(_) => vec![Job::Whole(k)],
+                None => (0..v.chunks.len()).map(|c| Job::Chunk(k, c)).collect(),
+            }
+        })
+        .collect();
+    let read = media.read();
+    // Each worker keeps its buffer and the copy it has open: with small chunks (a bundle with
     // parity has units of 4 KiB to 16 MiB) a job is a few hundred kilobytes.
-    type Worker = (Vec<u8>, Option<(usize, std::fs::File)>);
+    type Worker = (Option<AlignedBuf>, Option<(usize, MediumFile)>);
     let results: Vec<(usize, JobResult)> = jobs
         .par_iter()
         .map_init(
-            || -> Worker { (Vec::new(), None) },
+            || -> Worker { (None, None) },
             |(buf, open), &job| {
-                let i = match job {
-                    Job::Chunk(i, _) | Job::Whole(i) => i,
+                let k = match job {
+                    Job::Chunk(k, _) | Job::Whole(k) => k,
                 };
-                let v = &list[i];
+                let (i, path) = &copies[k];
+                let v = &list[*i];
                 progress.item(&v.name);
-                let path = opened.dir().join(&v.name);
+                let buf = buf.get_or_insert_with(|| AlignedBuf::new(MEDIUM_READ_SIZE));
                 let r = match job {
                     Job::Chunk(_, c) => {
                         let (start, end) = chunk_range(m.chunk_size, v, c);
-                        if open.as_ref().is_none_or(|(at, _)| *at != i) {
+                        if open.as_ref().is_none_or(|(at, _)| *at != k) {
                             *open = None;
-                            match open_regular(&path, Follow::Final) {
-                                Ok((f, _)) => *open = Some((i, f)),
-                                Err(e) => return (i, Err(io::Error::from(e).to_string())),
+                            match open_medium(path, Follow::Final, read) {
+                                Ok((f, _)) => *open = Some((k, f)),
+                                Err(e) => return (k, Err(io::Error::from(e).to_string())),
                             }
                         }
-                        let (_, f) = open.as_ref().expect("opened above");
-                        hash_range(f, buf, start, end, progress)
-                            .map(|h| (vec![(c, h == v.chunks[c])], None))
+                        let (_, f) = open.as_mut().expect("opened above");
+                        let r = hash_range(f, buf, start, end, progress)
+                            .map(|h| (vec![(c, h == v.chunks[c])], None));
+                        media.record_read(&v.name, path, f);
+                        r
                     }
-                    Job::Whole(_) => hash_volume(&path, m, i, progress),
+                    Job::Whole(_) => hash_volume(path, m, v, buf, read, media, progress),
                 };
-                (i, r.map_err(|e| e.to_string()))
+                (k, r.map_err(|e| e.to_string()))
             },
         )
         .collect();
     type Found = (Vec<(u64, u64)>, Option<String>, bool);
-    let mut per_volume: std::collections::BTreeMap<usize, Found> = Default::default();
-    for (i, r) in results {
+    let mut per_copy: std::collections::BTreeMap<usize, Found> = Default::default();
+    for (k, r) in results {
+        let v = &list[copies[k].0];
         match r {
             Ok((chunks, whole)) => {
                 for (c, ok) in chunks {
                     if !ok {
-                        per_volume.entry(i).or_default().0.push(chunk_range(
-                            m.chunk_size,
-                            &list[i],
-                            c,
-                        ));
+                        per_copy
+                            .entry(k)
+                            .or_default()
+                            .0
+                            .push(chunk_range(m.chunk_size, v, c));
                     }
                 }
                 if whole == Some(false) {
-                    per_volume.entry(i).or_default().2 = true;
+                    per_copy.entry(k).or_default().2 = true;
                 }
             }
-            Err(e) => per_volume.entry(i).or_default().1 = Some(e),
+            Err(e) => per_copy.entry(k).or_default().1 = Some(e),
         }
     }
-    for (i, (mut ranges, err, whole_bad)) in per_volume {
+    for (k, (mut ranges, err, whole_bad)) in per_copy {
         ranges.sort();
         let ranges = merge_ranges(ranges);
-        let v = &list[i];
+        let (i, _) = &copies[k];
         let problem = match err {
             Some(e) => format!("cannot be read: {e}"),
             None if ranges.is_empty() && whole_bad => WHOLE_DIGEST_DISAGREES.to_string(),
@@ -295,17 +396,64 @@ fn check_list(
                 ranges_text(&ranges)
             ),
         };
-        problems.push(VolumeProblem {
-            volume: v.name.clone(),
-            index: i,
+        found[k] = Some(VolumeProblem {
+            volume: list[*i].name.clone(),
+            index: *i,
             problem,
             bad_ranges: ranges,
+            elsewhere: None,
+            missing: false,
         });
     }
-    problems.sort_by_key(|p| p.index);
+    // Per volume: good when one copy is; that copy is read from then on.
+    let mut problems = Vec::new();
+    for &i in held {
+        let mine: Vec<usize> = (0..copies.len()).filter(|&k| copies[k].0 == i).collect();
+        let good = mine.iter().find(|&&k| found[k].is_none());
+        match good {
+            Some(&g) => {
+                if mine.len() > 1 {
+                    media.choose(&list[i].name, copies[g].1.clone());
+                    for &k in &mine {
+                        if let Some(p) = &found[k] {
+                            media.note(format!(
+                                "{}: {} {}; the copy in {} is good and is the one used",
+                                copies[k].1.display(),
+                                p.volume,
+                                p.problem,
+                                dir_of(&copies[g].1)
+                            ));
+                        }
+                    }
+                }
+            }
+            None => {
+                let mut first = found[mine[0]].take().expect("every copy has a problem");
+                if mine.len() > 1 {
+                    let others: Vec<String> = mine[1..]
+                        .iter()
+                        .filter_map(|&k| {
+                            let p = found[k].as_ref()?;
+                            Some(format!(
+                                "the copy in {} {}",
+                                dir_of(&copies[k].1),
+                                p.problem
+                            ))
+                        })
+                        .collect();
+                    first.problem = format!(
+                        "{} in {}; {}",
+                        first.problem,
+                        dir_of(&copies[mine[0]].1),
+                        others.join("; ")
+                    );
+                }
+                problems.push(first);
+            }
+        }
+    }
     problems
 }
-
 /// Sorted byte ranges with the adjacent ones joined: a bundle with parity has chunks of a few
 /// KiB, and damage of a megabyte is one range, not hundreds.
 fn merge_ranges(ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
@@ -350,51 +498,47 @@ fn chunk_range(chunk_size: u64, v: &manifest::Volume, c: usize) -> (u64, u64) {
     (start, (start + chunk_size).min(v.size))
 }
 
-/// The checks of [`check_volumes`] that need no reading: every listed volume exists, is a
-/// regular file and has its manifest size. Returns the problems found and the indexes of the
-/// volumes that passed, to hash.
-fn stat_volumes(opened: &Opened) -> (Vec<VolumeProblem>, Vec<usize>) {
-    stat_list(opened, &opened.manifest.volumes)
-}
-
-fn stat_list(opened: &Opened, list: &[manifest::Volume]) -> (Vec<VolumeProblem>, Vec<usize>) {
-    let mut problems = Vec::new();
-    let mut passed = Vec::new();
-    for (i, v) in list.iter().enumerate() {
-        let path = opened.dir().join(&v.name);
-        let problem = match std::fs::metadata(&path) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => "is missing".to_string(),
-            Err(e) => format!("cannot be read: {e}"),
-            Ok(meta) if !meta.is_file() => "is not a regular file".to_string(),
-            Ok(meta) if meta.len() != v.size => format!(
-                "is {} bytes, the manifest says {} ({})",
-                meta.len(),
-                v.size,
-                if meta.len() < v.size {
-                    "truncated"
-                } else {
-                    "extended"
-                }
-            ),
-            Ok(_) => {
-                passed.push(i);
-                continue;
+/// The checks of [`check_volumes`] that need no reading, for the copy of volume `i` at
+/// `path`: a regular file of its manifest size. `None` when it passes.
+fn stat_copy(i: usize, v: &manifest::Volume, path: &Path) -> Option<VolumeProblem> {
+    let problem = match std::fs::metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => "is missing".to_string(),
+        Err(e) => format!("cannot be read: {e}"),
+        Ok(meta) if !meta.is_file() => "is not a regular file".to_string(),
+        Ok(meta) if meta.len() != v.size => format!(
+            "is {} bytes, the manifest says {} ({})",
+            meta.len(),
+            v.size,
+            if meta.len() < v.size {
+                "truncated"
+            } else {
+                "extended"
             }
-        };
-        problems.push(VolumeProblem {
-            volume: v.name.clone(),
-            index: i,
-            problem,
-            bad_ranges: vec![],
-        });
-    }
-    (problems, passed)
+        ),
+        Ok(_) => return None,
+    };
+    Some(VolumeProblem {
+        volume: v.name.clone(),
+        index: i,
+        problem,
+        bad_ranges: vec![],
+        elsewhere: None,
+        missing: false,
+    })
 }
 
-/// Whether every listed volume exists, is a regular file and has its manifest size (the
-/// checks of [`check_volumes`] that need no reading).
+/// The directory of a volume's path, for messages.
+fn dir_of(path: &Path) -> String {
+    path.parent().unwrap_or(Path::new("")).display().to_string()
+}
+
+/// Whether every listed volume is held by a directory as a regular file of its manifest size
+/// (the checks of [`check_volumes`] that need no reading).
 pub fn volumes_look_complete(opened: &Opened) -> bool {
-    stat_volumes(opened).0.is_empty()
+    opened.manifest.volumes.iter().enumerate().all(|(i, v)| {
+        let copies = opened.media.holders(&v.name);
+        copies.len() == 1 && stat_copy(i, v, &copies[0]).is_none()
+    })
 }
 
 /// Files in the bundle directory that the manifest does not account for, sorted by name
@@ -409,16 +553,32 @@ pub fn stray_files(opened: &Opened) -> Vec<StrayFile> {
                 .iter()
                 .flat_map(|p| p.volumes.iter().map(|v| v.name.as_str())),
         );
+    let listed: Vec<&str> = listed
+        .chain(std::iter::once(super::media::PLACEMENT_NAME))
+        .collect();
     // Co-signatures and the trust roots the manifest lists are the bundle's own (FORMAT.md
-    // section 18).
-    stray_in(opened.dir(), listed)
-        .into_iter()
-        .filter(|s| {
-            !super::open::is_cosignature_name(&s.name)
-                && !crate::trust::update::is_listed_root(m, &s.name)
-                && !crate::oms::is_listed(m, &s.name)
-        })
-        .collect()
+    // section 18). Each directory of a bundle spread over media is looked at; the name of a
+    // stray file in any but the first says where it is.
+    let dirs = opened.media.dirs();
+    let mut out = Vec::new();
+    for (n, dir) in dirs.iter().enumerate() {
+        out.extend(
+            stray_in(dir, listed.iter().copied())
+                .into_iter()
+                .filter(|s| {
+                    !super::open::is_cosignature_name(&s.name)
+                        && !crate::trust::update::is_listed_root(m, &s.name)
+                        && !crate::oms::is_listed(m, &s.name)
+                })
+                .map(|mut s| {
+                    if n > 0 {
+                        s.name = dir.join(&s.name).display().to_string();
+                    }
+                    s
+                }),
+        );
+    }
+    out
 }
 
 /// The entries of `dir` (of any type) that are not one of the `listed` names, classified. A
@@ -475,64 +635,49 @@ pub fn is_volume_like(name: &str) -> bool {
     })
 }
 
-/// SHA-256 of `[start, end)` of `f`, read through `buf` (grown to at most 1 MiB).
+/// SHA-256 of `[start, end)` of `f`, read from the medium through `buf`.
 fn hash_range(
-    f: &std::fs::File,
-    buf: &mut Vec<u8>,
+    f: &mut MediumFile,
+    buf: &mut AlignedBuf,
     start: u64,
     end: u64,
     progress: &dyn Progress,
 ) -> io::Result<String> {
-    let want = (end - start).clamp(1, 1 << 20) as usize;
-    if buf.len() < want {
-        buf.resize(want, 0);
-    }
     let mut h = Sha256::new();
-    let mut pos = start;
-    while pos < end {
-        let want = ((end - pos) as usize).min(buf.len());
-        let n = f.read_at(&mut buf[..want], pos)?;
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "volume ended early",
-            ));
-        }
-        h.update(&buf[..n]);
-        pos += n as u64;
-        progress.advance(n as u64);
-    }
+    f.read_range(buf, start, end, |piece| {
+        h.update(piece);
+        progress.advance(piece.len() as u64);
+        Ok(())
+    })?;
     Ok(hex::encode(h.finalize()))
 }
 
-/// Hashes volume `i` from start to end once, checking each chunk digest and the whole-volume
-/// digest.
-fn hash_volume(path: &Path, m: &Manifest, i: usize, progress: &dyn Progress) -> Hashed {
-    let v = &m.volumes[i];
+/// Hashes volume `v` at `path` from start to end once, checking each chunk digest and the
+/// whole-volume digest.
+fn hash_volume(
+    path: &Path,
+    m: &Manifest,
+    v: &manifest::Volume,
+    buf: &mut AlignedBuf,
+    read: MediumRead,
+    media: &super::media::Media,
+    progress: &dyn Progress,
+) -> Hashed {
     let mut whole = Sha256::new();
     let mut chunks = Vec::with_capacity(v.chunks.len());
-    let (f, _) = open_regular(path, Follow::Final)?;
-    let mut buf = vec![0u8; 1 << 20];
+    let (mut f, _) = open_medium(path, Follow::Final, read)?;
     for c in 0..v.chunks.len() {
         let (start, end) = chunk_range(m.chunk_size, v, c);
         let mut h = Sha256::new();
-        let mut pos = start;
-        while pos < end {
-            let want = ((end - pos) as usize).min(buf.len());
-            let n = f.read_at(&mut buf[..want], pos)?;
-            if n == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "volume ended early",
-                ));
-            }
-            h.update(&buf[..n]);
-            whole.update(&buf[..n]);
-            pos += n as u64;
-            progress.advance(n as u64);
-        }
+        f.read_range(buf, start, end, |piece| {
+            h.update(piece);
+            whole.update(piece);
+            progress.advance(piece.len() as u64);
+            Ok(())
+        })?;
         chunks.push((c, hex::encode(h.finalize()) == v.chunks[c]));
     }
+    media.record_read(&v.name, path, &f);
     let whole = hex::encode(whole.finalize());
     Ok((chunks, Some(v.sha256.as_deref() == Some(whole.as_str()))))
 }
@@ -545,6 +690,11 @@ pub trait VolumeSource: Sync {
     fn open(&self, index: usize, name: &str) -> io::Result<Box<dyn Read + Send + '_>>;
     /// The path that errors about the volume name.
     fn path(&self, name: &str) -> PathBuf;
+    /// What the report says of a volume that is not there ("is missing", and where it is when
+    /// the media say).
+    fn missing(&self, _name: &str) -> (String, Option<String>) {
+        ("is missing".to_string(), None)
+    }
     /// Fills `buf` from the volume (data or parity) called `name` at `offset`; a volume that is
     /// missing or too short is an error. Only needed for bundles with parity, which are read
     /// unit by unit (FORMAT.md section 17.3).
@@ -563,39 +713,99 @@ pub trait VolumeSource: Sync {
     }
 }
 
-/// The volumes of a bundle directory. Each is opened without blocking and must be a regular
-/// file: a FIFO or device planted as a volume must not hang or feed the reader. A volume read
-/// at random (`read_at`, unit by unit) is opened once and kept open.
+/// The volumes of a bundle directory, or of a bundle spread over several media. Each is opened
+/// without blocking and must be a regular file: a FIFO or device planted as a volume must not
+/// hang or feed the reader. Its bytes are read from the medium, not the page cache, where the
+/// media ask for it ([`crate::fsio::MediumFile`]). A volume read at random (`read_at`, unit by
+/// unit) is opened once and kept open.
 pub struct DirVolumes<'a> {
-    dir: &'a Path,
+    place: Place<'a>,
     opened: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<std::fs::File>>>,
+}
+
+/// Where [`DirVolumes`] finds the volumes.
+enum Place<'a> {
+    /// One directory, read through the cache (another copy `repair` takes chunks from).
+    Dir(&'a Path),
+    /// The media of an opened bundle, with whom to ask for a missing medium.
+    Media(&'a super::media::Media, &'a dyn Progress),
 }
 
 impl<'a> DirVolumes<'a> {
     /// The volumes in `dir`.
     pub fn new(dir: &'a Path) -> Self {
         DirVolumes {
-            dir,
+            place: Place::Dir(dir),
             opened: Default::default(),
+        }
+    }
+
+    /// The volumes of `opened`, in whichever of its directories holds each, read as its media
+    /// say; a volume held by none is asked for through `progress` before it is missing.
+    pub fn of(opened: &'a Opened, progress: &'a dyn Progress) -> Self {
+        DirVolumes {
+            place: Place::Media(&opened.media, progress),
+            opened: Default::default(),
+        }
+    }
+
+    /// Records how volume `name` is read, for the report.
+    fn record(&self, name: &str, path: &Path, f: &MediumFile) {
+        if let Place::Media(media, _) = &self.place {
+            media.record_read(name, path, f);
+        }
+    }
+
+    /// Opens volume `name` as [`open_medium`] does, asking for its medium first where none of
+    /// the directories holds it.
+    fn open_file(&self, name: &str) -> io::Result<(MediumFile, u64, PathBuf)> {
+        match &self.place {
+            Place::Dir(dir) => {
+                let path = dir.join(name);
+                let (f, len) = open_medium(&path, Follow::Final, MediumRead::Cached)?;
+                Ok((f, len, path))
+            }
+            Place::Media(media, progress) => {
+                if !media.holds(name) {
+                    media.ask_for(&[name.to_string()], *progress);
+                }
+                let path = media.volume_path(name);
+                let (f, len) = open_medium(&path, Follow::Final, media.read())?;
+                Ok((f, len, path))
+            }
         }
     }
 }
 
 impl VolumeSource for DirVolumes<'_> {
     fn open(&self, _index: usize, name: &str) -> io::Result<Box<dyn Read + Send + '_>> {
-        let (f, _) = open_regular(&self.dir.join(name), Follow::Final)?;
-        Ok(Box::new(f))
+        let (f, len, path) = self.open_file(name)?;
+        self.record(name, &path, &f);
+        Ok(Box::new(f.into_reader(len, STREAM_BUFFER_SIZE * 4)))
     }
     fn path(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
+        match &self.place {
+            Place::Dir(dir) => dir.join(name),
+            Place::Media(media, _) => media.volume_path(name),
+        }
+    }
+    fn missing(&self, name: &str) -> (String, Option<String>) {
+        match &self.place {
+            Place::Media(media, _) => missing_from(media, name),
+            Place::Dir(_) => ("is missing".to_string(), None),
+        }
     }
     fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let cached = self.opened.lock().expect("not poisoned").get(name).cloned();
         let f = match cached {
             Some(f) => f,
             None => {
-                let (f, _) = open_regular(&self.dir.join(name), Follow::Final)?;
-                let f = std::sync::Arc::new(f);
+                // Unit by unit, the reads are small and at random: the cache is dropped once
+                // when the volume is opened, and read through from then on.
+                let (f, _, path) = self.open_file(name)?;
+                let f = f.into_cached();
+                self.record(name, &path, &f);
+                let f = std::sync::Arc::new(f.into_file());
                 self.opened
                     .lock()
                     .expect("not poisoned")
@@ -719,6 +929,12 @@ impl<'a> VolumeReader<'a> {
     }
 
     fn fail(&mut self, problem: String) -> io::Result<()> {
+        self.fail_with(problem, None)
+    }
+
+    /// [`VolumeReader::fail`] for a volume that is not there: `elsewhere` is the medium that
+    /// holds it, when the media say.
+    fn fail_with(&mut self, problem: String, missing: Option<Option<String>>) -> io::Result<()> {
         let count = self.manifest.volumes.len();
         let v = &self.manifest.volumes[self.index];
         let p = VolumeProblem {
@@ -726,6 +942,8 @@ impl<'a> VolumeReader<'a> {
             index: self.index,
             problem,
             bad_ranges: merge_ranges(std::mem::take(&mut self.bad_ranges)),
+            missing: missing.is_some(),
+            elsewhere: missing.flatten(),
         };
         match self.mode {
             Mode::Strict => Err(io::Error::other(VolumeFailure {
@@ -863,6 +1081,8 @@ impl<'a> VolumeReader<'a> {
                     index: self.index,
                     problem: "is damaged (rebuilt from parity to read on)".into(),
                     bad_ranges: vec![],
+                    elsewhere: None,
+                    missing: false,
                 });
             }
         }
@@ -948,6 +1168,8 @@ impl<'a> VolumeReader<'a> {
                             index: self.index,
                             problem: "is damaged (rebuilt from parity to read on)".into(),
                             bad_ranges: vec![],
+                            elsewhere: None,
+                            missing: false,
                         });
                     }
                 }
@@ -1041,12 +1263,12 @@ impl Read for VolumeReader<'_> {
                 let f = match self.source.open(self.index, &v.name) {
                     Ok(f) => f,
                     Err(e) => {
-                        let msg = if e.kind() == io::ErrorKind::NotFound {
-                            "is missing".to_string()
+                        if e.kind() == io::ErrorKind::NotFound {
+                            let (msg, elsewhere) = self.source.missing(&v.name);
+                            self.fail_with(msg, Some(elsewhere))?;
                         } else {
-                            format!("cannot be opened: {e}")
-                        };
-                        self.fail(msg)?;
+                            self.fail(format!("cannot be opened: {e}"))?;
+                        }
                         // Collect mode: the stream cannot go on without the volume's bytes.
                         return Err(io::Error::other(format!("{} is missing", v.name)));
                     }
@@ -1478,7 +1700,7 @@ pub fn assess(
     data: &[VolumeProblem],
     parity: &[VolumeProblem],
 ) -> Option<Repairability> {
-    let source = DirVolumes::new(opened.dir());
+    let source = DirVolumes::of(opened, &crate::progress::Silent);
     let ur = UnitReader::new(&opened.manifest, &source)?;
     Some(assess_with(&ur, data, parity))
 }

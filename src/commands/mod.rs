@@ -78,7 +78,7 @@ pub fn run(cli: Cli) -> u8 {
             exit_cleanly_on_signals(&ui, name, json, quiet, interrupt::kept_by_pack(&a));
             pack::run(*a, &ui)
         }
-        Command::Verify(a) => verify(a.bundle, &a.trust, a.deep, &ui),
+        Command::Verify(a) => verify(a.bundle, &a.trust, a.deep, a.cached, &ui),
         Command::Unpack(a) => {
             exit_cleanly_on_signals(&ui, name, json, quiet, interrupt::kept_by_unpack(&a));
             unpack::run(a, &ui)
@@ -406,9 +406,22 @@ pub(crate) fn recorded_warnings(
 }
 
 /// `airlock verify`: the library's verdict, rendered.
-fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Output> {
+fn verify(
+    bundles: Vec<PathBuf>,
+    trust: &TrustArgs,
+    deep: bool,
+    cached: bool,
+    ui: &Ui,
+) -> Result<Output> {
     let trust = load_trust(trust)?;
+    let bundle = bundles[0].clone();
     if verify_file::is_file(&bundle) {
+        if bundles.len() > 1 {
+            return Err(Error::Usage(format!(
+                "{} is one file, checked by its signature alone: give it alone",
+                bundle.display()
+            )));
+        }
         if deep {
             return Err(Error::Usage(format!(
                 "--deep checks the files inside a bundle; {} is one file, checked by its signature alone",
@@ -418,7 +431,10 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
         return verify_file::run(&bundle, &trust);
     }
     let mut out = Output::default();
-    let opened = open::open_with(&bundle, &trust)?;
+    let mut opened = open::open_media(&bundles, &trust)?;
+    if cached {
+        opened.media.set_read(airlock::fsio::MediumRead::Cached);
+    }
     report_trust(&mut out, &trust, &opened.trust);
     if let Some(u) = &opened.trust.update {
         out.line(format!(
@@ -434,6 +450,7 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
         .extend(verdict.signature_warnings.iter().cloned());
     out.warnings.extend(recorded_warnings(m));
     out.set("bundle", &bundle);
+    out.set("media", opened.media.dirs());
     out.set("name", &m.name);
     out.set("version", m.version);
     out.set("format_version", m.format_version);
@@ -493,10 +510,11 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
             ));
         }
     }
+    report_reads(&mut out, &verdict);
     if verdict.is_ok() {
         let findings = verdict.recorded_warnings.len();
         out.line(format!(
-            "OK   {} version {}: signature by {}, {} volume(s), {}{}{}{}",
+            "OK   {} version {}: signature by {}, {} volume(s), {}{}{}{}{}",
             m.name,
             m.version,
             opened.signer.key_id_hex(),
@@ -520,6 +538,13 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
                 format!(", {} files checked", m.files.len())
             } else {
                 String::new()
+            },
+            if !verdict.reads.is_empty() && verdict.all_from_medium() {
+                ", read from the medium"
+            } else if verdict.reads.is_empty() {
+                ""
+            } else {
+                ", NOT all read from the medium (see the warnings)"
             },
             match findings {
                 0 => String::new(),
@@ -549,6 +574,52 @@ fn verify(bundle: PathBuf, trust: &TrustArgs, deep: bool, ui: &Ui) -> Result<Out
     }
     out.error = verdict.into_error();
     Ok(out)
+}
+
+/// Where verify's bytes came from: `read_from` ("medium", "page-cache" or "mixed") and each
+/// volume not read from the medium with why, in the JSON; a warning per reason otherwise
+/// (issue 32: a green verify of the page cache says nothing about the stick).
+fn report_reads(out: &mut Output, verdict: &verify::Verdict) {
+    let from_medium = verdict
+        .reads
+        .iter()
+        .filter(|r| r.read_from.from_medium())
+        .count();
+    let summary = if from_medium == verdict.reads.len() {
+        "medium"
+    } else if from_medium == 0 {
+        "page-cache"
+    } else {
+        "mixed"
+    };
+    out.set("read_from", summary);
+    out.set("volumes_read_from_medium", from_medium);
+    let others: Vec<_> = verdict
+        .reads
+        .iter()
+        .filter(|r| !r.read_from.from_medium())
+        .collect();
+    out.set("not_read_from_medium", &others);
+    let mut by_reason: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for r in &others {
+        by_reason
+            .entry(r.why.as_deref().unwrap_or("not from the medium"))
+            .or_default()
+            .push(&r.volume);
+    }
+    for (why, volumes) in by_reason {
+        out.warnings.push(format!(
+            "{} not read from the medium: {why}",
+            match volumes.as_slice() {
+                [one] => format!("{one} was"),
+                [first, .., last] => format!("{} volumes ({first} to {last}) were", volumes.len()),
+                [] => continue,
+            }
+        ));
+    }
+    for n in &verdict.copy_notes {
+        out.warnings.push(n.clone());
+    }
 }
 
 /// The `base` of a delta and how its files travel, for verify and inspect.

@@ -305,6 +305,48 @@ fn eta_text(secs: f64) -> String {
 }
 
 impl Progress for Ui {
+    /// On a terminal (stdin and stderr both), asks on stderr for the medium and waits for
+    /// Enter; `q` or end of input stops. Off a terminal nobody can answer: `false` at once.
+    fn ask_for_medium(&self, request: &airlock::progress::MediumRequest<'_>) -> bool {
+        use std::io::{BufRead, Write};
+        if silenced() || !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+            return false;
+        }
+        self.clear();
+        let listed = match request.missing {
+            [one] => one.clone(),
+            [first, rest @ ..] => format!("{first} (and {} more)", rest.len()),
+            [] => return false,
+        };
+        let which = match &request.hint {
+            Some(m) => format!("{m} (it holds {listed})"),
+            None => format!("the medium holding {listed}"),
+        };
+        let dirs: Vec<String> = request
+            .looked_in
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect();
+        {
+            let mut err = std::io::stderr().lock();
+            if let Some(c) = &request.complaint {
+                let _ = writeln!(err, "airlock: {c}");
+            }
+            let _ = write!(
+                err,
+                "airlock: {listed} is on none of {}.\nairlock: put in {which}, mounted so that {} holds it, and press Enter (q and Enter to stop): ",
+                dirs.join(", "),
+                dirs.join(" or ")
+            );
+            let _ = err.flush();
+        }
+        let mut line = String::new();
+        match std::io::stdin().lock().read_line(&mut line) {
+            Ok(0) | Err(_) => false,
+            Ok(_) => !line.trim().eq_ignore_ascii_case("q"),
+        }
+    }
+
     fn damage(&self, map: &airlock::bundle::damage::DamageMap) {
         if !self.damage_maps {
             return;

@@ -23,8 +23,10 @@
 //! writer (and the writer never from an installer). A unit test (`only_fsio_opens_files`)
 //! fails when a file is opened anywhere else in `src/`.
 
+mod medium;
 mod open;
 mod rename;
 
+pub use medium::*;
 pub use open::*;
 pub use rename::*;
