@@ -204,6 +204,20 @@ pub enum Error {
         /// The missing volumes, each with the medium it is on when the media say.
         summary: String,
     },
+    /// The media given to `copy` cannot hold the bundle together.
+    #[error("{summary}")]
+    MediaTooSmall {
+        /// What the bundle needs and what each medium has.
+        summary: String,
+    },
+    /// A medium gave back other bytes than `copy` wrote to it.
+    #[error("{}: {summary}", medium.display())]
+    MediumFailing {
+        /// The medium (the directory given).
+        medium: PathBuf,
+        /// Which volumes read back wrong.
+        summary: String,
+    },
     /// The data stream breaks the format or disagrees with the manifest.
     #[error("{volume}: {reason}")]
     BadStream {
@@ -462,6 +476,7 @@ impl Error {
         match self {
             Error::Io { .. }
             | Error::MediumNeeded { .. }
+            | Error::MediaTooSmall { .. }
             | Error::NoSpace { .. }
             | Error::SourceChanged { .. }
             | Error::WrongPassword { .. } => EXIT_OPERATIONAL,
@@ -490,6 +505,7 @@ impl Error {
             | Error::BadManifest { .. }
             | Error::NotABundle { .. }
             | Error::MixedMedia { .. }
+            | Error::MediumFailing { .. }
             | Error::BadVolumes { .. }
             | Error::BadStream { .. }
             | Error::BadFile { .. }
@@ -524,6 +540,8 @@ impl Error {
             Error::BadVolumes { .. } => "bad-volumes",
             Error::MixedMedia { .. } => "mixed-media",
             Error::MediumNeeded { .. } => "medium-needed",
+            Error::MediaTooSmall { .. } => "no-space",
+            Error::MediumFailing { .. } => "medium-failing",
             Error::BadStream { .. } => "bad-stream",
             Error::BadFile { .. } => "bad-file",
             Error::Downgrade { .. } => "downgrade",
@@ -567,6 +585,8 @@ impl Error {
             Error::Usage(_) | Error::Interrupted { .. } => return None,
             Error::TrustEnv { source } => return source.hint(),
             Error::NotReplaceable { todo, .. } => todo.clone(),
+            Error::MediaTooSmall { .. } => "nothing was written; give more or larger media (airlock copy BUNDLE /media/a /media/b ...)".to_string(),
+            Error::MediumFailing { .. } => "set this medium aside: what it holds cannot be trusted; the volumes already read back on the other media stand, and a rerun with a good medium in its place copies only what is missing".to_string(),
             Error::MixedMedia { .. } => "give only directories that hold copies of the same bundle: each must hold the byte-identical manifest.json (sha256sum */manifest.json tells)".to_string(),
             Error::MediumNeeded { .. } => "give the bundle directory of every medium of the set (airlock unpack /media/a/NAME /media/b/NAME ...), or run on a terminal to be asked for each medium in turn".to_string(),
             Error::Arguments { hint, .. } => hint.clone(),

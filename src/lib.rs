@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bundle;
+pub mod copy;
 pub mod delta;
 pub mod durable;
 pub mod entries;

@@ -128,7 +128,7 @@ impl Media {
             usable: Mutex::new(vec![true; dirs.len()]),
             dirs,
             manifest_sha256: manifest_sha256.to_string(),
-            read: MediumRead::Device,
+            read: MediumRead::default(),
             chosen: Mutex::default(),
             placement: Mutex::default(),
             reads: Mutex::default(),

@@ -432,9 +432,11 @@ fn verify(
     }
     let mut out = Output::default();
     let mut opened = open::open_media(&bundles, &trust)?;
-    if cached {
-        opened.media.set_read(airlock::fsio::MediumRead::Cached);
-    }
+    opened.media.set_read(if cached {
+        airlock::fsio::MediumRead::Cached
+    } else {
+        airlock::fsio::MediumRead::Device
+    });
     report_trust(&mut out, &trust, &opened.trust);
     if let Some(u) = &opened.trust.update {
         out.line(format!(

@@ -41,8 +41,9 @@ pub enum ReadFrom {
     Medium,
     /// Direct I/O on a network file system: from the server, which may answer from its cache.
     Server,
-    /// The file system takes no direct reads: dirty pages were written back and the file's
-    /// cached pages dropped before an ordinary read (pages another process maps stay).
+    /// Without direct I/O (not asked for, or the file system takes none): dirty pages were
+    /// written back and the file's cached pages dropped before an ordinary read (pages another
+    /// process maps stay).
     CacheDropped,
     /// A memory file system (tmpfs, ramfs): the page cache is all there is.
     Memory,
@@ -56,6 +57,12 @@ impl ReadFrom {
         self == ReadFrom::Medium
     }
 
+    /// Whether the bytes came from below the page cache as far as the kernel promises without
+    /// direct I/O (the medium, or the cache dropped first).
+    pub fn past_cache(self) -> bool {
+        matches!(self, ReadFrom::Medium | ReadFrom::CacheDropped)
+    }
+
     /// Why the bytes may not have come from the medium, for a report; `None` for
     /// [`ReadFrom::Medium`].
     pub fn why(self, fstype: &str) -> Option<String> {
@@ -65,7 +72,7 @@ impl ReadFrom {
                 "read directly from a network file system ({fstype}): the server may answer from its own cache"
             )),
             ReadFrom::CacheDropped => Some(format!(
-                "the file system ({fstype}) takes no direct reads: its cached pages were written back and dropped before reading, which the kernel does not promise for pages another process maps"
+                "read without direct I/O on {fstype}: its cached pages were written back and dropped before reading, which the kernel does not promise for pages another process maps"
             )),
             ReadFrom::Memory => Some(format!(
                 "{fstype} keeps its files in memory: there is no medium below the page cache"
@@ -78,9 +85,14 @@ impl ReadFrom {
 /// Whether to read from the medium or accept the page cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum MediumRead {
-    /// From the medium, as far as the file system allows ([`ReadFrom`] says how far).
-    #[default]
+    /// From the medium with direct I/O, as far as the file system allows ([`ReadFrom`] says
+    /// how far): what `verify` and `copy`'s read-back use.
     Device,
+    /// From the medium at no cost: the file's cached pages are written back and dropped when
+    /// it is opened, then it is read the ordinary way, with the kernel's read-ahead (what the
+    /// stream of `unpack` uses: a volume nobody maps is read from the medium, as fast as ever).
+    #[default]
+    DropCache,
     /// Through the page cache (`--cached`: fast, proves only the cache).
     Cached,
 }
@@ -148,6 +160,15 @@ fn classify(f_type: u64) -> (&'static str, Option<ReadFrom>) {
         V9FS_MAGIC => ("9p", Some(ReadFrom::Server)),
         CEPH_SUPER_MAGIC => ("ceph", Some(ReadFrom::Server)),
         FUSE_SUPER_MAGIC => ("fuse", None),
+        0xef53 => ("ext4", None),
+        0x5846_5342 => ("xfs", None),
+        0x9123_683e => ("btrfs", None),
+        0x4d44 => ("vfat", None),
+        0x2011_bab0 => ("exfat", None),
+        0x5346_544e => ("ntfs", None),
+        0x9660 => ("iso9660", None),
+        0x1501_3346 => ("udf", None),
+        0xf2f5_2010 => ("f2fs", None),
         _ => ("", None),
     }
 }
@@ -183,14 +204,18 @@ impl MediumFile {
             m.from = ReadFrom::Memory;
             return m;
         }
-        let direct = rustix::fs::fcntl_getfl(&m.file)
-            .and_then(|fl| rustix::fs::fcntl_setfl(&m.file, fl | OFlags::DIRECT))
-            .is_ok();
+        let direct = how == MediumRead::Device
+            && rustix::fs::fcntl_getfl(&m.file)
+                .and_then(|fl| rustix::fs::fcntl_setfl(&m.file, fl | OFlags::DIRECT))
+                .is_ok();
         if direct {
             m.direct = true;
             m.from = kind.unwrap_or(ReadFrom::Medium);
         } else {
             m.drop_cache();
+            if kind == Some(ReadFrom::Server) && m.from == ReadFrom::CacheDropped {
+                m.from = ReadFrom::Server;
+            }
         }
         m
     }
