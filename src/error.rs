@@ -663,6 +663,14 @@ impl Error {
                 "log in with `docker login {registry}` (or put an `auths` entry for {registry} in that file), then run the command again"
             ),
             Error::CredentialHelper { todo, .. } => todo.clone(),
+            Error::SignatureThreshold { path, .. } if !is_manifest(path) => {
+                let name = path
+                    .file_name()
+                    .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+                format!(
+                    "each missing signer co-signs on their own machine (`airlock cosign {name} --key THEIR.key`) and the {name}.KEYID.minisig file it writes is copied beside {name}; do not lower the threshold to get past this"
+                )
+            }
             Error::SignatureThreshold { .. } => {
                 "each missing signer co-signs on their own machine (`airlock cosign BUNDLE --key THEIR.key`) and the manifest.json.KEYID.minisig file it writes is copied into the bundle; do not lower the threshold to get past this".into()
             }
@@ -707,6 +715,13 @@ pub fn fix_for_installed(fix: &str) -> String {
 /// Whether `path` is a file of an install receipt: the receipt module knows its layout.
 fn is_receipt(path: &Path) -> bool {
     crate::paths::is_receipt_file(path)
+}
+
+/// Whether `path` is a bundle's or a receipt's `manifest.json`, not one signed file
+/// (`airlock verify FILE`).
+fn is_manifest(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|n| n == crate::manifest::MANIFEST_NAME)
 }
 
 /// Whether `path` is the `FILE.minisig` of one signed file (`airlock verify FILE`), not a
