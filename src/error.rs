@@ -62,13 +62,15 @@ pub enum Error {
     /// The command line asks for something impossible.
     #[error("{0}")]
     Usage(String),
-    /// The command line could not be parsed (unknown flag, missing argument, invalid value).
-    /// Built by the binary from the parser's error; reported with the kind `usage`.
+    /// The command line could not be parsed (unknown flag, missing argument, invalid value),
+    /// or names something the command must not write into, with advice (`unpack --oci-layout`
+    /// at a directory that is not a layout). Built by the binary from the parser's error, or
+    /// by the library; reported with the kind `usage`.
     #[error("{message}")]
     Arguments {
         /// What is wrong with the arguments.
         message: String,
-        /// The parser's suggestion and the usage line.
+        /// The parser's suggestion and the usage line, or what to do instead.
         hint: String,
     },
     /// A key or signature file could not be used (unreadable, malformed, wrong password).
