@@ -584,3 +584,37 @@ impl Opened {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::ffi::OsStrExt;
+
+    #[test]
+    fn a_cosignature_is_named_after_exactly_its_signed_file() {
+        let id = "8A1C66BC2E7F49EA";
+        let of = |signed: &str, name: &str| is_cosignature_of(OsStr::new(signed), OsStr::new(name));
+        assert!(of("release", &format!("release.{id}.minisig")));
+        assert_eq!(
+            cosignature_name_of(OsStr::new("release"), id),
+            format!("release.{id}.minisig").as_str()
+        );
+        assert!(is_cosignature_name(&cosignature_name(id)));
+        // Another file's, the primary signature, a lowercase or short id: not this file's.
+        assert!(!of("release", &format!("release2.{id}.minisig")));
+        assert!(!of("release", &format!("rel.{id}.minisig")));
+        assert!(!of("release", "release.minisig"));
+        assert!(!of(
+            "release",
+            &format!("release.{}.minisig", id.to_lowercase())
+        ));
+        assert!(!of("release", "release.8A1C66BC.minisig"));
+        assert!(!of("release", &format!("release.{id}.minisig.bak")));
+        // Names that are not UTF-8 compare as bytes: no two files share co-signatures.
+        let a = OsStr::from_bytes(b"r\xff");
+        let b = OsStr::from_bytes(b"r\xfe");
+        let cosig = cosignature_name_of(a, id);
+        assert!(is_cosignature_of(a, &cosig));
+        assert!(!is_cosignature_of(b, &cosig));
+    }
+}
