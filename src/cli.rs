@@ -124,8 +124,8 @@ pub enum Command {
     Repair(RepairArgs),
     /// Verify a bundle in full, then publish it to an OCI registry as a ModelPack artifact.
     Push(PushArgs),
-    /// Add one more signer's signature to a bundle (manifest.json.KEYID.minisig), for roots
-    /// that require several; the volumes are not touched.
+    /// Add one more signer's signature to a bundle (manifest.json.KEYID.minisig) or to a signed
+    /// file (FILE.KEYID.minisig), for roots that require several; the volumes are not touched.
     Cosign(CosignArgs),
     /// Make, sign, inspect and rotate a TUF trust root (root.json): who may sign bundles, how
     /// many of them must, who may change that, until when.
@@ -170,7 +170,8 @@ pub struct SignArgs {
     /// Read the key's password from the first line of this file.
     #[arg(long, value_name = "FILE")]
     pub password_file: Option<PathBuf>,
-    /// Where to write the signature [default: FILE.minisig].
+    /// Where to write the signature [default: FILE.minisig]. A second signer's co-signature is
+    /// FILE.KEYID.minisig: `airlock cosign FILE` writes it under that name.
     #[arg(long, short, value_name = "SIGNATURE")]
     pub output: Option<PathBuf>,
     /// The signature's trusted comment [default: timestamp:SECONDS<TAB>file:NAME<TAB>hashed, as
@@ -332,7 +333,8 @@ pub struct PackArgs {
 #[derive(Args, Debug)]
 pub struct VerifyArgs {
     /// The bundle directory, or a file signed with `airlock sign` or `minisign -S` (its
-    /// signature FILE.minisig is checked, as `minisign -Vm FILE` does). A bundle spread over
+    /// signature FILE.minisig is checked, as `minisign -Vm FILE` does; under a root.json, with
+    /// the co-signatures FILE.KEYID.minisig, to the root's threshold). A bundle spread over
     /// several media: the bundle directory on each (each holds the same signed manifest).
     #[arg(required = true, num_args = 1.., value_name = "BUNDLE")]
     pub bundle: Vec<PathBuf>,
@@ -537,7 +539,9 @@ pub struct RegistryArgs {
 /// `airlock cosign`.
 #[derive(Args, Debug)]
 pub struct CosignArgs {
-    /// The bundle directory.
+    /// The bundle directory, or a file signed with `airlock sign` (FILE.minisig beside it):
+    /// the co-signature is written beside it as FILE.KEYID.minisig, which `verify FILE` counts.
+    #[arg(value_name = "BUNDLE|FILE")]
     pub bundle: PathBuf,
     /// The co-signer's secret key.
     #[arg(long, value_name = "SECRET_KEY")]
@@ -545,8 +549,8 @@ pub struct CosignArgs {
     /// Read the key's password from the first line of this file.
     #[arg(long, value_name = "FILE")]
     pub password_file: Option<PathBuf>,
-    /// Trusted keys or root.json: report how many signatures the bundle now has of those it
-    /// needs (the bundle is not otherwise checked).
+    /// Trusted keys or root.json: report how many signatures the bundle (or file) now has of
+    /// those it needs (the bundle is not otherwise checked).
     #[command(flatten)]
     pub trust: TrustArgs,
 }

@@ -62,13 +62,15 @@ pub enum Error {
     /// The command line asks for something impossible.
     #[error("{0}")]
     Usage(String),
-    /// The command line could not be parsed (unknown flag, missing argument, invalid value).
-    /// Built by the binary from the parser's error; reported with the kind `usage`.
+    /// The command line could not be parsed (unknown flag, missing argument, invalid value),
+    /// or names something the command must not write into, with advice (`unpack --oci-layout`
+    /// at a directory that is not a layout). Built by the binary from the parser's error, or
+    /// by the library; reported with the kind `usage`.
     #[error("{message}")]
     Arguments {
         /// What is wrong with the arguments.
         message: String,
-        /// The parser's suggestion and the usage line.
+        /// The parser's suggestion and the usage line, or what to do instead.
         hint: String,
     },
     /// A key or signature file could not be used (unreadable, malformed, wrong password).
@@ -704,6 +706,14 @@ impl Error {
                 "log in with `docker login {registry}` (or put an `auths` entry for {registry} in that file), then run the command again"
             ),
             Error::CredentialHelper { todo, .. } => todo.clone(),
+            Error::SignatureThreshold { path, .. } if !is_manifest(path) => {
+                let name = path
+                    .file_name()
+                    .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+                format!(
+                    "each missing signer co-signs on their own machine (`airlock cosign {name} --key THEIR.key`) and the {name}.KEYID.minisig file it writes is copied beside {name}; do not lower the threshold to get past this"
+                )
+            }
             Error::SignatureThreshold { .. } => {
                 "each missing signer co-signs on their own machine (`airlock cosign BUNDLE --key THEIR.key`) and the manifest.json.KEYID.minisig file it writes is copied into the bundle; do not lower the threshold to get past this".into()
             }
@@ -748,6 +758,13 @@ pub fn fix_for_installed(fix: &str) -> String {
 /// Whether `path` is a file of an install receipt: the receipt module knows its layout.
 fn is_receipt(path: &Path) -> bool {
     crate::paths::is_receipt_file(path)
+}
+
+/// Whether `path` is a bundle's or a receipt's `manifest.json`, not one signed file
+/// (`airlock verify FILE`).
+fn is_manifest(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|n| n == crate::manifest::MANIFEST_NAME)
 }
 
 /// Whether `path` is the `FILE.minisig` of one signed file (`airlock verify FILE`), not a

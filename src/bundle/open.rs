@@ -10,6 +10,7 @@
 //! `/dev/zero`, a FIFO or a directory, followed through a symlink or not), and at most its
 //! documented limit plus one byte is ever read (FORMAT.md, sections 2 and 9).
 
+use std::ffi::OsStr;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -20,7 +21,7 @@ use crate::fsio::{Follow, OpenError, read_capped};
 use crate::keys::{self, PublicKey, Signature};
 use crate::manifest::{self, Manifest};
 use crate::trust::Policy;
-use crate::trust::policy::{SigFile, Signer};
+use crate::trust::policy::{Message, SigFile, Signer};
 use crate::trust::update::{self, RootFile, Update};
 
 /// Largest `manifest.json.minisig` accepted, in bytes (FORMAT.md, section 8).
@@ -215,21 +216,44 @@ pub fn cosignature_name(key_id_hex: &str) -> String {
     format!("{}.{key_id_hex}.minisig", manifest::MANIFEST_NAME)
 }
 
+/// The name of a co-signature of the file named `signed`: `SIGNED.KEYID.minisig`, as
+/// [`cosignature_name`] names `manifest.json`'s.
+pub fn cosignature_name_of(signed: &OsStr, key_id_hex: &str) -> std::ffi::OsString {
+    let mut name = signed.to_owned();
+    name.push(format!(".{key_id_hex}.minisig"));
+    name
+}
+
 /// Whether `name` is a co-signature file name.
 pub fn is_cosignature_name(name: &str) -> bool {
-    name.strip_prefix("manifest.json.")
-        .and_then(|r| r.strip_suffix(".minisig"))
+    is_cosignature_of(OsStr::new(manifest::MANIFEST_NAME), OsStr::new(name))
+}
+
+/// Whether `name` is a co-signature of the file named `signed`: `SIGNED.KEYID.minisig`, the
+/// scheme of `manifest.json.KEYID.minisig` for any signed file (`airlock verify FILE`).
+/// Compared as bytes, so a name that is not UTF-8 never matches another's co-signatures.
+pub fn is_cosignature_of(signed: &OsStr, name: &OsStr) -> bool {
+    name.as_encoded_bytes()
+        .strip_prefix(signed.as_encoded_bytes())
+        .and_then(|r| r.strip_prefix(b"."))
+        .and_then(|r| r.strip_suffix(b".minisig"))
         .is_some_and(|id| {
-            id.len() == 16 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'A'..=b'F'))
+            id.len() == 16 && id.iter().all(|b| matches!(b, b'0'..=b'9' | b'A'..=b'F'))
         })
 }
 
 /// Most co-signature files a bundle or receipt may hold.
 pub const MAX_COSIGNATURES: usize = 64;
 
-/// Reads the co-signatures in `dir` (bounded); a file that is not a readable signature is
-/// named in `notes` rather than read.
-fn read_cosignatures(dir: &Path, notes: &mut Vec<String>) -> Result<Vec<SigFile>> {
+/// Reads the co-signatures of the file named `signed` in `dir` (`SIGNED.KEYID.minisig`, at
+/// most [`MAX_COSIGNATURES`], each bounded like a signature), in name order; a file that is not
+/// a readable signature is named in `notes` rather than read. A bundle's are those of
+/// `manifest.json`.
+pub fn read_cosignatures(
+    dir: &Path,
+    signed: &OsStr,
+    notes: &mut Vec<String>,
+) -> Result<Vec<SigFile>> {
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -238,8 +262,8 @@ fn read_cosignatures(dir: &Path, notes: &mut Vec<String>) -> Result<Vec<SigFile>
     let mut names = Vec::new();
     for e in rd {
         let e = e.map_err(|e| Error::io(dir, e))?;
-        let name = e.file_name().to_string_lossy().into_owned();
-        if is_cosignature_name(&name) {
+        let name = e.file_name();
+        if is_cosignature_of(signed, &name) {
             names.push(name);
         }
     }
@@ -247,8 +271,9 @@ fn read_cosignatures(dir: &Path, notes: &mut Vec<String>) -> Result<Vec<SigFile>
         return Err(Error::BadSignature {
             path: dir.to_path_buf(),
             reason: format!(
-                "holds {} co-signature files, more than the {MAX_COSIGNATURES} allowed",
-                names.len()
+                "holds {} co-signature files of {}, more than the {MAX_COSIGNATURES} allowed",
+                names.len(),
+                signed.to_string_lossy()
             ),
         });
     }
@@ -287,7 +312,11 @@ pub fn verify_signed_with(
         });
     };
     let mut notes = Vec::new();
-    let cosigs = read_cosignatures(&crate::fsio::parent_dir(sig_path), &mut notes)?;
+    let cosigs = read_cosignatures(
+        &crate::fsio::parent_dir(sig_path),
+        OsStr::new(manifest::MANIFEST_NAME),
+        &mut notes,
+    )?;
     let mut signed = verify_parts(
         bytes,
         manifest_path,
@@ -343,23 +372,11 @@ pub fn verify_parts(
     let text = primary.text.clone();
     let mut files = vec![primary];
     files.extend(cosigs);
-    let counted = policy.count(&bytes, &files);
-    if counted.signers.len() < policy.threshold {
-        if policy.root.is_none() && counted.signers.is_empty() {
-            // A plain key set: the errors it has always given about the one signature.
-            return Err(plain_failure(
-                &bytes,
-                &primary_sig,
-                manifest_path,
-                &sig_path,
-                policy,
-            ));
-        }
-        return Err(Error::SignatureThreshold {
-            path: manifest_path.to_path_buf(),
-            detail: shortfall(policy, &counted),
-        });
-    }
+    // A plain key set with no signature that counts: the errors it has always given about
+    // the one signature.
+    let counted = policy.require(Message::Manifest(&bytes), manifest_path, &files, || {
+        plain_failure(&bytes, &primary_sig, manifest_path, &sig_path, policy)
+    })?;
     let manifest = Manifest::parse(&bytes).map_err(|reason| Error::BadManifest {
         path: manifest_path.to_path_buf(),
         reason,
@@ -378,7 +395,7 @@ pub fn verify_parts(
     );
     let (first, _) = &counted.signatures[0];
     let key = policy
-        .verify_one(&bytes, first)
+        .verify_one(Message::Manifest(&bytes), first)
         .map(|k| k.public)
         .expect("counted signatures verify");
     let cosignatures = counted
@@ -444,52 +461,6 @@ fn plain_failure(
     }
 }
 
-/// "signed by 1 of the 2 distinct keys the targets role of root.json version 1 requires
-/// (A in manifest.json.minisig); 1 more needed from: B, C".
-fn shortfall(policy: &Policy, counted: &crate::trust::policy::Counted) -> String {
-    let have = counted.signers.len();
-    let signed: Vec<String> = counted
-        .signers
-        .iter()
-        .map(|s| {
-            format!(
-                "{} in {}",
-                s.key,
-                s.file.file_name().map_or_else(
-                    || s.file.display().to_string(),
-                    |n| n.to_string_lossy().into_owned()
-                )
-            )
-        })
-        .collect();
-    let missing: Vec<String> = policy
-        .keys
-        .iter()
-        .filter(|k| !counted.signers.iter().any(|s| s.key == k.label))
-        .map(|k| k.label.clone())
-        .collect();
-    let mut s = format!(
-        "signed by {have} of the {} distinct keys {} requires",
-        policy.threshold,
-        policy.describe()
-    );
-    if !signed.is_empty() {
-        s.push_str(&format!(" ({})", signed.join(", ")));
-    }
-    s.push_str(&format!(
-        "; {} more needed from: {}",
-        policy.threshold - have,
-        missing.join(", ")
-    ));
-    if !counted.not_counted.is_empty() {
-        s.push_str(&format!(
-            "; not counted: {}",
-            counted.not_counted.join("; ")
-        ));
-    }
-    s
-}
-
 fn comment_warnings(comment: &str, sha: &str, manifest: &Manifest, warnings: &mut Vec<String>) {
     match manifest::parse_trusted_comment(comment) {
         Some(tc) => {
@@ -528,7 +499,7 @@ pub fn open_with(dir: &Path, policy: &Policy) -> Result<Opened> {
     };
     let mut notes = Vec::new();
     let carried = update::read_carried(dir, policy.root.is_some(), &mut notes)?;
-    let cosigs = read_cosignatures(dir, &mut notes)?;
+    let cosigs = read_cosignatures(dir, OsStr::new(manifest::MANIFEST_NAME), &mut notes)?;
     let mut opened = open_parts(
         Origin::Dir(dir.to_path_buf()),
         &mpath,
@@ -638,5 +609,39 @@ impl Opened {
             Origin::Dir(d) => d,
             Origin::Registry(r) => panic!("{r}: a registry artifact has no bundle directory"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::ffi::OsStrExt;
+
+    #[test]
+    fn a_cosignature_is_named_after_exactly_its_signed_file() {
+        let id = "8A1C66BC2E7F49EA";
+        let of = |signed: &str, name: &str| is_cosignature_of(OsStr::new(signed), OsStr::new(name));
+        assert!(of("release", &format!("release.{id}.minisig")));
+        assert_eq!(
+            cosignature_name_of(OsStr::new("release"), id),
+            format!("release.{id}.minisig").as_str()
+        );
+        assert!(is_cosignature_name(&cosignature_name(id)));
+        // Another file's, the primary signature, a lowercase or short id: not this file's.
+        assert!(!of("release", &format!("release2.{id}.minisig")));
+        assert!(!of("release", &format!("rel.{id}.minisig")));
+        assert!(!of("release", "release.minisig"));
+        assert!(!of(
+            "release",
+            &format!("release.{}.minisig", id.to_lowercase())
+        ));
+        assert!(!of("release", "release.8A1C66BC.minisig"));
+        assert!(!of("release", &format!("release.{id}.minisig.bak")));
+        // Names that are not UTF-8 compare as bytes: no two files share co-signatures.
+        let a = OsStr::from_bytes(b"r\xff");
+        let b = OsStr::from_bytes(b"r\xfe");
+        let cosig = cosignature_name_of(a, id);
+        assert!(is_cosignature_of(a, &cosig));
+        assert!(!is_cosignature_of(b, &cosig));
     }
 }

@@ -56,7 +56,7 @@ fn exit_status(command: Option<&str>) -> Vec<(&'static str, String)> {
             "the model checks found errors (pack with --no-model-checks to record them as warnings instead)",
         ),
         Some("verify") => Some(
-            "the bundle failed verification: signature, trust, manifest, a volume or (with --deep) a file",
+            "the bundle failed verification: signature, trust, manifest, a volume or (with --deep) a file; or a signed FILE's signatures do not verify or fall short of the trust root's threshold",
         ),
         Some("unpack") => Some(
             "the bundle failed verification, or the install would downgrade an installed version",
@@ -69,7 +69,9 @@ fn exit_status(command: Option<&str>) -> Vec<(&'static str, String)> {
         Some("trust") => Some(
             "trust show: the root is not signed by the threshold of its root keys, has expired, or (with --previous) is not a valid rotation; trust rotate/sign: the root read is not valid",
         ),
-        Some("cosign") => Some("the bundle's manifest is malformed or unsigned"),
+        Some("cosign") => {
+            Some("the bundle's manifest is malformed or unsigned, or FILE.minisig is malformed")
+        }
         Some("check") => Some(
             "the tree differs from its receipt, the receipt's signature fails, the model checks found errors, or the Hugging Face cache is damaged",
         ),
@@ -150,6 +152,10 @@ fn examples(command: Option<&str>) -> &'static [(&'static str, &'static str)] {
             (
                 "Also decompress and check every file:",
                 "airlock verify /media/usb/llama --trust /etc/airlock/trust --deep",
+            ),
+            (
+                "Check the next airlock release: FILE.minisig and, under a root, its co-signatures:",
+                "airlock verify airlock-0.2.0-x86_64-linux --trust /etc/airlock/root.json",
             ),
         ],
         Some("unpack") => &[
@@ -232,10 +238,16 @@ fn examples(command: Option<&str>) -> &'static [(&'static str, &'static str)] {
                 "airlock trust rotate root.json --out root2.json --key alice.pub --key carol.pub --key dave.pub --expires 2028-06-30",
             ),
         ],
-        Some("cosign") => &[(
-            "A second release officer co-signs the bundle on their own machine:",
-            "airlock cosign /media/usb/llama-v3 --key bob.key",
-        )],
+        Some("cosign") => &[
+            (
+                "A second release officer co-signs the bundle on their own machine:",
+                "airlock cosign /media/usb/llama-v3 --key bob.key",
+            ),
+            (
+                "Or the next airlock release (writes airlock-0.2.0-x86_64-linux.KEYID.minisig):",
+                "airlock cosign airlock-0.2.0-x86_64-linux --key bob.key --trust root.json",
+            ),
+        ],
         Some("completions") => &[(
             "bash:",
             "airlock completions bash > /etc/bash_completion.d/airlock",

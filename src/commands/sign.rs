@@ -2,16 +2,21 @@
 //! to cross the gap before airlock can check anything itself, such as airlock's own release
 //! binary. Stock `minisign -Vm FILE -p K.pub` verifies it: the signature is prehashed (`ED`), as
 //! `minisign -S` writes by default, with minisign's trusted comment.
+//!
+//! `airlock cosign FILE --key K` ([`cosign_file`]) adds a second signer's `FILE.KEYID.minisig`,
+//! the co-signature `airlock verify FILE` counts under a TUF root whose targets role needs
+//! several signers, as `airlock cosign BUNDLE` adds `manifest.json.KEYID.minisig`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use airlock::bundle::open;
 use airlock::error::{Error, Result};
-use airlock::keys::{self, TRUSTED_COMMENT_MAX_BYTES};
+use airlock::keys::{self, Signature, TRUSTED_COMMENT_MAX_BYTES};
 
 use super::files::{self, Staged};
 use super::ui::Ui;
-use super::{Output, secret};
-use crate::cli::SignArgs;
+use super::{Output, secret, trust_clock, trust_source, verify_file};
+use crate::cli::{CosignArgs, SignArgs};
 
 /// The untrusted comment, like minisign's "signature from minisign secret key".
 const UNTRUSTED_COMMENT: &str = "signature from airlock secret key";
@@ -45,14 +50,7 @@ pub fn run(a: SignArgs, ui: &Ui) -> Result<Output> {
     }
     let trusted_comment = match &a.trusted_comment {
         Some(c) => c.clone(),
-        None => format!(
-            "timestamp:{}\tfile:{}\thashed",
-            super::pack::created_unix()?,
-            a.file
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        ),
+        None => default_trusted_comment(&a.file)?,
     };
     if trusted_comment.len() > TRUSTED_COMMENT_MAX_BYTES
         || trusted_comment.chars().any(|c| c != '\t' && c.is_control())
@@ -87,5 +85,120 @@ pub fn run(a: SignArgs, ui: &Ui) -> Result<Output> {
         sig_path.display(),
         a.file.display()
     ));
+    Ok(out)
+}
+
+/// minisign's trusted comment for `file`: `timestamp:SECONDS<TAB>file:NAME<TAB>hashed`.
+fn default_trusted_comment(file: &Path) -> Result<String> {
+    Ok(format!(
+        "timestamp:{}\tfile:{}\thashed",
+        super::pack::created_unix()?,
+        file.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    ))
+}
+
+/// `airlock cosign FILE --key K`: one more signature of a file already signed (`FILE.minisig`
+/// beside it, by another key), written as `FILE.KEYID.minisig` exactly as `sign` writes
+/// `FILE.minisig` (prehashed, minisign's trusted comment), created exclusively through the
+/// directory's handle and never replacing anything, as a bundle's co-signature is. With
+/// `--trust`, says whether the file now has the signatures its trust policy needs.
+pub fn cosign_file(a: CosignArgs, ui: &Ui) -> Result<Output> {
+    let file = &a.bundle;
+    let meta = std::fs::metadata(file).map_err(|e| Error::io(file, e))?;
+    if !meta.is_file() {
+        return Err(Error::Usage(format!(
+            "{} is not a regular file: cosign co-signs a bundle (a directory) or one file",
+            file.display()
+        )));
+    }
+    let name = verify_file::file_name(file)?
+        .to_str()
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "{}: the file name is not UTF-8; rename the file, then sign and co-sign it",
+                file.display()
+            ))
+        })?
+        .to_owned();
+    let sig_path = verify_file::signature_path(file);
+    if std::fs::symlink_metadata(&sig_path).is_err() {
+        return Err(Error::Usage(format!(
+            "{}: missing: a file is signed first (`airlock sign {} --key K` writes it), then co-signed by other keys",
+            sig_path.display(),
+            file.display()
+        )));
+    }
+    let primary =
+        Signature::parse(&verify_file::read_signature(&sig_path, file)?).map_err(|e| {
+            Error::BadSignature {
+                path: sig_path.clone(),
+                reason: e.to_string(),
+            }
+        })?;
+    let key_file = secret::read(&a.key, a.password_file.as_deref())?;
+    let digest = keys::prehash_file(file).map_err(|e| Error::Key {
+        path: file.clone(),
+        source: e,
+    })?;
+    let key = secret::unlock(key_file, ui)?;
+    let id = key.public_key().key_id_hex();
+    if primary.key_id == key.public_key().key_id {
+        return Err(Error::Usage(format!(
+            "{}: already signed by key {id} ({}); a co-signature must come from another key",
+            file.display(),
+            sig_path.display()
+        )));
+    }
+    let cosig_name = open::cosignature_name_of(std::ffi::OsStr::new(&name), &id)
+        .into_string()
+        .expect("UTF-8 name and hex id");
+    let dir = airlock::fsio::parent_dir(file);
+    let cosig_path = verify_file::beside(file, std::ffi::OsStr::new(&cosig_name));
+    let dir_fd = airlock::durable::open_dir(&dir)?;
+    if rustix::fs::statat(
+        &dir_fd,
+        cosig_name.as_str(),
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .is_ok()
+    {
+        return Err(Error::Usage(format!(
+            "{}: already exists: key {id} has co-signed this file",
+            cosig_path.display()
+        )));
+    }
+    let trusted_comment = default_trusted_comment(file)?;
+    let sig =
+        keys::sign_prehashed(&key, &digest, UNTRUSTED_COMMENT, &trusted_comment).map_err(|e| {
+            Error::Key {
+                path: a.key.clone(),
+                source: e,
+            }
+        })?;
+    super::trust::write_new_at(&dir_fd, &dir, &cosig_name, sig.to_file_text().as_bytes())?;
+    let mut out = Output::default();
+    out.set("file", file);
+    out.set("signature", &cosig_path);
+    out.set("signer", &id);
+    out.set("trusted_comment", &trusted_comment);
+    out.line(format!(
+        "OK   co-signed {} with key {id} into {} (check with `minisign -Vm {} -x {} -p KEY.pub`)",
+        file.display(),
+        cosig_path.display(),
+        file.display(),
+        cosig_path.display()
+    ));
+    let source = trust_source(&a.trust)?;
+    if let Some(policy) = source.load_at(trust_clock(a.trust.assume_now.as_deref())?)? {
+        match verify_file::run(file, &policy) {
+            Ok(_) => out.line(format!("the file now meets {}", policy.describe())),
+            Err(Error::SignatureThreshold { detail, .. }) => {
+                out.line(format!("not yet enough signatures: {detail}"))
+            }
+            Err(e) => return Err(e),
+        }
+    }
     Ok(out)
 }

@@ -1,5 +1,6 @@
 //! `airlock trust init|sign|show|rotate` (a TUF root.json: who may sign bundles, how many must,
-//! who may change that, until when) and `airlock cosign` (one more signature on a bundle).
+//! who may change that, until when) and `airlock cosign` (one more signature on a bundle; on a
+//! single file, `sign::cosign_file`).
 //!
 //! Each root key holder signs on their own offline machine: `sign` takes one secret key and
 //! rewrites the root file atomically, so no machine ever needs two secret keys.
@@ -373,11 +374,40 @@ fn show(a: TrustShowArgs) -> Result<Output> {
     Ok(out)
 }
 
+/// Writes the new file `name` (a co-signature) into the directory `dir_fd` (`dir`): created
+/// under a temporary name, exclusively and without following links, through the directory's
+/// handle, synced, then renamed into place without replacing anything, and the directory
+/// synced.
+pub(super) fn write_new_at(
+    dir_fd: &std::os::fd::OwnedFd,
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> Result<()> {
+    let path = dir.join(name);
+    let tmp = format!(".{name}.airlock-tmp{}", std::process::id());
+    airlock::durable::write_synced_at(dir_fd, dir, &tmp, bytes, 0o644)?;
+    if let Err(e) = airlock::fsio::rename_at(
+        dir_fd,
+        tmp.as_str(),
+        dir_fd,
+        name,
+        rustix::fs::RenameFlags::NOREPLACE,
+    ) {
+        let _ = rustix::fs::unlinkat(dir_fd, tmp.as_str(), rustix::fs::AtFlags::empty());
+        return Err(Error::io(&path, e));
+    }
+    airlock::durable::sync_dir_fd(dir_fd, dir)
+}
+
 /// `airlock cosign BUNDLE --key K`: one more minisign signature of the bundle's manifest,
 /// written as `manifest.json.KEYID.minisig` beside it: created under a temporary name without
 /// following links and exclusively through the bundle directory's handle, synced, then renamed
 /// into place without replacing anything. The volumes are not touched.
 pub fn cosign(a: CosignArgs, ui: &Ui) -> Result<Output> {
+    if super::verify_file::is_file(&a.bundle) {
+        return super::sign::cosign_file(a, ui);
+    }
     let dir = &a.bundle;
     let (m, bytes, primary) = open::read_unverified(dir)?;
     let Some(primary) = primary else {
@@ -423,19 +453,7 @@ pub fn cosign(a: CosignArgs, ui: &Ui) -> Result<Output> {
         path: a.key.clone(),
         source: e,
     })?;
-    let tmp = format!(".{name}.airlock-tmp{}", std::process::id());
-    airlock::durable::write_synced_at(&dir_fd, dir, &tmp, sig.to_file_text().as_bytes(), 0o644)?;
-    if let Err(e) = airlock::fsio::rename_at(
-        &dir_fd,
-        tmp.as_str(),
-        &dir_fd,
-        name.as_str(),
-        rustix::fs::RenameFlags::NOREPLACE,
-    ) {
-        let _ = rustix::fs::unlinkat(&dir_fd, tmp.as_str(), rustix::fs::AtFlags::empty());
-        return Err(Error::io(&path, e));
-    }
-    airlock::durable::sync_dir_fd(&dir_fd, dir)?;
+    write_new_at(&dir_fd, dir, &name, sig.to_file_text().as_bytes())?;
     let mut out = Output::default();
     out.set("bundle", dir);
     out.set("signature", &path);

@@ -2,13 +2,23 @@
 //! trust set the way `minisign -Vm FILE -p KEY.pub` checks it. This is how an airlock already
 //! on the target checks the next airlock release (RUNBOOK.md section 0) without `minisign`
 //! there: `scripts/release.sh` signs the binary with `airlock sign`.
+//!
+//! With a TUF root (`--trust root.json`) a file is held to the same rule as a bundle's
+//! manifest (FORMAT.md section 18.2): the root must be current, and the threshold of distinct
+//! keys of its `targets` role must sign, counting `FILE.minisig` and the co-signatures
+//! `FILE.KEYID.minisig` beside it (`airlock cosign FILE`), read and counted by the code that
+//! reads and counts a bundle's `manifest.json.KEYID.minisig` ([`open::read_cosignatures`],
+//! [`Policy::require`]). Only the hashing differs: the file is streamed once into its prehash,
+//! which the signatures are checked against.
 
 use std::path::{Path, PathBuf};
 
+use airlock::bundle::open::{self, TrustInfo};
 use airlock::error::{Error, Result};
 use airlock::fsio::Follow;
 use airlock::keys::{self, PublicKey, Signature};
 use airlock::trust::Policy;
+use airlock::trust::policy::{Message, SigFile};
 
 use super::Output;
 
@@ -22,7 +32,35 @@ pub(super) fn is_file(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| !m.is_dir())
 }
 
-/// Verifies `FILE.minisig` over `file` with a key of `trust` (module documentation).
+/// `FILE.minisig`: where the signature of `file` is.
+pub(super) fn signature_path(file: &Path) -> PathBuf {
+    let mut sig_path = file.as_os_str().to_owned();
+    sig_path.push(".minisig");
+    PathBuf::from(sig_path)
+}
+
+/// The path of `name` beside `file`, spelled as the operator spelled `file` (`name` alone
+/// for a bare file name, not `./name`).
+pub(super) fn beside(file: &Path, name: &std::ffi::OsStr) -> PathBuf {
+    match file.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.join(name),
+        _ => PathBuf::from(name),
+    }
+}
+
+/// The file name of `file` (what its co-signatures are named after), or an error for a path
+/// without one (`..`, `/`).
+pub(super) fn file_name(file: &Path) -> Result<&std::ffi::OsStr> {
+    file.file_name().ok_or_else(|| {
+        Error::Usage(format!(
+            "{}: name the signed file itself (a path that ends in its name)",
+            file.display()
+        ))
+    })
+}
+
+/// Verifies `FILE.minisig` and its co-signatures over `file` with the keys of `trust`, to its
+/// threshold (module documentation).
 ///
 /// `file` is opened once, without blocking, and checked to be a regular file before its
 /// signature is read; the bytes hashed are read through that handle, at most its size.
@@ -30,74 +68,134 @@ pub(super) fn run(file: &Path, trust: &Policy) -> Result<Output> {
     refuse_special(file)?;
     let (opened, len) =
         airlock::fsio::open_regular(file, Follow::Final).map_err(|e| Error::io(file, e.into()))?;
-    let mut sig_path = file.as_os_str().to_owned();
-    sig_path.push(".minisig");
-    let sig_path = PathBuf::from(sig_path);
+    let sig_path = signature_path(file);
     let text = read_signature(&sig_path, file)?;
+    // An expired root vouches for nothing (FORMAT.md section 18.1); a file carries no newer one.
+    trust.check_current()?;
     let sig = Signature::parse(&text).map_err(|e| Error::BadSignature {
         path: sig_path.clone(),
         reason: e.to_string(),
     })?;
-    let key = trust
-        .keys
-        .iter()
-        .find(|k| k.minisign_id == Some(sig.key_id))
-        .ok_or_else(|| Error::UntrustedKey {
-            path: sig_path.clone(),
-            key_id: sig.key_id_hex(),
-            trusted: trust
-                .keys
-                .iter()
-                .map(|k| k.label.clone())
-                .collect::<Vec<_>>()
-                .join(", "),
-        })?;
-    let public = PublicKey {
-        key_id: sig.key_id,
-        key: key.public,
-    };
+    let mut notes = Vec::new();
+    let mut cosigs = open::read_cosignatures(
+        &airlock::fsio::parent_dir(file),
+        file_name(file)?,
+        &mut notes,
+    )?;
+    for c in &mut cosigs {
+        if let Some(name) = c.path.file_name() {
+            c.path = beside(file, name);
+        }
+    }
     let digest = prehash_exactly(opened, len).map_err(|e| Error::io(file, e))?;
-    keys::verify_prehashed(&public, &sig, &digest).map_err(|e| Error::BadSignature {
+    let mut files = vec![SigFile {
         path: sig_path.clone(),
-        reason: format!(
-            "does not verify {} with key {}: {e}",
-            file.display(),
-            key.label
-        ),
+        text,
+    }];
+    files.extend(cosigs);
+    let counted = trust.require(Message::Prehashed(&digest), file, &files, || {
+        plain_failure(file, &sig_path, &sig, &digest, trust)
     })?;
+
     let mut out = Output::default();
     let name = file
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     // minisign's trusted comment names the file it signed: a renamed or swapped file shows.
-    if let Some(signed) = sig
-        .trusted_comment
-        .split('\t')
-        .find_map(|f| f.strip_prefix("file:"))
-        && signed != name
-    {
-        out.warnings.push(format!(
-            "the signature's trusted comment names the file {signed:?}, not {name:?}: check that this is the file that was signed"
-        ));
+    for (s, _) in &counted.signatures {
+        if let Some(signed) = s
+            .trusted_comment
+            .split('\t')
+            .find_map(|f| f.strip_prefix("file:"))
+            && signed != name
+        {
+            out.warnings.push(format!(
+                "the signature's trusted comment names the file {signed:?}, not {name:?}: check that this is the file that was signed"
+            ));
+        }
     }
+    out.warnings.dedup();
+    out.warnings.extend(notes);
+    out.warnings.extend(
+        counted
+            .not_counted
+            .iter()
+            .map(|n| format!("{n} (not counted)")),
+    );
+    let (first, first_file) = &counted.signatures[0];
+    let signers = &counted.signers;
     out.set("file", file);
-    out.set("signature", &sig_path);
-    out.set("signer", key.label.clone());
-    out.set("trusted_comment", &sig.trusted_comment);
+    out.set("signature", &first_file.path);
+    out.set("signer", signers[0].key.clone());
+    out.set("trusted_comment", &first.trusted_comment);
     out.line(format!(
-        "OK   {}: signature by {} verified ({}); trusted comment: {}",
+        "OK   {}: signature{} by {} verified ({}); trusted comment: {}",
         file.display(),
-        key.label,
-        sig_path.display(),
-        sig.trusted_comment
+        if signers.len() > 1 { "s" } else { "" },
+        signers
+            .iter()
+            .map(|s| s.key.clone())
+            .collect::<Vec<_>>()
+            .join(", "),
+        signers
+            .iter()
+            .map(|s| s.file.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        first.trusted_comment
     ));
+    let info = TrustInfo {
+        signers: counted.signers.clone(),
+        policy: Some(trust.clone()),
+        ..TrustInfo::default()
+    };
+    super::report_trust(&mut out, trust, &info);
     Ok(out)
+}
+
+/// The error of a plain key set when `FILE.minisig` does not count and no co-signature does
+/// (the messages a single signature has always had): signed by a key not in the set, or a
+/// signature that does not verify this file with the key it names.
+fn plain_failure(
+    file: &Path,
+    sig_path: &Path,
+    sig: &Signature,
+    digest: &[u8; 64],
+    trust: &Policy,
+) -> Error {
+    let Some(key) = trust
+        .keys
+        .iter()
+        .find(|k| k.minisign_id == Some(sig.key_id))
+    else {
+        return Error::UntrustedKey {
+            path: sig_path.to_path_buf(),
+            key_id: sig.key_id_hex(),
+            trusted: trust.labels(),
+        };
+    };
+    let public = PublicKey {
+        key_id: sig.key_id,
+        key: key.public,
+    };
+    let reason = match keys::verify_prehashed(&public, sig, digest) {
+        Err(e) => format!(
+            "does not verify {} with key {}: {e}",
+            file.display(),
+            key.label
+        ),
+        Ok(()) => "verified on a second look; run the command again".into(),
+    };
+    Error::BadSignature {
+        path: sig_path.to_path_buf(),
+        reason,
+    }
 }
 
 /// The text of the signature file `sig_path` of `file`: a regular file (a final link
 /// followed) of at most [`MAX_SIGNATURE_BYTES`], refused before reading otherwise.
-fn read_signature(sig_path: &Path, file: &Path) -> Result<String> {
+pub(super) fn read_signature(sig_path: &Path, file: &Path) -> Result<String> {
     use airlock::fsio::OpenError;
     refuse_special(sig_path)?;
     let bytes = match airlock::fsio::read_capped(sig_path, MAX_SIGNATURE_BYTES, Follow::Final) {

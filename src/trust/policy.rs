@@ -9,7 +9,7 @@
 //! signature. Each key counts once however many signature files it made, and a signature
 //! counts for at most one key.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ed25519_dalek::VerifyingKey;
@@ -17,7 +17,7 @@ use ed25519_dalek::VerifyingKey;
 use super::root::{self, Root, RootKey};
 use super::time::{self, Clock};
 use crate::error::{Error, Result};
-use crate::keys::{self, PublicKey, Signature};
+use crate::keys::{self, KeyError, PublicKey, Signature};
 
 /// A key whose signatures count.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -219,7 +219,7 @@ impl Policy {
 
     /// Counts the signatures of `message` that verify with distinct keys of the policy.
     /// Signatures that do not parse or verify are named in `not_counted`.
-    pub fn count(&self, message: &[u8], files: &[SigFile]) -> Counted {
+    pub fn count(&self, message: Message<'_>, files: &[SigFile]) -> Counted {
         let mut out = Counted {
             signers: Vec::new(),
             signatures: Vec::new(),
@@ -261,38 +261,140 @@ impl Policy {
         out
     }
 
+    /// [`Policy::count`], refused unless the signatures that count reach the threshold: the
+    /// one rule for a bundle's manifest, a receipt and a single file (`verify FILE`). `files`
+    /// holds the primary signature first, then the co-signatures. When the policy is a plain
+    /// key set and no signature counted, the error is `plain` (the messages a single
+    /// signature has always had: an unknown key, a signature that does not verify); otherwise
+    /// it is [`Error::SignatureThreshold`] naming `signed`, who signed, how many of how many,
+    /// and who else may. The root's expiry is checked before ([`Policy::check_current`]).
+    pub fn require(
+        &self,
+        message: Message<'_>,
+        signed: &Path,
+        files: &[SigFile],
+        plain: impl FnOnce() -> Error,
+    ) -> Result<Counted> {
+        let counted = self.count(message, files);
+        if counted.signers.len() >= self.threshold {
+            return Ok(counted);
+        }
+        if self.root.is_none() && counted.signers.is_empty() {
+            return Err(plain());
+        }
+        Err(Error::SignatureThreshold {
+            path: signed.to_path_buf(),
+            detail: self.shortfall(&counted),
+        })
+    }
+
+    /// "signed by 1 of the 2 distinct keys the targets role of root.json version 1 requires
+    /// (A in manifest.json.minisig); 1 more needed from: B, C".
+    fn shortfall(&self, counted: &Counted) -> String {
+        let have = counted.signers.len();
+        let signed: Vec<String> = counted
+            .signers
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} in {}",
+                    s.key,
+                    s.file.file_name().map_or_else(
+                        || s.file.display().to_string(),
+                        |n| n.to_string_lossy().into_owned()
+                    )
+                )
+            })
+            .collect();
+        let missing: Vec<String> = self
+            .keys
+            .iter()
+            .filter(|k| !counted.signers.iter().any(|s| s.key == k.label))
+            .map(|k| k.label.clone())
+            .collect();
+        let mut s = format!(
+            "signed by {have} of the {} distinct keys {} requires",
+            self.threshold,
+            self.describe()
+        );
+        if !signed.is_empty() {
+            s.push_str(&format!(" ({})", signed.join(", ")));
+        }
+        s.push_str(&format!(
+            "; {} more needed from: {}",
+            self.threshold - have,
+            missing.join(", ")
+        ));
+        if !counted.not_counted.is_empty() {
+            s.push_str(&format!(
+                "; not counted: {}",
+                counted.not_counted.join("; ")
+            ));
+        }
+        s
+    }
+
     /// The policy key that verifies `sig` over `message`, or why none does.
     pub fn verify_one(
         &self,
-        message: &[u8],
+        message: Message<'_>,
         sig: &Signature,
     ) -> std::result::Result<&PolicyKey, String> {
-        let mut tried = false;
+        let mut tried = None;
         for k in &self.keys {
             if k.minisign_id.is_some_and(|id| id != sig.key_id) {
                 continue;
             }
-            tried = true;
             let pk = PublicKey {
                 key_id: sig.key_id,
                 key: k.public,
             };
-            if keys::verify(&pk, sig, message).is_ok() {
-                return Ok(k);
+            match message.verify(&pk, sig) {
+                Ok(()) => return Ok(k),
+                Err(e) => tried = Some(e),
             }
         }
-        Err(if tried {
-            format!(
-                "the signature by key {} does not verify (the manifest or the signature was changed)",
-                sig.key_id_hex()
-            )
-        } else {
-            format!(
+        Err(match tried {
+            Some(e @ KeyError::UnsupportedAlgorithm { .. }) => {
+                format!("the signature by key {}: {e}", sig.key_id_hex())
+            }
+            Some(_) => format!(
+                "the signature by key {} does not verify ({} or the signature was changed)",
+                sig.key_id_hex(),
+                message.what()
+            ),
+            None => format!(
                 "signed by key {}, which is not one of {}",
                 sig.key_id_hex(),
                 self.describe()
-            )
+            ),
         })
+    }
+}
+
+/// What signatures are checked over.
+#[derive(Clone, Copy, Debug)]
+pub enum Message<'a> {
+    /// A manifest, held whole (minisign's prehashed and legacy signatures both cover it).
+    Manifest(&'a [u8]),
+    /// A file too large to hold, by its BLAKE2b-512 [`keys::prehash`], read once: only a
+    /// prehashed (`ED`) signature covers it, as `minisign -S` signs by default.
+    Prehashed(&'a [u8; 64]),
+}
+
+impl Message<'_> {
+    fn verify(&self, pk: &PublicKey, sig: &Signature) -> std::result::Result<(), KeyError> {
+        match self {
+            Message::Manifest(bytes) => keys::verify(pk, sig, bytes),
+            Message::Prehashed(digest) => keys::verify_prehashed(pk, sig, digest),
+        }
+    }
+
+    fn what(&self) -> &'static str {
+        match self {
+            Message::Manifest(_) => "the manifest",
+            Message::Prehashed(_) => "the file",
+        }
     }
 }
 

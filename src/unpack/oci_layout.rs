@@ -14,13 +14,19 @@
 //! is used only after it hashes to its name (else the verified copy replaces it). `index.json`
 //! is replaced last, atomically (a new file renamed over it), under a lock that serializes
 //! writers, keeping every other tag.
+//!
+//! A new or empty directory gets its `oci-layout` file first, before any blob, so what a first
+//! unpack interrupted leaves (blobs, no `index.json`) is a layout the next unpack completes,
+//! reusing the blobs. A directory without `oci-layout` holding only `blobs/sha256/` of
+//! content-addressed names (what an interrupted first unpack of an earlier airlock left) is
+//! completed the same way; any other directory is refused.
 
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::RenameFlags;
+use rustix::fs::{FileType, RenameFlags};
 use serde_json::{Value, json};
 
 use super::notes::{self, InstallNotes};
@@ -128,7 +134,6 @@ struct Begun {
     syncer: SyncThread,
     dir: OwnedFd,
     cleanup: Cleanup,
-    created: bool,
     staging: Staging,
 }
 
@@ -139,9 +144,22 @@ impl LayoutTarget {
     }
 }
 
-/// Opens (or creates) the layout directory and checks it is a layout, or empty.
-fn open_layout(dir: &Path) -> Result<(OwnedFd, bool)> {
-    let mut created = false;
+/// What the layout directory held when the unpack began.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Found {
+    /// A layout (its `oci-layout` file), with or without an `index.json` yet.
+    Layout,
+    /// Nothing but airlock's own work files: a directory just created, or an empty one.
+    Empty,
+    /// What an unpack by an earlier airlock left when it was interrupted before its commit:
+    /// `blobs/sha256/` holding only blobs named by their SHA-256, no `oci-layout`, no
+    /// `index.json` (that airlock wrote `oci-layout` last; this one writes it first).
+    Unfinished,
+}
+
+/// Opens (or creates) the layout directory and says what it holds: a layout, nothing, or what
+/// an interrupted first unpack left. Anything else is refused, naming what is there.
+fn open_layout(dir: &Path) -> Result<(OwnedFd, Found)> {
     match std::fs::symlink_metadata(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let parent = fsio::parent_dir(dir);
@@ -152,7 +170,6 @@ fn open_layout(dir: &Path) -> Result<(OwnedFd, bool)> {
             let pfd = fsio::open_dir_path(&parent, fsio::Follow::Final)
                 .map_err(|e| Error::io(&parent, e.into()))?;
             crate::durable::mkdir_at(&pfd, &parent, name, 0o755)?;
-            created = true;
         }
         Err(e) => return Err(Error::io(dir, e)),
         Ok(m) if m.file_type().is_symlink() => {
@@ -170,7 +187,7 @@ fn open_layout(dir: &Path) -> Result<(OwnedFd, bool)> {
         Ok(_) => {}
     }
     let fd = fsio::open_dir_path(dir, fsio::Follow::Never).map_err(|e| Error::io(dir, e.into()))?;
-    match fsio::read_below_capped(&fd, LAYOUT_FILE, 4096) {
+    let found = match fsio::read_below_capped(&fd, LAYOUT_FILE, 4096) {
         Ok(bytes) => {
             let v: Value = serde_json::from_slice(&bytes)
                 .map_err(|e| layout_error(dir, LAYOUT_FILE, e.to_string()))?;
@@ -181,22 +198,85 @@ fn open_layout(dir: &Path) -> Result<(OwnedFd, bool)> {
                     format!("declares {v}, not the image layout version 1.0.0 airlock writes"),
                 ));
             }
+            Found::Layout
         }
-        Err(OpenError::NotFound) => {
-            let foreign = fsio::dir_entries(&fd)
-                .map_err(|e| Error::io(dir, e))?
-                .into_iter()
-                .any(|(n, _)| !n.to_string_lossy().starts_with(".airlock-"));
-            if foreign {
-                return Err(Error::Usage(format!(
-                    "{} is neither an OCI image layout (no oci-layout file) nor empty: airlock writes a layout only into a new or empty directory, or an existing layout",
-                    dir.display()
-                )));
-            }
-        }
+        Err(OpenError::NotFound) => without_layout_file(dir, &fd)?,
         Err(e) => return Err(layout_error(dir, LAYOUT_FILE, e.to_string())),
+    };
+    Ok((fd, found))
+}
+
+/// What a directory without an `oci-layout` file holds: nothing but airlock's work files
+/// (`.airlock-*`), or an interrupted first unpack's blobs ([`Found::Unfinished`]: only
+/// `blobs/sha256/`, holding only regular files named by 64 lowercase hex digits, all of this
+/// user's). Anything else is not airlock's to write into.
+fn without_layout_file(dir: &Path, fd: &OwnedFd) -> Result<Found> {
+    let mut blobs = false;
+    let mut foreign = Vec::new();
+    for (n, kind) in fsio::dir_entries(fd).map_err(|e| Error::io(dir, e))? {
+        match n.to_str() {
+            _ if n.to_string_lossy().starts_with(".airlock-") => {}
+            Some("blobs") if kind == FileType::Directory => blobs = true,
+            _ => foreign.push(n.to_string_lossy().into_owned()),
+        }
     }
-    Ok((fd, created))
+    let unfinished = foreign.is_empty() && blobs && only_blobs(fd);
+    if unfinished {
+        return Ok(Found::Unfinished);
+    }
+    if foreign.is_empty() && !blobs {
+        return Ok(Found::Empty);
+    }
+    if blobs {
+        foreign.insert(0, "blobs".into());
+    }
+    foreign.sort();
+    let shown = foreign
+        .iter()
+        .take(3)
+        .map(|n| format!("{n:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(Error::Arguments {
+        message: format!(
+            "{} is neither an OCI image layout (no oci-layout file) nor empty, nor what an interrupted unpack left there: it holds {shown}{}",
+            dir.display(),
+            if foreign.len() > 3 {
+                format!(" and {} more", foreign.len() - 3)
+            } else {
+                String::new()
+            }
+        ),
+        hint: "airlock writes a layout only into a new or empty directory, an existing layout, or one an interrupted unpack began: give --oci-layout a new directory (it is created), or move what is there elsewhere first".into(),
+    })
+}
+
+/// Whether `dir` (this user's) holds exactly `blobs/sha256/` (this user's), and that only
+/// regular files named by 64 lowercase hex digits: an interrupted first unpack's blobs.
+fn only_blobs(dir: &OwnedFd) -> bool {
+    let me = rustix::process::geteuid().as_raw();
+    let mine = |fd: &OwnedFd| rustix::fs::fstat(fd).is_ok_and(|st| st.st_uid == me);
+    let only = |fd: &OwnedFd, name: &str| {
+        fsio::dir_entries(fd)
+            .is_ok_and(|e| e.len() == 1 && e[0] == (name.into(), FileType::Directory))
+    };
+    let Ok(blobs) = fsio::open_dir_at(dir, "blobs") else {
+        return false;
+    };
+    let Ok(sha256) = fsio::open_dir_at(&blobs, "sha256") else {
+        return false;
+    };
+    mine(dir)
+        && mine(&blobs)
+        && mine(&sha256)
+        && only(&blobs, "sha256")
+        && fsio::dir_entries(&sha256).is_ok_and(|e| {
+            e.iter().all(|(n, k)| {
+                *k == FileType::RegularFile
+                    && n.to_str()
+                        .is_some_and(|n| crate::hfcache::names::is_hex(n, 64))
+            })
+        })
 }
 
 fn layout_error(dir: &Path, name: &str, reason: String) -> Error {
@@ -239,11 +319,16 @@ impl Target for LayoutTarget {
                 reason,
             }
         })?;
-        let (dir, created) = open_layout(&path)?;
+        let (dir, found) = open_layout(&path)?;
         let cleanup = staging::clean_stale(&path)?;
         if self.opts.check_space {
             let extra = (opened.manifest_bytes.len() + opened.signature_text.len()) as u64;
             notes::check_space(&path, notes::space_needed(m, extra))?;
+        }
+        // `oci-layout` before the first blob: a directory an interrupted unpack leaves holding
+        // blobs is a layout (without an index yet) that the next unpack completes.
+        if found != Found::Layout {
+            crate::durable::replace_at(&dir, &path, LAYOUT_FILE, LAYOUT_VERSION.as_bytes(), 0o644)?;
         }
         let blobs = open_blobs(&dir, &path)?;
         let staging = Staging::create(&path, "layout")?;
@@ -269,7 +354,6 @@ impl Target for LayoutTarget {
             syncer,
             dir,
             cleanup,
-            created,
             staging,
         });
         Ok(())
@@ -311,7 +395,6 @@ impl Target for LayoutTarget {
             syncer,
             dir,
             cleanup,
-            created,
             staging,
         } = self.begun.take().expect("begin came first");
         let m = &opened.manifest;
@@ -358,7 +441,7 @@ impl Target for LayoutTarget {
         rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
             .map_err(|e| Error::io(path.join(LOCK), e.into()))?;
         let _commit = staging::commit_guard();
-        if created || fsio::read_below_capped(&dir, LAYOUT_FILE, 4096).is_err() {
+        if fsio::read_below_capped(&dir, LAYOUT_FILE, 4096).is_err() {
             crate::durable::replace_at(&dir, &path, LAYOUT_FILE, LAYOUT_VERSION.as_bytes(), 0o644)?;
         }
         let mut index = match fsio::read_below_capped(&dir, INDEX, MAX_INDEX_BYTES) {

@@ -495,3 +495,123 @@ fn a_killed_unpack_never_corrupts_an_oci_layout() {
     );
     let _: PathBuf = layout;
 }
+
+/// Issue 36 item 7. Before: SIGINT during the first `unpack --oci-layout` into a new directory
+/// left `blobs/` (up to the whole model) without `oci-layout` or `index.json`, and the same
+/// command then failed (exit 2, "neither an OCI image layout nor empty", no hint), although
+/// the interrupt message said a rerun reuses the blobs. Now `oci-layout` is written before the
+/// first blob, so the rerun completes the layout, reusing the blobs; a directory an earlier
+/// airlock left that way is completed too; anything else is still refused, with a hint.
+#[test]
+fn an_interrupted_first_unpack_into_a_new_oci_layout_is_completed_by_the_rerun() {
+    let env = Env::new();
+    env.model("m");
+    for i in 0..6 {
+        env.write(
+            &format!("m/shard-{i}.bin"),
+            &pseudo_random(16 << 20, 70 + i),
+        );
+    }
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--compress",
+        "none",
+    ]);
+    let layout = env.path("layout");
+    let args = [
+        "unpack",
+        "b",
+        "--trust",
+        "k.pub",
+        "--oci-layout",
+        "layout:v1",
+        "--progress",
+        "none",
+    ];
+    let blobs = |dir: &Path| std::fs::read_dir(dir.join("blobs/sha256")).map_or(0, |d| d.count());
+    let mut interrupted = 0;
+    for attempt in 0..5 {
+        let _ = std::fs::remove_dir_all(&layout);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+            .args(args)
+            .current_dir(env.dir.path())
+            .env_remove("AIRLOCK_TRUST")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Interrupted once some verified blobs are in place, before the commit.
+        let start = std::time::Instant::now();
+        let mut done = None;
+        while blobs(&layout) == 0 && start.elapsed() < std::time::Duration::from_secs(60) {
+            done = child.try_wait().unwrap();
+            if done.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let code = match done {
+            Some(st) => st.code(),
+            None => {
+                let st = Command::new("kill")
+                    .args(["-INT", &child.id().to_string()])
+                    .status()
+                    .unwrap();
+                assert!(st.success());
+                child.wait().unwrap().code()
+            }
+        };
+        if code == Some(0) {
+            eprintln!("attempt {attempt}: finished before the signal");
+            continue;
+        }
+        assert_eq!(code, Some(130), "attempt {attempt}");
+        interrupted += 1;
+        // What it leaves: a layout without an index yet, with the blobs it had verified.
+        assert!(layout.join("oci-layout").is_file(), "attempt {attempt}");
+        assert!(!layout.join("index.json").exists(), "attempt {attempt}");
+        assert!(blobs(&layout) > 0, "attempt {attempt}");
+        assert!(staging_leftovers(&layout).is_empty(), "attempt {attempt}");
+        // The same command completes it, reusing those blobs.
+        let (code, j) = env.json(&args);
+        assert_eq!(code, 0, "attempt {attempt}: {j:#}");
+        assert!(j["blobs_reused"].as_u64().unwrap() > 0, "{j:#}");
+        skopeo(&["inspect", "--raw", &format!("oci:{}:v1", layout.display())]);
+        assert!(staging_leftovers(&layout).is_empty());
+        if interrupted == 2 {
+            break;
+        }
+    }
+    assert!(interrupted > 0, "no run was interrupted before its commit");
+
+    // What the earlier airlock left (blobs, no oci-layout, no index.json) is completed too.
+    std::fs::remove_file(layout.join("oci-layout")).unwrap();
+    std::fs::remove_file(layout.join("index.json")).unwrap();
+    let (code, j) = env.json(&args);
+    assert_eq!(code, 0, "{j:#}");
+    assert_eq!(j["blobs_written"], 0, "{j:#}");
+    skopeo(&["inspect", "--raw", &format!("oci:{}:v1", layout.display())]);
+
+    // Anything else without oci-layout is refused, naming what is there, with a hint, and
+    // left as it was: a file beside the blobs, a blob that is not named by a digest.
+    std::fs::remove_file(layout.join("oci-layout")).unwrap();
+    std::fs::remove_file(layout.join("index.json")).unwrap();
+    env.write("layout/README", b"mine\n");
+    let text = env.fails(2, &args);
+    assert!(
+        text.contains("neither an OCI image layout") && text.contains("\"README\""),
+        "{text}"
+    );
+    assert!(text.contains("airlock: hint: "), "{text}");
+    assert!(!layout.join("oci-layout").exists());
+    std::fs::remove_file(layout.join("README")).unwrap();
+    env.write("layout/blobs/sha256/notes.txt", b"mine\n");
+    let text = env.fails(2, &args);
+    assert!(text.contains("neither an OCI image layout"), "{text}");
+    assert!(!layout.join("oci-layout").exists());
+}

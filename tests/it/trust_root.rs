@@ -663,3 +663,159 @@ fn hostile_trust_roots_and_signatures_are_exit_3_with_nothing_installed() {
     unpack_refused("b-fork", "target/root.json", "rollback");
     assert_eq!(std::fs::read(env.path("target/root.json")).unwrap(), at_v2);
 }
+
+/// Issue 36 item 2. Before: `verify FILE --trust root.json` took `FILE.minisig` by any one key
+/// of the targets role (exit 0 under a root that needs two, and after it expired), so the next
+/// airlock release crossed on one officer's signature. Now a file is held to the rule a
+/// bundle's manifest is: the root current, and its threshold of distinct targets keys,
+/// counting `FILE.minisig` and the co-signatures `FILE.KEYID.minisig` beside it.
+#[test]
+fn a_file_verifies_under_a_root_only_with_its_threshold_of_distinct_role_keys_and_not_once_expired()
+{
+    let env = Env::new();
+    officers(&env);
+    let (alice, bob, carol, dave) = (
+        minisign_id(&env, "alice.pub"),
+        minisign_id(&env, "bob.pub"),
+        minisign_id(&env, "carol.pub"),
+        minisign_id(&env, "dave.pub"),
+    );
+    let file = "airlock-0.2.0-x86_64-linux";
+    env.write(file, &pseudo_random(70_000, 36));
+    env.ok(&["sign", file, "--key", "alice.key"]);
+    let verify = ["verify", file, "--trust", "root.json"];
+
+    // One signature of the two the root needs: exit 3, naming the file, the count and who
+    // else may sign; the hint is about this file, not a bundle.
+    let e = env.fails(3, &verify);
+    assert!(
+        e.contains(&format!("{file}: signed by 1 of the 2 distinct keys")),
+        "{e}"
+    );
+    assert!(e.contains(&format!("({alice} in {file}.minisig)")), "{e}");
+    assert!(
+        e.contains(&format!("1 more needed from: {bob}, {carol}")),
+        "{e}"
+    );
+    assert!(
+        e.contains(&format!("airlock cosign {file} --key THEIR.key")),
+        "{e}"
+    );
+    assert!(!e.contains("manifest.json"), "{e}");
+    let (code, doc) = env.json(&verify);
+    assert_eq!(code, 3, "{doc}");
+    assert_eq!(doc["error"]["kind"], "signature-threshold", "{doc}");
+
+    // The same key twice counts once: alice's signature again as a co-signature, under her
+    // own id and under bob's (a file name vouches for nothing).
+    for id in [&alice, &bob] {
+        let copy = format!("{file}.{id}.minisig");
+        std::fs::copy(env.path(&format!("{file}.minisig")), env.path(&copy)).unwrap();
+        let e = env.fails(3, &verify);
+        assert!(e.contains("signed by 1 of the 2"), "{id}: {e}");
+        assert!(e.contains("each key counts once"), "{id}: {e}");
+        std::fs::remove_file(env.path(&copy)).unwrap();
+    }
+
+    // A co-signature by a key outside the targets role (dave) does not count.
+    let out = env.ok(&["cosign", file, "--key", "dave.key", "--trust", "root.json"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("not yet enough signatures"), "{text}");
+    assert!(env.path(&format!("{file}.{dave}.minisig")).is_file());
+    let e = env.fails(3, &verify);
+    assert!(e.contains("signed by 1 of the 2"), "{e}");
+    assert!(
+        e.contains(&format!("signed by key {dave}, which is not one of")),
+        "{e}"
+    );
+
+    // A co-signature by the signer of FILE.minisig, or a second one by one key, is refused.
+    env.fails(2, &["cosign", file, "--key", "alice.key"]);
+
+    // A second key of the role: OK, exit 0, both named.
+    let out = env.ok(&["cosign", file, "--key", "bob.key", "--trust", "root.json"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("the file now meets"), "{text}");
+    env.fails(2, &["cosign", file, "--key", "bob.key"]);
+    let out = env.ok(&verify);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with(&format!("OK   {file}: signatures by ")),
+        "{text}"
+    );
+    assert!(text.contains("signed by 2 of the 2 required"), "{text}");
+    let (code, doc) = env.json(&verify);
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(doc["signers"].as_array().unwrap().len(), 2, "{doc}");
+    assert_eq!(doc["threshold"], 2, "{doc}");
+    // Debian's minisign accepts the co-signature with its signer's key.
+    let out = Command::new("minisign")
+        .args([
+            "-Vm",
+            file,
+            "-x",
+            &format!("{file}.{bob}.minisig"),
+            "-p",
+            "bob.pub",
+        ])
+        .current_dir(env.dir.path())
+        .output()
+        .expect("minisign is missing: run scripts/setup.sh");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A co-signature over other bytes does not count.
+    std::fs::remove_file(env.path(&format!("{file}.{bob}.minisig"))).unwrap();
+    env.write("other", b"other bytes\n");
+    env.ok(&["sign", "other", "--key", "bob.key"]);
+    std::fs::copy(
+        env.path("other.minisig"),
+        env.path(&format!("{file}.{bob}.minisig")),
+    )
+    .unwrap();
+    let e = env.fails(3, &verify);
+    assert!(e.contains("signed by 1 of the 2"), "{e}");
+    assert!(e.contains("does not verify (the file"), "{e}");
+    std::fs::remove_file(env.path(&format!("{file}.{bob}.minisig"))).unwrap();
+
+    // `sign -o FILE.KEYID.minisig` writes the same co-signature.
+    env.ok(&[
+        "sign",
+        file,
+        "--key",
+        "carol.key",
+        "-o",
+        &format!("{file}.{carol}.minisig"),
+    ]);
+    env.ok(&verify);
+
+    // A plain key set is as before: FILE.minisig by one of its keys.
+    env.ok(&["verify", file, "--trust", "alice.pub"]);
+
+    // The root expired (2099-01-01): refused, whatever signed.
+    let e = env.fails(
+        3,
+        &[
+            "verify",
+            file,
+            "--trust",
+            "root.json",
+            "--assume-now",
+            "2100-01-01",
+        ],
+    );
+    assert!(e.contains("expired at 2099-01-01T00:00:00Z"), "{e}");
+    assert!(e.contains("nothing signed under it is accepted"), "{e}");
+    // And still current the day before.
+    env.ok(&[
+        "verify",
+        file,
+        "--trust",
+        "root.json",
+        "--assume-now",
+        "2098-12-31",
+    ]);
+}
