@@ -110,6 +110,9 @@ pub enum Command {
     /// Verify a bundle in place, read-only: signature, then every volume (or one file's
     /// FILE.minisig, e.g. the next airlock release).
     Verify(VerifyArgs),
+    /// Write a verified bundle onto one or more mounted media, whole volumes in order, each
+    /// read back from the device against its signed digests.
+    Copy(CopyArgs),
     /// Verify and install a bundle (or a registry artifact) into a directory, a Hugging Face cache
     /// or an OCI image layout, atomically.
     Unpack(UnpackArgs),
@@ -144,10 +147,11 @@ pub enum Command {
 }
 
 /// The commands that have a manual page of their own.
-pub const MAN_PAGES: [&str; 12] = [
+pub const MAN_PAGES: [&str; 13] = [
     "keygen",
     "pack",
     "verify",
+    "copy",
     "unpack",
     "inspect",
     "check",
@@ -353,11 +357,33 @@ pub struct VerifyArgs {
     pub progress: ProgressArgs,
 }
 
+/// `airlock copy`.
+#[derive(Args, Debug)]
+pub struct CopyArgs {
+    /// The bundle directory to copy (verified first).
+    #[arg(value_name = "BUNDLE")]
+    pub bundle: PathBuf,
+    /// The mounted media, in the order they are filled: each gets MEDIUM/NAME/, NAME being the
+    /// bundle directory's name.
+    #[arg(required = true, num_args = 1.., value_name = "MEDIUM")]
+    pub media: Vec<PathBuf>,
+    /// Trusted keys.
+    #[command(flatten)]
+    pub trust: TrustArgs,
+    /// Progress display.
+    #[command(flatten)]
+    pub progress: ProgressArgs,
+}
+
 /// `airlock repair`.
 #[derive(Args, Debug)]
 pub struct RepairArgs {
     /// The bundle directory.
     pub bundle: PathBuf,
+    /// A bundle spread over several media: the bundle directory on each of the others
+    /// (requires -o: the repaired bundle is written whole into one directory).
+    #[arg(value_name = "MORE_MEDIA")]
+    pub more: Vec<PathBuf>,
     /// Trusted keys.
     #[command(flatten)]
     pub trust: TrustArgs,
@@ -379,6 +405,10 @@ pub struct UnpackArgs {
     /// The bundle directory, or a registry reference oci://HOST[:PORT]/REPOSITORY:TAG that
     /// `airlock push` published.
     pub bundle: PathBuf,
+    /// A bundle spread over several media: the bundle directory on each of the others (each
+    /// holds the same signed manifest; on a terminal, a volume on none of them is asked for).
+    #[arg(value_name = "MORE_MEDIA")]
+    pub more: Vec<PathBuf>,
     /// Trusted keys.
     #[command(flatten)]
     pub trust: TrustArgs,
@@ -506,10 +536,12 @@ fn bundle_version(text: &str) -> Result<u64, String> {
 /// `airlock push`.
 #[derive(Args, Debug)]
 pub struct PushArgs {
-    /// The bundle directory.
-    pub bundle: PathBuf,
+    /// The bundle directory (a bundle spread over several media: the bundle directory on each,
+    /// each holding the same signed manifest).
+    #[arg(required = true, num_args = 1.., value_name = "BUNDLE")]
+    pub bundle: Vec<PathBuf>,
     /// Where to publish it: oci://HOST[:PORT]/REPOSITORY:TAG.
-    #[arg(value_name = "REFERENCE")]
+    #[arg(value_name = "REFERENCE", required = true)]
     pub target: String,
     /// Trusted keys: the bundle must verify against them before anything is uploaded.
     #[command(flatten)]

@@ -15,7 +15,7 @@ use airlock::error::Error;
 
 use super::Output;
 use super::ui::Screen;
-use crate::cli::{PackArgs, PushArgs, RepairArgs, UnpackArgs};
+use crate::cli::{CopyArgs, PackArgs, PushArgs, RepairArgs, UnpackArgs};
 
 /// Who prints: nobody yet, the command's result, or the signal report.
 static OUTPUT: AtomicU8 = AtomicU8::new(FREE);
@@ -109,6 +109,14 @@ fn as_it_was(path: &Path) -> String {
     } else {
         format!("{} was not created", path.display())
     }
+}
+
+/// What an interrupted `copy` keeps.
+pub(super) fn kept_by_copy(a: &CopyArgs) -> String {
+    format!(
+        "{} is untouched; on the media, every volume already under its name was written whole and is kept: the same command copies the rest",
+        a.bundle.display()
+    )
 }
 
 /// What an interrupted `pack` keeps.

@@ -2,6 +2,7 @@
 //! [`Output`] (JSON fields, human lines, warnings, maybe an error) and [`run`] renders it.
 
 mod check;
+mod copy;
 mod damage_map;
 mod files;
 mod interrupt;
@@ -63,6 +64,7 @@ pub fn run(cli: Cli) -> u8 {
     let progress = match &cli.command {
         Command::Pack(a) => a.progress.progress,
         Command::Verify(a) => a.progress.progress,
+        Command::Copy(a) => a.progress.progress,
         Command::Unpack(a) => a.progress.progress,
         Command::Check(a) => a.progress.progress,
         Command::Repair(a) => a.progress.progress,
@@ -79,6 +81,10 @@ pub fn run(cli: Cli) -> u8 {
             pack::run(*a, &ui)
         }
         Command::Verify(a) => verify(a.bundle, &a.trust, a.deep, a.cached, &ui),
+        Command::Copy(a) => {
+            exit_cleanly_on_signals(&ui, name, json, quiet, interrupt::kept_by_copy(&a));
+            copy::run(a, &ui)
+        }
         Command::Unpack(a) => {
             exit_cleanly_on_signals(&ui, name, json, quiet, interrupt::kept_by_unpack(&a));
             unpack::run(a, &ui)
@@ -171,6 +177,7 @@ fn command_name(command: &Command) -> &'static str {
         Command::Keygen(_) => "keygen",
         Command::Pack(_) => "pack",
         Command::Verify(_) => "verify",
+        Command::Copy(_) => "copy",
         Command::Unpack(_) => "unpack",
         Command::Inspect(_) => "inspect",
         Command::Check(_) => "check",

@@ -29,7 +29,7 @@ pub fn run(a: PushArgs, ui: &Ui) -> Result<Output> {
     }
     let opts = registry_options(&a.registry)?;
     let trust = load_trust(&a.trust)?;
-    let opened = open::open_with(&a.bundle, &trust)?;
+    let opened = open::open_media(&a.bundle, &trust)?;
     let mut out = Output::default();
     report_trust(&mut out, &trust, &opened.trust);
     out.warnings.extend(opened.warnings.iter().cloned());

@@ -13,12 +13,30 @@ pub fn run(a: RepairArgs, ui: &Ui) -> Result<Output> {
     let trust = load_trust(&a.trust)?;
     let mut out = Output::default();
     let opened = open::open_with(&a.bundle, &trust)?;
+    let mut from = a.more.clone();
+    if !a.more.is_empty() {
+        if a.output.is_none() {
+            return Err(airlock::error::Error::Usage(format!(
+                "a bundle spread over several media is repaired into one new directory: add -o OUT (repairing in place would write the volumes of the other media into {})",
+                a.bundle.display()
+            )));
+        }
+        // The other media are copies to take volumes from: every volume, wherever it is,
+        // goes into OUT.
+        // Two bundles mixed are refused here, before anything is read.
+        let mut dirs = vec![a.bundle.clone()];
+        dirs.extend(a.more.iter().cloned());
+        open::open_media(&dirs, &trust)?;
+        from.extend(a.from.iter().cloned());
+    } else {
+        from = a.from.clone();
+    }
     super::report_trust(&mut out, &trust, &opened.trust);
     out.warnings.extend(opened.warnings.iter().cloned());
     out.warnings.extend(recorded_warnings(&opened.manifest));
     let opts = RepairOptions {
         out: a.output.clone(),
-        from: a.from.clone(),
+        from,
     };
     let done = repair::repair(&opened, &opts, &trust, ui)?;
     for p in &done.cleaned_stale {

@@ -32,6 +32,11 @@ pub fn run(a: UnpackArgs, ui: &Ui) -> Result<Output> {
     )?;
     let trust = load_trust(&a.trust)?;
     if pull::is_reference(&a.bundle) {
+        if !a.more.is_empty() {
+            return Err(Error::Usage(
+                "a registry reference is one source: give no other bundle directory with it".into(),
+            ));
+        }
         let text = a.bundle.to_string_lossy().into_owned();
         let reference = Reference::parse(&text)?;
         let registry = Registry::connect(&reference, &registry_options(&a.registry)?, false)?;
@@ -41,7 +46,9 @@ pub fn run(a: UnpackArgs, ui: &Ui) -> Result<Output> {
         let to = target(&a, source.opened(), &trust, &mut out)?;
         finish(&source, to, out, &trust, &format!(" from {reference}"), ui)
     } else {
-        let opened = open::open_with(&a.bundle, &trust)?;
+        let mut dirs = vec![a.bundle.clone()];
+        dirs.extend(a.more.iter().cloned());
+        let opened = open::open_media(&dirs, &trust)?;
         let mut out = start(&opened, &trust)?;
         let to = target(&a, &opened, &trust, &mut out)?;
         finish(&BundleOnDisk(&opened), to, out, &trust, "", ui)
