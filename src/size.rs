@@ -3,16 +3,80 @@
 /// FAT32's largest file: 4 GiB - 1 byte.
 pub const FAT32_MAX: u64 = (4 << 30) - 1;
 
-/// What every error message offers instead.
-const FORMS: &str = "use a number of bytes with an optional unit, such as 700M, 4.5G, 4GiB or 1000MB, or fat32 for a FAT32 medium (4 GiB - 1)";
+/// `--volume-size exfat`: exFAT has no file limit that matters (16 EiB), so a bundle is one
+/// volume; this is the largest volume size airlock takes (2^62 bytes).
+pub const EXFAT_MAX: u64 = 1 << 62;
 
-/// Parses `700M`, `4G`, `4.5G`, `4GiB`, `1000MB`, `123`, or `fat32`. K/M/G/T and
-/// KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB powers of 1000 (as coreutils `split -b` reads
-/// them). A decimal fraction is allowed with a unit and rounded down to whole bytes.
+/// What every error message offers instead.
+const FORMS: &str = "use a number of bytes with an optional unit, such as 700M, 4.5G, 4GiB or 1000MB, or a medium: fat32 (files below 4 GiB), exfat (no file limit), dvd, dvd-dl, bd25, bd50, bd100";
+
+/// A medium `--volume-size` can be named after (CLI.md, "Media sizes").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Preset {
+    /// The name on the command line.
+    pub name: &'static str,
+    /// What it is, for the documentation.
+    pub what: &'static str,
+    /// Its capacity in bytes (0: a file-size limit, not a capacity).
+    pub capacity: u64,
+}
+
+/// The optical discs: their recordable capacities in 2048-byte sectors, the smaller of the
+/// two formats where there are two (DVD+R against DVD-R, and so on).
+pub const PRESETS: [Preset; 5] = [
+    Preset {
+        name: "dvd",
+        what: "DVD±R, 4.7 GB (DVD+R: 2,295,104 sectors)",
+        capacity: 2_295_104 * 2048,
+    },
+    Preset {
+        name: "dvd-dl",
+        what: "DVD±R DL, 8.5 GB (DVD-R DL: 4,171,712 sectors)",
+        capacity: 4_171_712 * 2048,
+    },
+    Preset {
+        name: "bd25",
+        what: "BD-R, 25 GB (12,219,392 sectors)",
+        capacity: 12_219_392 * 2048,
+    },
+    Preset {
+        name: "bd50",
+        what: "BD-R DL, 50 GB (24,438,784 sectors)",
+        capacity: 24_438_784 * 2048,
+    },
+    Preset {
+        name: "bd100",
+        what: "BD-R XL, 100 GB (48,878,592 sectors)",
+        capacity: 48_878_592 * 2048,
+    },
+];
+
+/// The volume size for a disc of `capacity` bytes: what is left after the file system, the
+/// manifest and its signature (0.5% and 16 MiB kept back), shared among as few volumes as keep
+/// each below 4 GiB (ISO 9660 without multi-extent files, and FAT32 sticks the volumes may pass
+/// through, take no larger file), rounded down to a whole MiB. A disc then holds that many
+/// whole volumes and little else.
+pub fn disc_volume_size(capacity: u64) -> u64 {
+    let usable = capacity - capacity / 200 - (16 << 20);
+    let volumes = usable.div_ceil(FAT32_MAX);
+    (usable / volumes) >> 20 << 20
+}
+
+/// Parses `700M`, `4G`, `4.5G`, `4GiB`, `1000MB`, `123`, or a medium: `fat32` (4 GiB - 1, the
+/// largest file FAT32 takes), `exfat` (no file limit: one volume, whatever the size), or a
+/// disc of [`PRESETS`] ([`disc_volume_size`]). K/M/G/T and KiB/MiB/GiB/TiB are powers of
+/// 1024, KB/MB/GB/TB powers of 1000 (as coreutils `split -b` reads them). A decimal fraction is
+/// allowed with a unit and rounded down to whole bytes.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
     if t.eq_ignore_ascii_case("fat32") {
         return Ok(FAT32_MAX);
+    }
+    if t.eq_ignore_ascii_case("exfat") {
+        return Ok(EXFAT_MAX);
+    }
+    if let Some(p) = PRESETS.iter().find(|p| t.eq_ignore_ascii_case(p.name)) {
+        return Ok(disc_volume_size(p.capacity));
     }
     let number_end = t
         .find(|c: char| !c.is_ascii_digit() && c != '.')
@@ -81,6 +145,32 @@ mod tests {
         assert_eq!(parse_size("1.0001K"), Ok(1024));
         for bad in ["4.G", ".5G", "4..5G", "4.5.1G", "1.5", "1.5B"] {
             assert!(parse_size(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn media_presets_fill_their_disc_with_whole_volumes_below_4_gib() {
+        assert_eq!(parse_size("exfat"), Ok(EXFAT_MAX));
+        assert_eq!(parse_size("FAT32"), Ok(FAT32_MAX));
+        // The figures CLI.md gives.
+        let want = [
+            ("dvd", 2222 << 20, 2),
+            ("dvd-dl", 4045 << 20, 2),
+            ("bd25", 3955 << 20, 6),
+            ("bd50", 3956 << 20, 12),
+            ("bd100", 3957 << 20, 24),
+        ];
+        for (name, size, per_disc) in want {
+            let got = parse_size(name).unwrap();
+            assert_eq!(got, size, "{name}: {} MiB", got >> 20);
+            let cap = PRESETS.iter().find(|p| p.name == name).unwrap().capacity;
+            assert!(got <= FAT32_MAX, "{name}");
+            assert_eq!(cap / got, per_disc, "{name}");
+            // What the disc holds beyond its volumes stays within the 0.5% and 16 MiB kept back
+            // plus the rounding to whole MiB.
+            let spare = cap - per_disc * got;
+            assert!(spare >= cap / 200 + (16 << 20), "{name}: {spare}");
+            assert!(spare <= cap / 200 + (16 << 20) + per_disc * (1 << 20), "{name}: {spare}");
         }
     }
 
