@@ -355,10 +355,11 @@ fn missing_ancestors(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Refuses to go on when the work directory is no longer at its name in `.locks`: another user
-/// who can write `.locks` renamed it away (and perhaps put one of their own there). What
+/// Refuses to go on when the work directory is no longer at its name in `.locks`: someone who
+/// can rename entries of `.locks` moved it away (and perhaps put one of their own there). What
 /// airlock staged is intact (it works through the directory's handle), but the model checks
-/// read the staged tree by path, and nothing of such a cache is to be trusted.
+/// read the staged tree by path, and someone is working against this install: it stops before
+/// anything becomes visible.
 fn still_in_place(work: &Staging) -> Result<()> {
     match work.at_its_name() {
         Ok(true) => Ok(()),
