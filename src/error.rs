@@ -685,6 +685,17 @@ impl Error {
                 "download the damaged files again with huggingface_hub (`hf download ORG/NAME --revision REV`), or unpack them again from their bundle; remove what the message names if it is a planted link".into()
             }
             Error::DeltaBase { todo, .. } => todo.clone(),
+            Error::HfCache { path, .. } if in_locks(path) => {
+                let locks = if path.file_name().is_some_and(|n| n == LOCKS) {
+                    path.as_path()
+                } else {
+                    path.parent().unwrap_or(path)
+                };
+                format!(
+                    "airlock stages an install in the cache's {LOCKS} folder: make {} a real directory (not a link) that no other user can write, or give it the sticky bit as /tmp has (`chmod +t`), so that nobody else can rename what airlock puts there; then unpack again",
+                    locks.display()
+                )
+            }
             Error::HfCache { .. } => {
                 "finish or repeat the download with huggingface_hub (`hf download ORG/NAME --revision REV`), or remove what the message names, then try again".into()
             }
@@ -765,6 +776,19 @@ fn is_receipt(path: &Path) -> bool {
 fn is_manifest(path: &Path) -> bool {
     path.file_name()
         .is_some_and(|n| n == crate::manifest::MANIFEST_NAME)
+}
+
+/// The folder of a Hugging Face cache where huggingface_hub takes its locks and airlock stages
+/// an install (`hfcache::LOCKS_DIR`, on a higher floor).
+const LOCKS: &str = ".locks";
+
+/// Whether `path` is a cache's `.locks` folder or an entry of it (airlock's work directory).
+fn in_locks(path: &Path) -> bool {
+    path.file_name().is_some_and(|n| n == LOCKS)
+        || path
+            .parent()
+            .and_then(Path::file_name)
+            .is_some_and(|n| n == LOCKS)
 }
 
 /// Whether `path` is the `FILE.minisig` of one signed file (`airlock verify FILE`), not a

@@ -172,6 +172,17 @@ impl Staging {
         Self::create_named(parent, &format!("{STAGING_PREFIX}{hint}-{}", random_hex()))
     }
 
+    /// [`Staging::create`] in the directory already open as `parent_fd` (shown as `parent` in
+    /// errors): for a parent another user may rename or replace, which must not be looked up by
+    /// path again (a Hugging Face cache's shared `.locks`).
+    pub fn create_at(parent_fd: OwnedFd, parent: &Path, hint: &str) -> Result<Staging> {
+        Self::create_named_at(
+            parent_fd,
+            parent,
+            &format!("{STAGING_PREFIX}{hint}-{}", random_hex()),
+        )
+    }
+
     /// Creates `PARENT/NAME`, private and locked before the name appears. Fails with an
     /// `AlreadyExists` I/O error if the name is taken.
     pub fn create_named(parent: &Path, name: &str) -> Result<Staging> {
@@ -249,6 +260,14 @@ impl Staging {
         crate::durable::write_synced_at(&self.dir, &self.path(), name, bytes, mode)
     }
 
+    /// Whether the work directory is still at its name in its parent (the same device and
+    /// inode): another user who can write the parent may have renamed it away and put a
+    /// directory of their own there. The work inside goes on through the handle either way;
+    /// this tells whether anything read by [`Staging::path`] is airlock's.
+    pub fn at_its_name(&self) -> io::Result<bool> {
+        fsio::is_entry_of(&self.parent_fd, &self.name, &self.dir)
+    }
+
     /// Syncs the work directory itself.
     pub fn sync(&self) -> Result<()> {
         crate::durable::sync_dir_fd(&self.dir, &self.path())
@@ -305,10 +324,30 @@ impl Staging {
     }
 }
 
+impl Staging {
+    /// Removes the work directory: its content through its own handle (whatever name it has
+    /// now), then its name, only if the name still leads to it. A directory another user put
+    /// at that name is left alone, and the work directory, moved away, is left empty.
+    fn remove(&self) -> io::Result<()> {
+        let path = self.path();
+        let dev = rustix::fs::fstat(&self.dir)?.st_dev;
+        empty_dir(&self.dir, dev, &path)?;
+        if self.at_its_name()? {
+            // An empty directory only: if another one took the name since, a non-empty one
+            // stays, and an empty one is no loss.
+            match rustix::fs::unlinkat(&self.parent_fd, self.name.as_str(), AtFlags::REMOVEDIR) {
+                Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Drop for Staging {
     fn drop(&mut self) {
         if !self.keep {
-            let _ = remove_tree_at(&self.parent_fd, &self.name, &self.path());
+            let _ = self.remove();
         }
         unregister(&mut live(), self.token);
         // The lock goes last: no cleaner can take the directory while it is being removed.
@@ -378,19 +417,23 @@ pub struct Cleanup {
 
 /// Removes the abandoned work directories in `parent` (see the module documentation).
 pub fn clean_stale(parent: &Path) -> Result<Cleanup> {
-    let mut out = Cleanup::default();
-    let rd = std::fs::read_dir(parent).map_err(|e| Error::io(parent, e))?;
     let parent_fd = fsio::open_dir_path(parent, fsio::Follow::Final)
         .map_err(|e| Error::io(parent, e.into()))?;
-    for e in rd.flatten() {
-        let name = e.file_name();
+    clean_stale_at(&parent_fd, parent)
+}
+
+/// [`clean_stale`] in the directory open as `parent_fd` (shown as `parent`).
+pub fn clean_stale_at(parent_fd: &OwnedFd, parent: &Path) -> Result<Cleanup> {
+    let mut out = Cleanup::default();
+    let entries = fsio::dir_entries(parent_fd).map_err(|e| Error::io(parent, e))?;
+    for (name, _) in entries {
         let Some(name) = name.to_str() else { continue };
         let birth = name.starts_with(BIRTH_PREFIX);
         if !birth && !name.starts_with(STAGING_PREFIX) {
             continue;
         }
         let path = parent.join(name);
-        match remove_if_stale(&parent_fd, name, &path, birth) {
+        match remove_if_stale(parent_fd, name, &path, birth) {
             Ok(true) => out.removed.push(path),
             Ok(false) => {}
             Err(why) => out.skipped.push((path, why)),
@@ -620,6 +663,31 @@ mod tests {
         assert!(!stale.exists());
         assert!(foreign.join("data").exists());
         assert!(empty.exists());
+    }
+
+    #[test]
+    fn a_work_directory_moved_away_is_emptied_through_its_handle_and_its_name_left_alone() {
+        let t = tempfile::tempdir().unwrap();
+        let parent = fsio::open_dir_path(t.path(), fsio::Follow::Never).unwrap();
+        let s = Staging::create_at(parent, t.path(), "m").unwrap();
+        s.write_file("mine", b"staged", 0o644).unwrap();
+        assert!(s.at_its_name().unwrap());
+        // Another user renames it away and puts a directory of their own at its name.
+        let moved = t.path().join("moved");
+        std::fs::rename(s.path(), &moved).unwrap();
+        std::fs::create_dir(s.path()).unwrap();
+        std::fs::write(s.path().join("theirs"), b"planted").unwrap();
+        assert!(!s.at_its_name().unwrap());
+        // The work goes on through the handle, into the moved directory.
+        s.write_file("more", b"x", 0o644).unwrap();
+        assert!(moved.join("more").is_file());
+        let name = s.path();
+        drop(s);
+        assert!(
+            name.join("theirs").is_file(),
+            "the other user's directory was touched"
+        );
+        assert_eq!(std::fs::read_dir(&moved).unwrap().count(), 0);
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! The one module that opens files: everything airlock reads from removable media (a bundle),
 //! from a tree another user may write (a destination's parent, an installed model, a delta's
 //! base, a Hugging Face cache, an OCI layout) or from a path the operator named (keys, configs),
-//! and everything it creates in such places; and the two `renameat2` flavours. The durable
-//! steps built on it (write and fsync with an explicit mode, directory syncs) are
-//! [`crate::durable`].
+//! and everything it creates in such places; the two `renameat2` flavours; and the links made
+//! and the entries looked at relative to a directory handle (`symlinkat`, `linkat`,
+//! `fstatat`). The durable steps built on it (write and fsync with an explicit mode, directory
+//! syncs) are [`crate::durable`].
 //!
 //! The rules, so that a caller cannot get them wrong:
 //!
@@ -23,10 +24,12 @@
 //! writer (and the writer never from an installer). A unit test (`only_fsio_opens_files`)
 //! fails when a file is opened anywhere else in `src/`.
 
+mod at;
 mod medium;
 mod open;
 mod rename;
 
+pub use at::*;
 pub use medium::*;
 pub use open::*;
 pub use rename::*;

@@ -334,6 +334,105 @@ pub fn open_repo_dirs_nofollow(repo: &Path, revision: Option<&str>) -> Result<Re
     })
 }
 
+/// The cache's own folder where huggingface_hub takes its download locks, and where airlock
+/// stages an install (`CACHE/.locks/.airlock-staging-*`): on the cache's filesystem, and
+/// ignored by `scan_cache_dir`.
+pub const LOCKS_DIR: &str = ".locks";
+
+/// Opens the cache's `.locks` folder in the cache open as `cache_fd` (at `cache`), to stage an
+/// install in it: `None` when there is none. On a shared cache `.locks` is a folder every user
+/// writes (huggingface_hub takes its locks there), so what airlock stages there must be out of
+/// their reach: a link is refused (the staged tree would be built wherever it leads, outside
+/// the cache), and so is a folder other users can write without the sticky bit (any of them
+/// could rename airlock's staging directory away and put one of their own in its place);
+/// [`locks_mode_problem`] says which. Each refusal names the path and the problem.
+pub fn open_locks(cache_fd: &OwnedFd, cache: &Path) -> Result<Option<OwnedFd>> {
+    let path = cache.join(LOCKS_DIR);
+    let fd = match fsio::open_dir_at(cache_fd, LOCKS_DIR) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
+            return Err(not_a_locks_dir(cache_fd, &path));
+        }
+        Err(e) => return Err(Error::io(&path, e.into())),
+    };
+    let st = rustix::fs::fstat(&fd).map_err(|e| Error::io(&path, e.into()))?;
+    let egid = rustix::process::getegid().as_raw();
+    if let Some(problem) = locks_mode_problem(st.st_mode, st.st_gid, egid) {
+        return Err(Error::HfCache {
+            path,
+            reason: format!(
+                "{problem}: any of them could rename the staging directory airlock makes there and put their own in its place"
+            ),
+        });
+    }
+    Ok(Some(fd))
+}
+
+/// Creates the cache's `.locks` folder (0755, whatever the umask) in the cache open as
+/// `cache_fd`, or opens the one that appeared meanwhile, under [`open_locks`]'s rules; returns
+/// its handle and whether airlock created it.
+pub fn create_locks(cache_fd: &OwnedFd, cache: &Path) -> Result<(OwnedFd, bool)> {
+    let path = cache.join(LOCKS_DIR);
+    match rustix::fs::mkdirat(cache_fd, LOCKS_DIR, Mode::from_raw_mode(0o755)) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::EXIST) => {
+            return match open_locks(cache_fd, cache)? {
+                Some(fd) => Ok((fd, false)),
+                None => Err(Error::io(&path, io::ErrorKind::NotFound.into())),
+            };
+        }
+        Err(e) => return Err(Error::io(&path, e.into())),
+    }
+    let fd = match fsio::open_dir_at(cache_fd, LOCKS_DIR) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
+            return Err(not_a_locks_dir(cache_fd, &path));
+        }
+        Err(e) => return Err(Error::io(&path, e.into())),
+    };
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o755)).map_err(|e| Error::io(&path, e.into()))?;
+    Ok((fd, true))
+}
+
+/// The refusal of a `.locks` that is a link or not a directory.
+fn not_a_locks_dir(cache_fd: &OwnedFd, path: &Path) -> Error {
+    let reason = match fsio::stat_at(cache_fd, LOCKS_DIR) {
+        Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode).is_symlink() => format!(
+            "is a symlink to {}, not a directory: airlock stages an install in the cache's own .locks folder and follows no link there (the staged tree would be built outside the cache)",
+            fs::read_link(path).unwrap_or_default().display()
+        ),
+        _ => "is not a directory where the cache has its .locks folder".to_string(),
+    };
+    Error::HfCache {
+        path: path.to_path_buf(),
+        reason,
+    }
+}
+
+/// What makes a `.locks` folder of mode `mode` and group `gid` unsafe to stage in for a
+/// process of effective group `egid`, if anything: being writable by all users, or by a group
+/// other than the process's own, without the sticky bit (which lets only an entry's owner
+/// rename or remove it). A folder writable by the process's own group passes: under the user
+/// private groups most systems give their users (umask 002), that group is the user alone, and
+/// huggingface_hub makes `.locks` with the umask's mode.
+pub(crate) fn locks_mode_problem(mode: u32, gid: u32, egid: u32) -> Option<String> {
+    if mode & 0o1000 != 0 {
+        return None;
+    }
+    let by = if mode & 0o002 != 0 {
+        "all users".to_string()
+    } else if mode & 0o020 != 0 && gid != egid {
+        format!("the users of its group {gid}")
+    } else {
+        return None;
+    };
+    Some(format!(
+        "is a directory writable by {by} (mode {:04o}, no sticky bit)",
+        mode & 0o7777
+    ))
+}
+
 /// The folder in a repository folder where airlock notes the commits it installed
 /// (`REPO/.airlock/<commit>`). huggingface_hub's readers and `scan_cache_dir` look only at
 /// `blobs/`, `refs/` and `snapshots/`, so it is invisible to them. It is a trace for messages
@@ -512,6 +611,78 @@ mod tests {
             Some(PathBuf::from("/c/r/blobs/e"))
         );
         assert_eq!(lexical_join(Path::new("/a"), Path::new("../../x")), None);
+    }
+
+    #[test]
+    fn a_locks_folder_others_can_write_is_refused_unless_sticky() {
+        let me = 1000;
+        // Nobody else can write it.
+        assert_eq!(locks_mode_problem(0o040755, 5, me), None);
+        assert_eq!(locks_mode_problem(0o040700, 5, me), None);
+        // Sticky: only an entry's owner renames it.
+        assert_eq!(locks_mode_problem(0o041777, 5, me), None);
+        assert_eq!(locks_mode_problem(0o041775, 5, me), None);
+        // Writable by the process's own (private) group.
+        assert_eq!(locks_mode_problem(0o040775, me, me), None);
+        assert_eq!(
+            locks_mode_problem(0o040777, me, me).unwrap(),
+            "is a directory writable by all users (mode 0777, no sticky bit)"
+        );
+        assert_eq!(
+            locks_mode_problem(0o042775, 5, me).unwrap(),
+            "is a directory writable by the users of its group 5 (mode 2775, no sticky bit)"
+        );
+        assert!(locks_mode_problem(0o040757, 5, me).is_some());
+    }
+
+    #[test]
+    fn locks_as_a_link_or_open_to_all_is_refused_and_a_sticky_one_is_used() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let cache = t.path().join("cache");
+        fs::create_dir(&cache).unwrap();
+        let cache_fd = fsio::open_dir_path(&cache, fsio::Follow::Never).unwrap();
+        let locks = cache.join(LOCKS_DIR);
+        assert!(open_locks(&cache_fd, &cache).unwrap().is_none());
+        let (_, made) = create_locks(&cache_fd, &cache).unwrap();
+        assert!(made);
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&locks), 0o755);
+        let (_, made) = create_locks(&cache_fd, &cache).unwrap();
+        assert!(!made);
+        fs::set_permissions(&locks, fs::Permissions::from_mode(0o777)).unwrap();
+        let err = open_locks(&cache_fd, &cache).unwrap_err();
+        assert!(
+            err.to_string().starts_with(&format!(
+                "{}: is a directory writable by all users (mode 0777, no sticky bit)",
+                locks.display()
+            )),
+            "{err}"
+        );
+        assert!(create_locks(&cache_fd, &cache).is_err());
+        fs::set_permissions(&locks, fs::Permissions::from_mode(0o1777)).unwrap();
+        assert!(open_locks(&cache_fd, &cache).unwrap().is_some());
+        fs::remove_dir(&locks).unwrap();
+        let elsewhere = t.path().join("elsewhere");
+        fs::create_dir(&elsewhere).unwrap();
+        symlink(&elsewhere, &locks).unwrap();
+        for err in [
+            open_locks(&cache_fd, &cache).unwrap_err(),
+            create_locks(&cache_fd, &cache).unwrap_err(),
+        ] {
+            assert!(
+                err.to_string().starts_with(&format!(
+                    "{}: is a symlink to {}",
+                    locks.display(),
+                    elsewhere.display()
+                )),
+                "{err}"
+            );
+        }
+        fs::remove_file(&locks).unwrap();
+        fs::write(&locks, b"").unwrap();
+        let err = open_locks(&cache_fd, &cache).unwrap_err();
+        assert!(err.to_string().contains("is not a directory"), "{err}");
     }
 
     #[test]

@@ -52,8 +52,8 @@ pub use check::{
 };
 pub use etag::{GitBlobSha1, hash_file};
 pub use layout::{
-    RECEIPTS_DIR, RepoDirs, TRACE_DIR, leave_receipt, leave_trace, open_repo_dirs_nofollow,
-    open_snapshot_file, receipts,
+    LOCKS_DIR, RECEIPTS_DIR, RepoDirs, TRACE_DIR, create_locks, leave_receipt, leave_trace,
+    open_locks, open_repo_dirs_nofollow, open_snapshot_file, receipts,
 };
 pub use locate::{cache_dir_from_env, resolve_cache_dir};
 pub use names::{

@@ -1410,3 +1410,198 @@ fn hf_download_local_dir_bookkeeping_is_left_out_with_a_warning() {
     assert!(!sums.contains(".cache/huggingface"), "{sums}");
     assert!(sums.contains(".cache/other/keep.txt"), "{sums}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// A shared cache's `.locks`, where airlock stages, is a folder other users write (issue 36).
+
+/// A bundle source that, once the target has begun and before the first entry, does what
+/// another local user who can write `.locks` can do: renames airlock's staging directory away
+/// and puts one of their own in its place, holding a blob under the etag of a file of the
+/// bundle with other bytes (and the folders the staged tree has).
+struct SwapsTheStaging<'a> {
+    bundle: airlock::pipeline::BundleOnDisk<'a>,
+    locks: PathBuf,
+    commit: &'a str,
+    etag: &'a str,
+}
+
+const PLANTED: &[u8] = b"planted by another user\n";
+
+impl airlock::pipeline::Source for SwapsTheStaging<'_> {
+    fn opened(&self) -> &airlock::bundle::open::Opened {
+        self.bundle.opened()
+    }
+
+    fn complete(&self) -> bool {
+        self.bundle.complete()
+    }
+
+    fn feed(
+        &self,
+        sink: &mut dyn airlock::entries::EntrySink,
+        progress: &dyn airlock::progress::Progress,
+    ) -> airlock::error::Result<airlock::pipeline::Fed> {
+        let staging: Vec<PathBuf> = std::fs::read_dir(&self.locks)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with(".airlock-staging-")
+            })
+            .collect();
+        assert_eq!(staging.len(), 1, "{staging:?}");
+        let staging = &staging[0];
+        std::fs::rename(staging, self.locks.join("moved")).unwrap();
+        let repo = staging.join("repo");
+        std::fs::create_dir_all(repo.join("snapshots").join(self.commit)).unwrap();
+        std::fs::create_dir_all(repo.join("blobs")).unwrap();
+        std::fs::write(repo.join("blobs").join(self.etag), PLANTED).unwrap();
+        self.bundle.feed(sink, progress)
+    }
+}
+
+#[test]
+fn a_staging_directory_swapped_by_another_user_puts_none_of_their_bytes_in_the_cache() {
+    use airlock::unpack::{HfUnpackOptions, To};
+    let env = Env::new();
+    let built = build(&env, "src", COMMIT_A, spec_files(), true);
+    let (code, j) = pack_hf(&env, "src", "b");
+    assert_eq!(code, 0, "{j:#}");
+    // A cache holding an older commit of the repository (another config), and a new cache.
+    let mut old = spec_files();
+    old[1]["text"] = json!("{\"model_type\": \"older\"}\n");
+    let older = python(
+        BUILD,
+        &json!({"cache": env.path("dst"), "repo_id": REPO, "commit": COMMIT_B, "revision": "main", "files": old}),
+    );
+    let keys = airlock::trust::load_paths(&[env.path("k.pub")]).unwrap();
+    let trust = airlock::trust::Policy::any_of(&keys);
+    let opened = airlock::bundle::open::open_with(&env.path("b"), &trust).unwrap();
+    let etag = built["config.json"]["etag"].as_str().unwrap();
+    for cache in ["dst", "fresh"] {
+        let repo = repo_folder(&env, cache);
+        let before = listing(&repo);
+        let source = SwapsTheStaging {
+            bundle: airlock::pipeline::BundleOnDisk(&opened),
+            locks: env.path(&format!("{cache}/.locks")),
+            commit: COMMIT_A,
+            etag,
+        };
+        let to = To::HfCache(HfUnpackOptions {
+            cache: env.path(cache),
+            repo_id: None,
+            repo_type: None,
+            revision: None,
+            check_space: false,
+            trust: trust.clone(),
+        });
+        let result = airlock::unpack::unpack(&source, to, &airlock::progress::Silent);
+        // Before: the planted blob was kept as "the same content twice", the other user's tree
+        // renamed into the cache, and the install reported a success.
+        let blob = repo.join("blobs").join(etag);
+        assert!(
+            std::fs::read(&blob).map_or(true, |b| b != PLANTED),
+            "{cache}: {} holds the other user's bytes",
+            blob.display()
+        );
+        let err = match result {
+            Ok(done) => {
+                panic!("{cache}: installed after the staging directory was swapped: {done:?}")
+            }
+            Err(e) => e,
+        };
+        assert_eq!(err.exit_code(), 3, "{cache}: {err}");
+        assert_eq!(err.kind(), "hf-cache", "{cache}: {err}");
+        assert!(
+            err.to_string()
+                .contains("was moved or replaced while airlock staged the install in it"),
+            "{cache}: {err}"
+        );
+        assert!(err.hint().unwrap().contains("chmod +t"), "{cache}: {err:?}");
+        assert_eq!(listing(&repo), before, "{cache}: the repository changed");
+        // The other user's directory is theirs: left as it was. Airlock's own, moved away, is
+        // emptied through its handle.
+        let locks = env.path(&format!("{cache}/.locks"));
+        let theirs: Vec<PathBuf> = std::fs::read_dir(&locks)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().unwrap() != "moved")
+            .collect();
+        assert_eq!(theirs.len(), 1, "{cache}: {theirs:?}");
+        assert_eq!(
+            std::fs::read(theirs[0].join("repo/blobs").join(etag)).unwrap(),
+            PLANTED
+        );
+        assert_eq!(
+            std::fs::read_dir(locks.join("moved")).unwrap().count(),
+            0,
+            "{cache}: the moved work directory was not emptied"
+        );
+    }
+    assert!(!repo_folder(&env, "fresh").exists());
+    assert_client_resolves(&env, "dst", REPO, &older);
+}
+
+#[test]
+fn unpack_refuses_a_locks_folder_that_is_a_link_or_that_every_user_can_write() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let built = build(&env, "src", COMMIT_A, spec_files(), true);
+    let (code, j) = pack_hf(&env, "src", "b");
+    assert_eq!(code, 0, "{j:#}");
+    std::fs::create_dir(env.path("dst")).unwrap();
+    let locks = env.path("dst/.locks");
+    let elsewhere = env.path("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let unpack = ["unpack", "b", "--trust", "k.pub", "--hf-cache", "dst"];
+
+    // A link: before, the staged tree was built wherever it led (outside the cache).
+    std::os::unix::fs::symlink(&elsewhere, &locks).unwrap();
+    let before = listing(&env.path("dst"));
+    let (code, j) = env.json(&unpack);
+    assert_eq!(code, 3, "{j:#}");
+    assert_eq!(j["error"]["kind"], "hf-cache", "{j:#}");
+    let message = j["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!(
+            "{}: is a symlink to {}, not a directory",
+            locks.display(),
+            elsewhere.display()
+        )),
+        "{message}"
+    );
+    assert!(
+        j["error"]["hint"].as_str().unwrap().contains("chmod +t"),
+        "{j:#}"
+    );
+    assert_eq!(listing(&env.path("dst")), before);
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+
+    // Writable by every user, no sticky bit: before, accepted.
+    std::fs::remove_file(&locks).unwrap();
+    std::fs::create_dir(&locks).unwrap();
+    std::fs::set_permissions(&locks, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (code, j) = env.json(&unpack);
+    assert_eq!(code, 3, "{j:#}");
+    assert_eq!(j["error"]["kind"], "hf-cache", "{j:#}");
+    let message = j["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!(
+            "{}: is a directory writable by all users (mode 0777, no sticky bit)",
+            locks.display()
+        )),
+        "{message}"
+    );
+    assert_eq!(std::fs::read_dir(env.path("dst")).unwrap().count(), 1);
+    assert_eq!(std::fs::read_dir(&locks).unwrap().count(), 0);
+
+    // With the sticky bit (as /tmp has), only an entry's owner can rename it: accepted.
+    std::fs::set_permissions(&locks, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    env.ok(&unpack);
+    assert_client_resolves(&env, "dst", REPO, &built);
+    assert_eq!(std::fs::read_dir(&locks).unwrap().count(), 0);
+    let mode = std::fs::metadata(&locks).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o1777);
+}
