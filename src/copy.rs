@@ -302,7 +302,10 @@ fn inspect(root: &Path, name: &str, opened: &Opened) -> Result<Medium> {
         },
         _ => not_ours(
             &dir,
-            "exists and holds files but no manifest of this bundle: airlock copy writes nothing over what it did not make",
+            &format!(
+                "exists and holds {} but no manifest of this bundle: airlock copy writes nothing over what it did not make",
+                listing.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+            ),
         ),
     })?;
     let m = &opened.manifest;
@@ -409,17 +412,29 @@ fn plan(m: &Manifest, volumes: &[&Volume], media: &[Medium], small: u64) -> Resu
         }
         used.iter().zip(&room).all(|(u, r)| u <= r)
     };
-    let mut candidates = Vec::new();
+    // With parity: the data over the first `d` media for every `d`, the parity where it
+    // hurts least; the plan that survives the loss of the most media wins (the most even one
+    // on a tie).
     if m.parity.is_some() && media.len() > 1 {
-        candidates.push(balanced(m, volumes, media, &room, &fixed));
-    }
-    candidates.push(in_order(volumes, media, &room, &fixed));
-    for c in candidates.into_iter().flatten() {
-        if fits(&c) {
+        let mut best: Option<(usize, Vec<usize>)> = None;
+        for d in (1..=media.len()).rev() {
+            if let Some(c) = balanced(m, volumes, media, &room, &fixed, d)
+                && fits(&c)
+            {
+                let s = survivors(m, volumes, &c, media.len()).len();
+                if best.as_ref().is_none_or(|(b, _)| s > *b) {
+                    best = Some((s, c));
+                }
+            }
+        }
+        if let Some((_, c)) = best {
             return Ok(c);
         }
     }
-    Err(too_small(volumes, media, &room))
+    match in_order(volumes, media, &room, &fixed) {
+        Some(c) if fits(&c) => Ok(c),
+        _ => Err(too_small(volumes, media, &room)),
+    }
 }
 
 /// Fills the media in order: each volume not already placed goes on the first medium from the
@@ -456,19 +471,22 @@ fn in_order(
     Some(plan)
 }
 
-/// With parity: the data volumes in runs of about equal bytes over the media in order, then
-/// each parity volume on the medium that leaves the fewest media whose loss cannot be rebuilt
-/// (ties: the one with the most room left).
+/// With parity: the data volumes in runs of about equal bytes over the first `spread` media in
+/// order, then each parity volume on the medium that leaves the fewest media whose loss cannot
+/// be rebuilt (ties: the one with the most room left). A parity volume holds every recovery
+/// unit of its stripes (FORMAT.md 17.2), so a medium holding one survives its loss only if it
+/// holds no data: hence the data on fewer media than there are.
 fn balanced(
     m: &Manifest,
     volumes: &[&Volume],
     media: &[Medium],
     room: &[u64],
     fixed: &[Option<usize>],
+    spread: usize,
 ) -> Option<Vec<usize>> {
     let data = m.volumes.len();
     let total: u64 = m.volumes.iter().map(|v| v.size).sum();
-    let n = media.len() as u64;
+    let n = spread as u64;
     let mut plan: Vec<usize> = Vec::with_capacity(volumes.len());
     let mut placed = 0u64;
     for (i, v) in volumes[..data].iter().enumerate() {
@@ -476,7 +494,7 @@ fn balanced(
             Some(k) => k,
             // The medium whose share of the data this volume's middle falls in.
             None => (((placed + v.size / 2) as u128 * n as u128 / total.max(1) as u128) as usize)
-                .min(media.len() - 1),
+                .min(spread - 1),
         };
         placed += v.size;
         plan.push(k);
@@ -684,8 +702,8 @@ fn copy_to(
     }
     report.write_seconds = started.elapsed().as_secs_f64();
     progress.finish();
-    drop(work);
     crate::durable::sync_dir_fd(&dir_fd, dir)?;
+    test_pause_before_read_back(dir);
     // Every volume of the medium, read back from the device.
     progress.start(
         &format!("read back medium {number}"),
@@ -736,6 +754,9 @@ fn copy_to(
     }
     report.read_seconds = started.elapsed().as_secs_f64();
     progress.finish();
+    // The work directory lives until the medium is done (a copy killed before that leaves it
+    // for the rerun to remove and report).
+    drop(work);
     if !bad.is_empty() {
         return Err(Error::MediumFailing {
             medium: medium.root.clone(),
@@ -746,6 +767,27 @@ fn copy_to(
         });
     }
     Ok(report)
+}
+
+/// Tests only (debug builds): with `AIRLOCK_TEST_PAUSE_BEFORE_READ_BACK=FLAG` set, a medium's
+/// volumes written and dropped from the cache, the copy creates `FLAG.waiting` (holding the
+/// medium's bundle directory) and waits until `FLAG` exists, so that a test can write to the
+/// device under the file system, as a failing or counterfeit medium would, before the read-back.
+/// Nothing is run and nothing read but the two names; release builds have no such pause.
+fn test_pause_before_read_back(dir: &Path) {
+    #[cfg(debug_assertions)]
+    if let Some(flag) = std::env::var_os("AIRLOCK_TEST_PAUSE_BEFORE_READ_BACK") {
+        let flag = PathBuf::from(flag);
+        let mut waiting = flag.clone().into_os_string();
+        waiting.push(".waiting");
+        let _ = std::fs::write(&waiting, dir.as_os_str().as_encoded_bytes());
+        while std::fs::symlink_metadata(&flag).is_err() {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = std::fs::remove_file(&flag);
+        let _ = std::fs::remove_file(&waiting);
+    }
+    let _ = dir;
 }
 
 fn file_name(p: &Path) -> String {

@@ -170,7 +170,10 @@ mod tests {
             // plus the rounding to whole MiB.
             let spare = cap - per_disc * got;
             assert!(spare >= cap / 200 + (16 << 20), "{name}: {spare}");
-            assert!(spare <= cap / 200 + (16 << 20) + per_disc * (1 << 20), "{name}: {spare}");
+            assert!(
+                spare <= cap / 200 + (16 << 20) + per_disc * (1 << 20),
+                "{name}: {spare}"
+            );
         }
     }
 

@@ -31,6 +31,7 @@ pub fn run(a: CopyArgs, ui: &Ui) -> Result<Output> {
     out.set("version", done.version);
     out.set("media", &done.media);
     out.set("survives_losing", &done.survives_losing);
+    out.set("removed_stale", &done.removed_stale);
     let count = done.media.len();
     for m in &done.media {
         let speed = |bytes: u64, secs: f64| {

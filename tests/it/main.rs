@@ -12,6 +12,7 @@ mod hostile;
 mod interop;
 mod long_paths;
 mod manyfiles;
+mod media;
 mod model_checks;
 mod oci;
 mod oci_safety;
