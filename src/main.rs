@@ -45,10 +45,11 @@ fn main() -> ExitCode {
 }
 
 /// Every subcommand's name, as the JSON `command` field gives it.
-const SUBCOMMANDS: [&str; 13] = [
+const SUBCOMMANDS: [&str; 14] = [
     "keygen",
     "pack",
     "verify",
+    "copy",
     "unpack",
     "inspect",
     "check",

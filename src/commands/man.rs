@@ -61,6 +61,9 @@ fn exit_status(command: Option<&str>) -> Vec<(&'static str, String)> {
         Some("unpack") => Some(
             "the bundle failed verification, or the install would downgrade an installed version",
         ),
+        Some("copy") => Some(
+            "the bundle failed verification, a medium holds another bundle or a file airlock did not make, or a medium gave back other bytes than were written (counterfeit or failing)",
+        ),
         Some("inspect") => Some("the manifest is malformed"),
         Some("repair") => Some(
             "the bundle failed verification, or some damage has no intact copy and is beyond its parity (nothing was changed; the message lists the volumes to copy again)",
@@ -156,6 +159,16 @@ fn examples(command: Option<&str>) -> &'static [(&'static str, &'static str)] {
             (
                 "Check the next airlock release: FILE.minisig and, under a root, its co-signatures:",
                 "airlock verify airlock-0.2.0-x86_64-linux --trust /etc/airlock/root.json",
+            ),
+        ],
+        Some("copy") => &[
+            (
+                "Onto one stick, read back from the device:",
+                "airlock copy llama-bundle /media/usb --trust release.pub",
+            ),
+            (
+                "Over three sticks, whole volumes in order; then verify them together:",
+                "airlock copy llama-bundle /media/a /media/b /media/c --trust release.pub",
             ),
         ],
         Some("unpack") => &[
