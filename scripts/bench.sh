@@ -8,6 +8,7 @@
 #   scripts/bench.sh --delta [--delta-gib 1]   # only the delta section at the end (issue 12)
 #   scripts/bench.sh --values [--values-gib 1] # only the value-scan section at the end (issue 23)
 #   scripts/bench.sh --many-files [--many-counts "100000 200000"] [--many-ops "pack check"]   # only the small-files section (issue 24)
+#   scripts/bench.sh --media [--media-gib 1]  # only the removable-media section (issue 32; root: a loop device)
 #
 # Options: --sizes "1 4" (GiB), --runs N, --kinds "random bf16", --dir DIR (default /tmp/perf,
 # needs ~8x the largest size free), --keep (keep the models for the next run), --no-install
@@ -59,6 +60,8 @@ while [ $# -gt 0 ]; do
         --many-files) MANY=1 ;;
         --many-counts) MANY_COUNTS="$2"; shift ;;
         --many-ops) MANY_OPS="$2"; shift ;;
+        --media) MEDIA=1 ;;
+        --media-gib) MEDIA_GIB="$2"; shift ;;
         -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
     esac
@@ -86,6 +89,11 @@ if [ "${MANY:-0}" = 1 ]; then
     MANY_SECTION=1 REPO=$REPO DIR=$DIR BIN=$BIN RUNS=$RUNS MANY_COUNTS=${MANY_COUNTS:-100000} \
         MANY_OPS=${MANY_OPS:-pack check unpack} \
         exec bash -c "$(sed -n '/^# ==== many files: pack, check and unpack/,/^# ==== end of many-files section/p' "$0")"
+fi
+# --media runs only the removable-media section at the end of this file (issue 32).
+if [ "${MEDIA:-0}" = 1 ]; then
+    MEDIA_SECTION=1 REPO=$REPO DIR=$DIR BIN=$BIN RUNS=$RUNS MEDIA_GIB=${MEDIA_GIB:-1} \
+        exec bash -c "$(sed -n '/^# ==== media: copy and verify on a real medium/,/^# ==== end of media section/p' "$0")"
 fi
 if [ "$COLD" = 1 ] && [ "$(id -u)" != 0 ]; then
     echo "bench.sh: --cold drops the page cache and needs root" >&2
@@ -780,3 +788,88 @@ PY
 }
 many_bench
 # ==== end of many-files section ===============================================================
+# ==== media: copy and verify on a real medium (issue 32) ======================================
+# A loop device over an image file on this machine's disk, with direct I/O (so its reads and
+# writes reach the disk, not the image's page cache), formatted ext4 and mounted: the medium.
+# One alternating loop per row, RUNS rounds:
+#   copy:   airlock copy BUNDLE MNT                against  cp -r BUNDLE MNT && sync &&
+#           echo 3 > drop_caches && sha256sum MNT/b/data.*  (the manual copy with read-back)
+#   verify: airlock verify MNT/b (direct I/O)      against  dd iflag=direct bs=4M | sha256sum, and
+#           dd iflag=direct bs=4M | openssl dgst -sha256 (the same reads, a hash with SHA-NI)
+# Prints medians, pairwise ratios (the median of each round's ratio) and MB/s.
+media_bench() {
+    [ "${MEDIA_SECTION:-0}" = 1 ] || return 0
+    [ "$(id -u)" = 0 ] || { echo "bench.sh --media needs root (losetup, mount, drop_caches)" >&2; exit 2; }
+    local d=$DIR/media gib=${MEDIA_GIB:-1} bin=${BIN:-} synth="" runs=${RUNS:-3}
+    for c in "$REPO/../shared/bench/synth-model.py" "$REPO/../../shared/bench/synth-model.py"; do
+        if [ -z "$synth" ] && [ -f "$c" ]; then synth=$c; fi
+    done
+    [ -n "$synth" ] || { echo "bench.sh --media: synth-model.py not found" >&2; exit 2; }
+    if [ -z "$bin" ]; then
+        (cd "$REPO" && cargo build --release --locked -q)
+        bin=$REPO/target/release/airlock
+    fi
+    local al="$bin --progress none -q"
+    rm -rf "$d" && mkdir -p "$d"
+    "$bin" -q keygen --out "$d/k" --unencrypted
+    python3 "$synth" "$d/m" "$gib" --kind random >/dev/null
+    $al pack "$d/m" -o "$d/b" --key "$d/k.key" --compress none --no-model-checks --volume-size 256M
+    rm -rf "$d/m"
+    local bytes mib
+    bytes=$(du -sb "$d/b" | cut -f1)
+    mib=$((bytes * 13 / 10 / 1048576 + 64))
+    truncate -s "${mib}M" "$d/img"
+    mkfs.ext4 -q -F "$d/img"
+    local dev
+    dev=$(losetup --find --show --direct-io=on "$d/img")
+    mkdir -p "$d/mnt"
+    mount "$dev" "$d/mnt"
+    trap 'umount "$d/mnt" 2>/dev/null; losetup -d "$dev" 2>/dev/null' EXIT
+    local t
+    t() { /usr/bin/time -f '%e' -o "$d/t" "$@" >/dev/null 2>&1 || { echo "failed: $*" >&2; exit 1; }; cat "$d/t"; }
+    : > "$d/res"
+    for ((r = 0; r < runs; r++)); do
+        # copy against the manual copy with a read-back, in an order that rotates.
+        for j in 0 1; do
+            i=$(((j + r) % 2))
+            rm -rf "$d/mnt/b"; sync; echo 3 > /proc/sys/vm/drop_caches
+            if [ $i = 0 ]; then
+                echo "copy $r $(t $al copy "$d/b" "$d/mnt" --trust "$d/k.pub")" >> "$d/res"
+            else
+                echo "cp $r $(t sh -c "cp -r '$d/b' '$d/mnt/' && sync && echo 3 > /proc/sys/vm/drop_caches && sha256sum '$d'/mnt/b/data.*")" >> "$d/res"
+            fi
+        done
+        # verify from the medium (freshly written: its pages may be cached) against dd with
+        # direct I/O into sha256sum and into openssl.
+        for j in 0 1 2; do
+            i=$(((j + r) % 3))
+            sync
+            case $i in
+                0) echo "verify $r $(t $al verify "$d/mnt/b" --trust "$d/k.pub")" >> "$d/res" ;;
+                1) echo "ddsha $r $(t sh -c "for f in '$d'/mnt/b/data.*; do dd if=\$f iflag=direct bs=4M status=none | sha256sum; done")" >> "$d/res" ;;
+                2) echo "ddssl $r $(t sh -c "for f in '$d'/mnt/b/data.*; do dd if=\$f iflag=direct bs=4M status=none | openssl dgst -sha256; done")" >> "$d/res" ;;
+            esac
+        done
+    done
+    python3 - "$d/res" "$bytes" <<'PY'
+import sys, statistics as st
+runs = {}
+for line in open(sys.argv[1]):
+    k, r, wall = line.split()
+    runs.setdefault(k, {})[r] = float(wall)
+mb = int(sys.argv[2]) / 1e6
+print(f"bundle: {mb:.0f} MB")
+print("| row | airlock s | peer | peer s | ratio of medians | pairwise | airlock MB/s |")
+print("|---|---|---|---|---|---|---|")
+for a, p, what in (("copy", "cp", "cp -r && sync && drop_caches && sha256sum"),
+                   ("verify", "ddsha", "dd iflag=direct | sha256sum"),
+                   ("verify", "ddssl", "dd iflag=direct | openssl dgst")):
+    A, P = runs[a], runs[p]
+    ma, mp = st.median(A.values()), st.median(P.values())
+    pair = st.median(A[r] / P[r] for r in A if r in P)
+    print(f"| {a} | {ma:.2f} | {what} | {mp:.2f} | {ma / mp:.2f} | {pair:.2f} | {mb / ma:.0f} |")
+PY
+    echo "runs: $runs each; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+media_bench
+# ==== end of media section ====================================================================
