@@ -19,7 +19,7 @@ while [ $# -gt 0 ]; do
 done
 
 # The commands with a page of their own (`airlock man --help` lists the same).
-commands=(keygen pack verify unpack inspect check sign repair push cosign trust completions)
+commands=(keygen pack verify copy unpack inspect check sign repair push cosign trust completions)
 
 install -d -m 0755 "$mandir/man1"
 "$airlock" man > "$mandir/man1/airlock.1.tmp"

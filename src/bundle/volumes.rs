@@ -779,9 +779,9 @@ impl<'a> DirVolumes<'a> {
 
 impl VolumeSource for DirVolumes<'_> {
     fn open(&self, _index: usize, name: &str) -> io::Result<Box<dyn Read + Send + '_>> {
-        let (f, len, path) = self.open_file(name)?;
+        let (f, _, path) = self.open_file(name)?;
         self.record(name, &path, &f);
-        Ok(Box::new(f.into_reader(len, STREAM_BUFFER_SIZE * 4)))
+        Ok(Box::new(f.into_reader(STREAM_BUFFER_SIZE * 4)))
     }
     fn path(&self, name: &str) -> PathBuf {
         match &self.place {

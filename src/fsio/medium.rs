@@ -275,8 +275,13 @@ impl MediumFile {
     ) -> io::Result<()> {
         let mut pos = start;
         while pos < end {
-            let n = self.read_some(buf, pos, end)?;
-            let (skip, bytes) = n;
+            let (skip, bytes) = self.read_some(buf, pos, end)?;
+            if bytes == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the file ended early",
+                ));
+            }
             let piece = &buf.as_mut()[skip..skip + bytes];
             take(piece)?;
             pos += bytes as u64;
@@ -285,7 +290,7 @@ impl MediumFile {
     }
 
     /// One read at `pos` (at most up to `end` and the buffer's size): returns where the wanted
-    /// bytes start in the buffer and how many there are (at least one).
+    /// bytes start in the buffer and how many there are, 0 at the end of the file.
     fn read_some(
         &mut self,
         buf: &mut AlignedBuf,
@@ -296,18 +301,16 @@ impl MediumFile {
         if self.direct {
             let from = pos / align * align;
             let skip = (pos - from) as usize;
-            let want = (end - from).div_ceil(align) * align;
-            let len = (want as usize).min(buf.len());
+            // Whole blocks covering [from, end), at most the buffer (whose length is a multiple
+            // of the block).
+            let len = match usize::try_from(end - from) {
+                Ok(n) if n < buf.len() => n.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN,
+                _ => buf.len(),
+            };
             match self.file.read_at(&mut buf.as_mut()[..len], from) {
-                Ok(n) if n > skip => {
-                    let bytes = (n - skip).min((end - pos) as usize);
+                Ok(n) => {
+                    let bytes = n.saturating_sub(skip).min((end - pos) as usize);
                     return Ok((skip, bytes));
-                }
-                Ok(_) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the file ended early",
-                    ));
                 }
                 Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {
                     // The file system opened for direct I/O but refuses this read (an
@@ -320,12 +323,6 @@ impl MediumFile {
         let len = ((end - pos) as usize).min(buf.len());
         loop {
             match self.file.read_at(&mut buf.as_mut()[..len], pos) {
-                Ok(0) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the file ended early",
-                    ));
-                }
                 Ok(n) => return Ok((0, n)),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
@@ -348,15 +345,17 @@ impl MediumFile {
         self.file
     }
 
-    /// A sequential reader over the whole file from offset 0, reading as
-    /// [`MediumFile::read_range`] does, in pieces of at most `chunk` bytes.
-    pub fn into_reader(self, len: u64, chunk: usize) -> MediumReader {
+    /// A sequential reader over the file from offset 0 to its end (wherever reads end, not its
+    /// size at the open: a file that says 0 bytes and reads more, or fails half way, is read as
+    /// it reads), reading as [`MediumFile::read_range`] does, in pieces of at most `chunk`
+    /// bytes.
+    pub fn into_reader(self, chunk: usize) -> MediumReader {
         MediumReader {
             file: self,
             buf: AlignedBuf::new(chunk),
             pos: 0,
-            len,
             filled: (0, 0),
+            ended: false,
         }
     }
 }
@@ -366,9 +365,10 @@ pub struct MediumReader {
     file: MediumFile,
     buf: AlignedBuf,
     pos: u64,
-    len: u64,
     /// The unread part of `buf`: start and end.
     filled: (usize, usize),
+    /// A read returned nothing: the end of the file.
+    ended: bool,
 }
 
 impl MediumReader {
@@ -386,10 +386,14 @@ impl MediumReader {
 impl io::Read for MediumReader {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         if self.filled.0 == self.filled.1 {
-            if self.pos >= self.len || out.is_empty() {
+            if self.ended || out.is_empty() {
                 return Ok(0);
             }
-            let (skip, n) = self.file.read_some(&mut self.buf, self.pos, self.len)?;
+            let (skip, n) = self.file.read_some(&mut self.buf, self.pos, u64::MAX)?;
+            if n == 0 {
+                self.ended = true;
+                return Ok(0);
+            }
             self.filled = (skip, skip + n);
             self.pos += n as u64;
         }
@@ -475,8 +479,8 @@ mod tests {
     fn the_reader_yields_the_whole_file() {
         let data = pattern(DIRECT_ALIGN * 9 + 77);
         let (_d, p) = file_with(&data);
-        let (f, len) = open_medium(&p, Follow::Never, MediumRead::Device).unwrap();
-        let mut r = f.into_reader(len, DIRECT_ALIGN * 2);
+        let (f, _) = open_medium(&p, Follow::Never, MediumRead::Device).unwrap();
+        let mut r = f.into_reader(DIRECT_ALIGN * 2);
         let mut got = Vec::new();
         r.read_to_end(&mut got).unwrap();
         assert_eq!(got, data);
