@@ -116,7 +116,7 @@ impl AlignedBuf {
     }
 
     /// The aligned bytes.
-    pub fn as_mut(&mut self) -> &mut [u8] {
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
         &mut self.raw[self.start..self.start + self.len]
     }
 
@@ -282,7 +282,7 @@ impl MediumFile {
                     "the file ended early",
                 ));
             }
-            let piece = &buf.as_mut()[skip..skip + bytes];
+            let piece = &buf.bytes_mut()[skip..skip + bytes];
             take(piece)?;
             pos += bytes as u64;
         }
@@ -307,7 +307,7 @@ impl MediumFile {
                 Ok(n) if n < buf.len() => n.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN,
                 _ => buf.len(),
             };
-            match self.file.read_at(&mut buf.as_mut()[..len], from) {
+            match self.file.read_at(&mut buf.bytes_mut()[..len], from) {
                 Ok(n) => {
                     let bytes = n.saturating_sub(skip).min((end - pos) as usize);
                     return Ok((skip, bytes));
@@ -322,7 +322,7 @@ impl MediumFile {
         }
         let len = ((end - pos) as usize).min(buf.len());
         loop {
-            match self.file.read_at(&mut buf.as_mut()[..len], pos) {
+            match self.file.read_at(&mut buf.bytes_mut()[..len], pos) {
                 Ok(n) => return Ok((0, n)),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
@@ -399,7 +399,7 @@ impl io::Read for MediumReader {
         }
         let (a, b) = self.filled;
         let n = (b - a).min(out.len());
-        out[..n].copy_from_slice(&self.buf.as_mut()[a..a + n]);
+        out[..n].copy_from_slice(&self.buf.bytes_mut()[a..a + n]);
         self.filled.0 += n;
         Ok(n)
     }
@@ -439,8 +439,8 @@ mod tests {
     fn aligned_buffers_are_aligned_and_rounded_up() {
         for n in [1, 4095, 4096, 4097, 1 << 20] {
             let mut b = AlignedBuf::new(n);
-            assert_eq!(b.as_mut().as_ptr() as usize % DIRECT_ALIGN, 0);
-            assert!(b.len() >= n && b.len() % DIRECT_ALIGN == 0);
+            assert_eq!(b.bytes_mut().as_ptr() as usize % DIRECT_ALIGN, 0);
+            assert!(b.len() >= n && b.len().is_multiple_of(DIRECT_ALIGN));
         }
     }
 

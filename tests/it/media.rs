@@ -79,8 +79,7 @@ impl Medium {
                 let physical = f.next()?.split("..").next()?.trim().parse::<u64>().ok()?;
                 Some((logical, physical))
             })
-            .filter(|(l, _)| *l * 4096 <= offset)
-            .last()
+            .rfind(|(l, _)| *l * 4096 <= offset)
             .unwrap_or_else(|| panic!("no extent of {} in:\n{out}", file.display()));
         let at = physical * 4096 + (offset - logical * 4096);
         let img = std::fs::OpenOptions::new()
