@@ -725,7 +725,8 @@ pub struct DirVolumes<'a> {
 
 /// Where [`DirVolumes`] finds the volumes.
 enum Place<'a> {
-    /// One directory, read through the cache (another copy `repair` takes chunks from).
+    /// One directory (another copy `repair` takes chunks from), its cached pages dropped when
+    /// a volume is opened: read from the medium at no cost.
     Dir(&'a Path),
     /// The media of an opened bundle, with whom to ask for a missing medium.
     Media(&'a super::media::Media, &'a dyn Progress),
@@ -762,7 +763,7 @@ impl<'a> DirVolumes<'a> {
         match &self.place {
             Place::Dir(dir) => {
                 let path = dir.join(name);
-                let (f, len) = open_medium(&path, Follow::Final, MediumRead::Cached)?;
+                let (f, len) = open_medium(&path, Follow::Final, MediumRead::DropCache)?;
                 Ok((f, len, path))
             }
             Place::Media(media, progress) => {

@@ -135,6 +135,29 @@ fn finish(
     out.set("repaired_volumes", &done.notes().repaired_volumes);
     out.set("files", m.totals.files);
     out.set("bytes", m.totals.file_bytes);
+    // Volumes are read from the medium at no cost (their cached pages dropped at the open):
+    // which were, and which could not be (a tmpfs, a network file system).
+    let reads = opened.media.reads();
+    if !reads.is_empty() {
+        let past: Vec<_> = reads.iter().filter(|r| r.read_from.past_cache()).collect();
+        out.set(
+            "read_from",
+            if past.len() == reads.len() {
+                "medium"
+            } else if past.is_empty() {
+                "page-cache"
+            } else {
+                "mixed"
+            },
+        );
+        out.set(
+            "not_read_from_medium",
+            reads
+                .iter()
+                .filter(|r| !r.read_from.past_cache())
+                .collect::<Vec<_>>(),
+        );
+    }
     let what = format!("{} version {}{from}", m.name, m.version);
     let size = format!("{} files, {}", m.totals.files, human(m.totals.file_bytes));
     let oms_at = airlock::oms::carried_name(m).map(|name| match &done {

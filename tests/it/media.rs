@@ -254,7 +254,10 @@ fn copy_spreads_a_bundle_over_media_that_every_command_then_takes() {
         (1, Some("medium-needed"))
     );
     // unpack from both: the model as packed.
-    env.ok(&["unpack", a, b, "--trust", "k.pub", "--dest", "out"]);
+    let (code, v) = env.json(&["unpack", a, b, "--trust", "k.pub", "--dest", "out"]);
+    assert_eq!(code, 0, "{v}");
+    // unpack read the volumes from the media too (their cached pages dropped at the open).
+    assert_eq!(v["read_from"], "medium", "{v}");
     assert_eq!(
         tree(&env.path("out"))
             .into_iter()
