@@ -795,7 +795,8 @@ many_bench
 #   copy:   airlock copy BUNDLE MNT                against  cp -r BUNDLE MNT && sync &&
 #           echo 3 > drop_caches && sha256sum MNT/b/data.*  (the manual copy with read-back)
 #   verify: airlock verify MNT/b (direct I/O)      against  dd iflag=direct bs=4M | sha256sum, and
-#           dd iflag=direct bs=4M | openssl dgst -sha256 (the same reads, a hash with SHA-NI)
+#           dd iflag=direct bs=4M | openssl dgst -sha256 (the same reads, a hash with SHA-NI);
+#           and the device's own read speed (dd of the loop device, direct, 64 MiB reads)
 # Prints medians, pairwise ratios (the median of each round's ratio) and MB/s.
 media_bench() {
     [ "${MEDIA_SECTION:-0}" = 1 ] || return 0
@@ -841,10 +842,11 @@ media_bench() {
         done
         # verify from the medium (freshly written: its pages may be cached) against dd with
         # direct I/O into sha256sum and into openssl.
-        for j in 0 1 2; do
-            i=$(((j + r) % 3))
+        for j in 0 1 2 3; do
+            i=$(((j + r) % 4))
             sync
             case $i in
+                3) echo "raw $r $(t dd if="$dev" iflag=direct bs=64M count=$((bytes / 67108864 + 1)) of=/dev/null status=none)" >> "$d/res" ;;
                 0) echo "verify $r $(t $al verify "$d/mnt/b" --trust "$d/k.pub")" >> "$d/res" ;;
                 1) echo "ddsha $r $(t sh -c "for f in '$d'/mnt/b/data.*; do dd if=\$f iflag=direct bs=4M status=none | sha256sum; done")" >> "$d/res" ;;
                 2) echo "ddssl $r $(t sh -c "for f in '$d'/mnt/b/data.*; do dd if=\$f iflag=direct bs=4M status=none | openssl dgst -sha256; done")" >> "$d/res" ;;
@@ -868,6 +870,9 @@ for a, p, what in (("copy", "cp", "cp -r && sync && drop_caches && sha256sum"),
     ma, mp = st.median(A.values()), st.median(P.values())
     pair = st.median(A[r] / P[r] for r in A if r in P)
     print(f"| {a} | {ma:.2f} | {what} | {mp:.2f} | {ma / mp:.2f} | {pair:.2f} | {mb / ma:.0f} |")
+raw = st.median(runs["raw"].values())
+print(f"the device itself (dd of the loop device, direct, 64 MiB reads, as many bytes): {raw:.2f} s, "
+      f"{mb / raw:.0f} MB/s; verify reads at {raw / st.median(runs['verify'].values()):.2f} of that")
 PY
     echo "runs: $runs each; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
