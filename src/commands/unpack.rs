@@ -82,6 +82,7 @@ fn target(a: &UnpackArgs, opened: &Opened, trust: &Policy, out: &mut Output) -> 
             allow_downgrade: a.allow_downgrade,
             check_space,
             trust: policy,
+            parent_mode: a.parent_mode,
         };
         replace_note(out, &opts);
         To::Dir(opts)
@@ -183,17 +184,38 @@ fn render_dir(out: &mut Output, i: &Installed, what: &str, size: &str) {
         i.dest.display()
     ));
     out.set("created_parents", &i.notes.created_parents);
-    if !i.notes.created_parents.is_empty() {
+    out.set(
+        "created_parents_mode",
+        i.notes
+            .created_parents_mode
+            .as_ref()
+            .map(|m| format!("{:04o}", m.mode)),
+    );
+    if let (false, Some(mode)) = (
+        i.notes.created_parents.is_empty(),
+        &i.notes.created_parents_mode,
+    ) {
         let made: Vec<String> = i
             .notes
             .created_parents
             .iter()
             .map(|p| p.display().to_string())
             .collect();
+        let why = match &mode.from {
+            None => "as --parent-mode asked".to_string(),
+            Some(from) => format!(
+                "taken from {}, the nearest existing parent, without write for group and others; --parent-mode MODE chooses another",
+                if from == std::path::Path::new(".") {
+                    "the current directory".to_string()
+                } else {
+                    from.display().to_string()
+                }
+            ),
+        };
         out.line(format!(
-            "created {} for the destination (mode 0700, private like the staging directory): run `chmod 0755 {}` if other users must reach the model",
+            "created {} for the destination with mode {:04o} ({why})",
             made.join(", "),
-            made.join(" ")
+            mode.mode
         ));
     }
 }

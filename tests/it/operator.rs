@@ -167,6 +167,100 @@ fn the_readme_walkthrough_runs_as_written() {
     assert_eq!(code, 0, "{lint}\n{stdout}{stderr}");
 }
 
+/// Issue 33 item 5. Before: `unpack --dest /models/m` made a missing `/models` 0700, so the
+/// service that serves the model (another user) could not reach it. Now the parents take the
+/// mode of the nearest existing one without write for group and others (0755 under a 0755
+/// directory, 0700 under a private one), or `--parent-mode`, and the output says which and
+/// why.
+#[test]
+fn unpack_makes_missing_parents_as_open_as_the_directory_above() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    env.model("m");
+    env.ok(&["pack", "m", "-o", "b", "--key", "k.key"]);
+    let mode = |rel: &str| {
+        std::fs::metadata(env.path(rel))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    let set = |rel: &str, m: u32| {
+        std::fs::create_dir_all(env.path(rel)).unwrap();
+        std::fs::set_permissions(env.path(rel), std::fs::Permissions::from_mode(m)).unwrap();
+    };
+    set("srv", 0o755);
+    let out = env.ok(&[
+        "unpack",
+        "b",
+        "--trust",
+        "k.pub",
+        "--dest",
+        "srv/models/llama",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(mode("srv/models"), 0o755);
+    assert!(
+        stdout.contains("created srv/models for the destination with mode 0755 (taken from srv, the nearest existing parent, without write for group and others; --parent-mode MODE chooses another)"),
+        "{stdout}"
+    );
+    // A shared directory (group-writable, sticky): no write for group and others below it.
+    set("shared", 0o1777);
+    env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "shared/a/b/m"]);
+    assert_eq!((mode("shared/a"), mode("shared/a/b")), (0o755, 0o755));
+    // A private directory stays private below.
+    set("home", 0o700);
+    env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "home/models/m"]);
+    assert_eq!(mode("home/models"), 0o700);
+    // The flag, said so; and in the JSON.
+    let (code, j) = env.json(&[
+        "unpack",
+        "b",
+        "--trust",
+        "k.pub",
+        "--dest",
+        "srv/group/m",
+        "--parent-mode",
+        "0750",
+    ]);
+    assert_eq!(code, 0, "{j:#}");
+    assert_eq!(mode("srv/group"), 0o750);
+    assert_eq!(j["created_parents_mode"], "0750", "{j:#}");
+    let out = env.ok(&[
+        "unpack",
+        "b",
+        "--trust",
+        "k.pub",
+        "--dest",
+        "srv/g2/m",
+        "--parent-mode",
+        "750",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("created srv/g2 for the destination with mode 0750 (as --parent-mode asked)"),
+        "{out:?}"
+    );
+    // A mode airlock could not stage in, or one with special bits: a usage error, nothing made.
+    for bad in ["0555", "4755", "rwx", "0o1000"] {
+        let text = env.fails(
+            2,
+            &[
+                "unpack",
+                "b",
+                "--trust",
+                "k.pub",
+                "--dest",
+                "srv/bad/m",
+                "--parent-mode",
+                bad,
+            ],
+        );
+        assert!(text.contains("--parent-mode"), "{bad}: {text}");
+        assert!(!env.path("srv/bad").exists());
+    }
+}
+
 /// Runs airlock in `env`'s tree with extra environment variables.
 fn run_with(env: &Env, args: &[&str], vars: &[(&str, &str)]) -> (i32, String, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_airlock"));

@@ -186,6 +186,10 @@ fn errors_when_installing_and_checking() {
     env.ok(&["unpack", "v2", "--trust", "k.pub", "--dest", "out"]);
     env.write("out/config.json", b"{\"model_type\": \"changed\"}\n");
     std::fs::remove_file(env.path("out/run.sh")).unwrap();
+    // The parents unpack creates take this directory's mode (issue 33 item 5): fixed here, so
+    // the snapshot does not follow the umask.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let text = session(
         &env,
         &[
