@@ -80,7 +80,10 @@ pub fn run(cli: Cli) -> u8 {
             exit_cleanly_on_signals(&ui, name, json, quiet, interrupt::kept_by_pack(&a));
             pack::run(*a, &ui)
         }
-        Command::Verify(a) => verify(a.bundle, &a.trust, a.deep, a.cached, &ui),
+        Command::Verify(a) => {
+            exit_cleanly_on_signals(&ui, name, json, quiet, interrupt::kept_by_reading(name));
+            verify(a.bundle, &a.trust, a.deep, a.cached, &ui)
+        }
         Command::Copy(a) => {
             exit_cleanly_on_signals(&ui, name, json, quiet, interrupt::kept_by_copy(&a));
             copy::run(a, &ui)
@@ -90,7 +93,10 @@ pub fn run(cli: Cli) -> u8 {
             unpack::run(a, &ui)
         }
         Command::Inspect(a) => inspect(&a.bundle, a.sha256sums),
-        Command::Check(a) => check::run(a, &ui),
+        Command::Check(a) => {
+            exit_cleanly_on_signals(&ui, name, json, quiet, interrupt::kept_by_reading(name));
+            check::run(a, &ui)
+        }
         Command::Sign(a) => sign::run(a, &ui),
         Command::Repair(a) => {
             exit_cleanly_on_signals(&ui, name, json, quiet, interrupt::kept_by_repair(&a));
@@ -357,7 +363,8 @@ pub(crate) fn apply_trust_update(
 
 /// On SIGINT or SIGTERM, removes this process's work directories (never a destination),
 /// clears the progress bar, says what was removed and what was `kept`, and exits 130 or 143
-/// (`interrupt.rs`). Installed for the commands that create work directories.
+/// (`interrupt.rs`). Installed for the commands that create work directories, and for
+/// `verify` and `check`, which report that they changed nothing.
 fn exit_cleanly_on_signals(ui: &Ui, command: &'static str, json: bool, quiet: bool, kept: String) {
     interrupt::install(interrupt::OnSignal {
         command,
@@ -564,8 +571,10 @@ fn verify(
         return Ok(out);
     }
     // On a terminal, a map of the damage first (issue 25 item 13); pipes get the list alone.
-    if let (Some(map), Some((_, cols))) = (&verdict.damage, console::Term::stdout().size_checked())
-        && let Some(lines) = damage_map::draw(map, usize::from(cols))
+    if let (Some(map), Some(cols)) = (
+        &verdict.damage,
+        damage_map::terminal_width(&console::Term::stdout()),
+    ) && let Some(lines) = damage_map::draw(map, cols)
     {
         out.lines.extend(lines);
     }

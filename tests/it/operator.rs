@@ -801,6 +801,95 @@ fn ctrl_c_clears_the_bar_and_says_what_was_removed_and_kept() {
     assert!(!env.path("new").exists());
 }
 
+/// Starts airlock with `args` (plain progress), sends `signal` once the first phase has begun;
+/// returns the exit code, stdout and stderr.
+fn interrupt_once_started(env: &Env, args: &[&str], signal: &str) -> (i32, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(args)
+        .args(["--progress", "plain"])
+        .current_dir(env.dir.path())
+        .env_remove("AIRLOCK_TRUST")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        let n = std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+        assert!(
+            n > 0,
+            "{args:?} ended before it could be interrupted: {seen}"
+        );
+        seen.push_str(&line);
+        if line.contains("to process") {
+            break;
+        }
+    }
+    let st = Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = child.wait_with_output().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        seen + &rest,
+    )
+}
+
+/// Issue 33 item 7. Before: Ctrl-C during `verify` or `check` ended the process with no word
+/// and, under `--json`, no document, though the README promises one on Ctrl-C for every
+/// command. Now they report as the writing commands do: exit 130/143, `interrupted`, and that
+/// nothing was changed.
+#[test]
+fn ctrl_c_during_verify_and_check_says_nothing_was_changed() {
+    let env = Env::new();
+    large_model(&env, "m");
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--compress",
+        "none",
+    ]);
+    env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
+
+    let (code, stdout, stderr) = interrupt_once_started(
+        &env,
+        &["--json", "verify", "b", "--trust", "k.pub", "--deep"],
+        "INT",
+    );
+    assert_eq!(code, 130, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("not one JSON document ({e}): {stdout:?}"));
+    assert_eq!(v["command"], "verify");
+    assert_eq!(v["exit_code"], 130);
+    assert_eq!(v["error"]["kind"], "interrupted");
+    assert_eq!(v["signal"], "SIGINT");
+    assert_eq!(v["removed"], serde_json::json!([]));
+    assert_eq!(v["kept"], "nothing was changed: verify only reads");
+
+    let (code, stdout, stderr) =
+        interrupt_once_started(&env, &["check", "out", "--trust", "k.pub"], "TERM");
+    assert_eq!(code, 143, "{stderr}");
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.contains(
+            "airlock: error: interrupted by SIGTERM: nothing to remove; nothing was changed: check only reads"
+        ),
+        "{stderr}"
+    );
+}
+
 /// A directory with executables that stand in for `cargo`, `python3` and `apt-get`.
 fn stub_bin(dir: &Path, stubs: &[(&str, &str)]) -> String {
     use std::os::unix::fs::PermissionsExt;
