@@ -42,6 +42,8 @@ pub struct Output {
     pub warnings: Vec<String>,
     /// The error that ends the command, if any.
     pub error: Option<Error>,
+    /// The bundle and trust flags the error's hint names instead of its placeholders.
+    pub hint_paths: airlock::error::HintPaths,
 }
 
 impl Output {
@@ -74,6 +76,7 @@ pub fn run(cli: Cli) -> u8 {
     .or(cli.progress)
     .unwrap_or(ProgressArg::Auto);
     let ui = Ui::new(progress, quiet, name).with_damage_maps(!json && !quiet);
+    let hint_paths = hint_paths_of(&cli.command);
     let result = match cli.command {
         Command::Keygen(a) => keygen::run(a),
         Command::Pack(a) => {
@@ -139,10 +142,11 @@ pub fn run(cli: Cli) -> u8 {
             return print_text(&man::page(command.as_deref()));
         }
     };
-    let out = result.unwrap_or_else(|e| Output {
+    let mut out = result.unwrap_or_else(|e| Output {
         error: Some(e),
         ..Output::default()
     });
+    out.hint_paths = hint_paths;
     interrupt::claim_output_for_result();
     ui.clear();
     render(name, out, json, quiet)
@@ -177,6 +181,53 @@ fn write_stdout(bytes: &[u8]) -> std::io::Result<()> {
     }
 }
 
+/// A path as one shell word: as it is when it needs no quoting, else in single quotes.
+pub(crate) fn shell_word(p: &Path) -> String {
+    let text = p.display().to_string();
+    let plain = !text.is_empty()
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+,:=@%".contains(&b));
+    if plain {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+/// What the hints of a command's errors name instead of `BUNDLE` and `--trust KEY`: the bundle
+/// directories and `--trust` flags of its command line (issue 33 item 10).
+pub(crate) fn hint_paths(bundles: &[&Path], trust: &TrustArgs) -> airlock::error::HintPaths {
+    airlock::error::HintPaths {
+        bundle: bundles.iter().map(|b| shell_word(b)).collect(),
+        trust: Some(
+            trust
+                .trust
+                .iter()
+                .map(|t| format!(" --trust {}", shell_word(t)))
+                .collect(),
+        ),
+    }
+}
+
+fn hint_paths_of(command: &Command) -> airlock::error::HintPaths {
+    let dirs = |first: &PathBuf, more: &[PathBuf]| -> Vec<PathBuf> {
+        std::iter::once(first).chain(more).cloned().collect()
+    };
+    let (bundles, trust) = match command {
+        Command::Verify(a) => (a.bundle.clone(), &a.trust),
+        Command::Unpack(a) if !airlock::oci::pull::is_reference(&a.bundle) => {
+            (dirs(&a.bundle, &a.more), &a.trust)
+        }
+        Command::Repair(a) => (dirs(&a.bundle, &a.more), &a.trust),
+        Command::Push(a) => (a.bundle.clone(), &a.trust),
+        Command::Copy(a) => (vec![a.bundle.clone()], &a.trust),
+        _ => return airlock::error::HintPaths::default(),
+    };
+    let refs: Vec<&Path> = bundles.iter().map(PathBuf::as_path).collect();
+    hint_paths(&refs, trust)
+}
+
 /// The subcommand's name as the JSON `command` field gives it.
 fn command_name(command: &Command) -> &'static str {
     match command {
@@ -202,6 +253,7 @@ fn command_name(command: &Command) -> &'static str {
 /// so every `--json` failure has the same shape.
 pub fn render(command: &str, out: Output, json: bool, quiet: bool) -> u8 {
     let mut code = out.error.as_ref().map_or(EXIT_OK, Error::exit_code);
+    let hint = out.error.as_ref().and_then(|e| e.hint_at(&out.hint_paths));
     if json {
         let mut doc = Map::new();
         if !command.is_empty() {
@@ -216,7 +268,7 @@ pub fn render(command: &str, out: Output, json: bool, quiet: bool) -> u8 {
         if let Some(e) = &out.error {
             doc.insert(
                 "error".into(),
-                json!({ "kind": e.kind(), "message": e.to_string(), "hint": e.hint() }),
+                json!({ "kind": e.kind(), "message": e.to_string(), "hint": hint }),
             );
         }
         let mut text = serde_json::to_string_pretty(&Value::Object(doc)).expect("json");
@@ -240,7 +292,7 @@ pub fn render(command: &str, out: Output, json: bool, quiet: bool) -> u8 {
         }
         if let Some(e) = &out.error {
             eprintln!("airlock: error: {e}");
-            if let Some(h) = e.hint() {
+            if let Some(h) = &hint {
                 eprintln!("airlock: hint: {h}");
             }
         }

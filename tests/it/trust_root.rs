@@ -938,3 +938,74 @@ fn init_and_rotate_say_who_signs_and_warn_when_a_rotated_out_key_keeps_the_root(
         "{stdout}"
     );
 }
+
+/// Issue 33 item 10. Before: a bundle carrying root version 3 to a target at version 1 was
+/// refused with the generic trust-update hint (`check it with airlock trust show ...`), which
+/// did not say what to bring. Now the hint names the versions to carry, one `--trust-update`
+/// each, oldest first, and the bundle path in the cosign hint is the one given.
+#[test]
+fn a_missing_root_version_hint_names_the_versions_to_carry() {
+    let env = Env::new();
+    officers(&env);
+    let before = target_root(&env);
+    rotate(&env);
+    env.ok(&[
+        "trust",
+        "rotate",
+        "root2.json",
+        "--out",
+        "root3.json",
+        "--expires",
+        "2099-07-01",
+    ]);
+    env.ok(&["trust", "sign", "root3.json", "--key", "sec2.key"]);
+    env.model("m");
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b3",
+        "--key",
+        "bob.key",
+        "--trust-update",
+        "root3.json",
+    ]);
+    env.ok(&["cosign", "b3", "--key", "carol.key"]);
+    let (code, j) = env.json(&[
+        "unpack",
+        "b3",
+        "--trust",
+        "target/root.json",
+        "--dest",
+        "out",
+    ]);
+    assert_eq!(code, 3, "{j:#}");
+    assert_eq!(j["error"]["kind"], "trust-update", "{j:#}");
+    let message = j["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("is root version 3, but this target trusts version 1 and the bundle does not carry version 2"),
+        "{message}"
+    );
+    let hint = j["error"]["hint"].as_str().unwrap();
+    assert!(
+        hint.contains("every root version from 2 to 3")
+            && hint.contains("`--trust-update 2.root.json --trust-update 3.root.json`"),
+        "{hint}"
+    );
+    root_unchanged(&env, &before);
+    assert!(!env.path("out").exists());
+
+    // One signature short: the cosign hint names this bundle, not BUNDLE.
+    env.ok(&["pack", "m", "-o", "one", "--key", "alice.key"]);
+    let (code, j) = env.json(&["verify", "one", "--trust", "target/root.json"]);
+    assert_eq!(
+        (code, j["error"]["kind"].as_str()),
+        (3, Some("signature-threshold")),
+        "{j:#}"
+    );
+    let hint = j["error"]["hint"].as_str().unwrap();
+    assert!(
+        hint.contains("`airlock cosign one --key THEIR.key`"),
+        "{hint}"
+    );
+}
