@@ -458,8 +458,40 @@ pub fn password_from_file(path: &Path) -> Result<zeroize::Zeroizing<Vec<u8>>> {
     Ok(zeroize::Zeroizing::new(line.to_vec()))
 }
 
-/// The findings the packer recorded in the signed manifest (a bundle packed with
-/// `--no-model-checks`), as warnings: verify, unpack and inspect all show them.
+/// The findings the packer recorded in the signed manifest, said once (issue 33 item 6: every
+/// command that read the bundle repeated each as a warning): the JSON's `recorded_findings`
+/// lists them, and a line counts them and says where to read them.
+pub(crate) fn recorded_findings(
+    out: &mut Output,
+    m: &airlock::manifest::Manifest,
+    bundle: Option<&Path>,
+) {
+    out.set("recorded_findings", &m.warnings);
+    out.lines.extend(recorded_clause(m, bundle));
+}
+
+/// `2 model-check findings recorded at pack time, not repeated here (`airlock inspect B` lists
+/// them)`, or `None` when there are none.
+pub(crate) fn recorded_clause(
+    m: &airlock::manifest::Manifest,
+    bundle: Option<&Path>,
+) -> Option<String> {
+    let n = m.warnings.len();
+    let (findings, them) = match n {
+        0 => return None,
+        1 => ("finding", "it"),
+        _ => ("findings", "them"),
+    };
+    Some(format!(
+        "{n} model-check {findings} recorded at pack time, not repeated here ({})",
+        match bundle {
+            Some(b) => format!("`airlock inspect {}` lists {them}", b.display()),
+            None => format!("--json lists {them} under recorded_findings"),
+        }
+    ))
+}
+
+/// The findings the packer recorded in the signed manifest, as warnings: `inspect` lists them.
 pub(crate) fn recorded_warnings(
     m: &airlock::manifest::Manifest,
 ) -> impl Iterator<Item = String> + '_ {
@@ -516,7 +548,6 @@ fn verify(
     let m = &opened.manifest;
     out.warnings
         .extend(verdict.signature_warnings.iter().cloned());
-    out.warnings.extend(recorded_warnings(m));
     out.set("bundle", &bundle);
     out.set("media", opened.media.dirs());
     out.set("name", &m.name);
@@ -580,7 +611,7 @@ fn verify(
     }
     report_reads(&mut out, &verdict);
     if verdict.is_ok() {
-        let findings = verdict.recorded_warnings.len();
+        let recorded = recorded_clause(m, Some(&bundle));
         out.line(format!(
             "OK   {} version {}: signature by {}, {} volume(s), {}{}{}{}{}",
             m.name,
@@ -614,11 +645,7 @@ fn verify(
             } else {
                 ", NOT all read from the medium (see the warnings)"
             },
-            match findings {
-                0 => String::new(),
-                1 => "; 1 model-check finding recorded at pack time (see the warning)".into(),
-                n => format!("; {n} model-check findings recorded at pack time (see the warnings)"),
-            }
+            recorded.map(|r| format!("; {r}")).unwrap_or_default()
         ));
         return Ok(out);
     }
