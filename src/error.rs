@@ -612,7 +612,10 @@ impl Error {
             Error::Usage(_) | Error::Interrupted { .. } => return None,
             Error::TrustEnv { source } => return source.hint(),
             Error::NotReplaceable { todo, .. } => todo.clone(),
-            Error::MediaTooSmall { .. } => "nothing was written; give more or larger media (airlock copy BUNDLE /media/a /media/b ...)".to_string(),
+            Error::MediaTooSmall { .. } => format!(
+                "nothing was written; give more or larger media (airlock copy {} /media/a /media/b ...)",
+                at.bundle.first().map_or("BUNDLE", String::as_str)
+            ),
             Error::MediumFailing { .. } => "set this medium aside: what it holds cannot be trusted; the volumes already read back on the other media stand, and a rerun with a good medium in its place copies only what is missing".to_string(),
             Error::MixedMedia { .. } => "give only directories that hold copies of the same bundle: each must hold the byte-identical manifest.json (sha256sum */manifest.json tells)".to_string(),
             Error::MediumNeeded { .. } => "give the bundle directory of every medium of the set (airlock unpack /media/a/NAME /media/b/NAME ...), or run on a terminal to be asked for each medium in turn".to_string(),
@@ -1084,5 +1087,62 @@ mod tests {
             path: PathBuf::from("b/manifest.json.minisig"),
         };
         assert!(e.to_string().contains("unsigned"), "{e}");
+    }
+
+    /// Issue 33 item 10: with the command's bundle and trust known, the hints name them; without,
+    /// they keep their placeholders.
+    #[test]
+    fn hints_name_the_bundle_and_trust_they_are_given() {
+        let at = HintPaths {
+            bundle: vec!["/media/usb/llama".into()],
+            trust: Some(" --trust release.pub".into()),
+        };
+        let damaged = Error::BadVolumes {
+            summary: String::new(),
+            copy_again: vec![],
+            remove: vec![],
+        };
+        assert_eq!(
+            damaged.hint_at(&at).unwrap(),
+            "run `airlock repair /media/usb/llama --trust release.pub` (on read-only media, add `-o` and a new directory: `-o /var/tmp/llama`), then verify again"
+        );
+        assert!(
+            damaged
+                .hint()
+                .unwrap()
+                .contains("airlock repair BUNDLE --trust KEY")
+        );
+        let several = HintPaths {
+            bundle: vec!["/media/a/llama".into(), "/media/b/llama".into()],
+            trust: Some(String::new()),
+        };
+        assert!(
+            damaged.hint_at(&several).unwrap().starts_with(
+                "run `airlock repair /media/a/llama /media/b/llama -o /var/tmp/llama`"
+            )
+        );
+        let small = Error::MediaTooSmall {
+            summary: String::new(),
+        };
+        assert!(
+            small
+                .hint_at(&at)
+                .unwrap()
+                .contains("airlock copy /media/usb/llama /media/a")
+        );
+        let gap = Error::TrustUpdateGap {
+            path: PathBuf::from("b/5.root.json"),
+            trusted: 2,
+            missing: 3,
+            carried: 5,
+            newest: 5,
+        };
+        assert!(
+            gap.to_string()
+                .contains("trusts version 2 and the bundle does not carry version 3")
+        );
+        assert!(gap.hint().unwrap().contains(
+            "`--trust-update 3.root.json --trust-update 4.root.json --trust-update 5.root.json`"
+        ));
     }
 }
