@@ -458,37 +458,54 @@ pub fn password_from_file(path: &Path) -> Result<zeroize::Zeroizing<Vec<u8>>> {
     Ok(zeroize::Zeroizing::new(line.to_vec()))
 }
 
-/// The findings the packer recorded in the signed manifest, said once (issue 33 item 6: every
-/// command that read the bundle repeated each as a warning): the JSON's `recorded_findings`
-/// lists them, and a line counts them and says where to read them.
+/// Whether a finding the packer recorded is an error: the model was packed broken on purpose
+/// (`--no-model-checks`), which every command that reads the bundle says again.
+fn recorded_error(w: &airlock::manifest::Warning) -> bool {
+    airlock::inspect::codes::severity(&w.code) == airlock::inspect::Severity::Error
+}
+
+/// The findings the packer recorded in the signed manifest, for a command that reads the
+/// bundle: the JSON's `recorded_findings` lists them all; an error (the model packed broken
+/// with `--no-model-checks`) is a warning every time, as it always was; the warnings are said
+/// once, by the pack, and then only counted, with where to read them (issue 33 item 6: every
+/// command that read the demo's bundle repeated its norm-weights warning).
 pub(crate) fn recorded_findings(
     out: &mut Output,
     m: &airlock::manifest::Manifest,
     bundle: Option<&Path>,
 ) {
     out.set("recorded_findings", &m.warnings);
+    out.warnings.extend(recorded_errors(m));
     out.lines.extend(recorded_clause(m, bundle));
 }
 
-/// `2 model-check findings recorded at pack time, not repeated here (`airlock inspect B` lists
-/// them)`, or `None` when there are none.
+/// `2 model-check warnings recorded at pack time, not repeated here (`airlock inspect B` lists
+/// them)`, or `None` when none was recorded.
 pub(crate) fn recorded_clause(
     m: &airlock::manifest::Manifest,
     bundle: Option<&Path>,
 ) -> Option<String> {
-    let n = m.warnings.len();
-    let (findings, them) = match n {
+    let n = m.warnings.iter().filter(|w| !recorded_error(w)).count();
+    let (warnings, them) = match n {
         0 => return None,
-        1 => ("finding", "it"),
-        _ => ("findings", "them"),
+        1 => ("warning", "it"),
+        _ => ("warnings", "them"),
     };
     Some(format!(
-        "{n} model-check {findings} recorded at pack time, not repeated here ({})",
+        "{n} model-check {warnings} recorded at pack time, not repeated here ({})",
         match bundle {
-            Some(b) => format!("`airlock inspect {}` lists {them}", b.display()),
+            Some(b) => format!("`airlock inspect {}` lists {them}", shell_word(b)),
             None => format!("--json lists {them} under recorded_findings"),
         }
     ))
+}
+
+/// The errors the packer recorded, as warnings.
+fn recorded_errors(m: &airlock::manifest::Manifest) -> impl Iterator<Item = String> + '_ {
+    recorded_warnings(m)
+        .zip(&m.warnings)
+        .filter(|(_, w)| recorded_error(w))
+        .map(|(text, _)| text)
 }
 
 /// The findings the packer recorded in the signed manifest, as warnings: `inspect` lists them.
@@ -548,6 +565,7 @@ fn verify(
     let m = &opened.manifest;
     out.warnings
         .extend(verdict.signature_warnings.iter().cloned());
+    out.warnings.extend(recorded_errors(m));
     out.set("bundle", &bundle);
     out.set("media", opened.media.dirs());
     out.set("name", &m.name);
@@ -611,6 +629,7 @@ fn verify(
     }
     report_reads(&mut out, &verdict);
     if verdict.is_ok() {
+        let recorded_errors = m.warnings.iter().filter(|w| recorded_error(w)).count();
         let recorded = recorded_clause(m, Some(&bundle));
         out.line(format!(
             "OK   {} version {}: signature by {}, {} volume(s), {}{}{}{}{}",
@@ -645,7 +664,11 @@ fn verify(
             } else {
                 ", NOT all read from the medium (see the warnings)"
             },
-            recorded.map(|r| format!("; {r}")).unwrap_or_default()
+            match recorded_errors {
+                0 => String::new(),
+                1 => "; 1 model-check finding recorded at pack time (see the warning)".into(),
+                n => format!("; {n} model-check findings recorded at pack time (see the warnings)"),
+            } + &recorded.map(|r| format!("; {r}")).unwrap_or_default()
         ));
         return Ok(out);
     }

@@ -361,7 +361,7 @@ fn a_finding_recorded_at_pack_is_not_announced_again() {
         assert!(!stderr.contains("lm_head"), "{args:?}: {stderr}");
         assert!(
             stdout.contains(
-                "1 model-check finding recorded at pack time, not repeated here (`airlock inspect b` lists it)"
+                "1 model-check warning recorded at pack time, not repeated here (`airlock inspect b` lists it)"
             ),
             "{args:?}: {stdout}"
         );
