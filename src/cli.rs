@@ -425,6 +425,15 @@ pub struct UnpackArgs {
     /// Allow installing a lower version over a higher one.
     #[arg(long, conflicts_with_all = ["hf_cache", "oci_layout"])]
     pub allow_downgrade: bool,
+    /// The mode of missing parents of --dest that unpack creates, in octal (e.g. 0755, 0750)
+    /// [default: the mode of the nearest existing parent, without write for group and others].
+    #[arg(
+        long,
+        value_name = "MODE",
+        value_parser = parse_parent_mode,
+        conflicts_with_all = ["hf_cache", "oci_layout"]
+    )]
+    pub parent_mode: Option<u32>,
     /// Skip the free-space check (for compressing or network filesystems whose free-space
     /// figure is meaningless); a disk that fills still fails cleanly.
     #[arg(long)]
@@ -531,6 +540,21 @@ fn bundle_version(text: &str) -> Result<u64, String> {
              a higher one (for a release name such as v2, use --name)"
         )
     })
+}
+
+/// Parses `--parent-mode MODE`: octal permission bits (`0755`, `755`, `0o750`) that leave the
+/// owner read, write and search.
+fn parse_parent_mode(text: &str) -> Result<u32, String> {
+    let t = text.trim();
+    let digits = t.strip_prefix("0o").unwrap_or(t);
+    if digits.is_empty() || digits.len() > 4 || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b))
+    {
+        return Err(format!(
+            "{text:?} is not an octal mode: give permission bits such as 0755 (anyone may read and enter) or 0750 (the group may)"
+        ));
+    }
+    let mode = u32::from_str_radix(digits, 8).map_err(|e| e.to_string())?;
+    airlock::unpack::parents::check_mode(mode)
 }
 
 /// `airlock push`.

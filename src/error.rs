@@ -433,6 +433,24 @@ pub enum Error {
         /// Why it was refused.
         reason: String,
     },
+    /// A bundle carries a root version that does not follow the trusted one: the versions in
+    /// between are missing (kind `trust-update`).
+    #[error(
+        "{}: is root version {carried}, but this target trusts version {trusted} and the bundle does not carry version {missing}: every version in between must travel too",
+        path.display()
+    )]
+    TrustUpdateGap {
+        /// The root file carried after the gap.
+        path: PathBuf,
+        /// The version the target trusts.
+        trusted: u64,
+        /// The first version missing.
+        missing: u64,
+        /// That file's version.
+        carried: u64,
+        /// The newest version the bundle carries.
+        newest: u64,
+    },
     /// An OpenSSF Model Signing (OMS) signature failed: malformed, made by another key or
     /// certificate, or over other files or digests than the model holds.
     #[error("{}: {reason}", path.display())]
@@ -521,6 +539,7 @@ impl Error {
             | Error::TrustRoot { .. }
             | Error::TrustExpired { .. }
             | Error::TrustUpdate { .. }
+            | Error::TrustUpdateGap { .. }
             | Error::OmsSignature { .. } => EXIT_VERIFY,
         }
     }
@@ -562,7 +581,7 @@ impl Error {
             Error::SignatureThreshold { .. } => "signature-threshold",
             Error::TrustRoot { .. } => "trust-root",
             Error::TrustExpired { .. } => "trust-expired",
-            Error::TrustUpdate { .. } => "trust-update",
+            Error::TrustUpdate { .. } | Error::TrustUpdateGap { .. } => "trust-update",
             Error::OmsSignature { .. } => "oms-signature",
             Error::OmsKey { .. } => "oms-key",
         }
@@ -570,6 +589,12 @@ impl Error {
 
     /// What the operator should do next, when there is something useful to say.
     pub fn hint(&self) -> Option<String> {
+        self.hint_at(&HintPaths::default())
+    }
+
+    /// [`Error::hint`], naming the bundle and the trust flags `at` gives instead of the
+    /// placeholders `BUNDLE` and `KEY` (issue 33 item 10: the command that failed knows them).
+    pub fn hint_at(&self, at: &HintPaths) -> Option<String> {
         Some(match self {
             Error::Io { path, source } => return io_hint(path, source),
             Error::NoSpace {
@@ -587,7 +612,10 @@ impl Error {
             Error::Usage(_) | Error::Interrupted { .. } => return None,
             Error::TrustEnv { source } => return source.hint(),
             Error::NotReplaceable { todo, .. } => todo.clone(),
-            Error::MediaTooSmall { .. } => "nothing was written; give more or larger media (airlock copy BUNDLE /media/a /media/b ...)".to_string(),
+            Error::MediaTooSmall { .. } => format!(
+                "nothing was written; give more or larger media (airlock copy {} /media/a /media/b ...)",
+                at.bundle.first().map_or("BUNDLE", String::as_str)
+            ),
             Error::MediumFailing { .. } => "set this medium aside: what it holds cannot be trusted; the volumes already read back on the other media stand, and a rerun with a good medium in its place copies only what is missing".to_string(),
             Error::MixedMedia { .. } => "give only directories that hold copies of the same bundle: each must hold the byte-identical manifest.json (sha256sum */manifest.json tells)".to_string(),
             Error::MediumNeeded { .. } => "give the bundle directory of every medium of the set (airlock unpack /media/a/NAME /media/b/NAME ...), or run on a terminal to be asked for each medium in turn".to_string(),
@@ -656,7 +684,7 @@ impl Error {
                 }
                 if steps.is_empty() {
                     // Damage within the parity budget (FORMAT.md section 17).
-                    steps.push("run `airlock repair BUNDLE --trust KEY` (or `-o NEW_BUNDLE` on read-only media)".to_string());
+                    steps.push(at.repair_step());
                 }
                 format!("{}, then verify again", steps.join(" and "))
             }
@@ -725,9 +753,10 @@ impl Error {
                     "each missing signer co-signs on their own machine (`airlock cosign {name} --key THEIR.key`) and the {name}.KEYID.minisig file it writes is copied beside {name}; do not lower the threshold to get past this"
                 )
             }
-            Error::SignatureThreshold { .. } => {
-                "each missing signer co-signs on their own machine (`airlock cosign BUNDLE --key THEIR.key`) and the manifest.json.KEYID.minisig file it writes is copied into the bundle; do not lower the threshold to get past this".into()
-            }
+            Error::SignatureThreshold { .. } => format!(
+                "each missing signer co-signs on their own machine (`airlock cosign {} --key THEIR.key`) and the manifest.json.KEYID.minisig file it writes is copied into the bundle; do not lower the threshold to get past this",
+                at.bundle.first().map_or("BUNDLE", String::as_str)
+            ),
             Error::TrustRoot { .. } => {
                 "use the root.json your security team signed; `airlock trust show ROOT` says what it lacks".into()
             }
@@ -736,6 +765,21 @@ impl Error {
             }
             Error::TrustUpdate { .. } => {
                 "do not use this root update: check it with `airlock trust show NEW.json --previous TRUSTED.json` and ask the holders of the root keys".into()
+            }
+            Error::TrustUpdateGap {
+                trusted,
+                missing,
+                newest,
+                ..
+            } => {
+                let files: Vec<String> = (trusted + 1..=*newest)
+                    .map(|v| format!("--trust-update {v}.root.json"))
+                    .collect();
+                format!(
+                    "bring a bundle that carries every root version from {} to {newest}: on the staging host, pack it again with one --trust-update per version, oldest first (`{}`: the files `airlock trust rotate` wrote for those versions, whatever their names; `airlock trust show FILE` prints a file's version); or first install a bundle that carries the versions up to {missing}",
+                    trusted + 1,
+                    files.join(" "),
+                )
             }
             Error::OmsSignature { .. } => {
                 "do not use this model: check the publisher's public key or certificate chain with the publisher, or fetch the model and its signature again; the signature covers every file, so any change shows".into()
@@ -747,6 +791,57 @@ impl Error {
                 "do not use this artifact: push the verified bundle again from the landing host (`airlock push BUNDLE oci://...`), then install again".into()
             }
         })
+    }
+}
+
+/// What a hint names instead of its placeholders when the command knows it (issue 33 item 10).
+#[derive(Clone, Debug, Default)]
+pub struct HintPaths {
+    /// The bundle's directories as given (several for a bundle spread over media), ready for a
+    /// shell: `BUNDLE` in hints.
+    pub bundle: Vec<String>,
+    /// The trust flags as given (` --trust k.pub`), ready for a shell: empty when the trust
+    /// comes from `AIRLOCK_TRUST`; `None` when unknown (` --trust KEY` in hints).
+    pub trust: Option<String>,
+}
+
+impl HintPaths {
+    /// The step that runs `airlock repair` on the bundle: in place (or into a new directory
+    /// on read-only media), or for a bundle spread over several media (which repair gathers
+    /// into one new directory) with `-o`.
+    pub fn repair_step(&self) -> String {
+        let trust = self.trust.as_deref().unwrap_or(" --trust KEY");
+        match self.bundle.as_slice() {
+            [] => format!(
+                "run `airlock repair BUNDLE{trust}` (or `-o NEW_BUNDLE` on read-only media)"
+            ),
+            [one] => format!(
+                "run `airlock repair {one}{trust}` (on read-only media, add `-o` and a new directory: `-o /var/tmp/{}`)",
+                last_component(one)
+            ),
+            [first, ..] => format!(
+                "run `airlock repair {}{trust} -o /var/tmp/{}`",
+                self.bundle.join(" "),
+                last_component(first)
+            ),
+        }
+    }
+}
+
+/// The last component of a path as a shell word, for a suggested name.
+fn last_component(word: &str) -> String {
+    let plain = word.trim_matches('\'');
+    let name = plain
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or(plain);
+    if name.is_empty() || name == "." || name == ".." {
+        "bundle".to_string()
+    } else if word.starts_with('\'') {
+        format!("'{name}'")
+    } else {
+        name.to_string()
     }
 }
 
@@ -992,5 +1087,62 @@ mod tests {
             path: PathBuf::from("b/manifest.json.minisig"),
         };
         assert!(e.to_string().contains("unsigned"), "{e}");
+    }
+
+    /// Issue 33 item 10: with the command's bundle and trust known, the hints name them; without,
+    /// they keep their placeholders.
+    #[test]
+    fn hints_name_the_bundle_and_trust_they_are_given() {
+        let at = HintPaths {
+            bundle: vec!["/media/usb/llama".into()],
+            trust: Some(" --trust release.pub".into()),
+        };
+        let damaged = Error::BadVolumes {
+            summary: String::new(),
+            copy_again: vec![],
+            remove: vec![],
+        };
+        assert_eq!(
+            damaged.hint_at(&at).unwrap(),
+            "run `airlock repair /media/usb/llama --trust release.pub` (on read-only media, add `-o` and a new directory: `-o /var/tmp/llama`), then verify again"
+        );
+        assert!(
+            damaged
+                .hint()
+                .unwrap()
+                .contains("airlock repair BUNDLE --trust KEY")
+        );
+        let several = HintPaths {
+            bundle: vec!["/media/a/llama".into(), "/media/b/llama".into()],
+            trust: Some(String::new()),
+        };
+        assert!(
+            damaged.hint_at(&several).unwrap().starts_with(
+                "run `airlock repair /media/a/llama /media/b/llama -o /var/tmp/llama`"
+            )
+        );
+        let small = Error::MediaTooSmall {
+            summary: String::new(),
+        };
+        assert!(
+            small
+                .hint_at(&at)
+                .unwrap()
+                .contains("airlock copy /media/usb/llama /media/a")
+        );
+        let gap = Error::TrustUpdateGap {
+            path: PathBuf::from("b/5.root.json"),
+            trusted: 2,
+            missing: 3,
+            carried: 5,
+            newest: 5,
+        };
+        assert!(
+            gap.to_string()
+                .contains("trusts version 2 and the bundle does not carry version 3")
+        );
+        assert!(gap.hint().unwrap().contains(
+            "`--trust-update 3.root.json --trust-update 4.root.json --trust-update 5.root.json`"
+        ));
     }
 }

@@ -283,7 +283,13 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
         ui,
         &mut out,
     )?;
-    conclude(&mut out, &findings, compared.drift_count, compared.error);
+    conclude(
+        &mut out,
+        &findings,
+        &compared.recorded,
+        compared.drift_count,
+        compared.error,
+    );
     Ok(out)
 }
 
@@ -304,6 +310,8 @@ struct Compared {
     /// Whether any file the receipt does not list is a model file the value scan reads
     /// (without a comparison: unknown, so true).
     unlisted_model_files: bool,
+    /// The findings the packer recorded in the receipt's manifest.
+    recorded: Vec<airlock::manifest::Warning>,
 }
 
 /// Opens the receipt (verified against `trust` when one is set) and compares `dir` with it:
@@ -388,6 +396,7 @@ fn compare_receipt(
         scans,
         checks: Some(checks),
         unlisted_model_files,
+        recorded: m.warnings.clone(),
     })
 }
 
@@ -504,15 +513,31 @@ fn model_findings(
 }
 
 /// Prints the findings and the one summary that counts everything, and sets the verdict: the
-/// receipt's first, else the model checks' errors.
+/// receipt's first, else the model checks' errors. A warning the packer `recorded` (same file,
+/// code and words) is counted, not printed again (issue 33 item 6); one that changed is.
 fn conclude(
     out: &mut Output,
     findings: &[Finding],
+    recorded: &[airlock::manifest::Warning],
     drift_count: Option<usize>,
     receipt_error: Option<Error>,
 ) {
+    let unchanged = |f: &Finding| {
+        f.severity == Severity::Warning
+            && recorded
+                .iter()
+                .any(|w| w.path == f.path && w.code == f.code && w.problem == f.problem)
+    };
+    let mut not_repeated = 0;
     for f in findings {
-        out.line(finding_line(f));
+        if unchanged(f) {
+            not_repeated += 1;
+        } else {
+            out.line(finding_line(f));
+        }
+    }
+    if !recorded.is_empty() {
+        out.set("recorded_findings", recorded);
     }
     let errors = findings
         .iter()
@@ -528,9 +553,16 @@ fn conclude(
             "receipt_problems": drift_count,
             "model_check_errors": errors,
             "model_check_warnings": warnings,
+            "recorded_unchanged": not_repeated,
         }),
     );
-    out.line(summary(drift_count, errors, warnings));
+    let mut line = summary(drift_count, errors, warnings);
+    if not_repeated > 0 {
+        line.push_str(&format!(
+            "; {not_repeated} of the warnings recorded at pack time, unchanged, not repeated here (--json lists them)"
+        ));
+    }
+    out.line(line);
     if let Some(e) = receipt_error {
         out.error = Some(e);
     } else if errors > 0 {

@@ -4,7 +4,7 @@ use airlock::bundle::open;
 use airlock::copy::{self, CopyOptions};
 use airlock::error::{Result, human};
 
-use super::{Output, load_trust, recorded_warnings};
+use super::{Output, load_trust, recorded_findings};
 use crate::cli::CopyArgs;
 use crate::commands::ui::Ui;
 
@@ -15,7 +15,6 @@ pub fn run(a: CopyArgs, ui: &Ui) -> Result<Output> {
     let opened = open::open_with(&a.bundle, &trust)?;
     super::report_trust(&mut out, &trust, &opened.trust);
     out.warnings.extend(opened.warnings.iter().cloned());
-    out.warnings.extend(recorded_warnings(&opened.manifest));
     let opts = CopyOptions {
         media: a.media.clone(),
     };
@@ -90,6 +89,7 @@ pub fn run(a: CopyArgs, ui: &Ui) -> Result<Output> {
                 .join(" ")
         ));
     }
+    recorded_findings(&mut out, &opened.manifest, Some(&a.bundle));
     Ok(out)
 }
 

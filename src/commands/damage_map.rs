@@ -15,6 +15,29 @@ const MIN_CELLS: usize = 16;
 /// With more rows than this, runs of three or more intact volumes are drawn as one line.
 const MAX_ROWS: usize = 48;
 
+/// The width to draw for when the terminal does not say (a serial console reports 0 rows and
+/// 0 columns) and `COLUMNS` does not either: the classic terminal's.
+const DEFAULT_WIDTH: usize = 80;
+
+/// The width of `term` for the map: `None` when it is not a terminal (a pipe, a file: the list
+/// alone), else what it reports, else `COLUMNS`, else [`DEFAULT_WIDTH`] (issue 33 item 7: a
+/// terminal that reports a size of 0 lost the map).
+pub fn terminal_width(term: &console::Term) -> Option<usize> {
+    if !term.is_term() {
+        return None;
+    }
+    if let Some((_, cols)) = term.size_checked() {
+        return Some(usize::from(cols));
+    }
+    Some(
+        std::env::var("COLUMNS")
+            .ok()
+            .and_then(|c| c.trim().parse::<usize>().ok())
+            .filter(|&c| c > 0)
+            .unwrap_or(DEFAULT_WIDTH),
+    )
+}
+
 /// The cell of a state (ASCII, for any terminal) and its legend text.
 fn cell(s: UnitState) -> (char, &'static str) {
     match s {

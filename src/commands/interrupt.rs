@@ -1,7 +1,9 @@
-//! SIGINT (Ctrl-C) and SIGTERM during `pack`, `unpack`, `repair` and `push`: the work
+//! SIGINT (Ctrl-C) and SIGTERM during `pack`, `unpack`, `repair`, `push` and `copy`: the work
 //! directories are removed ([`airlock::staging::interrupt`]), the progress bar is taken off the
 //! screen, and one report says what was removed and what was kept (one JSON document under
-//! `--json`, with `error.kind` `interrupted`); then the process exits 130 or 143.
+//! `--json`, with `error.kind` `interrupted`); then the process exits 130 or 143. `verify` and
+//! `check` make no work directory but report the same way (issue 33 item 7: they used to die
+//! silently, with no JSON document), saying that they changed nothing.
 //!
 //! The report and the command's own result never both print: whichever comes first owns the
 //! output. The main thread, finding that a signal came first, waits for the exit the signal
@@ -109,6 +111,11 @@ fn as_it_was(path: &Path) -> String {
     } else {
         format!("{} was not created", path.display())
     }
+}
+
+/// What an interrupted `verify` or `check` keeps: everything, since they only read.
+pub(super) fn kept_by_reading(command: &str) -> String {
+    format!("nothing was changed: {command} only reads")
 }
 
 /// What an interrupted `copy` keeps.

@@ -42,6 +42,8 @@ pub struct Output {
     pub warnings: Vec<String>,
     /// The error that ends the command, if any.
     pub error: Option<Error>,
+    /// The bundle and trust flags the error's hint names instead of its placeholders.
+    pub hint_paths: airlock::error::HintPaths,
 }
 
 impl Output {
@@ -74,13 +76,17 @@ pub fn run(cli: Cli) -> u8 {
     .or(cli.progress)
     .unwrap_or(ProgressArg::Auto);
     let ui = Ui::new(progress, quiet, name).with_damage_maps(!json && !quiet);
+    let hint_paths = hint_paths_of(&cli.command);
     let result = match cli.command {
         Command::Keygen(a) => keygen::run(a),
         Command::Pack(a) => {
             exit_cleanly_on_signals(&ui, name, json, quiet, interrupt::kept_by_pack(&a));
             pack::run(*a, &ui)
         }
-        Command::Verify(a) => verify(a.bundle, &a.trust, a.deep, a.cached, &ui),
+        Command::Verify(a) => {
+            exit_cleanly_on_signals(&ui, name, json, quiet, interrupt::kept_by_reading(name));
+            verify(a.bundle, &a.trust, a.deep, a.cached, &ui)
+        }
         Command::Copy(a) => {
             exit_cleanly_on_signals(&ui, name, json, quiet, interrupt::kept_by_copy(&a));
             copy::run(a, &ui)
@@ -90,7 +96,10 @@ pub fn run(cli: Cli) -> u8 {
             unpack::run(a, &ui)
         }
         Command::Inspect(a) => inspect(&a.bundle, a.sha256sums),
-        Command::Check(a) => check::run(a, &ui),
+        Command::Check(a) => {
+            exit_cleanly_on_signals(&ui, name, json, quiet, interrupt::kept_by_reading(name));
+            check::run(a, &ui)
+        }
         Command::Sign(a) => sign::run(a, &ui),
         Command::Repair(a) => {
             exit_cleanly_on_signals(&ui, name, json, quiet, interrupt::kept_by_repair(&a));
@@ -133,10 +142,11 @@ pub fn run(cli: Cli) -> u8 {
             return print_text(&man::page(command.as_deref()));
         }
     };
-    let out = result.unwrap_or_else(|e| Output {
+    let mut out = result.unwrap_or_else(|e| Output {
         error: Some(e),
         ..Output::default()
     });
+    out.hint_paths = hint_paths;
     interrupt::claim_output_for_result();
     ui.clear();
     render(name, out, json, quiet)
@@ -171,6 +181,53 @@ fn write_stdout(bytes: &[u8]) -> std::io::Result<()> {
     }
 }
 
+/// A path as one shell word: as it is when it needs no quoting, else in single quotes.
+pub(crate) fn shell_word(p: &Path) -> String {
+    let text = p.display().to_string();
+    let plain = !text.is_empty()
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+,:=@%".contains(&b));
+    if plain {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+/// What the hints of a command's errors name instead of `BUNDLE` and `--trust KEY`: the bundle
+/// directories and `--trust` flags of its command line (issue 33 item 10).
+pub(crate) fn hint_paths(bundles: &[&Path], trust: &TrustArgs) -> airlock::error::HintPaths {
+    airlock::error::HintPaths {
+        bundle: bundles.iter().map(|b| shell_word(b)).collect(),
+        trust: Some(
+            trust
+                .trust
+                .iter()
+                .map(|t| format!(" --trust {}", shell_word(t)))
+                .collect(),
+        ),
+    }
+}
+
+fn hint_paths_of(command: &Command) -> airlock::error::HintPaths {
+    let dirs = |first: &PathBuf, more: &[PathBuf]| -> Vec<PathBuf> {
+        std::iter::once(first).chain(more).cloned().collect()
+    };
+    let (bundles, trust) = match command {
+        Command::Verify(a) => (a.bundle.clone(), &a.trust),
+        Command::Unpack(a) if !airlock::oci::pull::is_reference(&a.bundle) => {
+            (dirs(&a.bundle, &a.more), &a.trust)
+        }
+        Command::Repair(a) => (dirs(&a.bundle, &a.more), &a.trust),
+        Command::Push(a) => (a.bundle.clone(), &a.trust),
+        Command::Copy(a) => (vec![a.bundle.clone()], &a.trust),
+        _ => return airlock::error::HintPaths::default(),
+    };
+    let refs: Vec<&Path> = bundles.iter().map(PathBuf::as_path).collect();
+    hint_paths(&refs, trust)
+}
+
 /// The subcommand's name as the JSON `command` field gives it.
 fn command_name(command: &Command) -> &'static str {
     match command {
@@ -196,6 +253,7 @@ fn command_name(command: &Command) -> &'static str {
 /// so every `--json` failure has the same shape.
 pub fn render(command: &str, out: Output, json: bool, quiet: bool) -> u8 {
     let mut code = out.error.as_ref().map_or(EXIT_OK, Error::exit_code);
+    let hint = out.error.as_ref().and_then(|e| e.hint_at(&out.hint_paths));
     if json {
         let mut doc = Map::new();
         if !command.is_empty() {
@@ -210,7 +268,7 @@ pub fn render(command: &str, out: Output, json: bool, quiet: bool) -> u8 {
         if let Some(e) = &out.error {
             doc.insert(
                 "error".into(),
-                json!({ "kind": e.kind(), "message": e.to_string(), "hint": e.hint() }),
+                json!({ "kind": e.kind(), "message": e.to_string(), "hint": hint }),
             );
         }
         let mut text = serde_json::to_string_pretty(&Value::Object(doc)).expect("json");
@@ -234,7 +292,7 @@ pub fn render(command: &str, out: Output, json: bool, quiet: bool) -> u8 {
         }
         if let Some(e) = &out.error {
             eprintln!("airlock: error: {e}");
-            if let Some(h) = e.hint() {
+            if let Some(h) = &hint {
                 eprintln!("airlock: hint: {h}");
             }
         }
@@ -357,7 +415,8 @@ pub(crate) fn apply_trust_update(
 
 /// On SIGINT or SIGTERM, removes this process's work directories (never a destination),
 /// clears the progress bar, says what was removed and what was `kept`, and exits 130 or 143
-/// (`interrupt.rs`). Installed for the commands that create work directories.
+/// (`interrupt.rs`). Installed for the commands that create work directories, and for
+/// `verify` and `check`, which report that they changed nothing.
 fn exit_cleanly_on_signals(ui: &Ui, command: &'static str, json: bool, quiet: bool, kept: String) {
     interrupt::install(interrupt::OnSignal {
         command,
@@ -399,8 +458,57 @@ pub fn password_from_file(path: &Path) -> Result<zeroize::Zeroizing<Vec<u8>>> {
     Ok(zeroize::Zeroizing::new(line.to_vec()))
 }
 
-/// The findings the packer recorded in the signed manifest (a bundle packed with
-/// `--no-model-checks`), as warnings: verify, unpack and inspect all show them.
+/// Whether a finding the packer recorded is an error: the model was packed broken on purpose
+/// (`--no-model-checks`), which every command that reads the bundle says again.
+fn recorded_error(w: &airlock::manifest::Warning) -> bool {
+    airlock::inspect::codes::severity(&w.code) == airlock::inspect::Severity::Error
+}
+
+/// The findings the packer recorded in the signed manifest, for a command that reads the
+/// bundle: the JSON's `recorded_findings` lists them all; an error (the model packed broken
+/// with `--no-model-checks`) is a warning every time, as it always was; the warnings are said
+/// once, by the pack, and then only counted, with where to read them (issue 33 item 6: every
+/// command that read the demo's bundle repeated its norm-weights warning).
+pub(crate) fn recorded_findings(
+    out: &mut Output,
+    m: &airlock::manifest::Manifest,
+    bundle: Option<&Path>,
+) {
+    out.set("recorded_findings", &m.warnings);
+    out.warnings.extend(recorded_errors(m));
+    out.lines.extend(recorded_clause(m, bundle));
+}
+
+/// `2 model-check warnings recorded at pack time, not repeated here (`airlock inspect B` lists
+/// them)`, or `None` when none was recorded.
+pub(crate) fn recorded_clause(
+    m: &airlock::manifest::Manifest,
+    bundle: Option<&Path>,
+) -> Option<String> {
+    let n = m.warnings.iter().filter(|w| !recorded_error(w)).count();
+    let (warnings, them) = match n {
+        0 => return None,
+        1 => ("warning", "it"),
+        _ => ("warnings", "them"),
+    };
+    Some(format!(
+        "{n} model-check {warnings} recorded at pack time, not repeated here ({})",
+        match bundle {
+            Some(b) => format!("`airlock inspect {}` lists {them}", shell_word(b)),
+            None => format!("--json lists {them} under recorded_findings"),
+        }
+    ))
+}
+
+/// The errors the packer recorded, as warnings.
+fn recorded_errors(m: &airlock::manifest::Manifest) -> impl Iterator<Item = String> + '_ {
+    recorded_warnings(m)
+        .zip(&m.warnings)
+        .filter(|(_, w)| recorded_error(w))
+        .map(|(text, _)| text)
+}
+
+/// The findings the packer recorded in the signed manifest, as warnings: `inspect` lists them.
 pub(crate) fn recorded_warnings(
     m: &airlock::manifest::Manifest,
 ) -> impl Iterator<Item = String> + '_ {
@@ -457,7 +565,7 @@ fn verify(
     let m = &opened.manifest;
     out.warnings
         .extend(verdict.signature_warnings.iter().cloned());
-    out.warnings.extend(recorded_warnings(m));
+    out.warnings.extend(recorded_errors(m));
     out.set("bundle", &bundle);
     out.set("media", opened.media.dirs());
     out.set("name", &m.name);
@@ -521,7 +629,8 @@ fn verify(
     }
     report_reads(&mut out, &verdict);
     if verdict.is_ok() {
-        let findings = verdict.recorded_warnings.len();
+        let recorded_errors = m.warnings.iter().filter(|w| recorded_error(w)).count();
+        let recorded = recorded_clause(m, Some(&bundle));
         out.line(format!(
             "OK   {} version {}: signature by {}, {} volume(s), {}{}{}{}{}",
             m.name,
@@ -555,17 +664,19 @@ fn verify(
             } else {
                 ", NOT all read from the medium (see the warnings)"
             },
-            match findings {
+            match recorded_errors {
                 0 => String::new(),
                 1 => "; 1 model-check finding recorded at pack time (see the warning)".into(),
                 n => format!("; {n} model-check findings recorded at pack time (see the warnings)"),
-            }
+            } + &recorded.map(|r| format!("; {r}")).unwrap_or_default()
         ));
         return Ok(out);
     }
     // On a terminal, a map of the damage first (issue 25 item 13); pipes get the list alone.
-    if let (Some(map), Some((_, cols))) = (&verdict.damage, console::Term::stdout().size_checked())
-        && let Some(lines) = damage_map::draw(map, usize::from(cols))
+    if let (Some(map), Some(cols)) = (
+        &verdict.damage,
+        damage_map::terminal_width(&console::Term::stdout()),
+    ) && let Some(lines) = damage_map::draw(map, cols)
     {
         out.lines.extend(lines);
     }

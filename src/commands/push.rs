@@ -3,7 +3,7 @@
 use airlock::error::{Error, Result, human};
 use airlock::oci::{self, Reference, Registry, RegistryOptions};
 
-use super::{Output, load_trust, open, recorded_warnings, report_trust};
+use super::{Output, load_trust, open, recorded_findings, report_trust};
 use crate::cli::{PushArgs, RegistryArgs};
 use crate::commands::ui::Ui;
 
@@ -33,7 +33,6 @@ pub fn run(a: PushArgs, ui: &Ui) -> Result<Output> {
     let mut out = Output::default();
     report_trust(&mut out, &trust, &opened.trust);
     out.warnings.extend(opened.warnings.iter().cloned());
-    out.warnings.extend(recorded_warnings(&opened.manifest));
     // Connecting uploads nothing: a registry that is down or refuses the credentials fails
     // before the (long) full verification.
     let registry = Registry::connect(&reference, &opts, true)?;
@@ -55,5 +54,6 @@ pub fn run(a: PushArgs, ui: &Ui) -> Result<Output> {
         human(pushed.uploaded_bytes),
         pushed.skipped_blobs,
     ));
+    recorded_findings(&mut out, m, a.bundle.first().map(|b| b.as_path()));
     Ok(out)
 }

@@ -4,7 +4,7 @@ use airlock::bundle::open;
 use airlock::error::Result;
 use airlock::repair::{self, RepairOptions};
 
-use super::{Output, load_trust, recorded_warnings};
+use super::{Output, load_trust, recorded_findings};
 use crate::cli::RepairArgs;
 use crate::commands::ui::Ui;
 
@@ -33,7 +33,6 @@ pub fn run(a: RepairArgs, ui: &Ui) -> Result<Output> {
     }
     super::report_trust(&mut out, &trust, &opened.trust);
     out.warnings.extend(opened.warnings.iter().cloned());
-    out.warnings.extend(recorded_warnings(&opened.manifest));
     let opts = RepairOptions {
         out: a.output.clone(),
         from,
@@ -83,5 +82,6 @@ pub fn run(a: RepairArgs, ui: &Ui) -> Result<Output> {
             done.chunks_from_parity
         ));
     }
+    recorded_findings(&mut out, &opened.manifest, Some(&a.bundle));
     Ok(out)
 }

@@ -81,6 +81,13 @@ pub fn read(path: &Path, password_file: Option<&Path>) -> Result<KeyFile> {
 /// Decrypts the key, saying so on the progress display while scrypt runs. A password typed at
 /// the terminal is asked again after a wrong one, up to [`PASSWORD_ATTEMPTS`] times.
 pub fn unlock(key: KeyFile, ui: &Ui) -> Result<SecretKey> {
+    unlock_saying(key, ui, None)
+}
+
+/// [`unlock`], with `ahead` said on the terminal above the first password prompt: what the
+/// command does once it has the key, so the operator knows what is still to come (issue 33
+/// item 11: `pack` finds NaN and Inf only in the read that follows the password).
+pub fn unlock_saying(key: KeyFile, ui: &Ui, ahead: Option<&str>) -> Result<SecretKey> {
     let key_err = |e| Error::Key {
         path: key.path.clone(),
         source: e,
@@ -103,9 +110,14 @@ pub fn unlock(key: KeyFile, ui: &Ui) -> Result<SecretKey> {
         },
         Password::Terminal => {
             for attempt in 1..=PASSWORD_ATTEMPTS {
+                let prompt = match ahead {
+                    Some(text) if attempt == 1 => {
+                        format!("airlock: {text}\nPassword for {}: ", key.path.display())
+                    }
+                    _ => format!("Password for {}: ", key.path.display()),
+                };
                 let typed =
-                    rpassword::prompt_password(format!("Password for {}: ", key.path.display()))
-                        .map_err(|e| Error::io("/dev/tty", e))?;
+                    rpassword::prompt_password(prompt).map_err(|e| Error::io("/dev/tty", e))?;
                 let typed = Zeroizing::new(typed.into_bytes());
                 match decrypt(&typed) {
                     Err(KeyError::WrongPassword) if attempt < PASSWORD_ATTEMPTS => {

@@ -36,11 +36,20 @@ fn usage(s: impl Into<String>) -> Error {
     Error::Usage(s.into())
 }
 
-/// The `--key`/`--root-key` files as root keys (each a .pub or a directory of them).
-fn root_keys(paths: &[PathBuf]) -> Result<Vec<RootKey>> {
-    Ok(airlock::trust::load_paths(paths)?
+/// The file each key given with `--key`/`--root-key` was read from, by TUF key id: the name
+/// the init and rotate output give the key.
+type Names = std::collections::BTreeMap<String, PathBuf>;
+
+/// The `--key`/`--root-key` files as root keys (each a .pub or a directory of them), noting
+/// in `names` where each came from.
+fn root_keys(paths: &[PathBuf], names: &mut Names) -> Result<Vec<RootKey>> {
+    Ok(airlock::trust::load_paths_named(paths)?
         .iter()
-        .map(RootKey::from_minisign)
+        .map(|(pk, file)| {
+            let k = RootKey::from_minisign(pk);
+            names.insert(k.keyid.clone(), file.clone());
+            k
+        })
         .collect())
 }
 
@@ -57,7 +66,7 @@ fn expiry(text: &str) -> Result<i64> {
     Ok(at)
 }
 
-fn build(version: u64, k: &RootKeyArgs, old: Option<&Root>) -> Result<Root> {
+fn build(version: u64, k: &RootKeyArgs, old: Option<&Root>, names: &mut Names) -> Result<Root> {
     let old_keys = |role: &str| -> Vec<RootKey> {
         old.map(|r| r.role_keys(role).into_iter().cloned().collect())
             .unwrap_or_default()
@@ -65,7 +74,7 @@ fn build(version: u64, k: &RootKeyArgs, old: Option<&Root>) -> Result<Root> {
     let targets = if k.keys.is_empty() {
         old_keys(root::TARGETS)
     } else {
-        root_keys(&k.keys)?
+        root_keys(&k.keys, names)?
     };
     if targets.is_empty() {
         return Err(usage(
@@ -77,7 +86,7 @@ fn build(version: u64, k: &RootKeyArgs, old: Option<&Root>) -> Result<Root> {
         .or_else(|| old.map(|r| r.role(root::TARGETS).threshold))
         .ok_or_else(|| usage("give --threshold K: how many distinct keys must sign a bundle"))?;
     let root_set = if !k.root_keys.is_empty() {
-        root_keys(&k.root_keys)?
+        root_keys(&k.root_keys, names)?
     } else if old.is_some() {
         old_keys(root::ROOT)
     } else {
@@ -114,10 +123,12 @@ fn write_new(path: &Path, r: &Root) -> Result<()> {
 }
 
 fn init(a: TrustInitArgs) -> Result<Output> {
-    let r = build(1, &a.keys, None)?;
+    let mut names = Names::new();
+    let r = build(1, &a.keys, None, &mut names)?;
     write_new(&a.out, &r)?;
     let mut out = Output::default();
     describe(&mut out, &a.out, &r, Clock::system().now);
+    in_words(&mut out, &r, None, &names, !a.keys.root_keys.is_empty());
     out.line(format!(
         "OK   wrote {} (trust root version 1, unsigned): {} of its root keys must sign it, each on their own machine: `airlock trust sign {} --key KEY.key`",
         a.out.display(),
@@ -133,10 +144,18 @@ fn rotate(a: TrustRotateArgs) -> Result<Output> {
         .version
         .checked_add(1)
         .ok_or_else(|| usage("the root's version cannot go higher"))?;
-    let r = build(version, &a.keys, Some(&old))?;
+    let mut names = Names::new();
+    let r = build(version, &a.keys, Some(&old), &mut names)?;
     write_new(&a.out, &r)?;
     let mut out = Output::default();
     describe(&mut out, &a.out, &r, Clock::system().now);
+    in_words(
+        &mut out,
+        &r,
+        Some(&old),
+        &names,
+        !a.keys.root_keys.is_empty(),
+    );
     let names = |r: &Root| {
         r.role_keys(root::ROOT)
             .iter()
@@ -261,6 +280,82 @@ fn role_line(r: &Root, role: &str, what: &str) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     )
+}
+
+/// How the init and rotate output names a key: the file it was read from and its minisign
+/// key id (`alice.pub (1A2B3C4D5E6F7A8B)`), or `key 1A2B3C4D5E6F7A8B` for a key that was not
+/// given on this command line (kept from the previous version).
+fn key_name(k: &RootKey, names: &Names) -> String {
+    match names.get(&k.keyid) {
+        Some(file) => format!("{} ({})", file.display(), k.label()),
+        None => format!("key {}", k.label()),
+    }
+}
+
+/// Who a role is, as a phrase: `the key alice.pub (…)`, `both of …`, `any 2 of the 3 keys …`.
+fn who(r: &Root, role: &str, names: &Names) -> String {
+    let keys = r.role_keys(role);
+    let list = keys
+        .iter()
+        .map(|k| key_name(k, names))
+        .collect::<Vec<_>>()
+        .join(", ");
+    match (r.role(role).threshold, keys.len()) {
+        (_, 1) => format!("the one key {list}"),
+        (t, n) if t == n => format!("all {n} keys together ({list})"),
+        (1, n) => format!("any one of {n} keys ({list})"),
+        (t, n) => format!("any {t} of {n} keys ({list})"),
+    }
+}
+
+fn keyids(r: &Root, role: &str) -> std::collections::BTreeSet<String> {
+    r.role_keys(role).iter().map(|k| k.keyid.clone()).collect()
+}
+
+/// What `init` and `rotate` made, said in words (issue 33 item 2): who can sign bundles, who
+/// can change the root, whether they are the same people; for a rotation, a warning for each
+/// key that leaves the targets role but stays in the root role (rotated out of signing
+/// bundles, still able to sign the next root, and so to put itself back).
+fn in_words(out: &mut Output, r: &Root, old: Option<&Root>, names: &Names, root_keys_given: bool) {
+    out.line(format!(
+        "who can sign bundles: a bundle is trusted when signed by {}",
+        who(r, root::TARGETS, names)
+    ));
+    let same = keyids(r, root::ROOT) == keyids(r, root::TARGETS);
+    let whence = match (old, root_keys_given) {
+        (_, true) => String::new(),
+        (None, false) => " (no --root-key given: the --key keys)".to_string(),
+        (Some(o), false) => format!(" (no --root-key given: kept from version {})", o.version),
+    };
+    out.line(format!(
+        "who can change this root: version {} needs signatures by {}{whence}",
+        r.version + 1,
+        who(r, root::ROOT, names)
+    ));
+    if same {
+        out.line(
+            "the same keys sign bundles and change the root: whoever signs bundles can also change who may sign them (give --root-key to keep the two apart)",
+        );
+    }
+    out.set("root_keys_are_targets_keys", same);
+    let Some(old) = old else {
+        return;
+    };
+    let (targets, root_now) = (keyids(r, root::TARGETS), keyids(r, root::ROOT));
+    let mut lingering = Vec::new();
+    for k in old.role_keys(root::TARGETS) {
+        if targets.contains(&k.keyid) || !root_now.contains(&k.keyid) {
+            continue;
+        }
+        let name = key_name(k, names);
+        out.warnings.push(format!(
+            "{name} leaves the targets role but stays in the root role: from version {} it can no longer sign bundles, but it can still sign version {} of the root (and so put itself back); to take it out, give --root-key for each key that is to change the root, without this one",
+            r.version,
+            r.version + 1
+        ));
+        lingering.push(k.label());
+    }
+    out.set("left_targets_kept_root", lingering);
 }
 
 /// The who-can-do-what lines and JSON of a root.

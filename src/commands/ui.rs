@@ -351,10 +351,10 @@ impl Progress for Ui {
         if !self.damage_maps {
             return;
         }
-        let Some((_, cols)) = console::Term::stderr().size_checked() else {
+        let Some(cols) = super::damage_map::terminal_width(&console::Term::stderr()) else {
             return;
         };
-        if let Some(lines) = super::damage_map::draw(map, usize::from(cols)) {
+        if let Some(lines) = super::damage_map::draw(map, cols) {
             self.clear();
             eprintln!("{}", lines.join("\n"));
         }

@@ -1,10 +1,12 @@
 //! `airlock unpack`: resolve the source (a bundle directory or an `oci://` reference) and the
 //! target (`--dest`, `--hf-cache` or `--oci-layout`), run the library's unpack, render.
 
+use std::path::PathBuf;
+
 use serde_json::Value;
 
 use airlock::bundle::open::{self, Opened};
-use airlock::error::{Error, Result, human};
+use airlock::error::{Error, HintPaths, Result, human};
 use airlock::oci::pull::{self, RegistrySource};
 use airlock::oci::{Reference, Registry};
 use airlock::pipeline::{BundleOnDisk, Source};
@@ -15,7 +17,7 @@ use airlock::unpack::{
 };
 
 use super::push::registry_options;
-use super::{Output, apply_trust_update, load_trust, only_with, recorded_warnings, report_trust};
+use super::{Output, apply_trust_update, load_trust, only_with, recorded_findings, report_trust};
 use crate::cli::UnpackArgs;
 use crate::commands::ui::Ui;
 
@@ -44,14 +46,24 @@ pub fn run(a: UnpackArgs, ui: &Ui) -> Result<Output> {
         let mut out = start(source.opened(), &trust)?;
         out.set("reference", reference.to_string());
         let to = target(&a, source.opened(), &trust, &mut out)?;
-        finish(&source, to, out, &trust, &format!(" from {reference}"), ui)
+        let from = format!(" from {reference}");
+        finish(&source, to, out, &trust, (&from, None), ui)
     } else {
         let mut dirs = vec![a.bundle.clone()];
         dirs.extend(a.more.iter().cloned());
         let opened = open::open_media(&dirs, &trust)?;
         let mut out = start(&opened, &trust)?;
         let to = target(&a, &opened, &trust, &mut out)?;
-        finish(&BundleOnDisk(&opened), to, out, &trust, "", ui)
+        let bundles: Vec<&std::path::Path> = dirs.iter().map(PathBuf::as_path).collect();
+        let hints = super::hint_paths(&bundles, &a.trust);
+        finish(
+            &BundleOnDisk(&opened),
+            to,
+            out,
+            &trust,
+            ("", Some((&a.bundle, &hints))),
+            ui,
+        )
     }
 }
 
@@ -82,6 +94,7 @@ fn target(a: &UnpackArgs, opened: &Opened, trust: &Policy, out: &mut Output) -> 
             allow_downgrade: a.allow_downgrade,
             check_space,
             trust: policy,
+            parent_mode: a.parent_mode,
         };
         replace_note(out, &opts);
         To::Dir(opts)
@@ -97,7 +110,6 @@ fn start(opened: &Opened, trust: &Policy) -> Result<Output> {
     report_trust(&mut out, trust, &opened.trust);
     out.warnings.extend(opened.warnings.iter().cloned());
     let m = &opened.manifest;
-    out.warnings.extend(recorded_warnings(m));
     out.set("name", &m.name);
     out.set("version", m.version);
     out.set("signer", opened.signer.key_id_hex());
@@ -119,18 +131,26 @@ fn replace_note(out: &mut Output, opts: &UnpackOptions) {
     }
 }
 
+/// Installs, and says what was installed. `from`: the source as the result line names it (` from
+/// oci://...`, or nothing for a bundle directory) and, for a bundle directory, its path and
+/// what a repair of it would be given.
 fn finish(
     source: &dyn Source,
     to: To,
     mut out: Output,
     trust: &Policy,
-    from: &str,
+    (from, bundle): (&str, Option<(&std::path::Path, &HintPaths)>),
     ui: &Ui,
 ) -> Result<Output> {
     let opened = source.opened();
     let m = &opened.manifest;
     let done = unpack::unpack(source, to, ui)?;
-    report_install(&mut out, done.notes());
+    report_install(
+        &mut out,
+        done.notes(),
+        &m.warnings,
+        bundle.map(|(_, h)| h.repair_step()),
+    );
     out.set("findings", &done.notes().findings);
     out.set("repaired_volumes", &done.notes().repaired_volumes);
     out.set("files", m.totals.files);
@@ -193,6 +213,7 @@ fn finish(
             p.signature, p.method, p.signer
         ));
     }
+    recorded_findings(&mut out, m, bundle.map(|(b, _)| b));
     apply_trust_update(&mut out, trust, &opened.trust)?;
     Ok(out)
 }
@@ -206,17 +227,38 @@ fn render_dir(out: &mut Output, i: &Installed, what: &str, size: &str) {
         i.dest.display()
     ));
     out.set("created_parents", &i.notes.created_parents);
-    if !i.notes.created_parents.is_empty() {
+    out.set(
+        "created_parents_mode",
+        i.notes
+            .created_parents_mode
+            .as_ref()
+            .map(|m| format!("{:04o}", m.mode)),
+    );
+    if let (false, Some(mode)) = (
+        i.notes.created_parents.is_empty(),
+        &i.notes.created_parents_mode,
+    ) {
         let made: Vec<String> = i
             .notes
             .created_parents
             .iter()
             .map(|p| p.display().to_string())
             .collect();
+        let why = match &mode.from {
+            None => "as --parent-mode asked".to_string(),
+            Some(from) => format!(
+                "taken from {}, the nearest existing parent, without write for group and others; --parent-mode MODE chooses another",
+                if from == std::path::Path::new(".") {
+                    "the current directory".to_string()
+                } else {
+                    from.display().to_string()
+                }
+            ),
+        };
         out.line(format!(
-            "created {} for the destination (mode 0700, private like the staging directory): run `chmod 0755 {}` if other users must reach the model",
+            "created {} for the destination with mode {:04o} ({why})",
             made.join(", "),
-            made.join(" ")
+            mode.mode
         ));
     }
 }
@@ -296,8 +338,15 @@ fn render_layout(out: &mut Output, l: &LayoutWritten, what: &str, size: &str) {
     ));
 }
 
-/// What every install reports: stale staging it removed or left, and model-check findings.
-pub(crate) fn report_install(out: &mut Output, notes: &InstallNotes) {
+/// What every install reports: stale staging it removed or left, and the model-check findings
+/// on the installed files that are not the ones `recorded` at pack time (those are counted by
+/// [`recorded_findings`], not repeated).
+pub(crate) fn report_install(
+    out: &mut Output,
+    notes: &InstallNotes,
+    recorded: &[airlock::manifest::Warning],
+    repair: Option<String>,
+) {
     for p in &notes.unchecked {
         out.warnings.push(format!(
             "model check: {p}: not checked, its path is too long for the format checks (its bytes match the signed manifest)"
@@ -315,7 +364,12 @@ pub(crate) fn report_install(out: &mut Output, notes: &InstallNotes) {
             p.display()
         ));
     }
-    for f in &notes.findings {
+    let was_recorded = |f: &&airlock::inspect::Finding| {
+        recorded
+            .iter()
+            .any(|w| w.path == f.path && w.code == f.code && w.problem == f.problem)
+    };
+    for f in notes.findings.iter().filter(|f| !was_recorded(f)) {
         out.warnings.push(format!(
             "model check: {}: {} ({})",
             f.path, f.problem, f.fix
@@ -323,8 +377,9 @@ pub(crate) fn report_install(out: &mut Output, notes: &InstallNotes) {
     }
     if !notes.repaired_volumes.is_empty() {
         out.warnings.push(format!(
-            "damaged volume(s) {} were rebuilt from parity as they were read; the installed files match the signed digests (run `airlock repair` to fix the bundle itself)",
-            notes.repaired_volumes.join(", ")
+            "damaged volume(s) {} were rebuilt from parity as they were read; the installed files match the signed digests; to fix the bundle itself, {}",
+            notes.repaired_volumes.join(", "),
+            repair.unwrap_or_else(|| "run `airlock repair` on it".to_string())
         ));
     }
 }

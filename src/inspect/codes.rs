@@ -126,3 +126,52 @@ pub const TENSOR_ZERO_REGION: &str = "tensor-zero-region";
 pub const TENSOR_ALL_ZERO: &str = "tensor-all-zero";
 /// Warning: a float tensor of at least two values, all equal (and not zero).
 pub const TENSOR_CONSTANT: &str = "tensor-constant";
+
+/// The codes whose findings are warnings; every other code is an error.
+pub const WARNINGS: &[&str] = &[
+    SHARD_TOTAL_SIZE_MISMATCH,
+    GGUF_BIG_ENDIAN,
+    TORCH_UNRECOGNIZED_FORMAT,
+    TORCH_ZIP_NOT_ZIP64,
+    AUTO_MAP_REMOTE_CODE,
+    TENSOR_ALL_ZERO,
+    TENSOR_CONSTANT,
+];
+
+/// The severity of a code's findings (fixed per code): what a reader of a manifest's recorded
+/// findings, which carry the code and not the severity, goes by.
+pub fn severity(code: &str) -> super::Severity {
+    if WARNINGS.contains(&code) {
+        super::Severity::Warning
+    } else {
+        super::Severity::Error
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// [`super::WARNINGS`] holds exactly the codes documented above as `Warning:`.
+    #[test]
+    fn the_warning_list_is_the_documented_one() {
+        let text = include_str!("codes.rs");
+        let mut documented = Vec::new();
+        let mut lines = text.lines().peekable();
+        while let Some(line) = lines.next() {
+            if !line.starts_with("/// Warning:") {
+                continue;
+            }
+            // The constant follows its comment, which may run over several lines.
+            for next in lines.by_ref() {
+                if let Some(rest) = next.strip_prefix("pub const ") {
+                    let value = rest.split('"').nth(1).expect("a string constant");
+                    documented.push(value);
+                    break;
+                }
+            }
+        }
+        let mut listed = super::WARNINGS.to_vec();
+        documented.sort_unstable();
+        listed.sort_unstable();
+        assert_eq!(documented, listed);
+    }
+}

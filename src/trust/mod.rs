@@ -123,17 +123,27 @@ pub fn load_policy(paths: &[PathBuf], clock: Clock) -> Result<Policy> {
 
 /// Loads and merges the keys of several trust paths, refusing two different keys with one id.
 pub fn load_paths(paths: &[PathBuf]) -> Result<Vec<PublicKey>> {
-    let mut out: Vec<(PublicKey, PathBuf)> = Vec::new();
+    Ok(load_paths_named(paths)?
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect())
+}
+
+/// [`load_paths`], each key with the `.pub` file it was read from (so messages can name it as
+/// the operator does: `alice.pub` rather than its key id alone).
+pub fn load_paths_named(paths: &[PathBuf]) -> Result<Vec<(PublicKey, PathBuf)>> {
+    // Each key with its file and the trust path that named it.
+    let mut out: Vec<(PublicKey, PathBuf, PathBuf)> = Vec::new();
     for p in paths {
-        let keys = load_path(p).map_err(|e| Error::Key {
+        let keys = load_path_named(p).map_err(|e| Error::Key {
             path: p.clone(),
             source: e,
         })?;
-        for k in keys {
-            match out.iter().find(|(o, _)| o.key_id == k.key_id) {
-                None => out.push((k, p.clone())),
-                Some((o, _)) if o.key == k.key => {}
-                Some((_, first)) => {
+        for (k, file) in keys {
+            match out.iter().find(|(o, _, _)| o.key_id == k.key_id) {
+                None => out.push((k, file, p.clone())),
+                Some((o, _, _)) if o.key == k.key => {}
+                Some((_, _, first)) => {
                     return Err(Error::Key {
                         path: p.clone(),
                         source: KeyError::ConflictingKeyId {
@@ -146,7 +156,7 @@ pub fn load_paths(paths: &[PathBuf]) -> Result<Vec<PublicKey>> {
             }
         }
     }
-    Ok(out.into_iter().map(|(k, _)| k).collect())
+    Ok(out.into_iter().map(|(k, file, _)| (k, file)).collect())
 }
 
 /// Loads trusted public keys from a `.pub` file, or from a directory: every `*.pub` file
@@ -154,9 +164,14 @@ pub fn load_paths(paths: &[PathBuf]) -> Result<Vec<PublicKey>> {
 /// directory without any is an error naming it, as are two different keys sharing a key id;
 /// the same key in two files is kept once.
 pub fn load_path(path: &Path) -> std::result::Result<Vec<PublicKey>, KeyError> {
+    Ok(load_path_named(path)?.into_iter().map(|(k, _)| k).collect())
+}
+
+/// [`load_path`], each key with its file.
+fn load_path_named(path: &Path) -> std::result::Result<Vec<(PublicKey, PathBuf)>, KeyError> {
     let meta = fs::metadata(path).map_err(|e| io_err(path, e))?;
     if !meta.is_dir() {
-        return Ok(vec![read_public_key(path)?]);
+        return Ok(vec![(read_public_key(path)?, path.to_path_buf())]);
     }
     let mut files = Vec::new();
     for entry in fs::read_dir(path).map_err(|e| io_err(path, e))? {
@@ -190,7 +205,7 @@ pub fn load_path(path: &Path) -> std::result::Result<Vec<PublicKey>, KeyError> {
         }
         keys.push((pk, file));
     }
-    Ok(keys.into_iter().map(|(k, _)| k).collect())
+    Ok(keys)
 }
 
 /// Reads one public key file, bounded.

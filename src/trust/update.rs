@@ -279,6 +279,7 @@ pub fn advance(
     let mut sorted: Vec<&(PathBuf, RootFile, Root)> = carried.iter().collect();
     sorted.sort_by_key(|(_, f, _)| f.version);
     let mut next_version = current.version + 1;
+    let newest = sorted.last().map_or(current.version, |(_, f, _)| f.version);
     let mut chain: Vec<(Root, RootFile)> = Vec::new();
     for (path, file, r) in sorted {
         if r.version <= current.version {
@@ -308,12 +309,12 @@ pub fn advance(
             continue;
         }
         if r.version != next_version {
-            return Err(Error::TrustUpdate {
+            return Err(Error::TrustUpdateGap {
                 path: path.clone(),
-                reason: format!(
-                    "is root version {}, but this target trusts version {} and the bundle does not carry version {}: every version in between must travel too",
-                    r.version, current.version, next_version
-                ),
+                trusted: current.version,
+                missing: next_version,
+                carried: r.version,
+                newest,
             });
         }
         let prev = chain.last().map_or(current, |(p, _)| p);

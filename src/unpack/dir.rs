@@ -56,6 +56,10 @@ pub struct UnpackOptions {
     /// The trust policy the bundle was verified with; with `replace`, the old tree's receipt
     /// must verify against it too (and a delta's base receipt).
     pub trust: Policy,
+    /// The mode of missing parents of `dest` that are created (`--parent-mode`, checked with
+    /// [`super::parents::check_mode`]); `None`: the nearest existing ancestor's, without write
+    /// for group and others.
+    pub parent_mode: Option<u32>,
 }
 
 /// What an install into a directory did.
@@ -115,7 +119,7 @@ impl Target for DirTarget {
                 dest.display()
             )));
         };
-        // A parent that does not exist yet is created (private) once every check has passed.
+        // A parent that does not exist yet is created once every check has passed.
         let missing = super::parents::Missing::find(&parent)?;
         let existing = std::fs::symlink_metadata(dest).ok();
         let mut previous_version = None;
@@ -152,7 +156,9 @@ impl Target for DirTarget {
             let on = missing.as_ref().map_or(&parent, |mi| &mi.existing);
             notes::check_space(on, notes::space_needed(m, receipt_bytes))?;
         }
-        let made = missing.map(|mi| mi.create()).transpose()?;
+        let made = missing
+            .map(|mi| mi.create(mi.mode(opts.parent_mode)))
+            .transpose()?;
         let staging = Staging::create(&parent, dest_name)?;
         let root = staging.mkdir("tree", receipt::DIR_MODE)?;
         let tree = staging.path().join("tree");
@@ -263,7 +269,10 @@ impl Target for DirTarget {
         // The old tree (after an exchange) sits in the work directory; removing it is cleanup,
         // and a crash here leaves a stale work directory the next run removes.
         drop(staging);
-        notes.created_parents = made.map(super::parents::Made::keep).unwrap_or_default();
+        if let Some((created, mode)) = made.map(super::parents::Made::keep) {
+            notes.created_parents = created;
+            notes.created_parents_mode = Some(mode);
+        }
         Ok(Installed {
             dest: dest.clone(),
             replaced,

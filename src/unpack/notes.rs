@@ -25,9 +25,12 @@ pub struct InstallNotes {
     /// Data volumes that were damaged and rebuilt from parity as they were read (FORMAT.md
     /// section 17); the installed bytes match the signed digests all the same.
     pub repaired_volumes: Vec<String>,
-    /// Missing parents of the destination created for it (mode 0700), outermost first.
+    /// Missing parents of the destination created for it, outermost first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub created_parents: Vec<PathBuf>,
+    /// Their mode, and where it came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_parents_mode: Option<super::parents::ParentMode>,
 }
 
 impl InstallNotes {
@@ -42,6 +45,7 @@ impl InstallNotes {
             unchecked,
             repaired_volumes: Vec::new(),
             created_parents: Vec::new(),
+            created_parents_mode: None,
         })
     }
 }

@@ -31,13 +31,19 @@ fn packed(env: &Env) {
 /// `airlock ARGS` on a pseudo-terminal `cols` columns wide: its exit code and everything it
 /// wrote (stdout and stderr both go to the terminal).
 fn on_terminal(env: &Env, cols: u16, args: &str) -> (i32, String) {
+    on_terminal_sized(env, 50, cols, args)
+}
+
+/// [`on_terminal`] on a terminal that reports `rows` and `cols` (0 and 0: a serial console).
+fn on_terminal_sized(env: &Env, rows: u16, cols: u16, args: &str) -> (i32, String) {
     let cmd = format!(
-        "stty cols {cols} rows 50; exec {} {args}",
+        "stty cols {cols} rows {rows}; exec {} {args}",
         env!("CARGO_BIN_EXE_airlock")
     );
     let out = Command::new("script")
         .args(["-qec", &cmd, "/dev/null"])
         .current_dir(env.path(""))
+        .env_remove("COLUMNS")
         .output()
         .expect("script (util-linux) runs");
     let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
@@ -109,6 +115,30 @@ fn verify_draws_the_map_on_a_terminal_and_the_list_elsewhere() {
     let v: serde_json::Value = serde_json::from_str(json.trim()).expect("one JSON document");
     assert_eq!(v["bad_volumes"].as_array().unwrap().len(), 2, "{v}");
     assert!(v.get("damage").is_none(), "{v}");
+}
+
+/// Issue 33 item 7. Before: a terminal that reports 0 rows and 0 columns (a serial console)
+/// got no map, as a pipe does. Now the map is drawn for 80 columns there (or `COLUMNS`).
+#[test]
+fn a_terminal_that_reports_no_size_gets_the_map_at_80_columns() {
+    let env = Env::new();
+    packed(&env);
+    fs::remove_file(env.path("b/data.001")).unwrap();
+    let (code, text) = on_terminal_sized(&env, 0, 0, "verify b --trust k.pub");
+    assert_eq!(code, 3, "{text}");
+    assert!(text.contains("damage map"), "{text}");
+    // 256 units in 65 columns of cells: 4 units a cell.
+    assert_eq!(row(&text, "data.001"), "r".repeat(64));
+    let map = &text[text.find("damage map").unwrap()..];
+    for l in map
+        .lines()
+        .take_while(|l| l.starts_with("  ") || l.starts_with("damage map"))
+    {
+        assert!(l.len() < 80, "{l:?}");
+    }
+    let (code, text) = on_terminal_sized(&env, 0, 0, "repair b --trust k.pub");
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(row(&text, "data.001"), "r".repeat(64));
 }
 
 #[test]

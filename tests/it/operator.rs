@@ -167,6 +167,171 @@ fn the_readme_walkthrough_runs_as_written() {
     assert_eq!(code, 0, "{lint}\n{stdout}{stderr}");
 }
 
+/// Issue 33 item 5. Before: `unpack --dest /models/m` made a missing `/models` 0700, so the
+/// service that serves the model (another user) could not reach it. Now the parents take the
+/// mode of the nearest existing one without write for group and others (0755 under a 0755
+/// directory, 0700 under a private one), or `--parent-mode`, and the output says which and
+/// why.
+#[test]
+fn unpack_makes_missing_parents_as_open_as_the_directory_above() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    env.model("m");
+    env.ok(&["pack", "m", "-o", "b", "--key", "k.key"]);
+    let mode = |rel: &str| {
+        std::fs::metadata(env.path(rel))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    let set = |rel: &str, m: u32| {
+        std::fs::create_dir_all(env.path(rel)).unwrap();
+        std::fs::set_permissions(env.path(rel), std::fs::Permissions::from_mode(m)).unwrap();
+    };
+    set("srv", 0o755);
+    let out = env.ok(&[
+        "unpack",
+        "b",
+        "--trust",
+        "k.pub",
+        "--dest",
+        "srv/models/llama",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(mode("srv/models"), 0o755);
+    assert!(
+        stdout.contains("created srv/models for the destination with mode 0755 (taken from srv, the nearest existing parent, without write for group and others; --parent-mode MODE chooses another)"),
+        "{stdout}"
+    );
+    // A shared directory (group-writable, sticky): no write for group and others below it.
+    set("shared", 0o1777);
+    env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "shared/a/b/m"]);
+    assert_eq!((mode("shared/a"), mode("shared/a/b")), (0o755, 0o755));
+    // A private directory stays private below.
+    set("home", 0o700);
+    env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "home/models/m"]);
+    assert_eq!(mode("home/models"), 0o700);
+    // The flag, said so; and in the JSON.
+    let (code, j) = env.json(&[
+        "unpack",
+        "b",
+        "--trust",
+        "k.pub",
+        "--dest",
+        "srv/group/m",
+        "--parent-mode",
+        "0750",
+    ]);
+    assert_eq!(code, 0, "{j:#}");
+    assert_eq!(mode("srv/group"), 0o750);
+    assert_eq!(j["created_parents_mode"], "0750", "{j:#}");
+    let out = env.ok(&[
+        "unpack",
+        "b",
+        "--trust",
+        "k.pub",
+        "--dest",
+        "srv/g2/m",
+        "--parent-mode",
+        "750",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("created srv/g2 for the destination with mode 0750 (as --parent-mode asked)"),
+        "{out:?}"
+    );
+    // A mode airlock could not stage in, or one with special bits: a usage error, nothing made.
+    for bad in ["0555", "4755", "rwx", "0o1000"] {
+        let text = env.fails(
+            2,
+            &[
+                "unpack",
+                "b",
+                "--trust",
+                "k.pub",
+                "--dest",
+                "srv/bad/m",
+                "--parent-mode",
+                bad,
+            ],
+        );
+        assert!(text.contains("--parent-mode"), "{bad}: {text}");
+        assert!(!env.path("srv/bad").exists());
+    }
+}
+
+/// Issue 33 item 10. Before: the README's parity example (`--parity 10%`, one volume) could
+/// not rebuild the lost volume it promised (pack warned), and `1vol` leaves no margin. Now the
+/// example is `--volume-size 1G --parity 2vol`: run as written on the demo model with the
+/// volume size scaled to it (1G would make one volume of a 200 KiB model, which 2vol refuses),
+/// it survives a lost volume and damage in another, as its comment says; and the hint names
+/// the repair to run with this bundle's path and trust, not `BUNDLE` and `KEY`.
+#[test]
+fn the_readme_parity_example_survives_what_it_claims_and_the_hint_names_the_bundle() {
+    let t = tempfile::tempdir().unwrap();
+    let (work, root) = (t.path().join("work"), t.path().join("root"));
+    std::fs::create_dir_all(&work).unwrap();
+    copy_tree(&repo_file("testdata/tiny-model"), &work.join("Llama-3-8B"));
+    let lines = readme_commands();
+    let keygen = format!(
+        "{} --unencrypted",
+        readme_line(&lines, "airlock keygen --out release")
+    );
+    let (code, out, err) = run_readme_line(&work, &root, &keygen, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let parity: Vec<&String> = lines.iter().filter(|l| l.contains("--parity")).collect();
+    assert_eq!(parity.len(), 1, "{parity:?}");
+    let pack = parity[0].replace("--volume-size 1G", "--volume-size 40K");
+    assert!(pack.contains("--parity 2vol"), "{pack}");
+    let (code, out, err) = run_readme_line(&work, &root, &pack, &[]);
+    assert_eq!(code, 0, "{pack}\n{out}{err}");
+    assert!(!err.contains("warning"), "{err}");
+    assert!(out.contains("it rebuilds any 2 whole data volume"), "{out}");
+    let bundle = work.join("llama-bundle");
+    // A lost volume, and a bad sector in another.
+    std::fs::remove_file(bundle.join("data.001")).unwrap();
+    let mut bytes = std::fs::read(bundle.join("data.003")).unwrap();
+    for b in &mut bytes[1000..1004] {
+        *b ^= 0x5a;
+    }
+    std::fs::write(bundle.join("data.003"), bytes).unwrap();
+    let verify = "airlock verify llama-bundle --trust release.pub";
+    let (code, out, err) = run_readme_line(&work, &root, verify, &[]);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(out.contains("REPAIRABLE from parity"), "{out}");
+    assert!(
+        err.contains(
+            "airlock: hint: run `airlock repair llama-bundle --trust release.pub` (on read-only media, add `-o` and a new directory: `-o /var/tmp/llama-bundle`), then verify again"
+        ),
+        "{err}"
+    );
+    // The hint, run as it says.
+    let (code, out, err) = run_readme_line(
+        &work,
+        &root,
+        "airlock repair llama-bundle --trust release.pub",
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = run_readme_line(&work, &root, verify, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    // With the trust from AIRLOCK_TRUST, the hint has no --trust; a path with a space is quoted.
+    std::fs::rename(&bundle, work.join("my bundle")).unwrap();
+    std::fs::remove_file(work.join("my bundle/data.002")).unwrap();
+    let (code, out, err) = run_readme_line(
+        &work,
+        &root,
+        "airlock verify 'my bundle'",
+        &[("AIRLOCK_TRUST", "release.pub")],
+    );
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        err.contains("run `airlock repair 'my bundle'` (on read-only media, add `-o` and a new directory: `-o /var/tmp/'my bundle'`)"),
+        "{err}"
+    );
+}
+
 /// Runs airlock in `env`'s tree with extra environment variables.
 fn run_with(env: &Env, args: &[&str], vars: &[(&str, &str)]) -> (i32, String, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_airlock"));
@@ -705,6 +870,95 @@ fn ctrl_c_clears_the_bar_and_says_what_was_removed_and_kept() {
         "{v}"
     );
     assert!(!env.path("new").exists());
+}
+
+/// Starts airlock with `args` (plain progress), sends `signal` once the first phase has begun;
+/// returns the exit code, stdout and stderr.
+fn interrupt_once_started(env: &Env, args: &[&str], signal: &str) -> (i32, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(args)
+        .args(["--progress", "plain"])
+        .current_dir(env.dir.path())
+        .env_remove("AIRLOCK_TRUST")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        let n = std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+        assert!(
+            n > 0,
+            "{args:?} ended before it could be interrupted: {seen}"
+        );
+        seen.push_str(&line);
+        if line.contains("to process") {
+            break;
+        }
+    }
+    let st = Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = child.wait_with_output().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        seen + &rest,
+    )
+}
+
+/// Issue 33 item 7. Before: Ctrl-C during `verify` or `check` ended the process with no word
+/// and, under `--json`, no document, though the README promises one on Ctrl-C for every
+/// command. Now they report as the writing commands do: exit 130/143, `interrupted`, and that
+/// nothing was changed.
+#[test]
+fn ctrl_c_during_verify_and_check_says_nothing_was_changed() {
+    let env = Env::new();
+    large_model(&env, "m");
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--compress",
+        "none",
+    ]);
+    env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
+
+    let (code, stdout, stderr) = interrupt_once_started(
+        &env,
+        &["--json", "verify", "b", "--trust", "k.pub", "--deep"],
+        "INT",
+    );
+    assert_eq!(code, 130, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("not one JSON document ({e}): {stdout:?}"));
+    assert_eq!(v["command"], "verify");
+    assert_eq!(v["exit_code"], 130);
+    assert_eq!(v["error"]["kind"], "interrupted");
+    assert_eq!(v["signal"], "SIGINT");
+    assert_eq!(v["removed"], serde_json::json!([]));
+    assert_eq!(v["kept"], "nothing was changed: verify only reads");
+
+    let (code, stdout, stderr) =
+        interrupt_once_started(&env, &["check", "out", "--trust", "k.pub"], "TERM");
+    assert_eq!(code, 143, "{stderr}");
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.contains(
+            "airlock: error: interrupted by SIGTERM: nothing to remove; nothing was changed: check only reads"
+        ),
+        "{stderr}"
+    );
 }
 
 /// A directory with executables that stand in for `cargo`, `python3` and `apt-get`.

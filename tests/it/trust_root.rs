@@ -819,3 +819,193 @@ fn a_file_verifies_under_a_root_only_with_its_threshold_of_distinct_role_keys_an
         "2098-12-31",
     ]);
 }
+
+/// Issue 33 item 2. Before: `trust init` without `--root-key` printed the two roles as bare key
+/// ids, and `trust rotate --key ...` that dropped alice from the targets role kept the root
+/// role (the same keys), so alice, rotated out of signing bundles, could still sign the next
+/// root; nothing said so. Now both say in words who can sign bundles and who can change the
+/// root, naming each key by its file, and rotate warns about a key that leaves the targets
+/// role but stays in the root role.
+#[test]
+fn init_and_rotate_say_who_signs_and_warn_when_a_rotated_out_key_keeps_the_root() {
+    let env = Env::new();
+    for k in ["alice", "bob", "carol"] {
+        env.ok(&["keygen", "--out", k, "--unencrypted"]);
+    }
+    let (alice, bob) = (minisign_id(&env, "alice.pub"), minisign_id(&env, "bob.pub"));
+    let out = env.ok(&[
+        "trust",
+        "init",
+        "--out",
+        "root.json",
+        "--key",
+        "alice.pub",
+        "--key",
+        "bob.pub",
+        "--threshold",
+        "1",
+        "--expires",
+        "2099-01-01",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "who can sign bundles: a bundle is trusted when signed by any one of 2 keys (alice.pub ({alice}), bob.pub ({bob}))"
+        )) || stdout.contains(&format!(
+            "who can sign bundles: a bundle is trusted when signed by any one of 2 keys (bob.pub ({bob}), alice.pub ({alice}))"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .contains("who can change this root: version 2 needs signatures by any one of 2 keys")
+            && stdout.contains("(no --root-key given: the --key keys)")
+            && stdout.contains("the same keys sign bundles and change the root"),
+        "{stdout}"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    env.ok(&["trust", "sign", "root.json", "--key", "alice.key"]);
+
+    // alice leaves the targets role; the root role is kept: warned, by name.
+    let out = env.ok(&[
+        "trust",
+        "rotate",
+        "root.json",
+        "--out",
+        "root2.json",
+        "--key",
+        "bob.pub",
+        "--key",
+        "carol.pub",
+        "--expires",
+        "2099-06-01",
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        stdout.contains("(no --root-key given: kept from version 1)"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "airlock: warning: key {alice} leaves the targets role but stays in the root role: from version 2 it can no longer sign bundles, but it can still sign version 3 of the root"
+        )),
+        "{stderr}"
+    );
+    let (_, j) = env.json(&[
+        "trust",
+        "rotate",
+        "root.json",
+        "--out",
+        "root2b.json",
+        "--key",
+        "bob.pub",
+        "--expires",
+        "2099-06-01",
+    ]);
+    assert_eq!(
+        j["left_targets_kept_root"],
+        serde_json::json!([alice]),
+        "{j:#}"
+    );
+
+    // With the root role given without her: no warning, and the roles are told apart.
+    let out = env.ok(&[
+        "trust",
+        "rotate",
+        "root.json",
+        "--out",
+        "root3.json",
+        "--key",
+        "bob.pub",
+        "--key",
+        "carol.pub",
+        "--root-key",
+        "bob.pub",
+        "--root-threshold",
+        "1",
+        "--expires",
+        "2099-06-01",
+    ]);
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "who can change this root: version 3 needs signatures by the one key bob.pub ({bob})"
+        )) && !stdout.contains("the same keys"),
+        "{stdout}"
+    );
+}
+
+/// Issue 33 item 10. Before: a bundle carrying root version 3 to a target at version 1 was
+/// refused with the generic trust-update hint (`check it with airlock trust show ...`), which
+/// did not say what to bring. Now the hint names the versions to carry, one `--trust-update`
+/// each, oldest first, and the bundle path in the cosign hint is the one given.
+#[test]
+fn a_missing_root_version_hint_names_the_versions_to_carry() {
+    let env = Env::new();
+    officers(&env);
+    let before = target_root(&env);
+    rotate(&env);
+    env.ok(&[
+        "trust",
+        "rotate",
+        "root2.json",
+        "--out",
+        "root3.json",
+        "--expires",
+        "2099-07-01",
+    ]);
+    env.ok(&["trust", "sign", "root3.json", "--key", "sec2.key"]);
+    env.model("m");
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b3",
+        "--key",
+        "bob.key",
+        "--trust-update",
+        "root3.json",
+    ]);
+    env.ok(&["cosign", "b3", "--key", "carol.key"]);
+    let (code, j) = env.json(&[
+        "unpack",
+        "b3",
+        "--trust",
+        "target/root.json",
+        "--dest",
+        "out",
+    ]);
+    assert_eq!(code, 3, "{j:#}");
+    assert_eq!(j["error"]["kind"], "trust-update", "{j:#}");
+    let message = j["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("is root version 3, but this target trusts version 1 and the bundle does not carry version 2"),
+        "{message}"
+    );
+    let hint = j["error"]["hint"].as_str().unwrap();
+    assert!(
+        hint.contains("every root version from 2 to 3")
+            && hint.contains("`--trust-update 2.root.json --trust-update 3.root.json`"),
+        "{hint}"
+    );
+    root_unchanged(&env, &before);
+    assert!(!env.path("out").exists());
+
+    // One signature short: the cosign hint names this bundle, not BUNDLE.
+    env.ok(&["pack", "m", "-o", "one", "--key", "alice.key"]);
+    let (code, j) = env.json(&["verify", "one", "--trust", "target/root.json"]);
+    assert_eq!(
+        (code, j["error"]["kind"].as_str()),
+        (3, Some("signature-threshold")),
+        "{j:#}"
+    );
+    let hint = j["error"]["hint"].as_str().unwrap();
+    assert!(
+        hint.contains("`airlock cosign one --key THEIR.key`"),
+        "{hint}"
+    );
+}

@@ -186,6 +186,10 @@ fn errors_when_installing_and_checking() {
     env.ok(&["unpack", "v2", "--trust", "k.pub", "--dest", "out"]);
     env.write("out/config.json", b"{\"model_type\": \"changed\"}\n");
     std::fs::remove_file(env.path("out/run.sh")).unwrap();
+    // The parents unpack creates take this directory's mode (issue 33 item 5): fixed here, so
+    // the snapshot does not follow the umask.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let text = session(
         &env,
         &[
@@ -734,6 +738,52 @@ fn a_wrong_password_at_the_terminal_is_asked_again() {
     assert_eq!(code, 0, "{raw}");
     assert_eq!(raw.matches("wrong password, try again").count(), 1, "{raw}");
     assert!(raw.contains("OK   packed m"), "{raw}");
+}
+
+/// Issue 33 item 11. Before: a model with NaN in its weights was refused only after the
+/// password prompt and the whole read, and the prompt gave no sign that anything was still to
+/// be checked. The value scan needs every value, so it stays in the pack's one read; the
+/// prompt now says that it follows (once, not on a retry).
+#[test]
+fn the_password_prompt_says_the_value_scan_follows() {
+    let env = fixed_env();
+    cheap_encrypted_key(&env);
+    env.write("m/config.json", b"{\"model_type\": \"test\"}\n");
+    env.write(
+        "m/model.safetensors",
+        &std::fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("testdata/fixtures/values/nan-f32.safetensors"),
+        )
+        .unwrap(),
+    );
+    let (raw, code) = on_terminal_typing(
+        &env,
+        "typo\npw\n",
+        &["pack", "m", "-o", "b", "--key", "enc.key"],
+    );
+    assert_eq!(code, 3, "{raw}");
+    let note = raw
+        .find("airlock: after the password, the pack reads the model once; the value scan of its 1 weight file (")
+        .unwrap_or_else(|| panic!("{raw}"));
+    assert!(
+        raw[note..]
+            .contains("NaN, Inf, zero-filled regions) runs in that read and reports at its end"),
+        "{raw}"
+    );
+    let prompt = raw.find("Password for enc.key: ").expect("a prompt");
+    let nan = raw.find("tensor-nan").expect("the NaN is reported");
+    assert!(note < prompt && prompt < nan, "{raw}");
+    assert_eq!(raw.matches("the value scan of its").count(), 1, "{raw}");
+    // No weight file, nothing to announce.
+    env.model("plain");
+    let (raw, code) = on_terminal_typing(
+        &env,
+        "pw\n",
+        &["pack", "plain", "-o", "b2", "--key", "enc.key"],
+    );
+    assert_eq!(code, 0, "{raw}");
+    assert!(!raw.contains("value scan"), "{raw}");
 }
 
 // ---------------------------------------------------------------------------------------------

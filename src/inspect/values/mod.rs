@@ -31,9 +31,13 @@
 //! tensors with fewer than `general.alignment` zero bytes. A file preallocated and never
 //! written is zeros for megabytes to gigabytes, through whole tensors. Tensors of at least two
 //! values that are all zero (`tensor-all-zero`) or all one value (`tensor-constant`) are
-//! warnings: biases initialised to zero and norms initialised to one are legitimate, an
-//! untrained checkpoint has many of both, and a trained one has few. The constant check
-//! compares bits, so it applies to float tensors, not to quantized blocks.
+//! warnings, except the known-benign ones ([`benign_zero`], [`benign_constant`]): a bias that
+//! is all zero (`*.bias`), a norm's weight that is all 1.0 (`*norm*.weight`, `ln_f.weight`,
+//! `LayerNorm.gamma`). Those are what initialisation leaves and training often keeps (the
+//! demo model has them), so they are counted in the summary but are not findings (issue 33
+//! item 6: every pack, verify, unpack and check of the demo warned about its norms). An
+//! untrained checkpoint still shows, by its weight matrices. The constant check compares bits,
+//! so it applies to float tensors, not to quantized blocks.
 //!
 //! One finding per file and code names the first tensor (its dtype, shape, count and the index
 //! of the first bad value) and how many more are affected; [`Summary`] counts everything, and is
@@ -76,6 +80,45 @@ pub fn wants_scan(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
     let lower = name.to_ascii_lowercase();
     lower.ends_with(".safetensors") || lower.ends_with(".gguf")
+}
+
+/// The two last dot-separated parts of a tensor name, lowercased: the parameter (`weight`,
+/// `bias`) and the module that owns it (`input_layernorm`, `attn_norm`, `ln_f`).
+fn param_and_module(name: &str) -> (String, String) {
+    let lower = name.to_ascii_lowercase();
+    let mut parts = lower.rsplit('.');
+    let param = parts.next().unwrap_or_default().to_string();
+    let module = parts.next().unwrap_or_default().to_string();
+    (param, module)
+}
+
+/// Whether a module name is a normalisation layer's: `*norm*` (`input_layernorm`,
+/// `attn_norm`, `LayerNorm`, `final_layer_norm`), or GPT-2's and Falcon's `ln`, `ln_1`,
+/// `ln_f`, `ln_attn`, `ln1`.
+fn is_norm_module(module: &str) -> bool {
+    module.contains("norm")
+        || module == "ln"
+        || module.starts_with("ln_")
+        || module
+            .strip_prefix("ln")
+            .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Whether an all-zero tensor named `name` is known to be benign: a bias (`*.bias`, or a
+/// norm's `beta`), which initialisation sets to zero.
+pub(crate) fn benign_zero(name: &str) -> bool {
+    let (param, module) = param_and_module(name);
+    param == "bias" || (param == "beta" && is_norm_module(&module))
+}
+
+/// Whether a tensor named `name` whose values all equal `value` is known to be benign: a
+/// norm's weight (`weight`, `gamma`, `scale` of a norm module) at exactly 1.0, as
+/// initialisation sets it.
+pub(crate) fn benign_constant(name: &str, value: f64) -> bool {
+    let (param, module) = param_and_module(name);
+    value == 1.0
+        && matches!(param.as_str(), "weight" | "gamma" | "scale")
+        && is_norm_module(&module)
 }
 
 /// A float format whose values are checked one by one.
@@ -465,10 +508,14 @@ pub struct FileScan {
     pub nan_notes: Vec<Note>,
     /// The first tensors holding Inf.
     pub inf_notes: Vec<Note>,
-    /// The first all-zero tensors.
+    /// The first all-zero tensors, known-benign ones ([`benign_zero`]) left out.
     pub zero_notes: Vec<Note>,
-    /// The first constant tensors.
+    /// The first constant tensors, known-benign ones ([`benign_constant`]) left out.
     pub constant_notes: Vec<Note>,
+    /// All-zero tensors that are biases: counted in the summary, not findings.
+    pub benign_zero_tensors: u64,
+    /// Constant tensors that are norm weights at 1.0: counted in the summary, not findings.
+    pub benign_constant_tensors: u64,
     /// The first zero-filled regions.
     pub regions: Vec<Region>,
 }
@@ -700,15 +747,19 @@ impl Scanner {
         }
         if acc.nz == 0 {
             out.summary.zero_tensors += 1;
-            if out.zero_notes.len() < NOTES_PER_CODE {
+            if benign_zero(&t.name) {
+                out.benign_zero_tensors += 1;
+            } else if out.zero_notes.len() < NOTES_PER_CODE {
                 out.zero_notes.push(note(elements, 0, None));
             }
         } else if let Kind::Float(f) = t.kind
             && acc.diff == 0
         {
             out.summary.constant_tensors += 1;
-            if out.constant_notes.len() < NOTES_PER_CODE {
-                let value = f.value(acc.first);
+            let value = f.value(acc.first);
+            if benign_constant(&t.name, value) {
+                out.benign_constant_tensors += 1;
+            } else if out.constant_notes.len() < NOTES_PER_CODE {
                 out.constant_notes
                     .push(note(elements, 0, Some(format!("{value:?}"))));
             }
@@ -971,7 +1022,7 @@ impl FileScan {
                     n.dtype,
                     shape_text(&n.shape),
                     plural(n.count, "value", "values"),
-                    more(s.zero_tensors, "all-zero ", "")
+                    more(s.zero_tensors - self.benign_zero_tensors, "all-zero ", "")
                 ),
                 "nothing, if these are biases or untrained heads; if they should hold trained \
                  weights, export the checkpoint again",
@@ -989,7 +1040,11 @@ impl FileScan {
                     shape_text(&n.shape),
                     plural(n.count, "value", "values"),
                     n.detail.as_deref().unwrap_or("?"),
-                    more(s.constant_tensors, "constant ", "")
+                    more(
+                        s.constant_tensors - self.benign_constant_tensors,
+                        "constant ",
+                        ""
+                    )
                 ),
                 "nothing, for a freshly initialised model; for a trained checkpoint, export it \
                  again",

@@ -130,15 +130,19 @@ pub fn scan(layout: &Layout, file: &[u8]) -> FileScan {
         }
         if bytes.iter().all(|&b| b == 0) {
             out.summary.zero_tensors += 1;
-            if out.zero_notes.len() < NOTES_PER_CODE {
+            if super::benign_zero(&t.name) {
+                out.benign_zero_tensors += 1;
+            } else if out.zero_notes.len() < NOTES_PER_CODE {
                 out.zero_notes.push(note(elements, 0, None));
             }
         } else if let Kind::Float(f) = t.kind
             && bytes.chunks(unit).all(|u| u == &bytes[..unit])
         {
             out.summary.constant_tensors += 1;
-            if out.constant_notes.len() < NOTES_PER_CODE {
-                let value: f64 = Float::value(f, load(&bytes[..unit], be));
+            let value: f64 = Float::value(f, load(&bytes[..unit], be));
+            if super::benign_constant(&t.name, value) {
+                out.benign_constant_tensors += 1;
+            } else if out.constant_notes.len() < NOTES_PER_CODE {
                 out.constant_notes
                     .push(note(elements, 0, Some(format!("{value:?}"))));
             }

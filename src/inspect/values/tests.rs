@@ -216,8 +216,8 @@ fn f8_e4m3_has_no_infinity_and_448_is_finite() {
 #[test]
 fn all_zero_and_constant_tensors_are_warnings() {
     let bytes = st(&[
-        ("bias", "F32", vec![16], vec![0; 64]),
-        ("norm", "BF16", vec![8], le16(&[0x3f80; 8])),
+        ("lm_head", "F32", vec![16], vec![0; 64]),
+        ("proj", "BF16", vec![8], le16(&[0x3f80; 8])),
         ("neg_zero", "F16", vec![4], le16(&[0x8000; 4])),
         ("scalar", "F32", vec![], vec![0; 4]),
         ("w", "BF16", vec![64], le16(&bf16_weights(64, 3))),
@@ -225,7 +225,7 @@ fn all_zero_and_constant_tensors_are_warnings() {
     ]);
     let s = scan(&bytes);
     assert_eq!(s.summary.zero_tensors, 1);
-    assert_eq!(s.summary.constant_tensors, 2, "norm and the -0.0 tensor");
+    assert_eq!(s.summary.constant_tensors, 2, "proj and the -0.0 tensor");
     let findings = s.findings("m.safetensors");
     let codes: Vec<&str> = findings.iter().map(|f| f.code).collect();
     assert_eq!(codes, [codes::TENSOR_ALL_ZERO, codes::TENSOR_CONSTANT]);
@@ -233,14 +233,101 @@ fn all_zero_and_constant_tensors_are_warnings() {
     assert!(
         findings[0]
             .problem
-            .contains("tensor `bias` (F32 [16]) whose 16 values are all zero"),
+            .contains("tensor `lm_head` (F32 [16]) whose 16 values are all zero"),
         "{}",
         findings[0].problem
     );
     assert!(
         findings[1].problem.contains(
-            "tensor `norm` (BF16 [8]) whose 8 values all equal 1.0, and 1 more constant tensor"
+            "tensor `proj` (BF16 [8]) whose 8 values all equal 1.0, and 1 more constant tensor"
         ),
+        "{}",
+        findings[1].problem
+    );
+}
+
+/// Issue 33 item 6. Before: zero biases and norm weights of one, which every initialised
+/// model has (the demo's too), were `tensor-all-zero` and `tensor-constant` warnings on every
+/// pack and check. Now they are counted and not findings; the same values under other names,
+/// a norm at another value, and a zero norm weight still are.
+#[test]
+fn zero_biases_and_norm_weights_of_one_are_counted_not_warned() {
+    let bytes = st(&[
+        (
+            "model.layers.0.self_attn.q_proj.bias",
+            "F32",
+            vec![4],
+            vec![0; 16],
+        ),
+        (
+            "model.layers.0.input_layernorm.weight",
+            "BF16",
+            vec![8],
+            le16(&[0x3f80; 8]),
+        ),
+        ("model.norm.weight", "F16", vec![4], le16(&[0x3c00; 4])),
+        (
+            "blk.0.attn_norm.weight",
+            "F32",
+            vec![2],
+            1f32.to_le_bytes().repeat(2),
+        ),
+        (
+            "transformer.h.0.ln_1.weight",
+            "F32",
+            vec![2],
+            1f32.to_le_bytes().repeat(2),
+        ),
+        ("ln_f.bias", "F32", vec![2], vec![0; 8]),
+        (
+            "bert.embeddings.LayerNorm.gamma",
+            "F32",
+            vec![2],
+            1f32.to_le_bytes().repeat(2),
+        ),
+        ("bert.embeddings.LayerNorm.beta", "F32", vec![2], vec![0; 8]),
+        ("w", "BF16", vec![64], le16(&bf16_weights(64, 3))),
+    ]);
+    let s = scan(&bytes);
+    assert_eq!((s.summary.zero_tensors, s.benign_zero_tensors), (3, 3));
+    assert_eq!(
+        (s.summary.constant_tensors, s.benign_constant_tensors),
+        (5, 5)
+    );
+    assert!(
+        s.findings("m.safetensors").is_empty(),
+        "{:#?}",
+        s.findings("m.safetensors")
+    );
+
+    let bytes = st(&[
+        (
+            "model.layers.0.input_layernorm.weight",
+            "F32",
+            vec![2],
+            2f32.to_le_bytes().repeat(2),
+        ),
+        ("model.norm.weight", "F32", vec![2], vec![0; 8]),
+        (
+            "model.layers.0.mlp.up_proj.weight",
+            "F32",
+            vec![2],
+            1f32.to_le_bytes().repeat(2),
+        ),
+        ("lm_head.weight", "F32", vec![2], vec![0; 8]),
+        ("model.bias.weight", "F32", vec![2], vec![0; 8]),
+    ]);
+    let s = scan(&bytes);
+    let findings = s.findings("m.safetensors");
+    let codes: Vec<&str> = findings.iter().map(|f| f.code).collect();
+    assert_eq!(codes, [codes::TENSOR_ALL_ZERO, codes::TENSOR_CONSTANT]);
+    assert!(
+        findings[0].problem.contains("and 2 more all-zero tensors"),
+        "{}",
+        findings[0].problem
+    );
+    assert!(
+        findings[1].problem.contains("and 1 more constant tensor"),
         "{}",
         findings[1].problem
     );
@@ -577,12 +664,11 @@ fn the_value_fixtures_get_their_findings() {
     use codes::*;
     let dir = fixtures().join("values");
     let cases: &[(&str, &[&str])] = &[
-        (
-            "healthy/model.safetensors",
-            &[TENSOR_ALL_ZERO, TENSOR_CONSTANT],
-        ),
-        ("healthy/model.gguf", &[TENSOR_ALL_ZERO, TENSOR_CONSTANT]),
-        ("untrained.safetensors", &[TENSOR_ALL_ZERO, TENSOR_CONSTANT]),
+        // Zero biases and norms of one only: counted, not findings.
+        ("healthy/model.safetensors", &[]),
+        ("healthy/model.gguf", &[]),
+        // Its norm of one is benign; its all-zero lm_head is not.
+        ("untrained.safetensors", &[TENSOR_ALL_ZERO]),
         ("nan-f64.safetensors", &[TENSOR_NAN]),
         ("nan-f32.safetensors", &[TENSOR_NAN]),
         ("nan-f16.safetensors", &[TENSOR_NAN]),
