@@ -16,15 +16,17 @@ use airlock::trust::{Policy, TRUST_ENV, TrustSource};
 use super::Output;
 use crate::cli::{CheckArgs, RepoTypeArg, TrustArgs};
 
-pub(super) fn finding_line(f: &Finding) -> String {
+/// A finding as two lines: what is wrong, then the fix (each line is escaped as it is
+/// printed, so a line break in a name cannot make a line of its own).
+pub(super) fn finding_lines(f: &Finding) -> [String; 2] {
     let sev = match f.severity {
         Severity::Error => "ERROR",
         Severity::Warning => "WARN ",
     };
-    format!(
-        "{sev} {}: {} [{}]\n      fix: {}",
-        f.path, f.problem, f.code, f.fix
-    )
+    [
+        format!("{sev} {}: {} [{}]", f.path, f.problem, f.code),
+        format!("      fix: {}", f.fix),
+    ]
 }
 
 /// A snapshot folder passed as DIR: its links leave the folder, so the directory lint would
@@ -512,7 +514,7 @@ fn conclude(
     receipt_error: Option<Error>,
 ) {
     for f in findings {
-        out.line(finding_line(f));
+        out.lines.extend(finding_lines(f));
     }
     let errors = findings
         .iter()

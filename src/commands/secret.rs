@@ -103,13 +103,15 @@ pub fn unlock(key: KeyFile, ui: &Ui) -> Result<SecretKey> {
         },
         Password::Terminal => {
             for attempt in 1..=PASSWORD_ATTEMPTS {
-                let typed =
-                    rpassword::prompt_password(format!("Password for {}: ", key.path.display()))
-                        .map_err(|e| Error::io("/dev/tty", e))?;
+                let typed = rpassword::prompt_password(super::term::shown(&format!(
+                    "Password for {}: ",
+                    key.path.display()
+                )))
+                .map_err(|e| Error::io("/dev/tty", e))?;
                 let typed = Zeroizing::new(typed.into_bytes());
                 match decrypt(&typed) {
                     Err(KeyError::WrongPassword) if attempt < PASSWORD_ATTEMPTS => {
-                        eprintln!("airlock: wrong password, try again");
+                        super::term::err_line("airlock: wrong password, try again");
                     }
                     Err(KeyError::WrongPassword) => break,
                     other => return other.map_err(key_err),

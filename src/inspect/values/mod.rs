@@ -796,20 +796,16 @@ pub fn scan_file(file: &File, len: u64, advance: &dyn Fn(u64)) -> io::Result<Opt
     Ok(scanner.finish())
 }
 
-/// A tensor name as a finding shows it: control characters escaped (a manifest's free text
-/// refuses them), at most [`NAME_SHOWN`] characters.
+/// A tensor name as a finding shows it: at most [`NAME_SHOWN`] characters, escaped
+/// ([`crate::display::escape`]: a manifest's free text refuses control characters).
 fn shown(name: &str) -> String {
-    let mut out = String::new();
-    for (i, c) in name.chars().enumerate() {
-        if i == NAME_SHOWN {
-            out.push('…');
-            break;
-        }
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
+    let cut = name
+        .char_indices()
+        .nth(NAME_SHOWN)
+        .map_or(name, |(i, _)| &name[..i]);
+    let mut out = crate::display::escape(cut).into_owned();
+    if cut.len() < name.len() {
+        out.push('…');
     }
     out
 }
