@@ -21,15 +21,20 @@
 
 use std::borrow::Cow;
 
-/// Whether `c` is escaped: C0 controls (TAB, LF and CR included), DEL, C1 controls, and the
-/// Unicode format characters (general category Cf, Unicode 16.0: bidi embeddings, overrides
-/// and isolates, zero-width spaces and joiners, the byte order mark, invisible operators, tag
-/// characters, ...) with the line and paragraph separators U+2028 and U+2029.
+/// Whether `c` is escaped: C0 controls but TAB (LF and CR included), DEL, C1 controls, and
+/// the Unicode format characters (general category Cf, Unicode 16.0: bidi embeddings,
+/// overrides and isolates, zero-width spaces and joiners, the byte order mark, invisible
+/// operators, tag characters, ...) with the line and paragraph separators U+2028 and U+2029.
 ///
-/// TAB, LF and CR are escaped too: a line airlock prints is one line, and a name holding a line
-/// break could otherwise print a line of its own (`OK   model version 2 ...`) under it.
+/// LF and CR are escaped: a line airlock prints is one line, and a name holding a line break
+/// could otherwise print a line of its own (`OK   model version 2 ...`) under it, or return to
+/// the start of the line and write over it. TAB is shown as itself: it only moves the cursor
+/// forward to the next tab stop, over blank cells, so it can neither erase nor rewrite what is
+/// shown, and the text airlock quotes has it by design (a minisign trusted comment is
+/// `timestamp:…<TAB>file:…`, and minisign shows it as it is). Free text kept in a manifest
+/// has no TAB either ([`escape_bounded`]).
 pub fn needs_escape(c: char) -> bool {
-    c.is_control()
+    (c.is_control() && c != '\t')
         || matches!(
             c,
             '\u{ad}'
@@ -56,9 +61,9 @@ pub fn needs_escape(c: char) -> bool {
         )
 }
 
-/// `text` with every character of [`needs_escape`] written as an escape: `\t`, `\n`, `\r`;
-/// `\x1b` for the other C0 controls and DEL; `\u{9b}`, `\u{202e}` for the rest. Text with
-/// nothing to escape is returned as it is.
+/// `text` with every character of [`needs_escape`] written as an escape: `\n`, `\r`; `\x1b`
+/// for the other C0 controls and DEL; `\u{9b}`, `\u{202e}` for the rest. Text with nothing to
+/// escape is returned as it is.
 pub fn escape(text: &str) -> Cow<'_, str> {
     let Some(first) = text.find(needs_escape) else {
         return Cow::Borrowed(text);
@@ -74,7 +79,6 @@ pub fn escape(text: &str) -> Cow<'_, str> {
 fn push_escaped(out: &mut String, c: char) {
     use std::fmt::Write;
     match c {
-        '\t' => out.push_str("\\t"),
         '\n' => out.push_str("\\n"),
         '\r' => out.push_str("\\r"),
         c if !needs_escape(c) => out.push(c),
@@ -87,10 +91,11 @@ fn push_escaped(out: &mut String, c: char) {
     }
 }
 
-/// [`escape`], cut to at most `max` bytes (at a character boundary, ending in `…`): free text
-/// bounded as a manifest's is (FORMAT.md section 7, rule 14).
+/// [`escape`], TAB written `\t` too, cut to at most `max` bytes (at a character boundary,
+/// ending in `…`): free text as a manifest holds it (FORMAT.md section 7, rule 14: no control
+/// character at all, at most 4096 bytes).
 pub fn escape_bounded(text: &str, max: usize) -> String {
-    let mut out = escape(text).into_owned();
+    let mut out = escape(text).replace('\t', "\\t");
     if out.len() > max {
         let mut cut = max.saturating_sub('…'.len_utf8());
         while !out.is_char_boundary(cut) {
@@ -139,7 +144,7 @@ mod tests {
             ("モデル 名前 ü ß 🦀 \\ \" '", "モデル 名前 ü ß 🦀 \\ \" '"),
             ("a\u{1b}[2Kb", "a\\x1b[2Kb"),
             ("\u{1b}]52;c;ZXZpbA==\u{7}", "\\x1b]52;c;ZXZpbA==\\x07"),
-            ("tab\there\nline\rcr", "tab\\there\\nline\\rcr"),
+            ("tab\there\nline\rcr", "tab\there\\nline\\rcr"),
             ("nul\0del\u{7f}", "nul\\x00del\\x7f"),
             ("csi\u{9b}31m nel\u{85}", "csi\\u{9b}31m nel\\u{85}"),
             ("bidi \u{202e}txt.exe", "bidi \\u{202e}txt.exe"),
@@ -183,14 +188,14 @@ mod tests {
             .filter_map(char::from_u32)
             .filter(|&c| needs_escape(c))
             .count();
-        // 65 Cc + 170 Cf (Unicode 16.0) + U+2028 + U+2029.
-        assert_eq!(escaped, 65 + 170 + 2);
+        // 65 Cc but TAB + 170 Cf (Unicode 16.0) + U+2028 + U+2029.
+        assert_eq!(escaped, 64 + 170 + 2);
     }
 
     #[test]
     fn bounded_escapes_then_cuts_at_a_character_boundary() {
-        let long = format!("{}\u{1b}é", "a".repeat(10));
-        assert_eq!(escape_bounded(&long, 100), "aaaaaaaaaa\\x1bé");
+        let long = format!("{}\u{1b}\té", "a".repeat(10));
+        assert_eq!(escape_bounded(&long, 100), "aaaaaaaaaa\\x1b\\té");
         let cut = escape_bounded(&"é".repeat(100), 11);
         assert!(cut.len() <= 11 && cut.ends_with('…'), "{cut:?}");
         assert_eq!(cut, "éééé…");

@@ -277,7 +277,7 @@ mod tests {
     /// and bounded, the manifest validates.
     #[test]
     fn findings_are_recorded_escaped_and_bounded() {
-        let hostile = "\u{1b}[2K\u{1b}[32mOK\u{1b}]52;c;ZXZpbA==\u{7}\u{202e}\u{9b}";
+        let hostile = "\u{1b}[2K\u{1b}[32mOK\u{1b}]52;c;ZXZpbA==\u{7}\u{202e}\u{9b}\t";
         let findings = [
             Finding::error(
                 codes::SAFETENSORS_TENSOR_INVALID_INFO,
@@ -296,7 +296,7 @@ mod tests {
         let recorded = gate(&findings, true).unwrap();
         assert_eq!(
             recorded[0].problem,
-            "has tensor `\\x1b[2K\\x1b[32mOK\\x1b]52;c;ZXZpbA==\\x07\\u{202e}\\u{9b}` of F32 [3] = 12 bytes"
+            "has tensor `\\x1b[2K\\x1b[32mOK\\x1b]52;c;ZXZpbA==\\x07\\u{202e}\\u{9b}\\t` of F32 [3] = 12 bytes"
         );
         assert!(recorded[1].problem.ends_with('…'));
         // Rule 14 of FORMAT.md section 7, as `Manifest::validate` holds every reader to it.
