@@ -12,6 +12,7 @@
 pub mod bundle;
 pub mod copy;
 pub mod delta;
+pub mod display;
 pub mod durable;
 pub mod entries;
 pub mod error;
@@ -32,6 +33,8 @@ pub mod receipt;
 pub mod repair;
 pub mod scan;
 pub mod size;
+#[cfg(test)]
+mod source_rules;
 pub mod staging;
 pub mod tar;
 pub mod trust;

@@ -40,6 +40,10 @@ pub enum ScanEntry {
         executable: bool,
         /// The file's bytes, when the scan read them whole ([`Prefetched`]).
         prefetched: Option<Prefetched>,
+        /// Whether the value scan reads it, by its name and first bytes
+        /// ([`crate::inspect::format::identify`]), when the scan opened it (`None`: not
+        /// opened). What `pack` bounds the manifest by before it reads a byte.
+        has_values: Option<bool>,
     },
 }
 
@@ -212,12 +216,17 @@ fn scan_inner(
     Ok(out)
 }
 
+/// A regular file (or a link to one) as the scan found it: where to read it, its size and
+/// mode, its bytes when the scan kept them, and whether the value scan reads it when the scan
+/// opened it.
+type Regular = (PathBuf, u64, u32, Option<Prefetched>, Option<bool>);
+
 /// What one directory entry is, found while its directory was open.
 enum Found {
     Dir,
     /// A regular file, or a link to one: where to read it, its size and mode, and its bytes
     /// when the scan kept them.
-    File(Result<(PathBuf, u64, u32, Option<Prefetched>)>),
+    File(Result<Regular>),
     Other,
 }
 
@@ -286,13 +295,14 @@ impl Walk<'_> {
                     self.dir(&rel)?;
                 }
                 Found::File(f) => {
-                    let (source, size, mode, prefetched) = f?;
+                    let (source, size, mode, prefetched, has_values) = f?;
                     self.out.push(ScanEntry::File {
                         path: rel,
                         source,
                         size,
                         executable: mode & 0o111 != 0,
                         prefetched,
+                        has_values,
                     });
                 }
                 Found::Other => {
@@ -347,7 +357,7 @@ impl Walk<'_> {
                 }
                 Found::File(
                     self.link(dir, name, &full)
-                        .map(|(source, size, mode)| (source, size, mode, None)),
+                        .map(|(source, size, mode)| (source, size, mode, None, None)),
                 )
             }
             _ => Found::Other,
@@ -396,7 +406,7 @@ fn regular(
     full: &Path,
     checks: Option<(&mut TreeChecks, String)>,
     budget: &PrefetchBudget,
-) -> Result<(PathBuf, u64, u32, Option<Prefetched>)> {
+) -> Result<Regular> {
     if let Some((checks, rel)) = checks {
         match fsio::open_file_at(dir, name) {
             Ok((file, st)) => {
@@ -404,17 +414,34 @@ fn regular(
                 let taken = len <= PREFETCH_FILE_MAX && budget.take(len);
                 let content = if taken { read_whole(&file, len) } else { None };
                 checks.opened_read(&rel, full, &file, len, content.as_deref());
+                // What the value scan will read is known now, from the bytes at hand or the
+                // first few read on this handle: pack bounds its manifest by it.
+                let has_values = match &content {
+                    Some(bytes) => Some(
+                        crate::inspect::format::identify(&rel, bytes, len)
+                            .is_some_and(crate::inspect::Format::has_values),
+                    ),
+                    None => crate::inspect::format::has_values(&rel, &file, len).ok(),
+                };
                 let prefetched = content.filter(|_| unchanged(&file, &st)).map(Prefetched);
                 if taken && prefetched.is_none() {
                     budget.give_back(len);
                 }
-                return Ok((full.to_path_buf(), len, st.st_mode, prefetched));
+                return Ok((full.to_path_buf(), len, st.st_mode, prefetched, has_values));
             }
             Err(_) => checks.by_path(&rel, true),
         }
     }
     rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
-        .map(|st| (full.to_path_buf(), st.st_size as u64, st.st_mode, None))
+        .map(|st| {
+            (
+                full.to_path_buf(),
+                st.st_size as u64,
+                st.st_mode,
+                None,
+                None,
+            )
+        })
         .map_err(|e| Error::io(full, e.into()))
 }
 
@@ -842,6 +869,7 @@ mod tests {
                 size,
                 executable,
                 prefetched: None,
+                has_values: None,
             },
             dir => dir,
         }

@@ -47,7 +47,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let piece = [1usize, 2, 3, 7, 64, 291, 4096, 65_536][usize::from(sel & 7)];
     let cut = scan(layout.clone(), bytes, piece);
-    let whole = values::scan_file(&file, len, &|_| {}).unwrap();
+    let whole = values::scan_file("", &file, len, &|_| {}).unwrap();
     assert_eq!(cut, whole, "pieces of {piece} bytes and scan_file disagree");
     if bytes.len() <= 4096 {
         assert_eq!(scan(layout, bytes, 1), whole, "byte by byte");

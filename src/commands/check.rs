@@ -16,15 +16,17 @@ use airlock::trust::{Policy, TRUST_ENV, TrustSource};
 use super::Output;
 use crate::cli::{CheckArgs, RepoTypeArg, TrustArgs};
 
-pub(super) fn finding_line(f: &Finding) -> String {
+/// A finding as two lines: what is wrong, then the fix (each line is escaped as it is
+/// printed, so a line break in a name cannot make a line of its own).
+pub(super) fn finding_lines(f: &Finding) -> [String; 2] {
     let sev = match f.severity {
         Severity::Error => "ERROR",
         Severity::Warning => "WARN ",
     };
-    format!(
-        "{sev} {}: {} [{}]\n      fix: {}",
-        f.path, f.problem, f.code, f.fix
-    )
+    [
+        format!("{sev} {}: {} [{}]", f.path, f.problem, f.code),
+        format!("      fix: {}", f.fix),
+    ]
 }
 
 /// A snapshot folder passed as DIR: its links leave the folder, so the directory lint would
@@ -268,7 +270,7 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
         compare_receipt(dir, &a, trust.as_ref(), scan_values, ui, &mut out)?
     } else {
         Compared {
-            unlisted_model_files: true,
+            unlisted_files: true,
             ..Compared::default()
         }
     };
@@ -279,7 +281,7 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
         compared.checks,
         compared.scans,
         &compared.hashed,
-        compared.unlisted_model_files,
+        compared.unlisted_files,
         ui,
         &mut out,
     )?;
@@ -307,9 +309,9 @@ struct Compared {
     /// The model checks of the tree, made in the comparison's pass (`None`: no receipt was
     /// compared; the checks walk the tree themselves).
     checks: Option<inspect::TreeChecks>,
-    /// Whether any file the receipt does not list is a model file the value scan reads
-    /// (without a comparison: unknown, so true).
-    unlisted_model_files: bool,
+    /// Whether the receipt leaves any file unlisted, which the value scan reads when its name
+    /// or first bytes make it a model file (without a comparison: unknown, so true).
+    unlisted_files: bool,
     /// The findings the packer recorded in the receipt's manifest.
     recorded: Vec<airlock::manifest::Warning>,
 }
@@ -344,10 +346,9 @@ fn compare_receipt(
         checks,
     } = receipt::compare_checking(dir, &m, a.sizes_only, scan_values, ui)?;
     // Every file of the tree the receipt does not list is an `extra` difference: the value
-    // scan of unlisted files has nothing to read unless one of them is a model file.
-    let unlisted_model_files = compared
-        .iter()
-        .any(|d| d.kind == "extra" && values::wants_scan(&d.path));
+    // scan of unlisted files has nothing to read unless there is one (its name or its first
+    // bytes say whether it is a model file).
+    let unlisted_files = compared.iter().any(|d| d.kind == "extra");
     drift.extend(compared);
     if let Some(recorded) = &m.values {
         out.set("values_recorded", recorded);
@@ -395,7 +396,7 @@ fn compare_receipt(
         hashed: m.files.iter().map(|f| f.path.clone()).collect(),
         scans,
         checks: Some(checks),
-        unlisted_model_files,
+        unlisted_files,
         recorded: m.warnings.clone(),
     })
 }
@@ -440,7 +441,7 @@ fn model_findings(
     checks: Option<inspect::TreeChecks>,
     mut value_scans: receipt::FileScans,
     hashed: &std::collections::HashSet<String>,
-    unlisted_model_files: bool,
+    unlisted_files: bool,
     ui: &dyn Progress,
     out: &mut Output,
 ) -> Result<Vec<Finding>> {
@@ -468,8 +469,8 @@ fn model_findings(
     };
     if scan_values {
         // Each listed file was scanned as it was hashed: the walk for the others is needed
-        // only when one of them is a model file.
-        if unlisted_model_files {
+        // only when there are others.
+        if unlisted_files {
             match values::scan_tree(dir, hashed, ui) {
                 Ok(more) => value_scans.extend(more),
                 Err(e) if e.kind() == std::io::ErrorKind::InvalidFilename => out.warnings.push(
@@ -533,7 +534,7 @@ fn conclude(
         if unchanged(f) {
             not_repeated += 1;
         } else {
-            out.line(finding_line(f));
+            out.lines.extend(finding_lines(f));
         }
     }
     if !recorded.is_empty() {

@@ -113,8 +113,8 @@ pub fn run(a: KeygenArgs) -> Result<Output> {
     let pk = sk.public_key();
     if password.is_some() && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         // scrypt at minisign's cost takes seconds and about 1 GiB: say why nothing happens.
-        eprintln!(
-            "airlock: encrypting the secret key (scrypt: a few seconds, about 1 GiB of memory)…"
+        super::term::err_line(
+            "airlock: encrypting the secret key (scrypt: a few seconds, about 1 GiB of memory)…",
         );
     }
     let sk_text = Zeroizing::new(

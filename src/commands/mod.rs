@@ -13,6 +13,7 @@ mod push;
 mod repair;
 mod secret;
 mod sign;
+mod term;
 mod trust;
 mod ui;
 mod unpack;
@@ -155,7 +156,7 @@ pub fn run(cli: Cli) -> u8 {
 /// Writes a finished text (a completion script, a man page) to stdout. A reader that stops
 /// early (`airlock man | head -1`) is not an error: exit quietly, as other Unix tools do.
 fn print_text(text: &[u8]) -> u8 {
-    match write_stdout(text) {
+    match term::out_generated(text) {
         Ok(()) => EXIT_OK,
         Err(e) => stdout_failed(EXIT_OK, &e),
     }
@@ -163,21 +164,11 @@ fn print_text(text: &[u8]) -> u8 {
 
 /// A result that could not be written (a full disk behind `> FILE`) is not a success.
 fn stdout_failed(code: u8, e: &std::io::Error) -> u8 {
-    eprintln!("airlock: error: standard output: {e}");
+    term::err_line(&format!("airlock: error: standard output: {e}"));
     if code == EXIT_OK {
         airlock::error::EXIT_OPERATIONAL
     } else {
         code
-    }
-}
-
-/// Writes and flushes `bytes` to stdout, treating a closed pipe as done.
-fn write_stdout(bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other,
     }
 }
 
@@ -251,7 +242,13 @@ fn command_name(command: &Command) -> &'static str {
 /// Prints the result: one JSON document on stdout, or human lines on stdout and warnings and
 /// the error on stderr. Returns the exit code. `main` uses it for argument-parsing errors too,
 /// so every `--json` failure has the same shape.
+///
+/// Every line for a person goes out through [`term`], escaped (`airlock::display`): the lines,
+/// the warnings, the error and its hint. In a JSON document the text meant for a person
+/// (`warnings`, `error.message`, `error.hint`) is escaped the same way, so `jq -r` prints it as
+/// safely as the human mode does; the other values are data and stay exact.
 pub fn render(command: &str, out: Output, json: bool, quiet: bool) -> u8 {
+    use airlock::display::escape;
     let mut code = out.error.as_ref().map_or(EXIT_OK, Error::exit_code);
     let hint = out.error.as_ref().and_then(|e| e.hint_at(&out.hint_paths));
     if json {
@@ -264,36 +261,36 @@ pub fn render(command: &str, out: Output, json: bool, quiet: bool) -> u8 {
         for (k, v) in out.json {
             doc.insert(k, v);
         }
-        doc.insert("warnings".into(), json!(out.warnings));
+        let warnings: Vec<_> = out.warnings.iter().map(|w| escape(w)).collect();
+        doc.insert("warnings".into(), json!(warnings));
         if let Some(e) = &out.error {
             doc.insert(
                 "error".into(),
-                json!({ "kind": e.kind(), "message": e.to_string(), "hint": hint }),
+                json!({
+                    "kind": e.kind(),
+                    "message": escape(&e.to_string()),
+                    "hint": hint.as_ref().map(|h| escape(h).into_owned()),
+                }),
             );
         }
         let mut text = serde_json::to_string_pretty(&Value::Object(doc)).expect("json");
         text.push('\n');
-        if let Err(e) = write_stdout(text.as_bytes()) {
+        if let Err(e) = term::out_json(&text) {
             code = stdout_failed(code, &e);
         }
     } else {
         if !quiet {
-            let mut text = String::new();
-            for l in &out.lines {
-                text.push_str(l);
-                text.push('\n');
-            }
-            if let Err(e) = write_stdout(text.as_bytes()) {
+            if let Err(e) = term::out_lines(&out.lines) {
                 code = stdout_failed(code, &e);
             }
             for w in &out.warnings {
-                eprintln!("airlock: warning: {w}");
+                term::err_line(&format!("airlock: warning: {w}"));
             }
         }
         if let Some(e) = &out.error {
-            eprintln!("airlock: error: {e}");
+            term::err_line(&format!("airlock: error: {e}"));
             if let Some(h) = &hint {
-                eprintln!("airlock: hint: {h}");
+                term::err_line(&format!("airlock: hint: {h}"));
             }
         }
     }

@@ -167,7 +167,7 @@ fn gate(
         Err(e) => {
             out.set("findings", &findings);
             for f in &findings {
-                out.line(super::check::finding_line(f));
+                out.lines.extend(super::check::finding_lines(f));
             }
             Err(e)
         }
@@ -363,7 +363,7 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
         Err(e @ Error::ModelChecks { .. }) => {
             out.set("findings", &value_findings);
             for f in &value_findings {
-                out.line(super::check::finding_line(f));
+                out.lines.extend(super::check::finding_lines(f));
             }
             out.error = Some(e);
             return Ok(out);
@@ -395,8 +395,15 @@ fn value_scan_ahead(model: &Model) -> Option<String> {
         .entries
         .iter()
         .filter_map(|e| match e {
-            airlock::scan::ScanEntry::File { path, size, .. }
-                if airlock::inspect::values::wants_scan(path) =>
+            airlock::scan::ScanEntry::File {
+                path,
+                size,
+                has_values,
+                ..
+            } if has_values.unwrap_or_else(|| {
+                airlock::inspect::format::by_name(path)
+                    .is_some_and(airlock::inspect::Format::has_values)
+            }) =>
             {
                 Some(*size)
             }
@@ -688,8 +695,11 @@ fn unlock_oms_key(f: OmsKeyFile, ui: &Ui, chain: &[Vec<u8>]) -> Result<airlock::
             k
         }
         (None, true) => {
-            let typed = rpassword::prompt_password(format!("Password for {}: ", f.path.display()))
-                .map_err(|e| Error::io("/dev/tty", e))?;
+            let typed = rpassword::prompt_password(super::term::shown(&format!(
+                "Password for {}: ",
+                f.path.display()
+            )))
+            .map_err(|e| Error::io("/dev/tty", e))?;
             let typed = zeroize::Zeroizing::new(typed.into_bytes());
             airlock::oms::SigningKey::from_pem(&f.text, Some(&typed))
         }

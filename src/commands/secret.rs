@@ -110,18 +110,22 @@ pub fn unlock_saying(key: KeyFile, ui: &Ui, ahead: Option<&str>) -> Result<Secre
         },
         Password::Terminal => {
             for attempt in 1..=PASSWORD_ATTEMPTS {
+                let path = super::term::shown(&key.path.display().to_string());
                 let prompt = match ahead {
                     Some(text) if attempt == 1 => {
-                        format!("airlock: {text}\nPassword for {}: ", key.path.display())
+                        format!(
+                            "airlock: {}\nPassword for {path}: ",
+                            super::term::shown(text)
+                        )
                     }
-                    _ => format!("Password for {}: ", key.path.display()),
+                    _ => format!("Password for {path}: "),
                 };
                 let typed =
                     rpassword::prompt_password(prompt).map_err(|e| Error::io("/dev/tty", e))?;
                 let typed = Zeroizing::new(typed.into_bytes());
                 match decrypt(&typed) {
                     Err(KeyError::WrongPassword) if attempt < PASSWORD_ATTEMPTS => {
-                        eprintln!("airlock: wrong password, try again");
+                        super::term::err_line("airlock: wrong password, try again");
                     }
                     Err(KeyError::WrongPassword) => break,
                     other => return other.map_err(key_err),

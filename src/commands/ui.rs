@@ -17,6 +17,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 use airlock::error::human;
 use airlock::progress::Progress;
 
+use super::term::{self, shown};
 use crate::cli::ProgressArg;
 
 /// How often `--progress=plain` prints a line.
@@ -190,12 +191,12 @@ impl Ui {
                         ProgressStyle::with_template("{spinner} {wide_msg}")
                             .expect("valid template"),
                     )
-                    .with_message(what.to_string());
+                    .with_message(shown(what));
                 spinner.tick();
                 spinner.enable_steady_tick(Duration::from_millis(1000 / u64::from(BAR_HZ)));
                 *slot = Some(spinner);
             }
-            Display::Plain(_) => eprintln!("airlock: {what}"),
+            Display::Plain(_) => term::err_line(&format!("airlock: {what}")),
             Display::Silent => {}
         }
     }
@@ -236,7 +237,7 @@ fn new_bar(label: String, total: u64, forced: bool) -> ProgressBar {
         );
     ProgressBar::with_draw_target(Some(total), target)
         .with_style(style)
-        .with_prefix(label)
+        .with_prefix(shown(&label))
 }
 
 /// The bar's two lines for a terminal `width` columns wide. Every line fits: the phase label and
@@ -308,7 +309,7 @@ impl Progress for Ui {
     /// On a terminal (stdin and stderr both), asks on stderr for the medium and waits for
     /// Enter; `q` or end of input stops. Off a terminal nobody can answer: `false` at once.
     fn ask_for_medium(&self, request: &airlock::progress::MediumRequest<'_>) -> bool {
-        use std::io::{BufRead, Write};
+        use std::io::BufRead;
         if silenced() || !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
             return false;
         }
@@ -327,19 +328,17 @@ impl Progress for Ui {
             .iter()
             .map(|d| d.display().to_string())
             .collect();
-        {
-            let mut err = std::io::stderr().lock();
-            if let Some(c) = &request.complaint {
-                let _ = writeln!(err, "airlock: {c}");
-            }
-            let _ = write!(
-                err,
-                "airlock: {listed} is on none of {}.\nairlock: put in {which}, mounted so that {} holds it, and press Enter (q and Enter to stop): ",
-                dirs.join(", "),
-                dirs.join(" or ")
-            );
-            let _ = err.flush();
+        if let Some(c) = &request.complaint {
+            term::err_line(&format!("airlock: {c}"));
         }
+        term::err_line(&format!(
+            "airlock: {listed} is on none of {}.",
+            dirs.join(", ")
+        ));
+        term::ask(&format!(
+            "airlock: put in {which}, mounted so that {} holds it, and press Enter (q and Enter to stop): ",
+            dirs.join(" or ")
+        ));
         let mut line = String::new();
         match std::io::stdin().lock().read_line(&mut line) {
             Ok(0) | Err(_) => false,
@@ -356,7 +355,9 @@ impl Progress for Ui {
         };
         if let Some(lines) = super::damage_map::draw(map, cols) {
             self.clear();
-            eprintln!("{}", lines.join("\n"));
+            for line in &lines {
+                term::err_line(line);
+            }
         }
     }
 
@@ -390,7 +391,11 @@ impl Progress for Ui {
                     started: Instant::now(),
                     printed: Instant::now(),
                 };
-                eprintln!("airlock: {}: {} to process", p.label, human(total));
+                term::err_line(&format!(
+                    "airlock: {}: {} to process",
+                    p.label,
+                    human(total)
+                ));
             }
             Display::Silent => {}
         }
@@ -408,7 +413,7 @@ impl Progress for Ui {
                 p.done += bytes;
                 if p.printed.elapsed() >= PLAIN_EVERY && !silenced() {
                     p.printed = Instant::now();
-                    eprintln!("{}", plain_line(&p));
+                    term::err_line(&plain_line(&p));
                 }
             }
             Display::Silent => {}
@@ -419,7 +424,7 @@ impl Progress for Ui {
         match &self.display {
             Display::Bar { bar, .. } => {
                 if let Some(bar) = &*bar.lock().expect("progress lock") {
-                    bar.set_message(name.to_string());
+                    bar.set_message(shown(name));
                 }
             }
             Display::Plain(state) => {
@@ -438,12 +443,12 @@ impl Progress for Ui {
             Display::Plain(state) => {
                 let p = state.lock().expect("progress lock");
                 let secs = p.started.elapsed().as_secs_f64();
-                eprintln!(
+                term::err_line(&format!(
                     "airlock: {}: done, {} in {secs:.1} s ({}/s)",
                     p.label,
                     human(p.done),
                     human((p.done as f64 / secs.max(0.001)) as u64)
-                );
+                ));
             }
             Display::Silent => {}
         }

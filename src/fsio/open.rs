@@ -586,37 +586,6 @@ mod tests {
         ),
     ];
 
-    /// The non-test code of a source file: everything before its inline `#[cfg(test)] mod x {`
-    /// (a `#[cfg(test)] mod x;` declaration names a test-only file, listed in
-    /// [`TEST_ONLY_FILES`]).
-    fn non_test_code(text: &str) -> &str {
-        let mut from = 0;
-        while let Some(i) = text[from..].find("\n#[cfg(test)]\n") {
-            let at = from + i;
-            let next = text[at + "\n#[cfg(test)]\n".len()..]
-                .lines()
-                .next()
-                .unwrap_or("");
-            let next = next
-                .trim_start_matches("pub(crate) ")
-                .trim_start_matches("pub ");
-            if next.starts_with("mod ") && next.trim_end().ends_with('{') {
-                return &text[..at];
-            }
-            from = at + 1;
-        }
-        text
-    }
-
-    /// Files that are test modules as a whole (declared `#[cfg(test)] mod x;`).
-    const TEST_ONLY_FILES: &[&str] = &[
-        "src/inspect/fuzz.rs",
-        "src/inspect/values/tests.rs",
-        "src/manifest/tests.rs",
-        "src/manifest/rules_tests.rs",
-        "src/manifest/delta_tests.rs",
-    ];
-
     #[test]
     fn the_below_opener_holds_a_directory_and_follows_no_link() {
         let t = tempfile::tempdir().unwrap();
@@ -657,22 +626,12 @@ mod tests {
 
     #[test]
     fn only_fsio_opens_files() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         let mut found = Vec::new();
-        for entry in walkdir::WalkDir::new(&root) {
-            let entry = entry.unwrap();
-            if entry.path().extension().is_none_or(|e| e != "rs") {
+        for (rel, code) in crate::source_rules::non_test_sources() {
+            if rel.starts_with("src/fsio/") {
                 continue;
             }
-            let rel = format!(
-                "src/{}",
-                entry.path().strip_prefix(&root).unwrap().display()
-            );
-            if rel.starts_with("src/fsio/") || TEST_ONLY_FILES.contains(&rel.as_str()) {
-                continue;
-            }
-            let text = std::fs::read_to_string(entry.path()).unwrap();
-            for (n, line) in non_test_code(&text).lines().enumerate() {
+            for (n, line) in code.lines().enumerate() {
                 let code = line.split("//").next().unwrap_or("");
                 for call in OPENING_CALLS {
                     if code.contains(call)

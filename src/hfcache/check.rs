@@ -169,16 +169,17 @@ pub fn check_cache_scanning(
 
     let total: u64 = jobs.iter().map(|j| j.size).sum();
     let users = snapshot_users(&report.repos);
-    // The snapshot file a blob is scanned as (the first that names a model file), so the
-    // value scan rides on the hash of the blob.
+    // The snapshot file a blob is scanned as (the first whose name is a model file's, else
+    // the first: its content decides), so the value scan rides on the hash of the blob.
     let scan_as = |job: &BlobJob| -> Option<(String, String)> {
         if !scan_values {
             return None;
         }
-        users
-            .get(&job.path)?
+        let named = users.get(&job.path)?;
+        named
             .iter()
-            .find(|u| values::wants_scan(&u.1))
+            .find(|u| values::named_for_scan(&u.1))
+            .or(named.first())
             .cloned()
     };
     progress.start("check blobs", total);

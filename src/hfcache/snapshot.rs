@@ -462,6 +462,7 @@ fn walk_snapshot(
             size,
             executable: false,
             prefetched: None,
+            has_values: None,
         });
     }
 

@@ -29,8 +29,11 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
 
+pub use format::Format;
+
 pub mod codes;
 mod config;
+pub mod format;
 #[cfg(test)]
 mod fuzz;
 mod gguf;
@@ -329,9 +332,10 @@ fn too_long(rel: &str, path: &Path) -> Option<String> {
 
 /// Checks one file, `rel` being its path relative to `root` (`/`-separated).
 ///
-/// The format is chosen by name and extension and by sniffing the first bytes: any file under
-/// 1024 bytes may be a Git LFS pointer, any file starting with `GGUF` is checked as GGUF. A
-/// shard index (`*.index.json`) is checked together with the shards it names.
+/// Any file under 1024 bytes may be a Git LFS pointer; otherwise the format is the one
+/// [`format::identify`] gives from the name and the first bytes (a GGUF or safetensors file is
+/// checked as such whatever its name). A shard index (`*.index.json`) is checked together with
+/// the shards it names.
 ///
 /// # Errors
 ///
@@ -561,7 +565,7 @@ fn by_name(rel: &str, len: u64) -> Option<Vec<Finding>> {
 }
 
 /// The checks of the non-empty file `rel` open as `file` (`len` bytes; `target` names it in
-/// errors), by its first bytes and its name. `None` when the check needs other files of the
+/// errors): a Git LFS pointer by its content, then the format [`format::identify`] gives. `None` when the check needs other files of the
 /// tree (a shard index, a config naming code files) and `tree` is not given.
 fn check_opened(
     tree: Option<&Tree>,
@@ -582,20 +586,19 @@ fn check_opened(
         return Ok(Some(vec![lfs::finding(rel, &pointer)]));
     }
 
-    let result = if lower.ends_with(".index.json") {
-        let Some(tree) = tree else { return Ok(None) };
-        shards::check_index(tree, rel, file, len)
-    } else if ext == "safetensors" {
-        safetensors::check(rel, file, len)
-    } else if ext == "gguf" || prefix.starts_with(gguf::MAGIC) {
-        gguf::check(rel, file, len, &prefix)
-    } else if matches!(ext, "bin" | "pt" | "pth" | "ckpt") {
-        torch_zip::check(rel, ext, file, len, &prefix)
-    } else if lower == "config.json" || lower == "tokenizer_config.json" {
-        let Some(tree) = tree else { return Ok(None) };
-        config::check(tree, rel, file, len)
-    } else {
-        Ok(Vec::new())
+    let result = match format::identify(rel, &prefix, len) {
+        Some(Format::ShardIndex) => {
+            let Some(tree) = tree else { return Ok(None) };
+            shards::check_index(tree, rel, file, len)
+        }
+        Some(Format::Safetensors) => safetensors::check(rel, file, len),
+        Some(Format::Gguf) => gguf::check(rel, file, len, &prefix),
+        Some(Format::Torch) => torch_zip::check(rel, ext, file, len, &prefix),
+        Some(Format::Config) => {
+            let Some(tree) = tree else { return Ok(None) };
+            config::check(tree, rel, file, len)
+        }
+        None => Ok(Vec::new()),
     };
     result.map(Some).map_err(|e| with_path(target, e))
 }
@@ -691,6 +694,33 @@ mod tests {
             assert!(f.problem.contains("sha256:4d7a2146"), "{}", f.problem);
             assert!(f.fix.contains("git lfs pull"), "{}", f.fix);
         }
+    }
+
+    /// One dispatch for the checks and the value scan (issue 36 item 6): a safetensors or GGUF
+    /// file is checked as such by its first bytes whatever its name (llama.cpp and Ollama load
+    /// a GGUF by its magic; a safetensors file named `model.bin` used to get the PyTorch
+    /// check, which says nothing of a `.bin` it does not recognise).
+    #[test]
+    fn a_safetensors_or_gguf_file_is_checked_as_such_whatever_its_name() {
+        let corrupt = |name: &str| fs::read(fixtures().join("corrupt").join(name)).unwrap();
+        for name in ["model.bin", "weights", "consolidated.pt"] {
+            let findings = check_bytes(name, &corrupt("invalid-offset.safetensors"));
+            only(&findings, codes::SAFETENSORS_INVALID_OFFSET, name);
+            let findings = check_bytes(name, &corrupt("truncated-in-data.gguf"));
+            only(&findings, codes::GGUF_TENSOR_OUT_OF_BOUNDS, name);
+        }
+        let valid = fixtures().join("valid");
+        for (fixture, name) in [
+            ("small.safetensors", "model.bin"),
+            ("model.gguf", "weights"),
+        ] {
+            let findings = check_bytes(name, &fs::read(valid.join(fixture)).unwrap());
+            assert!(findings.is_empty(), "{fixture} as {name}: {findings:#?}");
+        }
+        // A name a loader goes by keeps its check: a GGUF named `.safetensors` is refused.
+        let gguf = fs::read(valid.join("model.gguf")).unwrap();
+        let findings = check_bytes("model.safetensors", &gguf);
+        assert!(has_errors(&findings), "{findings:#?}");
     }
 
     #[test]

@@ -1109,9 +1109,12 @@ pub fn check_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The most bytes a free-text field holds (rule 14).
+pub const MAX_FREE_TEXT: usize = 4096;
+
 /// Free text that reaches a terminal must not carry control characters (escape sequences).
 fn check_text(what: &str, text: &str) -> Result<(), String> {
-    if text.len() > 4096 || text.chars().any(|c| c.is_control()) {
+    if text.len() > MAX_FREE_TEXT || text.chars().any(|c| c.is_control()) {
         return Err(format!(
             "has a {what} field with control characters or over 4096 bytes"
         ));

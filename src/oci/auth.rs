@@ -448,11 +448,15 @@ fn join_within(
     handle.join().ok()
 }
 
-/// The first non-empty line of a helper's output, without control characters, at most 200
-/// characters (it is quoted in an error message).
+/// The first non-empty line of a helper's output, at most 200 characters, escaped
+/// ([`crate::display::escape`]: it is quoted in an error message).
 fn first_line(text: &str) -> Option<String> {
     let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
-    Some(line.chars().filter(|c| !c.is_control()).take(200).collect())
+    let cut = line
+        .char_indices()
+        .nth(200)
+        .map_or(line, |(i, _)| &line[..i]);
+    Some(crate::display::escape(cut).into_owned())
 }
 
 /// The `{"ServerURL", "Username", "Secret"}` answer of `get`.

@@ -391,7 +391,8 @@ pub fn parse_token_answer(body: &[u8]) -> std::result::Result<String, String> {
 
 /// A registry's error body as a short line for a message: distribution's JSON errors
 /// (`{"errors":[{"code":..,"message":..}]}`) as `CODE: MESSAGE`, else the text; at most 200
-/// characters, control characters (a terminal's escapes) replaced.
+/// characters, escaped ([`crate::display::escape`]: terminal escapes, line breaks, bidi and
+/// zero-width characters shown as escapes).
 pub fn error_text(text: &str) -> String {
     let line = match serde_json::from_str::<serde_json::Value>(text) {
         Ok(v) if v.get("errors").and_then(|e| e.get(0)).is_some() => {
@@ -402,13 +403,12 @@ pub fn error_text(text: &str) -> String {
         }
         _ => text.to_string(),
     };
-    line.trim()
-        .chars()
-        .take(200)
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect::<String>()
-        .trim()
-        .to_string()
+    let line = line.trim();
+    let cut = line
+        .char_indices()
+        .nth(200)
+        .map_or(line, |(i, _)| &line[..i]);
+    crate::display::escape(cut.trim_end()).into_owned()
 }
 
 fn tls_roots(opts: &RegistryOptions) -> Result<Vec<ureq::tls::Certificate<'static>>> {
@@ -1055,7 +1055,17 @@ mod tests {
             error_text(r#"{"errors":[{"code":"DENIED","message":"no"}]}"#),
             "DENIED: no"
         );
-        assert_eq!(error_text("bad\u{1b}[2Jthing\n"), "bad [2Jthing");
+        assert_eq!(error_text("bad\u{1b}[2Jthing\n"), "bad\\x1b[2Jthing");
+        // Bidi overrides and zero-width characters passed before (issue 36 item 4): the rest
+        // of the line showed reversed.
+        assert_eq!(
+            error_text("denied \u{202e}txt.exe\u{200b}\u{2066}"),
+            "denied \\u{202e}txt.exe\\u{200b}\\u{2066}"
+        );
+        assert_eq!(
+            error_text(r#"{"errors":[{"code":"DENIED","message":"a\u001b]52;c;eA==\u0007"}]}"#),
+            "DENIED: a\\x1b]52;c;eA==\\x07"
+        );
         assert_eq!(error_text(&"x".repeat(1000)).len(), 200);
     }
 

@@ -325,8 +325,13 @@ pub fn manifest_size_estimate(model: &Model, opts: &PackOptions<'_>) -> u64 {
     let digest = "0".repeat(64);
     let mut files = Vec::new();
     let mut directories = Vec::new();
+    // The files the value scan may read (its records and findings are bounded per file).
+    let mut scanned = Vec::new();
     let mut stream: u64 = 2 * tar::BLOCK as u64;
     for e in &model.entries {
+        if opts.values.is_some() && may_have_values(e) {
+            scanned.push(e.path());
+        }
         match e {
             ScanEntry::Dir { path } => {
                 stream = stream
@@ -394,7 +399,7 @@ pub fn manifest_size_estimate(model: &Model, opts: &PackOptions<'_>) -> u64 {
             file_bytes: u64::MAX,
             volume_bytes: u64::MAX,
         },
-        warnings: value_warnings_bound(opts, &files),
+        warnings: value_warnings_bound(opts, &scanned),
         source: model.hf.as_ref().map(|hf| HfSource {
             etags: vec![digest.clone(); files.len()],
             ..hf.source()
@@ -414,14 +419,13 @@ pub fn manifest_size_estimate(model: &Model, opts: &PackOptions<'_>) -> u64 {
                 constant_tensors: u64::MAX,
                 zero_regions: u64::MAX,
             };
-            let scanned: Vec<manifest::FileValues> = files
+            let records: Vec<manifest::FileValues> = scanned
                 .iter()
-                .filter(|f| values::wants_scan(&f.path))
-                .map(|f| file_values(&f.path, &most))
+                .map(|path| file_values(path, &most))
                 .collect();
-            (!scanned.is_empty()).then_some(manifest::Values {
+            (!records.is_empty()).then_some(manifest::Values {
                 rules: u32::MAX,
-                files: scanned,
+                files: records,
             })
         }),
         oms: oms_estimate(&opts.oms),
@@ -448,22 +452,50 @@ pub fn manifest_size_estimate(model: &Model, opts: &PackOptions<'_>) -> u64 {
 }
 
 /// The recorded model-check warnings, and with the value scan the most its findings can add:
-/// one per code for every file it may read, each with the longest problem, every character
-/// escaped.
-fn value_warnings_bound(opts: &PackOptions<'_>, files: &[FileEntry]) -> Vec<Warning> {
+/// one per code for every file it may read (`scanned`), each with the longest problem, every
+/// character escaped.
+fn value_warnings_bound(opts: &PackOptions<'_>, scanned: &[&str]) -> Vec<Warning> {
     let mut warnings = opts.warnings.clone();
-    if opts.values.is_some() {
-        for f in files.iter().filter(|f| values::wants_scan(&f.path)) {
-            for _ in 0..values::MAX_FINDINGS_PER_FILE {
-                warnings.push(Warning {
-                    path: f.path.clone(),
-                    code: "x".repeat(20),
-                    problem: "\"".repeat(values::MAX_PROBLEM_BYTES),
-                });
-            }
+    for path in scanned {
+        for _ in 0..values::MAX_FINDINGS_PER_FILE {
+            warnings.push(Warning {
+                path: path.to_string(),
+                code: "x".repeat(20),
+                problem: "\"".repeat(values::MAX_PROBLEM_BYTES),
+            });
         }
     }
     warnings
+}
+
+/// Whether the value scan may read the model file `e`: as its name or first bytes say
+/// ([`crate::inspect::format::identify`]), from what the scan found when it opened the file,
+/// else from the bytes it kept, else from the first bytes read now; a file that cannot be read
+/// now may be (the read pass decides, and refuses a file that changed).
+fn may_have_values(e: &ScanEntry) -> bool {
+    use crate::inspect::format;
+    let ScanEntry::File {
+        path,
+        source,
+        size,
+        prefetched,
+        has_values,
+        ..
+    } = e
+    else {
+        return false;
+    };
+    if let Some(known) = has_values {
+        return *known;
+    }
+    match prefetched {
+        Some(p) => {
+            format::identify(path, p.bytes(), *size).is_some_and(crate::inspect::Format::has_values)
+        }
+        None => crate::scan::open_source(source, path)
+            .and_then(|f| format::has_values(path, &f, *size))
+            .unwrap_or(true),
+    }
 }
 
 /// The `oms` object the manifest will get, its digests zeros (their length is fixed).
@@ -652,6 +684,69 @@ mod tests {
         assert!(
             matches!(&err, Error::SourceChanged { path, .. } if path.ends_with("large.bin")),
             "{err}"
+        );
+    }
+
+    /// The value scan reads a model file by its first bytes as well as by its name (issue 36
+    /// item 6): a GGUF holding NaN named `model.bin` and a safetensors file named `weights`
+    /// are scanned and their findings recorded, and the manifest's bound counts them, whether
+    /// the scan told which files those are or the estimate reads their first bytes itself.
+    #[test]
+    fn model_files_under_other_names_are_scanned_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("m");
+        std::fs::create_dir(&root).unwrap();
+        let fixture = |name: &str| {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/fixtures/values");
+            std::fs::read(path.join(name)).unwrap()
+        };
+        std::fs::write(root.join("model.bin"), fixture("nan-f32.gguf")).unwrap();
+        std::fs::write(root.join("weights"), fixture("nan-f16.safetensors")).unwrap();
+        std::fs::write(root.join("notes.txt"), b"a text file").unwrap();
+        let key = SecretKey::generate().unwrap();
+        let model = Model::open(&ModelSpec::Dir(root.clone())).unwrap();
+        let mut blind = Model::open(&ModelSpec::Dir(root)).unwrap();
+        for e in &mut blind.entries {
+            if let ScanEntry::File {
+                prefetched,
+                has_values,
+                ..
+            } = e
+            {
+                *prefetched = None;
+                *has_values = None;
+            }
+        }
+        let mut findings = Vec::new();
+        let mut opts = options(dir.path().join("b"), &key, Compress::None);
+        opts.values = Some(ValueScan {
+            skip_errors: true,
+            findings: &mut findings,
+        });
+        let estimate = manifest_size_estimate(&model, &opts);
+        assert_eq!(manifest_size_estimate(&blind, &opts), estimate);
+        let packed = pack(&model, opts, &crate::progress::Silent).unwrap();
+        let actual = packed.manifest.to_bytes().len() as u64;
+        assert!(estimate >= actual, "estimate {estimate} < actual {actual}");
+        let scanned: Vec<(&str, &str)> = packed
+            .manifest
+            .values
+            .as_ref()
+            .unwrap()
+            .files
+            .iter()
+            .map(|f| (f.path.as_str(), f.format.as_str()))
+            .collect();
+        assert_eq!(scanned, [("model.bin", "gguf"), ("weights", "safetensors")]);
+        let recorded: Vec<(&str, &str)> = packed
+            .manifest
+            .warnings
+            .iter()
+            .map(|w| (w.path.as_str(), w.code.as_str()))
+            .collect();
+        assert_eq!(
+            recorded,
+            [("model.bin", "tensor-nan"), ("weights", "tensor-nan")]
         );
     }
 

@@ -26,7 +26,7 @@ use crate::delta::Counts;
 use crate::delta::patch::{self, Map};
 use crate::error::{Error, Result};
 use crate::fsio;
-use crate::inspect::values::{self, FileScan, Layout, Scanner};
+use crate::inspect::values::{FileScan, Layout, Scanner};
 use crate::manifest::{self, Base, FileEntry, From};
 use crate::progress::Progress;
 use crate::scan::ScanEntry;
@@ -230,6 +230,7 @@ fn model_stream(model: &Model) -> Vec<StreamEntry> {
                 size,
                 executable,
                 prefetched,
+                ..
             } => {
                 let etag = model.etag(file_index).cloned();
                 file_index += 1;
@@ -460,8 +461,8 @@ fn encode_patch(
         inner: BufWriter::with_capacity(1 << 20, out),
         hash: Sha256::new(),
     };
-    let mut scanner = match scan_values && values::wants_scan(path) {
-        true => Layout::read(&new, size)
+    let mut scanner = match scan_values {
+        true => Layout::of(path, &new, size)
             .map_err(|e| Error::io(source, e))?
             .map(Scanner::new),
         false => None,

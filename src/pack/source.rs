@@ -8,7 +8,7 @@ use super::write::EtagCheck;
 use crate::error::{Error, Result};
 use crate::hfcache::{self, Snapshot};
 use crate::inspect::{self, Finding, Severity, codes};
-use crate::manifest::{HfSource, Warning};
+use crate::manifest::{self, HfSource, Warning};
 use crate::scan::{self, ScanEntry};
 
 /// Where the model is.
@@ -233,7 +233,7 @@ fn open_dir(dir: &Path) -> Result<Model> {
 }
 
 /// Stops a pack on error findings unless `skip_errors`; otherwise returns every finding as a
-/// warning to record in the manifest.
+/// warning to record in the manifest, as [`warning`] records it.
 pub fn gate(findings: &[Finding], skip_errors: bool) -> Result<Vec<Warning>> {
     let errors: Vec<&Finding> = findings
         .iter()
@@ -246,14 +246,21 @@ pub fn gate(findings: &[Finding], skip_errors: bool) -> Result<Vec<Warning>> {
             fix: errors[0].fix.clone(),
         });
     }
-    Ok(findings
-        .iter()
-        .map(|f| Warning {
-            path: f.path.clone(),
-            code: f.code.to_string(),
-            problem: f.problem.clone(),
-        })
-        .collect())
+    Ok(findings.iter().map(warning).collect())
+}
+
+/// A finding as the manifest records it (`warnings`, FORMAT.md section 7, rule 14): each
+/// field escaped ([`crate::display::escape`]) and cut to the 4096 bytes free text may hold. A
+/// finding quotes names from inside the model (a tensor name, a GGUF key, a shard index's
+/// file names), which may hold control characters; recorded as found, they made the sealed
+/// manifest invalid and `pack --no-model-checks` ended with an internal error.
+fn warning(f: &Finding) -> Warning {
+    use crate::display::escape_bounded;
+    Warning {
+        path: escape_bounded(&f.path, manifest::MAX_FREE_TEXT),
+        code: escape_bounded(f.code, manifest::MAX_FREE_TEXT),
+        problem: escape_bounded(&f.problem, manifest::MAX_FREE_TEXT),
+    }
 }
 
 #[cfg(test)]
@@ -263,6 +270,43 @@ mod tests {
     const POINTER: &[u8] = b"version https://git-lfs.github.com/spec/v1\n\
         oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n\
         size 4943852032\n";
+
+    /// `pack --no-model-checks` records each finding in the manifest's `warnings` (issue 36
+    /// item 5): a finding quoting a tensor name with control characters, or one longer than
+    /// free text may be, made the sealed manifest invalid (`internal error`). Recorded escaped
+    /// and bounded, the manifest validates.
+    #[test]
+    fn findings_are_recorded_escaped_and_bounded() {
+        let hostile = "\u{1b}[2K\u{1b}[32mOK\u{1b}]52;c;ZXZpbA==\u{7}\u{202e}\u{9b}\t";
+        let findings = [
+            Finding::error(
+                codes::SAFETENSORS_TENSOR_INVALID_INFO,
+                "model.safetensors",
+                format!("has tensor `{hostile}` of F32 [3] = 12 bytes"),
+                "fix",
+            ),
+            Finding::warning(
+                codes::GGUF_BIG_ENDIAN,
+                "m.gguf",
+                format!("has the key `{}` twice", "k\n".repeat(3000)),
+                "fix",
+            ),
+        ];
+        assert!(gate(&findings, false).is_err());
+        let recorded = gate(&findings, true).unwrap();
+        assert_eq!(
+            recorded[0].problem,
+            "has tensor `\\x1b[2K\\x1b[32mOK\\x1b]52;c;ZXZpbA==\\x07\\u{202e}\\u{9b}\\t` of F32 [3] = 12 bytes"
+        );
+        assert!(recorded[1].problem.ends_with('…'));
+        // Rule 14 of FORMAT.md section 7, as `Manifest::validate` holds every reader to it.
+        for w in &recorded {
+            for text in [&w.path, &w.code, &w.problem] {
+                assert!(text.len() <= manifest::MAX_FREE_TEXT, "{text}");
+                assert!(!text.chars().any(char::is_control), "{text:?}");
+            }
+        }
+    }
 
     /// The model checks of a directory run in the scan's pass, on the handle it opened each
     /// file with, not in a second walk that opens every file again by path (a third of pack's

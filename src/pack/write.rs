@@ -17,6 +17,7 @@ use xxhash_rust::xxh3::Xxh3;
 use crate::error::{Error, Result};
 use crate::fsio;
 use crate::hfcache::{EtagKind, GitBlobSha1};
+use crate::inspect::format::{self, Format};
 use crate::inspect::values::{self, FileScan, Layout, Scanner};
 use crate::manifest::{self, Volume};
 use crate::progress::Progress;
@@ -529,8 +530,9 @@ struct FileDigests {
 }
 
 /// A value scanner for the file `path` (in the bundle) open as `file`, `size` bytes: when
-/// `scan` asks for one, the name is a model file's and its header passes the model checks.
-/// Reads the header through positioned reads, leaving the file's offset alone.
+/// `scan` asks for one, its name or first bytes make it a model file ([`Layout::of`]) and its
+/// header passes the model checks. Reads the header through positioned reads, leaving the
+/// file's offset alone.
 fn scanner_for(
     file: &File,
     source: &Path,
@@ -538,10 +540,10 @@ fn scanner_for(
     size: u64,
     scan: bool,
 ) -> Result<Option<Scanner>> {
-    if !value_scanned(scan, path) {
+    if !scan {
         return Ok(None);
     }
-    let layout = Layout::read(file, size).map_err(|e| Error::io(source, e))?;
+    let layout = Layout::of(path, file, size).map_err(|e| Error::io(source, e))?;
     Ok(layout.map(Scanner::new))
 }
 
@@ -591,10 +593,12 @@ impl Digester {
     }
 }
 
-/// Whether the value scan reads the file `path` (in the bundle) when `scan` asks for it: a
-/// model file, whose header it reads from the file itself.
-fn value_scanned(scan: bool, path: &str) -> bool {
-    scan && values::wants_scan(path)
+/// Whether the value scan, when `scan` asks for it, reads the file `path` (in the bundle)
+/// whose bytes are at hand (`bytes`, the whole file): a model file by its name or first bytes,
+/// which is read from the file itself (the scanner reads its header there), not sent from
+/// these bytes.
+fn value_scanned(scan: bool, path: &str, bytes: &[u8]) -> bool {
+    scan && format::identify(path, bytes, bytes.len() as u64).is_some_and(Format::has_values)
 }
 
 /// Whether the etag check needs the git blob id (the etag of a small file).
@@ -794,10 +798,12 @@ const LOADERS: usize = 2;
 const LOAD_BATCHES: usize = 4;
 
 /// Whether the read-ahead thread reads `e` for the reading thread ([`load_ahead`]): a small
-/// file whose bytes the scan did not keep, and that the value scan does not want.
+/// file whose bytes the scan did not keep, and whose name does not say the value scan reads it
+/// (the bytes of one whose content says so are not used: [`value_scanned`]).
 fn loads_ahead(e: &StreamEntry, scan_values: bool) -> bool {
     matches!(e, StreamEntry::File { path, size, prefetched: None, .. }
-        if *size <= crate::scan::PREFETCH_FILE_MAX && !value_scanned(scan_values, path))
+        if *size <= crate::scan::PREFETCH_FILE_MAX
+            && !(scan_values && values::named_for_scan(path)))
 }
 
 /// The read-ahead thread: reads whole, in stream order, the small files the scan did not keep
@@ -1031,16 +1037,16 @@ pub fn write(
                         // The value scan reads a model file's header from the file itself.
                         let kept = prefetched
                             .as_ref()
-                            .filter(|p| {
-                                p.bytes().len() as u64 == *size
-                                    && !value_scanned(opts.scan_values, path)
-                            })
-                            .map(|p| p.bytes());
+                            .map(|p| p.bytes())
+                            .filter(|b| b.len() as u64 == *size);
                         let ahead = match loads_ahead(entry, opts.scan_values) {
                             true => loaded.next(),
                             false => None,
                         };
-                        let digests = match kept.or(ahead.as_deref()) {
+                        let at_hand = kept
+                            .or(ahead.as_deref())
+                            .filter(|b| !value_scanned(opts.scan_values, path, b));
+                        let digests = match at_hand {
                             Some(bytes) => send_prefetched(
                                 bytes,
                                 source,

@@ -28,6 +28,7 @@ mod sign_safety;
 mod support;
 mod tamper;
 mod tar_crate;
+mod terminal_text;
 mod trust_root;
 mod ux;
 mod values;

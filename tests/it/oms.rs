@@ -200,6 +200,8 @@ elif change == 'digest':
     res[0]['digest'] = hashlib.sha256(b'other content').hexdigest()
 elif change == 'extra':
     res.append({'name': 'not-in-the-model.bin', 'algorithm': 'sha256', 'digest': hashlib.sha256(b'x').hexdigest()})
+elif change == 'hostile-name':
+    res.append({'name': 'gone\x1b[1A\x1b[2K\x1b[32mOK\x1b]52;c;ZXZpbA==\x07\u202e.bin', 'algorithm': 'sha256', 'digest': hashlib.sha256(b'x').hexdigest()})
 root = hashlib.sha256(b''.join(bytes.fromhex(r['digest']) for r in res)).hexdigest()
 p['subject'][0]['digest']['sha256'] = root
 payload = json.dumps(p, indent=2).encode()
@@ -327,6 +329,54 @@ fn model_signing_signs_and_airlock_verifies_then_refuses_tampering() {
         text.contains("tokenizer/vocab.txt: is signed but missing"),
         "{text}"
     );
+}
+
+/// OMS mismatch paths are named escaped (issue 36 item 4): a file planted in the model under a
+/// name holding escape sequences, and a signed resource name holding them, reached the terminal
+/// raw in `check`'s error.
+#[test]
+fn oms_mismatch_paths_cannot_write_to_the_terminal() {
+    let env = Env::new();
+    model(&env, "m");
+    ec_key(&env, "pub1", "prime256v1");
+    reference_ok(
+        &env,
+        &[
+            "sign",
+            "key",
+            "m",
+            "--private_key",
+            "pub1.key",
+            "--signature",
+            "m/model.sig",
+        ],
+    );
+    env.write(&format!("m/planted{HOSTILE_TEXT}.py"), b"import os\n");
+    let out = env.run(&["check", "m", "--oms-trust", "pub1.pub"]);
+    assert_eq!(out.status.code(), Some(3));
+    let text = assert_inert(&out, "check --oms-trust, planted file");
+    assert!(
+        text.contains(&format!("planted{HOSTILE_SHOWN}.py: is not signed")),
+        "{text}"
+    );
+    std::fs::remove_file(env.path(&format!("m/planted{HOSTILE_TEXT}.py"))).unwrap();
+    resign(
+        &env,
+        "pub1.key",
+        "m/model.sig",
+        "m/model.sig",
+        "hostile-name",
+    );
+    for json in [false, true] {
+        let mut args = vec!["check", "m", "--oms-trust", "pub1.pub"];
+        if json {
+            args.push("--json");
+        }
+        let out = env.run(&args);
+        assert_eq!(out.status.code(), Some(3));
+        let text = assert_inert(&out, "check --oms-trust, hostile signed name");
+        assert!(text.contains("gone"), "{text}");
+    }
 }
 
 #[test]

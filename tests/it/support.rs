@@ -168,3 +168,46 @@ pub fn staging_leftovers(dir: &Path) -> Vec<String> {
         .filter(|n| n.starts_with(".airlock-staging-") || n.ends_with(".partial"))
         .collect()
 }
+
+/// Text that tries to take over the terminal: erase the line above and print a green `OK`,
+/// write the clipboard (OSC 52) and ring the bell, a C1 CSI, a bidi override and isolate, a
+/// zero-width space, a byte order mark, a line break and a carriage return (issue 36 items 3
+/// and 4).
+pub const HOSTILE_TEXT: &str = "\x1b[1A\x1b[2K\x1b[32mOK\x1b[0m\x1b]52;c;ZXZpbA==\x07\u{9b}31m\u{202e}\u{2066}\u{200b}\u{feff}\n\rX";
+
+/// [`HOSTILE_TEXT`] as airlock shows it.
+pub const HOSTILE_SHOWN: &str = "\\x1b[1A\\x1b[2K\\x1b[32mOK\\x1b[0m\\x1b]52;c;ZXZpbA==\\x07\\u{9b}31m\\u{202e}\\u{2066}\\u{200b}\\u{feff}\\n\\rX";
+
+/// Whether a terminal acts on `c` rather than show it: controls (the line break that ends a
+/// line, and TAB, which only moves forward over blank cells, aside), bidi embeddings,
+/// overrides, isolates and marks, zero-width and invisible characters, the byte order mark,
+/// line and paragraph separators, tag characters.
+fn acts_on_terminal(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(c,
+            '\u{61c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206f}' | '\u{feff}'
+            | '\u{e0000}'..='\u{e007f}')
+}
+
+/// Asserts that nothing in what airlock printed (stdout and stderr, every line) would act on a
+/// terminal, and returns both as text for further checks. What a command quotes from the
+/// medium, a model or a registry must arrive escaped.
+pub fn assert_inert(out: &Output, what: &str) -> String {
+    for (stream, bytes) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
+        let text = String::from_utf8_lossy(bytes);
+        let bad: Vec<(usize, char)> = text
+            .char_indices()
+            .filter(|(_, c)| acts_on_terminal(*c))
+            .collect();
+        assert!(
+            bad.is_empty(),
+            "{what}: {stream} holds characters a terminal acts on {bad:?}:\n{text:?}"
+        );
+    }
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}

@@ -167,6 +167,57 @@ fn no_model_checks_records_the_finding_and_check_compares_with_the_record() {
     assert_eq!(j["drift"][0]["path"], "model.safetensors", "{j:#}");
 }
 
+/// The value scan reads a model file by its content as well as its name (issue 36 item 6): a
+/// GGUF holding NaN named `model.bin` packed and checked clean before, though llama.cpp and
+/// Ollama load a GGUF by its magic. Now `pack` refuses it, `check` of the directory and of the
+/// install report it, and `--no-model-checks` records it; a safetensors file without a
+/// `.safetensors` name is read the same way.
+#[test]
+fn a_gguf_holding_nan_named_model_bin_is_scanned_by_its_content() {
+    let env = Env::new();
+    for (i, (name, as_name, format)) in [
+        ("nan-f32.gguf", "model.bin", "gguf"),
+        ("nan-f16.gguf", "blobs/3f1a0c", "gguf"),
+        ("nan-f32.safetensors", "weights.bin", "safetensors"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let model = format!("m{i}");
+        model_with(&env, &model, name, as_name);
+        let out = format!("b{i}");
+        let (rc, j) = env.json(&["pack", &model, "--key", "k.key", "--output", &out]);
+        assert_eq!(rc, 3, "{name} as {as_name}: {j:#}");
+        assert_eq!(codes(&j["findings"]), ["error tensor-nan"], "{j:#}");
+        assert_eq!(j["findings"][0]["path"], as_name, "{j:#}");
+        env.assert_nothing_packed(&out);
+        let (rc, j) = env.json(&["check", &model]);
+        assert_eq!(rc, 3, "{j:#}");
+        assert_eq!(codes(&j["findings"]), ["error tensor-nan"], "{j:#}");
+
+        env.ok(&[
+            "pack",
+            &model,
+            "--key",
+            "k.key",
+            "--output",
+            &out,
+            "--no-model-checks",
+        ]);
+        let m = manifest(&env.path(&out));
+        assert_eq!(m["values"]["files"][0]["path"], as_name, "{m:#}");
+        assert_eq!(m["values"]["files"][0]["format"], format, "{m:#}");
+        assert_eq!(m["warnings"][0]["code"], "tensor-nan", "{m:#}");
+        let dest = format!("inst{i}");
+        env.ok(&["unpack", &out, "--trust", "k.pub", "--dest", &dest]);
+        let (rc, j) = env.json(&["check", &dest, "--trust", "k.pub"]);
+        assert_eq!(rc, 3, "{j:#}");
+        assert_eq!(j["drift"], serde_json::json!([]), "{j:#}");
+        assert_eq!(j["values"][0]["path"], as_name, "{j:#}");
+        assert_eq!(codes(&j["findings"]), ["error tensor-nan"], "{j:#}");
+    }
+}
+
 fn set_writable(dir: &Path) {
     use std::os::unix::fs::PermissionsExt;
     for e in walkdir::WalkDir::new(dir) {

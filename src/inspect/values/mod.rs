@@ -49,6 +49,7 @@ use std::io;
 
 use serde::Serialize;
 
+use super::format::{self, Format};
 use super::read::human_size;
 use super::{Finding, codes, gguf, safetensors};
 
@@ -74,12 +75,11 @@ pub const MAX_PROBLEM_BYTES: usize = 1024;
 /// Characters of a tensor name a finding shows.
 const NAME_SHOWN: usize = 120;
 
-/// Whether the value scan reads the file at `path` (`/`-separated): a `*.safetensors` or
-/// `*.gguf` name, in any ASCII case.
-pub fn wants_scan(path: &str) -> bool {
-    let name = path.rsplit('/').next().unwrap_or(path);
-    let lower = name.to_ascii_lowercase();
-    lower.ends_with(".safetensors") || lower.ends_with(".gguf")
+/// Whether the name of the file at `path` (`/`-separated) alone says the value scan reads it:
+/// a `*.safetensors` or `*.gguf` name, in any ASCII case. Other files are read when their
+/// first bytes say safetensors or GGUF ([`format::identify`]).
+pub fn named_for_scan(path: &str) -> bool {
+    format::by_name(path).is_some_and(Format::has_values)
 }
 
 /// The two last dot-separated parts of a tensor name, lowercased: the parameter (`weight`,
@@ -306,22 +306,36 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// The layout of `file` (`len` bytes): a safetensors or GGUF file (by its first bytes)
-    /// whose header passes the model checks; `None` for anything else (the model checks report
-    /// what is wrong with it). Reads the header only, through positioned reads, so it can be
-    /// called on the handle a pass is about to read sequentially.
+    /// The layout of `file` (`len` bytes), a file whose first bytes are a safetensors or GGUF
+    /// header ([`format::by_content`]) that passes the model checks; `None` for anything else
+    /// (the model checks report what is wrong with it). Reads the header only, through
+    /// positioned reads, so it can be called on the handle a pass is about to read
+    /// sequentially. For a file with a name, [`Layout::of`].
     ///
     /// # Errors
     ///
     /// Reading the header failed.
     pub fn read(file: &File, len: u64) -> io::Result<Option<Layout>> {
-        if let Some(parsed) = gguf::parsed(file, len)? {
-            return Ok(Some(Layout::gguf(parsed)));
+        Layout::of("", file, len)
+    }
+
+    /// The layout of the file `rel` (`/`-separated) open as `file` (`len` bytes): read as the
+    /// safetensors or GGUF file [`format::identify`] says it is (the model checks' dispatch,
+    /// by a safetensors or GGUF name, else by the first bytes, so a GGUF named `model.bin` is
+    /// scanned), when its header passes the model checks; `None` otherwise.
+    ///
+    /// # Errors
+    ///
+    /// Reading the header failed.
+    pub fn of(rel: &str, file: &File, len: u64) -> io::Result<Option<Layout>> {
+        match format::identify_file(rel, file, len)? {
+            Some(Format::Gguf) => Ok(gguf::parsed(file, len)?.map(Layout::gguf)),
+            Some(Format::Safetensors) => Layout::safetensors(file, len),
+            _ => Ok(None),
         }
-        let mut magic = [0u8; 4];
-        if super::read::read_at(file, 0, &mut magic)? == 4 && magic == gguf::MAGIC {
-            return Ok(None);
-        }
+    }
+
+    fn safetensors(file: &File, len: u64) -> io::Result<Option<Layout>> {
         let header = match safetensors::read_header(file, len)? {
             Ok(h) => h,
             Err(_) => return Ok(None),
@@ -821,14 +835,21 @@ fn fold(kind: Kind, be: bool, bytes: &[u8], acc: &mut Acc) {
     }
 }
 
-/// Reads `file` (`len` bytes) from the start and scans it: for a file no other pass reads.
-/// `Ok(None)` when it has no layout ([`Layout::read`]) or ended early.
+/// Reads the file `rel` open as `file` (`len` bytes) from the start and scans it: for a file no
+/// other pass reads. `Ok(None)` when it has no layout ([`Layout::of`]; then nothing is read
+/// and `advance` is told of the whole file) or ended early.
 ///
 /// # Errors
 ///
 /// Reading failed.
-pub fn scan_file(file: &File, len: u64, advance: &dyn Fn(u64)) -> io::Result<Option<FileScan>> {
-    let Some(layout) = Layout::read(file, len)? else {
+pub fn scan_file(
+    rel: &str,
+    file: &File,
+    len: u64,
+    advance: &dyn Fn(u64),
+) -> io::Result<Option<FileScan>> {
+    let Some(layout) = Layout::of(rel, file, len)? else {
+        advance(len);
         return Ok(None);
     };
     let mut scanner = Scanner::new(layout);
@@ -847,20 +868,16 @@ pub fn scan_file(file: &File, len: u64, advance: &dyn Fn(u64)) -> io::Result<Opt
     Ok(scanner.finish())
 }
 
-/// A tensor name as a finding shows it: control characters escaped (a manifest's free text
-/// refuses them), at most [`NAME_SHOWN`] characters.
+/// A tensor name as a finding shows it: at most [`NAME_SHOWN`] characters, escaped
+/// ([`crate::display::escape`]: a manifest's free text refuses control characters).
 fn shown(name: &str) -> String {
-    let mut out = String::new();
-    for (i, c) in name.chars().enumerate() {
-        if i == NAME_SHOWN {
-            out.push('…');
-            break;
-        }
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
+    let cut = name
+        .char_indices()
+        .nth(NAME_SHOWN)
+        .map_or(name, |(i, _)| &name[..i]);
+    let mut out = crate::display::escape(cut).into_owned();
+    if cut.len() < name.len() {
+        out.push('…');
     }
     out
 }

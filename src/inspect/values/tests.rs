@@ -93,14 +93,14 @@ fn bf16_weights(n: usize, seed: u16) -> Vec<u16> {
 }
 
 #[test]
-fn wants_scan_by_name() {
+fn named_for_scan_by_name() {
     for yes in [
         "model.safetensors",
         "a/b/Model-00001.SafeTensors",
         "x.gguf",
         "q/X.GGUF",
     ] {
-        assert!(wants_scan(yes), "{yes}");
+        assert!(named_for_scan(yes), "{yes}");
     }
     for no in [
         "model.bin",
@@ -108,8 +108,38 @@ fn wants_scan_by_name() {
         "a.gguf/readme",
         "x.safetensors.json",
     ] {
-        assert!(!wants_scan(no), "{no}");
+        assert!(!named_for_scan(no), "{no}");
     }
+}
+
+/// The scan reads a file by what its name or first bytes say, as the model checks do (issue
+/// 36 item 6): a GGUF or safetensors file under another name (`model.bin`, a bare blob name)
+/// is scanned; a file named `.safetensors` holding GGUF is not read as GGUF (its check refuses
+/// it), and a file that is neither gives no layout.
+#[test]
+fn the_layout_follows_the_format_dispatch_not_the_name_alone() {
+    let nan_gguf = std::fs::read(fixtures().join("values/nan-f32.gguf")).unwrap();
+    let nan_st = std::fs::read(fixtures().join("values/nan-f32.safetensors")).unwrap();
+    let layout = |rel: &str, bytes: &[u8]| {
+        let (_kept, file) = temp_file(bytes);
+        Layout::of(rel, &file, bytes.len() as u64)
+            .unwrap()
+            .map(|l| l.format)
+    };
+    for rel in ["model.bin", "blobs/4d7a2146", "weights", "model.gguf"] {
+        assert_eq!(layout(rel, &nan_gguf), Some("gguf"), "{rel}");
+    }
+    for rel in [
+        "model.bin",
+        "consolidated.pt",
+        "weights",
+        "model.safetensors",
+    ] {
+        assert_eq!(layout(rel, &nan_st), Some("safetensors"), "{rel}");
+    }
+    assert_eq!(layout("model.safetensors", &nan_gguf), None);
+    assert_eq!(layout("model.gguf", &nan_st), None);
+    assert_eq!(layout("model.bin", b"not a model at all, just text"), None);
 }
 
 #[test]
@@ -698,7 +728,7 @@ fn the_value_fixtures_get_their_findings() {
         let path = dir.join(name);
         let file = File::open(&path).unwrap();
         let len = file.metadata().unwrap().len();
-        let s = scan_file(&file, len, &|_| {}).unwrap().expect(name);
+        let s = scan_file(name, &file, len, &|_| {}).unwrap().expect(name);
         let bytes = std::fs::read(&path).unwrap();
         assert_eq!(
             s,
@@ -758,7 +788,7 @@ fn the_value_fixtures_get_their_findings() {
 fn s_first(dir: &std::path::Path, name: &str) -> (u64, u64) {
     let file = File::open(dir.join(name)).unwrap();
     let len = file.metadata().unwrap().len();
-    let s = scan_file(&file, len, &|_| {}).unwrap().unwrap();
+    let s = scan_file("", &file, len, &|_| {}).unwrap().unwrap();
     match s.nan_notes.first() {
         Some(n) => (s.summary.nan, n.first),
         None => (s.summary.nan, s.inf_notes[0].first),

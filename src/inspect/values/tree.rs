@@ -11,26 +11,34 @@ use std::path::Path;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
-use super::{FileScan, Layout, Scanner, wants_scan};
+use super::{FileScan, Layout, Scanner};
 use crate::fsio;
+use crate::inspect::format;
 use crate::paths::RECEIPT_DIR;
 use crate::progress::Progress;
 
 /// Bytes read per step.
 const PIECE: usize = 1 << 20;
 
-/// A scanner for `file` (`len` bytes), the file `rel` (`/`-separated) of a model: when the
-/// scan reads such a name ([`wants_scan`]) and its header gives a layout. Reads the header
-/// through positioned reads.
+/// A scanner for `file` (`len` bytes), the file `rel` (`/`-separated) of a model: when its
+/// name or first bytes make it a safetensors or GGUF file and its header gives a layout
+/// ([`Layout::of`]). Reads the header through positioned reads.
 ///
 /// # Errors
 ///
 /// Reading the header failed.
 pub fn scanner_for(rel: &str, file: &File, len: u64) -> io::Result<Option<Scanner>> {
-    if !wants_scan(rel) {
+    Ok(Layout::of(rel, file, len)?.map(Scanner::new))
+}
+
+/// [`scanner_for`] the file `rel` open as `f`, decided from `head`, the first bytes read from
+/// it: the file's size (an `fstat`) and its header are read only when its name or `head` may
+/// make it a model file, so a pass over many small files pays nothing more for the others.
+fn scanner_from_head(rel: &str, f: &File, head: &[u8]) -> io::Result<Option<Scanner>> {
+    if !(super::named_for_scan(rel) || format::by_content(head, u64::MAX).is_some()) {
         return Ok(None);
     }
-    Ok(Layout::read(file, len)?.map(Scanner::new))
+    scanner_for(rel, f, f.metadata()?.len())
 }
 
 /// SHA-256 (hex) of the open file `f`, the file `rel` of a model, from its start to its end
@@ -46,12 +54,9 @@ pub fn hash_and_scan(
     scan: bool,
     advance: &dyn Fn(u64),
 ) -> io::Result<(String, u64, Option<FileScan>)> {
-    // Only a model file's name costs the `fstat` its layout needs.
-    let mut scanner = if scan && wants_scan(rel) {
-        scanner_for(rel, f, f.metadata()?.len())?
-    } else {
-        None
-    };
+    // Decided from the first piece read (no read more for a file that is no model file).
+    let mut scanner = None;
+    let mut decide = scan;
     let mut h = Sha256::new();
     let mut pos = 0u64;
     PIECE_BUFFER.with_borrow_mut(|buf| {
@@ -66,6 +71,9 @@ pub fn hash_and_scan(
                 Err(e) => return Err(e),
             };
             h.update(&buf[..n]);
+            if std::mem::take(&mut decide) {
+                scanner = scanner_from_head(rel, f, &buf[..n])?;
+            }
             if let Some(s) = &mut scanner {
                 s.update(&buf[..n]);
             }
@@ -86,11 +94,12 @@ thread_local! {
     static PIECE_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Scans every model file ([`wants_scan`]) below `root` whose relative path is not in `skip`
-/// (files another pass scanned), in parallel: regular files only, opened below a handle on
-/// `root` without following a link (a link is the model checks' business), the receipt
-/// directory left out. Each file is read once, up to the size it had when opened. Returns the
-/// files with a layout and their scans, in path order.
+/// Scans every model file below `root` whose relative path is not in `skip` (files another
+/// pass scanned), in parallel: regular files only, opened below a handle on `root` without
+/// following a link (a link is the model checks' business), the receipt directory left out,
+/// each read as [`Layout::of`] says (a safetensors or GGUF file by its name or its first
+/// bytes; nothing more is read of the others). Each file is read once, up to the size it had
+/// when opened. Returns the files with a layout and their scans, in path order.
 ///
 /// # Errors
 ///
@@ -118,7 +127,7 @@ pub fn scan_tree(
             continue;
         }
         let rel = super::super::relative_name(root, entry.path());
-        if skip.contains(&rel) || !wants_scan(&rel) {
+        if skip.contains(&rel) {
             continue;
         }
         total += entry.metadata().map(|m| m.len()).unwrap_or(0);
@@ -137,7 +146,7 @@ pub fn scan_tree(
                 return Ok(None);
             };
             progress.item(&rel);
-            let scan = super::scan_file(&file, len, &|n| progress.advance(n))
+            let scan = super::scan_file(&rel, &file, len, &|n| progress.advance(n))
                 .map_err(|e| named(&root.join(&rel), e))?;
             Ok(scan.map(|s| (rel, s)))
         })

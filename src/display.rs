@@ -1,0 +1,301 @@
+//! Text for a person, made safe for a terminal.
+//!
+//! Much of what airlock reports quotes something it did not write: a file name on the medium or
+//! in an installed tree, a tensor name or a GGUF key, a carried root's text inside a parse
+//! error, a registry's error body. Any of them can hold escape sequences that erase the `BAD`
+//! line above and print a green `OK`, move the cursor, retitle the window or write the
+//! operator's clipboard (OSC 52), or Unicode format characters that make a terminal show the
+//! rest of the line reversed (bidi overrides) or hide characters (zero-width). [`escape`]
+//! makes such text inert: every character a terminal would act on rather than show is written
+//! as an escape, and everything else (letters of any script, emoji, punctuation, the
+//! backslash) is left as it is, so a model name in Japanese reads as it should.
+//!
+//! The binary passes every line it prints for a person through [`escape`] at the one place it
+//! prints (`src/commands/term.rs`), whatever built the line, so a message quoting a name needs
+//! no care of its own; a test ([`tests::only_the_terminal_module_prints`]) fails when code
+//! anywhere else writes to stdout or stderr. The library uses it where such text is kept for
+//! later (the findings `pack` records in a manifest's `warnings`, whose free text may hold no
+//! control character) and where it is cut (a registry's error text). JSON documents keep their
+//! values exact: [`escape_json`] writes the same characters as JSON `\u` escapes, which a parser
+//! reads back unchanged.
+
+use std::borrow::Cow;
+
+/// Whether `c` is escaped: C0 controls but TAB (LF and CR included), DEL, C1 controls, and
+/// the Unicode format characters (general category Cf, Unicode 16.0: bidi embeddings,
+/// overrides and isolates, zero-width spaces and joiners, the byte order mark, invisible
+/// operators, tag characters, ...) with the line and paragraph separators U+2028 and U+2029.
+///
+/// LF and CR are escaped: a line airlock prints is one line, and a name holding a line break
+/// could otherwise print a line of its own (`OK   model version 2 ...`) under it, or return to
+/// the start of the line and write over it. TAB is shown as itself: it only moves the cursor
+/// forward to the next tab stop, over blank cells, so it can neither erase nor rewrite what is
+/// shown, and the text airlock quotes has it by design (a minisign trusted comment is
+/// `timestamp:…<TAB>file:…`, and minisign shows it as it is). Free text kept in a manifest
+/// has no TAB either ([`escape_bounded`]).
+pub fn needs_escape(c: char) -> bool {
+    (c.is_control() && c != '\t')
+        || matches!(
+            c,
+            '\u{ad}'
+                | '\u{600}'..='\u{605}'
+                | '\u{61c}'
+                | '\u{6dd}'
+                | '\u{70f}'
+                | '\u{890}'..='\u{891}'
+                | '\u{8e2}'
+                | '\u{180e}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{2066}'..='\u{206f}'
+                | '\u{feff}'
+                | '\u{fff9}'..='\u{fffb}'
+                | '\u{110bd}'
+                | '\u{110cd}'
+                | '\u{13430}'..='\u{1343f}'
+                | '\u{1bca0}'..='\u{1bca3}'
+                | '\u{1d173}'..='\u{1d17a}'
+                | '\u{e0001}'
+                | '\u{e0020}'..='\u{e007f}'
+        )
+}
+
+/// `text` with every character of [`needs_escape`] written as an escape: `\n`, `\r`; `\x1b`
+/// for the other C0 controls and DEL; `\u{9b}`, `\u{202e}` for the rest. Text with nothing to
+/// escape is returned as it is.
+pub fn escape(text: &str) -> Cow<'_, str> {
+    let Some(first) = text.find(needs_escape) else {
+        return Cow::Borrowed(text);
+    };
+    let mut out = String::with_capacity(text.len() + 8);
+    out.push_str(&text[..first]);
+    for c in text[first..].chars() {
+        push_escaped(&mut out, c);
+    }
+    Cow::Owned(out)
+}
+
+fn push_escaped(out: &mut String, c: char) {
+    use std::fmt::Write;
+    match c {
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        c if !needs_escape(c) => out.push(c),
+        c if u32::from(c) < 0x80 => {
+            let _ = write!(out, "\\x{:02x}", u32::from(c));
+        }
+        c => {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        }
+    }
+}
+
+/// [`escape`], TAB written `\t` too, cut to at most `max` bytes (at a character boundary,
+/// ending in `…`): free text as a manifest holds it (FORMAT.md section 7, rule 14: no control
+/// character at all, at most 4096 bytes).
+pub fn escape_bounded(text: &str, max: usize) -> String {
+    let mut out = escape(text).replace('\t', "\\t");
+    if out.len() > max {
+        let mut cut = max.saturating_sub('…'.len_utf8());
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+        out.push('…');
+    }
+    out
+}
+
+/// A JSON document (as serde_json writes it) with every character of [`needs_escape`] that it
+/// holds raw written as a JSON `\u` escape (a surrogate pair above U+FFFF). serde_json escapes
+/// the C0 controls inside strings (those left are the document's own line breaks and
+/// indentation) but leaves DEL, C1 controls and format characters raw; outside strings a JSON
+/// text is ASCII, so each of them is inside a string, where the escape parses back to the same
+/// character: the values stay exact, and the document is safe to show on a terminal.
+pub fn escape_json(json: &str) -> Cow<'_, str> {
+    let raw = |c: char| needs_escape(c) && c >= ' ';
+    let Some(first) = json.find(raw) else {
+        return Cow::Borrowed(json);
+    };
+    let mut out = String::with_capacity(json.len() + 16);
+    out.push_str(&json[..first]);
+    for c in json[first..].chars() {
+        if raw(c) {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_what_a_terminal_acts_on_and_keeps_the_rest() {
+        let cases = [
+            ("plain ascii", "plain ascii"),
+            ("モデル 名前 ü ß 🦀 \\ \" '", "モデル 名前 ü ß 🦀 \\ \" '"),
+            ("a\u{1b}[2Kb", "a\\x1b[2Kb"),
+            ("\u{1b}]52;c;ZXZpbA==\u{7}", "\\x1b]52;c;ZXZpbA==\\x07"),
+            ("tab\there\nline\rcr", "tab\there\\nline\\rcr"),
+            ("nul\0del\u{7f}", "nul\\x00del\\x7f"),
+            ("csi\u{9b}31m nel\u{85}", "csi\\u{9b}31m nel\\u{85}"),
+            ("bidi \u{202e}txt.exe", "bidi \\u{202e}txt.exe"),
+            (
+                "\u{202a}\u{202b}\u{202c}\u{202d}\u{2066}\u{2067}\u{2068}\u{2069}",
+                "\\u{202a}\\u{202b}\\u{202c}\\u{202d}\\u{2066}\\u{2067}\\u{2068}\\u{2069}",
+            ),
+            (
+                "z\u{200b}w\u{200c}j\u{200d}l\u{200e}r\u{200f}b\u{feff}",
+                "z\\u{200b}w\\u{200c}j\\u{200d}l\\u{200e}r\\u{200f}b\\u{feff}",
+            ),
+            ("ls\u{2028}ps\u{2029}", "ls\\u{2028}ps\\u{2029}"),
+            ("tag\u{e0041}\u{e007f}", "tag\\u{e0041}\\u{e007f}"),
+            ("shy\u{ad}alm\u{61c}", "shy\\u{ad}alm\\u{61c}"),
+        ];
+        for (raw, shown) in cases {
+            assert_eq!(escape(raw), shown, "{raw:?}");
+            assert!(!escape(raw).contains(needs_escape), "{raw:?}");
+        }
+        assert!(matches!(escape("nothing to do"), Cow::Borrowed(_)));
+    }
+
+    /// Every code point is either shown as itself or escaped into printable ASCII, and the
+    /// escaped set is the one documented: Cc, Cf and the two separators (checked against the
+    /// ranges of Unicode 16.0's DerivedGeneralCategory.txt, which the list copies).
+    #[test]
+    fn every_code_point_is_shown_or_escaped_to_printable_ascii() {
+        for c in (0..=0x10_ffffu32).filter_map(char::from_u32) {
+            let text = c.to_string();
+            let shown = escape(&text);
+            if needs_escape(c) {
+                assert!(
+                    shown.starts_with('\\') && shown.bytes().all(|b| (0x20..0x7f).contains(&b)),
+                    "{c:?} -> {shown:?}"
+                );
+            } else {
+                assert_eq!(shown, text);
+            }
+        }
+        let escaped = (0..=0x10_ffffu32)
+            .filter_map(char::from_u32)
+            .filter(|&c| needs_escape(c))
+            .count();
+        // 65 Cc but TAB + 170 Cf (Unicode 16.0) + U+2028 + U+2029.
+        assert_eq!(escaped, 64 + 170 + 2);
+    }
+
+    #[test]
+    fn bounded_escapes_then_cuts_at_a_character_boundary() {
+        let long = format!("{}\u{1b}\té", "a".repeat(10));
+        assert_eq!(escape_bounded(&long, 100), "aaaaaaaaaa\\x1b\\té");
+        let cut = escape_bounded(&"é".repeat(100), 11);
+        assert!(cut.len() <= 11 && cut.ends_with('…'), "{cut:?}");
+        assert_eq!(cut, "éééé…");
+    }
+
+    /// What writes to the terminal: print macros, the standard streams, and what hands text to
+    /// something that draws it (the progress bar, a password prompt).
+    const PRINTING: &[&str] = &[
+        "print!(",
+        "println!(",
+        "dbg!(",
+        "io::stdout()",
+        "io::stderr()",
+        "Term::stdout()",
+        "Term::stderr()",
+        "Term::buffered_stdout()",
+        "Term::buffered_stderr()",
+        "set_message(",
+        "with_message(",
+        "with_prefix(",
+        "prompt_password(",
+    ];
+
+    /// (file, call, why): what may stay outside `src/commands/term.rs`.
+    const PRINT_ALLOWED: &[(&str, &str, &str)] = &[
+        (
+            "src/commands/ui.rs",
+            "Term::buffered_stderr()",
+            "the progress bar's draw target: its file name and phase are set through term::shown",
+        ),
+        (
+            "src/commands/ui.rs",
+            "Term::stderr()",
+            "damage_map::terminal_width asks the terminal's width: it writes nothing",
+        ),
+        (
+            "src/commands/mod.rs",
+            "Term::stdout()",
+            "damage_map::terminal_width asks the terminal's width: it writes nothing",
+        ),
+        (
+            "src/commands/secret.rs",
+            "prompt_password(",
+            "the prompt is made of term::shown parts on the lines above it",
+        ),
+    ];
+
+    /// Every line the binary prints for a person goes out through `src/commands/term.rs`,
+    /// which escapes it ([`escape`]); the library prints nothing. A line that writes to
+    /// stdout or stderr anywhere else, or hands text to the bar or a prompt without
+    /// `shown(`, fails this test. Asking whether a stream is a terminal, or how wide, writes
+    /// nothing; a literal prompt quotes nothing.
+    #[test]
+    fn only_the_terminal_module_prints() {
+        let mut found = Vec::new();
+        for (rel, code) in crate::source_rules::non_test_sources() {
+            if rel == "src/commands/term.rs" {
+                continue;
+            }
+            for (n, line) in code.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                for call in PRINTING {
+                    let Some(at) = code.find(call) else { continue };
+                    let after = &code[at + call.len()..];
+                    let harmless = code.contains("is_terminal")
+                        || code.contains("size_checked")
+                        || code.contains("shown(")
+                        || (call.ends_with('(') && !call.ends_with("!(") && after.starts_with('"'))
+                        || PRINT_ALLOWED.iter().any(|(f, c, _)| *f == rel && c == call);
+                    if !harmless {
+                        found.push(format!("{rel}:{}: {}", n + 1, line.trim()));
+                    }
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "written to the terminal outside src/commands/term.rs (print through term::out_lines, \
+             term::err_line or term::ask, hand drawn text through term::shown, or add the call \
+             to PRINT_ALLOWED with the reason):\n{}",
+            found.join("\n")
+        );
+    }
+
+    #[test]
+    fn json_keeps_its_values_and_loses_the_raw_characters() {
+        let value = serde_json::json!({
+            "name": "a\u{1b}[1Ab\u{7f}\u{9b}\u{202e}\u{200b}\u{e0041}モデル",
+        });
+        let text = serde_json::to_string_pretty(&value).unwrap();
+        let safe = escape_json(&text);
+        assert!(
+            !safe.contains(|c: char| needs_escape(c) && !c.is_ascii_whitespace()),
+            "{safe}"
+        );
+        assert!(
+            safe.contains(r"\u007f\u009b\u202e\u200b\udb40\udc41モデル"),
+            "{safe}"
+        );
+        let back: serde_json::Value = serde_json::from_str(&safe).unwrap();
+        assert_eq!(back, value);
+    }
+}
