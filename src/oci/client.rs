@@ -666,9 +666,7 @@ impl Registry {
                     backoff(attempt)
                 }
                 Ok(resp) => return Ok(resp),
-                Err(e) if transient(&e) && self.retry_within(deadline, attempt) => {
-                    backoff(attempt)
-                }
+                Err(e) if transient(&e) && self.retry_within(deadline, attempt) => backoff(attempt),
                 Err(e) => return Err(self.transport_error(&e)),
             }
         }
@@ -688,9 +686,7 @@ impl Registry {
                     backoff(attempt)
                 }
                 Ok(r) => break r,
-                Err(e) if transient(&e) && self.retry_within(deadline, attempt) => {
-                    backoff(attempt)
-                }
+                Err(e) if transient(&e) && self.retry_within(deadline, attempt) => backoff(attempt),
                 Err(e) => return Err(self.transport_error(&e)),
             }
         };

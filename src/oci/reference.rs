@@ -121,10 +121,7 @@ impl Reference {
         if self.is_digest() {
             return None;
         }
-        let digits = self
-            .reference
-            .strip_prefix('v')
-            .unwrap_or(&self.reference);
+        let digits = self.reference.strip_prefix('v').unwrap_or(&self.reference);
         if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
@@ -180,7 +177,15 @@ mod tests {
         assert_eq!(tag("2").tag_version(), Some(2));
         assert_eq!(tag("v12").tag_version(), Some(12));
         assert_eq!(tag("007").tag_version(), Some(7));
-        for other in ["latest", "v", "3.1", "v3-rc", "V3", "2a", "99999999999999999999999"] {
+        for other in [
+            "latest",
+            "v",
+            "3.1",
+            "v3-rc",
+            "V3",
+            "2a",
+            "99999999999999999999999",
+        ] {
             assert_eq!(tag(other).tag_version(), None, "{other}");
         }
         let d = Reference::parse(&format!("oci://reg/m@sha256:{}", "1".repeat(64))).unwrap();
@@ -188,6 +193,9 @@ mod tests {
         assert!(tag("2").tag_mismatch("m", 2).is_none());
         assert!(tag("latest").tag_mismatch("m", 1).is_none());
         let why = tag("2").tag_mismatch("m", 1).unwrap();
-        assert!(why.contains("version 2") && why.contains("version 1"), "{why}");
+        assert!(
+            why.contains("version 2") && why.contains("version 1"),
+            "{why}"
+        );
     }
 }

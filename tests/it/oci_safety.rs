@@ -697,7 +697,9 @@ fn run_guarded(env: &Env, args: &[&str], stall: &str, guard: Duration) -> (Outpu
         if start.elapsed() > guard {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("airlock {args:?} was still waiting on a registry dripping its headers after {guard:?}");
+            panic!(
+                "airlock {args:?} was still waiting on a registry dripping its headers after {guard:?}"
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -707,7 +709,9 @@ fn run_guarded(env: &Env, args: &[&str], stall: &str, guard: Duration) -> (Outpu
 
 /// Writes a response head one byte a second, never ending it (a minute at most).
 fn drip_head(w: &mut dyn Write) -> std::io::Result<()> {
-    let head = b"HTTP/1.1 200 OK\r\nX-Drip: ".iter().chain(std::iter::repeat(&b'a'));
+    let head = b"HTTP/1.1 200 OK\r\nX-Drip: "
+        .iter()
+        .chain(std::iter::repeat(&b'a'));
     for b in head.take(60) {
         w.write_all(std::slice::from_ref(b))?;
         w.flush()?;
