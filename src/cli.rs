@@ -461,6 +461,10 @@ pub struct UnpackArgs {
     /// With an oci:// reference: how to reach the registry.
     #[command(flatten)]
     pub registry: RegistryArgs,
+    /// With an oci:// reference whose tag is a version (N or vN): refuse the artifact when its
+    /// signed manifest is another version (without it, a warning says so).
+    #[arg(long)]
+    pub require_tag_version: bool,
     /// Progress display.
     #[command(flatten)]
     pub progress: ProgressArgs,

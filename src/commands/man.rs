@@ -22,7 +22,7 @@ const ENVIRONMENT: &[EnvVar] = &[
     EnvVar {
         name: "AIRLOCK_REGISTRY_STALL",
         commands: &["push", "unpack"],
-        text: "The stall deadline of registry transfers, BYTES/SECONDS (default 32768/60): a transfer that moves fewer than BYTES in SECONDS of waiting on the registry is ended (exit 1). A malformed value is a usage error.",
+        text: "The stall deadline of registry transfers, BYTES/SECONDS (default 32768/60): a transfer that moves fewer than BYTES in SECONDS of waiting on the registry is ended (exit 1); SECONDS is also the deadline for a request's response headers, all its tries together. A malformed value is a usage error.",
     },
     EnvVar {
         name: "AIRLOCK_TRUST",

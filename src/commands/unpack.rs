@@ -33,6 +33,12 @@ pub fn run(a: UnpackArgs, ui: &Ui) -> Result<Output> {
         ],
     )?;
     let trust = load_trust(&a.trust)?;
+    if a.require_tag_version && !pull::is_reference(&a.bundle) {
+        return Err(Error::Usage(
+            "--require-tag-version is for an oci:// reference: a bundle directory has no tag"
+                .into(),
+        ));
+    }
     if pull::is_reference(&a.bundle) {
         if !a.more.is_empty() {
             return Err(Error::Usage(
@@ -43,7 +49,18 @@ pub fn run(a: UnpackArgs, ui: &Ui) -> Result<Output> {
         let reference = Reference::parse(&text)?;
         let registry = Registry::connect(&reference, &registry_options(&a.registry)?, false)?;
         let source = RegistrySource::open(&registry, &trust)?;
+        let m = &source.opened().manifest;
+        let mismatch = reference.tag_mismatch(&m.name, m.version);
+        if let Some(why) = &mismatch
+            && a.require_tag_version
+        {
+            return Err(Error::Artifact {
+                reference: reference.to_string(),
+                reason: format!("{why}; refused (--require-tag-version), nothing installed"),
+            });
+        }
         let mut out = start(source.opened(), &trust)?;
+        out.warnings.extend(mismatch);
         out.set("reference", reference.to_string());
         let to = target(&a, source.opened(), &trust, &mut out)?;
         let from = format!(" from {reference}");

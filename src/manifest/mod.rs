@@ -703,6 +703,9 @@ impl Manifest {
             self.validate_parity(p)?;
         }
         if let Some(t) = &self.trust_update {
+            if self.format_version < 2 {
+                return Err("has trust_update, which needs format version 2".into());
+            }
             validate_trust_update(t)?;
         }
         if let Some(o) = &self.oms {

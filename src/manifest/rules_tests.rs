@@ -466,3 +466,27 @@ fn a_version_1_manifest_cannot_be_a_delta() {
         m.base = Some(base());
     });
 }
+
+/// FORMAT.md, "Versions" (issue 36 item 9): `trust_update` exists only in format version 2, like
+/// `oms` and `values`. Before: a version 1 manifest carrying it validated (and installed with
+/// a warning), though the same bundle with `oms` or `values` was refused.
+#[test]
+fn a_version_1_manifest_cannot_carry_a_trust_update() {
+    let update = || TrustUpdate {
+        roots: vec![CarriedRoot {
+            version: 2,
+            size: 500,
+            sha256: "4".repeat(64),
+        }],
+    };
+    let why = refusal(sample, |m| m.trust_update = Some(update()));
+    assert!(
+        why.contains("has trust_update, which needs format version 2"),
+        "{why}"
+    );
+    accepted(sample, |m| {
+        m.format_version = 2;
+        m.volumes[0].sha256 = None;
+        m.trust_update = Some(update());
+    });
+}

@@ -21,6 +21,11 @@
 //! - Every body is read to a bound: a blob to the size its descriptor gives + 1, a manifest to
 //!   [`MAX_OCI_MANIFEST_BYTES`] + 1, and through a [`Stall`] guard, so a registry that drips
 //!   bytes is cut off (`AIRLOCK_REGISTRY_STALL`) besides the per-read timeout.
+//! - Every request has one deadline for its response headers, the stall window
+//!   ([`Stall::interval`]), shared by all its tries: a registry that drips its headers (or
+//!   answers nothing) fails the request once the window has passed, never after the window
+//!   times the number of tries. Bodies, down and up, are held to the stall rate; a single read
+//!   or write that blocks for a whole window ends the transfer too.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -485,6 +490,7 @@ impl Registry {
     /// challenge asks.
     pub fn connect(reference: &Reference, opts: &RegistryOptions, push: bool) -> Result<Registry> {
         let roots = tls_roots(opts)?;
+        let stall = Stall::from_env()?;
         let tls = ureq::tls::TlsConfig::builder()
             .root_certs(ureq::tls::RootCerts::new_with_certs(&roots))
             .build();
@@ -492,10 +498,12 @@ impl Registry {
             .http_status_as_error(false)
             .https_only(!opts.plain_http)
             .tls_config(tls)
-            .timeout_connect(Some(Duration::from_secs(15)))
-            .timeout_recv_response(Some(Duration::from_secs(120)))
-            .timeout_per_read(Some(Duration::from_secs(60)))
-            .timeout_per_write(Some(Duration::from_secs(60)))
+            .timeout_connect(Some(stall.interval.min(Duration::from_secs(15))))
+            // One stall window for the response headers of each try; `send` shares one window
+            // between all the tries of a request.
+            .timeout_recv_response(Some(stall.interval))
+            .timeout_per_read(Some(stall.interval))
+            .timeout_per_write(Some(stall.interval))
             .max_redirects(5)
             // A redirect never carries the Authorization header (ureq's default, stated here
             // because credentials must not follow a registry's redirect to another host).
@@ -514,7 +522,7 @@ impl Registry {
             base,
             origin,
             plain_http: opts.plain_http,
-            stall: Stall::from_env()?,
+            stall,
             reference: reference.clone(),
             creds: auth::credentials_for(&reference.registry)?,
             push,
@@ -560,12 +568,22 @@ impl Registry {
             ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
                 format!("cannot connect: connection refused ({io})")
             }
+            ureq::Error::Timeout(t) => self.stalled(&format!("{t} timed out")),
             _ if e.to_string().contains("certificate") => format!(
                 "TLS: {e} (the registry's certificate does not verify against the system roots{}; a site CA goes in --ca-file)",
                 if self.ca_file { " and --ca-file" } else { "" }
             ),
             _ => e.to_string(),
         })
+    }
+
+    /// The reason for a request that ran out of its stall window (`what`: ureq's name of
+    /// the phase).
+    fn stalled(&self, what: &str) -> String {
+        format!(
+            "the registry stalled: no complete answer within the {} s stall window ({what}); {STALL_ENV}=BYTES/SECONDS sets the window",
+            self.stall.interval.as_secs()
+        )
     }
 
     /// `scheme://host[:port]/v2/REPO/` + `tail`.
@@ -582,6 +600,19 @@ impl Registry {
         headers: &[(&str, String)],
         body: B,
     ) -> std::result::Result<http::Response<Body>, ureq::Error> {
+        self.send_within(method, url, headers, body, self.stall.interval)
+    }
+
+    /// [`Self::send_once`] with `left` for the response headers (what remains of the
+    /// request's stall window).
+    fn send_within<B: ureq::AsSendBody>(
+        &self,
+        method: &Method,
+        url: &str,
+        headers: &[(&str, String)],
+        body: B,
+        left: Duration,
+    ) -> std::result::Result<http::Response<Body>, ureq::Error> {
         let mut req = http::Request::builder().method(method.clone()).uri(url);
         if same_origin(&self.origin, url)
             && let Some(a) = self.authorization.lock().expect("not poisoned").clone()
@@ -592,7 +623,18 @@ impl Registry {
             req = req.header(*k, v.as_str());
         }
         let req = req.body(body).map_err(ureq::Error::Http)?;
+        let req = self
+            .agent
+            .configure_request(req)
+            .timeout_recv_response(Some(left))
+            .build();
         self.agent.run(req)
+    }
+
+    /// Whether another try fits in the request's window (with its backoff first).
+    fn retry_within(&self, deadline: Instant, attempt: u32) -> bool {
+        let pause = Duration::from_millis(250 << attempt.min(4));
+        attempt < TRIES && Instant::now() + pause < deadline
     }
 
     /// Sends a replayable request: retried on transient failures, re-authenticated once on 401.
@@ -605,9 +647,11 @@ impl Registry {
     ) -> Result<http::Response<Body>> {
         let mut reauthed = false;
         let mut attempt = 0;
+        let deadline = Instant::now() + self.stall.interval;
         loop {
             attempt += 1;
-            match self.send_once(&method, url, headers, body) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.send_within(&method, url, headers, body, left) {
                 Ok(resp)
                     if resp.status() == StatusCode::UNAUTHORIZED
                         && !reauthed
@@ -616,9 +660,13 @@ impl Registry {
                     reauthed = true;
                     self.authenticate()?;
                 }
-                Ok(resp) if transient_status(resp.status()) && attempt < TRIES => backoff(attempt),
+                Ok(resp)
+                    if transient_status(resp.status()) && self.retry_within(deadline, attempt) =>
+                {
+                    backoff(attempt)
+                }
                 Ok(resp) => return Ok(resp),
-                Err(e) if transient(&e) && attempt < TRIES => backoff(attempt),
+                Err(e) if transient(&e) && self.retry_within(deadline, attempt) => backoff(attempt),
                 Err(e) => return Err(self.transport_error(&e)),
             }
         }
@@ -628,13 +676,17 @@ impl Registry {
     fn authenticate(&self) -> Result<()> {
         let ping = format!("{}/v2/", self.base);
         let mut attempt = 0;
+        let deadline = Instant::now() + self.stall.interval;
         let resp = loop {
             attempt += 1;
             *self.authorization.lock().expect("not poisoned") = None;
-            match self.send_once(&Method::GET, &ping, &[], ()) {
-                Ok(r) if transient_status(r.status()) && attempt < TRIES => backoff(attempt),
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.send_within(&Method::GET, &ping, &[], (), left) {
+                Ok(r) if transient_status(r.status()) && self.retry_within(deadline, attempt) => {
+                    backoff(attempt)
+                }
                 Ok(r) => break r,
-                Err(e) if transient(&e) && attempt < TRIES => backoff(attempt),
+                Err(e) if transient(&e) && self.retry_within(deadline, attempt) => backoff(attempt),
                 Err(e) => return Err(self.transport_error(&e)),
             }
         };

@@ -114,6 +114,32 @@ impl Reference {
     pub fn is_digest(&self) -> bool {
         self.reference.starts_with("sha256:")
     }
+
+    /// The version a tag names, when it is one: `N` or `vN` (decimal digits, as `push` tags a
+    /// bundle by default). `None` for a digest and any other tag (`latest`, `3.1`, `v3-rc`).
+    pub fn tag_version(&self) -> Option<u64> {
+        if self.is_digest() {
+            return None;
+        }
+        let digits = self.reference.strip_prefix('v').unwrap_or(&self.reference);
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        digits.parse().ok()
+    }
+
+    /// Why a tag that names a version does not name the signed manifest's `version`: a
+    /// registry (or whoever writes its tags) may answer tag `2` with validly signed version 1.
+    /// `None` when the tag names no version or names this one.
+    pub fn tag_mismatch(&self, name: &str, version: u64) -> Option<String> {
+        let named = self.tag_version()?;
+        (named != version).then(|| {
+            format!(
+                "the tag {:?} names version {named}, but the signed manifest under it is {name} version {version}: the registry serves another version than the tag says",
+                self.reference
+            )
+        })
+    }
 }
 
 #[cfg(test)]
@@ -143,5 +169,33 @@ mod tests {
         ] {
             assert!(Reference::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_tag_names_a_version_only_as_n_or_vn() {
+        let tag = |t: &str| Reference::parse(&format!("oci://reg/m:{t}")).unwrap();
+        assert_eq!(tag("2").tag_version(), Some(2));
+        assert_eq!(tag("v12").tag_version(), Some(12));
+        assert_eq!(tag("007").tag_version(), Some(7));
+        for other in [
+            "latest",
+            "v",
+            "3.1",
+            "v3-rc",
+            "V3",
+            "2a",
+            "99999999999999999999999",
+        ] {
+            assert_eq!(tag(other).tag_version(), None, "{other}");
+        }
+        let d = Reference::parse(&format!("oci://reg/m@sha256:{}", "1".repeat(64))).unwrap();
+        assert_eq!(d.tag_version(), None);
+        assert!(tag("2").tag_mismatch("m", 2).is_none());
+        assert!(tag("latest").tag_mismatch("m", 1).is_none());
+        let why = tag("2").tag_mismatch("m", 1).unwrap();
+        assert!(
+            why.contains("version 2") && why.contains("version 1"),
+            "{why}"
+        );
     }
 }

@@ -815,4 +815,31 @@ mod tests {
         assert_eq!(digests, ["sha256:a", "sha256:c"]);
         assert!(set_tag(&mut json!({}), "x", json!({})).is_err());
     }
+
+    /// FORMAT.md 14.3 (issue 36 item 9): an entry of the existing `index.json` that is not a
+    /// descriptor is another tool's business and kept as it is; an entry naming the tag is
+    /// replaced whatever else it holds; an index without a `manifests` list is refused.
+    #[test]
+    fn malformed_entries_are_kept_unless_they_name_the_tag() {
+        let mut index = json!({"schemaVersion": 2, "manifests": [
+            "junk",
+            {"annotations": {REF_NAME: "1"}},
+            {"digest": 7, "annotations": {REF_NAME: "2"}},
+            {"digest": "sha256:b", "annotations": {REF_NAME: 3}},
+        ]});
+        let new = json!({"digest": "sha256:c", "annotations": {REF_NAME: "1"}});
+        let prev = set_tag(&mut index, "1", new.clone()).unwrap();
+        assert_eq!(prev, None, "the entry named the tag without a digest");
+        assert_eq!(
+            index["manifests"],
+            json!([
+                "junk",
+                {"digest": 7, "annotations": {REF_NAME: "2"}},
+                {"digest": "sha256:b", "annotations": {REF_NAME: 3}},
+                new,
+            ])
+        );
+        assert!(set_tag(&mut json!({"manifests": {}}), "1", json!({})).is_err());
+        assert!(set_tag(&mut json!([]), "1", json!({})).is_err());
+    }
 }

@@ -887,6 +887,14 @@ fn directory_bundle_installs_into_a_cache_under_a_derived_commit() {
         ))
         .is_dir()
     );
+    // The trace note of FORMAT.md 14.2, byte for byte: keys `bundle`, `revision`, `version`
+    // in this order, one line (issue 36 item 9).
+    let version = m["version"].as_u64().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(env.path(&format!("dst/models--acme--m/.airlock/{derived}")))
+            .unwrap(),
+        format!("{{\"bundle\":\"m\",\"revision\":\"main\",\"version\":{version}}}\n")
+    );
     env.ok(&["check", "--hf-cache", "dst"]);
     // Same bundle, same commit: nothing changes.
     let before = listing(&env.path("dst"));

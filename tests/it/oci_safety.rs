@@ -676,3 +676,163 @@ fn push_refuses_an_image_manifest_unpack_would_refuse_before_uploading_anything(
     assert!(t.contains("nothing was uploaded"), "{t}");
     assert_eq!(reg.uploads(), 0, "uploads started: {}", reg.log());
 }
+
+/// Runs `airlock ARGS` against a scripted registry with stall window `stall`, killing it (and
+/// failing the test) if it is still running after `guard`; returns its output and how long it
+/// ran.
+fn run_guarded(env: &Env, args: &[&str], stall: &str, guard: Duration) -> (Output, Duration) {
+    std::fs::create_dir_all(env.path("docker")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(args)
+        .current_dir(env.dir.path())
+        .env_remove("AIRLOCK_TRUST")
+        .env("DOCKER_CONFIG", env.path("docker"))
+        .env("AIRLOCK_REGISTRY_STALL", stall)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > guard {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "airlock {args:?} was still waiting on a registry dripping its headers after {guard:?}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let took = start.elapsed();
+    (child.wait_with_output().unwrap(), took)
+}
+
+/// Writes a response head one byte a second, never ending it (a minute at most).
+fn drip_head(w: &mut dyn Write) -> std::io::Result<()> {
+    let head = b"HTTP/1.1 200 OK\r\nX-Drip: "
+        .iter()
+        .chain(std::iter::repeat(&b'a'));
+    for b in head.take(60) {
+        w.write_all(std::slice::from_ref(b))?;
+        w.flush()?;
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    Ok(())
+}
+
+/// Issue 36 item 8: a registry that drips its response headers held `unpack oci://` for
+/// about 8 minutes (120 s for the headers, tried 4 times). Now the headers of a request,
+/// all its tries together, get one stall window.
+#[test]
+fn a_registry_that_drips_its_headers_fails_within_the_stall_window_pull_and_push() {
+    let env = Env::new();
+    pack_version(&env, 1, "b");
+    // Unpack: every answer drips, the `/v2/` ping first.
+    let all = scripted(None, Arc::new(|_req: &Req, w: &mut dyn Write| drip_head(w)));
+    let reference = format!("oci://127.0.0.1:{}/models/m:1", all.port);
+    let args = [
+        "unpack",
+        &reference,
+        "--trust",
+        "k.pub",
+        "--dest",
+        "out",
+        "--plain-http",
+    ];
+    let (out, took) = run_guarded(&env, &args, "1/2", Duration::from_secs(30));
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(t.contains("registry") && t.contains("stall"), "{t}");
+    assert!(t.contains("AIRLOCK_REGISTRY_STALL"), "{t}");
+    assert!(took < Duration::from_secs(20), "took {took:?}: {t}");
+    assert!(!env.path("out").exists());
+    // Push: the ping answers, then every request drips (the blob HEAD first, retried).
+    let after_ping = scripted(
+        None,
+        Arc::new(|req: &Req, w: &mut dyn Write| {
+            if req.path == "/v2/" {
+                respond(w, "200 OK", &[], b"{}")
+            } else {
+                drip_head(w)
+            }
+        }),
+    );
+    let reference = format!("oci://127.0.0.1:{}/models/m:1", after_ping.port);
+    let args = ["push", "b", &reference, "--trust", "k.pub", "--plain-http"];
+    let (out, took) = run_guarded(&env, &args, "1/2", Duration::from_secs(30));
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(t.contains("stall"), "{t}");
+    assert!(took < Duration::from_secs(20), "took {took:?}: {t}");
+    assert!(after_ping.seen().len() >= 2, "{:?}", after_ping.seen());
+}
+
+/// Issue 36 item 8: a tag answered with another validly signed version (tag `2` serving
+/// version 1) installed with exit 0 and no word. Now a warning says so, and
+/// `--require-tag-version` refuses it (exit 3, nothing installed). The trust root pins no
+/// model versions, so only the flag refuses.
+#[test]
+fn a_tag_that_names_another_version_than_the_signed_manifest_is_said_and_refused_on_request() {
+    let reg = Registry::start();
+    let env = Env::new();
+    pack_version(&env, 1, "b1");
+    // Whoever writes the registry's tags puts version 1 under tag 2 (and tag v1 honestly).
+    push(&reg, &env, "b1", "models/m:2");
+    push(&reg, &env, "b1", "models/m:v1");
+    let wrong = reg.reference("models/m:2");
+    let t = reg.ok(
+        &env,
+        &["unpack", &wrong, "--trust", "k.pub", "--dest", "warned"],
+    );
+    assert!(
+        t.contains("names version 2") && t.contains("version 1"),
+        "no word of the tag's version: {t}"
+    );
+    let t = reg.fails(
+        &env,
+        3,
+        &[
+            "unpack",
+            &wrong,
+            "--trust",
+            "k.pub",
+            "--dest",
+            "out",
+            "--require-tag-version",
+        ],
+    );
+    assert!(t.contains("names version 2"), "{t}");
+    assert!(t.contains("--require-tag-version"), "{t}");
+    assert!(!env.path("out").exists());
+    assert!(staging_leftovers(env.dir.path()).is_empty());
+    // The tag that names the signed version installs without a word of it.
+    let honest = reg.reference("models/m:v1");
+    let t = reg.ok(
+        &env,
+        &[
+            "unpack",
+            &honest,
+            "--trust",
+            "k.pub",
+            "--dest",
+            "out",
+            "--require-tag-version",
+        ],
+    );
+    assert!(!t.contains("names version"), "{t}");
+    // A bundle directory has no tag to hold.
+    let t = reg.fails(
+        &env,
+        2,
+        &[
+            "unpack",
+            "b1",
+            "--trust",
+            "k.pub",
+            "--dest",
+            "dir",
+            "--require-tag-version",
+        ],
+    );
+    assert!(t.contains("oci://"), "{t}");
+}

@@ -363,6 +363,33 @@ fn zero_biases_and_norm_weights_of_one_are_counted_not_warned() {
     );
 }
 
+/// FORMAT.md section 20.1 (issue 36 item 9): "zero" and "one value" are bit patterns, not
+/// float comparisons, so a reader that compares values and one that compares bits cannot
+/// disagree on an honest record. -0.0 is not zero; 0.0 beside -0.0 is neither all zero nor
+/// constant; an all-NaN tensor of one NaN pattern is constant (and each value counts as NaN),
+/// of two patterns it is not constant.
+#[test]
+fn zero_and_constant_compare_bit_patterns_not_values() {
+    let count = |dtype: &str, data: Vec<u8>, n: u64| {
+        let s = scan(&st(&[("t", dtype, vec![n], data)])).summary;
+        (s.nan, s.zero_tensors, s.constant_tensors)
+    };
+    // All -0.0: not zero (a bit is set), constant.
+    assert_eq!(count("F32", le32(&[-0.0; 4]), 4), (0, 0, 1));
+    // 0.0 and -0.0: equal as values, neither all zero nor constant.
+    assert_eq!(count("F32", le32(&[0.0, -0.0, 0.0, 0.0]), 4), (0, 0, 0));
+    assert_eq!(count("BF16", le16(&[0x0000, 0x8000]), 2), (0, 0, 0));
+    // All NaN of one pattern: every value NaN, and one constant tensor.
+    assert_eq!(count("F32", le32(&[f32::NAN; 3]), 3), (3, 0, 1));
+    assert_eq!(count("F16", le16(&[0x7e00; 5]), 5), (5, 0, 1));
+    // All NaN of two patterns (quiet, and with a payload): NaN, not constant.
+    let payload = f32::from_bits(0x7fc0_0001);
+    assert_eq!(count("F32", le32(&[f32::NAN, payload]), 2), (2, 0, 0));
+    // One value is neither all zero nor constant, however it reads.
+    assert_eq!(count("F32", le32(&[f32::NAN]), 1), (1, 0, 0));
+    assert_eq!(count("F32", le32(&[0.0]), 1), (0, 0, 0));
+}
+
 #[test]
 fn values_are_displayed_from_every_format() {
     assert_eq!(Float::F16.value(0x3c00), 1.0);
