@@ -811,6 +811,8 @@ media_bench() {
         bin=$REPO/target/release/airlock
     fi
     local al="$bin --progress none -q"
+    # A medium an earlier run left mounted (killed before its trap) is taken down first.
+    while mountpoint -q "$d/mnt" 2>/dev/null; do umount "$d/mnt"; done
     rm -rf "$d" && mkdir -p "$d"
     "$bin" -q keygen --out "$d/k" --unencrypted
     python3 "$synth" "$d/m" "$gib" --kind random >/dev/null
@@ -821,11 +823,13 @@ media_bench() {
     mib=$((bytes * 13 / 10 / 1048576 + 64))
     truncate -s "${mib}M" "$d/img"
     mkfs.ext4 -q -F "$d/img"
-    local dev
-    dev=$(losetup --find --show --direct-io=on "$d/img")
+    # Globals, not locals: the EXIT trap runs after this function has returned.
+    MEDIA_DEV=$(losetup --find --show --direct-io=on "$d/img")
+    MEDIA_MNT=$d/mnt
+    local dev=$MEDIA_DEV
     mkdir -p "$d/mnt"
     mount "$dev" "$d/mnt"
-    trap 'umount "$d/mnt" 2>/dev/null; losetup -d "$dev" 2>/dev/null' EXIT
+    trap 'umount "$MEDIA_MNT" 2>/dev/null; losetup -d "$MEDIA_DEV" 2>/dev/null' EXIT
     local t
     t() { /usr/bin/time -f '%e' -o "$d/t" "$@" >/dev/null 2>&1 || { echo "failed: $*" >&2; exit 1; }; cat "$d/t"; }
     : > "$d/res"
