@@ -583,22 +583,32 @@ fn compare_inner(
         .iter()
         .map(|f| if sizes_only { 0 } else { f.size });
     let units = work::units(sizes, work::UNIT_FILES, work::UNIT_BYTES);
-    let runs: Vec<Run<'_>> = work::map_units(&manifest.files, &units, |run| {
-        let mut opener = fsio::BelowOpener::new(&root);
-        let mut checks = with_checks.then(|| Checks {
-            dir,
-            tree: TreeChecks::default(),
-            checked: Vec::new(),
-        });
-        let compared = run
-            .iter()
-            .map(|f| {
-                let d = file_drift(&mut opener, f, sizes_only, scan, checks.as_mut(), progress);
-                (f, d)
-            })
-            .collect::<Vec<_>>();
-        (compared, checks)
-    });
+    let compare_units = || -> Vec<Run<'_>> {
+        work::map_units(&manifest.files, &units, |run| {
+            let mut opener = fsio::BelowOpener::new(&root);
+            let mut checks = with_checks.then(|| Checks {
+                dir,
+                tree: TreeChecks::default(),
+                checked: Vec::new(),
+            });
+            let compared = run
+                .iter()
+                .map(|f| {
+                    let d = file_drift(&mut opener, f, sizes_only, scan, checks.as_mut(), progress);
+                    (f, d)
+                })
+                .collect::<Vec<_>>();
+            (compared, checks)
+        })
+    };
+    // The tree's listing (for the files the receipt does not list) is a walk of every
+    // directory: done beside the comparison, by whichever thread is free, rather than after it.
+    let list_tree = || {
+        let mut present = Vec::new();
+        walk(&root, "", &mut present).map(|()| present)
+    };
+    let (runs, present) = rayon::join(compare_units, list_tree);
+    let present = present.map_err(|e| Error::io(dir, e))?;
     let mut drift = Vec::new();
     let mut scans = Vec::new();
     let mut checked = std::collections::HashSet::new();
@@ -653,8 +663,6 @@ fn compare_inner(
         .chain(manifest.directories.iter().map(|d| d.as_str()))
         .chain(oms_file.iter().map(|f| f.path.as_str()))
         .collect();
-    let mut present = Vec::new();
-    walk(&root, "", &mut present).map_err(|e| Error::io(dir, e))?;
     if let Some(model_checks) = model_checks {
         // What the comparison did not open as a receipt file is checked by path, as the
         // checks' own walk would have: links, files the receipt does not list, the rest.
