@@ -9,6 +9,7 @@
 #   scripts/bench.sh --values [--values-gib 1] # only the value-scan section at the end (issue 23)
 #   scripts/bench.sh --many-files [--many-counts "100000 200000"] [--many-ops "pack check"]   # only the small-files section (issue 24)
 #   scripts/bench.sh --media [--media-gib 1]  # only the removable-media section (issue 32; root: a loop device)
+#   scripts/bench.sh --guard [--guard-gib 1]   # only the guard: do hashing commands keep more than one core busy? (issue 37)
 #
 # Options: --sizes "1 4" (GiB), --runs N, --kinds "random bf16", --dir DIR (default /tmp/perf,
 # needs ~8x the largest size free), --keep (keep the models for the next run), --no-install
@@ -62,7 +63,9 @@ while [ $# -gt 0 ]; do
         --many-ops) MANY_OPS="$2"; shift ;;
         --media) MEDIA=1 ;;
         --media-gib) MEDIA_GIB="$2"; shift ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        --guard) GUARD=1 ;;
+        --guard-gib) GUARD_GIB="$2"; shift ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -94,6 +97,11 @@ fi
 if [ "${MEDIA:-0}" = 1 ]; then
     MEDIA_SECTION=1 REPO=$REPO DIR=$DIR BIN=$BIN RUNS=$RUNS MEDIA_GIB=${MEDIA_GIB:-1} \
         exec bash -c "$(sed -n '/^# ==== media: copy and verify on a real medium/,/^# ==== end of media section/p' "$0")"
+fi
+# --guard runs only the guard section at the end of this file (issue 37), nothing above.
+if [ "${GUARD:-0}" = 1 ]; then
+    GUARD_SECTION=1 REPO=$REPO DIR=$DIR BIN=$BIN RUNS=$RUNS GUARD_GIB=${GUARD_GIB:-1} \
+        exec bash -c "$(sed -n '/^# ==== guard: hashing commands keep more than one core busy/,/^# ==== end of guard section/p' "$0")"
 fi
 if [ "$COLD" = 1 ] && [ "$(id -u)" != 0 ]; then
     echo "bench.sh: --cold drops the page cache and needs root" >&2
@@ -882,3 +890,112 @@ PY
 }
 media_bench
 # ==== end of media section ====================================================================
+
+# ==== guard: hashing commands keep more than one core busy (issue 37) ==========================
+# Run before resolving any issue that touches a hot path: `scripts/bench.sh --guard
+# [--guard-gib G] [--runs N] [--dir DIR] [--bin PATH]`. A model of G GiB (default 1) in 4
+# shards, as every LLM ships, is packed without compression and installed into a directory and a
+# Hugging Face cache; then each command below runs N times (default 3), in an order that rotates
+# from round to round, and /usr/bin/time gives each run's CPU time (user + sys) over its wall
+# time. A guarded command fails the guard when its best run is at most 1.3 on a machine of at
+# least 2 cores: hashing the shards on one core never passes 1.0 whatever the load, while other
+# load on the machine can only lower the figure of a command that uses several, so the best run
+# is the one that tells. A machine too busy to give any command two cores cannot judge: the
+# reference row, two `openssl dgst -sha256` processes hashing two shards each at once, runs in
+# the same loop, and when its best run is at most 1.3 too the guard says so and exits 3 without
+# a verdict (run it again on a quieter machine). Guarded: check of an install, check
+# --hf-cache, verify and verify --deep; unpack is printed for context only (its fsyncs wait on
+# the disk, and its best runs sit at 1.3-1.4 on a 2-core machine). Exit status 1 when a guarded
+# command fails (or a command does), 0 when all pass.
+[ "${GUARD_SECTION:-0}" = 1 ] || exit 0
+guard_bench() {
+    set -euo pipefail
+    local d=$DIR/guard gib=${GUARD_GIB:-1} bin=${BIN:-} runs=${RUNS:-3} synth=""
+    for c in "$REPO/../shared/bench/synth-model.py" "$REPO/../../shared/bench/synth-model.py"; do
+        if [ -z "$synth" ] && [ -f "$c" ]; then synth=$c; fi
+    done
+    [ -n "$synth" ] || { echo "bench.sh --guard: synth-model.py not found" >&2; exit 2; }
+    for t in python3 openssl /usr/bin/time; do
+        command -v "$t" >/dev/null || { echo "bench.sh --guard: $t is missing (scripts/setup.sh)" >&2; exit 2; }
+    done
+    if [ -z "$bin" ]; then
+        (cd "$REPO" && cargo build --release --locked -q)
+        bin=$REPO/target/release/airlock
+    fi
+    local al="$bin --progress none -q"
+    rm -rf "$d" && mkdir -p "$d"
+    "$bin" -q keygen --out "$d/k" --unencrypted
+    python3 "$synth" "$d/m" "$gib" --shards 4 --kind random >/dev/null
+    $al pack "$d/m" -o "$d/b" --key "$d/k.key" --compress none --no-model-checks
+    $al unpack "$d/b" --trust "$d/k.pub" --dest "$d/inst"
+    $al unpack "$d/b" --trust "$d/k.pub" --hf-cache "$d/hf" --hf-repo guard/model
+    # guarded (1), context (0) or the reference (r) | label | prep | command
+    local cmds=(
+        "1|check INSTALL|:|$al check $d/inst --trust $d/k.pub"
+        "1|check --hf-cache|:|$al check --hf-cache $d/hf"
+        "1|verify|:|$al verify $d/b --trust $d/k.pub"
+        "1|verify --deep|:|$al verify --deep $d/b --trust $d/k.pub"
+        "0|unpack|rm -rf $d/u|$al unpack $d/b --trust $d/k.pub --dest $d/u"
+        "r|reference: 2 openssl dgst at once|:|sh -c 'cd $d/m && openssl dgst -sha256 *-0000[12]-* >/dev/null & cd $d/m && openssl dgst -sha256 *-0000[34]-* >/dev/null & wait'"
+    )
+    : >"$d/raw"
+    local r i n=${#cmds[@]} guarded label prep cmd
+    for ((r = 0; r < runs; r++)); do
+        for ((i = 0; i < n; i++)); do
+            IFS='|' read -r guarded label prep cmd <<<"${cmds[$(((i + r) % n))]}"
+            eval "$prep"; sync
+            if ! eval "/usr/bin/time -f '%e %U %S' -o '$d/t' $cmd" >"$d/out" 2>&1; then
+                echo "bench.sh --guard: failed: $cmd" >&2
+                cat "$d/out" >&2
+                exit 1
+            fi
+            printf '%s\t%s\t%s\n' "$guarded" "$label" "$(cat "$d/t")" >>"$d/raw"
+        done
+    done
+    rm -rf "$d/u"
+    local status=0
+    python3 - "$d/raw" "$(nproc)" "$gib" "$runs" <<'PY' || status=$?
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    guarded, label, t = line.rstrip("\n").split("\t")
+    wall, user, sys_ = map(float, t.split())
+    rows.setdefault(label, (guarded, []))[1].append((wall, user + sys_))
+cores, floor = int(sys.argv[2]), 1.3
+best = {label: max(c / w if w > 0 else 0.0 for w, c in v) for label, (_, v) in rows.items()}
+busy = cores >= 2 and any(g == "r" and best[label] <= floor for label, (g, _) in rows.items())
+print(f"| command ({sys.argv[3]} GiB in 4 shards, {sys.argv[4]} runs, {cores} cores) | wall s (median) "
+      f"| cpu s (median) | cpu / wall (best run) | guard |")
+print("|---|---|---|---|---|")
+failed = []
+for label, (guarded, v) in rows.items():
+    if guarded == "0":
+        verdict = "context"
+    elif guarded == "r":
+        verdict = "reference" + (": the machine is too busy to judge" if busy else "")
+    elif cores < 2:
+        verdict = "not judged (1 core)"
+    elif busy:
+        verdict = "not judged (busy)"
+    elif best[label] > floor:
+        verdict = f"> {floor}: ok"
+    else:
+        verdict = f"**≤ {floor}: FAILED**"
+        failed.append(label)
+    print(f"| {label} | {statistics.median(w for w, _ in v):.2f} | "
+          f"{statistics.median(c for _, c in v):.2f} | {best[label]:.2f} | {verdict} |")
+if busy:
+    print(f"\nguard not judged: even two openssl processes at once got at most {floor} cores' "
+          "worth of CPU a second; run it again when the machine is quieter", file=sys.stderr)
+    sys.exit(3)
+if failed:
+    print(f"\nguard FAILED: {', '.join(failed)} kept at most one core busy on a multi-file model "
+          "(each shard must be its own unit of parallel work)", file=sys.stderr)
+    sys.exit(1)
+PY
+    echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+    rm -rf "$d"
+    return "$status"
+}
+guard_bench
+# ==== end of guard section ====================================================================

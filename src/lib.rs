@@ -40,5 +40,6 @@ pub mod tar;
 pub mod trust;
 pub mod unpack;
 pub mod verify;
+pub mod work;
 pub mod writeback;
 pub mod zstd_frame;

@@ -22,8 +22,6 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType};
 
-use rayon::prelude::*;
-
 use crate::bundle::open;
 use crate::error::{Error, Result};
 use crate::fsio::{self, OpenError};
@@ -34,6 +32,7 @@ use crate::paths::{self, RECEIPT_DIR};
 use crate::progress::Progress;
 use crate::trust::Policy;
 use crate::trust::policy::Signer;
+use crate::work;
 
 /// Mode of the receipt directory and of every installed directory.
 pub const DIR_MODE: u32 = 0o755;
@@ -575,12 +574,17 @@ fn compare_inner(
         .as_ref()
         .and_then(|o| o.signature.as_ref())
         .map(crate::oms::as_file_entry);
-    // In runs of files, each run opening its files below the last one's directory handle.
+    // In units of files, each unit opening its files below the last one's directory handle: a
+    // large file alone, so a model of a few shards hashes them on every core; small ones in
+    // runs (`work::units`). A comparison of sizes reads no bytes, so only the count splits it.
     let with_checks = model_checks.is_some();
-    let runs: Vec<Run<'_>> = manifest
+    let sizes = manifest
         .files
-        .par_chunks(256)
-        .map(|run| {
+        .iter()
+        .map(|f| if sizes_only { 0 } else { f.size });
+    let units = work::units(sizes, work::UNIT_FILES, work::UNIT_BYTES);
+    let compare_units = || -> Vec<Run<'_>> {
+        work::map_units(&manifest.files, &units, |run| {
             let mut opener = fsio::BelowOpener::new(&root);
             let mut checks = with_checks.then(|| Checks {
                 dir,
@@ -596,7 +600,15 @@ fn compare_inner(
                 .collect::<Vec<_>>();
             (compared, checks)
         })
-        .collect();
+    };
+    // The tree's listing (for the files the receipt does not list) is a walk of every
+    // directory: done beside the comparison, by whichever thread is free, rather than after it.
+    let list_tree = || {
+        let mut present = Vec::new();
+        walk(&root, "", &mut present).map(|()| present)
+    };
+    let (runs, present) = rayon::join(compare_units, list_tree);
+    let present = present.map_err(|e| Error::io(dir, e))?;
     let mut drift = Vec::new();
     let mut scans = Vec::new();
     let mut checked = std::collections::HashSet::new();
@@ -651,8 +663,6 @@ fn compare_inner(
         .chain(manifest.directories.iter().map(|d| d.as_str()))
         .chain(oms_file.iter().map(|f| f.path.as_str()))
         .collect();
-    let mut present = Vec::new();
-    walk(&root, "", &mut present).map_err(|e| Error::io(dir, e))?;
     if let Some(model_checks) = model_checks {
         // What the comparison did not open as a receipt file is checked by path, as the
         // checks' own walk would have: links, files the receipt does not list, the rest.

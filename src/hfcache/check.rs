@@ -9,7 +9,6 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use rayon::prelude::*;
 use serde::Serialize;
 
 use super::etag::hash_and_scan;
@@ -23,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::inspect::values::{self, FileScan};
 use crate::inspect::{self, Severity};
 use crate::progress::Progress;
+use crate::work;
 
 /// One problem found in a cache.
 #[derive(Clone, Debug, Serialize)]
@@ -183,15 +183,22 @@ pub fn check_cache_scanning(
             .cloned()
     };
     progress.start("check blobs", total);
-    let results: Vec<BlobResult> = jobs
-        .par_iter()
-        .map(|job| {
-            progress.item(&job.etag);
-            check_blob(job, scan_as(job), progress)
-        })
-        .collect();
+    // Each large blob a task of its own, small ones in runs (`work::units`).
+    let units = work::units(
+        jobs.iter().map(|j| j.size),
+        work::UNIT_FILES,
+        work::UNIT_BYTES,
+    );
+    let results: Vec<Vec<BlobResult>> = work::map_units(&jobs, &units, |run| {
+        run.iter()
+            .map(|job| {
+                progress.item(&job.etag);
+                check_blob(job, scan_as(job), progress)
+            })
+            .collect()
+    });
     progress.finish();
-    for result in results {
+    for result in results.into_iter().flatten() {
         record_blob(&mut report, &users, result);
     }
     // A blob refused while following a snapshot link is refused again in the blob listing.
