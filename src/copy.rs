@@ -143,16 +143,13 @@ pub fn copy(opened: &Opened, opts: &CopyOptions, progress: &dyn Progress) -> Res
     let small = small_files(opened)?;
     let small_bytes: u64 = small.iter().map(|(_, b)| b.len() as u64).sum();
     let mut media = Vec::with_capacity(opts.media.len());
+    let volumes = all_volumes(m);
     for root in &opts.media {
-        media.push(inspect(root, &name, opened)?);
+        media.push(inspect(root, &name, opened, &volumes, &small)?);
     }
     refuse_shared_file_systems(&media, &src)?;
-    let volumes = all_volumes(m);
     let plan = plan(m, &volumes, &media, small_bytes)?;
-    let survives = m
-        .parity
-        .as_ref()
-        .map(|_| survivors(m, &volumes, &plan, media.len()));
+    let survives = m.parity.as_ref().map(|_| survivors(m, &plan, media.len()));
     let placement = |medium: usize| Placement {
         airlock_media: 1,
         manifest_sha256: opened.manifest_sha256.clone(),
@@ -243,7 +240,13 @@ fn small_files(opened: &Opened) -> Result<Vec<(String, Vec<u8>)>> {
 
 /// Looks at one medium: a directory; `NAME` in it absent, empty, or this bundle (same signed
 /// manifest, only its own files); its free space and limits.
-fn inspect(root: &Path, name: &str, opened: &Opened) -> Result<Medium> {
+fn inspect(
+    root: &Path,
+    name: &str,
+    opened: &Opened,
+    volumes: &[&Volume],
+    small: &[(String, Vec<u8>)],
+) -> Result<Medium> {
     let root_fd = fsio::open_dir_path(root, Follow::Final).map_err(|e| {
         Error::io(
             root,
@@ -308,10 +311,8 @@ fn inspect(root: &Path, name: &str, opened: &Opened) -> Result<Medium> {
             ),
         ),
     })?;
-    let m = &opened.manifest;
-    let small = small_files(opened)?;
     for n in &listing {
-        if let Some(v) = all_volumes(m).into_iter().find(|v| &v.name == n) {
+        if let Some(v) = volumes.iter().find(|v| &v.name == n) {
             let path = dir.join(n);
             let meta = std::fs::symlink_metadata(&path).map_err(|e| Error::io(&path, e))?;
             if !meta.is_file() || meta.len() != v.size {
@@ -421,7 +422,7 @@ fn plan(m: &Manifest, volumes: &[&Volume], media: &[Medium], small: u64) -> Resu
             if let Some(c) = balanced(m, volumes, media, &room, &fixed, d)
                 && fits(&c)
             {
-                let s = survivors(m, volumes, &c, media.len()).len();
+                let s = survivors(m, &c, media.len()).len();
                 if best.as_ref().is_none_or(|(b, _)| s > *b) {
                     best = Some((s, c));
                 }
@@ -520,7 +521,7 @@ fn balanced(
             // The parity volumes not yet placed count as lost with nothing (none of them
             // helps yet).
             let lost = (0..media.len())
-                .filter(|&x| !survives_loss(m, volumes, &trial, x))
+                .filter(|&x| !survives_loss(m, &trial, x))
                 .count();
             let better = match best {
                 None => true,
@@ -538,9 +539,9 @@ fn balanced(
 }
 
 /// The media (numbers from 1) whose loss the parity rebuilds, under `plan`.
-fn survivors(m: &Manifest, volumes: &[&Volume], plan: &[usize], count: usize) -> Vec<usize> {
+fn survivors(m: &Manifest, plan: &[usize], count: usize) -> Vec<usize> {
     (0..count)
-        .filter(|&k| plan.contains(&k) && survives_loss(m, volumes, plan, k))
+        .filter(|&k| plan.contains(&k) && survives_loss(m, plan, k))
         .map(|k| k + 1)
         .collect()
 }
@@ -548,7 +549,7 @@ fn survivors(m: &Manifest, volumes: &[&Volume], plan: &[usize], count: usize) ->
 /// Whether every stripe keeps enough units when every volume `plan` puts on medium `lost` is
 /// gone (FORMAT.md 17.2/17.3). Volumes past the end of `plan` (parity not yet placed) count as
 /// lost. Without parity, no loss is survivable.
-fn survives_loss(m: &Manifest, volumes: &[&Volume], plan: &[usize], lost: usize) -> bool {
+fn survives_loss(m: &Manifest, plan: &[usize], lost: usize) -> bool {
     let Some(p) = &m.parity else { return false };
     let layout = crate::bundle::volumes::UnitLayout::of(m);
     let stripes = p.stripes.max(1);
@@ -573,7 +574,6 @@ fn survives_loss(m: &Manifest, volumes: &[&Volume], plan: &[usize], lost: usize)
             }
         }
     }
-    let _ = volumes;
     erased.values().all(|&e| e <= r)
 }
 
@@ -811,8 +811,8 @@ fn write_volume(
 ) -> Result<()> {
     let chunk_size = opened.manifest.chunk_size;
     let src_path = opened.media.volume_path(&v.name);
-    let (src, len) = fsio::open_medium(&src_path, Follow::Final, MediumRead::Cached)
-        .map_err(|e| Error::io(&src_path, e.into()))?;
+    let (src_file, len) =
+        fsio::open_regular(&src_path, Follow::Final).map_err(|e| Error::io(&src_path, e.into()))?;
     if len != v.size {
         return Err(Error::BadVolumes {
             summary: format!(
@@ -825,7 +825,6 @@ fn write_volume(
             remove: vec![],
         });
     }
-    let src_file = src.into_file();
     let mut out = crate::durable::create_new_at(work.fd(), &work.path(), &v.name, FILE_MODE)?;
     let out_path = work.path().join(&v.name);
     let flusher = crate::writeback::Flusher::new();
@@ -938,12 +937,6 @@ fn write_volume(
     let _ = rustix::fs::fadvise(&src_file, 0, None, rustix::fs::Advice::DontNeed);
     drop(out);
     work.publish(&v.name, &dir.join(&v.name), Publish::NoReplace)
-}
-
-/// The media the bundle can be opened from after a copy: used by tests and by `copy`'s own
-/// report to say how to verify.
-pub fn bundle_dirs(copied: &Copied) -> Vec<PathBuf> {
-    copied.media.iter().map(|m| m.dir.clone()).collect()
 }
 
 #[cfg(test)]

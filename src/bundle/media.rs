@@ -202,38 +202,57 @@ impl Media {
     /// `allow_empty`; one with another manifest is refused: two bundles mixed.
     pub fn check_same_bundle(&self, allow_empty: bool) -> Result<()> {
         for (i, d) in self.dirs.iter().enumerate() {
-            let path = d.join(manifest::MANIFEST_NAME);
             self.usable.lock().expect("not poisoned")[i] = false;
-            let bytes = match read_capped(&path, MAX_MANIFEST_BYTES, Follow::Never) {
-                Ok(b) => b,
-                Err(crate::fsio::OpenError::NotFound) if allow_empty => continue,
-                Err(e) => {
+            match self.holds_this_bundle(d) {
+                Ok(true) => self.usable.lock().expect("not poisoned")[i] = true,
+                Ok(false) if allow_empty => {}
+                Ok(false) => {
                     return Err(Error::NotABundle {
                         path: d.clone(),
                         reason: format!(
-                            "its {} cannot be read ({e}): every directory given must hold the bundle's signed manifest",
+                            "has no {}: every directory given must hold the bundle's signed manifest",
                             manifest::MANIFEST_NAME
                         ),
                     });
                 }
-            };
-            let digest = hex::encode(Sha256::digest(&bytes));
-            if digest != self.manifest_sha256 {
-                return Err(Error::MixedMedia {
-                    path: d.clone(),
-                    reason: format!(
-                        "holds another bundle: its {} (sha256 {}) differs from the one verified in {} (sha256 {}); every directory given must hold the same signed manifest",
-                        manifest::MANIFEST_NAME,
-                        &digest[..16],
-                        self.dirs[0].display(),
-                        &self.manifest_sha256[..16]
-                    ),
-                });
+                Err(e) => return Err(e),
             }
-            self.usable.lock().expect("not poisoned")[i] = true;
         }
         self.read_placement();
         Ok(())
+    }
+
+    /// Whether directory `d` holds this bundle's signed manifest, byte for byte: `Ok(false)`
+    /// when it holds none; an error when it holds another or one that cannot be read.
+    fn holds_this_bundle(&self, d: &Path) -> Result<bool> {
+        let path = d.join(manifest::MANIFEST_NAME);
+        let bytes = match read_capped(&path, MAX_MANIFEST_BYTES, Follow::Never) {
+            Ok(b) => b,
+            Err(crate::fsio::OpenError::NotFound) => return Ok(false),
+            Err(e) => {
+                return Err(Error::NotABundle {
+                    path: d.to_path_buf(),
+                    reason: format!(
+                        "its {} cannot be read ({e}): every directory given must hold the bundle's signed manifest",
+                        manifest::MANIFEST_NAME
+                    ),
+                });
+            }
+        };
+        let digest = hex::encode(Sha256::digest(&bytes));
+        if digest != self.manifest_sha256 {
+            return Err(Error::MixedMedia {
+                path: d.to_path_buf(),
+                reason: format!(
+                    "holds another bundle: its {} (sha256 {}) differs from the one verified in {} (sha256 {}); every directory given must hold the same signed manifest",
+                    manifest::MANIFEST_NAME,
+                    &digest[..16],
+                    self.dirs[0].display(),
+                    &self.manifest_sha256[..16]
+                ),
+            });
+        }
+        Ok(true)
     }
 
     /// Looks at every directory again after the operator changed media: each holding this
@@ -242,14 +261,10 @@ impl Media {
     fn rescan(&self) -> Vec<String> {
         let mut complaints = Vec::new();
         for (i, d) in self.dirs.iter().enumerate() {
-            let one = Media::new(vec![d.clone()], &self.manifest_sha256);
-            let ok = match one.check_same_bundle(true) {
-                Ok(()) => one.usable.lock().expect("not poisoned")[0],
-                Err(e) => {
-                    complaints.push(e.to_string());
-                    false
-                }
-            };
+            let ok = self.holds_this_bundle(d).unwrap_or_else(|e| {
+                complaints.push(e.to_string());
+                false
+            });
             self.usable.lock().expect("not poisoned")[i] = ok;
         }
         self.read_placement();
