@@ -633,3 +633,83 @@ fn on_a_terminal_verify_asks_for_the_next_medium_in_the_one_drive() {
     m1.unmount();
     m2.unmount();
 }
+
+/// What a typo, a planted link and a FIFO do to `copy`: each is refused by name, at once,
+/// without writing through the link or waiting on the FIFO.
+#[test]
+fn copy_refuses_a_missing_medium_a_link_and_a_fifo_by_name() {
+    let env = Env::new();
+    packed(&env, "b", 4, "2M", &[]);
+    let m1 = Medium::new(&env, "m1", 32);
+    let run = |args: &[&str]| {
+        let mut full = vec!["30", env!("CARGO_BIN_EXE_airlock")];
+        full.extend_from_slice(args);
+        full.push("--json");
+        let out = Command::new("timeout")
+            .args(&full)
+            .current_dir(env.dir.path())
+            .output()
+            .unwrap();
+        assert_ne!(out.status.code(), Some(124), "airlock {args:?} hung");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (out.status.code().unwrap(), v)
+    };
+    let mnt = m1.mnt.to_str().unwrap();
+    // A typo in the medium's path: exit 1, named.
+    let typo = format!("{mnt}x");
+    let (code, v) = run(&["copy", "b", &typo, "--trust", "k.pub"]);
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains(&typo),
+        "{v}"
+    );
+    // MEDIUM/b a link to another directory (another user's): refused, nothing written there.
+    let elsewhere = env.path("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, m1.mnt.join("b")).unwrap();
+    let (code, v) = run(&["copy", "b", mnt, "--trust", "k.pub"]);
+    assert_eq!(code, 3, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not a directory"),
+        "{v}"
+    );
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+    std::fs::remove_file(m1.mnt.join("b")).unwrap();
+    // A FIFO planted as a volume beside this bundle's manifest: named, not opened.
+    std::fs::create_dir(m1.mnt.join("b")).unwrap();
+    std::fs::copy(env.path("b/manifest.json"), m1.mnt.join("b/manifest.json")).unwrap();
+    assert!(
+        Command::new("mkfifo")
+            .arg(m1.mnt.join("b/data.000"))
+            .status()
+            .unwrap()
+            .success()
+    );
+    let (code, v) = run(&["copy", "b", mnt, "--trust", "k.pub"]);
+    assert_eq!(code, 3, "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("data.000") && msg.contains("non-regular"),
+        "{msg}"
+    );
+    // A FIFO in the source bundle: refused by name, no half volume on the medium.
+    std::fs::remove_file(m1.mnt.join("b/data.000")).unwrap();
+    std::fs::remove_file(env.path("b/data.001")).unwrap();
+    assert!(
+        Command::new("mkfifo")
+            .arg(env.path("b/data.001"))
+            .status()
+            .unwrap()
+            .success()
+    );
+    let (code, v) = run(&["copy", "b", mnt, "--trust", "k.pub"]);
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("data.001"),
+        "{v}"
+    );
+    assert!(!m1.mnt.join("b/data.001").exists());
+}
