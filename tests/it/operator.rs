@@ -1380,7 +1380,7 @@ fn the_readme_weights_scan_section_runs_as_written() {
         out.contains("no NaN, no Inf, no zero-filled region"),
         "{out}"
     );
-    run_readme_lines(&work, &root, &[pack.clone()], &[]);
+    run_readme_lines(&work, &root, std::slice::from_ref(&pack), &[]);
     let (code, out, err) = run_readme_line(&work, &root, &lines[1], &[]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(
