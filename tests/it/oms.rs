@@ -406,6 +406,38 @@ fn the_certificate_method_works_both_ways() {
     // The intermediate is not a root.
     let text = env.fails(3, &["check", "m", "--oms-cert-chain", "int.pem"]);
     assert!(text.contains("trusted"), "{text}");
+    // Packed with the publisher's chain and no site signature, the install holds one file the
+    // publisher did not sign (the receipt); the command unpack prints for the stock verifier
+    // leaves out just that, and passes with the root for its placeholder.
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "bp",
+        "--key",
+        "k.key",
+        "--oms-cert-chain",
+        "root.pem",
+    ]);
+    let out = env.ok(&["unpack", "bp", "--trust", "k.pub", "--dest", "outp"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let printed = stdout
+        .split('`')
+        .find(|s| s.starts_with("model_signing verify certificate "))
+        .unwrap_or_else(|| panic!("unpack names the stock command: {stdout}"));
+    let d = std::fs::canonicalize(env.path("outp")).unwrap();
+    assert!(
+        printed.ends_with(&format!(
+            "--certificate_chain PUBLISHER-CA.pem --ignore-paths {}/.airlock",
+            d.display()
+        )) && stdout.contains("airlock's .airlock is not signed by the publisher"),
+        "{stdout}"
+    );
+    let printed = printed.replace("PUBLISHER-CA.pem", "root.pem");
+    let args: Vec<&str> = printed.split_whitespace().skip(1).collect();
+    reference_ok(&env, &args);
+    let bare: Vec<&str> = args[..args.len() - 2].to_vec();
+    reference_fails(&env, &bare);
     std::fs::remove_file(env.path("m/model.sig")).unwrap();
 
     // airlock signs with the certificate; the reference verifies the install.
