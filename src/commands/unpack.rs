@@ -212,8 +212,9 @@ fn finish(
     // A directory install holds airlock's own files beside the publisher's: the stock
     // verifiers must be told to leave them out (issue 33 item 1).
     let publisher_dest = match &done {
-        Unpacked::Dir(i) => Some(i.dest.clone()),
-        _ => None,
+        Unpacked::Dir(i) => Some(Some(i.dest.clone())),
+        Unpacked::Layout(_) => Some(None),
+        Unpacked::HfCache(_) => None,
     };
     match done {
         Unpacked::Dir(i) => render_dir(&mut out, &i, &what, &size),
@@ -235,8 +236,20 @@ fn finish(
             "OK   the publisher's OMS signature {} was verified when packing ({} {})",
             p.signature, p.method, p.signer
         ));
-        if let Some(dest) = &publisher_dest {
-            publisher_verify_line(&mut out, m, p, dest);
+        match &publisher_dest {
+            Some(Some(dest)) => publisher_verify_line(&mut out, m, p, dest),
+            Some(None) => {
+                // The artifact carries airlock's files as layers with their paths: whatever
+                // extracts it holds them beside the model.
+                let ignore = publisher_ignore_paths(m);
+                out.set("oms_publisher_ignore_paths", &ignore);
+                out.line(format!(
+                    "     an extraction of this artifact holds airlock's {} beside the model, which the publisher did not sign: a stock verifier of {} there needs them left out (--ignore-paths; a ModelValidation's ignorePaths; RUNBOOK 3.5)",
+                    ignore.join(" and "),
+                    p.signature
+                ));
+            }
+            None => {}
         }
     }
     recorded_findings(&mut out, m, bundle.map(|(b, _)| b));

@@ -1231,6 +1231,13 @@ fn the_publishers_signature_verifies_on_the_install_with_the_documented_settings
         v["oms_publisher_ignore_paths"],
         serde_json::json!([".airlock", "model.airlock.sig"])
     );
+    // An OCI layout holds them as layers: its output says an extraction needs the same.
+    let layout = env.ok(&["unpack", "b", "--trust", "k.pub", "--oci-layout", "lay:1"]);
+    let text = String::from_utf8_lossy(&layout.stdout);
+    assert!(
+        text.contains("an extraction of this artifact holds airlock's .airlock and model.airlock.sig beside the model"),
+        "{text}"
+    );
 
     // RUNBOOK 3.5's model_signing line, as written, the model moved to the test install;
     // CLI.md gives the same line.
