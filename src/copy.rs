@@ -551,7 +551,7 @@ fn survivors(m: &Manifest, plan: &[usize], count: usize) -> Vec<usize> {
 /// lost. Without parity, no loss is survivable.
 fn survives_loss(m: &Manifest, plan: &[usize], lost: usize) -> bool {
     let Some(p) = &m.parity else { return false };
-    let layout = crate::bundle::volumes::UnitLayout::of(m);
+    let layout = crate::manifest::units::UnitLayout::of(m);
     let stripes = p.stripes.max(1);
     let r = u64::from(p.recovery_units);
     let mut erased: BTreeMap<u64, u64> = BTreeMap::new();

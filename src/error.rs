@@ -870,7 +870,7 @@ fn is_receipt(path: &Path) -> bool {
 /// (`airlock verify FILE`).
 fn is_manifest(path: &Path) -> bool {
     path.file_name()
-        .is_some_and(|n| n == crate::manifest::MANIFEST_NAME)
+        .is_some_and(|n| n == crate::paths::MANIFEST_NAME)
 }
 
 /// The folder of a Hugging Face cache where huggingface_hub takes its locks and airlock stages
