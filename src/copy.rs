@@ -662,7 +662,7 @@ fn copy_to(
         }
     }
     let placement_bytes = serde_json::to_vec_pretty(placement)
-        .map_err(|e| Error::Usage(format!("internal error: placement: {e}")))?;
+        .map_err(|e| Error::Internal(format!("placement: {e}")))?;
     crate::durable::replace_at(&dir_fd, dir, PLACEMENT_NAME, &placement_bytes, FILE_MODE)?;
     let mut report = MediumReport {
         number,
@@ -904,9 +904,9 @@ fn write_volume(
             let _ = pool_tx.send(buf);
         }
         drop(pool_tx);
-        let bad = reader.join().map_err(|_| {
-            Error::Usage("internal error: the source reading thread panicked".into())
-        })?;
+        let bad = reader
+            .join()
+            .map_err(|_| Error::Internal("the source reading thread panicked".into()))?;
         if written != v.size && bad.is_empty() {
             return Err(Error::io(
                 &src_path,

@@ -18,6 +18,9 @@ pub const EXIT_OPERATIONAL: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 /// Exit code for a bundle or model that failed verification.
 pub const EXIT_VERIFY: u8 = 3;
+/// Exit code for a fault of airlock itself ([`Error::Internal`]): the code Rust gives a panic,
+/// the one docs/CLI.md names for a bug.
+pub const EXIT_INTERNAL: u8 = 101;
 
 /// What to do after an [`Error::Registry`]: the hint follows the command and the problem.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,6 +65,10 @@ pub enum Error {
     /// The command line asks for something impossible.
     #[error("{0}")]
     Usage(String),
+    /// A fault of airlock itself: an invariant its own code keeps was broken (a bug to report,
+    /// not a problem of the input).
+    #[error("internal error: {0}")]
+    Internal(String),
     /// The command line could not be parsed (unknown flag, missing argument, invalid value),
     /// or names something the command must not write into, with advice (`unpack --oci-layout`
     /// at a directory that is not a layout). Built by the binary from the parser's error, or
@@ -518,6 +525,7 @@ impl Error {
             Error::TrustEnv { source } => source.exit_code(),
             Error::Interrupted { signal, .. } => 128u8.saturating_add(*signal as u8),
             Error::Usage(_) | Error::Arguments { .. } => EXIT_USAGE,
+            Error::Internal(_) => EXIT_INTERNAL,
             Error::ModelChecks { .. }
             | Error::MissingSignature { .. }
             | Error::UntrustedKey { .. }
@@ -550,6 +558,7 @@ impl Error {
             Error::Io { .. } => "io",
             Error::NoSpace { .. } => "no-space",
             Error::Usage(_) | Error::Arguments { .. } => "usage",
+            Error::Internal(_) => "internal",
             Error::Key { .. } | Error::WrongPassword { .. } => "key",
             Error::Source { .. } => "source",
             Error::SourceChanged { .. } => "source-changed",
@@ -610,6 +619,10 @@ impl Error {
                     .map_or_else(|| "that filesystem".to_string(), |m| m.mount_point.display().to_string())
             ),
             Error::Usage(_) | Error::Interrupted { .. } => return None,
+            Error::Internal(_) => {
+                "this is a bug in airlock: report it with the command line and this message"
+                    .to_string()
+            }
             Error::TrustEnv { source } => return source.hint(),
             Error::NotReplaceable { todo, .. } => todo.clone(),
             Error::MediaTooSmall { .. } => format!(

@@ -699,8 +699,8 @@ fn etag_of_patched(
 }
 
 fn internal(path: &str) -> Error {
-    Error::Usage(format!(
-        "internal error: the delta plan and the stream disagree about {path:?}"
+    Error::Internal(format!(
+        "the delta plan and the stream disagree about {path:?}"
     ))
 }
 
