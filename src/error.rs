@@ -2,7 +2,8 @@
 //!
 //! Variants are what a caller branches on; every one that concerns a file names it. The three
 //! classes match the documented exit codes: 1 the environment failed (I/O, space, password),
-//! 2 the command was used wrongly, 3 the bundle or model failed verification.
+//! 2 the command was used wrongly, 3 the bundle or model failed verification; and 101
+//! ([`Error::Internal`]) airlock itself is at fault, a bug, as a panic is.
 
 use std::io;
 use std::path::{Path, PathBuf};
