@@ -1,9 +1,8 @@
-//! Writing small files (keys, signatures) so that a failure never leaves a half-written file
-//! or loses the old one: write a temporary sibling, then rename it into place.
+//! Guarding the small files the binary writes (keys, signatures, roots): an output that is
+//! one of its inputs under another name is refused. Writing them is
+//! [`airlock::durable::Staged`] (a temporary sibling written whole, then moved into place).
 
-use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use airlock::error::{Error, Result};
 
@@ -35,53 +34,4 @@ pub fn refuse_overwriting(dest: &Path, protected: &[(&Path, &str)]) -> Result<()
         }
     }
     Ok(())
-}
-
-/// A complete file under a temporary name next to its final path, removed on drop unless
-/// [`Staged::publish`] renamed it into place.
-pub struct Staged {
-    tmp: Option<PathBuf>,
-    dest: PathBuf,
-}
-
-impl Staged {
-    /// Writes `bytes` with exactly `mode` (whatever the umask) to a new temporary sibling of
-    /// `dest` and syncs it. Nothing is touched at `dest` yet.
-    pub fn write(dest: &Path, bytes: &[u8], mode: u32) -> Result<Staged> {
-        let mut name = dest.as_os_str().to_owned();
-        name.push(format!(".airlock-tmp{}", std::process::id()));
-        let tmp = PathBuf::from(name);
-        // create_new: a name already taken is someone else's file, never overwritten or removed.
-        let mut f = airlock::fsio::create_new(&tmp, 0o600).map_err(|e| Error::io(&tmp, e))?;
-        let staged = Staged {
-            tmp: Some(tmp.clone()),
-            dest: dest.to_path_buf(),
-        };
-        f.set_permissions(std::fs::Permissions::from_mode(mode))
-            .and_then(|()| f.write_all(bytes))
-            .and_then(|()| f.sync_all())
-            .map_err(|e| Error::io(&tmp, e))?;
-        Ok(staged)
-    }
-
-    /// Moves the file into place. With `replace`, a rename over what is there (a directory in
-    /// the way fails); without, a hard link that fails if the name was taken meanwhile.
-    pub fn publish(mut self, replace: bool) -> Result<()> {
-        let tmp = self.tmp.take().expect("not yet published");
-        let placed = if replace {
-            std::fs::rename(&tmp, &self.dest)
-        } else {
-            std::fs::hard_link(&tmp, &self.dest)
-        };
-        let _ = std::fs::remove_file(&tmp);
-        placed.map_err(|e| Error::io(&self.dest, e))
-    }
-}
-
-impl Drop for Staged {
-    fn drop(&mut self) {
-        if let Some(tmp) = self.tmp.take() {
-            let _ = std::fs::remove_file(tmp);
-        }
-    }
 }

@@ -14,13 +14,13 @@ use airlock::manifest;
 use airlock::trust::root::{self, Root, RootKey, Verification};
 use airlock::trust::{Clock, time, update};
 
-use super::files::Staged;
 use super::ui::Ui;
 use super::{Output, secret, trust_clock, trust_source};
 use crate::cli::{
     CosignArgs, RootKeyArgs, TrustCommand, TrustCommandArgs, TrustInitArgs, TrustRotateArgs,
     TrustShowArgs, TrustSignArgs,
 };
+use airlock::durable::{Place, Staged};
 
 /// `airlock trust ...`.
 pub fn run(a: TrustCommandArgs, ui: &Ui) -> Result<Output> {
@@ -119,7 +119,7 @@ fn write_new(path: &Path, r: &Root) -> Result<()> {
             path.display()
         )));
     }
-    Staged::write(path, &r.to_bytes(), 0o644)?.publish(false)
+    Staged::write_path(path, &r.to_bytes(), 0o644)?.publish(Place::New)
 }
 
 fn init(a: TrustInitArgs) -> Result<Output> {
@@ -229,12 +229,12 @@ fn sign(a: TrustSignArgs, ui: &Ui) -> Result<Output> {
     };
     let replaced = r.sign(&key);
     let mode = meta.permissions();
-    Staged::write(
+    Staged::write_path(
         &a.root,
         &r.to_bytes(),
         std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
     )?
-    .publish(true)?;
+    .publish(Place::Replace)?;
     let mut out = Output::default();
     out.set("root", &a.root);
     out.set("signer", pk.key_id_hex());
@@ -469,30 +469,17 @@ fn show(a: TrustShowArgs) -> Result<Output> {
     Ok(out)
 }
 
-/// Writes the new file `name` (a co-signature) into the directory `dir_fd` (`dir`): created
-/// under a temporary name, exclusively and without following links, through the directory's
-/// handle, synced, then renamed into place without replacing anything, and the directory
-/// synced.
+/// Writes the new file `name` (a co-signature) into the directory `dir_fd` (`dir`), mode 0644:
+/// created under a temporary name, exclusively and without following links, through the
+/// directory's handle, synced, then renamed into place without replacing anything, and the
+/// directory synced ([`airlock::durable::write_new_at`]).
 pub(super) fn write_new_at(
     dir_fd: &std::os::fd::OwnedFd,
     dir: &Path,
     name: &str,
     bytes: &[u8],
 ) -> Result<()> {
-    let path = dir.join(name);
-    let tmp = format!(".{name}.airlock-tmp{}", std::process::id());
-    airlock::durable::write_synced_at(dir_fd, dir, &tmp, bytes, 0o644)?;
-    if let Err(e) = airlock::fsio::rename_at(
-        dir_fd,
-        tmp.as_str(),
-        dir_fd,
-        name,
-        rustix::fs::RenameFlags::NOREPLACE,
-    ) {
-        let _ = rustix::fs::unlinkat(dir_fd, tmp.as_str(), rustix::fs::AtFlags::empty());
-        return Err(Error::io(&path, e));
-    }
-    airlock::durable::sync_dir_fd(dir_fd, dir)
+    airlock::durable::write_new_at(dir_fd, dir, name, bytes, 0o644)
 }
 
 /// `airlock cosign BUNDLE --key K`: one more minisign signature of the bundle's manifest,

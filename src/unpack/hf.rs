@@ -41,7 +41,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::{self, Write};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -850,11 +850,16 @@ fn write_ref(
         dir = txn.ensure_inner(&dir, &path, part)?;
         path.push(part);
     }
-    let tmp = "ref.tmp";
-    durable::write_synced_at(&work.fd, &work.path, tmp, commit.as_bytes(), 0o644)?;
-    fsio::rename_at(&work.fd, tmp, &*dir, name, RenameFlags::empty())
-        .map_err(|e| Error::io(&ref_path, e))?;
-    durable::sync_dir_fd(&*dir, &path)?;
+    durable::Staged::write_via(
+        work.fd.as_fd(),
+        &work.path,
+        dir.as_fd(),
+        &path,
+        name,
+        commit.as_bytes(),
+        0o644,
+    )?
+    .publish(durable::Place::Replace)?;
     Ok(old)
 }
 
