@@ -34,6 +34,8 @@ pub mod repair;
 pub mod scan;
 pub mod size;
 #[cfg(test)]
+mod parse_fuzz;
+#[cfg(test)]
 mod source_rules;
 pub mod staging;
 pub mod tar;

@@ -182,13 +182,9 @@ pub fn read_carried(
     notes: &mut Vec<String>,
 ) -> Result<Vec<(PathBuf, RootFile, Root)>> {
     let mut found = Vec::new();
-    let rd = match fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) => return Err(Error::io(dir, e)),
-    };
-    for e in rd {
-        let e = e.map_err(|e| Error::io(dir, e))?;
-        let name = e.file_name().to_string_lossy().into_owned();
+    let rd = fsio::list_dir(dir, fsio::Follow::Final).map_err(|e| Error::io(dir, e))?;
+    for (name, _) in rd {
+        let name = name.to_string_lossy().into_owned();
         if version_of_name(&name).is_some() {
             found.push(name);
         }
