@@ -26,6 +26,8 @@ pub mod oci;
 pub mod oms;
 pub mod pack;
 pub mod parity;
+#[cfg(test)]
+mod parse_fuzz;
 pub mod paths;
 pub mod pipeline;
 pub mod progress;
@@ -33,8 +35,6 @@ pub mod receipt;
 pub mod repair;
 pub mod scan;
 pub mod size;
-#[cfg(test)]
-mod parse_fuzz;
 #[cfg(test)]
 mod source_rules;
 pub mod staging;

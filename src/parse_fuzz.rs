@@ -35,7 +35,7 @@ const ADDRESS_SPACE: u64 = 512 << 20;
 const CASES: u32 = 1000;
 /// The longest error message a parser may give for an input it refuses: a message quotes
 /// names, not documents.
-const MAX_MESSAGE: usize = 64 << 10;
+const MAX_MESSAGE: usize = 2048;
 
 fn cases() -> u32 {
     std::env::var("AIRLOCK_FUZZ_CASES")
@@ -49,14 +49,28 @@ fn cases() -> u32 {
 fn run_capped_child(child: &str) -> String {
     let exe = std::env::current_exe().unwrap();
     let out = Command::new(exe)
-        .args(["--exact", child, "--include-ignored", "--test-threads=1", "--nocapture"])
+        .args([
+            "--exact",
+            child,
+            "--include-ignored",
+            "--test-threads=1",
+            "--nocapture",
+        ])
         .env(CHILD_ENV, "1")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "child failed ({}):\n{stdout}\n{stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "child failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
     assert!(stdout.contains("1 passed"), "child ran nothing:\n{stdout}");
+    // The figures, for `--nocapture` (SECURITY.md section 8 quotes them).
+    for line in stderr.lines().filter(|l| l.starts_with("fuzz ")) {
+        eprintln!("{line}");
+    }
     stderr.into_owned()
 }
 
@@ -102,9 +116,10 @@ impl Tally {
                 prop_assert!(!m.trim().is_empty(), "an empty message");
                 prop_assert!(
                     m.len() <= MAX_MESSAGE,
-                    "a message of {} bytes for an input of {}",
+                    "a message of {} bytes for an input of {}: {}",
                     m.len(),
-                    input.len()
+                    input.len(),
+                    crate::display::escape_bounded(m, 400)
                 );
                 self.longest_message = self.longest_message.max(m.len());
             }
@@ -114,7 +129,8 @@ impl Tally {
 
     fn report(&self, what: &str, started: std::time::Instant) {
         eprintln!(
-            "fuzz {what}: {} cases, {} accepted, longest input {} bytes, longest message {} bytes, {:.1} s",
+            "fuzz {what}: {} inputs, {} parses, {} accepted, longest input {} bytes, longest message {} bytes, {:.1} s",
+            cases(),
             self.cases,
             self.accepted,
             self.longest_input,
@@ -202,36 +218,38 @@ enum Edit {
 fn edit() -> impl Strategy<Value = Edit> {
     let at = prop_oneof![0usize..512, any::<usize>()];
     let key = prop_oneof![
-        prop::sample::select(&[
-            "keyids",
-            "threshold",
-            "keytype",
-            "scheme",
-            "keyval",
-            "public",
-            "sig",
-            "keyid",
-            "mediaType",
-            "payload",
-            "payloadType",
-            "signatures",
-            "dsseEnvelope",
-            "verificationMaterial",
-            "publicKey",
-            "hint",
-            "x509CertificateChain",
-            "rawBytes",
-            "_type",
-            "subject",
-            "predicate",
-            "predicateType",
-            "resources",
-            "digest",
-            "sha256",
-            "Username",
-            "Secret",
-            "ServerURL",
-        ][..])
+        prop::sample::select(
+            &[
+                "keyids",
+                "threshold",
+                "keytype",
+                "scheme",
+                "keyval",
+                "public",
+                "sig",
+                "keyid",
+                "mediaType",
+                "payload",
+                "payloadType",
+                "signatures",
+                "dsseEnvelope",
+                "verificationMaterial",
+                "publicKey",
+                "hint",
+                "x509CertificateChain",
+                "rawBytes",
+                "_type",
+                "subject",
+                "predicate",
+                "predicateType",
+                "resources",
+                "digest",
+                "sha256",
+                "Username",
+                "Secret",
+                "ServerURL",
+            ][..]
+        )
         .prop_map(String::from),
         "[a-z_]{1,12}",
     ];
@@ -350,6 +368,24 @@ fn mutated(seeds: Vec<Vec<u8>>) -> impl Strategy<Value = Vec<u8>> {
         .prop_map(|(seed, edits)| apply(&seed, &edits))
 }
 
+/// Fails the test with the reason and the start of the input (a hostile input can be
+/// megabytes: printed whole, it buries the reason).
+fn finish(result: Result<(), proptest::test_runner::TestError<Vec<u8>>>) {
+    use proptest::test_runner::TestError;
+    match result {
+        Ok(()) => {}
+        Err(TestError::Abort(why)) => panic!("aborted: {why}"),
+        Err(TestError::Fail(why, input)) => panic!(
+            "{why}\ninput ({} bytes) begins: {}",
+            input.len(),
+            crate::display::escape_bounded(
+                &String::from_utf8_lossy(&input[..input.len().min(600)]),
+                1200
+            )
+        ),
+    }
+}
+
 fn runner() -> TestRunner {
     TestRunner::new(Config {
         cases: cases(),
@@ -400,31 +436,31 @@ fn root_child() {
     let seeds = root_seeds();
     let trusted: Vec<Root> = seeds.iter().map(|s| Root::parse(s).unwrap()).collect();
     let tally = std::cell::RefCell::new(Tally::default());
-    runner()
-        .run(&mutated(seeds), |bytes| {
-            prop_assume!(bytes.len() as u64 <= root::MAX_ROOT_BYTES);
-            match Root::parse(&bytes) {
-                Ok(r) => {
-                    // Whatever parses writes back to a root that parses to the same signed
-                    // content, and verifies against a trusted root only as its signatures
-                    // allow: a signature counts only over the canonical bytes it signed.
-                    let again = Root::parse(&r.to_bytes())
-                        .map_err(|e| TestCaseError::fail(format!("rewritten: {e}")))?;
-                    prop_assert_eq!(again.canonical_signed(), r.canonical_signed());
-                    for t in &trusted {
-                        if t.verification(root::ROOT, &r).ok() {
-                            prop_assert!(
-                                trusted.iter().any(|s| s.canonical_signed() == r.canonical_signed()),
-                                "a changed root verified"
-                            );
-                        }
+    finish(runner().run(&mutated(seeds), |bytes| {
+        prop_assume!(bytes.len() as u64 <= root::MAX_ROOT_BYTES);
+        match Root::parse(&bytes) {
+            Ok(r) => {
+                // Whatever parses writes back to a root that parses to the same signed
+                // content, and verifies against a trusted root only as its signatures
+                // allow: a signature counts only over the canonical bytes it signed.
+                let again = Root::parse(&r.to_bytes())
+                    .map_err(|e| TestCaseError::fail(format!("rewritten: {e}")))?;
+                prop_assert_eq!(again.canonical_signed(), r.canonical_signed());
+                for t in &trusted {
+                    if t.verification(root::ROOT, &r).ok() {
+                        prop_assert!(
+                            trusted
+                                .iter()
+                                .any(|s| s.canonical_signed() == r.canonical_signed()),
+                            "a changed root verified"
+                        );
                     }
-                    tally.borrow_mut().saw(&bytes, Ok(()))
                 }
-                Err(e) => tally.borrow_mut().saw(&bytes, Err(&e)),
+                tally.borrow_mut().saw(&bytes, Ok(()))
             }
-        })
-        .unwrap();
+            Err(e) => tally.borrow_mut().saw(&bytes, Err(&e)),
+        }
+    }));
     tally.borrow().report("root", started);
 }
 
@@ -490,9 +526,11 @@ fn the_oms_bundle_and_statement_parsers_survive_hostile_signatures_in_a_memory_c
 fn oms_child() {
     cap_address_space();
     let seeds = bundle_seeds();
-    let key = TrustMaterial::Key(oms::load_public_key(&oms_data("keys/signing-key-pub.pem")).unwrap());
-    let certs =
-        TrustMaterial::Certificates(oms::load_certificates(&[oms_data("keys/ca-cert.pem")]).unwrap());
+    let key =
+        TrustMaterial::Key(oms::load_public_key(&oms_data("keys/signing-key-pub.pem")).unwrap());
+    let certs = TrustMaterial::Certificates(
+        oms::load_certificates(&[oms_data("keys/ca-cert.pem")]).unwrap(),
+    );
     // What the seeds' signatures vouch for: nothing else may verify.
     let signed: Vec<statement::Statement> = seeds
         .iter()
@@ -500,44 +538,40 @@ fn oms_child() {
         .collect();
     let started = std::time::Instant::now();
     let tally = std::cell::RefCell::new(Tally::default());
-    runner()
-        .run(&mutated(seeds.clone()), |bytes| {
-            prop_assume!(bytes.len() as u64 <= crate::manifest::MAX_OMS_SIGNATURE_BYTES);
-            for trust in [&key, &certs] {
-                match bundle::verify(&bytes, &trust.as_trust()) {
-                    Ok(v) => {
-                        prop_assert!(
-                            signed.contains(&v.statement),
-                            "a changed statement verified"
-                        );
-                        tally.borrow_mut().saw(&bytes, Ok(()))?;
-                    }
-                    Err(e) => tally.borrow_mut().saw(&bytes, Err(&e))?,
+    finish(runner().run(&mutated(seeds.clone()), |bytes| {
+        prop_assume!(bytes.len() as u64 <= crate::manifest::MAX_OMS_SIGNATURE_BYTES);
+        for trust in [&key, &certs] {
+            match bundle::verify(&bytes, &trust.as_trust()) {
+                Ok(v) => {
+                    prop_assert!(
+                        signed.contains(&v.statement),
+                        "a changed statement verified"
+                    );
+                    tally.borrow_mut().saw(&bytes, Ok(()))?;
                 }
+                Err(e) => tally.borrow_mut().saw(&bytes, Err(&e))?,
             }
-            match bundle::read_statement(&bytes) {
-                Ok(_) => tally.borrow_mut().saw(&bytes, Ok(())),
-                Err(e) => tally.borrow_mut().saw(&bytes, Err(&e)),
-            }
-        })
-        .unwrap();
+        }
+        match bundle::read_statement(&bytes) {
+            Ok(_) => tally.borrow_mut().saw(&bytes, Ok(())),
+            Err(e) => tally.borrow_mut().saw(&bytes, Err(&e)),
+        }
+    }));
     tally.borrow().report("oms bundle", started);
     let started = std::time::Instant::now();
     let tally = std::cell::RefCell::new(Tally::default());
-    runner()
-        .run(&mutated(statement_seeds(&seeds)), |bytes| {
-            match statement::parse(&bytes) {
-                Ok(s) => {
-                    // A parsed statement names only resources a model directory can hold.
-                    for r in &s.resources {
-                        prop_assert!(statement::check_name(&r.name).is_ok(), "{:?}", r.name);
-                    }
-                    tally.borrow_mut().saw(&bytes, Ok(()))
+    finish(runner().run(&mutated(statement_seeds(&seeds)), |bytes| {
+        match statement::parse(&bytes) {
+            Ok(s) => {
+                // A parsed statement names only resources a model directory can hold.
+                for r in &s.resources {
+                    prop_assert!(statement::check_name(&r.name).is_ok(), "{:?}", r.name);
                 }
-                Err(e) => tally.borrow_mut().saw(&bytes, Err(&e)),
+                tally.borrow_mut().saw(&bytes, Ok(()))
             }
-        })
-        .unwrap();
+            Err(e) => tally.borrow_mut().saw(&bytes, Err(&e)),
+        }
+    }));
     tally.borrow().report("oms statement", started);
 }
 
@@ -573,29 +607,35 @@ fn helper_child() {
     cap_address_space();
     let started = std::time::Instant::now();
     let tally = std::cell::RefCell::new(Tally::default());
-    runner()
-        .run(&mutated(helper_seeds()), |bytes| {
-            prop_assume!(bytes.len() as u64 <= HELPER_OUTPUT_CAP);
-            match parse_helper_answer(&bytes) {
-                Ok(_) | Err(HelperFailure::IdentityToken) => tally.borrow_mut().saw(&bytes, Ok(()))?,
-                Err(HelperFailure::BadOutput(m)) => {
-                    // The message is for a log: it says what is wrong, never what the
-                    // helper answered (a secret of the wrong type included).
-                    prop_assert!(!m.contains(SECRET), "the secret quoted: {}", m);
-                    tally.borrow_mut().saw(&bytes, Err(&m))?;
-                }
-                Err(other) => {
-                    return Err(TestCaseError::fail(format!("parsing gave {other:?}")));
-                }
+    finish(runner().run(&mutated(helper_seeds()), |bytes| {
+        prop_assume!(bytes.len() as u64 <= HELPER_OUTPUT_CAP);
+        match parse_helper_answer(&bytes) {
+            Ok(_) | Err(HelperFailure::IdentityToken) => tally.borrow_mut().saw(&bytes, Ok(()))?,
+            Err(HelperFailure::BadOutput(m)) => {
+                // The message is for a log: it says what is wrong, never what the
+                // helper answered (a secret of the wrong type included).
+                prop_assert!(!m.contains(SECRET), "the secret quoted: {}", m);
+                tally.borrow_mut().saw(&bytes, Err(&m))?;
             }
-            // A failed helper's output is quoted by its first line: short and escaped.
-            if let Some(line) = first_line(&String::from_utf8_lossy(&bytes)) {
-                prop_assert!(line.chars().count() <= 200 * 10, "{} chars", line.chars().count());
-                prop_assert!(!line.chars().any(crate::display::needs_escape), "{:?}", line);
+            Err(other) => {
+                return Err(TestCaseError::fail(format!("parsing gave {other:?}")));
             }
-            Ok(())
-        })
-        .unwrap();
+        }
+        // A failed helper's output is quoted by its first line: short and escaped.
+        if let Some(line) = first_line(&String::from_utf8_lossy(&bytes)) {
+            prop_assert!(
+                line.chars().count() <= 200 * 10,
+                "{} chars",
+                line.chars().count()
+            );
+            prop_assert!(
+                !line.chars().any(crate::display::needs_escape),
+                "{:?}",
+                line
+            );
+        }
+        Ok(())
+    }));
     tally.borrow().report("helper", started);
 }
 

@@ -457,8 +457,8 @@ pub fn planted(dir: &Path) -> Result<Vec<Drift>> {
         return Ok(out);
     }
     out.extend(mode_drift(RECEIPT_DIR, meta.permissions().mode()));
-    let receipt_fd =
-        fsio::open_dir_path(&receipt, fsio::Follow::Never).map_err(|e| Error::io(&receipt, e.into()))?;
+    let receipt_fd = fsio::open_dir_path(&receipt, fsio::Follow::Never)
+        .map_err(|e| Error::io(&receipt, e.into()))?;
     for (name, ft) in fsio::dir_entries(&receipt_fd).map_err(|e| Error::io(&receipt, e))? {
         let name = name.to_string_lossy().into_owned();
         let rel = format!("{RECEIPT_DIR}/{name}");

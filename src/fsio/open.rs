@@ -476,10 +476,7 @@ pub fn dir_entries(dir: &OwnedFd) -> io::Result<Vec<(std::ffi::OsString, FileTyp
 /// The entries of the directory `path` ([`dir_entries`]): with [`Follow::Final`] as the
 /// operator names it (links followed, as `read_dir` would), with [`Follow::Never`] only if
 /// `path` itself is no link.
-pub fn list_dir(
-    path: &Path,
-    follow: Follow,
-) -> io::Result<Vec<(std::ffi::OsString, FileType)>> {
+pub fn list_dir(path: &Path, follow: Follow) -> io::Result<Vec<(std::ffi::OsString, FileType)>> {
     dir_entries(&open_dir_path(path, follow)?)
 }
 
@@ -646,7 +643,9 @@ mod tests {
         }
         let trimmed = code.trim_start();
         if (trimmed.starts_with("use ") || trimmed.starts_with("pub use "))
-            && (code.contains("std::fs") || code.contains("unix::fs") || code.contains("rustix::fs"))
+            && (code.contains("std::fs")
+                || code.contains("unix::fs")
+                || code.contains("rustix::fs"))
         {
             for call in TREE_CALLS.iter().chain(OPENING_CALLS) {
                 let Some(name) = call.strip_prefix("fs::").and_then(|c| c.strip_suffix('(')) else {
@@ -729,7 +728,10 @@ mod tests {
             let used = crate::source_rules::non_test_sources()
                 .iter()
                 .any(|(rel, code)| rel == file && code.contains(call));
-            assert!(used, "OPEN_ALLOWED lists {call} in {file}, which no longer makes it");
+            assert!(
+                used,
+                "OPEN_ALLOWED lists {call} in {file}, which no longer makes it"
+            );
         }
     }
 
@@ -777,6 +779,8 @@ mod tests {
             );
         }
         assert!(offending_calls("src/copy.rs", "let _ = std::fs::remove_file(&flag);").is_empty());
-        assert!(!offending_calls("src/repair.rs", "let _ = std::fs::remove_file(&flag);").is_empty());
+        assert!(
+            !offending_calls("src/repair.rs", "let _ = std::fs::remove_file(&flag);").is_empty()
+        );
     }
 }

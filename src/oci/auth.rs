@@ -460,7 +460,9 @@ pub(crate) fn first_line(text: &str) -> Option<String> {
 }
 
 /// The `{"ServerURL", "Username", "Secret"}` answer of `get`.
-pub(crate) fn parse_helper_answer(out: &[u8]) -> std::result::Result<Option<Credentials>, HelperFailure> {
+pub(crate) fn parse_helper_answer(
+    out: &[u8],
+) -> std::result::Result<Option<Credentials>, HelperFailure> {
     #[derive(serde::Deserialize)]
     struct Answer {
         #[serde(rename = "Username")]
@@ -471,7 +473,7 @@ pub(crate) fn parse_helper_answer(out: &[u8]) -> std::result::Result<Option<Cred
     let a: Answer = serde_json::from_slice(out).map_err(|e| {
         HelperFailure::BadOutput(format!(
             "its answer is not the helper protocol's {{\"ServerURL\", \"Username\", \"Secret\"}} JSON ({})",
-            answer_error(&e)
+            crate::display::json_error(&e)
         ))
     })?;
     if a.username == "<token>" {
@@ -484,25 +486,6 @@ pub(crate) fn parse_helper_answer(out: &[u8]) -> std::result::Result<Option<Cred
         username: a.username,
         password: a.secret,
     }))
-}
-
-/// What is wrong with a helper's answer, without quoting it: serde's own message quotes a
-/// value of the wrong type (`invalid type: string "…"`), and the answer holds a secret (a
-/// helper printing its token as a JSON string had the token written into the error).
-fn answer_error(e: &serde_json::Error) -> String {
-    use serde_json::error::Category;
-    let text = e.to_string();
-    let what = match e.classify() {
-        Category::Data if text.starts_with("missing field") || text.starts_with("duplicate field") => {
-            // Names a field of the protocol, not a value.
-            text.split(" at line ").next().unwrap_or(&text).to_string()
-        }
-        Category::Data => "a value of another type than the protocol's".to_string(),
-        Category::Syntax => "not JSON".to_string(),
-        Category::Eof => "cut short".to_string(),
-        Category::Io => "unreadable".to_string(),
-    };
-    format!("{what} at line {} column {}", e.line(), e.column())
 }
 
 /// The error for a helper that failed: which helper, chosen by which key of which file, what
@@ -678,13 +661,22 @@ mod tests {
         // whole in the error (`invalid type: string "…", expected struct Answer`).
         for (answer, says) in [
             (&br#""tok-3f9a1c""#[..], "a value of another type"),
-            (br#"{"Username":"u","Secret":31415926}"#, "a value of another type"),
-            (br#"{"Username":["tok-3f9a1c"],"Secret":"x"}"#, "a value of another type"),
-            (br#"["tok-3f9a1c"]"#, "a value of another type"),
+            (
+                br#"{"Username":"u","Secret":31415926}"#,
+                "a value of another type",
+            ),
+            (
+                br#"{"Username":["tok-3f9a1c"],"Secret":"x"}"#,
+                "a value of another type",
+            ),
+            (br#"["tok-3f9a1c"]"#, "invalid length 1"),
             (br#"{"Username":"tok-3f9a1c""#, "cut short"),
             (b"tok-3f9a1c", "not JSON"),
             (br#"{"Secret":"tok-3f9a1c"}"#, "missing field `Username`"),
-            (br#"{"Username":"u","Secret":"tok-3f9a1c","Secret":"y"}"#, "duplicate field `Secret`"),
+            (
+                br#"{"Username":"u","Secret":"tok-3f9a1c","Secret":"y"}"#,
+                "duplicate field `Secret`",
+            ),
         ] {
             let Err(HelperFailure::BadOutput(m)) = parse_helper_answer(answer) else {
                 panic!("accepted {}", String::from_utf8_lossy(answer));

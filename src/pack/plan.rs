@@ -201,7 +201,8 @@ impl Plan {
                 from: from.map(Box::new),
             });
         }
-        crate::staging::remove_tree(&delta.patch_dir).map_err(|e| Error::io(&delta.patch_dir, e))?;
+        crate::staging::remove_tree(&delta.patch_dir)
+            .map_err(|e| Error::io(&delta.patch_dir, e))?;
         let directories = written
             .directories
             .into_iter()
@@ -287,8 +288,12 @@ pub fn plan(
     };
     base::check_same_model(&base.manifest, name, version)?;
     let patch_dir = work.join("delta-patches");
-    let patch_fd =
-        crate::durable::mkdir_at(&crate::durable::open_dir(work)?, work, "delta-patches", 0o700)?;
+    let patch_fd = crate::durable::mkdir_at(
+        &crate::durable::open_dir(work)?,
+        work,
+        "delta-patches",
+        0o700,
+    )?;
     let remove_patch = |index: usize, out_path: &Path| {
         rustix::fs::unlinkat(&patch_fd, index.to_string(), rustix::fs::AtFlags::empty())
             .map_err(|e| Error::io(out_path, e.into()))

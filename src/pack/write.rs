@@ -404,7 +404,13 @@ impl VolumeWriter {
             v.chunks = sha;
             checks.push(check);
             let name = manifest::volume_name(i, count);
-            crate::fsio::rename_at(&dir_fd, v.name.as_str(), &dir_fd, name.as_str(), rustix::fs::RenameFlags::empty())?;
+            crate::fsio::rename_at(
+                &dir_fd,
+                v.name.as_str(),
+                &dir_fd,
+                name.as_str(),
+                rustix::fs::RenameFlags::empty(),
+            )?;
             v.name = name;
             volumes.push(v);
         }

@@ -16,8 +16,8 @@
 //! not complete: a failed unpack leaves the filesystem as it found it.
 
 use std::os::fd::OwnedFd;
-use std::sync::Arc;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::fsio;
