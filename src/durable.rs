@@ -1,5 +1,5 @@
 //! The durable steps every writer shares: a new file written with an explicit mode and
-//! synced, a small file replaced atomically, directories created with an explicit mode and
+//! synced, a small file replaced or created atomically ([`Staged`], the one way airlock does it), directories created with an explicit mode and
 //! synced. Files are created through [`crate::fsio`] (exclusive, never through a link); errors
 //! name the path ([`Error::io`]).
 //!

@@ -254,7 +254,8 @@ fn parse_key(keyid_text: &str, v: &Value) -> Result<RootKey, String> {
     let computed = keyid(&public);
     if computed != keyid_text {
         return Err(format!(
-            "key id {keyid_text} does not match its key: the key's id is {computed} (SHA-256 of its canonical JSON, as python-tuf computes it)"
+            "key id {} does not match its key: the key's id is {computed} (SHA-256 of its canonical JSON, as python-tuf computes it)",
+            crate::display::bounded(keyid_text)
         ));
     }
     let minisign_id = match m.get(MINISIGN_KEYID) {
