@@ -3,7 +3,7 @@
 //! (`oms::bundle`, `oms::statement`) and a credential helper's answer (`oci::auth`).
 //!
 //! Each property runs in a child copy of this test binary whose address space is capped
-//! (`RLIMIT_AS`, [`ADDRESS_SPACE`]), so an allocation sized from a hostile length fails the
+//! (`RLIMIT_AS`, [`ADDRESS_SPACE`]; a 1 GiB reservation must fail in it), so an allocation sized from a hostile length fails the
 //! child instead of passing on a machine with memory to spare; a panic fails the case, a stack
 //! overflow (deep nesting) kills the child. Every input is rejected with the parser's error,
 //! a non-empty message of bounded length, or accepted with what its signature proves.
@@ -26,7 +26,8 @@ use serde_json::Value as Json;
 use crate::oms::{self, TrustMaterial, bundle, statement};
 use crate::trust::root::{self, Root, RootKey};
 
-const CHILD_ENV: &str = "AIRLOCK_PARSE_FUZZ_CHILD";
+/// Set in a capped child to its cap in bytes.
+const CHILD_ENV: &str = "AIRLOCK_CAPPED_CHILD";
 /// Address space of the child: the test binary, its one test thread and the largest input
 /// (a root at its 1 MiB limit) fit many times over; an allocation sized from a hostile length
 /// does not.
@@ -44,9 +45,10 @@ fn cases() -> u32 {
         .unwrap_or(CASES)
 }
 
-/// Runs the ignored test `child` of this binary in a child process, which caps its own
-/// address space first ([`cap_address_space`]), and returns its stderr (the figures).
-fn run_capped_child(child: &str) -> String {
+/// Runs the ignored test `child` of this binary in a child process whose address space is
+/// capped at `cap` bytes (the child calls [`cap_address_space`] first), and returns its
+/// stderr (the figures). Shared with `inspect::fuzz`.
+pub(crate) fn run_capped_child(child: &str, cap: u64) -> String {
     let exe = std::env::current_exe().unwrap();
     let out = Command::new(exe)
         .args([
@@ -56,7 +58,7 @@ fn run_capped_child(child: &str) -> String {
             "--test-threads=1",
             "--nocapture",
         ])
-        .env(CHILD_ENV, "1")
+        .env(CHILD_ENV, cap.to_string())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -74,17 +76,16 @@ fn run_capped_child(child: &str) -> String {
     stderr.into_owned()
 }
 
-/// Caps this (child) process's address space at [`ADDRESS_SPACE`].
-fn cap_address_space() {
+/// Caps this (child) process's address space at what [`run_capped_child`] asked for.
+pub(crate) fn cap_address_space() {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
-    assert_eq!(
-        std::env::var(CHILD_ENV).as_deref(),
-        Ok("1"),
-        "run through the parent test"
-    );
+    let asked: u64 = std::env::var(CHILD_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .expect("run through the parent test");
     let old = getrlimit(Resource::As);
-    let cap = old.maximum.map_or(ADDRESS_SPACE, |m| m.min(ADDRESS_SPACE));
+    let cap = old.maximum.map_or(asked, |m| m.min(asked));
     setrlimit(
         Resource::As,
         Rlimit {
@@ -93,8 +94,12 @@ fn cap_address_space() {
         },
     )
     .unwrap();
-    // The cap is in force: a 1 GiB reservation fails rather than succeeding lazily.
-    assert!(Vec::<u8>::new().try_reserve_exact(1 << 30).is_err());
+    // The cap is in force: a reservation of twice the cap fails rather than succeeding lazily.
+    assert!(
+        Vec::<u8>::new()
+            .try_reserve_exact(2 * cap as usize)
+            .is_err()
+    );
 }
 
 /// What a run saw, printed by the child for the parent (and SECURITY.md).
@@ -424,7 +429,7 @@ fn root_seeds() -> Vec<Vec<u8>> {
 
 #[test]
 fn the_tuf_root_parser_survives_hostile_roots_in_a_memory_capped_process() {
-    let figures = run_capped_child("parse_fuzz::root_child");
+    let figures = run_capped_child("parse_fuzz::root_child", ADDRESS_SPACE);
     assert!(figures.contains("fuzz root:"), "{figures}");
 }
 
@@ -517,7 +522,7 @@ fn statement_seeds(bundles: &[Vec<u8>]) -> Vec<Vec<u8>> {
 
 #[test]
 fn the_oms_bundle_and_statement_parsers_survive_hostile_signatures_in_a_memory_capped_process() {
-    let figures = run_capped_child("parse_fuzz::oms_child");
+    let figures = run_capped_child("parse_fuzz::oms_child", ADDRESS_SPACE);
     assert!(figures.contains("fuzz oms bundle:"), "{figures}");
     assert!(figures.contains("fuzz oms statement:"), "{figures}");
 }
@@ -596,7 +601,7 @@ fn helper_seeds() -> Vec<Vec<u8>> {
 
 #[test]
 fn the_credential_helper_answer_parser_survives_hostile_output_in_a_memory_capped_process() {
-    let figures = run_capped_child("parse_fuzz::helper_child");
+    let figures = run_capped_child("parse_fuzz::helper_child", ADDRESS_SPACE);
     assert!(figures.contains("fuzz helper:"), "{figures}");
 }
 
