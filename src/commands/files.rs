@@ -35,3 +35,16 @@ pub fn refuse_overwriting(dest: &Path, protected: &[(&Path, &str)]) -> Result<()
     }
     Ok(())
 }
+
+/// Writes the new file `name` (a co-signature) into the directory `dir_fd` (`dir`), mode 0644:
+/// created under a temporary name, exclusively and without following links, through the
+/// directory's handle, synced, then renamed into place without replacing anything, and the
+/// directory synced ([`airlock::durable::write_new_at`]).
+pub(super) fn write_new_at(
+    dir_fd: &std::os::fd::OwnedFd,
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> Result<()> {
+    airlock::durable::write_new_at(dir_fd, dir, name, bytes, 0o644)
+}

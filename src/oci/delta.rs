@@ -26,7 +26,7 @@ use sha2::{Digest, Sha256};
 
 use super::client::Registry;
 use super::modelpack;
-use crate::delta::apply::Base;
+use crate::entries::Base;
 use crate::error::{Error, RegistryNext, Result};
 use crate::manifest::{self, FileEntry, Manifest};
 
@@ -243,7 +243,8 @@ fn temp_file() -> Result<File> {
         NEXT.fetch_add(1, Ordering::Relaxed)
     ));
     let name = path.file_name().expect("a name was given");
-    let dir_fd = crate::durable::open_dir_following(&dir)?;
+    let dir_fd = crate::fsio::open_dir_path(&dir, crate::fsio::Follow::Final)
+        .map_err(|e| Error::io(&dir, e.into()))?;
     let file = crate::fsio::create_at(&dir_fd, &name.to_string_lossy(), 0o600, true)
         .map_err(|e| Error::io(&path, e.into()))?;
     rustix::fs::unlinkat(&dir_fd, name, rustix::fs::AtFlags::empty())
