@@ -217,9 +217,9 @@ fn small_files(opened: &Opened) -> Result<Vec<(String, Vec<u8>)>> {
         manifest::SIGNATURE_NAME.to_string(),
     ];
     names.extend(opened.trust.cosignatures.iter().map(|(n, _)| n.clone()));
-    if let Ok(rd) = std::fs::read_dir(src) {
-        for e in rd.flatten() {
-            let n = e.file_name().to_string_lossy().into_owned();
+    if let Ok(rd) = crate::fsio::list_dir(src, crate::fsio::Follow::Final) {
+        for (n, _) in rd {
+            let n = n.to_string_lossy().into_owned();
             if (crate::trust::update::is_listed_root(m, &n) || crate::oms::is_listed(m, &n))
                 && !names.contains(&n)
             {
@@ -290,10 +290,10 @@ fn inspect(
     }
     medium.exists = true;
     let own = crate::bundle::media::Media::new(vec![dir.clone()], &opened.manifest_sha256);
-    let listing: Vec<String> = std::fs::read_dir(&dir)
+    let listing: Vec<String> = crate::fsio::list_dir(&dir, crate::fsio::Follow::Final)
         .map_err(|e| Error::io(&dir, e))?
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .into_iter()
+        .map(|(n, _)| n.to_string_lossy().into_owned())
         .collect();
     if listing.is_empty() {
         return Ok(medium);
@@ -640,13 +640,20 @@ fn copy_to(
     removed_stale: &mut Vec<PathBuf>,
 ) -> Result<MediumReport> {
     let dir = &medium.dir;
-    let root_fd = fsio::open_dir_path(&medium.root, Follow::Final)
-        .map_err(|e| Error::io(&medium.root, e.into()))?;
+    let root_fd = std::sync::Arc::new(
+        fsio::open_dir_path(&medium.root, Follow::Final)
+            .map_err(|e| Error::io(&medium.root, e.into()))?,
+    );
     let _created;
     if !medium.exists {
-        crate::durable::mkdir_at(&root_fd, &medium.root, &file_name(dir), DIR_MODE)?;
-        _created = Some(crate::staging::register_created(dir.clone()));
-        crate::durable::sync_dir_fd(&root_fd, &medium.root)?;
+        let name = file_name(dir);
+        crate::durable::mkdir_at(&*root_fd, &medium.root, &name, DIR_MODE)?;
+        _created = Some(crate::staging::register_created(
+            root_fd.clone(),
+            &name,
+            dir.clone(),
+        ));
+        crate::durable::sync_dir_fd(&*root_fd, &medium.root)?;
     } else {
         let cleaned = crate::staging::clean_stale(dir)?;
         removed_stale.extend(cleaned.removed);

@@ -107,6 +107,67 @@ pub fn escape_bounded(text: &str, max: usize) -> String {
     out
 }
 
+/// The most characters of a value another party wrote that [`quote`] shows.
+pub const QUOTE_MAX: usize = 80;
+
+/// `text` quoted for a message (as `{:?}` quotes it), cut after [`QUOTE_MAX`] characters with
+/// its length said: an error names a value, it does not repeat a document (a root's `_type` or
+/// a bundle's media type of 60 KB made a 60 KB message).
+pub fn quote(text: &str) -> String {
+    match text.char_indices().nth(QUOTE_MAX) {
+        None => format!("{text:?}"),
+        Some((i, _)) => format!("{:?}… ({} bytes)", &text[..i], text.len()),
+    }
+}
+
+/// `text` cut after [`QUOTE_MAX`] characters (ending in `…`), unquoted: a name another party
+/// chose (a key id), shown in a message as it is when it is short.
+pub fn bounded(text: &str) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(QUOTE_MAX) {
+        None => std::borrow::Cow::Borrowed(text),
+        Some((i, _)) => std::borrow::Cow::Owned(format!("{}… ({} bytes)", &text[..i], text.len())),
+    }
+}
+
+/// What a JSON parser found wrong with a document, without quoting the document: serde's
+/// message quotes a value of the wrong type (`invalid type: string "…", expected …`), which
+/// repeated a whole document in the error, or a credential helper's secret. The position is
+/// kept; a message of the parser's own (a field missing, a key given twice) is kept, cut to
+/// [`QUOTE_MAX`] characters.
+pub fn json_error(e: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    let text = e.to_string();
+    let head = text
+        .rsplit_once(" at line ")
+        .map_or(text.as_str(), |(h, _)| h);
+    let cut = |s: &str| match s.char_indices().nth(QUOTE_MAX) {
+        None => s.to_string(),
+        Some((i, _)) => format!("{}…", &s[..i]),
+    };
+    let cut3 = |s: &str| match s.char_indices().nth(3 * QUOTE_MAX) {
+        None => s.to_string(),
+        Some((i, _)) => format!("{}…", &s[..i]),
+    };
+    let what = match e.classify() {
+        Category::Data if head.starts_with("invalid type") || head.starts_with("invalid value") => {
+            match head.rsplit_once(", expected ") {
+                Some((_, expected)) => {
+                    format!(
+                        "a value of another type where {} was expected",
+                        cut(expected)
+                    )
+                }
+                None => "a value of another type than expected".to_string(),
+            }
+        }
+        // The parser's own words (a field missing, a key twice, a float): a longer cut.
+        Category::Data | Category::Io => cut3(head),
+        Category::Syntax => format!("not JSON ({})", cut(head)),
+        Category::Eof => "cut short".to_string(),
+    };
+    format!("{what} at line {} column {}", e.line(), e.column())
+}
+
 /// A JSON document (as serde_json writes it) with every character of [`needs_escape`] that it
 /// holds raw written as a JSON `\u` escape (a surrogate pair above U+FFFF). serde_json escapes
 /// the C0 controls inside strings (those left are the document's own line breaks and
@@ -190,6 +251,42 @@ mod tests {
             .count();
         // 65 Cc but TAB + 170 Cf (Unicode 16.0) + U+2028 + U+2029.
         assert_eq!(escaped, 64 + 170 + 2);
+    }
+
+    #[test]
+    fn what_another_party_wrote_is_quoted_short_and_json_errors_quote_no_value() {
+        assert_eq!(quote("root"), "\"root\"");
+        let long = "é".repeat(100);
+        let q = quote(&long);
+        assert!(
+            q.starts_with(&format!("{:?}", "é".repeat(QUOTE_MAX))),
+            "{q}"
+        );
+        assert!(q.ends_with("… (200 bytes)"), "{q}");
+        assert_eq!(bounded("abc"), "abc");
+        assert!(bounded(&"x".repeat(1000)).len() < 100);
+        let e = serde_json::from_str::<u32>("\"s3cr3t-token\"").unwrap_err();
+        let m = json_error(&e);
+        assert!(!m.contains("s3cr3t"), "{m}");
+        assert!(
+            m.starts_with("a value of another type where u32 was expected"),
+            "{m}"
+        );
+        let e = serde_json::from_str::<Vec<u32>>("[1,").unwrap_err();
+        assert_eq!(json_error(&e), "cut short at line 1 column 3");
+        let e = serde_json::from_str::<u32>("s3cr3t").unwrap_err();
+        assert!(
+            json_error(&e).starts_with("not JSON (expected value)"),
+            "{}",
+            json_error(&e)
+        );
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct S {
+            a: u32,
+        }
+        let e = serde_json::from_str::<S>("{}").unwrap_err();
+        assert_eq!(json_error(&e), "missing field `a` at line 1 column 2");
     }
 
     #[test]

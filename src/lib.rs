@@ -28,6 +28,8 @@ pub mod oci;
 pub mod oms;
 pub mod pack;
 pub mod parity;
+#[cfg(test)]
+mod parse_fuzz;
 pub mod paths;
 pub mod pipeline;
 pub mod progress;

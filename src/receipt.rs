@@ -457,18 +457,19 @@ pub fn planted(dir: &Path) -> Result<Vec<Drift>> {
         return Ok(out);
     }
     out.extend(mode_drift(RECEIPT_DIR, meta.permissions().mode()));
-    for e in std::fs::read_dir(&receipt).map_err(|e| Error::io(&receipt, e))? {
-        let e = e.map_err(|e| Error::io(&receipt, e))?;
-        let name = e.file_name().to_string_lossy().into_owned();
+    let receipt_fd = fsio::open_dir_path(&receipt, fsio::Follow::Never)
+        .map_err(|e| Error::io(&receipt, e.into()))?;
+    for (name, ft) in fsio::dir_entries(&receipt_fd).map_err(|e| Error::io(&receipt, e))? {
+        let name = name.to_string_lossy().into_owned();
         let rel = format!("{RECEIPT_DIR}/{name}");
-        let is_file = e.file_type().is_ok_and(|t| t.is_file());
+        let is_file = ft == FileType::RegularFile;
         let receipt_file = name == manifest::MANIFEST_NAME
             || name == manifest::SIGNATURE_NAME
             || open::is_cosignature_name(&name)
             || crate::trust::update::version_of_name(&name).is_some();
         if receipt_file && is_file {
-            if let Ok(m) = e.metadata() {
-                out.extend(mode_drift(&rel, m.permissions().mode()));
+            if let Ok(st) = fsio::stat_at(&receipt_fd, name.as_str()) {
+                out.extend(mode_drift(&rel, st.st_mode));
             }
             continue;
         }

@@ -7,6 +7,7 @@ use std::path::Path;
 /// Files that are test modules as a whole (declared `#[cfg(test)] mod x;`).
 const TEST_ONLY_FILES: &[&str] = &[
     "src/source_rules.rs",
+    "src/parse_fuzz.rs",
     "src/layering.rs",
     "src/inspect/fuzz.rs",
     "src/inspect/values/tests.rs",

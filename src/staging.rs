@@ -76,20 +76,25 @@ pub struct Interrupted {
 
 /// Directories this process created for its work (the missing parents of a destination):
 /// removed by [`interrupt`] after the work directories, each only if it is empty then.
-static CREATED: Mutex<Vec<(u64, PathBuf)>> = Mutex::new(Vec::new());
+static CREATED: Mutex<Vec<CreatedEntry>> = Mutex::new(Vec::new());
+
+/// A registered directory: its token, the handle of the directory it was made in, its name
+/// there and its path (for the report).
+type CreatedEntry = (u64, std::sync::Arc<OwnedFd>, String, PathBuf);
 
 /// A directory registered with [`register_created`]; unregistered when dropped.
 #[derive(Debug)]
 pub struct CreatedDir(u64);
 
-/// Registers `path`, a directory this process just created for its work, for removal by
-/// [`interrupt`] while it is still empty (a published result inside it keeps it).
-pub fn register_created(path: PathBuf) -> CreatedDir {
+/// Registers `name` in the directory `parent` (at `path`), a directory this process just
+/// created for its work, for removal by [`interrupt`] through `parent` while it is still
+/// empty (a published result inside it keeps it).
+pub fn register_created(parent: std::sync::Arc<OwnedFd>, name: &str, path: PathBuf) -> CreatedDir {
     let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
     CREATED
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .push((token, path));
+        .push((token, parent, name.to_string(), path));
     CreatedDir(token)
 }
 
@@ -98,7 +103,7 @@ impl Drop for CreatedDir {
         CREATED
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|(t, _)| *t != self.0);
+            .retain(|(t, ..)| *t != self.0);
     }
 }
 
@@ -122,9 +127,9 @@ pub fn interrupt() -> Interrupted {
         }
     }
     let created = std::mem::take(&mut *CREATED.lock().unwrap_or_else(|e| e.into_inner()));
-    for (_, path) in created.into_iter().rev() {
-        // `remove_dir` removes only an empty directory and never follows a link.
-        if std::fs::remove_dir(&path).is_ok() {
+    for (_, parent, name, path) in created.into_iter().rev() {
+        // `rmdir` removes only an empty directory and never follows a link.
+        if rustix::fs::unlinkat(&*parent, name.as_str(), AtFlags::REMOVEDIR).is_ok() {
             removed.push(path);
         }
     }

@@ -254,15 +254,13 @@ pub fn read_cosignatures(
     signed: &OsStr,
     notes: &mut Vec<String>,
 ) -> Result<Vec<SigFile>> {
-    let rd = match std::fs::read_dir(dir) {
+    let rd = match crate::fsio::list_dir(dir, crate::fsio::Follow::Final) {
         Ok(rd) => rd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(Error::io(dir, e)),
     };
     let mut names = Vec::new();
-    for e in rd {
-        let e = e.map_err(|e| Error::io(dir, e))?;
-        let name = e.file_name();
+    for (name, _) in rd {
         if is_cosignature_of(signed, &name) {
             names.push(name);
         }

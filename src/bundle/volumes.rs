@@ -588,7 +588,7 @@ pub fn stray_files(opened: &Opened) -> Vec<StrayFile> {
 /// listed file in another spelling) is that file, not a stray one.
 fn stray_in<'a>(dir: &Path, listed: impl Iterator<Item = &'a str>) -> Vec<StrayFile> {
     use std::os::unix::fs::MetadataExt;
-    let Ok(rd) = std::fs::read_dir(dir) else {
+    let Ok(rd) = crate::fsio::list_dir(dir, crate::fsio::Follow::Final) else {
         return vec![];
     };
     let listed: std::collections::HashMap<String, &str> =
@@ -603,8 +603,8 @@ fn stray_in<'a>(dir: &Path, listed: impl Iterator<Item = &'a str>) -> Vec<StrayF
         x.dev() == y.dev() && x.ino() == y.ino()
     };
     let mut out: Vec<StrayFile> = rd
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .into_iter()
+        .map(|(n, _)| n.to_string_lossy().into_owned())
         .filter(|n| match listed.get(&n.to_ascii_lowercase()) {
             Some(l) => *l != n && !same_entry(n, l),
             None => true,

@@ -13,7 +13,9 @@ use airlock::bundle::open;
 use airlock::error::{Error, Result};
 use airlock::keys::{self, Signature, TRUSTED_COMMENT_MAX_BYTES};
 
-use super::files::{self, Staged};
+use airlock::durable::{Place, Staged};
+
+use super::files;
 use super::ui::Ui;
 use super::{Output, secret, trust_clock, trust_source, verify_file};
 use crate::cli::{CosignArgs, SignArgs};
@@ -72,7 +74,11 @@ pub fn run(a: SignArgs, ui: &Ui) -> Result<Output> {
                 source: e,
             }
         })?;
-    Staged::write(&sig_path, sig.to_file_text().as_bytes(), 0o644)?.publish(a.force)?;
+    Staged::write_path(&sig_path, sig.to_file_text().as_bytes(), 0o644)?.publish(if a.force {
+        Place::Replace
+    } else {
+        Place::New
+    })?;
     let key_id = key.public_key().key_id_hex();
     let mut out = Output::default();
     out.set("file", &a.file);

@@ -14,13 +14,13 @@ use airlock::manifest;
 use airlock::trust::root::{self, Root, RootKey, Verification};
 use airlock::trust::{Clock, time, update};
 
-use super::files::Staged;
 use super::ui::Ui;
 use super::{Output, secret, trust_clock, trust_source};
 use crate::cli::{
     CosignArgs, RootKeyArgs, TrustCommand, TrustCommandArgs, TrustInitArgs, TrustRotateArgs,
     TrustShowArgs, TrustSignArgs,
 };
+use airlock::durable::{Place, Staged};
 
 /// `airlock trust ...`.
 pub fn run(a: TrustCommandArgs, ui: &Ui) -> Result<Output> {
@@ -119,7 +119,7 @@ fn write_new(path: &Path, r: &Root) -> Result<()> {
             path.display()
         )));
     }
-    Staged::write(path, &r.to_bytes(), 0o644)?.publish(false)
+    Staged::write_path(path, &r.to_bytes(), 0o644)?.publish(Place::New)
 }
 
 fn init(a: TrustInitArgs) -> Result<Output> {
@@ -229,12 +229,12 @@ fn sign(a: TrustSignArgs, ui: &Ui) -> Result<Output> {
     };
     let replaced = r.sign(&key);
     let mode = meta.permissions();
-    Staged::write(
+    Staged::write_path(
         &a.root,
         &r.to_bytes(),
         std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
     )?
-    .publish(true)?;
+    .publish(Place::Replace)?;
     let mut out = Output::default();
     out.set("root", &a.root);
     out.set("signer", pk.key_id_hex());

@@ -15,11 +15,11 @@ pub fn symlink_at<P: rustix::path::Arg>(target: P, dir: &impl AsFd, name: &str) 
 
 /// Makes `to` in `to_dir` a hard link to the entry `from` of `from_dir`, which is not followed
 /// if it is a link. Fails with `AlreadyExists` if `to` is taken.
-pub fn hard_link_at(
+pub fn hard_link_at<P: rustix::path::Arg, Q: rustix::path::Arg>(
     from_dir: &impl AsFd,
-    from: &str,
+    from: P,
     to_dir: &impl AsFd,
-    to: &str,
+    to: Q,
 ) -> io::Result<()> {
     rustix::fs::linkat(from_dir, from, to_dir, to, AtFlags::empty()).map_err(io::Error::from)
 }

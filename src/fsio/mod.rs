@@ -22,7 +22,10 @@
 //!
 //! It lives below every reader and writer, so that installing never imports from the bundle
 //! writer (and the writer never from an installer). A unit test (`only_fsio_opens_files`)
-//! fails when a file is opened anywhere else in `src/`.
+//! fails when a file is opened anywhere else in `src/`, or a tree is changed or listed by path
+//! (`create_dir`, `rename`, `remove_*`, `read_dir`, `set_permissions`, links, rustix's path
+//! calls, `CWD`): elsewhere a tree is changed below a directory handle and listed with
+//! [`list_dir`] or [`dir_entries`].
 
 mod at;
 mod medium;

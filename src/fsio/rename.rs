@@ -40,11 +40,11 @@ pub fn exchange(a: &Path, b: &Path) -> io::Result<()> {
 }
 
 /// `renameat2` between two directory handles.
-pub fn rename_at(
+pub fn rename_at<P: rustix::path::Arg, Q: rustix::path::Arg>(
     from_dir: &impl AsFd,
-    from: &str,
+    from: P,
     to_dir: &impl AsFd,
-    to: &str,
+    to: Q,
     flags: RenameFlags,
 ) -> io::Result<()> {
     rustix::fs::renameat_with(from_dir, from, to_dir, to, flags).map_err(io::Error::from)

@@ -234,16 +234,11 @@ fn repository_folders(
             folders.push((repo_type.to_string(), repo_id.to_string(), folder));
         }
         None => {
-            let rd = fs::read_dir(cache).map_err(|e| Error::io(cache, e))?;
-            let mut names: Vec<(String, PathBuf, Option<fs::FileType>)> = rd
-                .filter_map(|e| e.ok())
-                .map(|e| {
-                    (
-                        e.file_name().to_string_lossy().into_owned(),
-                        e.path(),
-                        e.file_type().ok(),
-                    )
-                })
+            let rd = crate::fsio::list_dir(cache, crate::fsio::Follow::Final)
+                .map_err(|e| Error::io(cache, e))?;
+            let mut names: Vec<(String, PathBuf, Option<rustix::fs::FileType>)> = rd
+                .into_iter()
+                .map(|(n, ft)| (n.to_string_lossy().into_owned(), cache.join(&n), Some(ft)))
                 .collect();
             names.sort_by(|a, b| a.0.cmp(&b.0));
             for (name, path, ft) in names {
@@ -251,8 +246,10 @@ fn repository_folders(
                     continue;
                 }
                 match (parse_repo_folder(&name), ft) {
-                    (Some((t, id)), Some(ft)) if ft.is_dir() => folders.push((t, id, path)),
-                    (Some(_), Some(ft)) if ft.is_symlink() => report.problems.push(CacheProblem {
+                    (Some((t, id)), Some(rustix::fs::FileType::Directory)) => {
+                        folders.push((t, id, path))
+                    }
+                    (Some(_), Some(rustix::fs::FileType::Symlink)) => report.problems.push(CacheProblem {
                         kind: "unsafe-link",
                         problem: format!(
                             "is a symlink to {}; a repository folder must be a real directory, and airlock does not follow it",
@@ -437,12 +434,15 @@ fn survey_repo(
     let mut snapshots = Vec::new();
     let snapshots_readable = dir_or_problem(&snapshots_dir, report);
     if snapshots_readable {
-        let rd = fs::read_dir(&snapshots_dir).map_err(|e| Error::io(&snapshots_dir, e))?;
-        for e in rd.filter_map(|e| e.ok()) {
-            match e.file_type() {
-                Ok(t) if t.is_dir() => snapshots.push(e.file_name().to_string_lossy().into_owned()),
+        let rd = crate::fsio::list_dir(&snapshots_dir, crate::fsio::Follow::Never)
+            .map_err(|e| Error::io(&snapshots_dir, e))?;
+        for (name, ft) in rd {
+            match ft {
+                rustix::fs::FileType::Directory => {
+                    snapshots.push(name.to_string_lossy().into_owned())
+                }
                 _ => {
-                    dir_or_problem(&e.path(), report);
+                    dir_or_problem(&snapshots_dir.join(&name), report);
                 }
             }
         }
@@ -483,10 +483,11 @@ fn survey_repo(
     let mut jobs = Vec::new();
     let blobs = folder.join("blobs");
     if dir_or_problem(&blobs, report) {
-        let rd = fs::read_dir(&blobs).map_err(|e| Error::io(&blobs, e))?;
+        let rd = crate::fsio::list_dir(&blobs, crate::fsio::Follow::Never)
+            .map_err(|e| Error::io(&blobs, e))?;
         let mut names: Vec<(String, PathBuf)> = rd
-            .filter_map(|e| e.ok())
-            .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+            .into_iter()
+            .map(|(n, _)| (n.to_string_lossy().into_owned(), blobs.join(&n)))
             .collect();
         names.sort();
         for (name, path) in names {

@@ -530,10 +530,10 @@ pub fn receipts(repo: &Path) -> Result<Vec<(String, PathBuf)>> {
     if !real_dir(&repo.join(TRACE_DIR))? || !real_dir(&dir)? {
         return Ok(Vec::new());
     }
-    let mut out: Vec<(String, PathBuf)> = fs::read_dir(&dir)
+    let mut out: Vec<(String, PathBuf)> = fsio::list_dir(&dir, fsio::Follow::Never)
         .map_err(|e| Error::io(&dir, e))?
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().into_string().ok())
+        .into_iter()
+        .filter_map(|(n, _)| n.into_string().ok())
         .filter(|n| super::names::is_commit(n))
         .filter(|n| matches!(real_dir(&dir.join(n)), Ok(true)))
         .map(|n| {
@@ -584,10 +584,10 @@ pub fn traces(repo: &Path) -> Vec<String> {
     if !matches!(real_dir(&trace), Ok(true)) {
         return Vec::new();
     }
-    let mut out: Vec<String> = fs::read_dir(&trace)
+    let mut out: Vec<String> = fsio::list_dir(&trace, fsio::Follow::Never)
         .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .filter_map(|e| e.file_name().into_string().ok())
+            rd.into_iter()
+                .filter_map(|(n, _)| n.into_string().ok())
                 .filter(|n| super::names::is_commit(n))
                 .collect()
         })

@@ -481,19 +481,24 @@ fn incomplete_downloads(
     linked: &HashMap<String, String>,
     listing: Option<&BTreeMap<String, ListedFile>>,
 ) -> Vec<(PathBuf, String)> {
-    let Ok(rd) = fs::read_dir(blobs) else {
+    let Ok(fd) = crate::fsio::open_dir_path(blobs, crate::fsio::Follow::Final) else {
+        return Vec::new();
+    };
+    let Ok(rd) = crate::fsio::dir_entries(&fd) else {
         return Vec::new();
     };
     let mut out: Vec<(PathBuf, String)> = rd
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
+        .into_iter()
+        .filter_map(|(name, _)| {
+            let name = name.into_string().ok()?;
             if !name.ends_with(".incomplete") {
                 return None;
             }
             // `<etag>.incomplete` (older huggingface_hub) or `<etag>.<8 hex>.incomplete`.
             let etag = name.split('.').next().unwrap_or("");
-            let size = e.metadata().map(|m| m.len()).unwrap_or(0);
+            let size = crate::fsio::stat_at(&fd, name.as_str())
+                .map(|s| s.st_size as u64)
+                .unwrap_or(0);
             let file = linked.get(etag).cloned().or_else(|| {
                 listing.and_then(|l| {
                     l.iter()
@@ -509,7 +514,7 @@ fn incomplete_downloads(
                     "is an interrupted download ({size} bytes so far) of a file the snapshot does not link to, so the snapshot probably lacks a file; run the download again with huggingface_hub, or delete this file if it belongs to another revision, then pack again"
                 ),
             };
-            Some((e.path(), reason))
+            Some((blobs.join(&name), reason))
         })
         .collect();
     out.sort();

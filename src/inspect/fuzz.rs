@@ -10,15 +10,14 @@
 //! machine with memory to spare.
 
 use std::path::Path;
-use std::process::Command;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 use super::check_file;
 use super::testutil::{fixtures, tree};
+use crate::parse_fuzz::{cap_address_space, run_capped_child};
 
-const CHILD_ENV: &str = "AIRLOCK_INSPECT_FUZZ_CHILD";
 /// Address space for the child: the test binary and its threads fit easily; a header
 /// allocated from a hostile length (safetensors allows up to 100 MB, gguf strings 1 GiB) does
 /// not, once it exceeds what a small input can justify.
@@ -217,50 +216,10 @@ fn input() -> impl Strategy<Value = (&'static str, Vec<u8>)> {
     prop_oneof![1 => noise, 1 => behind_magic, 3 => mutated, 3 => structured()]
 }
 
-/// Runs the ignored test `child` of this binary in a child process, which caps its own
-/// address space first ([`cap_address_space`]).
-#[cfg(target_os = "linux")]
-fn run_capped_child(child: &str) {
-    let exe = std::env::current_exe().unwrap();
-    let out = Command::new(exe)
-        .args(["--exact", child, "--include-ignored", "--test-threads=1"])
-        .env(CHILD_ENV, "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("1 passed"), "child ran nothing:\n{stdout}");
-}
-
-/// Caps this (child) process's address space at [`ADDRESS_SPACE`].
-#[cfg(target_os = "linux")]
-fn cap_address_space() {
-    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
-
-    assert_eq!(
-        std::env::var(CHILD_ENV).as_deref(),
-        Ok("1"),
-        "run through the parent test"
-    );
-    let old = getrlimit(Resource::As);
-    let cap = old.maximum.map_or(ADDRESS_SPACE, |m| m.min(ADDRESS_SPACE));
-    setrlimit(
-        Resource::As,
-        Rlimit {
-            current: Some(cap),
-            maximum: old.maximum,
-        },
-    )
-    .unwrap();
-    // The cap is in force: a 2 GiB reservation fails rather than succeeding lazily.
-    assert!(Vec::<u8>::new().try_reserve_exact(2 << 30).is_err());
-}
-
 #[cfg(target_os = "linux")]
 #[test]
 fn check_file_survives_arbitrary_bytes_in_a_memory_capped_process() {
-    run_capped_child("inspect::fuzz::arbitrary_bytes_child");
+    run_capped_child("inspect::fuzz::arbitrary_bytes_child", ADDRESS_SPACE);
 }
 
 #[cfg(target_os = "linux")]
@@ -340,7 +299,7 @@ fn huge_count() -> impl Strategy<Value = usize> {
 #[cfg(target_os = "linux")]
 #[test]
 fn huge_valid_headers_are_checked_in_a_memory_capped_process() {
-    run_capped_child("inspect::fuzz::huge_headers_child");
+    run_capped_child("inspect::fuzz::huge_headers_child", ADDRESS_SPACE);
 }
 
 #[cfg(target_os = "linux")]

@@ -221,7 +221,7 @@ pub fn credentials_for(registry: &str) -> Result<Option<Credentials>> {
 
 /// How running a credential helper failed.
 #[derive(Debug)]
-enum HelperFailure {
+pub(crate) enum HelperFailure {
     /// The program is not on `PATH`.
     Missing,
     /// It was found where another local user could have put it or could replace it.
@@ -450,7 +450,7 @@ fn join_within(
 
 /// The first non-empty line of a helper's output, at most 200 characters, escaped
 /// ([`crate::display::escape`]: it is quoted in an error message).
-fn first_line(text: &str) -> Option<String> {
+pub(crate) fn first_line(text: &str) -> Option<String> {
     let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
     let cut = line
         .char_indices()
@@ -460,7 +460,9 @@ fn first_line(text: &str) -> Option<String> {
 }
 
 /// The `{"ServerURL", "Username", "Secret"}` answer of `get`.
-fn parse_helper_answer(out: &[u8]) -> std::result::Result<Option<Credentials>, HelperFailure> {
+pub(crate) fn parse_helper_answer(
+    out: &[u8],
+) -> std::result::Result<Option<Credentials>, HelperFailure> {
     #[derive(serde::Deserialize)]
     struct Answer {
         #[serde(rename = "Username")]
@@ -470,7 +472,8 @@ fn parse_helper_answer(out: &[u8]) -> std::result::Result<Option<Credentials>, H
     }
     let a: Answer = serde_json::from_slice(out).map_err(|e| {
         HelperFailure::BadOutput(format!(
-            "its answer is not the helper protocol's {{\"ServerURL\", \"Username\", \"Secret\"}} JSON ({e})"
+            "its answer is not the helper protocol's {{\"ServerURL\", \"Username\", \"Secret\"}} JSON ({})",
+            crate::display::json_error(&e)
         ))
     })?;
     if a.username == "<token>" {
@@ -650,6 +653,37 @@ mod tests {
         assert!(parse_config(b"{}", "x").unwrap().is_none());
         assert!(parse_config(b"{", "x").is_err());
         assert!(parse_config(br#"{"auths":{"x":{"auth":"!!"}}}"#, "x").is_err());
+    }
+
+    #[test]
+    fn a_helper_answer_of_another_shape_is_refused_without_quoting_what_it_holds() {
+        // Found by `parse_fuzz::helper_child`: a token printed as a JSON string was quoted
+        // whole in the error (`invalid type: string "…", expected struct Answer`).
+        for (answer, says) in [
+            (&br#""tok-3f9a1c""#[..], "a value of another type"),
+            (
+                br#"{"Username":"u","Secret":31415926}"#,
+                "a value of another type",
+            ),
+            (
+                br#"{"Username":["tok-3f9a1c"],"Secret":"x"}"#,
+                "a value of another type",
+            ),
+            (br#"["tok-3f9a1c"]"#, "invalid length 1"),
+            (br#"{"Username":"tok-3f9a1c""#, "cut short"),
+            (b"tok-3f9a1c", "not JSON"),
+            (br#"{"Secret":"tok-3f9a1c"}"#, "missing field `Username`"),
+            (
+                br#"{"Username":"u","Secret":"tok-3f9a1c","Secret":"y"}"#,
+                "duplicate field `Secret`",
+            ),
+        ] {
+            let Err(HelperFailure::BadOutput(m)) = parse_helper_answer(answer) else {
+                panic!("accepted {}", String::from_utf8_lossy(answer));
+            };
+            assert!(!m.contains("tok-3f9a1c") && !m.contains("31415926"), "{m}");
+            assert!(m.contains(says) && m.contains(" at line 1 column "), "{m}");
+        }
     }
 
     #[test]

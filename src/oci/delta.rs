@@ -242,7 +242,12 @@ fn temp_file() -> Result<File> {
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     ));
-    let file = crate::fsio::create_temp(&path).map_err(|e| Error::io(&path, e))?;
-    std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+    let name = path.file_name().expect("a name was given");
+    let dir_fd = crate::fsio::open_dir_path(&dir, crate::fsio::Follow::Final)
+        .map_err(|e| Error::io(&dir, e.into()))?;
+    let file = crate::fsio::create_at(&dir_fd, &name.to_string_lossy(), 0o600, true)
+        .map_err(|e| Error::io(&path, e.into()))?;
+    rustix::fs::unlinkat(&dir_fd, name, rustix::fs::AtFlags::empty())
+        .map_err(|e| Error::io(&path, e.into()))?;
     Ok(file)
 }

@@ -150,12 +150,16 @@ fn b64(field: &str, s: &str) -> Result<Vec<u8>, String> {
 /// Verifies the bundle `bytes` against `trust` and returns its statement. `Err` says what
 /// failed, for a message that names the file.
 pub fn verify(bytes: &[u8], trust: &Trust<'_>) -> Result<Verified, String> {
-    let raw: RawBundle = serde_json::from_slice(bytes)
-        .map_err(|e| format!("is not a Sigstore bundle in JSON: {e}"))?;
+    let raw: RawBundle = serde_json::from_slice(bytes).map_err(|e| {
+        format!(
+            "is not a Sigstore bundle in JSON: {}",
+            crate::display::json_error(&e)
+        )
+    })?;
     if raw.media_type != MEDIA_TYPE {
         return Err(format!(
-            "is a bundle of media type {:?}, not {MEDIA_TYPE:?}",
-            raw.media_type
+            "is a bundle of media type {}, not {MEDIA_TYPE:?}",
+            crate::display::quote(&raw.media_type)
         ));
     }
     let env = raw
@@ -163,8 +167,8 @@ pub fn verify(bytes: &[u8], trust: &Trust<'_>) -> Result<Verified, String> {
         .ok_or("holds no DSSE envelope (a message signature is not a model signature)")?;
     if env.payload_type != PAYLOAD_TYPE {
         return Err(format!(
-            "has the DSSE payload type {:?}, not {PAYLOAD_TYPE:?}",
-            env.payload_type
+            "has the DSSE payload type {}, not {PAYLOAD_TYPE:?}",
+            crate::display::quote(&env.payload_type)
         ));
     }
     let first = env.signatures.first().ok_or("holds no signature")?;
@@ -187,7 +191,8 @@ pub fn verify(bytes: &[u8], trust: &Trust<'_>) -> Result<Verified, String> {
             match id.hint {
                 Some(h) if h != hint => {
                     return Err(format!(
-                        "was signed by another key: its key hint is {h}, the trusted key's is {hint}"
+                        "was signed by another key: its key hint is {}, the trusted key's is {hint}",
+                        crate::display::bounded(&h)
                     ));
                 }
                 Some(_) => {}
@@ -246,12 +251,16 @@ pub fn verify(bytes: &[u8], trust: &Trust<'_>) -> Result<Verified, String> {
 /// signature, whose bytes the manifest's minisign signature already vouches for, compared with
 /// the manifest's own list (a packer that lied in one of the two is caught).
 pub fn read_statement(bytes: &[u8]) -> Result<Statement, String> {
-    let raw: RawBundle = serde_json::from_slice(bytes)
-        .map_err(|e| format!("is not a Sigstore bundle in JSON: {e}"))?;
+    let raw: RawBundle = serde_json::from_slice(bytes).map_err(|e| {
+        format!(
+            "is not a Sigstore bundle in JSON: {}",
+            crate::display::json_error(&e)
+        )
+    })?;
     if raw.media_type != MEDIA_TYPE {
         return Err(format!(
-            "is a bundle of media type {:?}, not {MEDIA_TYPE:?}",
-            raw.media_type
+            "is a bundle of media type {}, not {MEDIA_TYPE:?}",
+            crate::display::quote(&raw.media_type)
         ));
     }
     let env = raw.dsse_envelope.ok_or("holds no DSSE envelope")?;

@@ -185,18 +185,32 @@ pub fn check_name(name: &str) -> Result<(), String> {
         return Err("an empty name".into());
     }
     if name.starts_with('/') {
-        return Err(format!("{name:?}, an absolute path"));
+        return Err(format!("{}, an absolute path", crate::display::quote(name)));
     }
     if name.contains('\0') {
-        return Err(format!("{name:?}, which holds a NUL"));
+        return Err(format!(
+            "{}, which holds a NUL",
+            crate::display::quote(name)
+        ));
     }
     for c in name.split('/') {
         match c {
-            "" => return Err(format!("{name:?}, which has an empty component")),
-            "." => return Err(format!("{name:?}, which has a '.' component")),
+            "" => {
+                return Err(format!(
+                    "{}, which has an empty component",
+                    crate::display::quote(name)
+                ));
+            }
+            "." => {
+                return Err(format!(
+                    "{}, which has a '.' component",
+                    crate::display::quote(name)
+                ));
+            }
             ".." => {
                 return Err(format!(
-                    "{name:?}, which has a '..' component (a path out of the model)"
+                    "{}, which has a '..' component (a path out of the model)",
+                    crate::display::quote(name)
                 ));
             }
             _ => {}
@@ -216,12 +230,16 @@ fn hex32(s: &str) -> Option<[u8; 32]> {
 
 /// Parses and checks a statement (module documentation). `Err` says what is wrong.
 pub fn parse(payload: &[u8]) -> Result<Statement, String> {
-    let raw: RawStatement = serde_json::from_slice(payload)
-        .map_err(|e| format!("holds a statement that is not the in-toto JSON expected: {e}"))?;
+    let raw: RawStatement = serde_json::from_slice(payload).map_err(|e| {
+        format!(
+            "holds a statement that is not the in-toto JSON expected: {}",
+            crate::display::json_error(&e)
+        )
+    })?;
     if raw.kind != STATEMENT_TYPE {
         return Err(format!(
-            "holds a statement of type {:?}, not {STATEMENT_TYPE:?}",
-            raw.kind
+            "holds a statement of type {}, not {STATEMENT_TYPE:?}",
+            crate::display::quote(&raw.kind)
         ));
     }
     if raw.predicate_type == PREDICATE_TYPE_V01 {
@@ -231,8 +249,8 @@ pub fn parse(payload: &[u8]) -> Result<Statement, String> {
     }
     if raw.predicate_type != PREDICATE_TYPE {
         return Err(format!(
-            "has the predicate type {:?}, not {PREDICATE_TYPE:?}",
-            raw.predicate_type
+            "has the predicate type {}, not {PREDICATE_TYPE:?}",
+            crate::display::quote(&raw.predicate_type)
         ));
     }
     let [subject] = <[RawSubject; 1]>::try_from(raw.subject)
@@ -249,21 +267,22 @@ pub fn parse(payload: &[u8]) -> Result<Statement, String> {
     }
     if ser.method != "files" {
         return Err(format!(
-            "names the serialization method {:?}, not \"files\"",
-            ser.method
+            "names the serialization method {}, not \"files\"",
+            crate::display::quote(&ser.method)
         ));
     }
     if ser.hash_type != "sha256" {
         return Err(format!(
-            "hashes with {:?}; airlock verifies sha256 signatures only",
-            ser.hash_type
+            "hashes with {}; airlock verifies sha256 signatures only",
+            crate::display::quote(&ser.hash_type)
         ));
     }
     for p in &ser.ignore_paths {
         let canon = canonical_ignore(p);
         if canon.as_deref() == Some("") {
             return Err(format!(
-                "lists the ignore path {p:?}, which would leave every file of the model unsigned"
+                "lists the ignore path {}, which would leave every file of the model unsigned",
+                crate::display::quote(p)
             ));
         }
     }
@@ -276,14 +295,19 @@ pub fn parse(payload: &[u8]) -> Result<Statement, String> {
         check_name(&r.name).map_err(|why| format!("lists the resource {why}"))?;
         if r.algorithm != "sha256" {
             return Err(format!(
-                "lists {:?} with the algorithm {:?}, not sha256",
-                r.name, r.algorithm
+                "lists {} with the algorithm {}, not sha256",
+                crate::display::quote(&r.name),
+                crate::display::quote(&r.algorithm)
             ));
         }
-        let sha256 = hex32(&r.digest)
-            .ok_or_else(|| format!("lists {:?} with a digest that is not 64 hex digits", r.name))?;
+        let sha256 = hex32(&r.digest).ok_or_else(|| {
+            format!(
+                "lists {} with a digest that is not 64 hex digits",
+                crate::display::quote(&r.name)
+            )
+        })?;
         if !seen.insert(r.name.clone()) {
-            return Err(format!("lists {:?} twice", r.name));
+            return Err(format!("lists {} twice", crate::display::quote(&r.name)));
         }
         resources.push(Resource {
             name: r.name,

@@ -589,13 +589,11 @@ fn is_complete_bundle(dir: &Path) -> bool {
     {
         return false;
     }
-    let Ok(rd) = std::fs::read_dir(dir) else {
+    let Ok(rd) = crate::fsio::list_dir(dir, crate::fsio::Follow::Final) else {
         return false;
     };
     let mut seen = 0;
-    for e in rd {
-        let Ok(e) = e else { return false };
-        let name = e.file_name();
+    for (name, _) in rd {
         let Some(name) = name.to_str() else {
             return false;
         };
@@ -609,7 +607,7 @@ fn is_complete_bundle(dir: &Path) -> bool {
         let Some(v) = m.volumes.iter().find(|v| v.name == name) else {
             return false;
         };
-        match std::fs::symlink_metadata(e.path()) {
+        match std::fs::symlink_metadata(dir.join(name)) {
             Ok(vm) if vm.is_file() && vm.len() == v.size => seen += 1,
             _ => return false,
         }

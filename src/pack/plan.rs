@@ -201,7 +201,8 @@ impl Plan {
                 from: from.map(Box::new),
             });
         }
-        std::fs::remove_dir_all(&delta.patch_dir).map_err(|e| Error::io(&delta.patch_dir, e))?;
+        crate::staging::remove_tree(&delta.patch_dir)
+            .map_err(|e| Error::io(&delta.patch_dir, e))?;
         let directories = written
             .directories
             .into_iter()
@@ -287,7 +288,16 @@ pub fn plan(
     };
     base::check_same_model(&base.manifest, name, version)?;
     let patch_dir = work.join("delta-patches");
-    std::fs::create_dir(&patch_dir).map_err(|e| Error::io(&patch_dir, e))?;
+    let patch_fd = crate::durable::mkdir_at(
+        &crate::durable::open_dir(work)?,
+        work,
+        "delta-patches",
+        0o700,
+    )?;
+    let remove_patch = |index: usize, out_path: &Path| {
+        rustix::fs::unlinkat(&patch_fd, index.to_string(), rustix::fs::AtFlags::empty())
+            .map_err(|e| Error::io(out_path, e.into()))
+    };
     let (decisions, candidates, unhashed, mut counts) = copies(model, base, scan_values, progress)?;
     let wanted: Vec<&str> = candidates.iter().map(|(_, e)| e.path()).collect();
     let mut base_content = base.contents(&wanted, work, progress)?;
@@ -325,7 +335,7 @@ pub fn plan(
         {
             // Visibly different from the base file at its path, but a copy of another one
             // (shards renamed): found from the digest the patch pass made.
-            std::fs::remove_file(&out_path).map_err(|e| Error::io(&out_path, e))?;
+            remove_patch(index, &out_path)?;
             let etag = etag_of_patched(model, index, source, path, *size, &enc.new_sha256)?;
             decisions[index] = Decision::Copy {
                 sha256: enc.new_sha256,
@@ -338,7 +348,7 @@ pub fn plan(
             continue;
         }
         if enc.patch_size >= *size {
-            std::fs::remove_file(&out_path).map_err(|e| Error::io(&out_path, e))?;
+            remove_patch(index, &out_path)?;
             continue;
         }
         // Decisions are per model file, so `index` is the file's index too.
@@ -363,7 +373,7 @@ pub fn plan(
     }
     let extracted = work.join("delta-base");
     if extracted.exists() {
-        std::fs::remove_dir_all(&extracted).map_err(|e| Error::io(&extracted, e))?;
+        crate::staging::remove_tree(&extracted).map_err(|e| Error::io(&extracted, e))?;
     }
     progress.finish();
     let stream = delta_stream(model, &decisions, patches, &mut counts);

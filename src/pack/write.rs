@@ -382,6 +382,9 @@ impl VolumeWriter {
         }
         let mut digests = self.chunk_hasher.finish()?.into_iter();
         let count = self.done.len();
+        // BUNDLE.partial, airlock's own work directory: the volumes are renamed below its
+        // handle.
+        let dir_fd = crate::fsio::open_dir_path(&self.dir, crate::fsio::Follow::Never)?;
         let mut volumes = Vec::with_capacity(count);
         let mut checks = Vec::with_capacity(count);
         for (i, (mut v, chunks)) in self.done.into_iter().enumerate() {
@@ -392,7 +395,13 @@ impl VolumeWriter {
             v.chunks = sha;
             checks.push(check);
             let name = manifest::volume_name(i, count);
-            std::fs::rename(self.dir.join(&v.name), self.dir.join(&name))?;
+            crate::fsio::rename_at(
+                &dir_fd,
+                v.name.as_str(),
+                &dir_fd,
+                name.as_str(),
+                rustix::fs::RenameFlags::empty(),
+            )?;
             v.name = name;
             volumes.push(v);
         }

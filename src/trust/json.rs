@@ -115,7 +115,8 @@ impl<'de> Visitor<'de> for StrictVisitor {
         while let Some(k) = map.next_key::<String>()? {
             if out.contains_key(&k) {
                 return Err(de::Error::custom(format!(
-                    "the key {k:?} appears twice in one object"
+                    "the key {} appears twice in one object",
+                    crate::display::quote(&k)
                 )));
             }
             let v: Value = map.next_value()?;
@@ -128,7 +129,7 @@ impl<'de> Visitor<'de> for StrictVisitor {
 /// Parses one JSON document strictly: UTF-8 without a byte-order mark, nothing after the value,
 /// no duplicate keys, no floats.
 pub fn parse(bytes: &[u8]) -> Result<Value, String> {
-    serde_json::from_slice(bytes).map_err(|e| e.to_string())
+    serde_json::from_slice(bytes).map_err(|e| crate::display::json_error(&e))
 }
 
 /// The OLPC canonical JSON of `v`, as securesystemslib's `encode_canonical` writes it (then

@@ -174,9 +174,10 @@ fn load_path_named(path: &Path) -> std::result::Result<Vec<(PublicKey, PathBuf)>
         return Ok(vec![(read_public_key(path)?, path.to_path_buf())]);
     }
     let mut files = Vec::new();
-    for entry in fs::read_dir(path).map_err(|e| io_err(path, e))? {
-        let entry = entry.map_err(|e| io_err(path, e))?;
-        let p = entry.path();
+    for (name, _) in
+        crate::fsio::list_dir(path, crate::fsio::Follow::Final).map_err(|e| io_err(path, e))?
+    {
+        let p = path.join(name);
         if p.extension().is_some_and(|ext| ext == "pub") {
             let is_dir = fs::metadata(&p).map_err(|e| io_err(&p, e))?.is_dir();
             if !is_dir {

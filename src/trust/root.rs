@@ -205,7 +205,10 @@ fn only(m: &BTreeMap<String, Value>, allowed: &[&str], what: &str) -> Result<(),
         .keys()
         .find(|k| !allowed.contains(&k.as_str()) && !k.starts_with("x-"))
     {
-        Some(k) => Err(format!("{what} has an unknown field {k:?}")),
+        Some(k) => Err(format!(
+            "{what} has an unknown field {}",
+            crate::display::quote(k)
+        )),
         None => Ok(()),
     }
 }
@@ -223,7 +226,7 @@ fn uint(v: &Value, what: &str) -> Result<u64, String> {
 }
 
 fn parse_key(keyid_text: &str, v: &Value) -> Result<RootKey, String> {
-    let what = format!("key {keyid_text}");
+    let what = format!("key {}", crate::display::bounded(keyid_text));
     let m = object(v, &what)?;
     only(m, &["keytype", "scheme", "keyval"], &what)?;
     let keytype = field(m, "keytype", &what)?;
@@ -251,7 +254,8 @@ fn parse_key(keyid_text: &str, v: &Value) -> Result<RootKey, String> {
     let computed = keyid(&public);
     if computed != keyid_text {
         return Err(format!(
-            "key id {keyid_text} does not match its key: the key's id is {computed} (SHA-256 of its canonical JSON, as python-tuf computes it)"
+            "key id {} does not match its key: the key's id is {computed} (SHA-256 of its canonical JSON, as python-tuf computes it)",
+            crate::display::bounded(keyid_text)
         ));
     }
     let minisign_id = match m.get(MINISIGN_KEYID) {
@@ -274,7 +278,7 @@ fn parse_key(keyid_text: &str, v: &Value) -> Result<RootKey, String> {
 
 fn show(v: &Value) -> String {
     match v {
-        Value::Str(s) => format!("{s:?}"),
+        Value::Str(s) => crate::display::quote(s),
         other => other.kind().to_string(),
     }
 }
@@ -295,11 +299,15 @@ fn parse_role(name: &str, v: &Value, keys: &BTreeMap<String, RootKey>) -> Result
             .as_str()
             .ok_or_else(|| format!("{what} keyids holds {}, not a string", id.kind()))?;
         if keyids.iter().any(|k| k == id) {
-            return Err(format!("{what} names key id {id} twice"));
+            return Err(format!(
+                "{what} names key id {} twice",
+                crate::display::bounded(id)
+            ));
         }
         if !keys.contains_key(id) {
             return Err(format!(
-                "{what} names key id {id}, which the root's keys do not define"
+                "{what} names key id {}, which the root's keys do not define",
+                crate::display::bounded(id)
             ));
         }
         keyids.push(id.to_string());
@@ -375,7 +383,8 @@ impl Root {
             || parts[0] != "1"
         {
             return Err(format!(
-                "spec_version {spec_version:?} is not a TUF 1.x version"
+                "spec_version {} is not a TUF 1.x version",
+                crate::display::quote(&spec_version)
             ));
         }
         let version = uint(field(m, "version", "signed")?, "signed.version")?;
@@ -406,7 +415,7 @@ impl Root {
             return Err(format!(
                 "signed.roles must hold exactly the roles {}; it holds {}",
                 ROLES.join(", "),
-                role_map.keys().cloned().collect::<Vec<_>>().join(", ")
+                crate::display::bounded(&role_map.keys().cloned().collect::<Vec<_>>().join(", "))
             ));
         }
         let mut roles = BTreeMap::new();

@@ -69,7 +69,8 @@ pub fn parse(text: &str) -> Result<i64, String> {
         });
     if !shape {
         return Err(format!(
-            "{text:?} is not a date of the form YYYY-MM-DDTHH:MM:SSZ"
+            "{} is not a date of the form YYYY-MM-DDTHH:MM:SSZ",
+            crate::display::quote(text)
         ));
     }
     let num = |r: std::ops::Range<usize>| -> i64 { text[r].parse().expect("digits") };
@@ -82,7 +83,10 @@ pub fn parse(text: &str) -> Result<i64, String> {
         num(17..19),
     );
     if !(1..=12).contains(&mo) || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || s > 59 {
-        return Err(format!("{text:?} is not a valid date and time"));
+        return Err(format!(
+            "{} is not a valid date and time",
+            crate::display::quote(text)
+        ));
     }
     Ok(days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + s)
 }

@@ -17,7 +17,6 @@
 //! ([`apply`]); `verify`, `push` and `check` never change it.
 
 use std::fs;
-use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -183,13 +182,9 @@ pub fn read_carried(
     notes: &mut Vec<String>,
 ) -> Result<Vec<(PathBuf, RootFile, Root)>> {
     let mut found = Vec::new();
-    let rd = match fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) => return Err(Error::io(dir, e)),
-    };
-    for e in rd {
-        let e = e.map_err(|e| Error::io(dir, e))?;
-        let name = e.file_name().to_string_lossy().into_owned();
+    let rd = fsio::list_dir(dir, fsio::Follow::Final).map_err(|e| Error::io(dir, e))?;
+    for (name, _) in rd {
+        let name = name.to_string_lossy().into_owned();
         if version_of_name(&name).is_some() {
             found.push(name);
         }
@@ -439,15 +434,20 @@ pub fn apply(before: &Policy, update: &Update) -> Result<Option<Applied>> {
     };
     let path = &tr.path;
     let hist = history_dir(path);
-    match fs::create_dir(&hist) {
+    let dir = fsio::parent_dir(path);
+    let dir_fd = crate::durable::open_dir_following(&dir)?;
+    let hist_name = hist.file_name().expect("a history directory has a name");
+    match rustix::fs::mkdirat(&dir_fd, hist_name, rustix::fs::Mode::from_raw_mode(0o755)) {
         Ok(()) => {
-            fs::set_permissions(&hist, fs::Permissions::from_mode(0o755))
-                .map_err(|e| Error::io(&hist, e))?;
+            let fd =
+                fsio::open_dir_at(&dir_fd, hist_name).map_err(|e| Error::io(&hist, e.into()))?;
+            rustix::fs::fchmod(&fd, rustix::fs::Mode::from_raw_mode(0o755))
+                .map_err(|e| Error::io(&hist, e.into()))?;
         }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(Error::io(&hist, e)),
+        Err(rustix::io::Errno::EXIST) => {}
+        Err(e) => return Err(Error::io(&hist, e.into())),
     }
-    let hist_fd = crate::durable::open_dir(&hist)?;
+    let hist_fd = fsio::open_dir_at(&dir_fd, hist_name).map_err(|e| Error::io(&hist, e.into()))?;
     rustix::fs::flock(&hist_fd, rustix::fs::FlockOperation::LockExclusive)
         .map_err(|e| Error::io(&hist, e.into()))?;
     let (on_disk, _) = read_root(path)?;
@@ -473,22 +473,9 @@ pub fn apply(before: &Policy, update: &Update) -> Result<Option<Applied>> {
     let mode = fs::symlink_metadata(path)
         .map(|m| m.permissions().mode() & 0o777)
         .unwrap_or(0o644);
-    let dir = fsio::parent_dir(path);
-    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-    tmp_name.push(format!(".airlock-tmp{}", std::process::id()));
-    let tmp = dir.join(tmp_name);
-    let written = (|| {
-        let mut f = fsio::create_new(&tmp, 0o600)?;
-        f.set_permissions(fs::Permissions::from_mode(mode))?;
-        f.write_all(&new.bytes)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if let Err(e) = written {
-        let _ = fs::remove_file(&tmp);
-        return Err(Error::io(path, e));
-    }
-    crate::durable::sync_dir(&dir)?;
+    let name = path.file_name().expect("a root file has a name");
+    crate::durable::Staged::write(&dir_fd, &dir, name, &new.bytes, mode)?
+        .publish(crate::durable::Place::Replace)?;
     Ok(Some(Applied {
         path: path.clone(),
         from: tr.root.version,

@@ -41,7 +41,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::{self, Write};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -252,15 +252,18 @@ struct Txn {
     locks_made: Option<OwnedFd>,
     /// Missing ancestors of the cache this install created (the operator's path), removed
     /// (when empty) unless it completed.
-    outer: Vec<PathBuf>,
+    outer: Option<super::parents::Made>,
 }
 
 impl Txn {
-    /// Creates `dir` and its missing ancestors, recording each as an outer directory.
+    /// Creates `dir` and its missing ancestors as `unpack --dest` creates a destination's
+    /// missing parents (through the handle of the directory above, the nearest existing
+    /// ancestor's mode less write for group and others, whatever the umask; registered for
+    /// the signal handler), recording them as outer directories.
     fn create_outer(&mut self, dir: &Path) -> Result<()> {
-        for d in missing_ancestors(dir) {
-            fs::create_dir(&d).map_err(|e| Error::io(&d, e))?;
-            self.outer.push(d);
+        if let Some(missing) = super::parents::Missing::find(dir)? {
+            let mode = missing.mode(None);
+            self.outer = Some(missing.create(mode)?);
         }
         Ok(())
     }
@@ -333,26 +336,13 @@ impl Drop for Txn {
         if let Some(cache) = self.locks_made.take() {
             let _ = rustix::fs::unlinkat(&cache, hfcache::LOCKS_DIR, AtFlags::REMOVEDIR);
         }
-        if !self.committed {
-            for dir in self.outer.drain(..).rev() {
-                let _ = fs::remove_dir(dir);
-            }
+        // Removed (innermost first, each only while empty) unless the install completed.
+        if let Some(made) = self.outer.take()
+            && self.committed
+        {
+            made.keep();
         }
     }
-}
-
-fn missing_ancestors(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut d = Some(dir);
-    while let Some(p) = d {
-        if p.as_os_str().is_empty() || fs::symlink_metadata(p).is_ok() {
-            break;
-        }
-        out.push(p.to_path_buf());
-        d = p.parent();
-    }
-    out.reverse();
-    out
 }
 
 /// Refuses to go on when the work directory is no longer at its name in `.locks`: someone who
@@ -850,11 +840,16 @@ fn write_ref(
         dir = txn.ensure_inner(&dir, &path, part)?;
         path.push(part);
     }
-    let tmp = "ref.tmp";
-    durable::write_synced_at(&work.fd, &work.path, tmp, commit.as_bytes(), 0o644)?;
-    fsio::rename_at(&work.fd, tmp, &*dir, name, RenameFlags::empty())
-        .map_err(|e| Error::io(&ref_path, e))?;
-    durable::sync_dir_fd(&*dir, &path)?;
+    durable::Staged::write_via(
+        work.fd.as_fd(),
+        &work.path,
+        dir.as_fd(),
+        &path,
+        name,
+        commit.as_bytes(),
+        0o644,
+    )?
+    .publish(durable::Place::Replace)?;
     Ok(old)
 }
 

@@ -17,6 +17,7 @@
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::fsio;
@@ -131,16 +132,19 @@ impl Missing {
     pub fn create(&self, mode: ParentMode) -> Result<Made> {
         let mut made = Made {
             created: Vec::new(),
+            handles: Vec::new(),
             mode: mode.clone(),
             keep: false,
             _registered: Vec::new(),
         };
-        let mut dir: OwnedFd = fsio::open_dir_path(&self.existing, fsio::Follow::Final)
-            .map_err(|e| Error::io(&self.existing, e.into()))?;
+        let mut dir: Arc<OwnedFd> = Arc::new(
+            fsio::open_dir_path(&self.existing, fsio::Follow::Final)
+                .map_err(|e| Error::io(&self.existing, e.into()))?,
+        );
         let mut path = self.existing.clone();
         for name in &self.names {
-            let fd = crate::durable::mkdir_at(&dir, &path, name, mode.mode)?;
-            crate::durable::sync_dir_fd(&dir, &path)?;
+            let fd = crate::durable::mkdir_at(&*dir, &path, name, mode.mode)?;
+            crate::durable::sync_dir_fd(&*dir, &path)?;
             // Below the working directory, `no/such` rather than `./no/such`.
             path = if path == Path::new(".") {
                 PathBuf::from(name)
@@ -148,9 +152,13 @@ impl Missing {
                 path.join(name)
             };
             made.created.push(path.clone());
-            made._registered
-                .push(crate::staging::register_created(path.clone()));
-            dir = fd;
+            made.handles.push((dir.clone(), name.clone()));
+            made._registered.push(crate::staging::register_created(
+                dir.clone(),
+                name,
+                path.clone(),
+            ));
+            dir = Arc::new(fd);
         }
         Ok(made)
     }
@@ -161,6 +169,8 @@ impl Missing {
 #[derive(Debug)]
 pub struct Made {
     created: Vec<PathBuf>,
+    /// Each created directory as the handle of the directory it was made in and its name.
+    handles: Vec<(Arc<OwnedFd>, String)>,
     mode: ParentMode,
     keep: bool,
     /// Each created directory registered for the signal handler, which removes those that
@@ -182,9 +192,11 @@ impl Drop for Made {
         if self.keep {
             return;
         }
-        // `remove_dir` removes only an empty directory, and never follows a link.
-        for p in self.created.iter().rev() {
-            if std::fs::remove_dir(p).is_err() {
+        // `rmdir` removes only an empty directory, and never follows a link.
+        for (parent, name) in self.handles.iter().rev() {
+            if rustix::fs::unlinkat(&**parent, name.as_str(), rustix::fs::AtFlags::REMOVEDIR)
+                .is_err()
+            {
                 break;
             }
         }
