@@ -17,6 +17,7 @@ use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
 use super::open::Opened;
+use crate::display;
 use crate::error::Error;
 use crate::fsio::{AlignedBuf, Follow, MEDIUM_READ_SIZE, MediumFile, MediumRead, open_medium};
 pub use crate::manifest::units::UnitLayout;
@@ -151,8 +152,8 @@ pub fn volumes_error(
             (n, 0) => format!("the other {n} are good"),
             _ => format!(
                 "the other {} and {} {} good",
-                plural(good_data, "data volume"),
-                plural(good_parity, "parity volume"),
+                display::count(good_data as u64, "data volume"),
+                display::count(good_parity as u64, "parity volume"),
                 if good_data + good_parity == 1 {
                     "is"
                 } else {
@@ -178,15 +179,6 @@ pub fn volumes_error(
         summary: parts.join("; "),
         copy_again: listed.iter().map(|p| p.volume.clone()).collect(),
         remove: stray.iter().map(|s| s.name.clone()).collect(),
-    }
-}
-
-/// `n thing` or `n things`.
-fn plural(n: usize, thing: &str) -> String {
-    if n == 1 {
-        format!("1 {thing}")
-    } else {
-        format!("{n} {thing}s")
     }
 }
 

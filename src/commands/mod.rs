@@ -25,7 +25,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value, json};
 
 use airlock::bundle::open;
-use airlock::error::{EXIT_OK, Error, Result, human};
+use airlock::display::human;
+use airlock::error::{EXIT_OK, Error, Result};
 use airlock::trust::{Clock, Policy, TRUST_ENV, TrustSource};
 use airlock::verify::{self, DeepOutcome, Depth};
 

@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use airlock::error::{Error, Result, human};
+use airlock::display::human;
+use airlock::error::{Error, Result};
 use airlock::hfcache;
 use airlock::manifest;
 use airlock::pack::{self, BaseSource, Compress, Model, ModelSpec, PackOptions, ValueScan, write};
