@@ -41,7 +41,10 @@ mod tests {
         let mixed = format!("E{}", &DIGEST[1..]);
         assert!(!is_sha256(&mixed));
         assert!(!is_lower_hex("AB", 2));
-        assert_eq!(sha256_prefixed(&format!("sha256:{}", DIGEST.to_ascii_uppercase())), None);
+        assert_eq!(
+            sha256_prefixed(&format!("sha256:{}", DIGEST.to_ascii_uppercase())),
+            None
+        );
     }
 
     #[test]
