@@ -8,8 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::hfcache::names;
 use crate::hexdigest::is_sha256;
+use crate::hfcache::names;
 use crate::paths::{self, CollisionSet};
 use crate::tar;
 
@@ -777,7 +777,8 @@ impl Manifest {
                 }
                 _ => {}
             }
-            if !v.sha256.as_deref().is_none_or(is_sha256) || !v.chunks.iter().all(|c| is_sha256(c)) {
+            if !v.sha256.as_deref().is_none_or(is_sha256) || !v.chunks.iter().all(|c| is_sha256(c))
+            {
                 return Err(format!("has a malformed sha256 for volume {}", v.name));
             }
             if v.chunks.len() as u64 != v.size.div_ceil(self.chunk_size) {
@@ -1200,6 +1201,9 @@ pub fn rfc3339(secs: i64) -> String {
 
 /// Where each parity unit lives, from the volume sizes (FORMAT.md section 17.2).
 pub mod units;
+
+mod sign;
+pub use sign::{Signed, UNTRUSTED_COMMENT, sign};
 
 #[cfg(test)]
 mod tests;
