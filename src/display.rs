@@ -345,7 +345,7 @@ mod tests {
             "damage_map::terminal_width asks the terminal's width: it writes nothing",
         ),
         (
-            "src/commands/mod.rs",
+            "src/commands/verify.rs",
             "Term::stdout()",
             "damage_map::terminal_width asks the terminal's width: it writes nothing",
         ),
