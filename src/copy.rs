@@ -579,7 +579,7 @@ fn survives_loss(m: &Manifest, plan: &[usize], lost: usize) -> bool {
 
 /// The error for media that cannot hold the bundle: what it needs, what each has.
 fn too_small(volumes: &[&Volume], media: &[Medium], room: &[u64]) -> Error {
-    use crate::error::human;
+    use crate::display::human;
     let needed: u64 = volumes.iter().map(|v| v.size).sum();
     let have: u64 = room.iter().sum();
     let largest = volumes.iter().map(|v| v.size).max().unwrap_or(0);

@@ -18,6 +18,10 @@
 //! control character) and where it is cut (a registry's error text). JSON documents keep their
 //! values exact: [`escape_json`] writes the same characters as JSON `\u` escapes, which a parser
 //! reads back unchanged.
+//!
+//! Numbers for a person have their one place here too: [`human`] (binary units, disk sizes),
+//! [`human_size`] (decimal units, model files), [`grouped`] (`1,234,567`), [`plural`] and
+//! [`count`] (`3 repositories`).
 
 use std::borrow::Cow;
 
@@ -194,9 +198,118 @@ pub fn escape_json(json: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// A byte count the way people read disk sizes: binary units, one decimal (`14.2 GiB`), plain
+/// bytes below a KiB (`512 B`). Free space, volume sizes, transfer progress.
+pub fn human(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = bytes as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+/// A model file's size for people: "4.9 GB (4943852032 bytes)", or "130 bytes" below a
+/// kilobyte. Decimal units, as the Hugging Face Hub shows them.
+pub fn human_size(n: u64) -> String {
+    if n < 1000 {
+        return count(n, "byte");
+    }
+    const UNITS: [&str; 6] = ["kB", "MB", "GB", "TB", "PB", "EB"];
+    let mut value = n as f64;
+    let mut unit = UNITS[0];
+    for u in UNITS {
+        value /= 1000.0;
+        unit = u;
+        if value < 999.95 {
+            break;
+        }
+    }
+    format!("{value:.1} {unit} ({n} bytes)")
+}
+
+/// `1,234,567`: digits grouped by three with commas.
+pub fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The noun for `n` of it: `noun` for one, else its plural (a consonant and `y` become `ies`,
+/// as in `repository`, `tensor boundary`; any other noun takes an `s`).
+pub fn plural(n: u64, noun: &str) -> Cow<'_, str> {
+    if n == 1 {
+        return Cow::Borrowed(noun);
+    }
+    match noun.strip_suffix('y') {
+        Some(stem) if !stem.ends_with(['a', 'e', 'i', 'o', 'u']) => format!("{stem}ies").into(),
+        _ => format!("{noun}s").into(),
+    }
+}
+
+/// `1 blob`, `2 blobs`, `3 repositories`.
+pub fn count(n: u64, noun: &str) -> String {
+    format!("{n} {}", plural(n, noun))
+}
+
+/// [`count`] with the number [`grouped`]: `1,024 NaN values`.
+pub fn count_grouped(n: u64, noun: &str) -> String {
+    format!("{} {}", grouped(n), plural(n, noun))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn byte_counts_read_in_binary_units_with_one_decimal() {
+        assert_eq!(human(0), "0 B");
+        assert_eq!(human(1023), "1023 B");
+        assert_eq!(human(1024), "1.0 KiB");
+        assert_eq!(human(15_249_906_688), "14.2 GiB");
+        assert_eq!(human(u64::MAX), "16384.0 PiB");
+    }
+
+    #[test]
+    fn model_sizes_read_in_decimal_units_with_the_bytes() {
+        assert_eq!(human_size(1), "1 byte");
+        assert_eq!(human_size(999), "999 bytes");
+        assert_eq!(human_size(1000), "1.0 kB (1000 bytes)");
+        assert_eq!(human_size(4_943_852_032), "4.9 GB (4943852032 bytes)");
+    }
+
+    #[test]
+    fn digits_are_grouped_by_three() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1000), "1,000");
+        assert_eq!(grouped(1_234_567), "1,234,567");
+        assert_eq!(grouped(u64::MAX), "18,446,744,073,709,551,615");
+    }
+
+    #[test]
+    fn nouns_take_their_plural_for_any_count_but_one() {
+        assert_eq!(count(1, "blob"), "1 blob");
+        assert_eq!(count(0, "blob"), "0 blobs");
+        assert_eq!(count(2, "repository"), "2 repositories");
+        assert_eq!(count(1, "repository"), "1 repository");
+        assert_eq!(count(3, "key"), "3 keys");
+        assert_eq!(count(2, "tensor boundary"), "2 tensor boundaries");
+        assert_eq!(count_grouped(1024, "NaN value"), "1,024 NaN values");
+        assert_eq!(count_grouped(1, "block"), "1 block");
+    }
 
     #[test]
     fn escapes_what_a_terminal_acts_on_and_keeps_the_rest() {
@@ -329,7 +442,7 @@ mod tests {
             "damage_map::terminal_width asks the terminal's width: it writes nothing",
         ),
         (
-            "src/commands/mod.rs",
+            "src/commands/verify.rs",
             "Term::stdout()",
             "damage_map::terminal_width asks the terminal's width: it writes nothing",
         ),

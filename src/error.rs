@@ -978,21 +978,9 @@ fn existing_ancestor(path: &Path) -> &Path {
     p
 }
 
-/// Formats a byte count the way people read disk sizes (GiB etc., one decimal).
-pub fn human(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = bytes as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.1} {}", UNITS[unit])
-    }
-}
+/// Formats a byte count the way people read disk sizes: [`crate::display::human`], re-exported
+/// at its old path for the callers of branches written before it moved.
+pub use crate::display::human;
 
 /// Result with the library error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

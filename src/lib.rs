@@ -18,6 +18,7 @@ pub mod entries;
 pub mod error;
 pub mod fsinfo;
 pub mod fsio;
+pub mod hexdigest;
 pub mod hfcache;
 pub mod inspect;
 pub mod keys;

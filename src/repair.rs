@@ -655,21 +655,9 @@ fn open_bundle_dir(dir: &Path) -> Result<OwnedFd> {
 /// [`staging::remove_if_stale`]: only when their lock is free and they are this user's).
 /// Failures (read-only media) are not errors: what cannot be removed is reported.
 fn clean_stale(bundle_fd: &OwnedFd, dir: &Path, report: &mut Repaired) {
-    let Ok(entries) = fsio::dir_entries(bundle_fd) else {
-        return;
-    };
-    for (name, kind) in entries {
-        let Some(name) = name.to_str() else { continue };
-        let birth = name.starts_with(staging::BIRTH_PREFIX);
-        if kind != rustix::fs::FileType::Directory || !(birth || name.starts_with(WORK_PREFIX)) {
-            continue;
-        }
-        let path = dir.join(name);
-        match staging::remove_if_stale(bundle_fd, name, &path, birth) {
-            Ok(true) => report.cleaned_stale.push(path),
-            Ok(false) => {}
-            Err(why) => report.stale_skipped.push((path, why)),
-        }
+    if let Ok(swept) = staging::sweep(bundle_fd, dir, WORK_PREFIX) {
+        report.cleaned_stale.extend(swept.removed);
+        report.stale_skipped.extend(swept.skipped);
     }
 }
 

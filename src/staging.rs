@@ -429,12 +429,20 @@ pub fn clean_stale(parent: &Path) -> Result<Cleanup> {
 
 /// [`clean_stale`] in the directory open as `parent_fd` (shown as `parent`).
 pub fn clean_stale_at(parent_fd: &OwnedFd, parent: &Path) -> Result<Cleanup> {
+    sweep(parent_fd, parent, STAGING_PREFIX)
+}
+
+/// The one sweep of abandoned work directories: every directory in `parent_fd` (shown as
+/// `parent`) named `prefix`… or `.airlock-birth-…` goes through [`remove_if_stale`].
+/// [`clean_stale`] sweeps every airlock work directory; `repair` sweeps only its own in a
+/// bundle directory.
+pub fn sweep(parent_fd: &OwnedFd, parent: &Path, prefix: &str) -> Result<Cleanup> {
     let mut out = Cleanup::default();
     let entries = fsio::dir_entries(parent_fd).map_err(|e| Error::io(parent, e))?;
     for (name, _) in entries {
         let Some(name) = name.to_str() else { continue };
         let birth = name.starts_with(BIRTH_PREFIX);
-        if !birth && !name.starts_with(STAGING_PREFIX) {
+        if !birth && !name.starts_with(prefix) {
             continue;
         }
         let path = parent.join(name);

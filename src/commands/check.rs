@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use airlock::display::{count, human};
 use airlock::error::{Error, Result};
 use airlock::hfcache;
 use airlock::inspect::values;
@@ -45,15 +46,6 @@ fn snapshot_folder_error(dir: &Path, snap: &hfcache::SnapshotPath) -> Error {
         dir.display(),
         snap.cache.display()
     ))
-}
-
-/// `1 blob`, `2 blobs`, `1 repository`, `2 repositories`.
-fn plural(n: u64, one: &str) -> String {
-    match (n, one.strip_suffix('y')) {
-        (1, _) => format!("1 {one}"),
-        (_, Some(stem)) => format!("{n} {stem}ies"),
-        (_, None) => format!("{n} {one}s"),
-    }
 }
 
 /// The one line that counts everything `check DIR` found: the receipt comparison's problems
@@ -112,9 +104,9 @@ fn run_hf(cache: &Path, a: &CheckArgs, ui: &dyn Progress) -> Result<Output> {
         }
         None => out.line(format!(
             "OK   {} in {} match their names ({}); {} snapshot(s) passed the model checks",
-            plural(report.blobs_checked, "blob"),
-            plural(report.repos.len() as u64, "repository"),
-            airlock::error::human(report.bytes_checked),
+            count(report.blobs_checked, "blob"),
+            count(report.repos.len() as u64, "repository"),
+            human(report.bytes_checked),
             report
                 .repos
                 .iter()

@@ -2,7 +2,8 @@
 
 use airlock::bundle::open;
 use airlock::copy::{self, CopyOptions};
-use airlock::error::{Result, human};
+use airlock::display::human;
+use airlock::error::Result;
 
 use super::{Output, load_trust, recorded_findings};
 use crate::cli::CopyArgs;

@@ -4,7 +4,7 @@
 //! whole report; pipes and `--json` never get a map.
 
 use airlock::bundle::damage::{DamageMap, UnitState};
-use airlock::error::human;
+use airlock::display::human;
 
 /// Below this many columns there is no map.
 const MIN_WIDTH: usize = 40;

@@ -5,6 +5,7 @@ mod check;
 mod copy;
 mod damage_map;
 mod files;
+mod inspect;
 mod interrupt;
 mod keygen;
 mod man;
@@ -18,6 +19,7 @@ mod trust;
 mod ui;
 mod unpack;
 mod values;
+mod verify;
 mod verify_file;
 
 use std::path::{Path, PathBuf};
@@ -25,9 +27,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value, json};
 
 use airlock::bundle::open;
-use airlock::error::{EXIT_OK, Error, Result, human};
+use airlock::error::{EXIT_OK, Error, Result};
 use airlock::trust::{Clock, Policy, TRUST_ENV, TrustSource};
-use airlock::verify::{self, DeepOutcome, Depth};
 
 use crate::cli::{Cli, Command, ProgressArg, TrustArgs};
 use ui::Ui;
@@ -86,7 +87,7 @@ pub fn run(cli: Cli) -> u8 {
         }
         Command::Verify(a) => {
             exit_cleanly_on_signals(&ui, name, json, quiet, interrupt::kept_by_reading(name));
-            verify(a.bundle, &a.trust, a.deep, a.cached, &ui)
+            verify::run(a.bundle, &a.trust, a.deep, a.cached, &ui)
         }
         Command::Copy(a) => {
             exit_cleanly_on_signals(&ui, name, json, quiet, interrupt::kept_by_copy(&a));
@@ -96,7 +97,7 @@ pub fn run(cli: Cli) -> u8 {
             exit_cleanly_on_signals(&ui, name, json, quiet, interrupt::kept_by_unpack(&a));
             unpack::run(a, &ui)
         }
-        Command::Inspect(a) => inspect(&a.bundle, a.sha256sums),
+        Command::Inspect(a) => inspect::run(&a.bundle, a.sha256sums),
         Command::Check(a) => {
             exit_cleanly_on_signals(&ui, name, json, quiet, interrupt::kept_by_reading(name));
             check::run(a, &ui)
@@ -457,7 +458,7 @@ pub fn password_from_file(path: &Path) -> Result<zeroize::Zeroizing<Vec<u8>>> {
 
 /// Whether a finding the packer recorded is an error: the model was packed broken on purpose
 /// (`--no-model-checks`), which every command that reads the bundle says again.
-fn recorded_error(w: &airlock::manifest::Warning) -> bool {
+pub(crate) fn recorded_error(w: &airlock::manifest::Warning) -> bool {
     airlock::inspect::codes::severity(&w.code) == airlock::inspect::Severity::Error
 }
 
@@ -498,7 +499,9 @@ pub(crate) fn recorded_clause(
 }
 
 /// The errors the packer recorded, as warnings.
-fn recorded_errors(m: &airlock::manifest::Manifest) -> impl Iterator<Item = String> + '_ {
+pub(crate) fn recorded_errors(
+    m: &airlock::manifest::Manifest,
+) -> impl Iterator<Item = String> + '_ {
     recorded_warnings(m)
         .zip(&m.warnings)
         .filter(|(_, w)| recorded_error(w))
@@ -515,377 +518,4 @@ pub(crate) fn recorded_warnings(
             w.path, w.problem, w.code
         )
     })
-}
-
-/// `airlock verify`: the library's verdict, rendered.
-fn verify(
-    bundles: Vec<PathBuf>,
-    trust: &TrustArgs,
-    deep: bool,
-    cached: bool,
-    ui: &Ui,
-) -> Result<Output> {
-    let trust = load_trust(trust)?;
-    let bundle = bundles[0].clone();
-    if verify_file::is_file(&bundle) {
-        if bundles.len() > 1 {
-            return Err(Error::Usage(format!(
-                "{} is one file, checked by its signature alone: give it alone",
-                bundle.display()
-            )));
-        }
-        if deep {
-            return Err(Error::Usage(format!(
-                "--deep checks the files inside a bundle; {} is one file, checked by its signature alone",
-                bundle.display()
-            )));
-        }
-        return verify_file::run(&bundle, &trust);
-    }
-    let mut out = Output::default();
-    let mut opened = open::open_media(&bundles, &trust)?;
-    opened.media.set_read(if cached {
-        airlock::fsio::MediumRead::Cached
-    } else {
-        airlock::fsio::MediumRead::Device
-    });
-    report_trust(&mut out, &trust, &opened.trust);
-    if let Some(u) = &opened.trust.update {
-        out.line(format!(
-            "the bundle carries trust root version {} (verified against version {}); unpack applies it, verify leaves the root file as it is",
-            u.to(),
-            u.from
-        ));
-    }
-    let depth = if deep { Depth::Deep } else { Depth::Volumes };
-    let verdict = verify::verify(&opened, depth, ui);
-    let m = &opened.manifest;
-    out.warnings
-        .extend(verdict.signature_warnings.iter().cloned());
-    out.warnings.extend(recorded_errors(m));
-    out.set("bundle", &bundle);
-    out.set("media", opened.media.dirs());
-    out.set("name", &m.name);
-    out.set("version", m.version);
-    out.set("format_version", m.format_version);
-    out.set("signer", opened.signer.key_id_hex());
-    out.set("manifest_sha256", &opened.manifest_sha256);
-    out.set("deep", deep);
-    out.set("recorded_findings", &verdict.recorded_warnings);
-    for s in verdict.stray_others() {
-        out.warnings.push(format!("{}: {}", s.name, s.problem()));
-    }
-    out.set("volumes_checked", verdict.volumes_checked);
-    out.set("bad_volumes", &verdict.bad_volumes);
-    out.set("parity_volumes_checked", verdict.parity_checked);
-    out.set("bad_parity_volumes", &verdict.bad_parity);
-    // Whether the damage can be rebuilt from parity: null when there is nothing to rebuild.
-    let damaged = !verdict.is_ok();
-    out.set(
-        "repairable",
-        damaged.then(|| verdict.repair.as_ref().is_some_and(|r| r.repairable)),
-    );
-    out.set("parity_assessment", &verdict.repair);
-    out.set(
-        "stray_volumes",
-        verdict.stray_volumes().map(|s| &s.name).collect::<Vec<_>>(),
-    );
-    if let Some(outcome) = &verdict.deep {
-        match outcome {
-            DeepOutcome::Completed { bad_files } => {
-                out.set("deep_completed", true);
-                out.set("files_checked", m.files.len());
-                out.set("bad_files", bad_files);
-            }
-            DeepOutcome::StoppedAtDamage(reason) => {
-                out.set("deep_completed", false);
-                out.set("bad_files", Vec::<String>::new());
-                out.warnings
-                    .push(format!("the deep check stopped at the damage: {reason}"));
-            }
-            DeepOutcome::Failed(_) => {
-                out.set("deep_completed", false);
-                out.set("bad_files", Vec::<String>::new());
-            }
-        }
-    }
-    if let Some(base) = &m.base {
-        delta_summary(&mut out, m, base);
-        if deep {
-            let c = airlock::delta::Counts::of(m);
-            out.warnings.push(format!(
-                "delta: the stream and its {} patch(es) were checked against their digests; the {} file(s) taken from or rebuilt against the base ({} of {}) can only be checked on install, against {} version {}",
-                c.patched_files,
-                c.copied_files + c.patched_files,
-                human(c.copied_bytes + c.patched_bytes),
-                human(m.totals.file_bytes),
-                base.name,
-                base.version
-            ));
-        }
-    }
-    report_reads(&mut out, &verdict);
-    if verdict.is_ok() {
-        let recorded_errors = m.warnings.iter().filter(|w| recorded_error(w)).count();
-        let recorded = recorded_clause(m, Some(&bundle));
-        out.line(format!(
-            "OK   {} version {}: signature by {}, {} volume(s), {}{}{}{}{}",
-            m.name,
-            m.version,
-            opened.signer.key_id_hex(),
-            m.volumes.len(),
-            human(m.totals.volume_bytes),
-            match &m.parity {
-                Some(p) => format!(
-                    " + {} parity volume(s), {}",
-                    p.volumes.len(),
-                    human(p.volumes.iter().map(|v| v.size).sum())
-                ),
-                None => String::new(),
-            },
-            if deep && m.base.is_some() {
-                let c = airlock::delta::Counts::of(m);
-                format!(
-                    ", {} carried file(s) and {} patch(es) checked",
-                    c.carried_files, c.patched_files
-                )
-            } else if deep {
-                format!(", {} files checked", m.files.len())
-            } else {
-                String::new()
-            },
-            if !verdict.reads.is_empty() && verdict.all_from_medium() {
-                ", read from the medium"
-            } else if verdict.reads.is_empty() {
-                ""
-            } else {
-                ", NOT all read from the medium (see the warnings)"
-            },
-            match recorded_errors {
-                0 => String::new(),
-                1 => "; 1 model-check finding recorded at pack time (see the warning)".into(),
-                n => format!("; {n} model-check findings recorded at pack time (see the warnings)"),
-            } + &recorded.map(|r| format!("; {r}")).unwrap_or_default()
-        ));
-        return Ok(out);
-    }
-    // On a terminal, a map of the damage first (issue 25 item 13); pipes get the list alone.
-    if let (Some(map), Some(cols)) = (
-        &verdict.damage,
-        damage_map::terminal_width(&console::Term::stdout()),
-    ) && let Some(lines) = damage_map::draw(map, cols)
-    {
-        out.lines.extend(lines);
-    }
-    for p in verdict.bad_volumes.iter().chain(&verdict.bad_parity) {
-        out.line(format!("BAD  {}: {}", p.volume, p.problem));
-    }
-    if let Some(r) = &verdict.repair {
-        out.line(r.describe());
-    }
-    for s in verdict.stray_volumes() {
-        out.line(format!("BAD  {}: {}", s.name, s.problem()));
-    }
-    for f in verdict.bad_files() {
-        out.line(format!("BAD  file {f}: content fails its sha256"));
-    }
-    out.error = verdict.into_error();
-    Ok(out)
-}
-
-/// Where verify's bytes came from: `read_from` ("medium", "page-cache" or "mixed") and each
-/// volume not read from the medium with why, in the JSON; a warning per reason otherwise
-/// (issue 32: a green verify of the page cache says nothing about the stick).
-fn report_reads(out: &mut Output, verdict: &verify::Verdict) {
-    let from_medium = verdict
-        .reads
-        .iter()
-        .filter(|r| r.read_from.from_medium())
-        .count();
-    let summary = if from_medium == verdict.reads.len() {
-        "medium"
-    } else if from_medium == 0 {
-        "page-cache"
-    } else {
-        "mixed"
-    };
-    out.set("read_from", summary);
-    out.set("volumes_read_from_medium", from_medium);
-    let others: Vec<_> = verdict
-        .reads
-        .iter()
-        .filter(|r| !r.read_from.from_medium())
-        .collect();
-    out.set("not_read_from_medium", &others);
-    let mut by_reason: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
-    for r in &others {
-        by_reason
-            .entry(r.why.as_deref().unwrap_or("not from the medium"))
-            .or_default()
-            .push(&r.volume);
-    }
-    for (why, volumes) in by_reason {
-        out.warnings.push(format!(
-            "{} not read from the medium: {why}",
-            match volumes.as_slice() {
-                [one] => format!("{one} was"),
-                [first, .., last] => format!("{} volumes ({first} to {last}) were", volumes.len()),
-                [] => continue,
-            }
-        ));
-    }
-    for n in &verdict.copy_notes {
-        out.warnings.push(n.clone());
-    }
-}
-
-/// The `base` of a delta and how its files travel, for verify and inspect.
-fn delta_summary(
-    out: &mut Output,
-    m: &airlock::manifest::Manifest,
-    base: &airlock::manifest::Base,
-) {
-    let c = airlock::delta::Counts::of(m);
-    out.set("base", base);
-    out.set("delta", c);
-    out.line(format!(
-        "base:        delta of {} version {} (manifest sha256 {})",
-        base.name, base.version, base.manifest_sha256
-    ));
-    out.line(format!(
-        "delta:       {} file(s) carried ({}), {} taken from the base ({}), {} patched ({} from {} of patches)",
-        c.carried_files,
-        human(c.carried_bytes),
-        c.copied_files,
-        human(c.copied_bytes),
-        c.patched_files,
-        human(c.patched_bytes),
-        human(c.patch_bytes)
-    ));
-}
-
-fn inspect(bundle: &Path, sha256sums: bool) -> Result<Output> {
-    let (m, bytes, sig) = open::read_unverified(bundle)?;
-    let mut out = Output::default();
-    if sha256sums {
-        for f in &m.files {
-            out.line(format!("{}  {}", f.sha256, f.path));
-        }
-        out.set("sha256sums", out.lines.clone());
-        return Ok(out);
-    }
-    use sha2::Digest;
-    out.set("name", &m.name);
-    out.set("version", m.version);
-    out.set("created", &m.created);
-    out.set("signer", sig.as_ref().map(|s| s.key_id_hex()));
-    out.set("signature_verified", false);
-    out.set("manifest_sha256", hex::encode(sha2::Sha256::digest(&bytes)));
-    out.set("compression", &m.compression);
-    out.set("totals", &m.totals);
-    out.set(
-        "volumes",
-        m.volumes
-            .iter()
-            .map(|v| match &v.sha256 {
-                Some(sha) => json!({"name": v.name, "size": v.size, "sha256": sha}),
-                None => json!({"name": v.name, "size": v.size}),
-            })
-            .collect::<Vec<_>>(),
-    );
-    out.set("directories", &m.directories);
-    out.set("files", &m.files);
-    if let Some(src) = &m.source {
-        out.set("source", src);
-    }
-    out.warnings.extend(recorded_warnings(&m));
-    out.line(format!("name:        {}", m.name));
-    out.line(format!("version:     {}", m.version));
-    out.line(format!("created:     {}", m.created));
-    out.line(format!(
-        "signer:      {} (not verified; use `airlock verify`)",
-        sig.as_ref()
-            .map_or("NONE (no manifest.json.minisig)".into(), |s| s.key_id_hex())
-    ));
-    if let Some(src) = &m.source {
-        out.line(format!(
-            "source:      Hugging Face {} {}, revision {}, commit {}",
-            src.repo_type, src.repo_id, src.revision, src.commit
-        ));
-    }
-    if let Some(base) = &m.base {
-        delta_summary(&mut out, &m, base);
-    }
-    if let Some(v) = &m.values {
-        out.set("values", v);
-        out.line(format!("values:      {}", values::summary(v)));
-    }
-    out.line(format!(
-        "compression: {}{}",
-        m.compression.algorithm,
-        m.compression
-            .level
-            .map(|l| format!(" level {l}"))
-            .unwrap_or_default()
-    ));
-    out.line(format!(
-        "contents:    {} files, {} directories, {}",
-        m.totals.files,
-        m.totals.directories,
-        human(m.totals.file_bytes)
-    ));
-    out.line(format!(
-        "volumes:     {} ({})",
-        m.volumes.len(),
-        human(m.totals.volume_bytes)
-    ));
-    for v in &m.volumes {
-        let digest = v.sha256.as_deref().map_or_else(
-            || format!("{} chunk digest(s)", v.chunks.len()),
-            str::to_string,
-        );
-        out.line(format!("  {}  {:>14}  {digest}", v.name, v.size));
-    }
-    if let Some(p) = &m.parity {
-        out.set("parity", p);
-        out.line(format!(
-            "parity:      {} volume(s) ({}), {} of {} units per stripe, {} stripes ({})",
-            p.volumes.len(),
-            human(p.volumes.iter().map(|v| v.size).sum()),
-            p.recovery_units,
-            p.data_units + p.recovery_units,
-            p.stripes,
-            p.algorithm
-        ));
-        for v in &p.volumes {
-            out.line(format!(
-                "  {}  {:>14}  {} chunk digest(s)",
-                v.name,
-                v.size,
-                v.chunks.len()
-            ));
-        }
-    }
-    out.line("files:".to_string());
-    for f in &m.files {
-        out.line(format!(
-            "  {:>14}  {}{}{}",
-            f.size,
-            f.path,
-            if f.executable { " (executable)" } else { "" },
-            match (&f.from, f.patch()) {
-                (None, _) => String::new(),
-                (Some(fr), None) => format!(" (from the base: {})", fr.path),
-                (Some(fr), Some((size, _))) => format!(
-                    " (patched from the base's {}: {size}-byte {} patch)",
-                    fr.path,
-                    fr.map.as_deref().unwrap_or("?")
-                ),
-            }
-        ));
-    }
-    if m.files.is_empty() {
-        out.line("  (none)".to_string());
-    }
-    Ok(out)
 }

@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use airlock::error::{Error, Result, human};
+use airlock::display::human;
+use airlock::error::{Error, Result};
 use airlock::hfcache;
 use airlock::manifest;
 use airlock::pack::{self, BaseSource, Compress, Model, ModelSpec, PackOptions, ValueScan, write};
@@ -657,43 +658,27 @@ fn size_arg(bytes: u64) -> String {
     }
 }
 
-/// An OMS key file read (bounded) and the password found for it, not yet decrypted.
+/// An OMS key file read (bounded) and where its password comes from, not yet decrypted.
 struct OmsKeyFile {
     path: std::path::PathBuf,
     text: zeroize::Zeroizing<String>,
-    password: Option<zeroize::Zeroizing<Vec<u8>>>,
+    source: secret::Password,
 }
 
 /// Reads `--oms-key` and, when it is encrypted, its password file; refuses before any real
 /// work when it is encrypted and there is neither a password file nor a terminal.
 fn read_oms_key(path: &Path, password_file: Option<&Path>) -> Result<OmsKeyFile> {
-    use std::io::IsTerminal;
     let text = zeroize::Zeroizing::new(airlock::oms::read_text(path)?);
-    let password = if airlock::oms::keys::is_encrypted(&text) {
-        match password_file {
-            Some(f) => Some(super::password_from_file(f)?),
-            None if std::io::stdin().is_terminal() || std::io::stderr().is_terminal() => None,
-            None => {
-                return Err(Error::Usage(format!(
-                    "{} is encrypted and there is no terminal to ask for its password: pass --oms-password-file FILE",
-                    path.display()
-                )));
-            }
-        }
-    } else {
-        None
-    };
+    let encrypted = airlock::oms::keys::is_encrypted(&text);
+    let source = secret::password_source(path, encrypted, password_file, "--oms-password-file")?;
     // Parse now (without decrypting) so a wrong kind of key is reported before any work.
-    if password.is_none()
-        && !airlock::oms::keys::is_encrypted(&text)
-        && let Err(e) = airlock::oms::SigningKey::from_pem(&text, None)
-    {
+    if !encrypted && let Err(e) = airlock::oms::SigningKey::from_pem(&text, None) {
         return Err(oms_key_error(path, e));
     }
     Ok(OmsKeyFile {
         path: path.to_path_buf(),
         text,
-        password,
+        source,
     })
 }
 
@@ -708,33 +693,16 @@ fn oms_key_error(path: &Path, e: airlock::oms::keys::KeyLoadError) -> Error {
 /// against the signing certificate, if any.
 fn unlock_oms_key(f: OmsKeyFile, ui: &Ui, chain: &[Vec<u8>]) -> Result<airlock::oms::SigningKey> {
     use airlock::oms::keys::KeyLoadError;
-    let encrypted = airlock::oms::keys::is_encrypted(&f.text);
-    let key = match (&f.password, encrypted) {
-        (_, false) => airlock::oms::SigningKey::from_pem(&f.text, None),
-        (Some(p), true) => {
-            ui.note("decrypting the OMS key…");
-            let k = airlock::oms::SigningKey::from_pem(&f.text, Some(p));
-            ui.clear();
-            k
-        }
-        (None, true) => {
-            let typed = rpassword::prompt_password(super::term::shown(&format!(
-                "Password for {}: ",
-                f.path.display()
-            )))
-            .map_err(|e| Error::io("/dev/tty", e))?;
-            let typed = zeroize::Zeroizing::new(typed.into_bytes());
-            airlock::oms::SigningKey::from_pem(&f.text, Some(&typed))
-        }
-    };
-    let key = key.map_err(|e| match e {
-        KeyLoadError::WrongPassword => Error::WrongPassword {
-            key: f.path.clone(),
-            password_file: None,
-            attempts: 1,
-        },
-        e => oms_key_error(&f.path, e),
-    })?;
+    let key = secret::unlock_with(
+        &f.path,
+        &f.source,
+        ui,
+        None,
+        "decrypting the OMS key…",
+        |password| airlock::oms::SigningKey::from_pem(&f.text, password),
+        |e| matches!(e, KeyLoadError::WrongPassword),
+        |e| oms_key_error(&f.path, e),
+    )?;
     if let Some(cert) = chain.first() {
         let c = airlock::oms::x509::Cert::from_der(cert)
             .map_err(|why| oms_key_error(&f.path, KeyLoadError::Invalid(why)))?;

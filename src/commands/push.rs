@@ -1,6 +1,7 @@
 //! `airlock push`: the library's push, rendered.
 
-use airlock::error::{Error, Result, human};
+use airlock::display::human;
+use airlock::error::{Error, Result};
 use airlock::oci::{self, Reference, Registry, RegistryOptions};
 
 use super::{Output, load_trust, open, recorded_findings, report_trust};

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 
 use airlock::bundle::open;
 use airlock::error::{Error, Result};
-use airlock::keys::{self, Signature, TRUSTED_COMMENT_MAX_BYTES};
+use airlock::keys::{self, SecretKey, Signature, TRUSTED_COMMENT_MAX_BYTES};
+use airlock::manifest::UNTRUSTED_COMMENT;
 
 use airlock::durable::{Place, Staged};
 
@@ -19,9 +20,6 @@ use super::files;
 use super::ui::Ui;
 use super::{Output, secret, trust_clock, trust_source, verify_file};
 use crate::cli::{CosignArgs, SignArgs};
-
-/// The untrusted comment, like minisign's "signature from minisign secret key".
-const UNTRUSTED_COMMENT: &str = "signature from airlock secret key";
 
 pub fn run(a: SignArgs, ui: &Ui) -> Result<Output> {
     let meta = std::fs::metadata(&a.file).map_err(|e| Error::io(&a.file, e))?;
@@ -67,13 +65,7 @@ pub fn run(a: SignArgs, ui: &Ui) -> Result<Output> {
         source: e,
     })?;
     let key = secret::unlock(key_file, ui)?;
-    let sig =
-        keys::sign_prehashed(&key, &digest, UNTRUSTED_COMMENT, &trusted_comment).map_err(|e| {
-            Error::Key {
-                path: a.key.clone(),
-                source: e,
-            }
-        })?;
+    let sig = sign_digest(&key, &a.key, &digest, &trusted_comment)?;
     Staged::write_path(&sig_path, sig.to_file_text().as_bytes(), 0o644)?.publish(if a.force {
         Place::Replace
     } else {
@@ -176,13 +168,7 @@ pub fn cosign_file(a: CosignArgs, ui: &Ui) -> Result<Output> {
         )));
     }
     let trusted_comment = default_trusted_comment(file)?;
-    let sig =
-        keys::sign_prehashed(&key, &digest, UNTRUSTED_COMMENT, &trusted_comment).map_err(|e| {
-            Error::Key {
-                path: a.key.clone(),
-                source: e,
-            }
-        })?;
+    let sig = sign_digest(&key, &a.key, &digest, &trusted_comment)?;
     files::write_new_at(&dir_fd, &dir, &cosig_name, sig.to_file_text().as_bytes())?;
     let mut out = Output::default();
     out.set("file", file);
@@ -207,4 +193,18 @@ pub fn cosign_file(a: CosignArgs, ui: &Ui) -> Result<Output> {
         }
     }
     Ok(out)
+}
+
+/// Signs a file's prehashed `digest` as `sign` and `cosign FILE` do (minisign's prehashed
+/// signature, airlock's untrusted comment); a failure names the key file `key_path`.
+fn sign_digest(
+    key: &SecretKey,
+    key_path: &Path,
+    digest: &[u8; 64],
+    trusted_comment: &str,
+) -> Result<Signature> {
+    keys::sign_prehashed(key, digest, UNTRUSTED_COMMENT, trusted_comment).map_err(|e| Error::Key {
+        path: key_path.to_path_buf(),
+        source: e,
+    })
 }

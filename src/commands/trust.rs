@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 
 use airlock::bundle::open;
 use airlock::error::{Error, Result};
-use airlock::keys;
 use airlock::manifest;
 use airlock::trust::root::{self, Root, RootKey, Verification};
 use airlock::trust::{Clock, time, update};
@@ -510,15 +509,10 @@ pub fn cosign(a: CosignArgs, ui: &Ui) -> Result<Output> {
             path.display()
         )));
     }
-    use sha2::Digest;
-    let sha = hex::encode(sha2::Sha256::digest(&bytes));
-    let sig = keys::sign(
-        &key,
-        &bytes,
-        "signature from airlock secret key",
-        &manifest::trusted_comment(&m.name, m.version, &sha),
-    )
-    .map_err(|e| Error::Key {
+    let manifest::Signed {
+        signature: sig,
+        manifest_sha256: sha,
+    } = manifest::sign(&key, &m, &bytes).map_err(|e| Error::Key {
         path: a.key.clone(),
         source: e,
     })?;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
-use airlock::error::human;
+use airlock::display::human;
 use airlock::progress::Progress;
 
 use super::term::{self, shown};

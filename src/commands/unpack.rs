@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use airlock::bundle::open::{self, Opened};
-use airlock::error::{Error, HintPaths, Result, human};
+use airlock::display::human;
+use airlock::error::{Error, HintPaths, Result};
 use airlock::oci::pull::{self, RegistrySource};
 use airlock::oci::{Reference, Registry};
 use airlock::pipeline::{BundleOnDisk, Source};

@@ -1,23 +1,11 @@
 //! The value scan's record (a manifest's `values`, FORMAT.md section 20), rendered for `pack`,
 //! `inspect` and `check`.
 
+use airlock::display::grouped;
 use airlock::inspect::values::{FileScan, RULES, Summary};
 use airlock::manifest::{FileValues, Values};
 use airlock::pack::file_values;
 use airlock::receipt::Drift;
-
-/// `1,234,567`.
-fn grouped(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
 
 /// What the counts of `files` say, as a clause: `no NaN, no Inf, no zero-filled region; 2
 /// all-zero and 65 constant tensors`.

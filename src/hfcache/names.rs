@@ -26,12 +26,8 @@ pub(crate) const NOT_REPOSITORIES: &[&str] = &[
     "desktop.ini",
 ];
 
-/// Whether `s` is `len` lowercase hex digits.
-pub fn is_hex(s: &str, len: usize) -> bool {
-    s.len() == len
-        && s.bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
+/// Whether `s` is `len` lowercase hex digits (the one rule, [`crate::hexdigest`]).
+pub use crate::hexdigest::is_lower_hex as is_hex;
 
 /// Whether `s` is a full commit id (40 lowercase hex), as `REGEX_COMMIT_HASH` matches it.
 pub fn is_commit(s: &str) -> bool {

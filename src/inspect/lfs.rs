@@ -10,6 +10,7 @@
 //! Hugging Face Hub, so the finding can say exactly which bytes are missing.
 
 use super::{Finding, codes, read::human_size};
+use crate::hexdigest;
 
 /// git-lfs never treats a blob of this size or more as a pointer.
 pub(crate) const MAX_POINTER_SIZE: u64 = 1024;
@@ -48,11 +49,8 @@ pub(crate) fn parse(bytes: &[u8]) -> Option<Pointer> {
         let (key, value) = line.split_once(' ')?;
         match key {
             "oid" => {
-                let hex = value.strip_prefix("sha256:")?;
-                if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    return None;
-                }
-                oid = Some(value.to_ascii_lowercase());
+                hexdigest::sha256_prefixed(value)?;
+                oid = Some(value.to_string());
             }
             "size" => size = Some(value.parse::<u64>().ok()?),
             _ => {}

@@ -262,28 +262,8 @@ pub(crate) fn describe_start(bytes: &[u8]) -> String {
     format!("starts with bytes {}", hex.join(" "))
 }
 
-/// A size for people: "4.9 GB (4943852032 bytes)", or "130 bytes" below a kilobyte. Decimal
-/// units, as the Hugging Face Hub shows them.
-pub(crate) fn human_size(n: u64) -> String {
-    if n < 1000 {
-        return if n == 1 {
-            "1 byte".to_string()
-        } else {
-            format!("{n} bytes")
-        };
-    }
-    const UNITS: [&str; 6] = ["kB", "MB", "GB", "TB", "PB", "EB"];
-    let mut value = n as f64;
-    let mut unit = UNITS[0];
-    for u in UNITS {
-        value /= 1000.0;
-        unit = u;
-        if value < 999.95 {
-            break;
-        }
-    }
-    format!("{value:.1} {unit} ({n} bytes)")
-}
+/// A size for people: [`crate::display::human_size`] (decimal units, as the Hub shows them).
+pub(crate) use crate::display::human_size;
 
 #[cfg(test)]
 mod tests {

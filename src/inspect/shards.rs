@@ -22,6 +22,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use super::read::{self, human_size};
 use super::safetensors;
 use super::{Finding, Resolved, Tree, codes, is_plain_relative};
+use crate::display;
 
 /// Indexes are a few MB even for the largest models; anything bigger is not an index.
 const MAX_INDEX_SIZE: u64 = 64 * 1024 * 1024;
@@ -131,7 +132,7 @@ pub(crate) fn check_index(
                     format!(
                         "names shard `{shard}` for {} (e.g. `{}`), but `{shard_rel}` is not in \
                          the tree",
-                        count(tensors.len(), "tensor"),
+                        display::count(tensors.len() as u64, "tensor"),
                         tensors[0]
                     ),
                     "download the missing shard (huggingface_hub fetches every file the index \
@@ -159,7 +160,7 @@ pub(crate) fn check_index(
             format!(
                 "says metadata.total_size is {total} bytes but the tensors of its {} add up to \
                  {sum} bytes (off by {})",
-                count(by_shard.len(), "shard"),
+                display::count(by_shard.len() as u64, "shard"),
                 total.abs_diff(sum)
             ),
             "check that every shard comes from the same revision as the index; loaders ignore \
@@ -483,20 +484,12 @@ fn tensors_missing(index_rel: &str, shard_rel: &str, absent: &[&str], assigned: 
         format!(
             "lacks {} of the {} that `{index_rel}` assigns to it: {}",
             absent.len(),
-            count(assigned, "tensor"),
+            display::count(assigned as u64, "tensor"),
             names.join(", ")
         ),
         "the shard and the index come from different exports; download both again from the \
          same revision",
     )
-}
-
-fn count(n: usize, noun: &str) -> String {
-    if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{n} {noun}s")
-    }
 }
 
 #[cfg(test)]

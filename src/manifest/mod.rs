@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::hexdigest::is_sha256;
 use crate::hfcache::names;
 use crate::paths::{self, CollisionSet};
 use crate::tar;
@@ -200,7 +201,7 @@ fn validate_oms(m: &Manifest, o: &Oms) -> Result<(), String> {
                 s.size
             ));
         }
-        if !is_hex64(&s.sha256) {
+        if !is_sha256(&s.sha256) {
             return Err("has a malformed oms.signature.sha256".into());
         }
     }
@@ -217,7 +218,7 @@ fn validate_oms(m: &Manifest, o: &Oms) -> Result<(), String> {
                 p.method
             ));
         }
-        if !is_hex64(&p.signer) {
+        if !is_sha256(&p.signer) {
             return Err("has a malformed oms.publisher.signer".into());
         }
     }
@@ -372,7 +373,7 @@ impl Manifest {
             if v.sha256.is_some() {
                 return Err(format!("lists parity volume {} with a sha256", v.name));
             }
-            if !v.chunks.iter().all(|c| is_hex64(c)) {
+            if !v.chunks.iter().all(|c| is_sha256(c)) {
                 return Err(format!("has a malformed sha256 for volume {}", v.name));
             }
             if v.chunks.len() as u64 != v.size / self.chunk_size {
@@ -602,12 +603,6 @@ where
     T::deserialize(d).map(Some)
 }
 
-fn is_hex64(s: &str) -> bool {
-    s.len() == 64
-        && s.bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
 /// Name of volume `index` when the bundle has `count` volumes.
 pub fn volume_name(index: usize, count: usize) -> String {
     let width = count.saturating_sub(1).to_string().len().max(3);
@@ -782,7 +777,8 @@ impl Manifest {
                 }
                 _ => {}
             }
-            if !v.sha256.as_deref().is_none_or(is_hex64) || !v.chunks.iter().all(|c| is_hex64(c)) {
+            if !v.sha256.as_deref().is_none_or(is_sha256) || !v.chunks.iter().all(|c| is_sha256(c))
+            {
                 return Err(format!("has a malformed sha256 for volume {}", v.name));
             }
             if v.chunks.len() as u64 != v.size.div_ceil(self.chunk_size) {
@@ -840,7 +836,7 @@ impl Manifest {
             if dirs.contains(p) {
                 return Err(format!("lists {p:?} as both a file and a directory"));
             }
-            if !is_hex64(&f.sha256) {
+            if !is_sha256(&f.sha256) {
                 return Err(format!("has a malformed sha256 for {p:?}"));
             }
             file_bytes = file_bytes
@@ -948,7 +944,7 @@ impl Manifest {
                     self.version, base.version
                 ));
             }
-            if !is_hex64(&base.manifest_sha256) {
+            if !is_sha256(&base.manifest_sha256) {
                 return Err("has a malformed base.manifest_sha256".into());
             }
         }
@@ -991,7 +987,7 @@ impl Manifest {
                         ));
                     }
                     if from.patch_size.is_none()
-                        || !from.patch_sha256.as_deref().is_some_and(is_hex64)
+                        || !from.patch_sha256.as_deref().is_some_and(is_sha256)
                     {
                         return Err(format!(
                             "patches {p:?} without a patch_size and a well-formed patch_sha256"
@@ -1174,7 +1170,7 @@ fn validate_trust_update(t: &TrustUpdate) -> Result<(), String> {
                 r.size
             ));
         }
-        if !is_hex64(&r.sha256) {
+        if !is_sha256(&r.sha256) {
             return Err("has a malformed trust_update sha256".into());
         }
     }
@@ -1205,6 +1201,9 @@ pub fn rfc3339(secs: i64) -> String {
 
 /// Where each parity unit lives, from the volume sizes (FORMAT.md section 17.2).
 pub mod units;
+
+mod sign;
+pub use sign::{Signed, UNTRUSTED_COMMENT, sign};
 
 #[cfg(test)]
 mod tests;

@@ -38,6 +38,7 @@ use ureq::{Body, SendBody};
 use super::auth::{self, Challenge, Credentials};
 use super::reference::Reference;
 use crate::error::{Error, RegistryNext, Result};
+use crate::hexdigest;
 
 /// How to reach the registry.
 #[derive(Clone, Debug, Default)]
@@ -287,7 +288,7 @@ pub fn check_manifest_digest(
     use sha2::{Digest, Sha256, Sha512};
     let actual = format!("sha256:{}", hex::encode(Sha256::digest(bytes)));
     if let Some(pin) = pin
-        && !pin.eq_ignore_ascii_case(&actual)
+        && pin != actual
     {
         return Err(format!(
             "the registry answered the pin {pin} with another manifest (its bytes hash to {actual}): not the pinned version"
@@ -319,13 +320,13 @@ pub fn check_manifest_digest(
         }
     };
     let hex = &stated[algorithm.len() + 1..];
-    if hex.len() != hex_len || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if !hexdigest::is_lower_hex(hex, hex_len) {
         return Err(format!(
             "its Docker-Content-Digest {:?} is not a {algorithm} digest",
             error_text(stated)
         ));
     }
-    if !stated.eq_ignore_ascii_case(&computed) {
+    if stated != computed {
         return Err(format!(
             "the manifest the registry sent hashes to {computed}, its Docker-Content-Digest says {stated}"
         ));
@@ -1061,7 +1062,9 @@ mod tests {
         let other = format!("sha256:{}", "0".repeat(64));
         assert!(check_manifest_digest(bytes, None, None).is_ok());
         assert!(check_manifest_digest(bytes, Some(&d256), Some(&d256)).is_ok());
-        assert!(check_manifest_digest(bytes, Some(&d256.to_uppercase()[..]), None).is_ok());
+        // One case rule (hexdigest): an upper-case digest is not a digest.
+        let upper = format!("sha256:{}", d256[7..].to_uppercase());
+        assert!(check_manifest_digest(bytes, None, Some(&upper)).is_err());
         assert!(check_manifest_digest(bytes, None, Some(&d512)).is_ok());
         assert!(check_manifest_digest(bytes, None, Some("blake3:abcd")).is_ok());
         let pinned = check_manifest_digest(bytes, Some(&other), Some(&other)).unwrap_err();

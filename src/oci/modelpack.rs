@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use super::client::MAX_OCI_MANIFEST_BYTES;
 pub use super::client::OCI_MANIFEST;
 use crate::bundle::open::MAX_SIGNATURE_BYTES;
+use crate::hexdigest;
 use crate::manifest::{FileEntry, MAX_MANIFEST_BYTES, Manifest};
 use crate::paths::RECEIPT_DIR;
 
@@ -252,10 +253,7 @@ pub fn trust_layers(image_manifest: &[u8]) -> Result<(Vec<Layer>, Vec<Layer>), S
         let digest = l
             .get("digest")
             .and_then(|d| d.as_str())
-            .filter(|d| {
-                d.strip_prefix("sha256:")
-                    .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
-            })
+            .filter(|d| hexdigest::sha256_prefixed(d).is_some())
             .ok_or(format!("a {media_type} layer has no sha256 digest"))?;
         let size = l
             .get("size")
@@ -536,10 +534,7 @@ pub fn airlock_layers(image_manifest: &[u8]) -> Result<(Layer, Layer), String> {
         let digest = l
             .get("digest")
             .and_then(|d| d.as_str())
-            .filter(|d| {
-                d.strip_prefix("sha256:")
-                    .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
-            })
+            .filter(|d| hexdigest::sha256_prefixed(d).is_some())
             .ok_or(format!("its {media_type} layer has no sha256 digest"))?;
         let size = l
             .get("size")

@@ -1,6 +1,7 @@
 //! The `oci://HOST[:PORT]/REPO:TAG` reference form (also `@sha256:HEX` for a digest).
 
 use crate::error::{Error, Result};
+use crate::hexdigest;
 
 /// The scheme prefix that marks a registry reference on the command line.
 pub const SCHEME: &str = "oci://";
@@ -83,10 +84,10 @@ impl Reference {
             let hex = digest
                 .strip_prefix("sha256:")
                 .ok_or_else(|| bad("a digest must be sha256:HEX"))?;
-            if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(bad("a digest must be sha256: and 64 hex digits"));
+            if !hexdigest::is_sha256(hex) {
+                return Err(bad("a digest must be sha256: and 64 lowercase hex digits"));
             }
-            (repo, digest.to_ascii_lowercase())
+            (repo, digest.to_string())
         } else {
             let (repo, tag) = path
                 .rsplit_once(':')

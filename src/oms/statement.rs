@@ -29,6 +29,8 @@
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use crate::hexdigest;
+
 /// The in-toto statement type.
 pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
 /// The OMS v1.0 predicate type.
@@ -220,11 +222,11 @@ pub fn check_name(name: &str) -> Result<(), String> {
 }
 
 fn hex32(s: &str) -> Option<[u8; 32]> {
-    if s.len() != 64 {
+    if !hexdigest::is_sha256(s) {
         return None;
     }
     let mut out = [0u8; 32];
-    hex::decode_to_slice(s.to_ascii_lowercase(), &mut out).ok()?;
+    hex::decode_to_slice(s, &mut out).ok()?;
     Some(out)
 }
 

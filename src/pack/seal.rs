@@ -4,10 +4,8 @@
 use std::io;
 use std::path::Path;
 
-use sha2::{Digest, Sha256};
-
 use crate::error::{Error, Result};
-use crate::keys::{self, SecretKey};
+use crate::keys::SecretKey;
 use crate::manifest::{
     self, Base, Compression, FileEntry, HfSource, Manifest, Parity, Stream, Totals, Volume, Warning,
 };
@@ -114,14 +112,10 @@ pub fn seal(parts: Parts, key: &SecretKey, dir: &Path) -> Result<Sealed> {
             ),
         });
     }
-    let manifest_sha256 = hex::encode(Sha256::digest(&bytes));
-    let sig = keys::sign(
-        key,
-        &bytes,
-        "signature from airlock secret key",
-        &manifest::trusted_comment(&manifest.name, manifest.version, &manifest_sha256),
-    )
-    .map_err(|e| Error::Key {
+    let manifest::Signed {
+        signature: sig,
+        manifest_sha256,
+    } = manifest::sign(key, &manifest, &bytes).map_err(|e| Error::Key {
         path: dir.join(manifest::SIGNATURE_NAME),
         source: e,
     })?;

@@ -29,6 +29,7 @@ use ed25519_dalek::VerifyingKey;
 use sha2::{Digest, Sha256};
 
 use super::json::{self, Value};
+use crate::hexdigest;
 use crate::keys::{self, PublicKey, SecretKey};
 
 /// The role whose keys may sign bundles.
@@ -188,7 +189,7 @@ fn hex_field(v: &Value, what: &str, bytes: usize) -> Result<Vec<u8>, String> {
     let s = v
         .as_str()
         .ok_or_else(|| format!("{what} is {}, not a string", v.kind()))?;
-    if s.len() != 2 * bytes || !s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+    if !hexdigest::is_lower_hex(s, 2 * bytes) {
         return Err(format!("{what} is not {} lowercase hex digits", 2 * bytes));
     }
     Ok(hex::decode(s).expect("checked hex"))

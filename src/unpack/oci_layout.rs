@@ -272,9 +272,7 @@ fn only_blobs(dir: &OwnedFd) -> bool {
         && only(&blobs, "sha256")
         && fsio::dir_entries(&sha256).is_ok_and(|e| {
             e.iter().all(|(n, k)| {
-                *k == FileType::RegularFile
-                    && n.to_str()
-                        .is_some_and(|n| crate::hfcache::names::is_hex(n, 64))
+                *k == FileType::RegularFile && n.to_str().is_some_and(crate::hexdigest::is_sha256)
             })
         })
 }

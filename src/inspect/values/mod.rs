@@ -52,6 +52,7 @@ use serde::Serialize;
 use super::format::{self, Format};
 use super::read::human_size;
 use super::{Finding, codes, gguf, safetensors};
+use crate::display::{count_grouped, grouped};
 
 mod kernels;
 mod tree;
@@ -900,23 +901,6 @@ fn shape_text(shape: &[u64]) -> String {
     format!("[{}]", dims.join(", "))
 }
 
-/// `1,234,567`.
-fn grouped(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-fn plural(n: u64, one: &str, many: &str) -> String {
-    format!("{} {}", grouped(n), if n == 1 { one } else { many })
-}
-
 /// `, and N more <kind> tensors <with>` when `tensors` > 1.
 fn more(tensors: u64, kind: &str, with: &str) -> String {
     match tensors {
@@ -943,7 +927,7 @@ impl FileScan {
                 Some(scales) => format!(
                     "{} whose scale ({scales}) is NaN in tensor `{}` ({} {}), the first at \
                      element {}",
-                    plural(n.count, "block", "blocks"),
+                    count_grouped(n.count, "block"),
                     shown(&n.tensor),
                     n.dtype,
                     shape_text(&n.shape),
@@ -951,7 +935,7 @@ impl FileScan {
                 ),
                 None => format!(
                     "{} in tensor `{}` ({} {}), the first at element {}",
-                    plural(n.count, "NaN value", "NaN values"),
+                    count_grouped(n.count, "NaN value"),
                     shown(&n.tensor),
                     n.dtype,
                     shape_text(&n.shape),
@@ -976,7 +960,7 @@ impl FileScan {
                 Some(scales) => format!(
                     "{} whose scale ({scales}) is infinite ({split}) in tensor `{}` ({} {}), \
                      the first at element {}",
-                    plural(n.count, "block", "blocks"),
+                    count_grouped(n.count, "block"),
                     shown(&n.tensor),
                     n.dtype,
                     shape_text(&n.shape),
@@ -984,7 +968,7 @@ impl FileScan {
                 ),
                 None => format!(
                     "{} ({split}) in tensor `{}` ({} {}), the first at element {}",
-                    plural(n.count, "infinite value", "infinite values"),
+                    count_grouped(n.count, "infinite value"),
                     shown(&n.tensor),
                     n.dtype,
                     shape_text(&n.shape),
@@ -1006,7 +990,7 @@ impl FileScan {
         if let Some(r) = self.regions.first() {
             let others = match s.zero_regions {
                 0 | 1 => String::new(),
-                n => format!(", and {} more", plural(n - 1, "region", "regions")),
+                n => format!(", and {} more", count_grouped(n - 1, "region")),
             };
             out.push(Finding::error(
                 codes::TENSOR_ZERO_REGION,
@@ -1018,7 +1002,7 @@ impl FileScan {
                     human_size(r.end - r.start),
                     grouped(r.start),
                     grouped(r.end),
-                    plural(r.boundaries, "tensor boundary", "tensor boundaries"),
+                    count_grouped(r.boundaries, "tensor boundary"),
                     shown(&r.first_tensor),
                     grouped(r.first_element),
                     shown(&r.last_tensor)
@@ -1038,7 +1022,7 @@ impl FileScan {
                     shown(&n.tensor),
                     n.dtype,
                     shape_text(&n.shape),
-                    plural(n.count, "value", "values"),
+                    count_grouped(n.count, "value"),
                     more(s.zero_tensors - self.benign_zero_tensors, "all-zero ", "")
                 ),
                 "nothing, if these are biases or untrained heads; if they should hold trained \
@@ -1055,7 +1039,7 @@ impl FileScan {
                     shown(&n.tensor),
                     n.dtype,
                     shape_text(&n.shape),
-                    plural(n.count, "value", "values"),
+                    count_grouped(n.count, "value"),
                     n.detail.as_deref().unwrap_or("?"),
                     more(
                         s.constant_tensors - self.benign_constant_tensors,
