@@ -11,6 +11,9 @@ pub trait Progress: Sync {
     fn item(&self, _name: &str) {}
     /// The phase ended.
     fn finish(&self) {}
+    /// A line for the operator about how the work goes (a resumed install says what it kept
+    /// and where it reads from).
+    fn note(&self, _line: &str) {}
     /// A damaged bundle's map, found before the work on it starts (`repair`), for the
     /// operator to see where the damage is while the work goes on.
     fn damage(&self, _map: &crate::bundle::damage::DamageMap) {}

@@ -688,6 +688,13 @@ pub trait VolumeSource: Sync {
     /// Opens the volume called `name`, the `index`-th (0-based) of the manifest. A volume that
     /// does not exist is an error of kind `NotFound`.
     fn open(&self, index: usize, name: &str) -> io::Result<Box<dyn Read + Send + '_>>;
+    /// [`VolumeSource::open`], reading from byte `pos` on (a resumed stream). The default reads
+    /// the first `pos` bytes and drops them.
+    fn open_at(&self, index: usize, name: &str, pos: u64) -> io::Result<Box<dyn Read + Send + '_>> {
+        let mut r = self.open(index, name)?;
+        io::copy(&mut (&mut r).take(pos), &mut io::sink())?;
+        Ok(r)
+    }
     /// The path that errors about the volume name.
     fn path(&self, name: &str) -> PathBuf;
     /// What the report says of a volume that is not there ("is missing", and where it is when
@@ -780,9 +787,12 @@ impl<'a> DirVolumes<'a> {
 
 impl VolumeSource for DirVolumes<'_> {
     fn open(&self, _index: usize, name: &str) -> io::Result<Box<dyn Read + Send + '_>> {
+        self.open_at(_index, name, 0)
+    }
+    fn open_at(&self, _index: usize, name: &str, pos: u64) -> io::Result<Box<dyn Read + Send + '_>> {
         let (f, _, path) = self.open_file(name)?;
         self.record(name, &path, &f);
-        Ok(Box::new(f.into_reader(STREAM_BUFFER_SIZE * 4)))
+        Ok(Box::new(f.into_reader_at(STREAM_BUFFER_SIZE * 4, pos)))
     }
     fn path(&self, name: &str) -> PathBuf {
         match &self.place {
@@ -814,7 +824,10 @@ impl VolumeSource for DirVolumes<'_> {
                 f
             }
         };
-        f.read_exact_at(buf, offset)
+        crate::fsio::test_volume_read_delay();
+        f.read_exact_at(buf, offset)?;
+        crate::fsio::count_volume_read(buf.len() as u64);
+        Ok(())
     }
 }
 
@@ -893,6 +906,8 @@ pub(super) struct VolumeReader<'a> {
     unit_held: bool,
     /// Largest unit read whole into memory; larger ones are read twice (hashed, then streamed).
     max_held: u64,
+    /// A resumed stream: the volume and the chunk-aligned offset in it to start at.
+    start: Option<(usize, u64)>,
 }
 
 /// What the volume-reading thread hands on, in stream order.
@@ -926,7 +941,23 @@ impl<'a> VolumeReader<'a> {
             unit: Vec::new(),
             unit_held: false,
             max_held: source.unit_memory(),
+            start: None,
         }
+    }
+
+    /// Starts at byte `pos` of volume `index` instead of the payload's start: `pos` a multiple
+    /// of the chunk size (0 for a volume with a whole-volume digest), so every chunk read is
+    /// read whole and checked against its signed digest before the stream ends.
+    pub(super) fn starting_at(mut self, index: usize, pos: u64) -> Self {
+        self.index = index;
+        if self.units.is_some() {
+            self.read_in_volume = pos;
+            self.chunk_index = (pos / self.manifest.chunk_size) as usize;
+            self.in_chunk = 0;
+        } else {
+            self.start = Some((index, pos));
+        }
+        self
     }
 
     fn fail(&mut self, problem: String) -> io::Result<()> {
@@ -1261,7 +1292,12 @@ impl Read for VolumeReader<'_> {
             }
             let v = &volumes[self.index];
             if self.file.is_none() {
-                let f = match self.source.open(self.index, &v.name) {
+                let at = match self.start {
+                    Some((k, pos)) if k == self.index => pos,
+                    _ => 0,
+                };
+                self.start = None;
+                let f = match self.source.open_at(self.index, &v.name, at) {
                     Ok(f) => f,
                     Err(e) => {
                         if e.kind() == io::ErrorKind::NotFound {
@@ -1275,11 +1311,11 @@ impl Read for VolumeReader<'_> {
                     }
                 };
                 self.file = Some(f);
-                self.read_in_volume = 0;
+                self.read_in_volume = at;
                 self.chunk_hasher = Sha256::new();
                 self.whole_hasher = v.sha256.as_ref().map(|_| Sha256::new());
                 self.in_chunk = 0;
-                self.chunk_index = 0;
+                self.chunk_index = (at / self.manifest.chunk_size) as usize;
                 self.bad_ranges.clear();
             }
             let remaining = v.size - self.read_in_volume;
