@@ -70,12 +70,16 @@ pub fn prove(
             .map_err(|e| Error::io(root_path.join(d), e.into()))?;
         kept.dirs.insert(d.clone());
     }
+    // Files staged at their signed size, in a directory kept: only these are read.
     let candidates: Vec<&FileEntry> = m
         .files
-        .iter()
-        .filter(|f| match f.path.rsplit_once('/') {
-            Some((p, _)) => kept.dirs.contains(p),
-            None => true,
+        .par_iter()
+        .filter(|f| {
+            let in_kept_dir = match f.path.rsplit_once('/') {
+                Some((p, _)) => kept.dirs.contains(p),
+                None => true,
+            };
+            in_kept_dir && matches!(fsio::open_file_below(root, &f.path), Ok((_, len)) if len == f.size)
         })
         .collect();
     let total: u64 = candidates.iter().map(|f| f.size).sum();
