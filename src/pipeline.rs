@@ -275,7 +275,9 @@ impl Source for BundleOnDisk<'_> {
             }
         } else {
             match stream::resume_volume(&self.0.manifest, start) {
-                Some((volume, offset)) => format!(", reading from volume {volume} at byte {offset}"),
+                Some((volume, offset)) => {
+                    format!(", reading from volume {volume} at byte {offset}")
+                }
                 None => String::new(),
             }
         }

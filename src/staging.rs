@@ -296,7 +296,13 @@ impl Staging {
     /// [`interrupt`] from now on: a rerun of the same bundle into the same destination adopts
     /// it ([`Staging::adopt`]).
     pub fn mark_resumable(&self, marker: &Marker) -> Result<()> {
-        crate::durable::write_synced_at(&self.dir, &self.path(), RESUME_NAME, &marker.bytes(), 0o600)?;
+        crate::durable::write_synced_at(
+            &self.dir,
+            &self.path(),
+            RESUME_NAME,
+            &marker.bytes(),
+            0o600,
+        )?;
         self.sync()?;
         let mut r = resumable();
         if !r.contains(&self.token) {

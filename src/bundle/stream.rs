@@ -241,7 +241,9 @@ fn resume_point(m: &Manifest, start: usize) -> Result<Resume> {
         reason: reason.to_string(),
     };
     if m.compression.algorithm != "none" || m.base.is_some() {
-        return Err(bad("a compressed or delta stream cannot be resumed part way"));
+        return Err(bad(
+            "a compressed or delta stream cannot be resumed part way",
+        ));
     }
     let entries = m.expected_entries();
     let mut offset = 0u64;

@@ -789,7 +789,12 @@ impl VolumeSource for DirVolumes<'_> {
     fn open(&self, _index: usize, name: &str) -> io::Result<Box<dyn Read + Send + '_>> {
         self.open_at(_index, name, 0)
     }
-    fn open_at(&self, _index: usize, name: &str, pos: u64) -> io::Result<Box<dyn Read + Send + '_>> {
+    fn open_at(
+        &self,
+        _index: usize,
+        name: &str,
+        pos: u64,
+    ) -> io::Result<Box<dyn Read + Send + '_>> {
         let (f, _, path) = self.open_file(name)?;
         self.record(name, &path, &f);
         Ok(Box::new(f.into_reader_at(STREAM_BUFFER_SIZE * 4, pos)))

@@ -79,7 +79,8 @@ pub fn prove(
                 Some((p, _)) => kept.dirs.contains(p),
                 None => true,
             };
-            in_kept_dir && matches!(fsio::open_file_below(root, &f.path), Ok((_, len)) if len == f.size)
+            in_kept_dir
+                && matches!(fsio::open_file_below(root, &f.path), Ok((_, len)) if len == f.size)
         })
         .collect();
     let total: u64 = candidates.iter().map(|f| f.size).sum();
