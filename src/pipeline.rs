@@ -85,10 +85,15 @@ fn gib(bytes: u64) -> String {
     }
 }
 
-/// Whether an install that failed with `e` keeps what it staged for a rerun: a failure of
-/// the machine (a full disk, an I/O error), not of the bundle.
-pub fn keeps_for_rerun(e: &Error) -> bool {
-    matches!(e, Error::Io { .. } | Error::NoSpace { .. })
+/// Whether an install that failed with `e` keeps what it staged in `work` for a rerun: a
+/// failure of the machine writing there (a full disk, an I/O error on a staged file), not of
+/// the bundle or of the medium it is read from.
+pub fn keeps_for_rerun(e: &Error, work: &std::path::Path) -> bool {
+    match e {
+        Error::NoSpace { .. } => true,
+        Error::Io { path, .. } => path.starts_with(work),
+        _ => false,
+    }
 }
 
 /// Where a verified bundle's content comes from.
@@ -158,9 +163,12 @@ pub trait Target {
         None
     }
 
-    /// The install failed for a reason of the machine ([`keeps_for_rerun`]): keep what was
-    /// staged for a rerun instead of removing it. The default: remove it.
-    fn keep_for_rerun(&mut self) {}
+    /// The install failed with `e`: keep what was staged for a rerun instead of removing it
+    /// when `e` is a failure of the target's machine (a full disk, an I/O error writing what
+    /// it stages), not of the bundle. The default: remove it.
+    fn keep_for_rerun(&mut self, e: &Error) {
+        let _ = e;
+    }
 }
 
 /// Runs `source` into `target`: begin, the entries (through a delta onto the target's base
@@ -181,9 +189,7 @@ pub fn run<T: Target>(
     match feed(source, &mut target, base, progress) {
         Ok(fed) => target.commit(opened, fed, progress),
         Err(e) => {
-            if keeps_for_rerun(&e) {
-                target.keep_for_rerun();
-            }
+            target.keep_for_rerun(&e);
             Err(e)
         }
     }

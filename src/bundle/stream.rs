@@ -312,7 +312,11 @@ pub fn stream_volumes_from(
     if let Some(r) = &resume {
         volumes = volumes.starting_at(r.volume, r.at);
         report.started_at = Some(crate::pipeline::StartedAt {
-            entry: m.expected_entries()[start].path().to_string(),
+            // Every file kept: only the end-of-archive marker is read.
+            entry: m
+                .expected_entries()
+                .get(start)
+                .map_or_else(|| "(end of archive)".to_string(), |e| e.path().to_string()),
             volume: Some(m.volumes[r.volume].name.clone()),
             offset: r.at,
         });

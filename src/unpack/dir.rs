@@ -164,16 +164,29 @@ impl Target for DirTarget {
             None => staging::clean_stale_for(&parent, Some(dest_name))?,
             Some(_) => Cleanup::default(),
         };
-        let (staging, root, kept) = match adopted {
-            Some(staging) => {
-                let root = match fsio::open_dir_at(staging.fd(), "tree") {
-                    Ok(fd) => fd,
-                    Err(rustix::io::Errno::NOENT) => staging.mkdir("tree", receipt::DIR_MODE)?,
-                    Err(e) => return Err(Error::io(staging.path().join("tree"), e.into())),
-                };
-                let tree = staging.path().join("tree");
-                let kept = super::resume::prove(&root, &tree, m, file_mode, progress)?;
-                (Some(staging), Some(root), Some(kept))
+        let (mut staging, root, kept) = match adopted {
+            Some(mut staging) => {
+                let proven = (|| {
+                    let root = match fsio::open_dir_at(staging.fd(), "tree") {
+                        Ok(fd) => fd,
+                        Err(rustix::io::Errno::NOENT) => {
+                            staging.mkdir("tree", receipt::DIR_MODE)?
+                        }
+                        Err(e) => return Err(Error::io(staging.path().join("tree"), e.into())),
+                    };
+                    let tree = staging.path().join("tree");
+                    let kept = super::resume::prove(&root, &tree, m, file_mode, progress)?;
+                    Ok((root, kept))
+                })();
+                match proven {
+                    Ok((root, kept)) => (Some(staging), Some(root), Some(kept)),
+                    Err(e) => {
+                        // What was staged stays for the next rerun (an interrupt while it is
+                        // proven keeps it too).
+                        staging.keep_for_rerun();
+                        return Err(e);
+                    }
+                }
             }
             None => (None, None, None),
         };
@@ -185,10 +198,14 @@ impl Target for DirTarget {
         if opts.check_space {
             let on = missing.as_ref().map_or(&parent, |mi| &mi.existing);
             let held = kept.as_ref().map_or(0, |k| k.bytes);
-            notes::check_space(
+            let checked = notes::check_space(
                 on,
                 notes::space_needed(m, receipt_bytes).saturating_sub(held),
-            )?;
+            );
+            if let (Err(_), Some(s)) = (&checked, staging.as_mut()) {
+                s.keep_for_rerun();
+            }
+            checked?;
         }
         let made = missing
             .map(|mi| mi.create(mi.mode(opts.parent_mode)))
@@ -239,8 +256,10 @@ impl Target for DirTarget {
         self.begun.as_ref().and_then(|b| b.kept.as_ref())
     }
 
-    fn keep_for_rerun(&mut self) {
-        if let Some(b) = self.begun.as_mut() {
+    fn keep_for_rerun(&mut self, e: &Error) {
+        if let Some(b) = self.begun.as_mut()
+            && crate::pipeline::keeps_for_rerun(e, &b.staging.path())
+        {
             b.staging.keep_for_rerun();
         }
     }

@@ -121,8 +121,15 @@ fn kill_at_many_points(replace: bool) {
             outcomes.0 += 1;
         }
         // The next run cleans up whatever the kill left and succeeds.
-        let o = unpack_cmd(&env, "b2", true).status().unwrap();
-        assert!(o.success(), "kill point {i}: the run after the kill failed");
+        let o = unpack_cmd(&env, "b2", true)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "kill point {i}: the run after the kill failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         assert_eq!(tree_without_receipt(&out), new);
         assert!(
             staging_leftovers(env.dir.path()).is_empty(),
@@ -203,13 +210,16 @@ fn disk_filling_during_unpack_fails_cleanly() {
     // An earlier, small install of the same bundle name (only those can be replaced).
     env.write("small/old.txt", b"old\n");
     env.ok(&["pack", "small", "-o", "s", "--key", "k.key", "--name", "m"]);
-    // The old tree must survive a --replace that runs out of space half way.
+    // The old tree must survive a --replace that runs out of space half way; what was staged
+    // is kept (issue 37 item 3), and the same command resumes from it once there is room.
     let out = with_tmpfs(
         &env,
         "10m",
         "\"$AIRLOCK\" unpack s --trust k.pub --dest mnt/model >/dev/null; \
          \"$AIRLOCK\" unpack b --trust k.pub --dest mnt/model --replace --no-space-check; echo \"rc=$?\"; \
-         ls -A mnt; cat mnt/model/old.txt; ls -A mnt/model",
+         ls -A mnt | sed 's/-[0-9a-f]\\{16\\}$/-RANDOM/'; cat mnt/model/old.txt; ls -A mnt/model; \
+         mount -o remount,size=40m mnt && \"$AIRLOCK\" unpack b --trust k.pub --dest mnt/model --replace > resumed.txt; \
+         echo \"rc=$?\"; ls -A mnt; grep -c 'resumed: ' resumed.txt",
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -219,7 +229,20 @@ fn disk_filling_during_unpack_fails_cleanly() {
         "{stderr}"
     );
     let lines: Vec<&str> = stdout.lines().filter(|l| !l.starts_with("rc=")).collect();
-    assert_eq!(lines, ["model", "old", ".airlock", "old.txt"], "{stdout}");
+    assert_eq!(
+        lines,
+        [
+            ".airlock-staging-model-RANDOM",
+            "model",
+            "old",
+            ".airlock",
+            "old.txt",
+            "model",
+            "1"
+        ],
+        "{stdout}{stderr}"
+    );
+    assert!(stdout.contains("rc=0"), "{stdout}{stderr}");
 }
 
 /// Names of work directories (staging, birth, partial) in `dir`.
