@@ -64,6 +64,8 @@ pub struct Kept {
     pub bytes: u64,
     /// Staged files that did not prove complete and were discarded.
     pub discarded: u64,
+    /// Where they are, for the operator: "staged", "in the layout".
+    pub held_in: &'static str,
 }
 
 impl Kept {
@@ -224,9 +226,10 @@ fn feed<T: Target>(
                     .unwrap_or(expected.len());
                 let start = source.start_at(wanted);
                 progress.note(&format!(
-                    "resuming: {} files ({}) already staged and proven{}{}",
+                    "resuming: {} files ({}) already {} and proven{}{}",
                     kept.files.len(),
                     gib(kept.bytes),
+                    kept.held_in,
                     if kept.discarded > 0 {
                         format!(", {} staged entries discarded", kept.discarded)
                     } else {

@@ -100,7 +100,10 @@ fn target(a: &UnpackArgs, opened: &Opened, trust: &Policy, out: &mut Output) -> 
             trust: policy,
         })
     } else if let Some(layout) = &a.oci_layout {
-        To::Layout(LayoutOptions::parse(layout, check_space))
+        To::Layout(LayoutOptions {
+            resume: !a.no_resume,
+            ..LayoutOptions::parse(layout, check_space)
+        })
     } else {
         let opts = UnpackOptions {
             dest: a

@@ -50,7 +50,10 @@ pub fn prove(
     progress: &dyn Progress,
 ) -> Result<Kept> {
     let me = rustix::process::geteuid().as_raw();
-    let mut kept = Kept::default();
+    let mut kept = Kept {
+        held_in: "staged",
+        ..Kept::default()
+    };
     for d in &m.directories {
         let parent_ok = match d.rsplit_once('/') {
             Some((p, _)) => kept.dirs.contains(p),

@@ -491,3 +491,71 @@ fn a_link_planted_in_the_staging_directory_is_refused() {
     );
     assert_eq!(tree(&env.path("out3")), want);
 }
+
+/// An OCI image layout keeps each blob once it is verified (content-addressed, unreferenced
+/// until `index.json` names it): a rerun after a kill hashes the blobs there and reads the
+/// bundle from the first file whose blob is missing; the layout is the clean one.
+#[test]
+fn an_oci_layout_resumes_from_the_first_missing_blob() {
+    let env = Env::new();
+    model(&env, "m", 16, 256 << 10, 11);
+    pack(&env, "m", "b", "none", "64K", "1");
+    let (code, v) = env.json(&["unpack", "b", "--trust", "k.pub", "--oci-layout", "clean"]);
+    assert_eq!(code, 0, "{v}");
+    let clean = v["volume_bytes_read"].as_u64().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"));
+    child
+        .args(["unpack", "b", "--trust", "k.pub", "--oci-layout", "lay"])
+        .current_dir(env.dir.path())
+        .env("AIRLOCK_TEST_VOLUME_READ_DELAY_MS", "2")
+        .env("AIRLOCK_TEST_VOLUME_READ_LOG", env.path("reads.log"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = child.spawn().unwrap();
+    loop {
+        let n = std::fs::read_to_string(env.path("reads.log"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        if n >= clean / 2 {
+            break;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "finished before the kill"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    kill_process(Pid::from_child(&child), Signal::KILL).unwrap();
+    child.wait().unwrap();
+    let first = reads(&env);
+    let (code, v) = env.json(&["unpack", "b", "--trust", "k.pub", "--oci-layout", "lay"]);
+    assert_eq!(code, 0, "{v}");
+    let files = v["resumed"]["files"].as_u64().unwrap();
+    assert!(files > 0 && files < 17, "{v}");
+    assert!(v["resumed"]["from_volume"].is_string(), "{v}");
+    let second = v["volume_bytes_read"].as_u64().unwrap();
+    assert!(
+        first + second < clean + clean / 4,
+        "read {first} + {second} of {clean}"
+    );
+    let ls = |d: &str| -> Vec<(String, Vec<u8>)> {
+        let mut out: Vec<_> = std::fs::read_dir(env.path(d).join("blobs/sha256"))
+            .unwrap()
+            .flatten()
+            .map(|e| {
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    std::fs::read(e.path()).unwrap(),
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    assert_eq!(ls("lay"), ls("clean"));
+    assert_eq!(
+        std::fs::read(env.path("lay/index.json")).unwrap(),
+        std::fs::read(env.path("clean/index.json")).unwrap()
+    );
+}
