@@ -371,6 +371,7 @@ impl Target for LayoutTarget {
                 .filter_map(|p| m.files.iter().find(|f| &f.path == p))
                 .map(|f| f.sha256.clone())
                 .collect(),
+            delivered: Default::default(),
         };
         let kept = kept.filter(|k| self.opts.resume && !k.files.is_empty());
         self.begun = Some(Begun {
@@ -459,6 +460,7 @@ impl Target for LayoutTarget {
             reused,
             repaired,
             syncer: sync_tx,
+            delivered,
             ..
         } = sink;
         drop((current, sync_tx));
@@ -505,6 +507,11 @@ impl Target for LayoutTarget {
             ..InstallNotes::default()
         };
         notes.repaired_volumes = fed.repaired_volumes;
+        // The held blobs of the files the stream started after count as reused too.
+        let reused = reused
+            + kept.as_ref().map_or(0, |k| {
+                k.files.iter().filter(|p| !delivered.contains(*p)).count() as u64
+            });
         notes.resumed = super::resume::report(kept.as_ref(), fed.started_at);
         notes.volume_bytes_read = fsio::volume_bytes_read();
         Ok(LayoutWritten {
@@ -575,6 +582,8 @@ struct BlobSink {
     syncer: crossbeam_channel::Sender<(File, PathBuf)>,
     /// Blobs (by SHA-256) hashed to their names when the unpack began: not hashed again.
     held: std::collections::HashSet<String>,
+    /// The files the stream delivered, by path.
+    delivered: std::collections::HashSet<String>,
 }
 
 impl BlobSink {
@@ -658,6 +667,7 @@ impl EntrySink for BlobSink {
 
     fn begin_file(&mut self, file: &FileEntry) -> Result<()> {
         self.config_json.begin(file);
+        self.delivered.insert(file.path.clone());
         if self.held.contains(&file.sha256) || self.has_blob(&file.sha256, file.size)? {
             self.current = Some(Current::Held);
             return Ok(());
