@@ -24,7 +24,8 @@ use std::collections::HashSet;
 
 use crate::bundle::open::Opened;
 use crate::bundle::stream::{self, StreamReport};
-use crate::delta::apply::{Base, DeltaStage};
+use crate::delta::apply::DeltaStage;
+use crate::entries::Base;
 use crate::entries::{EntrySink, Mode, Tally};
 use crate::error::{Error, Result};
 use crate::manifest::Expected;

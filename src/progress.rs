@@ -14,9 +14,6 @@ pub trait Progress: Sync {
     /// A line for the operator about how the work goes (a resumed install says what it kept
     /// and where it reads from).
     fn note(&self, _line: &str) {}
-    /// A damaged bundle's map, found before the work on it starts (`repair`), for the
-    /// operator to see where the damage is while the work goes on.
-    fn damage(&self, _map: &crate::bundle::damage::DamageMap) {}
     /// Volumes are on none of the directories given (a bundle spread over several media, one
     /// drive for them all): ask for the medium that holds the first of them. `true` when the
     /// operator says it is in place (the directories are looked at again), `false` to stop
