@@ -174,7 +174,10 @@ impl Rng {
     }
 }
 
-fn clean_run(env: &Env, bundle: &str, dest: &str) -> (u64, Vec<(String, u32, Option<Vec<u8>>)>) {
+/// A tree as `support::tree` gives it.
+type Tree = Vec<(String, u32, Option<Vec<u8>>)>;
+
+fn clean_run(env: &Env, bundle: &str, dest: &str) -> (u64, Tree) {
     let (code, v) = env.json(&["unpack", bundle, "--trust", "k.pub", "--dest", dest]);
     assert_eq!(code, 0, "{v}");
     assert!(v["resumed"].is_null(), "{v}");
