@@ -41,16 +41,7 @@ pub struct Fed {
     pub started_at: Option<StartedAt>,
 }
 
-/// Where a resumed source started reading.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct StartedAt {
-    /// The first entry fed (a path of the manifest).
-    pub entry: String,
-    /// The volume read first (for a bundle on disk), and the byte offset in it.
-    pub volume: Option<String>,
-    /// The byte offset in that volume (a chunk boundary).
-    pub offset: u64,
-}
+pub use crate::bundle::stream::StartedAt;
 
 /// What a target already holds from an interrupted install of the same signed manifest,
 /// each file proven against it (size and SHA-256, re-read once) before it counts: the

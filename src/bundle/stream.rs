@@ -53,6 +53,17 @@ impl<R: Read> Read for Capped<R> {
     }
 }
 
+/// Where a resumed source started reading.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StartedAt {
+    /// The first entry fed (a path of the manifest).
+    pub entry: String,
+    /// The volume read first (for a bundle on disk), and the byte offset in it.
+    pub volume: Option<String>,
+    /// The byte offset in that volume (a chunk boundary).
+    pub offset: u64,
+}
+
 /// What a streamed read found (in [`Mode::Collect`]; in strict mode any problem is an error).
 #[derive(Debug, Default, serde::Serialize)]
 pub struct StreamReport {
@@ -64,7 +75,7 @@ pub struct StreamReport {
     pub repaired: Vec<String>,
     /// Where a resumed stream started.
     #[serde(skip)]
-    pub started_at: Option<crate::pipeline::StartedAt>,
+    pub started_at: Option<StartedAt>,
 }
 
 fn stream_error(e: TarError) -> Error {
@@ -311,7 +322,7 @@ pub fn stream_volumes_from(
     let mut report = StreamReport::default();
     if let Some(r) = &resume {
         volumes = volumes.starting_at(r.volume, r.at);
-        report.started_at = Some(crate::pipeline::StartedAt {
+        report.started_at = Some(StartedAt {
             // Every file kept: only the end-of-archive marker is read.
             entry: m
                 .expected_entries()
