@@ -439,6 +439,11 @@ pub struct UnpackArgs {
     /// figure is meaningless); a disk that fills still fails cleanly.
     #[arg(long)]
     pub no_space_check: bool,
+    /// Start clean: do not resume from what an interrupted unpack of this bundle into this
+    /// destination staged (without it, a rerun keeps each staged file that proves complete
+    /// against the signed manifest and reads the bundle from the first one it still needs).
+    #[arg(long)]
+    pub no_resume: bool,
     /// Install into this Hugging Face cache instead of a directory: blobs named by etag,
     /// snapshots/<commit>/ with relative links, refs/<revision>; created if missing.
     #[arg(long, value_name = "DIR", conflicts_with = "oci_layout")]

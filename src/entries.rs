@@ -473,6 +473,18 @@ impl<'m, 's> Tally<'m, 's> {
         }
     }
 
+    /// Records `e` as delivered without telling the sink: the target already holds it from an
+    /// interrupted install of the same manifest, proven (a resumed install).
+    pub fn already_held(&mut self, e: &Expected<'_>) -> Result<()> {
+        match e {
+            Expected::Dir(d) => match self.listed_dirs.get(*d) {
+                Some(&p) if self.dirs.insert(p) => Ok(()),
+                _ => Err(Self::extra("directory", d)),
+            },
+            Expected::File(f) => self.deliver_file(&f.path),
+        }
+    }
+
     /// Every directory and file of the manifest arrived, and nothing else.
     pub fn finish(self) -> Result<()> {
         let missing = self

@@ -360,12 +360,15 @@ pub enum Error {
     },
     /// SIGINT or SIGTERM ended the command; its work directories were removed first.
     #[error(
-        "interrupted by {}: {}; {kept}",
+        "interrupted by {}: {}{kept}",
         if *signal == 2 { "SIGINT (Ctrl-C)" } else { "SIGTERM" },
-        if removed.is_empty() {
-            "nothing to remove".to_string()
+        if removed.is_empty() && kept.starts_with("kept ") {
+            // A resumable install kept its work directory: the report starts with that.
+            String::new()
+        } else if removed.is_empty() {
+            "nothing to remove; ".to_string()
         } else {
-            format!("removed {}", removed.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))
+            format!("removed {}; ", removed.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))
         }
     )]
     Interrupted {

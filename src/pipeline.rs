@@ -20,12 +20,15 @@
 //!
 //! Every combination composes: each source feeds each target, full or delta.
 
+use std::collections::HashSet;
+
 use crate::bundle::open::Opened;
 use crate::bundle::stream::{self, StreamReport};
 use crate::delta::apply::DeltaStage;
 use crate::entries::Base;
 use crate::entries::{EntrySink, Mode, Tally};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::manifest::Expected;
 use crate::progress::Progress;
 
 /// What a source reports besides the entries.
@@ -34,6 +37,57 @@ pub struct Fed {
     /// Data volumes that were damaged and rebuilt from parity as they were read (FORMAT.md
     /// section 17); the bytes fed match the signed digests all the same.
     pub repaired_volumes: Vec<String>,
+    /// Where the source started, when it did not start at the beginning (a resumed install).
+    pub started_at: Option<StartedAt>,
+}
+
+pub use crate::bundle::stream::StartedAt;
+
+/// What a target already holds from an interrupted install of the same signed manifest,
+/// each file proven against it (size and SHA-256, re-read once) before it counts: the
+/// entries a source may skip.
+#[derive(Debug, Default)]
+pub struct Kept {
+    /// Directories of the manifest that exist in the staged tree.
+    pub dirs: HashSet<String>,
+    /// Files of the manifest staged complete and proven.
+    pub files: HashSet<String>,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Staged files that did not prove complete and were discarded.
+    pub discarded: u64,
+    /// Where they are, for the operator: "staged", "in the layout".
+    pub held_in: &'static str,
+}
+
+impl Kept {
+    /// Whether `e` is held.
+    pub fn holds(&self, e: &Expected<'_>) -> bool {
+        match e {
+            Expected::Dir(d) => self.dirs.contains(*d),
+            Expected::File(f) => self.files.contains(&f.path),
+        }
+    }
+}
+
+/// `bytes` for a person: GiB with two decimals, MiB below 1 GiB.
+fn gib(bytes: u64) -> String {
+    if bytes >= 1 << 30 {
+        format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+    } else {
+        format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+    }
+}
+
+/// Whether an install that failed with `e` keeps what it staged in `work` for a rerun: a
+/// failure of the machine writing there (a full disk, an I/O error on a staged file), not of
+/// the bundle or of the medium it is read from.
+pub fn keeps_for_rerun(e: &Error, work: &std::path::Path) -> bool {
+    match e {
+        Error::NoSpace { .. } => true,
+        Error::Io { path, .. } => path.starts_with(work),
+        _ => false,
+    }
 }
 
 /// Where a verified bundle's content comes from.
@@ -47,6 +101,32 @@ pub trait Source {
 
     /// Feeds every entry, each checked by a verifier, into `sink`, in bundle order.
     fn feed(&self, sink: &mut dyn EntrySink, progress: &dyn Progress) -> Result<Fed>;
+
+    /// The entry (an index into the manifest's entries in bundle order) from which this source
+    /// can start when the target already holds every one before `wanted`: at most `wanted`.
+    /// The default: 0, the source cannot start part way.
+    fn start_at(&self, wanted: usize) -> usize {
+        let _ = wanted;
+        0
+    }
+
+    /// Where the source reads from when it starts at entry `start`, for the operator
+    /// (", reading from volume data.003").
+    fn reads_from(&self, start: usize) -> String {
+        let _ = start;
+        ", reading from the start".to_string()
+    }
+
+    /// [`Source::feed`] from entry `start` (a value [`Source::start_at`] returned) on.
+    fn feed_from(
+        &self,
+        sink: &mut dyn EntrySink,
+        progress: &dyn Progress,
+        start: usize,
+    ) -> Result<Fed> {
+        debug_assert_eq!(start, 0);
+        self.feed(sink, progress)
+    }
 }
 
 /// Where a verified bundle's content goes (module documentation).
@@ -70,6 +150,19 @@ pub trait Target {
 
     /// Every entry arrived verified: make the result visible.
     fn commit(self, opened: &Opened, fed: Fed, progress: &dyn Progress) -> Result<Self::Done>;
+
+    /// What the target already holds from an interrupted install of this bundle (known after
+    /// [`Target::begin`]); its sink ignores the bytes of those files if they come anyway.
+    fn kept(&self) -> Option<&Kept> {
+        None
+    }
+
+    /// The install failed with `e`: keep what was staged for a rerun instead of removing it
+    /// when `e` is a failure of the target's machine (a full disk, an I/O error writing what
+    /// it stages), not of the bundle. The default: remove it.
+    fn keep_for_rerun(&mut self, e: &Error) {
+        let _ = e;
+    }
 }
 
 /// Runs `source` into `target`: begin, the entries (through a delta onto the target's base
@@ -87,6 +180,25 @@ pub fn run<T: Target>(
         None
     };
     target.begin(opened, progress)?;
+    match feed(source, &mut target, base, progress) {
+        Ok(fed) => target.commit(opened, fed, progress),
+        Err(e) => {
+            target.keep_for_rerun(&e);
+            Err(e)
+        }
+    }
+}
+
+/// The entries of [`run`]: from the first one the target does not hold yet where the source
+/// can start there, through a delta onto `base` when there is one, then the tally.
+fn feed<T: Target>(
+    source: &dyn Source,
+    target: &mut T,
+    base: Option<T::Base>,
+    progress: &dyn Progress,
+) -> Result<Fed> {
+    let opened = source.opened();
+    let m = &opened.manifest;
     let fed = if let Some(mut base) = base {
         let mut tally = Tally::new(m, target.sink());
         let mut stage = DeltaStage::new(m, &mut base, &mut tally)?;
@@ -97,12 +209,39 @@ pub fn run<T: Target>(
         tally.finish()?;
         fed
     } else {
+        let expected = m.expected_entries();
+        let start = match target.kept() {
+            Some(kept) => {
+                let wanted = expected
+                    .iter()
+                    .position(|e| !kept.holds(e))
+                    .unwrap_or(expected.len());
+                let start = source.start_at(wanted);
+                progress.note(&format!(
+                    "resuming: {} files ({}) already {} and proven{}{}",
+                    kept.files.len(),
+                    gib(kept.bytes),
+                    kept.held_in,
+                    if kept.discarded > 0 {
+                        format!(", {} staged entries discarded", kept.discarded)
+                    } else {
+                        String::new()
+                    },
+                    source.reads_from(start)
+                ));
+                start
+            }
+            None => 0,
+        };
         let mut tally = Tally::new(m, target.sink());
-        let fed = source.feed(&mut tally, progress)?;
+        for e in &expected[..start] {
+            tally.already_held(e)?;
+        }
+        let fed = source.feed_from(&mut tally, progress, start)?;
         tally.finish()?;
         fed
     };
-    target.commit(opened, fed, progress)
+    Ok(fed)
 }
 
 /// A bundle on disk (removable media): its volumes → zstd → tar, in strict mode (the first
@@ -117,9 +256,47 @@ impl Source for BundleOnDisk<'_> {
         self.0.manifest.base.is_none()
     }
     fn feed(&self, sink: &mut dyn EntrySink, progress: &dyn Progress) -> Result<Fed> {
-        let StreamReport { repaired, .. } = stream::stream(self.0, Mode::Strict, sink, progress)?;
+        self.feed_from(sink, progress, 0)
+    }
+    fn start_at(&self, wanted: usize) -> usize {
+        // A compressed payload is one zstd frame (FORMAT.md section 5): it can only be
+        // decoded from its start. A stored one starts at any entry's header.
+        if self.0.manifest.compression.algorithm == "none" {
+            wanted
+        } else {
+            0
+        }
+    }
+    fn reads_from(&self, start: usize) -> String {
+        if start == 0 {
+            if self.0.manifest.compression.algorithm == "none" {
+                ", reading from the start".to_string()
+            } else {
+                ", reading the stream from its start (a zstd stream is one frame: the kept files' bytes are read and dropped)".to_string()
+            }
+        } else {
+            match stream::resume_volume(&self.0.manifest, start) {
+                Some((volume, offset)) => {
+                    format!(", reading from volume {volume} at byte {offset}")
+                }
+                None => String::new(),
+            }
+        }
+    }
+    fn feed_from(
+        &self,
+        sink: &mut dyn EntrySink,
+        progress: &dyn Progress,
+        start: usize,
+    ) -> Result<Fed> {
+        let StreamReport {
+            repaired,
+            started_at,
+            ..
+        } = stream::stream_from(self.0, Mode::Strict, sink, progress, start)?;
         Ok(Fed {
             repaired_volumes: repaired,
+            started_at,
         })
     }
 }

@@ -11,6 +11,9 @@ pub trait Progress: Sync {
     fn item(&self, _name: &str) {}
     /// The phase ended.
     fn finish(&self) {}
+    /// A line for the operator about how the work goes (a resumed install says what it kept
+    /// and where it reads from).
+    fn note(&self, _line: &str) {}
     /// Volumes are on none of the directories given (a bundle spread over several media, one
     /// drive for them all): ask for the medium that holds the first of them. `true` when the
     /// operator says it is in place (the directories are looked at again), `false` to stop

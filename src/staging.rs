@@ -42,6 +42,13 @@ use crate::fsio;
 
 /// Name of the lock file inside a work directory.
 pub const LOCK_NAME: &str = ".airlock-lock";
+/// Name of the resume marker inside an install's work directory (FORMAT.md section 22): the
+/// signed manifest's digest, the destination and the kind of target, written when the work
+/// directory is made. A work directory holding it is kept on SIGINT/SIGTERM and after an
+/// operational failure, so a rerun of the same bundle into the same destination resumes.
+pub const RESUME_NAME: &str = ".airlock-resume";
+/// Largest resume marker read.
+const RESUME_MAX: u64 = 4096;
 /// Prefix of the staging directories the installers create.
 pub const STAGING_PREFIX: &str = ".airlock-staging-";
 /// Prefix of a work directory before it is locked and renamed to its working name.
@@ -52,6 +59,12 @@ pub const BIRTH_GRACE: Duration = Duration::from_secs(600);
 /// Work directories of this process that still exist, for [`interrupt`].
 static LIVE: Mutex<Vec<(u64, PathBuf)>> = Mutex::new(Vec::new());
 static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
+/// Tokens of the work directories [`interrupt`] keeps (they hold a resume marker).
+static RESUMABLE: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+fn resumable() -> MutexGuard<'static, Vec<u64>> {
+    RESUMABLE.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn live() -> MutexGuard<'static, Vec<(u64, PathBuf)>> {
     LIVE.lock().unwrap_or_else(|e| e.into_inner())
@@ -72,6 +85,8 @@ pub struct Interrupted {
     /// What was removed: the work directories, then the directories created for the work
     /// that were left empty, in that order.
     pub removed: Vec<PathBuf>,
+    /// Work directories kept for a rerun to resume (they hold a resume marker).
+    pub kept: Vec<PathBuf>,
 }
 
 /// Directories this process created for its work (the missing parents of a destination):
@@ -113,7 +128,13 @@ impl Drop for CreatedDir {
 pub fn interrupt() -> Interrupted {
     let mut guard = live();
     let mut removed = Vec::new();
-    for (_, path) in guard.drain(..) {
+    let mut kept = Vec::new();
+    let keep = resumable().clone();
+    for (token, path) in guard.drain(..) {
+        if keep.contains(&token) {
+            kept.push(path);
+            continue;
+        }
         // The main thread may still be writing into it: a few passes empty it.
         for _ in 0..5 {
             match remove_tree(&path) {
@@ -128,6 +149,7 @@ pub fn interrupt() -> Interrupted {
     }
     let created = std::mem::take(&mut *CREATED.lock().unwrap_or_else(|e| e.into_inner()));
     for (_, parent, name, path) in created.into_iter().rev() {
+        // A kept work directory is inside: `rmdir` fails on it, as it should.
         // `rmdir` removes only an empty directory and never follows a link.
         if rustix::fs::unlinkat(&*parent, name.as_str(), AtFlags::REMOVEDIR).is_ok() {
             removed.push(path);
@@ -136,11 +158,41 @@ pub fn interrupt() -> Interrupted {
     Interrupted {
         _guard: guard,
         removed,
+        kept,
     }
 }
 
 fn unregister(guard: &mut Vec<(u64, PathBuf)>, token: u64) {
     guard.retain(|(t, _)| *t != token);
+    resumable().retain(|t| *t != token);
+}
+
+/// The resume marker of an install's work directory (FORMAT.md section 22).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Marker {
+    /// SHA-256 (hex) of the exact bytes of the signed `manifest.json` being installed.
+    pub manifest_sha256: String,
+    /// The destination's name in the work directory's parent (a cache's repository folder, a
+    /// layout's directory name).
+    pub dest: String,
+    /// The kind of target: `dir`, `hf-cache` or `oci-layout`.
+    pub target: String,
+}
+
+impl Marker {
+    fn bytes(&self) -> Vec<u8> {
+        let mut b = serde_json::to_vec(self).expect("serializable");
+        b.push(b'\n');
+        b
+    }
+}
+
+/// Reads the resume marker of the work directory open as `dir`: `None` when it has none or
+/// one airlock cannot read as its own (a link, too large, not this shape).
+pub fn read_marker(dir: &impl AsFd) -> Option<Marker> {
+    let bytes = fsio::read_below_capped(dir, RESUME_NAME, RESUME_MAX).ok()?;
+    serde_json::from_slice(&bytes).ok()
 }
 
 /// Eight random bytes in hex, for unique names.
@@ -243,6 +295,110 @@ impl Staging {
             token,
             keep: false,
         })
+    }
+
+    /// Writes the resume marker (synced, mode 0600) and keeps the work directory on
+    /// [`interrupt`] from now on: a rerun of the same bundle into the same destination adopts
+    /// it ([`Staging::adopt`]).
+    pub fn mark_resumable(&self, marker: &Marker) -> Result<()> {
+        crate::durable::write_synced_at(
+            &self.dir,
+            &self.path(),
+            RESUME_NAME,
+            &marker.bytes(),
+            0o600,
+        )?;
+        self.sync()?;
+        let mut r = resumable();
+        if !r.contains(&self.token) {
+            r.push(self.token);
+        }
+        Ok(())
+    }
+
+    /// Removes the resume marker (before the work is published: a work directory left after
+    /// the rename holds an old tree, not one to resume) and removes the work directory on
+    /// [`interrupt`] again.
+    pub fn unmark(&self) -> Result<()> {
+        resumable().retain(|t| *t != self.token);
+        match rustix::fs::unlinkat(&self.dir, RESUME_NAME, AtFlags::empty()) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+            Err(e) => Err(Error::io(self.path().join(RESUME_NAME), e.into())),
+        }
+    }
+
+    /// Whether the work directory holds a resume marker this process wrote or adopted.
+    pub fn is_resumable(&self) -> bool {
+        resumable().contains(&self.token)
+    }
+
+    /// Leaves the work directory in place when dropped (its lock is released): an install that
+    /// failed for an operational reason keeps what it staged for a rerun.
+    pub fn keep_for_rerun(&mut self) {
+        if self.is_resumable() {
+            self.keep = true;
+        }
+    }
+
+    /// Finds and takes over the work directory an interrupted install of the same bundle into
+    /// the same destination left in `parent` (its name `.airlock-staging-<dest>-<16 hex>`): a
+    /// directory (no link followed) owned by this user, mode 0700, whose lock can be taken and
+    /// whose resume marker is exactly `marker`. `None` when there is none; any other work
+    /// directory is left to [`clean_stale_for`]. What it holds is not trusted: the caller
+    /// proves every file it keeps.
+    pub fn adopt(parent: &Path, marker: &Marker) -> Result<Option<Staging>> {
+        let parent_fd = fsio::open_dir_path(parent, fsio::Follow::Final)
+            .map_err(|e| Error::io(parent, e.into()))?;
+        let prefix = format!("{STAGING_PREFIX}{}-", marker.dest);
+        let entries = fsio::dir_entries(&parent_fd).map_err(|e| Error::io(parent, e))?;
+        let me = rustix::process::geteuid().as_raw();
+        for (name, kind) in entries {
+            let Some(name) = name.to_str() else { continue };
+            let Some(rest) = name.strip_prefix(&prefix) else {
+                continue;
+            };
+            if kind != FileType::Directory
+                || rest.len() != 16
+                || !rest.bytes().all(|b| b.is_ascii_hexdigit())
+            {
+                continue;
+            }
+            let Ok(dir) = fsio::open_dir_at(&parent_fd, name) else {
+                continue;
+            };
+            let Ok(st) = rustix::fs::fstat(&dir) else {
+                continue;
+            };
+            if st.st_uid != me || st.st_mode & 0o7777 != 0o700 {
+                continue;
+            }
+            let Ok((lock, _)) = fsio::open_file_below(&dir, LOCK_NAME) else {
+                continue;
+            };
+            if rustix::fs::flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() {
+                continue;
+            }
+            if read_marker(&dir).as_ref() != Some(marker) {
+                continue;
+            }
+            // Still at its name after the lock was taken (not renamed away meanwhile).
+            if !fsio::is_entry_of(&parent_fd, name, &dir).unwrap_or(false) {
+                continue;
+            }
+            let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
+            live().push((token, parent.join(name)));
+            resumable().push(token);
+            return Ok(Some(Staging {
+                parent: parent.to_path_buf(),
+                parent_fd,
+                name: name.to_string(),
+                dir,
+                lock: Some(lock),
+                token,
+                keep: false,
+            }));
+        }
+        Ok(None)
     }
 
     /// Where the work directory is.
@@ -420,16 +576,34 @@ pub struct Cleanup {
     pub skipped: Vec<(PathBuf, String)>,
 }
 
-/// Removes the abandoned work directories in `parent` (see the module documentation).
+/// Removes the abandoned work directories in `parent` (see the module documentation). One
+/// holding a resume marker is left for the install it belongs to ([`clean_stale_for`]).
 pub fn clean_stale(parent: &Path) -> Result<Cleanup> {
+    clean_stale_for(parent, None)
+}
+
+/// [`clean_stale`] for an install into `dest` (a name in `parent`): an abandoned work
+/// directory whose resume marker names `dest` is removed too (it is another bundle's, or the
+/// install starts clean: one of the same bundle was adopted first and is locked); one whose
+/// marker names another destination is left for that destination's rerun.
+pub fn clean_stale_for(parent: &Path, dest: Option<&str>) -> Result<Cleanup> {
     let parent_fd = fsio::open_dir_path(parent, fsio::Follow::Final)
         .map_err(|e| Error::io(parent, e.into()))?;
-    clean_stale_at(&parent_fd, parent)
+    clean_stale_at_for(&parent_fd, parent, dest)
 }
 
 /// [`clean_stale`] in the directory open as `parent_fd` (shown as `parent`).
 pub fn clean_stale_at(parent_fd: &OwnedFd, parent: &Path) -> Result<Cleanup> {
-    sweep(parent_fd, parent, STAGING_PREFIX)
+    clean_stale_at_for(parent_fd, parent, None)
+}
+
+/// [`clean_stale_for`] in the directory open as `parent_fd` (shown as `parent`).
+pub fn clean_stale_at_for(
+    parent_fd: &OwnedFd,
+    parent: &Path,
+    dest: Option<&str>,
+) -> Result<Cleanup> {
+    sweep_for(parent_fd, parent, STAGING_PREFIX, dest)
 }
 
 /// The one sweep of abandoned work directories: every directory in `parent_fd` (shown as
@@ -437,6 +611,17 @@ pub fn clean_stale_at(parent_fd: &OwnedFd, parent: &Path) -> Result<Cleanup> {
 /// [`clean_stale`] sweeps every airlock work directory; `repair` sweeps only its own in a
 /// bundle directory.
 pub fn sweep(parent_fd: &OwnedFd, parent: &Path, prefix: &str) -> Result<Cleanup> {
+    sweep_for(parent_fd, parent, prefix, None)
+}
+
+/// [`sweep`] for an install into `dest`: a work directory kept for a rerun into another
+/// destination (its resume marker names it) is left for that install.
+fn sweep_for(
+    parent_fd: &OwnedFd,
+    parent: &Path,
+    prefix: &str,
+    dest: Option<&str>,
+) -> Result<Cleanup> {
     let mut out = Cleanup::default();
     let entries = fsio::dir_entries(parent_fd).map_err(|e| Error::io(parent, e))?;
     for (name, _) in entries {
@@ -446,6 +631,14 @@ pub fn sweep(parent_fd: &OwnedFd, parent: &Path, prefix: &str) -> Result<Cleanup
             continue;
         }
         let path = parent.join(name);
+        if !birth
+            && let Ok(dir) = fsio::open_dir_at(parent_fd, name)
+            && let Some(m) = read_marker(&dir)
+            && Some(m.dest.as_str()) != dest
+        {
+            // Kept for a rerun into another destination: that install's to adopt or remove.
+            continue;
+        }
         match remove_if_stale(parent_fd, name, &path, birth) {
             Ok(true) => out.removed.push(path),
             Ok(false) => {}

@@ -53,6 +53,17 @@ impl<R: Read> Read for Capped<R> {
     }
 }
 
+/// Where a resumed source started reading.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StartedAt {
+    /// The first entry fed (a path of the manifest).
+    pub entry: String,
+    /// The volume read first (for a bundle on disk), and the byte offset in it.
+    pub volume: Option<String>,
+    /// The byte offset in that volume (a chunk boundary).
+    pub offset: u64,
+}
+
 /// What a streamed read found (in [`Mode::Collect`]; in strict mode any problem is an error).
 #[derive(Debug, Default, serde::Serialize)]
 pub struct StreamReport {
@@ -62,6 +73,9 @@ pub struct StreamReport {
     pub bad_files: Vec<String>,
     /// Data volumes with chunks rebuilt from parity as they were read (FORMAT.md section 17).
     pub repaired: Vec<String>,
+    /// Where a resumed stream started.
+    #[serde(skip)]
+    pub started_at: Option<StartedAt>,
 }
 
 fn stream_error(e: TarError) -> Error {
@@ -119,6 +133,20 @@ pub fn stream(
     sink: &mut dyn EntrySink,
     progress: &dyn Progress,
 ) -> Result<StreamReport> {
+    stream_from(opened, mode, sink, progress, 0)
+}
+
+/// [`stream`] from the `start`-th entry of the manifest (bundle order) on, for an install that
+/// already holds every entry before it: the volumes are read from the chunk holding that
+/// entry's header, and the entries before it are neither read nor fed. `start` above 0 needs a
+/// stored (uncompressed) payload of a full bundle.
+pub fn stream_from(
+    opened: &Opened,
+    mode: Mode,
+    sink: &mut dyn EntrySink,
+    progress: &dyn Progress,
+    start: usize,
+) -> Result<StreamReport> {
     if mode == Mode::Strict {
         let stray: Vec<_> = stray_files(opened)
             .into_iter()
@@ -137,7 +165,7 @@ pub fn stream(
         }
     }
     let source = DirVolumes::of(opened, progress);
-    match stream_volumes(&opened.manifest, &source, mode, sink, progress) {
+    match stream_volumes_from(&opened.manifest, &source, mode, sink, progress, start) {
         Err(e @ (Error::BadFile { .. } | Error::BadStream { .. } | Error::BadVolumes { .. }))
             if mode == Mode::Strict =>
         {
@@ -203,12 +231,108 @@ pub fn stream_volumes(
     sink: &mut dyn EntrySink,
     progress: &dyn Progress,
 ) -> Result<StreamReport> {
+    stream_volumes_from(manifest, source, mode, sink, progress, 0)
+}
+
+/// Where a stream resumed at entry `start` begins: the tar offset of that entry's header
+/// (FORMAT.md section 7.4), the volume holding it, the chunk boundary at or before it in that
+/// volume (the volume's start when it has a whole-volume digest) and how many bytes from there
+/// to the header.
+struct Resume {
+    offset: u64,
+    volume: usize,
+    at: u64,
+    skip: u64,
+    skipped_file_bytes: u64,
+}
+
+fn resume_point(m: &Manifest, start: usize) -> Result<Resume> {
+    let bad = |reason: &str| Error::BadStream {
+        volume: "tar stream".into(),
+        reason: reason.to_string(),
+    };
+    if m.compression.algorithm != "none" || m.base.is_some() {
+        return Err(bad(
+            "a compressed or delta stream cannot be resumed part way",
+        ));
+    }
+    let entries = m.expected_entries();
+    let mut offset = 0u64;
+    let mut skipped_file_bytes = 0u64;
+    for e in entries.iter().take(start) {
+        let (path, dir, size) = match e {
+            crate::manifest::Expected::Dir(d) => (*d, true, 0),
+            crate::manifest::Expected::File(f) => (f.path.as_str(), false, f.size),
+        };
+        skipped_file_bytes += size;
+        offset = tar::entry_stream_size(path, dir, size)
+            .and_then(|n| offset.checked_add(n))
+            .ok_or_else(|| bad("the stream size overflows"))?;
+    }
+    let mut before = 0u64;
+    for (k, v) in m.volumes.iter().enumerate() {
+        if offset < before + v.size {
+            let in_volume = offset - before;
+            let at = if v.sha256.is_some() {
+                0
+            } else {
+                in_volume / m.chunk_size * m.chunk_size
+            };
+            return Ok(Resume {
+                offset,
+                volume: k,
+                at,
+                skip: in_volume - at,
+                skipped_file_bytes,
+            });
+        }
+        before += v.size;
+    }
+    Err(bad("the resume point lies past the last volume"))
+}
+
+/// The volume and the byte offset in it a stream resumed at entry `start` reads first.
+pub fn resume_volume(m: &Manifest, start: usize) -> Option<(String, u64)> {
+    let r = resume_point(m, start).ok()?;
+    Some((m.volumes[r.volume].name.clone(), r.at))
+}
+
+/// [`stream_volumes`] from the `start`-th entry on ([`stream_from`]).
+pub fn stream_volumes_from(
+    manifest: &Manifest,
+    source: &dyn VolumeSource,
+    mode: Mode,
+    sink: &mut dyn EntrySink,
+    progress: &dyn Progress,
+    start: usize,
+) -> Result<StreamReport> {
     let m = manifest;
+    let resume = if start > 0 {
+        Some(resume_point(m, start)?)
+    } else {
+        None
+    };
     // Progress counts the model's bytes as they come out of the stream, not the compressed
     // bytes read: the operator thinks in the size of the model being installed or checked.
-    progress.start("stream", m.totals.file_bytes);
-    let volumes = VolumeReader::new(m, source, mode);
+    progress.start(
+        "stream",
+        m.totals.file_bytes - resume.as_ref().map_or(0, |r| r.skipped_file_bytes),
+    );
+    let mut volumes = VolumeReader::new(m, source, mode);
     let mut report = StreamReport::default();
+    if let Some(r) = &resume {
+        volumes = volumes.starting_at(r.volume, r.at);
+        report.started_at = Some(StartedAt {
+            // Every file kept: only the end-of-archive marker is read.
+            entry: m
+                .expected_entries()
+                .get(start)
+                .map_or_else(|| "(end of archive)".to_string(), |e| e.path().to_string()),
+            volume: Some(m.volumes[r.volume].name.clone()),
+            offset: r.at,
+        });
+    }
+    let skip = resume.as_ref().map_or((0, 0), |r| (r.skip, r.offset));
     let (tx, rx) = bounded(STREAM_BUFFERS);
     let (recycle, pool) = bounded::<Vec<u8>>(STREAM_BUFFERS);
     for _ in 0..STREAM_BUFFERS {
@@ -219,7 +343,7 @@ pub fn stream_volumes(
         let reader = s.spawn(move || volumes.run(tx, pool));
         // `raw` is consumed here and dropped before the join, so the reader thread cannot
         // wait on a consumer that has gone.
-        let checked = check_payload(m, mode, raw, sink, &mut report, progress);
+        let checked = check_payload(m, mode, raw, skip, start, sink, &mut report, progress);
         let problems = reader.join().expect("volume reader thread panicked");
         (checked, problems)
     });
@@ -229,11 +353,16 @@ pub fn stream_volumes(
     Ok(report)
 }
 
-/// Decompresses (if needed) and checks the payload read from `raw`, to its very end.
+/// Decompresses (if needed) and checks the payload read from `raw`, to its very end. A resumed
+/// stream (`start` above 0) drops the first `skip.0` bytes of `raw` (from the chunk boundary to
+/// the entry's header), then reads the stream from its offset `skip.1` on.
+#[allow(clippy::too_many_arguments)]
 fn check_payload(
     m: &Manifest,
     mode: Mode,
     raw: PipeReader,
+    skip: (u64, u64),
+    start: usize,
     sink: &mut dyn EntrySink,
     report: &mut StreamReport,
     progress: &dyn Progress,
@@ -248,15 +377,27 @@ fn check_payload(
             // A window larger than 128 MiB would let a hostile bundle make us allocate it.
             dec.window_log_max(27).map_err(io_to_error)?;
             let mut tar = tar::Reader::new(Capped::new(dec, m.stream.size));
-            check_entries(m, mode, &mut tar, sink, report, progress)?;
+            check_entries(m, mode, 0, &mut tar, sink, report, progress)?;
             let capped = tar.into_inner();
             check_exact_length(&capped)?;
             let mut raw = capped.inner.finish();
             drain_trailing(&mut raw)
         }
         _ => {
-            let mut tar = tar::Reader::new(Capped::new(raw, m.stream.size));
-            check_entries(m, mode, &mut tar, sink, report, progress)?;
+            let mut raw = raw;
+            let (drop_bytes, offset) = skip;
+            if drop_bytes > 0 {
+                let dropped = io::copy(&mut (&mut raw).take(drop_bytes), &mut io::sink())
+                    .map_err(io_to_error)?;
+                if dropped != drop_bytes {
+                    return Err(Error::BadStream {
+                        volume: "data stream".into(),
+                        reason: "ends before the entry a resumed install starts at".into(),
+                    });
+                }
+            }
+            let mut tar = tar::Reader::new(Capped::new(raw, m.stream.size - offset));
+            check_entries(m, mode, start, &mut tar, sink, report, progress)?;
             let capped = tar.into_inner();
             check_exact_length(&capped)?;
             let mut raw = capped.inner;
@@ -299,6 +440,7 @@ fn drain_trailing(raw: &mut impl Read) -> Result<()> {
 fn check_entries<R: Read>(
     m: &Manifest,
     mode: Mode,
+    start: usize,
     tar: &mut tar::Reader<R>,
     sink: &mut dyn EntrySink,
     report: &mut StreamReport,
@@ -306,7 +448,7 @@ fn check_entries<R: Read>(
 ) -> Result<()> {
     let patches = m.patch_entries();
     let mut v = Verifier::new(
-        m.stream_entries(&patches),
+        m.stream_entries(&patches).split_off(start),
         mode,
         Blame::Stream,
         sink,

@@ -76,7 +76,26 @@ pub(super) fn install(on: OnSignal) {
                 .iter()
                 .map(|p| p.strip_prefix(".").unwrap_or(p).to_path_buf())
                 .collect();
+            let resumable: Vec<PathBuf> = held
+                .kept
+                .iter()
+                .map(|p| p.strip_prefix(".").unwrap_or(p).to_path_buf())
+                .collect();
+            let kept = if resumable.is_empty() {
+                on.kept
+            } else {
+                format!(
+                    "kept {} with the files verified so far: rerun the same command to resume; {}",
+                    resumable
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    on.kept
+                )
+            };
             let mut out = Output::default();
+            out.set("kept_for_resume", &resumable);
             out.set(
                 "signal",
                 if signal == SIGINT {
@@ -86,11 +105,11 @@ pub(super) fn install(on: OnSignal) {
                 },
             );
             out.set("removed", &removed);
-            out.set("kept", &on.kept);
+            out.set("kept", &kept);
             out.error = Some(Error::Interrupted {
                 signal,
                 removed,
-                kept: on.kept,
+                kept,
             });
             // The report may not be writable (stderr a pipe whose reader is gone): printing
             // panics then, and a panic here would leave the main thread parked for ever. The

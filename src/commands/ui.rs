@@ -438,6 +438,20 @@ impl Progress for Ui {
         }
     }
 
+    fn note(&self, line: &str) {
+        if silenced() {
+            return;
+        }
+        match &self.display {
+            Display::Bar { .. } => {
+                self.clear();
+                term::err_line(&format!("airlock: {line}"));
+            }
+            Display::Plain(_) => term::err_line(&format!("airlock: {line}")),
+            Display::Silent => {}
+        }
+    }
+
     fn finish(&self) {
         match &self.display {
             Display::Bar { .. } => self.clear(),

@@ -101,7 +101,10 @@ fn target(a: &UnpackArgs, opened: &Opened, trust: &Policy, out: &mut Output) -> 
             trust: policy,
         })
     } else if let Some(layout) = &a.oci_layout {
-        To::Layout(LayoutOptions::parse(layout, check_space))
+        To::Layout(LayoutOptions {
+            resume: !a.no_resume,
+            ..LayoutOptions::parse(layout, check_space)
+        })
     } else {
         let opts = UnpackOptions {
             dest: a
@@ -113,6 +116,7 @@ fn target(a: &UnpackArgs, opened: &Opened, trust: &Policy, out: &mut Output) -> 
             check_space,
             trust: policy,
             parent_mode: a.parent_mode,
+            resume: !a.no_resume,
         };
         replace_note(out, &opts);
         To::Dir(opts)
@@ -171,6 +175,8 @@ fn finish(
     );
     out.set("findings", &done.notes().findings);
     out.set("repaired_volumes", &done.notes().repaired_volumes);
+    out.set("resumed", &done.notes().resumed);
+    out.set("volume_bytes_read", done.notes().volume_bytes_read);
     out.set("files", m.totals.files);
     out.set("bytes", m.totals.file_bytes);
     // Volumes are read from the medium at no cost (their cached pages dropped at the open):
@@ -435,6 +441,17 @@ pub(crate) fn report_install(
     for p in &notes.unchecked {
         out.warnings.push(format!(
             "model check: {p}: not checked, its path is too long for the format checks (its bytes match the signed manifest)"
+        ));
+    }
+    if let Some(r) = &notes.resumed {
+        out.line(format!(
+            "     resumed: {} files ({} bytes) kept from the interrupted install, each proven against the signed manifest{}",
+            r.files,
+            r.bytes,
+            match (&r.from_volume, &r.from_entry) {
+                (Some(v), Some(e)) => format!("; read from volume {v} on ({e:?} first)"),
+                _ => "; the stream was read from its start".to_string(),
+            }
         ));
     }
     for p in &notes.cleaned_stale {

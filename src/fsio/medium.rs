@@ -350,13 +350,53 @@ impl MediumFile {
     /// it reads), reading as [`MediumFile::read_range`] does, in pieces of at most `chunk`
     /// bytes.
     pub fn into_reader(self, chunk: usize) -> MediumReader {
+        self.into_reader_at(chunk, 0)
+    }
+
+    /// [`MediumFile::into_reader`] from byte `pos` on (a resumed stream starting at a chunk of
+    /// a volume).
+    pub fn into_reader_at(self, chunk: usize, pos: u64) -> MediumReader {
         MediumReader {
             file: self,
             buf: AlignedBuf::new(chunk),
-            pos: 0,
+            pos,
             filled: (0, 0),
             ended: false,
         }
+    }
+}
+
+/// Bytes this process read from bundle volumes (the stream's sequential reads and the reads of
+/// parity units), for the install's report: what a resumed install saved is bytes it did not
+/// read from the medium.
+static VOLUME_BYTES_READ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// [`VOLUME_BYTES_READ`] so far.
+pub fn volume_bytes_read() -> u64 {
+    VOLUME_BYTES_READ.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Counts `n` bytes read from a volume. Tests only (debug builds): with
+/// `AIRLOCK_TEST_VOLUME_READ_LOG=FILE` the count so far is written into FILE after each read,
+/// so a test that kills the process knows how much it had read; release builds only count.
+pub fn count_volume_read(n: u64) {
+    let total = VOLUME_BYTES_READ.fetch_add(n, std::sync::atomic::Ordering::Relaxed) + n;
+    #[cfg(debug_assertions)]
+    if let Some(log) = std::env::var_os("AIRLOCK_TEST_VOLUME_READ_LOG") {
+        let _ = std::fs::write(log, format!("{total}\n"));
+    }
+    let _ = total;
+}
+
+/// Tests only (debug builds): with `AIRLOCK_TEST_VOLUME_READ_DELAY_MS=N`, every read of a
+/// volume waits N milliseconds first, so a test's kill lands in the middle of the stream of a
+/// small bundle. Release builds never wait.
+pub fn test_volume_read_delay() {
+    #[cfg(debug_assertions)]
+    if let Some(ms) = std::env::var_os("AIRLOCK_TEST_VOLUME_READ_DELAY_MS")
+        .and_then(|v| v.to_str().and_then(|v| v.parse::<u64>().ok()))
+    {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
     }
 }
 
@@ -389,7 +429,9 @@ impl io::Read for MediumReader {
             if self.ended || out.is_empty() {
                 return Ok(0);
             }
+            test_volume_read_delay();
             let (skip, n) = self.file.read_some(&mut self.buf, self.pos, u64::MAX)?;
+            count_volume_read(n as u64);
             if n == 0 {
                 self.ended = true;
                 return Ok(0);

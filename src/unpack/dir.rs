@@ -60,6 +60,10 @@ pub struct UnpackOptions {
     /// [`super::parents::check_mode`]); `None`: the nearest existing ancestor's, without write
     /// for group and others.
     pub parent_mode: Option<u32>,
+    /// Adopt the work directory an interrupted install of the same bundle into the same
+    /// destination left, keeping the files it proves (on by default; `--no-resume` starts
+    /// clean, removing it).
+    pub resume: bool,
 }
 
 /// What an install into a directory did.
@@ -92,6 +96,8 @@ struct Begun {
     replaced: bool,
     previous_version: Option<u64>,
     keep: Option<Keep>,
+    /// What an adopted work directory held, proven.
+    kept: Option<crate::pipeline::Kept>,
     staging: Staging,
     /// Missing parents of the destination that `begin` created (removed after the staging
     /// directory unless the install completes).
@@ -108,7 +114,7 @@ impl DirTarget {
 impl Target for DirTarget {
     type Done = Installed;
 
-    fn begin(&mut self, opened: &Opened, _progress: &dyn Progress) -> Result<()> {
+    fn begin(&mut self, opened: &Opened, progress: &dyn Progress) -> Result<()> {
         let opts = &self.opts;
         let m = &opened.manifest;
         let dest = &opts.dest;
@@ -143,9 +149,46 @@ impl Target for DirTarget {
             }
             keep = Some(kept);
         }
+        // A full bundle's install can be resumed (a delta's stream holds patches, not files:
+        // it starts from zero).
+        let marker = (m.base.is_none()).then(|| staging::Marker {
+            manifest_sha256: opened.manifest_sha256.clone(),
+            dest: dest_name.to_string(),
+            target: "dir".into(),
+        });
+        let adopted = match (&missing, &marker) {
+            (None, Some(marker)) if opts.resume => Staging::adopt(&parent, marker)?,
+            _ => None,
+        };
         let cleanup = match &missing {
-            None => staging::clean_stale(&parent)?,
+            None => staging::clean_stale_for(&parent, Some(dest_name))?,
             Some(_) => Cleanup::default(),
+        };
+        let (mut staging, root, kept) = match adopted {
+            Some(mut staging) => {
+                let proven = (|| {
+                    let root = match fsio::open_dir_at(staging.fd(), "tree") {
+                        Ok(fd) => fd,
+                        Err(rustix::io::Errno::NOENT) => {
+                            staging.mkdir("tree", receipt::DIR_MODE)?
+                        }
+                        Err(e) => return Err(Error::io(staging.path().join("tree"), e.into())),
+                    };
+                    let tree = staging.path().join("tree");
+                    let kept = super::resume::prove(&root, &tree, m, file_mode, progress)?;
+                    Ok((root, kept))
+                })();
+                match proven {
+                    Ok((root, kept)) => (Some(staging), Some(root), Some(kept)),
+                    Err(e) => {
+                        // What was staged stays for the next rerun (an interrupt while it is
+                        // proven keeps it too).
+                        staging.keep_for_rerun();
+                        return Err(e);
+                    }
+                }
+            }
+            None => (None, None, None),
         };
         let receipt_bytes = receipt::size(
             &opened.manifest_bytes,
@@ -154,20 +197,41 @@ impl Target for DirTarget {
         );
         if opts.check_space {
             let on = missing.as_ref().map_or(&parent, |mi| &mi.existing);
-            notes::check_space(on, notes::space_needed(m, receipt_bytes))?;
+            let held = kept.as_ref().map_or(0, |k| k.bytes);
+            let checked = notes::check_space(
+                on,
+                notes::space_needed(m, receipt_bytes).saturating_sub(held),
+            );
+            if let (Err(_), Some(s)) = (&checked, staging.as_mut()) {
+                s.keep_for_rerun();
+            }
+            checked?;
         }
         let made = missing
             .map(|mi| mi.create(mi.mode(opts.parent_mode)))
             .transpose()?;
-        let staging = Staging::create(&parent, dest_name)?;
-        let root = staging.mkdir("tree", receipt::DIR_MODE)?;
+        let (staging, root) = match (staging, root) {
+            (Some(s), Some(r)) => (s, r),
+            _ => {
+                let staging = Staging::create(&parent, dest_name)?;
+                if let Some(marker) = &marker {
+                    staging.mark_resumable(marker)?;
+                }
+                let root = staging.mkdir("tree", receipt::DIR_MODE)?;
+                (staging, root)
+            }
+        };
         let tree = staging.path().join("tree");
+        let held = kept.as_ref();
         let syncer = SyncThread::new();
         let sink = StagingSink {
             root,
             root_path: tree.clone(),
             dirs: HashMap::new(),
-            known: HashSet::new(),
+            known: held.map(|k| k.dirs.clone()).unwrap_or_default(),
+            held_dirs: held.map(|k| k.dirs.clone()).unwrap_or_default(),
+            held_files: held.map(|k| k.files.clone()).unwrap_or_default(),
+            skipping: false,
             current: None,
             syncer: syncer.sender(),
             flusher: Flusher::new(),
@@ -181,10 +245,23 @@ impl Target for DirTarget {
             replaced: existing.is_some(),
             previous_version,
             keep,
+            kept,
             staging,
             made,
         });
         Ok(())
+    }
+
+    fn kept(&self) -> Option<&crate::pipeline::Kept> {
+        self.begun.as_ref().and_then(|b| b.kept.as_ref())
+    }
+
+    fn keep_for_rerun(&mut self, e: &Error) {
+        if let Some(b) = self.begun.as_mut()
+            && crate::pipeline::keeps_for_rerun(e, &b.staging.path())
+        {
+            b.staging.keep_for_rerun();
+        }
     }
 
     type Base = InstalledBase;
@@ -206,6 +283,7 @@ impl Target for DirTarget {
             replaced,
             previous_version,
             keep,
+            kept,
             staging,
             made,
         } = self.begun.take().expect("begin came first");
@@ -256,6 +334,10 @@ impl Target for DirTarget {
 
         let mut notes = InstallNotes::new(cleanup, &tree, "", m)?;
         notes.repaired_volumes = fed.repaired_volumes;
+        notes.resumed = super::resume::report(kept.as_ref(), fed.started_at);
+        // From here the work directory holds a tree about to move (and, after an exchange,
+        // the old one): nothing to resume.
+        staging.unmark()?;
         let dest = &self.opts.dest;
         staging.publish(
             "tree",
@@ -291,10 +373,21 @@ struct StagingSink {
     dirs: HashMap<String, OwnedFd>,
     /// Every directory created so far.
     known: HashSet<String>,
+    /// Directories and files an adopted work directory already holds, proven: a directory is
+    /// opened rather than made, a file's bytes (if the stream carries them anyway) dropped.
+    held_dirs: HashSet<String>,
+    held_files: HashSet<String>,
+    /// The current file is held: its bytes are dropped.
+    skipping: bool,
     current: Option<(File, String)>,
     syncer: crossbeam_channel::Sender<(File, PathBuf)>,
     flusher: Flusher,
     since_flush: u64,
+}
+
+/// The mode an installed file gets.
+fn file_mode(file: &FileEntry) -> u32 {
+    if file.executable { 0o755 } else { 0o644 }
 }
 
 fn err_at(root: &Path, path: &str, e: rustix::io::Errno) -> Error {
@@ -329,13 +422,17 @@ impl StagingSink {
     fn create(&mut self, file: &FileEntry, read: bool) -> Result<File> {
         let root_path = self.root_path.clone();
         let (parent, name) = self.parent_and_name(&file.path)?;
-        let mode = if file.executable { 0o755 } else { 0o644 };
-        fsio::create_at(parent, name, mode, read).map_err(|e| err_at(&root_path, &file.path, e))
+        fsio::create_at(parent, name, file_mode(file), read)
+            .map_err(|e| err_at(&root_path, &file.path, e))
     }
 }
 
 impl EntrySink for StagingSink {
     fn dir(&mut self, path: &str) -> Result<()> {
+        if self.held_dirs.contains(path) {
+            self.known.insert(path.to_string());
+            return Ok(());
+        }
         let root_path = self.root_path.clone();
         let (parent, name) = self.parent_and_name(path)?;
         let fd = rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(receipt::DIR_MODE))
@@ -353,6 +450,10 @@ impl EntrySink for StagingSink {
     }
 
     fn begin_file(&mut self, file: &FileEntry) -> Result<()> {
+        if self.held_files.contains(&file.path) {
+            self.skipping = true;
+            return Ok(());
+        }
         let f = self.create(file, false)?;
         self.current = Some((f, file.path.clone()));
         self.since_flush = 0;
@@ -360,6 +461,9 @@ impl EntrySink for StagingSink {
     }
 
     fn data(&mut self, bytes: &[u8]) -> Result<()> {
+        if self.skipping {
+            return Ok(());
+        }
         let (f, path) = self.current.as_mut().expect("begin_file came first");
         f.write_all(bytes)
             .map_err(|e| Error::io(self.root_path.join(&*path), e))?;
@@ -389,6 +493,7 @@ impl EntrySink for StagingSink {
     }
 
     fn end_file(&mut self, _file: &FileEntry) -> Result<()> {
+        self.skipping = false;
         if let Some(done) = self.current.take() {
             // Synced on another thread while the next file streams in.
             let _ = self.syncer.send((done.0, self.root_path.join(done.1)));

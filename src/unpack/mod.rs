@@ -13,6 +13,7 @@ pub mod hf;
 pub mod notes;
 pub mod oci_layout;
 pub mod parents;
+pub mod resume;
 
 pub use dir::{DirTarget, Installed, UnpackOptions};
 pub use hf::{HfInstalled, HfTarget, HfUnpackOptions, SnapshotState};

@@ -31,6 +31,10 @@ pub struct InstallNotes {
     /// Their mode, and where it came from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub created_parents_mode: Option<super::parents::ParentMode>,
+    /// What an interrupted install of the same bundle had staged and this one kept, proven.
+    pub resumed: Option<super::resume::Resumed>,
+    /// Bytes read from the bundle's volumes by this run.
+    pub volume_bytes_read: u64,
 }
 
 impl InstallNotes {
@@ -46,6 +50,8 @@ impl InstallNotes {
             repaired_volumes: Vec::new(),
             created_parents: Vec::new(),
             created_parents_mode: None,
+            resumed: None,
+            volume_bytes_read: crate::fsio::volume_bytes_read(),
         })
     }
 }

@@ -65,6 +65,10 @@ pub struct LayoutOptions {
     pub tag: Option<String>,
     /// Check free space before writing.
     pub check_space: bool,
+    /// Read the bundle from the first file whose blob the layout does not hold yet (each held
+    /// blob hashed first): a rerun after an interrupted unpack, or a new version sharing files.
+    /// Off (`--no-resume`): the whole stream is read; held blobs are still kept.
+    pub resume: bool,
 }
 
 impl LayoutOptions {
@@ -79,12 +83,14 @@ impl LayoutOptions {
                 dir: PathBuf::from(dir),
                 tag: Some(tag.to_string()),
                 check_space,
+                resume: true,
             };
         }
         LayoutOptions {
             dir: PathBuf::from(arg),
             tag: None,
             check_space,
+            resume: true,
         }
     }
 }
@@ -134,6 +140,8 @@ struct Begun {
     syncer: SyncThread,
     dir: OwnedFd,
     cleanup: Cleanup,
+    /// The files whose blobs the layout held, proven, when the stream may skip them.
+    kept: Option<crate::pipeline::Kept>,
     staging: Staging,
 }
 
@@ -301,7 +309,7 @@ fn open_blobs(dir: &OwnedFd, path: &Path) -> Result<OwnedFd> {
 impl Target for LayoutTarget {
     type Done = LayoutWritten;
 
-    fn begin(&mut self, opened: &Opened, _progress: &dyn Progress) -> Result<()> {
+    fn begin(&mut self, opened: &Opened, progress: &dyn Progress) -> Result<()> {
         let m = &opened.manifest;
         if let Some(tag) = &self.opts.tag
             && !is_tag(tag)
@@ -319,9 +327,18 @@ impl Target for LayoutTarget {
         })?;
         let (dir, found) = open_layout(&path)?;
         let cleanup = staging::clean_stale(&path)?;
+        // The blobs the layout holds, each hashed once: a verified blob is renamed into place
+        // as soon as its file matched, so what an interrupted unpack wrote is there.
+        let kept = match fsio::open_below(&dir, "blobs/sha256") {
+            Ok(blobs) if m.base.is_none() && found != Found::Empty => {
+                Some(held_blobs(&blobs, m, progress))
+            }
+            _ => None,
+        };
         if self.opts.check_space {
             let extra = (opened.manifest_bytes.len() + opened.signature_text.len()) as u64;
-            notes::check_space(&path, notes::space_needed(m, extra))?;
+            let held = kept.as_ref().map_or(0, |k| k.bytes);
+            notes::check_space(&path, notes::space_needed(m, extra).saturating_sub(held))?;
         }
         // `oci-layout` before the first blob: a directory an interrupted unpack leaves holding
         // blobs is a layout (without an index yet) that the next unpack completes.
@@ -346,15 +363,28 @@ impl Target for LayoutTarget {
             repaired: Vec::new(),
             config_json: ConfigCapture::default(),
             syncer: syncer.sender(),
+            held: kept
+                .iter()
+                .flat_map(|k| &k.files)
+                .filter_map(|p| m.files.iter().find(|f| &f.path == p))
+                .map(|f| f.sha256.clone())
+                .collect(),
+            delivered: Default::default(),
         };
+        let kept = kept.filter(|k| self.opts.resume && !k.files.is_empty());
         self.begun = Some(Begun {
             sink,
             syncer,
             dir,
             cleanup,
+            kept,
             staging,
         });
         Ok(())
+    }
+
+    fn kept(&self) -> Option<&crate::pipeline::Kept> {
+        self.begun.as_ref().and_then(|b| b.kept.as_ref())
     }
 
     type Base = LayoutBase;
@@ -393,6 +423,7 @@ impl Target for LayoutTarget {
             syncer,
             dir,
             cleanup,
+            kept,
             staging,
         } = self.begun.take().expect("begin came first");
         let m = &opened.manifest;
@@ -427,6 +458,7 @@ impl Target for LayoutTarget {
             reused,
             repaired,
             syncer: sync_tx,
+            delivered,
             ..
         } = sink;
         drop((current, sync_tx));
@@ -473,6 +505,13 @@ impl Target for LayoutTarget {
             ..InstallNotes::default()
         };
         notes.repaired_volumes = fed.repaired_volumes;
+        // The held blobs of the files the stream started after count as reused too.
+        let reused = reused
+            + kept.as_ref().map_or(0, |k| {
+                k.files.iter().filter(|p| !delivered.contains(*p)).count() as u64
+            });
+        notes.resumed = super::resume::report(kept.as_ref(), fed.started_at);
+        notes.volume_bytes_read = fsio::volume_bytes_read();
         Ok(LayoutWritten {
             layout: path,
             tag,
@@ -539,6 +578,10 @@ struct BlobSink {
     /// The root `config.json` (small), as it passed.
     config_json: ConfigCapture,
     syncer: crossbeam_channel::Sender<(File, PathBuf)>,
+    /// Blobs (by SHA-256) hashed to their names when the unpack began: not hashed again.
+    held: std::collections::HashSet<String>,
+    /// The files the stream delivered, by path.
+    delivered: std::collections::HashSet<String>,
 }
 
 impl BlobSink {
@@ -622,7 +665,8 @@ impl EntrySink for BlobSink {
 
     fn begin_file(&mut self, file: &FileEntry) -> Result<()> {
         self.config_json.begin(file);
-        if self.has_blob(&file.sha256, file.size)? {
+        self.delivered.insert(file.path.clone());
+        if self.held.contains(&file.sha256) || self.has_blob(&file.sha256, file.size)? {
             self.current = Some(Current::Held);
             return Ok(());
         }
@@ -662,12 +706,48 @@ impl EntrySink for BlobSink {
     }
 
     fn holds(&mut self, file: &FileEntry) -> Result<bool> {
-        let held = self.has_blob(&file.sha256, file.size)?;
+        let held = self.held.contains(&file.sha256) || self.has_blob(&file.sha256, file.size)?;
         if held {
             self.reused += 1;
         }
         Ok(held)
     }
+}
+
+/// The files of `m` whose blobs `blobs` holds, each a regular file (no link followed) of its
+/// signed size hashing to its name, hashed in parallel; every directory (a layout has none).
+fn held_blobs(blobs: &OwnedFd, m: &Manifest, progress: &dyn Progress) -> crate::pipeline::Kept {
+    use rayon::prelude::*;
+    let present: Vec<&FileEntry> = m
+        .files
+        .par_iter()
+        .filter(
+            |f| matches!(fsio::open_file_below(blobs, &f.sha256), Ok((_, len)) if len == f.size),
+        )
+        .collect();
+    progress.start("prove", present.iter().map(|f| f.size).sum());
+    let proven: Vec<&FileEntry> = present
+        .into_par_iter()
+        .filter(|f| {
+            fsio::open_file_below(blobs, &f.sha256).is_ok_and(|(file, len)| {
+                len == f.size
+                    && fsio::hash_file(&file, &|n| progress.advance(n))
+                        .is_ok_and(|(got, n)| n == f.size && got == f.sha256)
+            })
+        })
+        .collect();
+    progress.finish();
+    let mut kept = crate::pipeline::Kept {
+        dirs: m.directories.iter().cloned().collect(),
+        held_in: "in the layout",
+        ..Default::default()
+    };
+    for f in proven {
+        if kept.files.insert(f.path.clone()) {
+            kept.bytes += f.size;
+        }
+    }
+    kept
 }
 
 /// The base of a delta in a layout: the base's airlock manifest is the blob the delta names by

@@ -121,8 +121,15 @@ fn kill_at_many_points(replace: bool) {
             outcomes.0 += 1;
         }
         // The next run cleans up whatever the kill left and succeeds.
-        let o = unpack_cmd(&env, "b2", true).status().unwrap();
-        assert!(o.success(), "kill point {i}: the run after the kill failed");
+        let o = unpack_cmd(&env, "b2", true)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "kill point {i}: the run after the kill failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         assert_eq!(tree_without_receipt(&out), new);
         assert!(
             staging_leftovers(env.dir.path()).is_empty(),
@@ -203,13 +210,16 @@ fn disk_filling_during_unpack_fails_cleanly() {
     // An earlier, small install of the same bundle name (only those can be replaced).
     env.write("small/old.txt", b"old\n");
     env.ok(&["pack", "small", "-o", "s", "--key", "k.key", "--name", "m"]);
-    // The old tree must survive a --replace that runs out of space half way.
+    // The old tree must survive a --replace that runs out of space half way; what was staged
+    // is kept (issue 37 item 3), and the same command resumes from it once there is room.
     let out = with_tmpfs(
         &env,
         "10m",
         "\"$AIRLOCK\" unpack s --trust k.pub --dest mnt/model >/dev/null; \
          \"$AIRLOCK\" unpack b --trust k.pub --dest mnt/model --replace --no-space-check; echo \"rc=$?\"; \
-         ls -A mnt; cat mnt/model/old.txt; ls -A mnt/model",
+         ls -A mnt | sed 's/-[0-9a-f]\\{16\\}$/-RANDOM/'; cat mnt/model/old.txt; ls -A mnt/model; \
+         mount -o remount,size=40m mnt && \"$AIRLOCK\" unpack b --trust k.pub --dest mnt/model --replace > resumed.txt; \
+         echo \"rc=$?\"; ls -A mnt; grep -c 'resumed: ' resumed.txt",
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -219,7 +229,20 @@ fn disk_filling_during_unpack_fails_cleanly() {
         "{stderr}"
     );
     let lines: Vec<&str> = stdout.lines().filter(|l| !l.starts_with("rc=")).collect();
-    assert_eq!(lines, ["model", "old", ".airlock", "old.txt"], "{stdout}");
+    assert_eq!(
+        lines,
+        [
+            ".airlock-staging-model-RANDOM",
+            "model",
+            "old",
+            ".airlock",
+            "old.txt",
+            "model",
+            "1"
+        ],
+        "{stdout}{stderr}"
+    );
+    assert!(stdout.contains("rc=0"), "{stdout}{stderr}");
 }
 
 /// Names of work directories (staging, birth, partial) in `dir`.
@@ -278,6 +301,19 @@ fn concurrent_unpacks_into_one_parent_all_succeed() {
     assert!(work_dirs(&env.path("parent")).is_empty());
 }
 
+/// Asserts the work directories an interrupted unpack left in the temp tree are at most one,
+/// kept for a rerun to resume (it holds the resume marker).
+fn only_kept_for_resume(env: &Env) {
+    let left = work_dirs(env.dir.path());
+    assert!(left.len() <= 1, "{left:?}");
+    for d in &left {
+        assert!(
+            d.starts_with(".airlock-staging-out-") && env.path(d).join(".airlock-resume").is_file(),
+            "{left:?}"
+        );
+    }
+}
+
 /// Starts `args`, waits until a work directory appears in the temp tree, sends `signal` and
 /// returns the exit code.
 fn interrupt_when_working(env: &Env, args: &[&str], signal: &str) -> Option<i32> {
@@ -328,11 +364,12 @@ fn sigint_and_sigterm_remove_the_work_directory_and_leave_the_destination() {
     );
     assert_eq!(code, Some(130));
     assert!(!env.path("out").exists());
-    assert!(
-        work_dirs(env.dir.path()).is_empty(),
-        "{:?}",
-        work_dirs(env.dir.path())
-    );
+    // The staging directory is removed, or kept for the rerun to resume once it is marked
+    // (issue 37 item 3); the same command then completes and leaves nothing.
+    only_kept_for_resume(&env);
+    env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
+    assert!(work_dirs(env.dir.path()).is_empty());
+    std::fs::remove_dir_all(env.path("out")).unwrap();
     // --replace: the old tree stays exactly as it was.
     env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
     let before = tree(&env.path("out"));
@@ -351,11 +388,17 @@ fn sigint_and_sigterm_remove_the_work_directory_and_leave_the_destination() {
     );
     assert_eq!(code, Some(143));
     assert_eq!(tree(&env.path("out")), before);
-    assert!(
-        work_dirs(env.dir.path()).is_empty(),
-        "{:?}",
-        work_dirs(env.dir.path())
-    );
+    only_kept_for_resume(&env);
+    env.ok(&[
+        "unpack",
+        "b",
+        "--trust",
+        "k.pub",
+        "--dest",
+        "out",
+        "--replace",
+    ]);
+    assert!(work_dirs(env.dir.path()).is_empty());
     // pack: no BUNDLE.partial, no bundle.
     let code = interrupt_when_working(
         &env,

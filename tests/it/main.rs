@@ -22,6 +22,7 @@ mod parity;
 mod parity_units;
 mod receipt_links;
 mod repair_safety;
+mod resume;
 mod roundtrip;
 mod safety_mem;
 mod sign_safety;

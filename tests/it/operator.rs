@@ -807,14 +807,22 @@ fn ctrl_c_clears_the_bar_and_says_what_was_removed_and_kept() {
     assert_eq!(stdout, "");
     let shown = crate::ux::screen(&stderr, 1000);
     assert_eq!(shown.len(), 1, "the bar was not cleared: {shown:#?}");
+    // The work directory is kept for a rerun to resume (issue 37 item 3), and said so.
     assert!(
         shown[0].starts_with(
-            "airlock: error: interrupted by SIGINT (Ctrl-C): removed .airlock-staging-out-"
-        ) && shown[0].ends_with("; out was not created"),
+            "airlock: error: interrupted by SIGINT (Ctrl-C): kept .airlock-staging-out-"
+        ) && shown[0].ends_with(
+            " with the files verified so far: rerun the same command to resume; out was not created"
+        ),
         "{shown:#?}"
     );
     assert!(!env.path("out").exists());
+    let kept = work_dirs_in(env.dir.path());
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    // --no-resume would start clean; the same command resumes and leaves nothing behind.
+    env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
     assert!(work_dirs_in(env.dir.path()).is_empty());
+    std::fs::remove_dir_all(env.path("out")).unwrap();
 
     // pack, SIGTERM: BUNDLE.partial removed, said so.
     let (code, _, stderr) = interrupt_while_working(
@@ -844,8 +852,8 @@ fn ctrl_c_clears_the_bar_and_says_what_was_removed_and_kept() {
         "{stderr:?}"
     );
 
-    // --json, into a destination whose parent unpack created: one document, and the created
-    // parent is removed with the staging directory.
+    // --json, into a destination whose parent unpack created: one document; the staging
+    // directory is kept for a rerun to resume, so the parent that holds it stays too.
     let (code, stdout, stderr) = interrupt_while_working(
         &env,
         &[
@@ -868,13 +876,29 @@ fn ctrl_c_clears_the_bar_and_says_what_was_removed_and_kept() {
         .iter()
         .map(|p| p.as_str().unwrap())
         .collect();
+    assert!(removed.is_empty(), "{v}");
+    let kept: Vec<&str> = v["kept_for_resume"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
     assert!(
-        removed.len() == 2
-            && removed[0].starts_with("new/.airlock-staging-out-")
-            && removed[1] == "new",
+        kept.len() == 1 && kept[0].starts_with("new/.airlock-staging-out-"),
         "{v}"
     );
-    assert!(!env.path("new").exists());
+    assert_eq!(work_dirs_in(&env.path("new")).len(), 1);
+    // --no-resume starts clean: it removes what was kept.
+    env.ok(&[
+        "unpack",
+        "b",
+        "--trust",
+        "k.pub",
+        "--dest",
+        "new/out",
+        "--no-resume",
+    ]);
+    assert!(work_dirs_in(&env.path("new")).is_empty());
 }
 
 /// Starts airlock with `args` (plain progress), sends `signal` once the first phase has begun;

@@ -83,6 +83,8 @@ pub(in crate::bundle) struct VolumeReader<'a> {
     unit_held: bool,
     /// Largest unit read whole into memory; larger ones are read twice (hashed, then streamed).
     max_held: u64,
+    /// A resumed stream: the volume and the chunk-aligned offset in it to start at.
+    start: Option<(usize, u64)>,
 }
 
 /// What the volume-reading thread hands on, in stream order.
@@ -120,7 +122,23 @@ impl<'a> VolumeReader<'a> {
             unit: Vec::new(),
             unit_held: false,
             max_held: source.unit_memory(),
+            start: None,
         }
+    }
+
+    /// Starts at byte `pos` of volume `index` instead of the payload's start: `pos` a multiple
+    /// of the chunk size (0 for a volume with a whole-volume digest), so every chunk read is
+    /// read whole and checked against its signed digest before the stream ends.
+    pub(in crate::bundle) fn starting_at(mut self, index: usize, pos: u64) -> Self {
+        self.index = index;
+        if self.units.is_some() {
+            self.read_in_volume = pos;
+            self.chunk_index = (pos / self.manifest.chunk_size) as usize;
+            self.in_chunk = 0;
+        } else {
+            self.start = Some((index, pos));
+        }
+        self
     }
 
     fn fail(&mut self, problem: String) -> io::Result<()> {
@@ -455,7 +473,12 @@ impl Read for VolumeReader<'_> {
             }
             let v = &volumes[self.index];
             if self.file.is_none() {
-                let f = match self.source.open(self.index, &v.name) {
+                let at = match self.start {
+                    Some((k, pos)) if k == self.index => pos,
+                    _ => 0,
+                };
+                self.start = None;
+                let f = match self.source.open_at(self.index, &v.name, at) {
                     Ok(f) => f,
                     Err(e) => {
                         if e.kind() == io::ErrorKind::NotFound {
@@ -469,11 +492,11 @@ impl Read for VolumeReader<'_> {
                     }
                 };
                 self.file = Some(f);
-                self.read_in_volume = 0;
+                self.read_in_volume = at;
                 self.chunk_hasher = Sha256::new();
                 self.whole_hasher = v.sha256.as_ref().map(|_| Sha256::new());
                 self.in_chunk = 0;
-                self.chunk_index = 0;
+                self.chunk_index = (at / self.manifest.chunk_size) as usize;
                 self.bad_ranges.clear();
             }
             let remaining = v.size - self.read_in_volume;

@@ -22,6 +22,13 @@ pub trait VolumeSource: Sync {
     /// Opens the volume called `name`, the `index`-th (0-based) of the manifest. A volume that
     /// does not exist is an error of kind `NotFound`.
     fn open(&self, index: usize, name: &str) -> io::Result<Box<dyn Read + Send + '_>>;
+    /// [`VolumeSource::open`], reading from byte `pos` on (a resumed stream). The default reads
+    /// the first `pos` bytes and drops them.
+    fn open_at(&self, index: usize, name: &str, pos: u64) -> io::Result<Box<dyn Read + Send + '_>> {
+        let mut r = self.open(index, name)?;
+        io::copy(&mut (&mut r).take(pos), &mut io::sink())?;
+        Ok(r)
+    }
     /// The path that errors about the volume name.
     fn path(&self, name: &str) -> PathBuf;
     /// What the report says of a volume that is not there ("is missing", and where it is when
@@ -114,9 +121,17 @@ impl<'a> DirVolumes<'a> {
 
 impl VolumeSource for DirVolumes<'_> {
     fn open(&self, _index: usize, name: &str) -> io::Result<Box<dyn Read + Send + '_>> {
+        self.open_at(_index, name, 0)
+    }
+    fn open_at(
+        &self,
+        _index: usize,
+        name: &str,
+        pos: u64,
+    ) -> io::Result<Box<dyn Read + Send + '_>> {
         let (f, _, path) = self.open_file(name)?;
         self.record(name, &path, &f);
-        Ok(Box::new(f.into_reader(STREAM_BUFFER_SIZE * 4)))
+        Ok(Box::new(f.into_reader_at(STREAM_BUFFER_SIZE * 4, pos)))
     }
     fn path(&self, name: &str) -> PathBuf {
         match &self.place {
@@ -148,6 +163,9 @@ impl VolumeSource for DirVolumes<'_> {
                 f
             }
         };
-        f.read_exact_at(buf, offset)
+        crate::fsio::test_volume_read_delay();
+        f.read_exact_at(buf, offset)?;
+        crate::fsio::count_volume_read(buf.len() as u64);
+        Ok(())
     }
 }
