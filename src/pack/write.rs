@@ -6,6 +6,7 @@
 //! frames them as tar, compresses and cuts volumes; a third hashes each chunk of the volumes.
 //! Buffers travel back for reuse, so memory stays at a few megabytes whatever the model size.
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
@@ -800,7 +801,7 @@ const LOAD_BATCHES: usize = 4;
 /// Whether the read-ahead thread reads `e` for the reading thread ([`load_ahead`]): a small
 /// file whose bytes the scan did not keep, and whose name does not say the value scan reads it
 /// (the bytes of one whose content says so are not used: [`value_scanned`]).
-fn loads_ahead(e: &StreamEntry, scan_values: bool) -> bool {
+fn loads_ahead(e: &StreamEntry<'_>, scan_values: bool) -> bool {
     matches!(e, StreamEntry::File { path, size, prefetched: None, .. }
         if *size <= crate::scan::PREFETCH_FILE_MAX
             && !(scan_values && values::named_for_scan(path)))
@@ -813,7 +814,7 @@ fn loads_ahead(e: &StreamEntry, scan_values: bool) -> bool {
 /// thread's hashing instead of before it. `None` for a file that could not be read so: the
 /// reading thread reads it itself and reports what is wrong. Stops when the reading thread
 /// stops taking batches; holds at most [`LOAD_BATCHES`] batches, so memory stays flat.
-fn load_ahead(entries: &[StreamEntry], scan_values: bool, part: usize, tx: Sender<LoadBatch>) {
+fn load_ahead(entries: &[StreamEntry<'_>], scan_values: bool, part: usize, tx: Sender<LoadBatch>) {
     let mut opener = crate::scan::SourceOpener::default();
     let mut batch = Vec::with_capacity(LOAD_BATCH);
     let mine = entries
@@ -875,16 +876,16 @@ impl Loaded {
 
 /// One entry of the stream, in bundle order.
 #[derive(Clone, Debug)]
-pub enum StreamEntry {
+pub enum StreamEntry<'a> {
     /// A directory.
-    Dir(String),
+    Dir(Cow<'a, str>),
     /// A file: its path in the bundle, where its bytes are on this host, its size and mode,
     /// and what to do about its Hugging Face etag while it is hashed (`None`: nothing).
     File {
-        /// The path in the bundle.
-        path: String,
+        /// The path in the bundle (borrowed from the model's list when it is the model's).
+        path: Cow<'a, str>,
         /// Where its bytes are.
-        source: PathBuf,
+        source: Cow<'a, Path>,
         /// Its size, from the scan (the read is held to it).
         size: u64,
         /// Its executable bit.
@@ -896,7 +897,7 @@ pub enum StreamEntry {
     },
 }
 
-impl StreamEntry {
+impl StreamEntry<'_> {
     /// The entry's path.
     pub fn path(&self) -> &str {
         match self {
@@ -955,7 +956,7 @@ pub struct Written {
 
 /// Writes `entries` as the bundle's stream into volumes in `dir` (a work directory).
 pub fn write(
-    entries: &[StreamEntry],
+    entries: &[StreamEntry<'_>],
     dir: &Path,
     opts: &WriteOptions,
     progress: &dyn Progress,
@@ -1012,8 +1013,8 @@ pub fn write(
             for entry in entries {
                 match entry {
                     StreamEntry::Dir(path) => {
-                        directories.push(path.clone());
-                        if out.push(Item::Dir(path.clone())).is_err() {
+                        directories.push(path.to_string());
+                        if out.push(Item::Dir(path.to_string())).is_err() {
                             return Ok(());
                         }
                     }
@@ -1027,7 +1028,7 @@ pub fn write(
                     } => {
                         progress.item(path);
                         let begin = Item::Begin {
-                            path: path.clone(),
+                            path: path.to_string(),
                             size: *size,
                             executable: *executable,
                         };
@@ -1073,7 +1074,7 @@ pub fn write(
                             return Ok(());
                         }
                         files.push(WrittenFile {
-                            path: path.clone(),
+                            path: path.to_string(),
                             size: *size,
                             executable: *executable,
                             sha256: digests.sha256,
@@ -1184,8 +1185,8 @@ mod tests {
         let entries: Vec<StreamEntry> = want
             .iter()
             .map(|(path, bytes)| StreamEntry::File {
-                path: path.clone(),
-                source: m.join(path),
+                path: path.into(),
+                source: m.join(path).into(),
                 size: bytes.len() as u64,
                 executable: false,
                 etag: None,
