@@ -168,6 +168,8 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
             volume_size: opts.volume_size,
             chunk_size,
             scan_values,
+            // The parity pass reads the volumes back.
+            drop_written: opts.parity.is_none(),
         },
         progress,
     )?;

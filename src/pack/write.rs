@@ -341,8 +341,9 @@ fn temp_volume_name(index: usize) -> String {
 }
 
 impl VolumeWriter {
-    /// A writer of volumes of `volume_size` bytes, in chunks of `chunk_size`, into `dir`.
-    fn new(dir: &Path, volume_size: u64, chunk_size: u64) -> Self {
+    /// A writer of volumes of `volume_size` bytes, in chunks of `chunk_size`, into `dir`; with
+    /// `drop_written`, the volumes' pages leave the page cache once flushed.
+    fn new(dir: &Path, volume_size: u64, chunk_size: u64, drop_written: bool) -> Self {
         VolumeWriter {
             dir: dir.to_path_buf(),
             volume_size,
@@ -352,7 +353,11 @@ impl VolumeWriter {
             in_chunk: 0,
             chunk_hasher: ChunkHasher::new(),
             chunks: 0,
-            flusher: Flusher::new(),
+            flusher: if drop_written {
+                Flusher::dropping()
+            } else {
+                Flusher::new()
+            },
             since_flush: 0,
             done: Vec::new(),
         }
@@ -918,6 +923,9 @@ pub struct WriteOptions {
     pub chunk_size: u64,
     /// Run the value scan ([`crate::inspect::values`]) on the model files as they are read.
     pub scan_values: bool,
+    /// Drop the volumes' pages from the page cache once they are on disk
+    /// ([`Flusher::dropping`]): false when a later pass reads them back (parity).
+    pub drop_written: bool,
 }
 
 /// One file as written.
@@ -961,7 +969,8 @@ pub fn write(
     opts: &WriteOptions,
     progress: &dyn Progress,
 ) -> Result<Written> {
-    let volumes_writer = VolumeWriter::new(dir, opts.volume_size, opts.chunk_size);
+    let volumes_writer =
+        VolumeWriter::new(dir, opts.volume_size, opts.chunk_size, opts.drop_written);
     let sink = match opts.compress {
         Compress::None => Sink::Plain(BufWriter::with_capacity(BUFFER_SIZE, volumes_writer)),
         Compress::Zstd { level, workers } => {
@@ -1126,7 +1135,7 @@ mod tests {
         ] {
             let dir = t.path().join(format!("{chunk_size}-{volume_size}-{write}"));
             std::fs::create_dir(&dir).unwrap();
-            let mut w = VolumeWriter::new(&dir, volume_size, chunk_size);
+            let mut w = VolumeWriter::new(&dir, volume_size, chunk_size, false);
             for piece in stream.chunks(write) {
                 w.write_all(piece).unwrap();
             }
@@ -1200,6 +1209,7 @@ mod tests {
             volume_size: 1 << 30,
             chunk_size: 1 << 20,
             scan_values: false,
+            drop_written: true,
         };
         let out = t.path().join("out");
         std::fs::create_dir(&out).unwrap();
