@@ -434,6 +434,31 @@ mod tests {
         assert_eq!(set.insert("STRASSE"), Some("Stra\u{df}e".into()));
     }
 
+    /// The table keeps every name as it grows: a hundred thousand distinct names, then each
+    /// again in upper case, which collides with its own earlier name (kept once when folding
+    /// left it as it was, and as written when it did not).
+    #[test]
+    fn collisions_are_found_among_many_names() {
+        let mut set = CollisionSet::default();
+        let name = |i: u32| format!("d{}/f{i}.bin", i / 1000);
+        for i in 0..100_000 {
+            assert_eq!(set.insert(&name(i)), None);
+        }
+        assert_eq!(set.insert("Mixed/Case"), None);
+        for i in (0..100_000).step_by(997) {
+            assert_eq!(set.insert(&name(i).to_uppercase()), Some(name(i)));
+        }
+        assert_eq!(set.insert("mixed/case"), Some("Mixed/Case".into()));
+        let dirs: Vec<String> = (0..1000).map(|i| format!("d{i}")).collect();
+        let mut names = NameSet::with_capacity(0);
+        for d in &dirs {
+            names.insert(d);
+        }
+        names.insert(&dirs[0]);
+        assert!(dirs.iter().all(|d| names.contains(d)));
+        assert!(!names.contains("d1000") && !names.contains("D1"));
+    }
+
     #[test]
     fn case_folding_is_the_unicode_version_format_md_pins() {
         assert_eq!(CASE_FOLDING_UNICODE_VERSION, (16, 0, 0));
