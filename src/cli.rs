@@ -262,7 +262,8 @@ pub struct PackArgs {
     #[arg(long)]
     pub no_value_scan: bool,
     /// Pack this repository (ORG/NAME) from the Hugging Face cache instead of a directory. Every
-    /// file is checked against its blob name (the hash the hub published) as it is read.
+    /// file is checked against its blob name (the hash the hub published; for a commit airlock
+    /// installed there, the name its install wrote) as it is read.
     #[arg(long, value_name = "ORG/NAME")]
     pub hf_repo: Option<String>,
     /// With --hf-repo: the branch, tag or 40-hex commit to pack [default: main].

@@ -339,6 +339,51 @@ fn extra_sections(command: Option<&str>) -> String {
     out
 }
 
+/// For a command with subcommands (`trust`): a SUBCOMMANDS section with each one's synopsis,
+/// description and options, as clap_mangen renders them for a page of its own (issue 33 item
+/// 9: `airlock man trust` listed no subcommand's options). The global options are on the page
+/// already and are not repeated.
+fn subcommand_sections(cmd: &clap::Command) -> String {
+    let subs: Vec<&clap::Command> = cmd
+        .get_subcommands()
+        .filter(|s| s.get_name() != "help" && !s.is_hide_set())
+        .collect();
+    let mut out = String::new();
+    if subs.is_empty() {
+        return out;
+    }
+    section(&mut out, "SUBCOMMANDS");
+    for sub in subs {
+        let name = sub
+            .get_bin_name()
+            .map_or_else(|| sub.get_name().to_string(), str::to_string);
+        let man = clap_mangen::Man::new(sub.clone());
+        let mut page = Vec::new();
+        // Writing into a Vec cannot fail.
+        let _ = man.render_synopsis_section(&mut page);
+        let _ = man.render_description_section(&mut page);
+        let _ = man.render_options_section(&mut page);
+        out.push_str(&format!(".SS \"{}\"\n", roff_text(&name)));
+        let mut global = false;
+        for line in String::from_utf8_lossy(&page).lines() {
+            if let Some(title) = line.strip_prefix(".SH ") {
+                global = title.contains("GLOBAL");
+                match title {
+                    "DESCRIPTION" => out.push_str(".PP\n"),
+                    "OPTIONS" => out.push_str(".PP\nOptions:\n"),
+                    _ => {}
+                }
+                continue;
+            }
+            if !global {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
 /// The roff text of airlock(1), or of airlock-COMMAND(1).
 pub fn page(command: Option<&str>) -> Vec<u8> {
     let mut root = Cli::command();
@@ -367,6 +412,8 @@ pub fn page(command: Option<&str>) -> Vec<u8> {
     let _ = man.render_options_section(&mut out);
     if command.is_none() {
         let _ = man.render_subcommands_section(&mut out);
+    } else {
+        out.extend_from_slice(subcommand_sections(&cmd).as_bytes());
     }
     out.extend_from_slice(extra_sections(command).as_bytes());
     let _ = man.render_version_section(&mut out);
@@ -398,6 +445,35 @@ mod tests {
             "{verify}"
         );
         assert!(!verify.contains("SOURCE_DATE_EPOCH"));
+    }
+
+    /// Issue 33 item 9: `airlock man trust` named its subcommands but none of their options.
+    #[test]
+    fn a_page_with_subcommands_gives_each_ones_options() {
+        let text = String::from_utf8(page(Some("trust"))).unwrap();
+        assert!(text.contains(".SH SUBCOMMANDS"), "{text}");
+        for (sub, option) in [
+            ("init", "\\-\\-root\\-threshold"),
+            ("sign", "\\-\\-key"),
+            ("show", "\\-\\-previous"),
+            ("rotate", "\\-\\-expires"),
+        ] {
+            let heading = format!(".SS \"airlock trust {sub}\"");
+            let at = text
+                .find(&heading)
+                .unwrap_or_else(|| panic!("no {heading} in {text}"));
+            let rest = &text[at + heading.len()..];
+            let body = &rest[..rest
+                .find(".SS ")
+                .or_else(|| rest.find(".SH "))
+                .unwrap_or(rest.len())];
+            assert!(body.contains(".TP"), "{sub}: {body}");
+            assert!(body.contains(option), "{sub} lacks {option}: {body}");
+            assert!(!body.contains("GLOBAL"), "{body}");
+        }
+        // Pages without subcommands are as before.
+        let verify = String::from_utf8(page(Some("verify"))).unwrap();
+        assert!(!verify.contains(".SH SUBCOMMANDS"));
     }
 
     #[test]

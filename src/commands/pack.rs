@@ -484,8 +484,31 @@ fn render_provenance(out: &mut Output, model: &Model, m: &airlock::manifest::Man
             }),
         );
         out.set("listing_checked", hf.snapshot.listed);
+        // A commit airlock installed into this cache (it left a receipt for it) has blob names
+        // that airlock's install wrote from its bundle's signed manifest, not a download's
+        // (issue 33 item 9).
+        let receipt = airlock::hfcache::receipts(&hf.snapshot.repo_folder)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|(commit, _)| *commit == src.commit)
+            .map(|(_, dir)| dir);
+        out.set(
+            "blob_names_from",
+            if receipt.is_some() {
+                "airlock-install"
+            } else {
+                "hub"
+            },
+        );
+        let whose = match &receipt {
+            Some(dir) => format!(
+                "names airlock's own install wrote from the signed manifest of the bundle it installed, receipt {}",
+                dir.display()
+            ),
+            None => "the hash the hub published".to_string(),
+        };
         out.line(format!(
-            "OK   every file of {} {} at commit {} matched its blob name (the hash the hub published)",
+            "OK   every file of {} {} at commit {} matched its blob name ({whose})",
             src.repo_type, src.repo_id, src.commit
         ));
     }

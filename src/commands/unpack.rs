@@ -1,7 +1,7 @@
 //! `airlock unpack`: resolve the source (a bundle directory or an `oci://` reference) and the
 //! target (`--dest`, `--hf-cache` or `--oci-layout`), run the library's unpack, render.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -209,6 +209,13 @@ fn finish(
             .to_string(),
         Unpacked::Layout(_) => format!("{name}, a layer of the artifact"),
     });
+    // A directory install holds airlock's own files beside the publisher's: the stock
+    // verifiers must be told to leave them out (issue 33 item 1).
+    let publisher_dest = match &done {
+        Unpacked::Dir(i) => Some(Some(i.dest.clone())),
+        Unpacked::Layout(_) => Some(None),
+        Unpacked::HfCache(_) => None,
+    };
     match done {
         Unpacked::Dir(i) => render_dir(&mut out, &i, &what, &size),
         Unpacked::HfCache(i) => {
@@ -229,10 +236,70 @@ fn finish(
             "OK   the publisher's OMS signature {} was verified when packing ({} {})",
             p.signature, p.method, p.signer
         ));
+        match &publisher_dest {
+            Some(Some(dest)) => publisher_verify_line(&mut out, m, p, dest),
+            Some(None) => {
+                // The artifact carries airlock's files as layers with their paths: whatever
+                // extracts it holds them beside the model.
+                let ignore = publisher_ignore_paths(m);
+                out.set("oms_publisher_ignore_paths", &ignore);
+                out.line(format!(
+                    "     an extraction of this artifact holds airlock's {} beside the model, which the publisher did not sign: a stock verifier of {} there needs them left out (--ignore-paths; a ModelValidation's ignorePaths; RUNBOOK 3.5)",
+                    ignore.join(" and "),
+                    p.signature
+                ));
+            }
+            None => {}
+        }
     }
     recorded_findings(&mut out, m, bundle.map(|(b, _)| b));
     apply_trust_update(&mut out, trust, &opened.trust)?;
     Ok(out)
+}
+
+/// The paths of a directory install that the publisher's OMS signature does not list, as the
+/// model root's names: the receipt, and the site's signature when it sits beside the
+/// publisher's. A stock verifier fails on them unless told to ignore them (RUNBOOK 3.5).
+pub(crate) fn publisher_ignore_paths(m: &airlock::manifest::Manifest) -> Vec<String> {
+    let mut paths = vec![airlock::paths::RECEIPT_DIR.to_string()];
+    let publisher = m.oms.as_ref().and_then(|o| o.publisher.as_ref());
+    if let Some(name) = airlock::oms::carried_name(m)
+        && publisher.is_none_or(|p| p.signature != name)
+    {
+        paths.push(name.to_string());
+    }
+    paths
+}
+
+/// Says how the stock `model_signing` verifies the publisher's signature on the install at
+/// `dest`: with airlock's own files left out, which it names (JSON
+/// `oms_publisher_ignore_paths`).
+fn publisher_verify_line(
+    out: &mut Output,
+    m: &airlock::manifest::Manifest,
+    p: &airlock::manifest::OmsPublisher,
+    dest: &Path,
+) {
+    let ignore = publisher_ignore_paths(m);
+    out.set("oms_publisher_ignore_paths", &ignore);
+    let dest = std::path::absolute(dest).unwrap_or_else(|_| dest.to_path_buf());
+    let (method, trust) = if p.method == "certificate" {
+        ("certificate", "--certificate_chain PUBLISHER-CA.pem")
+    } else {
+        ("key", "--public_key PUBLISHER.pub")
+    };
+    let flags: Vec<String> = ignore
+        .iter()
+        .map(|i| format!(" --ignore-paths {}", super::shell_word(&dest.join(i))))
+        .collect();
+    out.line(format!(
+        "     airlock's {} {} not signed by the publisher: `model_signing verify {method} {} --signature {} {trust}{}` checks the publisher's signature here (a ModelValidation lists them in ignorePaths; RUNBOOK 3.5)",
+        ignore.join(" and "),
+        if ignore.len() == 1 { "is" } else { "are" },
+        super::shell_word(&dest),
+        super::shell_word(&dest.join(&p.signature)),
+        flags.concat(),
+    ));
 }
 
 fn render_dir(out: &mut Output, i: &Installed, what: &str, size: &str) {

@@ -615,3 +615,103 @@ fn an_interrupted_first_unpack_into_a_new_oci_layout_is_completed_by_the_rerun()
     assert!(text.contains("neither an OCI image layout"), "{text}");
     assert!(!layout.join("oci-layout").exists());
 }
+
+/// Runs skopeo, for a command that must fail: its stderr.
+fn skopeo_fails(args: &[&str]) -> String {
+    let out = Command::new("skopeo")
+        .args(args)
+        .output()
+        .expect("skopeo is missing: run scripts/setup.sh");
+    assert!(!out.status.success(), "skopeo {args:?} passed");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Issue 33 item 8. Before: the docs said skopeo reads the layout, but plain `skopeo inspect
+/// oci:DIR:TAG` fails on it. The artifact stays ModelPack (its config is the model config), so
+/// CLI.md now lists the skopeo commands that work and those that do not, and why; each runs
+/// here with the real skopeo, as listed.
+#[test]
+fn the_skopeo_commands_the_docs_list_work_on_a_layout_and_the_others_fail_as_said() {
+    let env = Env::new();
+    delta_versions(&env);
+    env.ok(&["unpack", "b1", "--trust", "k.pub", "--oci-layout", "lay:1"]);
+    let lay = env.path("lay");
+    let src = format!("oci:{}:1", lay.display());
+    let digest = index(&lay)["manifests"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let blob = |layout: &Path, digest: &str| {
+        std::fs::read(
+            layout
+                .join("blobs/sha256")
+                .join(digest.trim_start_matches("sha256:")),
+        )
+        .unwrap()
+    };
+    let manifest = blob(&lay, &digest);
+
+    let cli =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/CLI.md")).unwrap();
+    let section = &cli[cli
+        .find("### skopeo and the OCI image layout")
+        .expect("CLI.md lists the skopeo commands")..];
+    let section = &section[..section.find("\n## ").unwrap()];
+    let listed = |command: &str| {
+        assert!(
+            section.contains(&format!("`{command}")),
+            "CLI.md lists `{command}`"
+        )
+    };
+
+    // What works: the manifest and config as they are, copies to other layouts, dir:, archives.
+    listed("skopeo inspect --raw oci:DIR:TAG");
+    assert_eq!(skopeo(&["inspect", "--raw", &src]), manifest);
+    listed("skopeo inspect --config --raw oci:DIR:TAG");
+    let config: Value =
+        serde_json::from_slice(&skopeo(&["inspect", "--config", "--raw", &src])).unwrap();
+    assert!(config["modelfs"]["diffIds"].is_array(), "{config:#}");
+    listed("skopeo copy oci:DIR:TAG oci:OTHER:TAG");
+    let other = env.path("other");
+    skopeo(&["copy", &src, &format!("oci:{}:1", other.display())]);
+    assert_eq!(index(&other)["manifests"][0]["digest"], digest.as_str());
+    assert_eq!(blob(&other, &digest), manifest);
+    let dir = env.path("d");
+    skopeo(&["copy", &src, &format!("dir:{}", dir.display())]);
+    assert_eq!(std::fs::read(dir.join("manifest.json")).unwrap(), manifest);
+    skopeo(&[
+        "copy",
+        &src,
+        &format!("oci-archive:{}:1", env.path("a.tar").display()),
+    ]);
+    assert!(env.path("a.tar").is_file());
+
+    // What does not, with the reason CLI.md quotes.
+    let reason = r#"unsupported image-specific operation on artifact with type \"application/vnd.cncf.model.config.v1+json\""#;
+    let flowed = section.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flowed.contains(&reason.replace("\\\"", "\"")),
+        "CLI.md quotes the error"
+    );
+    for (command, args) in [
+        ("skopeo inspect oci:DIR:TAG", vec!["inspect", src.as_str()]),
+        (
+            "skopeo inspect --config oci:DIR:TAG",
+            vec!["inspect", "--config", src.as_str()],
+        ),
+    ] {
+        listed(command);
+        let err = skopeo_fails(&args);
+        assert!(err.contains(reason), "{command}: {err}");
+    }
+    listed("skopeo copy oci:DIR:TAG docker-archive:FILE");
+    let archive = format!("docker-archive:{}:m:1", env.path("da.tar").display());
+    let err = skopeo_fails(&["copy", &src, &archive]);
+    assert!(err.contains(reason), "{err}");
+    listed("skopeo list-tags oci:DIR");
+    let err = skopeo_fails(&["list-tags", &format!("oci:{}", lay.display())]);
+    assert!(
+        err.contains("Unsupported transport 'oci' for tag listing"),
+        "{err}"
+    );
+}

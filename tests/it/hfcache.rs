@@ -1613,3 +1613,53 @@ fn unpack_refuses_a_locks_folder_that_is_a_link_or_that_every_user_can_write() {
     let mode = std::fs::metadata(&locks).unwrap().permissions().mode() & 0o7777;
     assert_eq!(mode, 0o1777);
 }
+
+/// Issue 33 item 9. Before: `pack --hf-repo` said every file matched "the hash the hub
+/// published" also for a cache airlock's own `unpack --hf-cache` had built, whose blob names
+/// came from a bundle's manifest. Now the line and JSON `blob_names_from` say whose names they
+/// are: the hub's for a download, airlock's install (with its receipt) for a cache it built.
+#[test]
+fn a_cache_airlock_built_is_not_said_to_hold_the_hubs_hashes() {
+    let env = Env::new();
+    build(&env, "src", COMMIT_A, spec_files(), true);
+    let (code, j) = pack_hf(&env, "src", "b");
+    assert_eq!(code, 0, "{j:#}");
+    assert_eq!(j["blob_names_from"], "hub");
+    env.ok(&["unpack", "b", "--trust", "k.pub", "--hf-cache", "dst"]);
+
+    let (code, j) = pack_hf(&env, "dst", "b2");
+    assert_eq!(code, 0, "{j:#}");
+    assert_eq!(j["blob_names_from"], "airlock-install");
+    let out = env.ok(&[
+        "pack",
+        "--hf-repo",
+        REPO,
+        "--hf-cache",
+        "dst",
+        "-o",
+        "b3",
+        "--key",
+        "k.key",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let receipt = repo_folder(&env, "dst").join(format!(".airlock/receipts/{COMMIT_A}"));
+    assert!(
+        text.contains(&format!(
+            "matched its blob name (names airlock's own install wrote from the signed manifest of the bundle it installed, receipt {})",
+            receipt.display()
+        )) && !text.contains("the hub published"),
+        "{text}"
+    );
+    let out = env.ok(&[
+        "pack",
+        "--hf-repo",
+        REPO,
+        "--hf-cache",
+        "src",
+        "-o",
+        "b4",
+        "--key",
+        "k.key",
+    ]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(the hash the hub published)"));
+}

@@ -406,6 +406,38 @@ fn the_certificate_method_works_both_ways() {
     // The intermediate is not a root.
     let text = env.fails(3, &["check", "m", "--oms-cert-chain", "int.pem"]);
     assert!(text.contains("trusted"), "{text}");
+    // Packed with the publisher's chain and no site signature, the install holds one file the
+    // publisher did not sign (the receipt); the command unpack prints for the stock verifier
+    // leaves out just that, and passes with the root for its placeholder.
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "bp",
+        "--key",
+        "k.key",
+        "--oms-cert-chain",
+        "root.pem",
+    ]);
+    let out = env.ok(&["unpack", "bp", "--trust", "k.pub", "--dest", "outp"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let printed = stdout
+        .split('`')
+        .find(|s| s.starts_with("model_signing verify certificate "))
+        .unwrap_or_else(|| panic!("unpack names the stock command: {stdout}"));
+    let d = std::fs::canonicalize(env.path("outp")).unwrap();
+    assert!(
+        printed.ends_with(&format!(
+            "--certificate_chain PUBLISHER-CA.pem --ignore-paths {}/.airlock",
+            d.display()
+        )) && stdout.contains("airlock's .airlock is not signed by the publisher"),
+        "{stdout}"
+    );
+    let printed = printed.replace("PUBLISHER-CA.pem", "root.pem");
+    let args: Vec<&str> = printed.split_whitespace().skip(1).collect();
+    reference_ok(&env, &args);
+    let bare: Vec<&str> = args[..args.len() - 2].to_vec();
+    reference_fails(&env, &bare);
     std::fs::remove_file(env.path("m/model.sig")).unwrap();
 
     // airlock signs with the certificate; the reference verifies the install.
@@ -1008,4 +1040,279 @@ fn pack_checks_a_publishers_signature_in_a_hugging_face_snapshot() {
     );
     assert!(text.contains("another key"), "{text}");
     env.assert_nothing_packed("b2");
+}
+
+/// RUNBOOK section 3.5, from its heading to the next section.
+fn runbook_stock_verifiers() -> String {
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/RUNBOOK.md"))
+            .unwrap();
+    let start = text
+        .find("### 3.5 Clusters that check the publisher's OMS signature")
+        .expect("RUNBOOK has section 3.5");
+    let rest = &text[start..];
+    let end = rest[4..].find("\n## ").map_or(rest.len(), |i| i + 4);
+    rest[..end].to_string()
+}
+
+/// The fenced blocks of `lang` in `text`.
+fn fenced(text: &str, lang: &str) -> Vec<String> {
+    let open = format!("```{lang}\n");
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find(&open) {
+        let body = &rest[i + open.len()..];
+        let end = body.find("```").expect("closed block");
+        out.push(body[..end].to_string());
+        rest = &body[end..];
+    }
+    out
+}
+
+/// What the operator's webhook reads from a `ModelValidation`'s `spec`.
+#[derive(Debug, Default)]
+struct ModelValidation {
+    key_path: String,
+    path: String,
+    signature_path: String,
+    ignore_paths: Vec<String>,
+}
+
+/// The `ModelValidation` documents of a YAML block (the few keys the webhook reads, by line).
+fn model_validations(yaml: &str) -> Vec<ModelValidation> {
+    let mut out = Vec::new();
+    for doc in yaml.split("\n---\n") {
+        if !doc.contains("kind: ModelValidation") {
+            continue;
+        }
+        let mut mv = ModelValidation::default();
+        let mut in_ignore = false;
+        for line in doc.lines() {
+            let t = line.trim();
+            let value = |key: &str| t.strip_prefix(key).map(|v| v.trim().to_string());
+            if in_ignore {
+                if let Some(p) = t.strip_prefix("- ") {
+                    mv.ignore_paths.push(p.trim().to_string());
+                    continue;
+                }
+                in_ignore = false;
+            }
+            if let Some(v) = value("keyPath:") {
+                mv.key_path = v;
+            } else if let Some(v) = value("signaturePath:") {
+                mv.signature_path = v;
+            } else if let Some(v) = value("path:") {
+                mv.path = v;
+            } else if t == "ignorePaths:" {
+                in_ignore = true;
+            }
+        }
+        out.push(mv);
+    }
+    out
+}
+
+/// The arguments the operator's webhook gives `model_signing` for `mv` (its
+/// `validationConfigToArgs`, public-key method), with the pod's paths moved onto the test
+/// install `dest` and the key onto `key`.
+fn operator_args(mv: &ModelValidation, dest: &Path, key: &str) -> Vec<String> {
+    let host = |p: &str| -> String {
+        let rel = p
+            .strip_prefix(mv.path.as_str())
+            .unwrap_or_else(|| panic!("{p} is not under {}", mv.path));
+        format!("{}{rel}", dest.display())
+    };
+    assert!(mv.key_path.ends_with("/publisher.pub"), "{mv:?}");
+    let mut args = vec![
+        "verify".to_string(),
+        "key".to_string(),
+        format!("--signature={}", host(&mv.signature_path)),
+        "--public_key".to_string(),
+        key.to_string(),
+    ];
+    for p in &mv.ignore_paths {
+        args.push("--ignore-paths".to_string());
+        args.push(host(p));
+    }
+    args.push(host(&mv.path));
+    args
+}
+
+/// Issue 33 item 1. Before: after `pack --oms-trust` and `unpack`, the stock `model_signing
+/// verify` of the publisher's `model.sig` failed on airlock's `.airlock/` and
+/// `model.airlock.sig`, and no document said which settings make it pass. Now RUNBOOK 3.5
+/// gives them per consumer, and each runs here as written against the real model_signing:
+/// the CLI line, the operator's ModelValidation for a plain mount and for KServe's
+/// `/mnt/models`, the command unpack prints; the site's signature passes with defaults; the
+/// settings leave out airlock's two paths and nothing else.
+#[test]
+fn the_publishers_signature_verifies_on_the_install_with_the_documented_settings() {
+    let env = Env::new();
+    model(&env, "m");
+    ec_key(&env, "publisher", "prime256v1");
+    ec_key(&env, "site", "prime256v1");
+    reference_ok(
+        &env,
+        &[
+            "sign",
+            "key",
+            "m",
+            "--private_key",
+            "publisher.key",
+            "--signature",
+            "m/model.sig",
+        ],
+    );
+    env.ok(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--oms-trust",
+        "publisher.pub",
+        "--oms-key",
+        "site.key",
+    ]);
+    let out = env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let dest = std::fs::canonicalize(env.path("out")).unwrap();
+    let d = dest.display().to_string();
+
+    // The stock verifier with its defaults: airlock's two paths are extra files.
+    let default = [
+        "verify",
+        "key",
+        &d,
+        "--signature",
+        &format!("{d}/model.sig"),
+        "--public_key",
+        "publisher.pub",
+    ];
+    let text = reference_fails(&env, &default);
+    assert!(
+        text.contains(".airlock/manifest.json") && text.contains("model.airlock.sig"),
+        "{text}"
+    );
+
+    // The command unpack printed, with the publisher's key for its placeholder.
+    let printed = stdout
+        .split('`')
+        .find(|s| s.starts_with("model_signing verify key "))
+        .unwrap_or_else(|| panic!("unpack names the stock command: {stdout}"));
+    let printed: Vec<String> = printed
+        .replace("PUBLISHER.pub", "publisher.pub")
+        .split_whitespace()
+        .skip(1)
+        .map(String::from)
+        .collect();
+    assert_eq!(
+        printed,
+        [
+            "verify",
+            "key",
+            &d,
+            "--signature",
+            &format!("{d}/model.sig"),
+            "--public_key",
+            "publisher.pub",
+            "--ignore-paths",
+            &format!("{d}/.airlock"),
+            "--ignore-paths",
+            &format!("{d}/model.airlock.sig"),
+        ]
+    );
+    let printed: Vec<&str> = printed.iter().map(String::as_str).collect();
+    reference_ok(&env, &printed);
+    let (code, v) = env.json(&["unpack", "b", "--trust", "k.pub", "--dest", "out-json"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(
+        v["oms_publisher_ignore_paths"],
+        serde_json::json!([".airlock", "model.airlock.sig"])
+    );
+    // An OCI layout holds them as layers: its output says an extraction needs the same.
+    let layout = env.ok(&["unpack", "b", "--trust", "k.pub", "--oci-layout", "lay:1"]);
+    let text = String::from_utf8_lossy(&layout.stdout);
+    assert!(
+        text.contains("an extraction of this artifact holds airlock's .airlock and model.airlock.sig beside the model"),
+        "{text}"
+    );
+
+    // RUNBOOK 3.5's model_signing line, as written, the model moved to the test install;
+    // CLI.md gives the same line.
+    let section = runbook_stock_verifiers();
+    let sh = fenced(&section, "sh");
+    assert_eq!(sh.len(), 1, "{sh:?}");
+    let line = sh[0].trim();
+    let cli =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/CLI.md")).unwrap();
+    assert!(
+        cli.contains(line),
+        "CLI.md gives RUNBOOK 3.5's line: {line}"
+    );
+    let args: Vec<String> = line
+        .replace("/srv/models/tiny", &d)
+        .split_whitespace()
+        .skip(1)
+        .map(String::from)
+        .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    reference_ok(&env, &args);
+
+    // Each ModelValidation of RUNBOOK 3.5 (a plain mount at /data; KServe's /mnt/models), run
+    // as the operator's webhook runs it; without its ignorePaths it fails.
+    let yaml: Vec<ModelValidation> = fenced(&section, "yaml")
+        .iter()
+        .flat_map(|y| model_validations(y))
+        .collect();
+    let mounts: Vec<&str> = yaml.iter().map(|mv| mv.path.as_str()).collect();
+    assert_eq!(mounts, ["/data", "/mnt/models"], "{yaml:?}");
+    for mv in &yaml {
+        assert_eq!(mv.ignore_paths.len(), 2, "{mv:?}");
+        let args = operator_args(mv, &dest, "publisher.pub");
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        reference_ok(&env, &args);
+        let bare = operator_args(
+            &ModelValidation {
+                ignore_paths: Vec::new(),
+                key_path: mv.key_path.clone(),
+                path: mv.path.clone(),
+                signature_path: mv.signature_path.clone(),
+            },
+            &dest,
+            "publisher.pub",
+        );
+        let bare: Vec<&str> = bare.iter().map(String::as_str).collect();
+        reference_fails(&env, &bare);
+    }
+
+    // The site's signature needs no settings: the fallback for a verifier without ignore paths.
+    reference_ok(
+        &env,
+        &[
+            "verify",
+            "key",
+            &d,
+            "--signature",
+            &format!("{d}/model.airlock.sig"),
+            "--public_key",
+            "site.pub",
+        ],
+    );
+
+    // The settings leave out airlock's paths and nothing else: a planted file fails (while
+    // --ignore_unsigned_files, which the RUNBOOK warns against, lets it through), and so does
+    // a changed byte.
+    env.write("out/planted.py", b"import os\n");
+    let text = reference_fails(&env, &args);
+    assert!(text.contains("planted.py"), "{text}");
+    let mut lax = default.to_vec();
+    lax.push("--ignore_unsigned_files");
+    reference_ok(&env, &lax);
+    std::fs::remove_file(env.path("out/planted.py")).unwrap();
+    reference_ok(&env, &args);
+    flip_byte(&env.path("out/model.dat"), 100_000);
+    let text = reference_fails(&env, &args);
+    assert!(text.contains("model.dat"), "{text}");
 }

@@ -26,10 +26,15 @@ fn copy_tree(from: &Path, to: &Path) {
 
 /// The lines of the README's "Using it" block, comments removed.
 fn readme_commands() -> Vec<String> {
+    readme_section_commands("## Using it")
+}
+
+/// The lines of the first `sh` block of the README section `heading`, comments removed.
+fn readme_section_commands(heading: &str) -> Vec<String> {
     let readme = std::fs::read_to_string(repo_file("README.md")).unwrap();
     let start = readme
-        .find("## Using it")
-        .expect("README has a \"Using it\" section");
+        .find(&format!("{heading}\n"))
+        .unwrap_or_else(|| panic!("README has a {heading:?} section"));
     let block = &readme[start..];
     let block = &block[block.find("```sh\n").expect("a sh block") + 6..];
     let block = &block[..block.find("```").expect("the block ends")];
@@ -1189,4 +1194,294 @@ fn release_script_names_a_dynamic_binary_apart_and_airlock_verifies_it() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("is an x86_64 binary, not aarch64"));
+}
+
+/// A temp tree for the README's sections: `work` (the current directory, holding the demo
+/// model as `Llama-3-8B`) and `root` (where `/models`, `/etc/airlock` and `/srv` go).
+fn readme_tree() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let t = tempfile::tempdir().unwrap();
+    let (work, root) = (t.path().join("work"), t.path().join("root"));
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::create_dir_all(root.join("srv")).unwrap();
+    copy_tree(&repo_file("testdata/tiny-model"), &work.join("Llama-3-8B"));
+    (t, work, root)
+}
+
+/// Runs the README lines in order, each as written (exit 0), and returns their stdout.
+fn run_readme_lines(
+    work: &Path,
+    root: &Path,
+    lines: &[String],
+    envs: &[(&str, &str)],
+) -> Vec<String> {
+    lines
+        .iter()
+        .map(|line| {
+            let (code, out, err) = run_readme_line(work, root, line, envs);
+            assert_eq!(code, 0, "README line failed: {line}\n{out}{err}");
+            out
+        })
+        .collect()
+}
+
+/// Issue 33 item 4 (k-of-n signing and rotation). The README's trust root section, run as
+/// written with keys made by `keygen --unencrypted` (nobody is there to type passwords): the
+/// bundle is refused until the second officer co-signs, installs under version 1 of the root,
+/// and the rotated version 2 travels with the next bundle and is adopted by its install.
+#[test]
+fn the_readme_trust_root_section_runs_as_written() {
+    let (_t, work, root) = readme_tree();
+    for key in ["alice", "bob", "carol", "dave", "sec1", "sec2"] {
+        let (code, out, err) = run_readme_line(
+            &work,
+            &root,
+            &format!("airlock keygen --out {key} --unencrypted"),
+            &[],
+        );
+        assert_eq!(code, 0, "{out}{err}");
+    }
+    let lines = readme_section_commands("## Two-person release and key rotation");
+    let at = |prefix: &str| {
+        lines
+            .iter()
+            .position(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no README line {prefix:?}: {lines:?}"))
+    };
+    let cosign = at("airlock cosign llama-bundle");
+    let out = run_readme_lines(&work, &root, &lines[..cosign], &[]);
+    assert!(
+        out[1].contains("1 more needed") && out[2].contains("signed by 2 of the 2 required"),
+        "{out:?}"
+    );
+    // One officer's signature is not enough.
+    let (code, out, err) = run_readme_line(
+        &work,
+        &root,
+        "airlock verify llama-bundle --trust root.json",
+        &[],
+    );
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(err.contains("signed by 1 of the 2"), "{err}");
+    let out = run_readme_lines(&work, &root, &lines[cosign..], &[]);
+    assert!(
+        out[0].contains("the bundle now meets the targets role of root.json version 1"),
+        "{}",
+        out[0]
+    );
+    assert!(
+        out.last()
+            .unwrap()
+            .contains("updated from version 1 to version 2"),
+        "{out:?}"
+    );
+    assert!(root.join("etc/airlock/root.history/1.root.json").is_file());
+    // carol left: her signature no longer counts towards the two.
+    let (code, out, err) = run_readme_line(
+        &work,
+        &root,
+        "airlock pack ./Llama-3-8B -o llama-v5 --key carol.key --version 5 && airlock cosign llama-v5 --key alice.key && airlock verify llama-v5 --trust /etc/airlock/root.json",
+        &[],
+    );
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        err.contains("signed by 1 of the 2")
+            && err.contains("which is not one of the targets role")
+            && err.contains("version 2"),
+        "{err}"
+    );
+}
+
+/// Issue 33 item 4 (OpenSSF signatures). The README's OMS section, run as written with the
+/// real `model_signing` on PATH: the publisher's signature (made by model_signing) is checked
+/// at pack, and both signatures verify on the install with the stock tool and with airlock; a
+/// changed byte fails them.
+#[test]
+fn the_readme_oms_section_runs_as_written() {
+    let (_t, work, root) = readme_tree();
+    let python = crate::oci::venv_python();
+    let venv_bin = python.parent().unwrap();
+    let setup = format!(
+        "airlock keygen --out release --unencrypted \
+         && openssl ecparam -name prime256v1 -genkey -noout -out publisher.key \
+         && openssl ec -in publisher.key -pubout -out publisher.pub \
+         && openssl ecparam -name prime256v1 -genkey -noout -out site-oms.key \
+         && openssl ec -in site-oms.key -pubout -out site-oms.pub \
+         && {} -m model_signing sign key Llama-3-8B --private_key publisher.key --signature Llama-3-8B/model.sig",
+        python.display()
+    );
+    let (code, out, err) = run_readme_line(&work, &root, &setup, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let trust = readme_line(&readme_commands(), "install -d -m 0755 /etc/airlock/trust");
+    let (code, out, err) = run_readme_line(&work, &root, &trust, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let bin = Path::new(env!("CARGO_BIN_EXE_airlock")).parent().unwrap();
+    let path = format!(
+        "{}:{}:{}",
+        bin.display(),
+        venv_bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let env = [("PATH", path.as_str())];
+    let lines = readme_section_commands("## OpenSSF model signatures");
+    assert!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with("model_signing verify"))
+            .count()
+            == 2,
+        "{lines:?}"
+    );
+    let out = run_readme_lines(&work, &root, &lines, &env);
+    assert!(
+        out[0].contains("the publisher's OMS signature model.sig verified"),
+        "{}",
+        out[0]
+    );
+    assert!(
+        out.iter()
+            .filter(|o| o.contains("Verification succeeded"))
+            .count()
+            == 2
+    );
+    assert!(out[4].contains("OMS signature"), "{}", out[4]);
+    // A changed byte: every check of the section fails.
+    let weights = root.join("models/llama-3-8b/model.safetensors");
+    let mut bytes = std::fs::read(&weights).unwrap();
+    bytes[5000] ^= 1;
+    std::fs::write(&weights, bytes).unwrap();
+    for line in &lines[2..] {
+        let (code, out, err) = run_readme_line(&work, &root, line, &env);
+        assert_ne!(code, 0, "{line} passed on a changed model: {out}{err}");
+    }
+}
+
+/// Issue 33 item 4 (the weights scan). The README's lines, as written: `check` scans the demo
+/// model and finds nothing, `inspect` shows what the pack recorded; with a checkpoint holding
+/// NaN the same `check` and the README's pack refuse it (exit 3), naming the tensor.
+#[test]
+fn the_readme_weights_scan_section_runs_as_written() {
+    let (_t, work, root) = readme_tree();
+    let (code, out, err) = run_readme_line(
+        &work,
+        &root,
+        "airlock keygen --out release --unencrypted",
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let lines = readme_section_commands("## The weights scan");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let pack = readme_line(
+        &readme_commands(),
+        "airlock pack ./Llama-3-8B -o llama-bundle --key release.key --version 3 --volume-size fat32",
+    );
+    let (code, out, err) = run_readme_line(&work, &root, &lines[0], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("no NaN, no Inf, no zero-filled region"),
+        "{out}"
+    );
+    run_readme_lines(&work, &root, std::slice::from_ref(&pack), &[]);
+    let (code, out, err) = run_readme_line(&work, &root, &lines[1], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("values:") && out.contains("no NaN, no Inf, no zero-filled region"),
+        "{out}"
+    );
+    std::fs::copy(
+        repo_file("testdata/fixtures/values/nan-bf16.safetensors"),
+        work.join("Llama-3-8B/model.safetensors"),
+    )
+    .unwrap();
+    let (code, out, err) = run_readme_line(&work, &root, &lines[0], &[]);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(out.contains("2 NaN values in tensor"), "{out}");
+    std::fs::remove_dir_all(work.join("llama-bundle")).unwrap();
+    let (code, out, err) = run_readme_line(&work, &root, &pack, &[]);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        err.contains("[tensor-nan]") || err.contains("NaN values"),
+        "{err}"
+    );
+    assert!(!work.join("llama-bundle").exists());
+}
+
+/// Issue 33 item 4 (the OCI layout with a delta). The README's lines, as written after the
+/// walkthrough's full bundle and delta: the layout gets tag 3, then tag 4 from the delta
+/// sharing the unchanged blobs, and the README's skopeo line (with the test registry's address,
+/// CA and credentials for registry.site's) publishes tag 4, from which airlock installs
+/// version 4.
+#[test]
+fn the_readme_oci_layout_section_runs_as_written() {
+    let reg = crate::oci::Registry::start();
+    let env = Env::new();
+    let (work, root) = (env.path("work"), env.path("root"));
+    std::fs::create_dir_all(root.join("srv")).unwrap();
+    copy_tree(&repo_file("testdata/tiny-model"), &work.join("Llama-3-8B"));
+    copy_tree(
+        &repo_file("testdata/tiny-model"),
+        &work.join("Llama-3-8B-v4"),
+    );
+    std::fs::write(
+        work.join("Llama-3-8B-v4/generation_config.json"),
+        b"{\"temperature\": 0.6}\n",
+    )
+    .unwrap();
+    let using = readme_commands();
+    let mut first: Vec<String> = [
+        "airlock keygen --out release",
+        "airlock pack ./Llama-3-8B -o llama-bundle --key release.key --version 3 --volume-size fat32",
+        "install -d -m 0755 /etc/airlock/trust",
+        "airlock unpack llama-bundle --trust /etc/airlock/trust --dest /models/llama-3-8b",
+        "airlock pack ./Llama-3-8B-v4",
+    ]
+    .iter()
+    .map(|p| readme_line(&using, p))
+    .collect();
+    first[0].push_str(" --unencrypted");
+    run_readme_lines(&work, &root, &first, &[]);
+
+    let lines = readme_section_commands("## An OCI image layout, updated by a delta");
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    let srv = format!("{}/srv/", root.display());
+    let certs = env.path("certs");
+    std::fs::create_dir(&certs).unwrap();
+    std::fs::copy(reg.path("ca.pem"), certs.join("ca.crt")).unwrap();
+    let lines: Vec<String> = lines
+        .iter()
+        .map(|l| {
+            l.replace("/srv/", &srv)
+                .replace(
+                    "skopeo copy ",
+                    &format!(
+                        "skopeo copy --dest-cert-dir {} --dest-creds '{}:{}' ",
+                        certs.display(),
+                        crate::oci::USER,
+                        crate::oci::PASSWORD
+                    ),
+                )
+                .replace("registry.site:5000", &format!("127.0.0.1:{}", reg.port))
+        })
+        .collect();
+    let out = run_readme_lines(&work, &root, &lines, &[]);
+    assert!(out[0].contains("as tag 3"), "{}", out[0]);
+    assert!(
+        out[1].contains("as tag 4") && !out[1].contains(" 0 reused"),
+        "the delta reuses tag 3's blobs: {}",
+        out[1]
+    );
+    reg.ok(
+        &env,
+        &[
+            "unpack",
+            &reg.reference("models/llama:4"),
+            "--trust",
+            "work/release.pub",
+            "--dest",
+            "from-registry",
+        ],
+    );
+    assert_eq!(
+        std::fs::read(env.path("from-registry/generation_config.json")).unwrap(),
+        b"{\"temperature\": 0.6}\n"
+    );
 }
