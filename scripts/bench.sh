@@ -10,6 +10,7 @@
 #   scripts/bench.sh --many-files [--many-counts "100000 200000"] [--many-ops "pack check"]   # only the small-files section (issue 24)
 #   scripts/bench.sh --media [--media-gib 1]  # only the removable-media section (issue 32; root: a loop device)
 #   scripts/bench.sh --guard [--guard-gib 1]   # only the guard: do hashing commands keep more than one core busy? (issue 37)
+#   scripts/bench.sh --scale [--scale-gib 16] # only the scale rows: pack, verify, unpack, check of a large model, cold (issue 37; root)
 #
 # Options: --sizes "1 4" (GiB), --runs N, --kinds "random bf16", --dir DIR (default /tmp/perf,
 # needs ~8x the largest size free), --keep (keep the models for the next run), --no-install
@@ -65,7 +66,9 @@ while [ $# -gt 0 ]; do
         --media-gib) MEDIA_GIB="$2"; shift ;;
         --guard) GUARD=1 ;;
         --guard-gib) GUARD_GIB="$2"; shift ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        --scale) SCALE=1 ;;
+        --scale-gib) SCALE_GIB="$2"; shift ;;
+        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -102,6 +105,11 @@ fi
 if [ "${GUARD:-0}" = 1 ]; then
     GUARD_SECTION=1 REPO=$REPO DIR=$DIR BIN=$BIN RUNS=$RUNS GUARD_GIB=${GUARD_GIB:-1} \
         exec bash -c "$(sed -n '/^# ==== guard: hashing commands keep more than one core busy/,/^# ==== end of guard section/p' "$0")"
+fi
+# --scale runs only the scale section at the end of this file (issue 37), nothing above.
+if [ "${SCALE:-0}" = 1 ]; then
+    SCALE_SECTION=1 REPO=$REPO DIR=$DIR BIN=$BIN RUNS=${RUNS:-2} SCALE_GIB=${SCALE_GIB:-16} \
+        exec bash -c "$(sed -n '/^# ==== scale: a large model, cold/,/^# ==== end of scale section/p' "$0")"
 fi
 if [ "$COLD" = 1 ] && [ "$(id -u)" != 0 ]; then
     echo "bench.sh: --cold drops the page cache and needs root" >&2
@@ -999,3 +1007,129 @@ PY
 }
 guard_bench
 # ==== end of guard section ====================================================================
+# ==== scale: a large model, cold (issue 37) ======================================================
+# Run with `scripts/bench.sh --scale [--scale-gib 16] [--runs 2] [--dir DIR] [--bin PATH]` as
+# root. A model of SCALE_GIB GiB of random weights in 8 shards (synth-model.py), and every
+# command cold: `sync; echo 3 > /proc/sys/vm/drop_caches` before each, its output removed and
+# synced away before the next. Airlock and its peer alternate in one loop per row (the order
+# rotates each run):
+#   pack --compress none          against  tar -cf OUT -C MODEL . && sync
+#   verify                        against  openssl dgst -sha256 of the volumes (one stream)
+#   unpack                        against  cat volumes | tar -xf - -C OUT && sync (the bundle's
+#                                          stream is a tar: the same bytes in, the same files out)
+#   check of the install          against  openssl dgst -sha256 of the installed files (one stream)
+# Peak disk use is about twice the model: the model goes once the pack rows are done (verify,
+# unpack and check need only the bundle and the install). Prints wall and CPU medians, the ratio
+# of the medians, the pairwise ratio (median of each run's airlock / the peer beside it), system
+# time and airlock's peak RSS; raw runs in DIR/scale/raw.tsv.
+[ "${SCALE_SECTION:-0}" = 1 ] || exit 0
+scale_bench() {
+    set -euo pipefail
+    local d=$DIR/scale gib=${SCALE_GIB:-16} bin=${BIN:-} runs=${RUNS:-2} synth=""
+    [ "$(id -u)" = 0 ] || { echo "bench.sh --scale: drops the page cache and needs root" >&2; exit 2; }
+    for c in "$REPO/../shared/bench/synth-model.py" "$REPO/../../shared/bench/synth-model.py"; do
+        if [ -z "$synth" ] && [ -f "$c" ]; then synth=$c; fi
+    done
+    [ -n "$synth" ] || { echo "bench.sh --scale: synth-model.py not found" >&2; exit 2; }
+    for t in python3 openssl tar /usr/bin/time; do
+        command -v "$t" >/dev/null || { echo "bench.sh --scale: $t is missing (scripts/setup.sh)" >&2; exit 2; }
+    done
+    if [ -z "$bin" ]; then
+        (cd "$REPO" && cargo build --release --locked -q)
+        bin=$REPO/target/release/airlock
+    fi
+    local al="$bin --progress none -q"
+    mkdir -p "$d"
+    local need=$((gib * 2 * 1100 + 8192)) free
+    free=$(df -Pm "$d" | awk 'NR == 2 { print $4 }')
+    if [ "$free" -lt "$need" ]; then
+        echo "bench.sh --scale: $gib GiB needs about ${need} MiB free under $d (twice the model and 8 GiB for others), $free MiB are" >&2
+        exit 2
+    fi
+    [ -f "$d/k.key" ] || "$bin" -q keygen --out "$d/k" --unencrypted
+    [ -f "$d/m/config.json" ] || python3 "$synth" "$d/m" "$gib" --shards 8 --kind random >/dev/null
+    : >"$d/raw.tsv"
+    # row label prep command [label prep command ...]
+    row() {
+        local rowname=$1
+        shift
+        local labels=() preps=() cmds=() n r j i
+        while [ $# -gt 0 ]; do labels+=("$1"); preps+=("$2"); cmds+=("$3"); shift 3; done
+        n=${#labels[@]}
+        for ((r = 0; r < runs; r++)); do
+            for ((j = 0; j < n; j++)); do
+                i=$(((j + r) % n))
+                eval "${preps[$i]}"
+                sync
+                echo 3 >/proc/sys/vm/drop_caches
+                if ! /usr/bin/time -f '%e %U %S %M' -o "$d/t" bash -c "${cmds[$i]}" >"$d/out" 2>&1; then
+                    echo "bench.sh --scale: failed: ${cmds[$i]}" >&2
+                    cat "$d/out" >&2
+                    exit 1
+                fi
+                printf '%s\t%s\t%s\t%s\n' "$rowname" "${labels[$i]}" "$r" "$(tr ' ' '\t' <"$d/t")" \
+                    | tee -a "$d/raw.tsv" >&2
+            done
+        done
+    }
+    # SCALE_BEFORE=PATH: another airlock binary whose pack joins the pack row ("before").
+    local before=()
+    if [ -n "${SCALE_BEFORE:-}" ]; then
+        before=(before "rm -rf $d/b $d/t.tar" "${SCALE_BEFORE} --progress none -q pack $d/m -o $d/b --key $d/k.key --compress none --no-model-checks")
+    fi
+    row pack \
+        airlock "rm -rf $d/b $d/t.tar" "$al pack $d/m -o $d/b --key $d/k.key --compress none --no-model-checks" \
+        peer "rm -rf $d/b $d/t.tar" "tar -cf $d/t.tar -C $d/m . && sync" \
+        "${before[@]}"
+    rm -f "$d/t.tar"
+    # The bundle of the last pack run (any binary: the bytes are the same), else a new one.
+    [ -f "$d/b/manifest.json.minisig" ] || { rm -rf "$d/b"; $al pack "$d/m" -o "$d/b" --key "$d/k.key" --compress none --no-model-checks; }
+    rm -rf "$d/m"
+    row verify \
+        airlock ":" "$al verify $d/b --trust $d/k.pub" \
+        peer ":" "openssl dgst -sha256 $d/b/data.* >/dev/null"
+    row unpack \
+        airlock "rm -rf $d/u $d/x" "$al unpack $d/b --trust $d/k.pub --dest $d/u" \
+        peer "rm -rf $d/u $d/x; mkdir $d/x" "cat $d/b/data.* | tar -xf - -C $d/x && sync"
+    rm -rf "$d/x"
+    [ -d "$d/u" ] || $al unpack "$d/b" --trust "$d/k.pub" --dest "$d/u"
+    rm -rf "$d/b"
+    row check \
+        airlock ":" "$al check $d/u --trust $d/k.pub" \
+        peer ":" "cd $d/u && find . -path ./.airlock -prune -o -type f -print0 | sort -z | xargs -0 openssl dgst -sha256 >/dev/null"
+    rm -rf "$d/u"
+    python3 - "$d/raw.tsv" "$gib" "$runs" <<'PY'
+import statistics as st, sys
+runs = {}
+for line in open(sys.argv[1]):
+    row, who, r, wall, user, sys_, rss = line.split("\t")
+    runs.setdefault((row, who), {})[r] = (float(wall), float(user), float(sys_), int(rss))
+goals = {"pack": 0.9, "verify": None, "unpack": None, "check": 0.6}
+peers = {"pack": "tar -cf && sync", "verify": "openssl dgst -sha256 volumes",
+         "unpack": "cat volumes | tar -xf && sync", "check": "openssl dgst -sha256 files"}
+if ("pack", "before") in runs:
+    b, a = runs[("pack", "before")], runs[("pack", "airlock")]
+    print(f"pack before: {st.median(x[0] for x in b.values()):.1f} s wall, "
+          f"{st.median(x[2] for x in b.values()):.1f} s sys; after: {st.median(x[0] for x in a.values()):.1f} s, "
+          f"{st.median(x[2] for x in a.values()):.1f} s sys; pairwise after / before "
+          f"{st.median(a[r][0] / b[r][0] for r in a if r in b):.2f}")
+print(f"| {sys.argv[2]} GiB, cold, {sys.argv[3]} runs | airlock s | peer | peer s | ratio | pairwise "
+      "| airlock sys s | peer sys s | airlock cpu s | peer cpu s | airlock peak RSS MiB | goal |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+for row in ("pack", "verify", "unpack", "check"):
+    a, p = runs.get((row, "airlock")), runs.get((row, "peer"))
+    if not a or not p:
+        continue
+    med = lambda v, k: st.median(x[k] for x in v.values())
+    cpu = lambda v: st.median(x[1] + x[2] for x in v.values())
+    pair = st.median(a[r][0] / p[r][0] for r in a if r in p)
+    goal = goals[row]
+    verdict = "" if goal is None else f"≤ {goal}: " + ("met" if pair <= goal else "**not met**")
+    print(f"| {row} | {med(a, 0):.1f} | `{peers[row]}` | {med(p, 0):.1f} | {med(a, 0) / med(p, 0):.2f} | "
+          f"{pair:.2f} | {med(a, 2):.1f} | {med(p, 2):.1f} | {cpu(a):.1f} | {cpu(p):.1f} | "
+          f"{max(x[3] for x in a.values()) / 1024:.0f} | {verdict} |")
+PY
+    echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+scale_bench
+# ==== end of scale section ====================================================================

@@ -6,7 +6,6 @@
 //! [`CollisionSet`] catches names that are distinct on Linux but the same file on a
 //! case-insensitive or normalising filesystem (macOS, Windows, exFAT media).
 
-use std::collections::HashMap;
 use unicode_normalization::UnicodeNormalization;
 
 /// Longest path accepted, in bytes.
@@ -76,14 +75,24 @@ pub const NORMALIZATION_UNICODE_VERSION: (u8, u8, u8) = unicode_normalization::U
 /// folding (FORMAT.md, section 4.2). So `Model.bin` and `model.BIN`, `café` composed and
 /// decomposed, and `οδος` / `οδοσ` (final and ordinary sigma) each fold to one name.
 pub fn fold(path: &str) -> String {
+    let mut out = String::new();
+    fold_into(path, &mut out);
+    out
+}
+
+/// [`fold`], appended to `out`.
+fn fold_into(path: &str, out: &mut String) {
     use caseless::Caseless;
     // ASCII is its own NFD and folds to its lower case (the only full case folding of an
     // ASCII character is A-Z to a-z): the Unicode iterators cost a sixth of a pack of
     // 100,000 small files, whose names are almost always ASCII.
     if path.is_ascii() {
-        return path.to_ascii_lowercase();
+        out.push_str(path);
+        let tail = out.len() - path.len();
+        out[tail..].make_ascii_lowercase();
+        return;
     }
-    path.nfd().default_case_fold().nfd().collect()
+    out.extend(path.nfd().default_case_fold().nfd());
 }
 
 /// Checks that `path` is a safe, portable, relative `/`-separated path.
@@ -139,22 +148,125 @@ pub fn check_relative(path: &str) -> Result<(), String> {
 }
 
 /// Remembers every path seen and reports a second one that folds to the same name.
-#[derive(Default)]
+///
+/// One pass, one table: every folded name ([`fold`]) goes into one growing string, and the
+/// table holds where each one is (and where its original is, when folding changed it), hashed
+/// with a per-set random seed. No allocation a path: with a million files the set was two
+/// `String`s and a SipHash a path, the largest share of the scan's main thread.
 pub struct CollisionSet {
-    seen: HashMap<String, String>,
+    /// The folded names, each followed by its original when that differs.
+    names: String,
+    /// Where each name is in `names`: the folded name, then the original (its length 0 when
+    /// the original is the folded name).
+    table: hashbrown::HashTable<Seen>,
+    /// The hash seed (random: the names come from the model, which may be hostile).
+    seed: u64,
+    /// The folded name of the path at hand (reused).
+    folded: String,
+}
+
+/// One name of a [`CollisionSet`]: offsets into its `names`.
+#[derive(Clone, Copy)]
+struct Seen {
+    hash: u64,
+    start: usize,
+    folded_len: u32,
+    original_len: u32,
+}
+
+impl Default for CollisionSet {
+    fn default() -> Self {
+        let mut seed = [0u8; 8];
+        // A fixed seed if the system has no randomness to give: still correct, only
+        // predictable.
+        let _ = getrandom::getrandom(&mut seed);
+        CollisionSet {
+            names: String::new(),
+            table: hashbrown::HashTable::new(),
+            seed: u64::from_ne_bytes(seed),
+            folded: String::new(),
+        }
+    }
 }
 
 impl CollisionSet {
     /// Adds `path`; returns the earlier path it collides with, if any.
     pub fn insert(&mut self, path: &str) -> Option<String> {
-        let folded = fold(path);
-        match self.seen.get(&folded) {
-            Some(earlier) => Some(earlier.clone()),
-            None => {
-                self.seen.insert(folded, path.to_string());
-                None
-            }
+        let folded = &mut self.folded;
+        folded.clear();
+        fold_into(path, folded);
+        let hash = xxhash_rust::xxh3::xxh3_64_with_seed(folded.as_bytes(), self.seed);
+        let names = &self.names;
+        let name = |s: &Seen| &names[s.start..s.start + s.folded_len as usize];
+        if let Some(s) = self
+            .table
+            .find(hash, |s| s.hash == hash && name(s) == folded)
+        {
+            let start = s.start + s.folded_len as usize;
+            return Some(match s.original_len {
+                0 => name(s).to_string(),
+                n => names[start..start + n as usize].to_string(),
+            });
         }
+        let start = self.names.len();
+        self.names.push_str(folded);
+        let original_len = if *folded == path {
+            0
+        } else {
+            self.names.push_str(path);
+            path.len() as u32
+        };
+        let seen = Seen {
+            hash,
+            start,
+            folded_len: folded.len() as u32,
+            original_len,
+        };
+        self.table.insert_unique(hash, seen, |s| s.hash);
+        None
+    }
+}
+
+/// A set of names borrowed from elsewhere (a manifest's directories), hashed like
+/// [`CollisionSet`]: one table, no allocation a name, no SipHash.
+pub struct NameSet<'a> {
+    table: hashbrown::HashTable<(u64, &'a str)>,
+    seed: u64,
+}
+
+impl<'a> NameSet<'a> {
+    /// An empty set with room for `capacity` names.
+    pub fn with_capacity(capacity: usize) -> Self {
+        let mut seed = [0u8; 8];
+        let _ = getrandom::getrandom(&mut seed);
+        NameSet {
+            table: hashbrown::HashTable::with_capacity(capacity),
+            seed: u64::from_ne_bytes(seed),
+        }
+    }
+
+    fn hash(&self, name: &str) -> u64 {
+        xxhash_rust::xxh3::xxh3_64_with_seed(name.as_bytes(), self.seed)
+    }
+
+    /// Adds `name` (a name already in the set stays once).
+    pub fn insert(&mut self, name: &'a str) {
+        let hash = self.hash(name);
+        if self
+            .table
+            .find(hash, |(h, n)| *h == hash && *n == name)
+            .is_none()
+        {
+            self.table.insert_unique(hash, (hash, name), |(h, _)| *h);
+        }
+    }
+
+    /// Whether `name` is in the set.
+    pub fn contains(&self, name: &str) -> bool {
+        let hash = self.hash(name);
+        self.table
+            .find(hash, |(h, n)| *h == hash && *n == name)
+            .is_some()
     }
 }
 
@@ -323,6 +435,31 @@ mod tests {
         );
         assert_eq!(set.insert("Stra\u{df}e"), None);
         assert_eq!(set.insert("STRASSE"), Some("Stra\u{df}e".into()));
+    }
+
+    /// The table keeps every name as it grows: a hundred thousand distinct names, then each
+    /// again in upper case, which collides with its own earlier name (kept once when folding
+    /// left it as it was, and as written when it did not).
+    #[test]
+    fn collisions_are_found_among_many_names() {
+        let mut set = CollisionSet::default();
+        let name = |i: u32| format!("d{}/f{i}.bin", i / 1000);
+        for i in 0..100_000 {
+            assert_eq!(set.insert(&name(i)), None);
+        }
+        assert_eq!(set.insert("Mixed/Case"), None);
+        for i in (0..100_000).step_by(997) {
+            assert_eq!(set.insert(&name(i).to_uppercase()), Some(name(i)));
+        }
+        assert_eq!(set.insert("mixed/case"), Some("Mixed/Case".into()));
+        let dirs: Vec<String> = (0..1000).map(|i| format!("d{i}")).collect();
+        let mut names = NameSet::with_capacity(0);
+        for d in &dirs {
+            names.insert(d);
+        }
+        names.insert(&dirs[0]);
+        assert!(dirs.iter().all(|d| names.contains(d)));
+        assert!(!names.contains("d1000") && !names.contains("D1"));
     }
 
     #[test]

@@ -36,12 +36,32 @@ impl Default for Flusher {
 impl Flusher {
     /// Starts the helper thread.
     pub fn new() -> Self {
+        Self::start(false)
+    }
+
+    /// [`Flusher::new`], and each file's pages that a flush made clean are dropped from the page
+    /// cache (`POSIX_FADV_DONTNEED`): for output nobody reads back soon (the volumes of a pack
+    /// without parity), so that writing gigabytes does not make the kernel reclaim the page
+    /// cache in the writer's time.
+    pub fn dropping() -> Self {
+        Self::start(true)
+    }
+
+    fn start(drop_clean: bool) -> Self {
         let (tx, rx) = bounded::<(File, PathBuf)>(1);
         let thread = std::thread::spawn(move || {
             let mut first_error = None;
             for (file, path) in rx {
-                if let Err(e) = file.sync_data() {
-                    first_error.get_or_insert((path, e));
+                match file.sync_data() {
+                    Err(e) => {
+                        first_error.get_or_insert((path, e));
+                    }
+                    // Advice only: pages still dirty are left alone, and a failure costs
+                    // nothing but the cache.
+                    Ok(()) if drop_clean => {
+                        let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed);
+                    }
+                    Ok(()) => {}
                 }
             }
             first_error

@@ -347,6 +347,26 @@ pub fn check_file(root: &Path, rel: &str) -> io::Result<Vec<Finding>> {
     Ok(findings)
 }
 
+/// [`check_file`] of each of `rels` under one `root`, the root resolved once (not once a
+/// file): the findings of each file in turn, each file's sorted as [`check_file`] sorts them.
+///
+/// # Errors
+///
+/// As [`check_file`], for the first file that fails.
+pub fn check_files<'a>(
+    root: &Path,
+    rels: impl IntoIterator<Item = &'a str>,
+) -> io::Result<Vec<Vec<Finding>>> {
+    let tree = Tree::new(root)?;
+    rels.into_iter()
+        .map(|rel| {
+            let mut findings = tree.check(rel)?;
+            sort_findings(&mut findings);
+            Ok(findings)
+        })
+        .collect()
+}
+
 fn sort_findings(findings: &mut [Finding]) {
     findings.sort_by(|a, b| (&a.path, a.code).cmp(&(&b.path, b.code)));
 }

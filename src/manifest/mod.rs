@@ -627,9 +627,15 @@ impl Manifest {
     /// Serialises the manifest in its one layout: pretty JSON, fields in declaration order,
     /// trailing newline.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut v = serde_json::to_vec_pretty(self).expect("manifest serialises");
-        v.push(b'\n');
+        let mut v = Vec::new();
+        self.write_to(&mut v).expect("manifest serialises");
         v
+    }
+
+    /// Writes [`Manifest::to_bytes`] to `out` without holding them.
+    pub fn write_to(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        serde_json::to_writer_pretty(&mut *out, self).map_err(std::io::Error::from)?;
+        out.write_all(b"\n")
     }
 
     /// Entries in the order the tar stream holds them: directories and files merged by
@@ -808,7 +814,7 @@ impl Manifest {
     fn validate_entries(&self) -> Result<(u64, u64), String> {
         let mut collisions = CollisionSet::default();
         let mut previous: Option<&str> = None;
-        let mut dirs = std::collections::HashSet::new();
+        let mut dirs = paths::NameSet::with_capacity(self.directories.len());
         for d in &self.directories {
             paths::check_relative(d)
                 .map_err(|why| format!("lists the unsafe path {d:?}: it {why}"))?;
@@ -818,7 +824,7 @@ impl Manifest {
                 return Err(format!("lists directory {d:?} out of order or twice"));
             }
             previous = Some(d);
-            dirs.insert(d.as_str());
+            dirs.insert(d);
         }
         let mut file_bytes: u64 = 0;
         let mut stream: u64 = 2 * tar::BLOCK as u64;
@@ -1203,7 +1209,7 @@ pub fn rfc3339(secs: i64) -> String {
 pub mod units;
 
 mod sign;
-pub use sign::{Signed, UNTRUSTED_COMMENT, sign};
+pub use sign::{Signed, UNTRUSTED_COMMENT, sign, sign_hashed};
 
 #[cfg(test)]
 mod tests;

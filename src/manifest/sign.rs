@@ -2,6 +2,7 @@
 //! made (FORMAT.md section 2: a minisign signature of the exact bytes of `manifest.json`, its
 //! trusted comment naming the bundle, its version and the bytes' SHA-256).
 
+use blake2::Blake2b512;
 use sha2::{Digest, Sha256};
 
 use super::{Manifest, trusted_comment};
@@ -21,10 +22,26 @@ pub struct Signed {
 
 /// Signs `bytes`, the exact serialisation of `manifest`, with `key`.
 pub fn sign(key: &SecretKey, manifest: &Manifest, bytes: &[u8]) -> Result<Signed, KeyError> {
-    let manifest_sha256 = hex::encode(Sha256::digest(bytes));
-    let signature = keys::sign(
+    sign_hashed(
         key,
-        bytes,
+        manifest,
+        hex::encode(Sha256::digest(bytes)),
+        &Blake2b512::digest(bytes).into(),
+    )
+}
+
+/// [`sign`] for bytes already written and hashed on the way (the seal streams `manifest.json`
+/// into its file): `manifest_sha256` is their SHA-256 in lowercase hex, `prehash` their
+/// BLAKE2b-512, minisign's prehash.
+pub fn sign_hashed(
+    key: &SecretKey,
+    manifest: &Manifest,
+    manifest_sha256: String,
+    prehash: &[u8; 64],
+) -> Result<Signed, KeyError> {
+    let signature = keys::sign_prehashed(
+        key,
+        prehash,
         UNTRUSTED_COMMENT,
         &trusted_comment(&manifest.name, manifest.version, &manifest_sha256),
     )?;

@@ -59,10 +59,10 @@ struct DeltaPlan {
 }
 
 /// What [`plan`] decided: the entries to stream and how to complete the manifest after.
-pub struct Plan {
+pub struct Plan<'m> {
     /// The stream's entries: the model's, or for a delta its directories, carried files,
     /// `.airlock-delta` and the patches.
-    pub stream: Vec<StreamEntry>,
+    pub stream: Vec<StreamEntry<'m>>,
     delta: Option<DeltaPlan>,
 }
 
@@ -78,7 +78,7 @@ pub struct Completed {
     pub values: Vec<(String, FileScan)>,
 }
 
-impl Plan {
+impl Plan<'_> {
     /// The `base` object of a delta.
     pub fn base(&self) -> Option<&Base> {
         self.delta.as_ref().map(|d| &d.base)
@@ -218,13 +218,13 @@ impl Plan {
 }
 
 /// The model's entries as the writer takes them, each file with its etag check.
-fn model_stream(model: &Model) -> Vec<StreamEntry> {
+fn model_stream(model: &Model) -> Vec<StreamEntry<'_>> {
     let mut file_index = 0;
     model
         .entries
         .iter()
         .map(|e| match e {
-            ScanEntry::Dir { path } => StreamEntry::Dir(path.clone()),
+            ScanEntry::Dir { path } => StreamEntry::Dir(path.as_str().into()),
             ScanEntry::File {
                 path,
                 source,
@@ -236,8 +236,8 @@ fn model_stream(model: &Model) -> Vec<StreamEntry> {
                 let etag = model.etag(file_index).cloned();
                 file_index += 1;
                 StreamEntry::File {
-                    path: path.clone(),
-                    source: source.clone(),
+                    path: path.as_str().into(),
+                    source: source.as_path().into(),
                     size: *size,
                     executable: *executable,
                     etag,
@@ -270,8 +270,8 @@ impl<W: Write> Write for HashingWriter<W> {
 /// `level`. With `scan_values`, the files a delta does not stream are value-scanned in the
 /// pass that hashes or patches them.
 #[allow(clippy::too_many_arguments)]
-pub fn plan(
-    model: &Model,
+pub fn plan<'m>(
+    model: &'m Model,
     base: Option<&mut BaseSource>,
     name: &str,
     version: u64,
@@ -279,7 +279,7 @@ pub fn plan(
     level: i32,
     scan_values: bool,
     progress: &dyn Progress,
-) -> Result<Plan> {
+) -> Result<Plan<'m>> {
     let Some(base) = base else {
         return Ok(Plan {
             stream: model_stream(model),
@@ -363,8 +363,8 @@ pub fn plan(
         counts.patched_bytes += size;
         counts.patch_bytes += enc.patch_size;
         patches.push(StreamEntry::File {
-            path: manifest::patch_path(index),
-            source: out_path,
+            path: manifest::patch_path(index).into(),
+            source: out_path.into(),
             size: enc.patch_size,
             executable: false,
             etag: None,
@@ -511,12 +511,12 @@ fn encode_patch(
 
 /// A delta's stream: the directories and the carried files in bundle order, and the patches
 /// under `.airlock-delta/`; counts the carried files.
-fn delta_stream(
-    model: &Model,
+fn delta_stream<'m>(
+    model: &'m Model,
     decisions: &[Decision],
-    patches: Vec<StreamEntry>,
+    patches: Vec<StreamEntry<'m>>,
     counts: &mut Counts,
-) -> Vec<StreamEntry> {
+) -> Vec<StreamEntry<'m>> {
     let mut stream = Vec::new();
     let mut index = 0;
     for e in model_stream(model) {

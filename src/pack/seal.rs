@@ -4,6 +4,9 @@
 use std::io;
 use std::path::Path;
 
+use blake2::Blake2b512;
+use sha2::{Digest, Sha256};
+
 use crate::error::{Error, Result};
 use crate::keys::SecretKey;
 use crate::manifest::{
@@ -50,8 +53,6 @@ pub struct Parts {
 pub struct Sealed {
     /// The manifest.
     pub manifest: Manifest,
-    /// Its exact bytes.
-    pub bytes: Vec<u8>,
     /// SHA-256 of the bytes.
     pub manifest_sha256: String,
 }
@@ -99,27 +100,61 @@ pub fn seal(parts: Parts, key: &SecretKey, dir: &Path) -> Result<Sealed> {
             io::Error::other(format!("internal error: the new manifest {why}")),
         )
     })?;
-    let bytes = manifest.to_bytes();
-    if bytes.len() as u64 > manifest::MAX_MANIFEST_BYTES {
+    // Serialized straight into the file through both digests (SHA-256 for the trusted
+    // comment, BLAKE2b-512 for the prehashed signature): at a million files the JSON is 175 MB,
+    // which the packer held whole (in a buffer grown by doubling) and then wrote.
+    let path = dir.join(manifest::MANIFEST_NAME);
+    let file = crate::fsio::create_new(&path, 0o644).map_err(|e| Error::io(&path, e))?;
+    let mut out = io::BufWriter::with_capacity(
+        1 << 20,
+        SealWriter {
+            out: file,
+            sha256: Sha256::new(),
+            blake2b: Blake2b512::new(),
+            len: 0,
+        },
+    );
+    manifest
+        .write_to(&mut out)
+        .map_err(|e| Error::io(&path, e))?;
+    let out = out
+        .into_inner()
+        .map_err(|e| Error::io(&path, e.into_error()))?;
+    if out.len > manifest::MAX_MANIFEST_BYTES {
         // The estimate checked before packing is an upper bound, so this is not reached; kept
-        // so the rule never depends on the estimate being right.
+        // so the rule never depends on the estimate being right (the work directory and the
+        // file in it go with the error).
         return Err(Error::ManifestTooLarge {
             path: dir.to_path_buf(),
             reason: format!(
                 "cannot pack this model: its manifest is {} bytes, more than the {}-byte limit every reader enforces",
-                bytes.len(),
+                out.len,
                 manifest::MAX_MANIFEST_BYTES
             ),
         });
     }
+    let SealWriter {
+        out: file,
+        sha256,
+        blake2b,
+        ..
+    } = out;
+    file.sync_all().map_err(|e| Error::io(&path, e))?;
+    drop(file);
+    let prehash: [u8; 64] = blake2b.finalize().into();
     let manifest::Signed {
         signature: sig,
         manifest_sha256,
-    } = manifest::sign(key, &manifest, &bytes).map_err(|e| Error::Key {
+    } = manifest::sign_hashed(
+        key,
+        &manifest,
+        hex::encode(sha256.finalize()),
+        &prehash,
+    )
+    .map_err(|e| Error::Key {
         path: dir.join(manifest::SIGNATURE_NAME),
         source: e,
     })?;
-    crate::durable::write_synced(&dir.join(manifest::MANIFEST_NAME), &bytes, 0o644)?;
     crate::durable::write_synced(
         &dir.join(manifest::SIGNATURE_NAME),
         sig.to_file_text().as_bytes(),
@@ -127,7 +162,27 @@ pub fn seal(parts: Parts, key: &SecretKey, dir: &Path) -> Result<Sealed> {
     )?;
     Ok(Sealed {
         manifest,
-        bytes,
         manifest_sha256,
     })
+}
+
+/// Writes the manifest's bytes on, counting them and feeding both digests.
+struct SealWriter<W> {
+    out: W,
+    sha256: Sha256,
+    blake2b: Blake2b512,
+    len: u64,
+}
+
+impl<W: io::Write> io::Write for SealWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.out.write(buf)?;
+        self.sha256.update(&buf[..n]);
+        self.blake2b.update(&buf[..n]);
+        self.len += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
 }

@@ -39,7 +39,7 @@ pub struct HfOrigin {
     pub repo_type: String,
     /// The revision asked for.
     pub revision: String,
-    /// What the cache holds for it.
+    /// What the cache holds for it (its `entries` moved to [`Model::entries`]).
     pub snapshot: Snapshot,
 }
 
@@ -93,7 +93,7 @@ impl Model {
                     Some(dir) => std::path::absolute(dir).map_err(|e| Error::io(dir, e))?,
                     None => hfcache::cache_dir_from_env()?,
                 };
-                let snapshot = hfcache::open_snapshot(&cache, repo_type, repo_id, revision)?;
+                let mut snapshot = hfcache::open_snapshot(&cache, repo_type, repo_id, revision)?;
                 let etags = snapshot
                     .etags
                     .iter()
@@ -102,8 +102,9 @@ impl Model {
                         None => EtagCheck::Compute,
                     })
                     .collect();
+                // The model's list is the snapshot's (moved, not copied: one entry a file).
                 Ok(Model {
-                    entries: snapshot.entries.clone(),
+                    entries: std::mem::take(&mut snapshot.entries),
                     etags,
                     root: snapshot.dir.clone(),
                     notes: snapshot.notes.clone(),
@@ -164,16 +165,21 @@ impl Model {
             .unwrap_or("");
         let prefix = format!("{folder}/snapshots/{}/", snap.commit);
         let mut findings: Vec<Finding> = Vec::new();
-        for e in &snap.entries {
-            if let ScanEntry::File { path, .. } = e {
-                let rel = format!("{prefix}{path}");
-                for mut f in inspect::check_file(root, &rel).map_err(|e| Error::io(root, e))? {
-                    if let Some(p) = f.path.strip_prefix(&prefix) {
-                        f.path = p.to_string();
-                    }
-                    findings.push(f);
-                }
+        let rels: Vec<String> = self
+            .entries
+            .iter()
+            .filter_map(|e| match e {
+                ScanEntry::File { path, .. } => Some(format!("{prefix}{path}")),
+                ScanEntry::Dir { .. } => None,
+            })
+            .collect();
+        let checked = inspect::check_files(root, rels.iter().map(String::as_str))
+            .map_err(|e| Error::io(root, e))?;
+        for mut f in checked.into_iter().flatten() {
+            if let Some(p) = f.path.strip_prefix(&prefix) {
+                f.path = p.to_string();
             }
+            findings.push(f);
         }
         for path in &snap.missing {
             findings.push(Finding {

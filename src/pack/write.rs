@@ -6,6 +6,7 @@
 //! frames them as tar, compresses and cuts volumes; a third hashes each chunk of the volumes.
 //! Buffers travel back for reuse, so memory stays at a few megabytes whatever the model size.
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
@@ -331,8 +332,9 @@ fn temp_volume_name(index: usize) -> String {
 }
 
 impl VolumeWriter {
-    /// A writer of volumes of `volume_size` bytes, in chunks of `chunk_size`, into `dir`.
-    fn new(dir: &Path, volume_size: u64, chunk_size: u64) -> Self {
+    /// A writer of volumes of `volume_size` bytes, in chunks of `chunk_size`, into `dir`; with
+    /// `drop_written`, the volumes' pages leave the page cache once flushed.
+    fn new(dir: &Path, volume_size: u64, chunk_size: u64, drop_written: bool) -> Self {
         VolumeWriter {
             dir: dir.to_path_buf(),
             volume_size,
@@ -342,7 +344,11 @@ impl VolumeWriter {
             in_chunk: 0,
             chunk_hasher: ChunkHasher::new(),
             chunks: 0,
-            flusher: Flusher::new(),
+            flusher: if drop_written {
+                Flusher::dropping()
+            } else {
+                Flusher::new()
+            },
             since_flush: 0,
             done: Vec::new(),
         }
@@ -800,7 +806,7 @@ const LOAD_BATCHES: usize = 4;
 /// Whether the read-ahead thread reads `e` for the reading thread ([`load_ahead`]): a small
 /// file whose bytes the scan did not keep, and whose name does not say the value scan reads it
 /// (the bytes of one whose content says so are not used: [`value_scanned`]).
-fn loads_ahead(e: &StreamEntry, scan_values: bool) -> bool {
+fn loads_ahead(e: &StreamEntry<'_>, scan_values: bool) -> bool {
     matches!(e, StreamEntry::File { path, size, prefetched: None, .. }
         if *size <= crate::scan::PREFETCH_FILE_MAX
             && !(scan_values && values::named_for_scan(path)))
@@ -813,7 +819,7 @@ fn loads_ahead(e: &StreamEntry, scan_values: bool) -> bool {
 /// thread's hashing instead of before it. `None` for a file that could not be read so: the
 /// reading thread reads it itself and reports what is wrong. Stops when the reading thread
 /// stops taking batches; holds at most [`LOAD_BATCHES`] batches, so memory stays flat.
-fn load_ahead(entries: &[StreamEntry], scan_values: bool, part: usize, tx: Sender<LoadBatch>) {
+fn load_ahead(entries: &[StreamEntry<'_>], scan_values: bool, part: usize, tx: Sender<LoadBatch>) {
     let mut opener = crate::scan::SourceOpener::default();
     let mut batch = Vec::with_capacity(LOAD_BATCH);
     let mine = entries
@@ -875,16 +881,16 @@ impl Loaded {
 
 /// One entry of the stream, in bundle order.
 #[derive(Clone, Debug)]
-pub enum StreamEntry {
+pub enum StreamEntry<'a> {
     /// A directory.
-    Dir(String),
+    Dir(Cow<'a, str>),
     /// A file: its path in the bundle, where its bytes are on this host, its size and mode,
     /// and what to do about its Hugging Face etag while it is hashed (`None`: nothing).
     File {
-        /// The path in the bundle.
-        path: String,
+        /// The path in the bundle (borrowed from the model's list when it is the model's).
+        path: Cow<'a, str>,
         /// Where its bytes are.
-        source: PathBuf,
+        source: Cow<'a, Path>,
         /// Its size, from the scan (the read is held to it).
         size: u64,
         /// Its executable bit.
@@ -896,7 +902,7 @@ pub enum StreamEntry {
     },
 }
 
-impl StreamEntry {
+impl StreamEntry<'_> {
     /// The entry's path.
     pub fn path(&self) -> &str {
         match self {
@@ -917,6 +923,9 @@ pub struct WriteOptions {
     pub chunk_size: u64,
     /// Run the value scan ([`crate::inspect::values`]) on the model files as they are read.
     pub scan_values: bool,
+    /// Drop the volumes' pages from the page cache once they are on disk
+    /// ([`Flusher::dropping`]): false when a later pass reads them back (parity).
+    pub drop_written: bool,
 }
 
 /// One file as written.
@@ -955,12 +964,13 @@ pub struct Written {
 
 /// Writes `entries` as the bundle's stream into volumes in `dir` (a work directory).
 pub fn write(
-    entries: &[StreamEntry],
+    entries: &[StreamEntry<'_>],
     dir: &Path,
     opts: &WriteOptions,
     progress: &dyn Progress,
 ) -> Result<Written> {
-    let volumes_writer = VolumeWriter::new(dir, opts.volume_size, opts.chunk_size);
+    let volumes_writer =
+        VolumeWriter::new(dir, opts.volume_size, opts.chunk_size, opts.drop_written);
     let sink = match opts.compress {
         Compress::None => Sink::Plain(BufWriter::with_capacity(BUFFER_SIZE, volumes_writer)),
         Compress::Zstd { level, workers } => {
@@ -1012,8 +1022,8 @@ pub fn write(
             for entry in entries {
                 match entry {
                     StreamEntry::Dir(path) => {
-                        directories.push(path.clone());
-                        if out.push(Item::Dir(path.clone())).is_err() {
+                        directories.push(path.to_string());
+                        if out.push(Item::Dir(path.to_string())).is_err() {
                             return Ok(());
                         }
                     }
@@ -1027,7 +1037,7 @@ pub fn write(
                     } => {
                         progress.item(path);
                         let begin = Item::Begin {
-                            path: path.clone(),
+                            path: path.to_string(),
                             size: *size,
                             executable: *executable,
                         };
@@ -1073,7 +1083,7 @@ pub fn write(
                             return Ok(());
                         }
                         files.push(WrittenFile {
-                            path: path.clone(),
+                            path: path.to_string(),
                             size: *size,
                             executable: *executable,
                             sha256: digests.sha256,
@@ -1125,7 +1135,7 @@ mod tests {
         ] {
             let dir = t.path().join(format!("{chunk_size}-{volume_size}-{write}"));
             std::fs::create_dir(&dir).unwrap();
-            let mut w = VolumeWriter::new(&dir, volume_size, chunk_size);
+            let mut w = VolumeWriter::new(&dir, volume_size, chunk_size, false);
             for piece in stream.chunks(write) {
                 w.write_all(piece).unwrap();
             }
@@ -1184,8 +1194,8 @@ mod tests {
         let entries: Vec<StreamEntry> = want
             .iter()
             .map(|(path, bytes)| StreamEntry::File {
-                path: path.clone(),
-                source: m.join(path),
+                path: path.into(),
+                source: m.join(path).into(),
                 size: bytes.len() as u64,
                 executable: false,
                 etag: None,
@@ -1199,6 +1209,7 @@ mod tests {
             volume_size: 1 << 30,
             chunk_size: 1 << 20,
             scan_values: false,
+            drop_written: true,
         };
         let out = t.path().join("out");
         std::fs::create_dir(&out).unwrap();
