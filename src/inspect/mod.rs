@@ -38,6 +38,7 @@ pub mod format;
 mod fuzz;
 mod gguf;
 mod lfs;
+pub mod offline;
 mod read;
 pub(crate) mod safetensors;
 mod shards;
