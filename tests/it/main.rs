@@ -15,6 +15,7 @@ mod manyfiles;
 mod media;
 mod model_checks;
 mod oci;
+mod offline_ready;
 mod oci_safety;
 mod oms;
 mod operator;
