@@ -14,9 +14,12 @@ reach for the network fails loudly.
 """
 
 import json
+import logging
 import os
+import re
 import shutil
 import sys
+import traceback
 
 ORG = "airlock-test"
 CHAT = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
@@ -88,6 +91,11 @@ def set_tokenizer_class(d, cls):
     tc["tokenizer_class"] = cls
     with open(p, "w") as f:
         json.dump(tc, f)
+
+
+def model_type(d, t):
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump({"model_type": t}, f)
 
 
 def rm(d, *names):
@@ -240,25 +248,36 @@ def build(out):
     with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
         json.dump(tc, f)
     # BPE and WordPiece tokenizers from their vocabulary files alone.
+    # transformers 5's AutoTokenizer reads config.json first (AutoConfig), even with a
+    # tokenizer_class in tokenizer_config.json.
     d = case("gpt2-bpe-files", "tokenizer")
     os.makedirs(d)
     bpe_files(d)
+    model_type(d, "gpt2")
     with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
         json.dump({"tokenizer_class": "GPT2Tokenizer"}, f)
     d = case("gpt2-bpe-merges-missing", "tokenizer")
     os.makedirs(d)
     bpe_files(d)
+    model_type(d, "gpt2")
     rm(d, "merges.txt")
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "GPT2Tokenizer"}, f)
+    d = case("gpt2-tokenizer-without-config", "tokenizer")
+    os.makedirs(d)
+    bpe_files(d)
     with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
         json.dump({"tokenizer_class": "GPT2Tokenizer"}, f)
     d = case("bert-wordpiece-vocab", "tokenizer")
     os.makedirs(d)
+    model_type(d, "bert")
     with open(os.path.join(d, "vocab.txt"), "w") as f:
         f.write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS) + "\n")
     with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
         json.dump({"tokenizer_class": "BertTokenizer"}, f)
     d = case("bert-wordpiece-vocab-missing", "tokenizer")
     os.makedirs(d)
+    model_type(d, "bert")
     with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
         json.dump({"tokenizer_class": "BertTokenizer"}, f)
 
@@ -336,18 +355,13 @@ def load_case(spec, cache):
 
         AutoModelForCausalLM.from_pretrained(repo)
         tok = AutoTokenizer.from_pretrained(repo)
-        ids = tok("hello world")["input_ids"]
-        if not ids or all(i == tok.unk_token_id for i in ids):
-            raise ValueError(f"the tokenizer loaded but encodes nothing: {ids}")
+        meaningful(tok)
         if kind == "causal+chat":
             tok.apply_chat_template([{"role": "user", "content": "hello"}], tokenize=False)
     elif kind == "tokenizer":
         from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(repo)
-        ids = tok("hello")["input_ids"]
-        if not ids:
-            raise ValueError("the tokenizer encodes nothing")
+        meaningful(AutoTokenizer.from_pretrained(repo))
     elif kind == "remote":
         from transformers import AutoModel
 
@@ -370,6 +384,18 @@ def load_case(spec, cache):
         raise ValueError(f"unknown load kind {kind}")
 
 
+def meaningful(tok):
+    """transformers 5 builds a tokenizer with an empty vocabulary, silently, when the files of
+    its class are missing: a tokenizer that maps every word to unknown (or nothing) did not load."""
+    ids = tok("hello world")["input_ids"]
+    words = [i for i in ids if i not in set(tok.all_special_ids) and i != tok.unk_token_id]
+    if not words:
+        raise ValueError(
+            f"the tokenizer loaded but knows no word: 'hello world' encodes to {ids} "
+            f"(vocabulary of {len(tok)})"
+        )
+
+
 def gguf_load(repo, cache):
     """llama.cpp's loading of a split model, with gguf-py's reader: the first split's
     `split.count`, then every `PREFIX-%05d-of-%05d.gguf` (llama_split_path), each read whole.
@@ -385,21 +411,81 @@ def gguf_load(repo, cache):
             t.data.sum()
 
 
+def no_retry_waits():
+    """huggingface_hub retries a request that cannot reach the hub 5 times, waiting 1, 2, 4, 8
+    and 8 s, for every file a loader probes (23 s each; minutes a model). The attempts still go
+    to the network and fail as before; only the waits between them go, so the tests take
+    seconds. A target without network and without HF_HUB_OFFLINE=1 does pay them."""
+    import types
+
+    import huggingface_hub.utils._http as http
+
+    http.time = types.SimpleNamespace(sleep=lambda seconds: None)
+
+
 def load(cache, cases_json):
+    no_retry_waits()
     with open(cases_json) as f:
         cases = json.load(f)
     only = sys.argv[4:] or list(cases)
+    asked = NetworkLog()
+    logging.getLogger("huggingface_hub").addHandler(asked)
+    not_found = []
+    import huggingface_hub.file_download as fd
+
+    lookup = fd._hf_hub_download_to_cache_dir
+
+    def recording(*args, **kwargs):
+        # Each file a loader asked the cache for and did not get (a missing optional file
+        # included), as `ORG/NAME@REVISION/FILE`.
+        try:
+            return lookup(*args, **kwargs)
+        except Exception:
+            not_found.append(f"{kwargs.get('repo_id')}@{kwargs.get('revision') or 'main'}/{kwargs.get('filename')}")
+            raise
+
+    fd._hf_hub_download_to_cache_dir = recording
     results = {}
     for name in only:
         spec = cases[name]
         if spec["load"] == "none":
             continue
+        asked.urls.clear()
+        not_found.clear()
         try:
             load_case(spec, cache)
             results[name] = None
         except BaseException as e:  # noqa: BLE001 - every failure is the answer
-            results[name] = f"{type(e).__name__}: {e}"
+            frames = traceback.extract_tb(e.__traceback__)
+            libs = ("transformers", "peft", "sentence_transformers", "diffusers", "huggingface_hub", "gguf")
+            where = " > ".join(
+                f.name for f in frames if any(f"{os.sep}{lib}{os.sep}" in f.filename for lib in libs)
+            )
+            results[name] = (
+                f"{type(e).__name__}: {e} [in {where}] "
+                f"[last asked the network for: {asked.urls[-1] if asked.urls else 'nothing'}] "
+                f"[asked the network for: {', '.join(dict.fromkeys(asked.urls))}] "
+                f"[not in the cache: {', '.join(dict.fromkeys(not_found))}]"
+            )
     json.dump(results, sys.stdout, indent=1)
+
+
+class NetworkLog(logging.Handler):
+    """Records which repository file each failed request of huggingface_hub asked for (its log
+    line `'...' thrown while requesting HEAD https://HOST/ORG/NAME/resolve/REV/FILE`), so a
+    failed load can be matched with the file airlock named: the library's own message often
+    says only that it could not connect."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.urls = []
+
+    def emit(self, record):
+        m = re.search(r"thrown while requesting \w+ (\S+)", record.getMessage())
+        if m:
+            url = m.group(1)
+            r = re.search(r"https?://[^/]+/(?:api/models/)?([^/]+/[^/]+)(?:/resolve/[^/]+/(\S+))?", url)
+            self.urls.append(f"{r.group(1)}/{r.group(2) or ''}" if r else url)
 
 
 if __name__ == "__main__":

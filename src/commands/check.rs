@@ -108,13 +108,9 @@ fn run_hf(cache: &Path, a: &CheckArgs, ui: &dyn Progress) -> Result<Output> {
     }
     let offline = match (&a.hf_repo, a.offline_ready) {
         (Some(id), true) => {
-            let found = inspect::offline::check_cached(
-                cache,
-                repo_type,
-                id,
-                hfcache::DEFAULT_REVISION,
-            )
-            .map_err(|e| Error::io(cache, e))?;
+            let found =
+                inspect::offline::check_cached(cache, repo_type, id, hfcache::DEFAULT_REVISION)
+                    .map_err(|e| Error::io(cache, e))?;
             for f in &found {
                 out.lines.extend(finding_lines(f));
             }

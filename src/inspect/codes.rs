@@ -130,6 +130,9 @@ pub const OFFLINE_REMOTE_CODE_IMPORT_MISSING: &str = "offline-remote-code-import
 /// Warning: another repository is needed (a PEFT base model), and the cache it will load
 /// from is not known here.
 pub const OFFLINE_REPO_NEEDED: &str = "offline-repo-needed";
+/// Warning: the loader reaches for the network whatever the cache holds unless HF_HUB_OFFLINE
+/// is set (peft's `load_peft_weights` by repository id).
+pub const OFFLINE_NEEDS_HUB_OFFLINE: &str = "offline-needs-hub-offline";
 /// Error: another repository is needed and the cache does not hold it at a revision that
 /// resolves offline.
 pub const OFFLINE_REPO_MISSING: &str = "offline-repo-missing";
@@ -166,6 +169,7 @@ pub const WARNINGS: &[&str] = &[
     OFFLINE_TOKENIZER_NEEDS_CONVERSION,
     OFFLINE_CHAT_TEMPLATE_MISSING,
     OFFLINE_REPO_NEEDED,
+    OFFLINE_NEEDS_HUB_OFFLINE,
     TENSOR_ALL_ZERO,
     TENSOR_CONSTANT,
 ];

@@ -109,9 +109,10 @@ pub fn check_cached(
             &format!("refs/{}", escape_bounded(revision, QUOTE)),
             format!(
                 "does not lead to a snapshot of {} offline: {why}, so from_pretrained(\"{}\") \
-                 fails without network",
+                 (revision {}) fails without network",
+                quote(&format!("{repo_id}@{revision}")),
                 escape_bounded(repo_id, QUOTE),
-                escape_bounded(repo_id, QUOTE)
+                quote(revision)
             ),
             "unpack the bundle into this cache again (or download the repository at that \
              revision), then check again",
@@ -192,11 +193,8 @@ const DIFFUSERS_WEIGHTS: &[&str] = &[
 ];
 
 /// The files a tokenizer can be built from without `tokenizer.json`, by kind.
-const SENTENCEPIECE_FILES: &[&str] = &[
-    "tokenizer.model",
-    "spiece.model",
-    "sentencepiece.bpe.model",
-];
+const SENTENCEPIECE_FILES: &[&str] =
+    &["tokenizer.model", "spiece.model", "sentencepiece.bpe.model"];
 
 /// What a tokenizer class needs besides `tokenizer.json`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -217,27 +215,54 @@ enum TokenizerKind {
 fn tokenizer_kind(class: &str) -> TokenizerKind {
     let class = class.strip_suffix("Fast").unwrap_or(class);
     match class {
-        "PreTrainedTokenizer" | "PreTrainedTokenizerBase" | "PreTrainedTokenizerFast"
-        | "TokenizersBackend" | "GPTNeoXTokenizer" | "BloomTokenizer" | "FalconTokenizer" => {
-            TokenizerKind::JsonOnly
-        }
-        "GPT2Tokenizer" | "Qwen2Tokenizer" | "RobertaTokenizer" | "BartTokenizer"
-        | "CLIPTokenizer" | "CodeGenTokenizer" | "LongformerTokenizer" | "BlenderbotTokenizer"
-        | "MvpTokenizer" | "LEDTokenizer" | "WhisperTokenizer" | "OpenAIGPTTokenizer" => {
-            TokenizerKind::Bpe
-        }
-        "BertTokenizer" | "DistilBertTokenizer" | "ElectraTokenizer" | "MPNetTokenizer"
-        | "SqueezeBertTokenizer" | "FunnelTokenizer" | "LxmertTokenizer"
-        | "MobileBertTokenizer" | "RetriBertTokenizer" | "LayoutLMTokenizer" => {
-            TokenizerKind::WordPiece
-        }
-        "LlamaTokenizer" | "CodeLlamaTokenizer" | "T5Tokenizer" | "GemmaTokenizer"
-        | "XLMRobertaTokenizer" | "AlbertTokenizer" | "CamembertTokenizer" | "MT5Tokenizer"
-        | "MBartTokenizer" | "MBart50Tokenizer" | "PegasusTokenizer" | "BigBirdTokenizer"
-        | "XLNetTokenizer" | "BarthezTokenizer" | "ReformerTokenizer" | "NllbTokenizer"
-        | "UdopTokenizer" | "SeamlessM4TTokenizer" | "SiglipTokenizer" => {
-            TokenizerKind::SentencePiece
-        }
+        "PreTrainedTokenizer"
+        | "PreTrainedTokenizerBase"
+        | "PreTrainedTokenizerFast"
+        | "TokenizersBackend"
+        | "GPTNeoXTokenizer"
+        | "BloomTokenizer"
+        | "FalconTokenizer" => TokenizerKind::JsonOnly,
+        "GPT2Tokenizer"
+        | "Qwen2Tokenizer"
+        | "RobertaTokenizer"
+        | "BartTokenizer"
+        | "CLIPTokenizer"
+        | "CodeGenTokenizer"
+        | "LongformerTokenizer"
+        | "BlenderbotTokenizer"
+        | "MvpTokenizer"
+        | "LEDTokenizer"
+        | "WhisperTokenizer"
+        | "OpenAIGPTTokenizer" => TokenizerKind::Bpe,
+        "BertTokenizer"
+        | "DistilBertTokenizer"
+        | "ElectraTokenizer"
+        | "MPNetTokenizer"
+        | "SqueezeBertTokenizer"
+        | "FunnelTokenizer"
+        | "LxmertTokenizer"
+        | "MobileBertTokenizer"
+        | "RetriBertTokenizer"
+        | "LayoutLMTokenizer" => TokenizerKind::WordPiece,
+        "LlamaTokenizer"
+        | "CodeLlamaTokenizer"
+        | "T5Tokenizer"
+        | "GemmaTokenizer"
+        | "XLMRobertaTokenizer"
+        | "AlbertTokenizer"
+        | "CamembertTokenizer"
+        | "MT5Tokenizer"
+        | "MBartTokenizer"
+        | "MBart50Tokenizer"
+        | "PegasusTokenizer"
+        | "BigBirdTokenizer"
+        | "XLNetTokenizer"
+        | "BarthezTokenizer"
+        | "ReformerTokenizer"
+        | "NllbTokenizer"
+        | "UdopTokenizer"
+        | "SeamlessM4TTokenizer"
+        | "SiglipTokenizer" => TokenizerKind::SentencePiece,
         _ => TokenizerKind::Unknown,
     }
 }
@@ -319,10 +344,10 @@ impl Model<'_> {
         if rel.is_empty() {
             return Ok(true);
         }
-        Ok(matches!(
-            self.tree.resolve(&self.full(rel))?,
-            Resolved::NotAFile
-        ) && self.root.join(self.full(rel)).is_dir())
+        Ok(
+            matches!(self.tree.resolve(&self.full(rel))?, Resolved::NotAFile)
+                && self.root.join(self.full(rel)).is_dir(),
+        )
     }
 
     /// The bytes of `rel` (at most [`MAX_READ`]), `None` when it is not there or larger.
@@ -407,7 +432,7 @@ impl Model<'_> {
             self.transformers("", out)?;
         } else if adapter.is_some() {
             // An adapter repository often carries the tokenizer the caller loads with it.
-            self.tokenizer("", None, out)?;
+            self.tokenizer("", None, false, out)?;
         }
         self.gguf_splits(out)?;
         Ok(())
@@ -440,7 +465,11 @@ impl Model<'_> {
                         .and_then(|a| a.first())
                         .and_then(Value::as_str)
                         .map_or_else(|| "?".to_string(), quote),
-                    TRANSFORMERS_WEIGHTS.join(", ")
+                    TRANSFORMERS_WEIGHTS
+                        .iter()
+                        .map(|w| quote(&join(dir, w)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
                 "download the weights too (model.safetensors, or every shard and its index), \
                  then pack again",
@@ -450,13 +479,23 @@ impl Model<'_> {
         if let Some(config) = &config {
             self.remote_code(&config_rel, config, out)?;
         }
-        self.tokenizer(dir, config.as_ref(), out)?;
+        self.tokenizer(dir, config.as_ref(), true, out)?;
         Ok(())
     }
 
     /// The tokenizer in `dir`: its class's files, its own remote code, and a chat template
     /// where the model generates text.
-    fn tokenizer(&self, dir: &str, config: Option<&Value>, out: &mut Vec<Finding>) -> io::Result<()> {
+    /// `auto`: loaded with AutoTokenizer, which in transformers 5 reads `config.json` first
+    /// (`AutoConfig.from_pretrained`, then `PreTrainedConfig.from_pretrained`) even when
+    /// `tokenizer_config.json` names the class; a diffusers pipeline or a PEFT adapter's caller
+    /// loads the class itself.
+    fn tokenizer(
+        &self,
+        dir: &str,
+        config: Option<&Value>,
+        auto: bool,
+        out: &mut Vec<Finding>,
+    ) -> io::Result<()> {
         let tc_rel = join(dir, "tokenizer_config.json");
         let tc = self.json(&tc_rel, "transformers (AutoTokenizer)", out)?;
         let json_rel = join(dir, "tokenizer.json");
@@ -473,6 +512,19 @@ impl Model<'_> {
                 return Ok(());
             }
         }
+        let config_rel = join(dir, "config.json");
+        if auto && !self.exists(&config_rel)? {
+            out.push(Finding::error(
+                codes::OFFLINE_FILE_MISSING,
+                &tc_rel,
+                format!(
+                    "has no {} beside it: transformers' AutoTokenizer.from_pretrained reads the \
+                     model's config first (AutoConfig) to choose the tokenizer, and fails without it",
+                    quote(&config_rel)
+                ),
+                "download config.json with the tokenizer (it is in the repository), then pack again",
+            ));
+        }
         let class = tc
             .get("tokenizer_class")
             .and_then(Value::as_str)
@@ -485,7 +537,8 @@ impl Model<'_> {
         };
         if !has_json && kind != TokenizerKind::JsonOnly {
             let spm = self.any_exists(dir, SENTENCEPIECE_FILES)?;
-            let bpe = self.exists(&join(dir, "vocab.json"))? && self.exists(&join(dir, "merges.txt"))?;
+            let bpe =
+                self.exists(&join(dir, "vocab.json"))? && self.exists(&join(dir, "merges.txt"))?;
             let wordpiece = self.exists(&join(dir, "vocab.txt"))?;
             let other = self.any_exists(dir, &["tekken.json", "tiktoken.model"])?;
             let enough = match kind {
@@ -576,7 +629,12 @@ impl Model<'_> {
 
     /// The `auto_map` code of `config_rel`: each local module's relative imports (the module
     /// itself is the format check's), and, in a known cache, each other repository's module.
-    fn remote_code(&self, config_rel: &str, config: &Value, out: &mut Vec<Finding>) -> io::Result<()> {
+    fn remote_code(
+        &self,
+        config_rel: &str,
+        config: &Value,
+        out: &mut Vec<Finding>,
+    ) -> io::Result<()> {
         let Some(Value::Object(auto_map)) = config.get("auto_map") else {
             return Ok(());
         };
@@ -726,11 +784,24 @@ impl Model<'_> {
             out.push(Finding::error(
                 codes::OFFLINE_FILE_MISSING,
                 rel,
-                "has no adapter_model.safetensors (or adapter_model.bin) beside it: peft \
+                "has no `adapter_model.safetensors` (or `adapter_model.bin`) beside it: peft \
                  (PeftModel.from_pretrained) has no adapter weights to load",
                 "download the adapter's weights with its config, then pack again",
             ));
         }
+        // peft's load_peft_weights, given a repository id, asks the hub whether the adapter's
+        // safetensors file exists (`file_exists`, no fallback to the cache) unless
+        // HF_HUB_OFFLINE is set: with no network the load fails however complete the cache is.
+        out.push(Finding::warning(
+            codes::OFFLINE_NEEDS_HUB_OFFLINE,
+            rel,
+            "is loaded by peft, whose `load_peft_weights` asks the hub whether the adapter's \
+             weights exist (huggingface_hub `file_exists`, which does not fall back to the cache) \
+             when it loads by repository id: with no network that fails unless HF_HUB_OFFLINE=1 \
+             is set where it loads",
+            "set HF_HUB_OFFLINE=1 in the environment that loads the adapter (or load it from \
+             its snapshot path)",
+        ));
         let base = adapter
             .get("base_model_name_or_path")
             .and_then(Value::as_str)
@@ -828,8 +899,15 @@ impl Model<'_> {
                 "Normalize" => Vec::new(),
                 "Transformer" if path.is_empty() => Vec::new(), // The root's model, checked below.
                 "Transformer" => vec!["config.json"],
-                "Pooling" | "Dense" | "LayerNorm" | "WeightedLayerPooling" | "CNN" | "LSTM"
-                | "WordEmbeddings" | "BoW" | "StaticEmbedding" => vec!["config.json"],
+                "Pooling"
+                | "Dense"
+                | "LayerNorm"
+                | "WeightedLayerPooling"
+                | "CNN"
+                | "LSTM"
+                | "WordEmbeddings"
+                | "BoW"
+                | "StaticEmbedding" => vec!["config.json"],
                 // A module of its own code: what it reads is its own business.
                 _ => {
                     continue;
@@ -906,19 +984,32 @@ impl Model<'_> {
             if !inside(name) || name.contains('/') {
                 continue;
             }
-            let component = format!("{} {}", escape_bounded(library, QUOTE), escape_bounded(class, QUOTE));
+            let component = format!(
+                "{} {}",
+                escape_bounded(library, QUOTE),
+                escape_bounded(class, QUOTE)
+            );
             let (wanted, what): (Vec<&str>, &str) = if class.contains("Scheduler") {
                 (vec!["scheduler_config.json"], "its scheduler_config.json")
             } else if class.contains("Tokenizer") {
                 (
-                    vec!["tokenizer.json", "vocab.json", "tokenizer.model", "spiece.model", "vocab.txt"],
+                    vec![
+                        "tokenizer.json",
+                        "vocab.json",
+                        "tokenizer.model",
+                        "spiece.model",
+                        "vocab.txt",
+                    ],
                     "tokenizer files",
                 )
             } else if class.contains("FeatureExtractor")
                 || class.contains("ImageProcessor")
                 || class.contains("Processor")
             {
-                (vec!["preprocessor_config.json"], "its preprocessor_config.json")
+                (
+                    vec!["preprocessor_config.json"],
+                    "its preprocessor_config.json",
+                )
             } else {
                 (vec!["config.json"], "its config.json")
             };
@@ -967,7 +1058,7 @@ impl Model<'_> {
                 ));
             }
             if class.contains("Tokenizer") {
-                self.tokenizer(name, None, out)?;
+                self.tokenizer(name, None, false, out)?;
             }
         }
         Ok(())
@@ -996,7 +1087,9 @@ impl Model<'_> {
             if !self.exists(&rel)? {
                 continue;
             }
-            let group = groups.entry((prefix, m)).or_insert_with(|| (BTreeSet::new(), rel.clone()));
+            let group = groups
+                .entry((prefix, m))
+                .or_insert_with(|| (BTreeSet::new(), rel.clone()));
             group.0.insert(n);
             if n < split_name(&group.1).map_or(u32::MAX, |s| s.1) {
                 group.1 = rel;
@@ -1095,13 +1188,22 @@ mod tests {
     use crate::inspect::testutil::tree;
     use crate::inspect::{Severity, codes};
 
+    /// The findings, less peft's standing HF_HUB_OFFLINE warning (tested on its own).
     fn run(files: &[(&str, &[u8])]) -> Vec<Finding> {
         let dir = tree(files);
-        check(dir.path(), "", Deps::Elsewhere).unwrap()
+        without_hub_offline(check(dir.path(), "", Deps::Elsewhere).unwrap())
+    }
+
+    fn without_hub_offline(f: Vec<Finding>) -> Vec<Finding> {
+        f.into_iter()
+            .filter(|f| f.code != codes::OFFLINE_NEEDS_HUB_OFFLINE)
+            .collect()
     }
 
     fn codes_paths(f: &[Finding]) -> Vec<(&str, &str, Severity)> {
-        f.iter().map(|f| (f.code, f.path.as_str(), f.severity)).collect()
+        f.iter()
+            .map(|f| (f.code, f.path.as_str(), f.severity))
+            .collect()
     }
 
     const LLAMA: &[u8] = br#"{"model_type":"llama","architectures":["LlamaForCausalLM"]}"#;
@@ -1130,7 +1232,10 @@ mod tests {
         let f = run(&[
             ("config.json", LLAMA),
             ("model.safetensors", b"x"),
-            ("tokenizer_config.json", br#"{"tokenizer_class":"LlamaTokenizer"}"#),
+            (
+                "tokenizer_config.json",
+                br#"{"tokenizer_class":"LlamaTokenizer"}"#,
+            ),
             ("tokenizer.json", b"{}"),
             ("chat_template.jinja", b"{{ messages }}"),
         ]);
@@ -1142,37 +1247,117 @@ mod tests {
         let f = run(&[
             ("config.json", LLAMA),
             ("model.safetensors", b"x"),
-            ("tokenizer_config.json", br#"{"tokenizer_class":"GPT2Tokenizer","chat_template":"x"}"#),
+            (
+                "tokenizer_config.json",
+                br#"{"tokenizer_class":"GPT2Tokenizer","chat_template":"x"}"#,
+            ),
             ("vocab.json", b"{}"),
         ]);
         assert_eq!(
             codes_paths(&f),
-            [(codes::OFFLINE_TOKENIZER_FILES_MISSING, "tokenizer_config.json", Severity::Error)]
+            [(
+                codes::OFFLINE_TOKENIZER_FILES_MISSING,
+                "tokenizer_config.json",
+                Severity::Error
+            )]
         );
-        assert!(f[0].problem.contains("vocab.json and merges.txt"), "{}", f[0].problem);
+        assert!(
+            f[0].problem.contains("vocab.json and merges.txt"),
+            "{}",
+            f[0].problem
+        );
         let f = run(&[
-            ("tokenizer_config.json", br#"{"tokenizer_class":"GPT2Tokenizer"}"#),
+            ("config.json", br#"{"model_type":"gpt2"}"#),
+            (
+                "tokenizer_config.json",
+                br#"{"tokenizer_class":"GPT2Tokenizer"}"#,
+            ),
             ("vocab.json", b"{}"),
             ("merges.txt", b"#"),
         ]);
         assert!(f.is_empty(), "{f:#?}");
         let f = run(&[
-            ("tokenizer_config.json", br#"{"tokenizer_class":"LlamaTokenizerFast"}"#),
+            ("config.json", br#"{"model_type":"llama"}"#),
+            (
+                "tokenizer_config.json",
+                br#"{"tokenizer_class":"LlamaTokenizerFast"}"#,
+            ),
             ("tokenizer.model", b"x"),
         ]);
         assert_eq!(
             codes_paths(&f),
-            [(codes::OFFLINE_TOKENIZER_NEEDS_CONVERSION, "tokenizer_config.json", Severity::Warning)]
+            [(
+                codes::OFFLINE_TOKENIZER_NEEDS_CONVERSION,
+                "tokenizer_config.json",
+                Severity::Warning
+            )]
         );
-        let f = run(&[("tokenizer_config.json", br#"{"tokenizer_class":"PreTrainedTokenizerFast"}"#), ("vocab.txt", b"a")]);
-        assert_eq!(f[0].code, codes::OFFLINE_TOKENIZER_FILES_MISSING);
+        let f = run(&[
+            ("config.json", br#"{"model_type":"x"}"#),
+            (
+                "tokenizer_config.json",
+                br#"{"tokenizer_class":"PreTrainedTokenizerFast"}"#,
+            ),
+            ("vocab.txt", b"a"),
+        ]);
+        assert_eq!(
+            codes_paths(&f),
+            [(
+                codes::OFFLINE_TOKENIZER_FILES_MISSING,
+                "tokenizer_config.json",
+                Severity::Error
+            )]
+        );
+        // transformers 5's AutoTokenizer reads config.json first, whatever tokenizer_config says.
+        let f = run(&[
+            (
+                "tokenizer_config.json",
+                br#"{"tokenizer_class":"PreTrainedTokenizerFast"}"#,
+            ),
+            ("tokenizer.json", b"{}"),
+        ]);
+        assert_eq!(
+            codes_paths(&f),
+            [(
+                codes::OFFLINE_FILE_MISSING,
+                "tokenizer_config.json",
+                Severity::Error
+            )]
+        );
+        assert!(f[0].problem.contains("`config.json`"), "{}", f[0].problem);
+    }
+
+    #[test]
+    fn a_peft_adapter_loaded_by_id_needs_hf_hub_offline() {
+        let dir = tree(&[
+            (
+                "adapter_config.json",
+                br#"{"base_model_name_or_path":"org/base"}"#,
+            ),
+            ("adapter_model.safetensors", b"x"),
+        ]);
+        let f = check(dir.path(), "", Deps::Elsewhere).unwrap();
+        let hub: Vec<_> = f
+            .iter()
+            .filter(|f| f.code == codes::OFFLINE_NEEDS_HUB_OFFLINE)
+            .collect();
+        assert_eq!(hub.len(), 1, "{f:#?}");
+        assert_eq!(hub[0].severity, Severity::Warning);
+        assert!(
+            hub[0].problem.contains("`load_peft_weights`"),
+            "{}",
+            hub[0].problem
+        );
     }
 
     #[test]
     fn chat_template_for_generating_models_only() {
         let base: Vec<(&str, &[u8])> = vec![
             ("model.safetensors", b"x"),
-            ("tokenizer_config.json", br#"{"tokenizer_class":"GPT2Tokenizer"}"#),
+            (
+                "tokenizer_config.json",
+                br#"{"tokenizer_class":"GPT2Tokenizer"}"#,
+            ),
             ("tokenizer.json", b"{}"),
         ];
         let mut causal = base.clone();
@@ -1180,7 +1365,11 @@ mod tests {
         let f = run(&causal);
         assert_eq!(
             codes_paths(&f),
-            [(codes::OFFLINE_CHAT_TEMPLATE_MISSING, "tokenizer_config.json", Severity::Warning)]
+            [(
+                codes::OFFLINE_CHAT_TEMPLATE_MISSING,
+                "tokenizer_config.json",
+                Severity::Warning
+            )]
         );
         for extra in ["additional_chat_templates/tool.jinja", "chat_template.json"] {
             let mut with = causal.clone();
@@ -1195,9 +1384,19 @@ mod tests {
     #[test]
     fn config_and_weights_go_together() {
         let f = run(&[("model.safetensors", b"x")]);
-        assert_eq!(codes_paths(&f), [(codes::OFFLINE_FILE_MISSING, "model.safetensors", Severity::Error)]);
+        assert_eq!(
+            codes_paths(&f),
+            [(
+                codes::OFFLINE_FILE_MISSING,
+                "model.safetensors",
+                Severity::Error
+            )]
+        );
         let f = run(&[("config.json", LLAMA)]);
-        assert_eq!(codes_paths(&f), [(codes::OFFLINE_FILE_MISSING, "config.json", Severity::Error)]);
+        assert_eq!(
+            codes_paths(&f),
+            [(codes::OFFLINE_FILE_MISSING, "config.json", Severity::Error)]
+        );
         // A config without an architecture (a tokenizer or code repository) needs no weights.
         assert!(run(&[("config.json", br#"{"model_type":"x"}"#)]).is_empty());
     }
@@ -1212,7 +1411,11 @@ mod tests {
         ]);
         assert_eq!(
             codes_paths(&f),
-            [(codes::OFFLINE_REMOTE_CODE_IMPORT_MISSING, "helpers.py", Severity::Error)]
+            [(
+                codes::OFFLINE_REMOTE_CODE_IMPORT_MISSING,
+                "helpers.py",
+                Severity::Error
+            )]
         );
         assert!(f[0].problem.contains("`deeper.py`"), "{}", f[0].problem);
         let f = run(&[
@@ -1226,8 +1429,18 @@ mod tests {
     #[test]
     fn peft_base_is_a_warning_unless_the_cache_is_known() {
         let adapter = br#"{"base_model_name_or_path":"org/base","peft_type":"LORA"}"#;
-        let f = run(&[("adapter_config.json", adapter), ("adapter_model.safetensors", b"x")]);
-        assert_eq!(codes_paths(&f), [(codes::OFFLINE_REPO_NEEDED, "adapter_config.json", Severity::Warning)]);
+        let f = run(&[
+            ("adapter_config.json", adapter),
+            ("adapter_model.safetensors", b"x"),
+        ]);
+        assert_eq!(
+            codes_paths(&f),
+            [(
+                codes::OFFLINE_REPO_NEEDED,
+                "adapter_config.json",
+                Severity::Warning
+            )]
+        );
         assert!(f[0].problem.contains("`org/base`"), "{}", f[0].problem);
 
         // In a cache: absent, then present at main.
@@ -1236,32 +1449,72 @@ mod tests {
         let files = [
             (format!("{snap}/adapter_config.json"), adapter.to_vec()),
             (format!("{snap}/adapter_model.safetensors"), b"x".to_vec()),
-            ("models--org--lora/refs/main".to_string(), commit.clone().into_bytes()),
+            (
+                "models--org--lora/refs/main".to_string(),
+                commit.clone().into_bytes(),
+            ),
         ];
-        let refs: Vec<(&str, &[u8])> = files.iter().map(|(p, b)| (p.as_str(), b.as_slice())).collect();
+        let refs: Vec<(&str, &[u8])> = files
+            .iter()
+            .map(|(p, b)| (p.as_str(), b.as_slice()))
+            .collect();
         let dir = tree(&refs);
-        let f = check_cached(dir.path(), "model", "org/lora", "main").unwrap();
-        assert_eq!(codes_paths(&f), [(codes::OFFLINE_REPO_MISSING, "adapter_config.json", Severity::Error)]);
-        assert!(f[0].problem.contains("the cache has no models--org--base"), "{}", f[0].problem);
+        let f = without_hub_offline(check_cached(dir.path(), "model", "org/lora", "main").unwrap());
+        assert_eq!(
+            codes_paths(&f),
+            [(
+                codes::OFFLINE_REPO_MISSING,
+                "adapter_config.json",
+                Severity::Error
+            )]
+        );
+        assert!(
+            f[0].problem.contains("the cache has no models--org--base"),
+            "{}",
+            f[0].problem
+        );
         let base = "b".repeat(40);
-        std::fs::create_dir_all(dir.path().join(format!("models--org--base/snapshots/{base}"))).unwrap();
+        std::fs::create_dir_all(
+            dir.path()
+                .join(format!("models--org--base/snapshots/{base}")),
+        )
+        .unwrap();
         std::fs::create_dir_all(dir.path().join("models--org--base/refs")).unwrap();
         std::fs::write(dir.path().join("models--org--base/refs/main"), &base).unwrap();
-        let f = check_cached(dir.path(), "model", "org/lora", "main").unwrap();
-        assert!(f[0].problem.contains("has no `config.json`"), "{}", f[0].problem);
+        let f = without_hub_offline(check_cached(dir.path(), "model", "org/lora", "main").unwrap());
+        assert!(
+            f[0].problem.contains("has no `config.json`"),
+            "{}",
+            f[0].problem
+        );
         std::fs::write(
-            dir.path().join(format!("models--org--base/snapshots/{base}/config.json")),
+            dir.path()
+                .join(format!("models--org--base/snapshots/{base}/config.json")),
             b"{}",
         )
         .unwrap();
-        assert!(check_cached(dir.path(), "model", "org/lora", "main").unwrap().is_empty());
+        assert!(
+            without_hub_offline(check_cached(dir.path(), "model", "org/lora", "main").unwrap())
+                .is_empty()
+        );
         // A ref with a newline does not resolve offline.
-        std::fs::write(dir.path().join("models--org--base/refs/main"), format!("{base}\n")).unwrap();
-        let f = check_cached(dir.path(), "model", "org/lora", "main").unwrap();
+        std::fs::write(
+            dir.path().join("models--org--base/refs/main"),
+            format!("{base}\n"),
+        )
+        .unwrap();
+        let f = without_hub_offline(check_cached(dir.path(), "model", "org/lora", "main").unwrap());
         assert_eq!(f[0].code, codes::OFFLINE_REPO_MISSING);
         // The repository's own revision.
-        let f = check_cached(dir.path(), "model", "org/lora", "v2").unwrap();
-        assert_eq!(codes_paths(&f), [(codes::OFFLINE_REVISION_UNRESOLVED, "refs/v2", Severity::Error)]);
+        let f = without_hub_offline(check_cached(dir.path(), "model", "org/lora", "v2").unwrap());
+        assert_eq!(
+            codes_paths(&f),
+            [(
+                codes::OFFLINE_REVISION_UNRESOLVED,
+                "refs/v2",
+                Severity::Error
+            )]
+        );
     }
 
     #[test]
@@ -1275,13 +1528,27 @@ mod tests {
             ("model.safetensors", b"x"),
         ];
         let f = run(&base);
-        assert_eq!(codes_paths(&f), [(codes::OFFLINE_ST_MODULE_MISSING, "modules.json", Severity::Error)]);
-        assert!(f[0].problem.contains("`1_Pooling/config.json`"), "{}", f[0].problem);
+        assert_eq!(
+            codes_paths(&f),
+            [(
+                codes::OFFLINE_ST_MODULE_MISSING,
+                "modules.json",
+                Severity::Error
+            )]
+        );
+        assert!(
+            f[0].problem.contains("`1_Pooling/config.json`"),
+            "{}",
+            f[0].problem
+        );
         let mut with = base.clone();
         with.push(("1_Pooling/config.json", b"{}"));
         assert!(run(&with).is_empty());
         let bad = br#"[{"path":"../x","type":"sentence_transformers.models.Pooling"}]"#;
-        assert_eq!(run(&[("modules.json", bad)])[0].code, codes::OFFLINE_ST_MODULE_MISSING);
+        assert_eq!(
+            run(&[("modules.json", bad)])[0].code,
+            codes::OFFLINE_ST_MODULE_MISSING
+        );
     }
 
     #[test]
@@ -1293,7 +1560,14 @@ mod tests {
             ("unet/config.json", b"{}"),
             ("unet/diffusion_pytorch_model.safetensors", b"x"),
         ]);
-        assert_eq!(codes_paths(&f), [(codes::OFFLINE_DIFFUSERS_COMPONENT_MISSING, "model_index.json", Severity::Error)]);
+        assert_eq!(
+            codes_paths(&f),
+            [(
+                codes::OFFLINE_DIFFUSERS_COMPONENT_MISSING,
+                "model_index.json",
+                Severity::Error
+            )]
+        );
         assert!(f[0].problem.contains("`scheduler/`"), "{}", f[0].problem);
         let f = run(&[
             ("model_index.json", index),
@@ -1305,17 +1579,41 @@ mod tests {
 
     #[test]
     fn gguf_splits_must_all_be_there() {
-        let f = run(&[("q-00001-of-00003.gguf", b"x"), ("q-00003-of-00003.gguf", b"x")]);
-        assert_eq!(codes_paths(&f), [(codes::OFFLINE_GGUF_SPLIT_MISSING, "q-00001-of-00003.gguf", Severity::Error)]);
-        assert!(f[0].problem.contains("`q-00002-of-00003.gguf`"), "{}", f[0].problem);
-        assert!(run(&[("q-00001-of-00002.gguf", b"x"), ("q-00002-of-00002.gguf", b"x")]).is_empty());
+        let f = run(&[
+            ("q-00001-of-00003.gguf", b"x"),
+            ("q-00003-of-00003.gguf", b"x"),
+        ]);
+        assert_eq!(
+            codes_paths(&f),
+            [(
+                codes::OFFLINE_GGUF_SPLIT_MISSING,
+                "q-00001-of-00003.gguf",
+                Severity::Error
+            )]
+        );
+        assert!(
+            f[0].problem.contains("`q-00002-of-00003.gguf`"),
+            "{}",
+            f[0].problem
+        );
+        assert!(
+            run(&[
+                ("q-00001-of-00002.gguf", b"x"),
+                ("q-00002-of-00002.gguf", b"x")
+            ])
+            .is_empty()
+        );
     }
 
     /// Names a file supplies are escaped where they are quoted.
     #[test]
     fn hostile_names_are_escaped() {
         let adapter = "{\"base_model_name_or_path\":\"org/\\u001b[31mred\"}";
-        let f = run(&[("adapter_config.json", adapter.as_bytes()), ("adapter_model.bin", b"x")]);
+        let f = run(&[
+            ("adapter_config.json", adapter.as_bytes()),
+            ("adapter_model.bin", b"x"),
+        ]);
+        assert_eq!(f.len(), 1, "{f:#?}");
         assert!(!f[0].problem.contains('\u{1b}'), "{}", f[0].problem);
     }
 }

@@ -62,35 +62,26 @@ fn quoted(s: &str) -> Vec<String> {
     for (i, part) in s.split('`').enumerate() {
         if i % 2 == 1 && !part.is_empty() {
             out.push(part.to_string());
-            let last = part.trim_end_matches('/').rsplit('/').next().unwrap_or(part);
+            let last = part
+                .trim_end_matches('/')
+                .rsplit('/')
+                .next()
+                .unwrap_or(part);
             out.push(last.to_string());
         }
     }
     out
 }
 
-/// Error findings of a check's JSON: the offline findings and the model checks' problems.
-fn error_texts(j: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    for f in j["offline_findings"].as_array().into_iter().flatten() {
-        if f["severity"] == "error" {
-            out.push(format!(
-                "{} [{}] {}",
-                f["path"].as_str().unwrap_or(""),
-                f["code"].as_str().unwrap_or(""),
-                f["problem"].as_str().unwrap_or("")
-            ));
-        }
-    }
-    for p in j["problems"].as_array().into_iter().flatten() {
-        out.push(format!(
-            "{} [{}] {}",
-            p["path"].as_str().unwrap_or(""),
-            p["kind"].as_str().unwrap_or(""),
-            p["problem"].as_str().unwrap_or("")
-        ));
-    }
-    out
+/// The problems `check --hf-cache` found in the cache (a model check of the snapshot, a
+/// damaged blob), as text.
+fn cache_problems(j: &Value) -> Vec<String> {
+    j["problems"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| p["problem"].as_str().unwrap_or("").to_string())
+        .collect()
 }
 
 fn codes(j: &Value, key: &str) -> Vec<String> {
@@ -193,20 +184,113 @@ fn prediction_matches_the_real_offline_load() {
         predictions.insert(name.clone(), (code, j));
     }
 
-    // The real load, with no network.
-    let out = Command::new("unshare")
-        .arg("-n")
-        .arg(&python)
+    // The real load, with no network: once as a caller that sets nothing, once with
+    // HF_HUB_OFFLINE=1 (the caller the `offline-needs-hub-offline` warning asks for).
+    let plain = load_all(&python, &env, false);
+    let hub_offline = load_all(&python, &env, true);
+
+    let mut table = Vec::new();
+    let mut wrong = Vec::new();
+    let mut ready_count = 0;
+    let mut cases_loaded = 0;
+    for (name, spec) in &cases {
+        let (_, j) = &predictions[name];
+        for (with_hub_offline, loads) in [(false, &plain), (true, &hub_offline)] {
+            let Some(loaded) = loads.get(name) else {
+                continue; // A repository other cases need, not loaded by itself.
+            };
+            // What applies to this caller: every error, and the warnings about what it does.
+            let chats = spec["load"] == "causal+chat";
+            let applies = |code: &str, severity: &str| {
+                severity == "error"
+                    || (chats && code == "offline-chat-template-missing")
+                    || (!with_hub_offline && code == "offline-needs-hub-offline")
+            };
+            let mut named = Vec::new();
+            let mut ready = j["offline_ready"] == true;
+            for f in j["offline_findings"].as_array().into_iter().flatten() {
+                let code = f["code"].as_str().unwrap_or("");
+                if applies(code, f["severity"].as_str().unwrap_or("")) {
+                    ready = false;
+                    named.extend(quoted(f["problem"].as_str().unwrap_or("")));
+                }
+            }
+            for text in cache_problems(j) {
+                named.extend(quoted(&text));
+            }
+            if chats {
+                named.push("chat_template".into());
+            }
+            let caller = if with_hub_offline {
+                "HF_HUB_OFFLINE=1"
+            } else {
+                "no HF_HUB_OFFLINE"
+            };
+            if !with_hub_offline {
+                cases_loaded += 1;
+                ready_count += usize::from(ready);
+            }
+            let ok = match loaded {
+                None => ready,
+                Some(err) => {
+                    !ready
+                        && named
+                            .iter()
+                            .any(|n| n.len() > 2 && err.to_lowercase().contains(&n.to_lowercase()))
+                }
+            };
+            table.push(format!(
+                "{name} ({caller}): predicted {}, loaded {}",
+                if ready { "ready" } else { "not ready" },
+                match loaded {
+                    None => "yes".to_string(),
+                    Some(e) => format!("no ({})", e.chars().take(400).collect::<String>()),
+                }
+            ));
+            if !ok {
+                wrong.push(format!(
+                    "{name} ({caller}): predicted {} (airlock named {named:?}; directory check {}), load: {loaded:?}",
+                    if ready { "ready" } else { "not ready" },
+                    dir_checks[name]["offline_findings"]
+                ));
+            }
+        }
+    }
+    eprintln!("{}", table.join("\n"));
+    assert!(wrong.is_empty(), "prediction ≠ load:\n{}", wrong.join("\n"));
+    assert!(
+        cases_loaded >= 20 && ready_count >= 5 && cases_loaded - ready_count >= 10,
+        "too few cases of each kind: {table:#?}"
+    );
+}
+
+/// Loads every case from the test's cache in a network namespace with no network, with or
+/// without HF_HUB_OFFLINE=1: `{case: null | error}`.
+fn load_all(python: &PathBuf, env: &Env, hub_offline: bool) -> BTreeMap<String, Option<String>> {
+    let mut cmd = Command::new("unshare");
+    cmd.arg("-n")
+        .arg(python)
         .arg(script())
         .args(["load", "cache", "models/cases.json"])
         .current_dir(env.dir.path())
         .env("HF_HUB_CACHE", env.path("cache"))
         .env("HF_HOME", env.path("hf-home"))
-        .env("HF_MODULES_CACHE", env.path("hf-modules"))
+        .env(
+            "HF_MODULES_CACHE",
+            env.path(if hub_offline {
+                "hf-modules-1"
+            } else {
+                "hf-modules-0"
+            }),
+        )
         .env_remove("HF_HUB_OFFLINE")
         .env_remove("TRANSFORMERS_OFFLINE")
         .env_remove("HF_DATASETS_OFFLINE")
-        .env("HF_HUB_DISABLE_TELEMETRY", "1")
+        .env("HF_HUB_DISABLE_TELEMETRY", "1");
+    if hub_offline {
+        cmd.env("HF_HUB_OFFLINE", "1");
+    }
+    let out = cmd
         .output()
         .expect("unshare (util-linux) must be installed");
     assert!(
@@ -214,62 +298,8 @@ fn prediction_matches_the_real_offline_load() {
         "the loads did not run: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let loads: BTreeMap<String, Option<String>> = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
-
-    let mut table = Vec::new();
-    let mut wrong = Vec::new();
-    let mut ready_count = 0;
-    for (name, spec) in &cases {
-        let Some(loaded) = loads.get(name) else {
-            continue; // A repository other cases need, not loaded by itself.
-        };
-        let (_, j) = &predictions[name];
-        let chats = spec["load"] == "causal+chat";
-        let warnings = codes(j, "offline_findings");
-        let ready = j["offline_ready"] == true
-            && !(chats && warnings.iter().any(|c| c == "offline-chat-template-missing"));
-        let mut named = Vec::new();
-        for text in error_texts(j) {
-            named.extend(quoted(&text));
-            named.push(text.split(' ').next().unwrap_or("").to_string());
-        }
-        if chats && !ready && j["offline_ready"] == true {
-            named.push("chat_template".into());
-            named.push("chat template".into());
-        }
-        ready_count += usize::from(ready);
-        let ok = match loaded {
-            None => ready,
-            Some(err) => {
-                !ready
-                    && named
-                        .iter()
-                        .any(|n| n.len() > 2 && err.to_lowercase().contains(&n.to_lowercase()))
-            }
-        };
-        table.push(format!(
-            "{name}: predicted {}, loaded {}",
-            if ready { "ready" } else { "not ready" },
-            match loaded {
-                None => "yes".to_string(),
-                Some(e) => format!("no ({})", e.chars().take(300).collect::<String>()),
-            }
-        ));
-        if !ok {
-            wrong.push(format!(
-                "{name}: predicted {} (airlock named {named:?}; dir check {}), load: {loaded:?}",
-                if ready { "ready" } else { "not ready" },
-                dir_checks[name]["offline_findings"]
-            ));
-        }
-    }
-    eprintln!("{}", table.join("\n"));
-    assert!(wrong.is_empty(), "prediction ≠ load:\n{}", wrong.join("\n"));
-    assert!(
-        table.len() >= 20 && ready_count >= 5 && table.len() - ready_count >= 10,
-        "too few cases of each kind: {table:#?}"
-    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 /// The checks' words for the loaders name what is missing (a unit of the same rules, on one
@@ -281,7 +311,10 @@ fn check_offline_ready_lists_what_is_missing() {
         "m/config.json",
         br#"{"model_type":"llama","architectures":["LlamaForCausalLM"]}"#,
     );
-    env.write("m/tokenizer_config.json", br#"{"tokenizer_class":"LlamaTokenizer"}"#);
+    env.write(
+        "m/tokenizer_config.json",
+        br#"{"tokenizer_class":"LlamaTokenizer"}"#,
+    );
     env.write("m/adapter_config.json", b"{}");
     let (code, j) = env.json(&["check", "m", "--offline-ready"]);
     assert_eq!(code, 3, "{j}");
