@@ -551,7 +551,7 @@ fn survivors(m: &Manifest, plan: &[usize], count: usize) -> Vec<usize> {
 /// lost. Without parity, no loss is survivable.
 fn survives_loss(m: &Manifest, plan: &[usize], lost: usize) -> bool {
     let Some(p) = &m.parity else { return false };
-    let layout = crate::bundle::volumes::UnitLayout::of(m);
+    let layout = crate::manifest::units::UnitLayout::of(m);
     let stripes = p.stripes.max(1);
     let r = u64::from(p.recovery_units);
     let mut erased: BTreeMap<u64, u64> = BTreeMap::new();
@@ -662,7 +662,7 @@ fn copy_to(
         }
     }
     let placement_bytes = serde_json::to_vec_pretty(placement)
-        .map_err(|e| Error::Usage(format!("internal error: placement: {e}")))?;
+        .map_err(|e| Error::Internal(format!("placement: {e}")))?;
     crate::durable::replace_at(&dir_fd, dir, PLACEMENT_NAME, &placement_bytes, FILE_MODE)?;
     let mut report = MediumReport {
         number,
@@ -904,9 +904,9 @@ fn write_volume(
             let _ = pool_tx.send(buf);
         }
         drop(pool_tx);
-        let bad = reader.join().map_err(|_| {
-            Error::Usage("internal error: the source reading thread panicked".into())
-        })?;
+        let bad = reader
+            .join()
+            .map_err(|_| Error::Internal("the source reading thread panicked".into()))?;
         if written != v.size && bad.is_empty() {
             return Err(Error::io(
                 &src_path,

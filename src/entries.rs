@@ -19,8 +19,55 @@ use std::fs::File;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
+use crate::fsio;
 use crate::manifest::{Expected, FileEntry, Manifest};
 use crate::progress::Progress;
+
+/// Where a delta's base files are: what a target already holds that an update builds on
+/// (`pipeline::Target::base`), read by `delta::apply::DeltaStage`. It lives here, below both,
+/// so a target supplies its base without importing the delta stage.
+pub trait Base {
+    /// The base's signed manifest (the one the delta names by its SHA-256).
+    fn manifest(&self) -> &Manifest;
+
+    /// Opens base file `b` to be read from its start; its content is not checked yet (a copy
+    /// checks it as it passes).
+    fn open(&mut self, b: &FileEntry) -> Result<File>;
+
+    /// The error refusing the delta because of the base as a whole (`reason`), saying where
+    /// the base was looked for and what the target needs.
+    fn refuse(&self, reason: String) -> Error;
+
+    /// The error for base file `b` whose content is not what the base manifest says (`what`):
+    /// rot or a change since it was installed.
+    fn rotten(&self, b: &FileEntry, what: String) -> Error;
+
+    /// Opens base file `b` with its content checked against `b`'s size and SHA-256 first (a
+    /// patch reads its base at the offsets its alignment gives, so it is hashed whole before
+    /// use).
+    fn open_checked(&mut self, b: &FileEntry) -> Result<File> {
+        let f = self.open(b)?;
+        let len = f
+            .metadata()
+            .map_err(|e| self.rotten(b, format!("cannot be read ({e})")))?
+            .len();
+        if len != b.size {
+            return Err(self.rotten(
+                b,
+                format!("it has {len} bytes, the manifest says {}", b.size),
+            ));
+        }
+        let digest = fsio::hash_exact(&f, len)
+            .map_err(|e| self.rotten(b, format!("cannot be read ({e})")))?;
+        if digest != b.sha256 {
+            return Err(self.rotten(
+                b,
+                format!("its sha256 is {digest}, the manifest says {}", b.sha256),
+            ));
+        }
+        Ok(f)
+    }
+}
 
 /// Receives the verified entries of a bundle, in the order its source produces them: a
 /// directory before anything in it.

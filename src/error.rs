@@ -2,7 +2,8 @@
 //!
 //! Variants are what a caller branches on; every one that concerns a file names it. The three
 //! classes match the documented exit codes: 1 the environment failed (I/O, space, password),
-//! 2 the command was used wrongly, 3 the bundle or model failed verification.
+//! 2 the command was used wrongly, 3 the bundle or model failed verification; and 101
+//! ([`Error::Internal`]) airlock itself is at fault, a bug, as a panic is.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -18,6 +19,9 @@ pub const EXIT_OPERATIONAL: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 /// Exit code for a bundle or model that failed verification.
 pub const EXIT_VERIFY: u8 = 3;
+/// Exit code for a fault of airlock itself ([`Error::Internal`]): the code Rust gives a panic,
+/// the one docs/CLI.md names for a bug.
+pub const EXIT_INTERNAL: u8 = 101;
 
 /// What to do after an [`Error::Registry`]: the hint follows the command and the problem.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,6 +66,10 @@ pub enum Error {
     /// The command line asks for something impossible.
     #[error("{0}")]
     Usage(String),
+    /// A fault of airlock itself: an invariant its own code keeps was broken (a bug to report,
+    /// not a problem of the input).
+    #[error("internal error: {0}")]
+    Internal(String),
     /// The command line could not be parsed (unknown flag, missing argument, invalid value),
     /// or names something the command must not write into, with advice (`unpack --oci-layout`
     /// at a directory that is not a layout). Built by the binary from the parser's error, or
@@ -518,6 +526,7 @@ impl Error {
             Error::TrustEnv { source } => source.exit_code(),
             Error::Interrupted { signal, .. } => 128u8.saturating_add(*signal as u8),
             Error::Usage(_) | Error::Arguments { .. } => EXIT_USAGE,
+            Error::Internal(_) => EXIT_INTERNAL,
             Error::ModelChecks { .. }
             | Error::MissingSignature { .. }
             | Error::UntrustedKey { .. }
@@ -550,6 +559,7 @@ impl Error {
             Error::Io { .. } => "io",
             Error::NoSpace { .. } => "no-space",
             Error::Usage(_) | Error::Arguments { .. } => "usage",
+            Error::Internal(_) => "internal",
             Error::Key { .. } | Error::WrongPassword { .. } => "key",
             Error::Source { .. } => "source",
             Error::SourceChanged { .. } => "source-changed",
@@ -610,6 +620,10 @@ impl Error {
                     .map_or_else(|| "that filesystem".to_string(), |m| m.mount_point.display().to_string())
             ),
             Error::Usage(_) | Error::Interrupted { .. } => return None,
+            Error::Internal(_) => {
+                "this is a bug in airlock: report it with the command line and this message"
+                    .to_string()
+            }
             Error::TrustEnv { source } => return source.hint(),
             Error::NotReplaceable { todo, .. } => todo.clone(),
             Error::MediaTooSmall { .. } => format!(
@@ -870,7 +884,7 @@ fn is_receipt(path: &Path) -> bool {
 /// (`airlock verify FILE`).
 fn is_manifest(path: &Path) -> bool {
     path.file_name()
-        .is_some_and(|n| n == crate::manifest::MANIFEST_NAME)
+        .is_some_and(|n| n == crate::paths::MANIFEST_NAME)
 }
 
 /// The folder of a Hugging Face cache where huggingface_hub takes its locks and airlock stages

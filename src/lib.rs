@@ -21,6 +21,8 @@ pub mod fsio;
 pub mod hfcache;
 pub mod inspect;
 pub mod keys;
+#[cfg(test)]
+mod layering;
 pub mod manifest;
 pub mod oci;
 pub mod oms;

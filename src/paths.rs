@@ -15,6 +15,9 @@ pub const MAX_PATH: usize = 4096;
 pub const MAX_COMPONENT: usize = 255;
 /// Top-level name reserved for the receipt an unpack leaves behind.
 pub const RECEIPT_DIR: &str = ".airlock";
+/// File name of the manifest inside a bundle (here, on the ground floor, because an error's
+/// hint names it too).
+pub const MANIFEST_NAME: &str = "manifest.json";
 
 /// Whether `path` is one of a receipt's files (`.../.airlock/NAME`).
 pub fn is_receipt_file(path: &std::path::Path) -> bool {

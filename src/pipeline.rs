@@ -22,7 +22,8 @@
 
 use crate::bundle::open::Opened;
 use crate::bundle::stream::{self, StreamReport};
-use crate::delta::apply::{Base, DeltaStage};
+use crate::delta::apply::DeltaStage;
+use crate::entries::Base;
 use crate::entries::{EntrySink, Mode, Tally};
 use crate::error::Result;
 use crate::progress::Progress;

@@ -11,9 +11,6 @@ pub trait Progress: Sync {
     fn item(&self, _name: &str) {}
     /// The phase ended.
     fn finish(&self) {}
-    /// A damaged bundle's map, found before the work on it starts (`repair`), for the
-    /// operator to see where the damage is while the work goes on.
-    fn damage(&self, _map: &crate::bundle::damage::DamageMap) {}
     /// Volumes are on none of the directories given (a bundle spread over several media, one
     /// drive for them all): ask for the medium that holds the first of them. `true` when the
     /// operator says it is in place (the directories are looked at again), `false` to stop

@@ -184,12 +184,15 @@ fn hash_chunk(dir: &Path, name: &str, start: u64, len: u64) -> Option<String> {
     Some(hex::encode(h.finalize()))
 }
 
-/// Repairs the opened bundle (see the module documentation).
+/// Repairs the opened bundle (see the module documentation). `show_damage` hears of a damaged
+/// bundle's map, found before the work on it starts, for the operator to see where the damage
+/// is while the work goes on (the progress trait, on the ground floor, knows no bundle).
 pub fn repair(
     opened: &Opened,
     opts: &RepairOptions,
     trust: &crate::trust::Policy,
     progress: &dyn Progress,
+    show_damage: &dyn Fn(&DamageMap),
 ) -> Result<Repaired> {
     let m = &opened.manifest;
     let mut report = Repaired {
@@ -220,7 +223,7 @@ pub fn repair(
     let plan = Plan::new(m, ur.as_ref(), &good, &bad_names);
     let beyond = plan.beyond_repair(ur.as_ref());
     if !bad.is_empty() {
-        progress.damage(&damage_map(m, ur.as_ref(), &good, &beyond));
+        show_damage(&damage_map(m, ur.as_ref(), &good, &beyond));
     }
     plan.refuse_unrepairable(m, ur.as_ref(), &beyond)?;
     if bad.is_empty() && opts.out.is_none() {

@@ -1,12 +1,13 @@
 //! Reading airlock's own source for the tests that keep a rule of the code (STYLE.md, "Rules
 //! that a test keeps"): `fsio::open`'s `only_fsio_opens_files`, `display`'s
-//! `only_the_terminal_module_prints`.
+//! `only_the_terminal_module_prints`, `layering`'s `the_module_map_holds`.
 
 use std::path::Path;
 
 /// Files that are test modules as a whole (declared `#[cfg(test)] mod x;`).
 const TEST_ONLY_FILES: &[&str] = &[
     "src/source_rules.rs",
+    "src/layering.rs",
     "src/inspect/fuzz.rs",
     "src/inspect/values/tests.rs",
     "src/manifest/tests.rs",

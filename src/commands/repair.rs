@@ -37,7 +37,7 @@ pub fn run(a: RepairArgs, ui: &Ui) -> Result<Output> {
         out: a.output.clone(),
         from,
     };
-    let done = repair::repair(&opened, &opts, &trust, ui)?;
+    let done = repair::repair(&opened, &opts, &trust, ui, &|map| ui.show_damage(map))?;
     for p in &done.cleaned_stale {
         out.warnings.push(format!(
             "removed stale work directory {} left by an interrupted repair",

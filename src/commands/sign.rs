@@ -177,7 +177,7 @@ pub fn cosign_file(a: CosignArgs, ui: &Ui) -> Result<Output> {
                 source: e,
             }
         })?;
-    super::trust::write_new_at(&dir_fd, &dir, &cosig_name, sig.to_file_text().as_bytes())?;
+    files::write_new_at(&dir_fd, &dir, &cosig_name, sig.to_file_text().as_bytes())?;
     let mut out = Output::default();
     out.set("file", file);
     out.set("signature", &cosig_path);

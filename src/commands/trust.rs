@@ -469,32 +469,6 @@ fn show(a: TrustShowArgs) -> Result<Output> {
     Ok(out)
 }
 
-/// Writes the new file `name` (a co-signature) into the directory `dir_fd` (`dir`): created
-/// under a temporary name, exclusively and without following links, through the directory's
-/// handle, synced, then renamed into place without replacing anything, and the directory
-/// synced.
-pub(super) fn write_new_at(
-    dir_fd: &std::os::fd::OwnedFd,
-    dir: &Path,
-    name: &str,
-    bytes: &[u8],
-) -> Result<()> {
-    let path = dir.join(name);
-    let tmp = format!(".{name}.airlock-tmp{}", std::process::id());
-    airlock::durable::write_synced_at(dir_fd, dir, &tmp, bytes, 0o644)?;
-    if let Err(e) = airlock::fsio::rename_at(
-        dir_fd,
-        tmp.as_str(),
-        dir_fd,
-        name,
-        rustix::fs::RenameFlags::NOREPLACE,
-    ) {
-        let _ = rustix::fs::unlinkat(dir_fd, tmp.as_str(), rustix::fs::AtFlags::empty());
-        return Err(Error::io(&path, e));
-    }
-    airlock::durable::sync_dir_fd(dir_fd, dir)
-}
-
 /// `airlock cosign BUNDLE --key K`: one more minisign signature of the bundle's manifest,
 /// written as `manifest.json.KEYID.minisig` beside it: created under a temporary name without
 /// following links and exclusively through the bundle directory's handle, synced, then renamed
@@ -548,7 +522,7 @@ pub fn cosign(a: CosignArgs, ui: &Ui) -> Result<Output> {
         path: a.key.clone(),
         source: e,
     })?;
-    write_new_at(&dir_fd, dir, &name, sig.to_file_text().as_bytes())?;
+    super::files::write_new_at(&dir_fd, dir, &name, sig.to_file_text().as_bytes())?;
     let mut out = Output::default();
     out.set("bundle", dir);
     out.set("signature", &path);

@@ -209,6 +209,23 @@ impl Ui {
             bar.finish_and_clear();
         }
     }
+
+    /// Draws a damaged bundle's map (`repair`), for the operator to see where the damage is
+    /// while the work goes on.
+    pub fn show_damage(&self, map: &airlock::bundle::damage::DamageMap) {
+        if !self.damage_maps {
+            return;
+        }
+        let Some(cols) = super::damage_map::terminal_width(&console::Term::stderr()) else {
+            return;
+        };
+        if let Some(lines) = super::damage_map::draw(map, cols) {
+            self.clear();
+            for line in &lines {
+                term::err_line(line);
+            }
+        }
+    }
 }
 
 /// A bar for one phase, fully set up before its first draw.
@@ -343,21 +360,6 @@ impl Progress for Ui {
         match std::io::stdin().lock().read_line(&mut line) {
             Ok(0) | Err(_) => false,
             Ok(_) => !line.trim().eq_ignore_ascii_case("q"),
-        }
-    }
-
-    fn damage(&self, map: &airlock::bundle::damage::DamageMap) {
-        if !self.damage_maps {
-            return;
-        }
-        let Some(cols) = super::damage_map::terminal_width(&console::Term::stderr()) else {
-            return;
-        };
-        if let Some(lines) = super::damage_map::draw(map, cols) {
-            self.clear();
-            for line in &lines {
-                term::err_line(line);
-            }
         }
     }
 

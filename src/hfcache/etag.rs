@@ -12,6 +12,17 @@ use super::names::EtagKind;
 use crate::inspect::values::{self, FileScan, Scanner};
 use crate::progress::Progress;
 
+/// What the packer does about one file's Hugging Face etag (its blob name) while it hashes it
+/// (`pack::source` decides it, `pack::write` does it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EtagCheck {
+    /// The content must hash to this etag (SHA-256 for 64 hex digits, the git blob id for 40);
+    /// otherwise the pack fails with [`crate::error::Error::BlobMismatch`].
+    Expect(String),
+    /// Nothing names the file: compute its etag by [`EtagKind::for_size`].
+    Compute,
+}
+
 /// The git blob id of a stream of known length, computed as the bytes go by.
 #[derive(Clone)]
 pub struct GitBlobSha1(Sha1);

@@ -50,7 +50,7 @@ pub mod snapshot;
 pub use check::{
     CacheProblem, CacheReport, CachedRepo, ScannedBlob, check_cache, check_cache_scanning,
 };
-pub use etag::{GitBlobSha1, hash_file};
+pub use etag::{EtagCheck, GitBlobSha1, hash_file};
 pub use layout::{
     LOCKS_DIR, RECEIPTS_DIR, RepoDirs, TRACE_DIR, create_locks, leave_receipt, leave_trace,
     open_locks, open_repo_dirs_nofollow, open_snapshot_file, receipts,

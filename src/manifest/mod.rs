@@ -22,8 +22,7 @@ pub const OLDEST_FORMAT_VERSION: u32 = 1;
 /// section 2): the packer refuses a model whose manifest would be larger, so airlock never
 /// writes a bundle it would refuse to read.
 pub const MAX_MANIFEST_BYTES: u64 = 256 << 20;
-/// File name of the manifest inside a bundle.
-pub const MANIFEST_NAME: &str = "manifest.json";
+pub use crate::paths::MANIFEST_NAME;
 /// File name of the manifest's minisign signature inside a bundle.
 pub const SIGNATURE_NAME: &str = "manifest.json.minisig";
 /// Default chunk size for the per-volume chunk digests.
@@ -1203,6 +1202,9 @@ pub fn rfc3339(secs: i64) -> String {
         rem % 60
     )
 }
+
+/// Where each parity unit lives, from the volume sizes (FORMAT.md section 17.2).
+pub mod units;
 
 #[cfg(test)]
 mod tests;

@@ -70,7 +70,9 @@ pub struct Registry {
     authorization: Mutex<Option<String>>,
 }
 
-pub use super::modelpack::OCI_MANIFEST;
+/// The media type of an OCI image manifest (what the client asks for and sends; the
+/// ModelPack artifact is one).
+pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 
 /// The most read of a `--ca-file` (a bundle of a few hundred PEM certificates is under 1 MiB).
 const MAX_CA_FILE_BYTES: u64 = 4 << 20;

@@ -26,7 +26,7 @@ use sha2::{Digest, Sha256};
 
 use super::client::Registry;
 use super::modelpack;
-use crate::delta::apply::Base;
+use crate::entries::Base;
 use crate::error::{Error, RegistryNext, Result};
 use crate::manifest::{self, FileEntry, Manifest};
 

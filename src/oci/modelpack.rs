@@ -13,12 +13,11 @@
 use serde_json::{Value, json};
 
 use super::client::MAX_OCI_MANIFEST_BYTES;
+pub use super::client::OCI_MANIFEST;
 use crate::bundle::open::MAX_SIGNATURE_BYTES;
 use crate::manifest::{FileEntry, MAX_MANIFEST_BYTES, Manifest};
 use crate::paths::RECEIPT_DIR;
 
-/// The media type of an OCI image manifest.
-pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 /// The manifest's `artifactType`.
 pub const ARTIFACT_TYPE: &str = "application/vnd.cncf.model.manifest.v1+json";
 /// The config's media type.

@@ -130,9 +130,8 @@ pub fn emit(
     let mut resources = Vec::with_capacity(files.len());
     for f in files.iter().filter(|f| !ignore.covers(&f.path)) {
         let mut sha256 = [0u8; 32];
-        hex::decode_to_slice(&f.sha256, &mut sha256).map_err(|_| {
-            Error::Usage(format!("internal error: {} has a malformed digest", f.path))
-        })?;
+        hex::decode_to_slice(&f.sha256, &mut sha256)
+            .map_err(|_| Error::Internal(format!("{} has a malformed digest", f.path)))?;
         resources.push(statement::Resource {
             name: f.path.clone(),
             sha256,

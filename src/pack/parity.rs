@@ -22,9 +22,9 @@ use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::bundle::volumes::UnitLayout;
 use crate::error::{Error, Result};
 use crate::fsio;
+use crate::manifest::units::UnitLayout;
 use crate::manifest::{self, Manifest, PARITY_ALGORITHM, Parity, Volume};
 use crate::parity::{self, Ask, DataShape, Geometry, Survives};
 use crate::progress::Progress;

@@ -563,7 +563,7 @@ fn digest(
     source: &Path,
     path: &str,
     size: u64,
-    etag: Option<&write::EtagCheck>,
+    etag: Option<&crate::hfcache::EtagCheck>,
     scan_values: bool,
 ) -> Result<(String, Option<String>, Option<FileScan>)> {
     #[cfg(test)]
@@ -675,17 +675,17 @@ fn etag_of_patched(
         return Ok(None);
     };
     let needs_git = match check {
-        write::EtagCheck::Expect(e) => {
+        crate::hfcache::EtagCheck::Expect(e) => {
             crate::hfcache::EtagKind::of(e) == Some(crate::hfcache::EtagKind::GitSha1)
         }
-        write::EtagCheck::Compute => {
+        crate::hfcache::EtagCheck::Compute => {
             crate::hfcache::EtagKind::for_size(size) == crate::hfcache::EtagKind::GitSha1
         }
     };
     if needs_git {
         return Ok(digest(source, path, size, Some(check), false)?.1);
     }
-    if let write::EtagCheck::Expect(want) = check
+    if let crate::hfcache::EtagCheck::Expect(want) = check
         && want != sha256
     {
         return Err(Error::BlobMismatch {
@@ -699,8 +699,8 @@ fn etag_of_patched(
 }
 
 fn internal(path: &str) -> Error {
-    Error::Usage(format!(
-        "internal error: the delta plan and the stream disagree about {path:?}"
+    Error::Internal(format!(
+        "the delta plan and the stream disagree about {path:?}"
     ))
 }
 

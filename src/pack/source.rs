@@ -4,9 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::write::EtagCheck;
 use crate::error::{Error, Result};
-use crate::hfcache::{self, Snapshot};
+use crate::hfcache::{self, EtagCheck, Snapshot};
 use crate::inspect::{self, Finding, Severity, codes};
 use crate::manifest::{self, HfSource, Warning};
 use crate::scan::{self, ScanEntry};

@@ -16,6 +16,7 @@ use xxhash_rust::xxh3::Xxh3;
 
 use crate::error::{Error, Result};
 use crate::fsio;
+pub use crate::hfcache::EtagCheck;
 use crate::hfcache::{EtagKind, GitBlobSha1};
 use crate::inspect::format::{self, Format};
 use crate::inspect::values::{self, FileScan, Layout, Scanner};
@@ -90,16 +91,6 @@ pub fn estimate_saving(entries: &[ScanEntry]) -> Result<Option<f64>> {
         total += size as f64;
     }
     Ok(Some(saved / total))
-}
-
-/// What the packer does about one file's Hugging Face etag (its blob name) while it hashes it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum EtagCheck {
-    /// The content must hash to this etag (SHA-256 for 64 hex digits, the git blob id for 40);
-    /// otherwise the pack fails with [`Error::BlobMismatch`].
-    Expect(String),
-    /// Nothing names the file: compute its etag by [`EtagKind::for_size`].
-    Compute,
 }
 
 /// One entry event of a [`Batch`]; `Data(n)` is the next `n` bytes of the batch's buffer.

@@ -28,7 +28,7 @@ use sha2::{Digest, Sha256};
 
 use super::notes::{self, InstallNotes};
 use crate::bundle::open::{Opened, Origin};
-use crate::delta::apply::Base;
+use crate::entries::Base;
 use crate::entries::EntrySink;
 use crate::error::{Error, Result};
 use crate::fsio::{self, parent_dir};

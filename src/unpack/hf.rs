@@ -51,8 +51,8 @@ use sha2::{Digest, Sha256};
 
 use super::notes::{self, InstallNotes};
 use crate::bundle::open::{Opened, Signed};
-use crate::delta::apply::Base;
 use crate::durable;
+use crate::entries::Base;
 use crate::entries::EntrySink;
 use crate::error::{Error, Result};
 use crate::fsio;

@@ -61,15 +61,21 @@ impl InstallNotes {
 /// every component of the file's path again: 11% of an unpack of 100,000 small files.
 fn check_staged(root: &Path, prefix: &str, m: &Manifest) -> Result<(Vec<Finding>, Vec<String>)> {
     let mut checks = crate::inspect::TreeChecks::default();
-    let mut opener = crate::scan::SourceOpener::default();
+    // The staged tree's root, as named; every component below it without following a link.
+    let root_fd = crate::fsio::open_dir_following(root);
+    let mut opener = root_fd.as_ref().ok().map(crate::fsio::BelowOpener::new);
     for f in &m.files {
         let rel = format!("{prefix}{}", f.path);
         let path = root.join(&rel);
-        match opener.open_stat(&path, &rel) {
-            Ok((file, st)) => checks.opened(&rel, &path, &file, st.st_size as u64),
+        let opened = match opener.as_mut() {
+            Some(o) => o.open_stat(&rel).ok(),
+            None => None,
+        };
+        match opened {
+            Some((file, st)) => checks.opened(&rel, &path, &file, st.st_size as u64),
             // A link (a Hugging Face snapshot's files link to its blobs) is resolved and its
             // target checked by path at the end, as the path-based walk does.
-            Err(_) => {
+            None => {
                 let link = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_symlink());
                 checks.by_path(&rel, !link)
             }

@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 
 use super::notes::{self, InstallNotes};
 use crate::bundle::open::Opened;
-use crate::delta::apply::Base;
+use crate::entries::Base;
 use crate::entries::EntrySink;
 use crate::error::{Error, Result};
 use crate::fsio::{self, OpenError};
