@@ -505,12 +505,12 @@ impl Model<'_> {
             // nothing here says a tokenizer is expected at all.
             return Ok(());
         };
-        if let Some(Value::Object(m)) = tc.get("auto_map") {
-            if m.contains_key("AutoTokenizer") {
-                // Custom tokenizer code: the config check finds its module; its files are its own.
-                self.remote_code(&tc_rel, &tc, out)?;
-                return Ok(());
-            }
+        if let Some(Value::Object(m)) = tc.get("auto_map")
+            && m.contains_key("AutoTokenizer")
+        {
+            // Custom tokenizer code: the config check finds its module; its files are its own.
+            self.remote_code(&tc_rel, &tc, out)?;
+            return Ok(());
         }
         let config_rel = join(dir, "config.json");
         if auto && !self.exists(&config_rel)? {
