@@ -109,7 +109,7 @@ fn run_hf(cache: &Path, a: &CheckArgs, ui: &dyn Progress) -> Result<Output> {
     let offline = match (&a.hf_repo, a.offline_ready) {
         (Some(id), true) => {
             let found =
-                inspect::offline::check_cached(cache, repo_type, id, hfcache::DEFAULT_REVISION)
+                hfcache::offline::check_cached(cache, repo_type, id, hfcache::DEFAULT_REVISION)
                     .map_err(|e| Error::io(cache, e))?;
             for f in &found {
                 out.lines.extend(finding_lines(f));
@@ -333,7 +333,7 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
 /// checks' (any repository the model needs is a warning: the target's cache is not known here),
 /// and the verdict in a line and in the JSON (`offline_ready`).
 fn with_offline(dir: &Path, mut findings: Vec<Finding>, out: &mut Output) -> Result<Vec<Finding>> {
-    let offline = inspect::offline::check(dir, "", inspect::offline::Deps::Elsewhere)
+    let offline = hfcache::offline::check(dir, "", hfcache::offline::Deps::Elsewhere)
         .map_err(|e| Error::io(dir, e))?;
     let other = findings
         .iter()

@@ -146,7 +146,7 @@ impl Model {
         // there, found here where fixing it is cheap. The target's cache is not known, so a
         // repository the model needs is a warning.
         let offline = match &self.hf {
-            None => inspect::offline::check(&self.root, "", inspect::offline::Deps::Elsewhere)
+            None => hfcache::offline::check(&self.root, "", hfcache::offline::Deps::Elsewhere)
                 .map_err(|e| Error::io(&self.root, e))?,
             Some(hf) => {
                 let snap = &hf.snapshot;
@@ -156,10 +156,10 @@ impl Model {
                     .file_name()
                     .and_then(|n| n.to_str())
                     .unwrap_or("");
-                inspect::offline::check(
+                hfcache::offline::check(
                     root,
                     &format!("{folder}/snapshots/{}", snap.commit),
-                    inspect::offline::Deps::Elsewhere,
+                    hfcache::offline::Deps::Elsewhere,
                 )
                 .map_err(|e| Error::io(root, e))?
             }

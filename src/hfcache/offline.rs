@@ -40,9 +40,10 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::{Finding, Resolved, Tree, codes};
+use super::names::{self as hfnames};
+use super::snapshot::{RefState, read_ref};
 use crate::display::escape_bounded;
-use crate::hfcache::{self, RefState};
+use crate::inspect::{Finding, Resolved, Tree, codes};
 
 /// JSON configs and Python modules are kilobytes; a larger one is not read.
 const MAX_READ: u64 = 4 * 1024 * 1024;
@@ -97,7 +98,7 @@ pub fn check_cached(
     repo_id: &str,
     revision: &str,
 ) -> io::Result<Vec<Finding>> {
-    let folder = hfcache::repo_folder_name(repo_type, repo_id);
+    let folder = hfnames::repo_folder_name(repo_type, repo_id);
     match resolve_offline(cache, &folder, revision) {
         Ok(commit) => check(
             cache,
@@ -125,16 +126,16 @@ pub fn check_cached(
 /// way its `snapshots/<commit>/` must exist. The reason in words otherwise.
 fn resolve_offline(cache: &Path, folder: &str, revision: &str) -> Result<String, String> {
     let repo = cache.join(folder);
-    let commit = if hfcache::is_commit(revision) {
+    let commit = if hfnames::is_commit(revision) {
         revision.to_string()
     } else {
-        if hfcache::validate_revision(revision).is_err() {
+        if hfnames::validate_revision(revision).is_err() {
             return Err(format!(
                 "the revision `{}` cannot name a ref file",
                 escape_bounded(revision, QUOTE)
             ));
         }
-        match hfcache::read_ref(&repo.join("refs").join(revision)) {
+        match read_ref(&repo.join("refs").join(revision)) {
             Ok(RefState::Commit(c)) => c,
             Ok(RefState::Missing) => {
                 return Err(if repo.is_dir() {
@@ -301,7 +302,7 @@ fn last_segment(class_ref: &str) -> &str {
 
 /// A relative path inside the model: no root, no `..`, no empty component.
 fn inside(rel: &str) -> bool {
-    rel.is_empty() || super::is_plain_relative(rel)
+    rel.is_empty() || crate::inspect::is_plain_relative(rel)
 }
 
 impl Model<'_> {
@@ -362,7 +363,7 @@ impl Model<'_> {
                 if e.kind() == io::ErrorKind::FileTooLarge {
                     Ok(None)
                 } else {
-                    Err(super::with_path(&target, e))
+                    Err(crate::inspect::with_path(&target, e))
                 }
             }
         }
@@ -401,10 +402,10 @@ impl Model<'_> {
         let entries = match std::fs::read_dir(&dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(super::with_path(&dir, e)),
+            Err(e) => return Err(crate::inspect::with_path(&dir, e)),
         };
         for entry in entries {
-            let entry = entry.map_err(|e| super::with_path(&dir, e))?;
+            let entry = entry.map_err(|e| crate::inspect::with_path(&dir, e))?;
             if let Some(name) = entry.file_name().to_str() {
                 names.push(name.to_string());
             }
@@ -731,7 +732,7 @@ impl Model<'_> {
         out: &mut Vec<Finding>,
     ) {
         let shown = quote(repo_id);
-        if hfcache::validate_repo_id(repo_id).is_err() {
+        if hfnames::validate_repo_id(repo_id).is_err() {
             out.push(Finding::error(
                 codes::OFFLINE_REPO_MISSING,
                 rel,
@@ -740,11 +741,11 @@ impl Model<'_> {
             ));
             return;
         }
-        let folder = hfcache::repo_folder_name("model", repo_id);
+        let folder = hfnames::repo_folder_name("model", repo_id);
         let problem = match resolve_offline(cache, &folder, revision) {
             Ok(commit) => {
                 let at = format!("{folder}/snapshots/{commit}/{file}");
-                if super::is_plain_relative(file)
+                if crate::inspect::is_plain_relative(file)
                     && matches!(
                         Tree::new(cache).and_then(|t| t.resolve(&at)),
                         Ok(Resolved::File { .. })
@@ -810,7 +811,7 @@ impl Model<'_> {
             .get("revision")
             .and_then(Value::as_str)
             .filter(|r| !r.is_empty())
-            .unwrap_or(hfcache::DEFAULT_REVISION);
+            .unwrap_or(hfnames::DEFAULT_REVISION);
         if base.is_empty() {
             out.push(Finding::warning(
                 codes::OFFLINE_REPO_NEEDED,
@@ -1080,7 +1081,7 @@ impl Model<'_> {
             if entry.file_type().is_dir() {
                 continue;
             }
-            let rel = super::relative_name(&start, entry.path());
+            let rel = crate::inspect::relative_name(&start, entry.path());
             let Some((prefix, n, m)) = split_name(&rel) else {
                 continue;
             };
