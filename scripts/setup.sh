@@ -4,7 +4,8 @@
 # pseudo-terminal), Debian's docker-registry (CNCF distribution), htpasswd, openssl and curl for
 # the registry tests, skopeo for the OCI image layout tests, and a Python venv with the pinned
 # packages of scripts/requirements-test.txt (safetensors, gguf, numpy, huggingface_hub, tuf,
-# oras).
+# oras), and the real model loaders of scripts/requirements-loaders.txt (torch, transformers,
+# tokenizers, peft, sentence-transformers, diffusers) for the offline-readiness tests.
 # Idempotent; safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,3 +33,12 @@ if ((${#need[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${pkgs[@]}" >/dev/null
 fi
 python3 scripts/make-fixtures.py --venv-only
+# The real loaders for tests/it/offline_ready.rs: several GB (torch's CUDA libraries), so once,
+# and only when a pin changed.
+VENV="${AIRLOCK_VENV:-.venv}"
+MARK="$VENV/.airlock-loaders"
+if ! cmp -s scripts/requirements-loaders.txt "$MARK"; then
+  echo "setup: installing scripts/requirements-loaders.txt into $VENV (about 3 GB to download)" >&2
+  "$VENV/bin/python" -m pip install --disable-pip-version-check --quiet -r scripts/requirements-loaders.txt
+  cp scripts/requirements-loaders.txt "$MARK"
+fi

@@ -536,6 +536,13 @@ pub struct CheckArgs {
     /// tensors). The scan rides on the read that hashes each file; --sizes-only skips it too.
     #[arg(long)]
     pub no_value_scan: bool,
+    /// Also list everything the common loaders (transformers, peft, sentence-transformers,
+    /// diffusers, llama.cpp) will look for that is not there, each with the loader and the file
+    /// or repository it needs: errors where loading certainly fails, warnings where it depends
+    /// on the caller. With --hf-cache (and --hf-repo), another repository the model needs
+    /// counts as there when the cache holds it at a revision that resolves offline.
+    #[arg(long)]
+    pub offline_ready: bool,
     /// Progress display.
     #[command(flatten)]
     pub progress: ProgressArgs,

@@ -74,6 +74,11 @@ fn never_installed(dir: &Path) -> bool {
 fn run_hf(cache: &Path, a: &CheckArgs, ui: &dyn Progress) -> Result<Output> {
     let repo_type = a.repo_type.unwrap_or(RepoTypeArg::Model).as_str();
     let only = a.hf_repo.as_deref().map(|id| (repo_type, id));
+    if a.offline_ready && a.hf_repo.is_none() {
+        return Err(Error::Usage(
+            "--offline-ready with --hf-cache needs --hf-repo ORG/NAME: the repository whose loading to check".into(),
+        ));
+    }
     let report = hfcache::check_cache_scanning(cache, only, !a.no_value_scan, ui)?;
     let mut out = Output::default();
     out.set("hf_cache", cache);
@@ -93,6 +98,19 @@ fn run_hf(cache: &Path, a: &CheckArgs, ui: &dyn Progress) -> Result<Output> {
             p.kind
         ));
     }
+    let offline = match (&a.hf_repo, a.offline_ready) {
+        (Some(id), true) => {
+            let found =
+                hfcache::offline::check_cached(cache, repo_type, id, hfcache::DEFAULT_REVISION)
+                    .map_err(|e| Error::io(cache, e))?;
+            for f in &found {
+                out.lines.extend(finding_lines(f));
+            }
+            say_offline(&found, report.problems.len(), &mut out);
+            found
+        }
+        _ => Vec::new(),
+    };
     match report.problems.first() {
         Some(first) => {
             out.error = Some(Error::CacheDamaged {
@@ -113,6 +131,17 @@ fn run_hf(cache: &Path, a: &CheckArgs, ui: &dyn Progress) -> Result<Output> {
                 .map(|r| r.snapshots.len())
                 .sum::<usize>()
         )),
+    }
+    let offline_errors: Vec<&Finding> = offline
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .collect();
+    if let (None, Some(first)) = (&out.error, offline_errors.first()) {
+        out.error = Some(Error::ModelChecks {
+            count: offline_errors.len(),
+            first: format!("{}: {}", first.path, first.problem),
+            fix: first.fix.clone(),
+        });
     }
     if !report.scanned.is_empty() {
         let summaries: Vec<&values::Summary> = report.scanned.iter().map(|s| &s.summary).collect();
@@ -277,6 +306,11 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
         ui,
         &mut out,
     )?;
+    let findings = if a.offline_ready {
+        with_offline(dir, findings, &mut out)?
+    } else {
+        findings
+    };
     conclude(
         &mut out,
         &findings,
@@ -285,6 +319,55 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
         compared.error,
     );
     Ok(out)
+}
+
+/// `--offline-ready` on a directory: the offline-readiness findings joined to the model
+/// checks' (any repository the model needs is a warning: the target's cache is not known here),
+/// and the verdict in a line and in the JSON (`offline_ready`).
+fn with_offline(dir: &Path, mut findings: Vec<Finding>, out: &mut Output) -> Result<Vec<Finding>> {
+    let offline = hfcache::offline::check(dir, "", hfcache::offline::Deps::Elsewhere)
+        .map_err(|e| Error::io(dir, e))?;
+    let other = findings
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .count();
+    say_offline(&offline, other, out);
+    findings.extend(offline);
+    findings.sort_by(|a, b| (&a.path, a.code).cmp(&(&b.path, b.code)));
+    Ok(findings)
+}
+
+/// The offline-readiness verdict: `offline_ready` (no error among `offline`, and none of the
+/// `other` errors the model checks found: a broken file does not load either) and the findings
+/// in the JSON, one line for a person.
+fn say_offline(offline: &[Finding], other: usize, out: &mut Output) {
+    let own = offline
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .count();
+    let warnings = offline.len() - own;
+    let errors = own + other;
+    out.set("offline_ready", errors == 0);
+    out.set("offline_findings", offline);
+    out.line(if errors == 0 {
+        format!(
+            "offline-ready: yes, the loaders find everything they look for{}",
+            if warnings > 0 {
+                format!(" ({warnings} warning(s): what depends on the caller)")
+            } else {
+                String::new()
+            }
+        )
+    } else {
+        format!(
+            "offline-ready: no, {errors} error(s): what the loaders look for is not there or does not load{}",
+            if warnings > 0 {
+                format!(", and {warnings} warning(s)")
+            } else {
+                String::new()
+            }
+        )
+    });
 }
 
 /// What the receipt comparison of `check DIR` found.

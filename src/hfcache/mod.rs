@@ -37,6 +37,8 @@
 //! - [`etag`]: hashing content the way a blob's name says.
 //! - [`snapshot`]: resolving a revision and reading one snapshot for packing.
 //! - [`check`]: checking a whole cache at rest.
+//! - [`offline`]: offline readiness (`--offline-ready`): what the loaders will look for that is
+//!   not there, in a directory or a snapshot, other repositories resolved offline in the cache.
 //!
 //! Writing into a cache is [`crate::unpack::hf`]'s, which uses these rules.
 
@@ -45,6 +47,7 @@ pub mod etag;
 pub mod layout;
 pub mod locate;
 pub mod names;
+pub mod offline;
 pub mod snapshot;
 
 pub use check::{

@@ -113,6 +113,38 @@ pub const AUTO_MAP_REMOTE_CODE: &str = "auto-map-remote-code";
 /// Error: `auto_map` names a module file of this repository that is not there.
 pub const AUTO_MAP_MODULE_MISSING: &str = "auto-map-module-missing";
 
+// Offline readiness (`--offline-ready`, `inspect::offline`): what the loaders look for.
+
+/// Error: a file a loader reads is not there (config.json beside weights, weights beside a
+/// config naming an architecture, a PEFT adapter's weights) or cannot be read as JSON.
+pub const OFFLINE_FILE_MISSING: &str = "offline-file-missing";
+/// Error: the tokenizer's class has none of the files it is built from.
+pub const OFFLINE_TOKENIZER_FILES_MISSING: &str = "offline-tokenizer-files-missing";
+/// Warning: no `tokenizer.json`, only a SentencePiece model the loader converts with packages
+/// the target may not have.
+pub const OFFLINE_TOKENIZER_NEEDS_CONVERSION: &str = "offline-tokenizer-needs-conversion";
+/// Warning: a text-generating model with no chat template, which a chatting caller needs.
+pub const OFFLINE_CHAT_TEMPLATE_MISSING: &str = "offline-chat-template-missing";
+/// Error: `auto_map` code imports a module of its repository that is not there.
+pub const OFFLINE_REMOTE_CODE_IMPORT_MISSING: &str = "offline-remote-code-import-missing";
+/// Warning: another repository is needed (a PEFT base model), and the cache it will load
+/// from is not known here.
+pub const OFFLINE_REPO_NEEDED: &str = "offline-repo-needed";
+/// Warning: the loader reaches for the network whatever the cache holds unless HF_HUB_OFFLINE
+/// is set (peft's `load_peft_weights` by repository id).
+pub const OFFLINE_NEEDS_HUB_OFFLINE: &str = "offline-needs-hub-offline";
+/// Error: another repository is needed and the cache does not hold it at a revision that
+/// resolves offline.
+pub const OFFLINE_REPO_MISSING: &str = "offline-repo-missing";
+/// Error: the repository's own revision does not resolve offline in the cache.
+pub const OFFLINE_REVISION_UNRESOLVED: &str = "offline-revision-unresolved";
+/// Error: a sentence-transformers module of `modules.json` lacks what it loads.
+pub const OFFLINE_ST_MODULE_MISSING: &str = "offline-st-module-missing";
+/// Error: a diffusers component of `model_index.json` lacks its subfolder, config or weights.
+pub const OFFLINE_DIFFUSERS_COMPONENT_MISSING: &str = "offline-diffusers-component-missing";
+/// Error: a GGUF split of `NAME-0000N-of-0000M.gguf` is missing.
+pub const OFFLINE_GGUF_SPLIT_MISSING: &str = "offline-gguf-split-missing";
+
 // Values (the value scan, `inspect::values`): read while the bytes pass for another reason.
 
 /// Error: NaN values in a float tensor, or NaN scales in a quantized one.
@@ -134,6 +166,10 @@ pub const WARNINGS: &[&str] = &[
     TORCH_UNRECOGNIZED_FORMAT,
     TORCH_ZIP_NOT_ZIP64,
     AUTO_MAP_REMOTE_CODE,
+    OFFLINE_TOKENIZER_NEEDS_CONVERSION,
+    OFFLINE_CHAT_TEMPLATE_MISSING,
+    OFFLINE_REPO_NEEDED,
+    OFFLINE_NEEDS_HUB_OFFLINE,
     TENSOR_ALL_ZERO,
     TENSOR_CONSTANT,
 ];

@@ -624,14 +624,14 @@ fn check_opened(
 }
 
 /// `rel` names something inside the tree: relative, no `..`, no root or prefix.
-fn is_plain_relative(rel: &str) -> bool {
+pub(crate) fn is_plain_relative(rel: &str) -> bool {
     !rel.is_empty()
         && Path::new(rel)
             .components()
             .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
 }
 
-fn relative_name(root: &Path, path: &Path) -> String {
+pub(crate) fn relative_name(root: &Path, path: &Path) -> String {
     let rel = path.strip_prefix(root).unwrap_or(path);
     let parts: Vec<String> = rel
         .components()

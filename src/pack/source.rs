@@ -142,6 +142,36 @@ impl Model {
     /// listing names that the snapshot lacks. Also returns the files too deep for the
     /// path-based checks (packed all the same: the packer reads through directory handles).
     pub fn check(&self) -> Result<(Vec<Finding>, Vec<String>)> {
+        let (mut findings, unchecked) = self.format_checks()?;
+        // Offline readiness (`check --offline-ready`): what the loaders will look for that is not
+        // there, found here where fixing it is cheap. The target's cache is not known, so a
+        // repository the model needs is a warning.
+        let offline = match &self.hf {
+            None => hfcache::offline::check(&self.root, "", hfcache::offline::Deps::Elsewhere)
+                .map_err(|e| Error::io(&self.root, e))?,
+            Some(hf) => {
+                let snap = &hf.snapshot;
+                let root = snap.repo_folder.parent().unwrap_or(&snap.repo_folder);
+                let folder = snap
+                    .repo_folder
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .unwrap_or("");
+                hfcache::offline::check(
+                    root,
+                    &format!("{folder}/snapshots/{}", snap.commit),
+                    hfcache::offline::Deps::Elsewhere,
+                )
+                .map_err(|e| Error::io(root, e))?
+            }
+        };
+        findings.extend(offline);
+        findings.sort_by(|a, b| (&a.path, a.code).cmp(&(&b.path, b.code)));
+        Ok((findings, unchecked))
+    }
+
+    /// The format checks of [`Model::check`].
+    fn format_checks(&self) -> Result<(Vec<Finding>, Vec<String>)> {
         let Some(hf) = &self.hf else {
             return match &self.checked {
                 Some(Ok(checked)) => Ok(checked.clone()),

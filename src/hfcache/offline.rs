@@ -1,0 +1,1619 @@
+//! `--offline-ready`: everything the common loaders look for that is not there.
+//!
+//! A model can pass every format check and still fail to load on the far side of the air gap,
+//! because a loader looks for a file the model never had, or for another repository. Each rule
+//! here follows what the loader's own code reads (transformers 5, peft, sentence-transformers,
+//! diffusers, llama.cpp's split naming; see docs/CLI.md, "Offline readiness"):
+//!
+//! - transformers `from_pretrained`: `config.json` beside the weights and weights beside a
+//!   config that names an architecture; the tokenizer's files for its class
+//!   (`tokenization_utils_base.py`: `tokenizer.json`, else the class's `vocab_files_names`,
+//!   converted); a chat template for a generating model (`chat_template.jinja`,
+//!   `chat_template.json`, `additional_chat_templates/`, or `chat_template` in
+//!   `tokenizer_config.json`); the `auto_map` modules and, recursively, every module they import
+//!   relatively (`dynamic_module_utils.get_relative_imports`: `import .x` and
+//!   `from .x import`, each fetched as `x.py` from the same repository).
+//! - peft: `adapter_config.json`'s `base_model_name_or_path` at its `revision`, and the adapter's
+//!   weights.
+//! - sentence-transformers: each module of `modules.json` and the files its `load` reads
+//!   (`Pooling`: `PATH/config.json`; `Dense`: its config and weights; `Normalize`: nothing).
+//! - diffusers: each component of `model_index.json` (`[library, class]`) and its subfolder's
+//!   config (`scheduler_config.json` for a scheduler, `config.json` and weights for a model,
+//!   tokenizer files for a tokenizer, `preprocessor_config.json` for a feature extractor or
+//!   image processor).
+//! - GGUF: every split `NAME-0000N-of-0000M.gguf` from 1 to M (llama.cpp's `llama_split_path`).
+//!
+//! Another repository the model needs counts as there when the cache it will load from holds it
+//! at a revision that resolves offline (`refs/<revision>` naming a commit whose snapshot
+//! exists, as huggingface_hub resolves it with no network). Where that cache is known
+//! ([`Deps::Cache`]: `check --hf-cache C --hf-repo R --offline-ready`) a repository it lacks is
+//! an error; otherwise ([`Deps::Elsewhere`]: a directory, or `pack`) the need is a warning that
+//! names the repository to carry too.
+//!
+//! Errors are what certainly fails the loader; warnings what depends on the caller (which
+//! loader it uses, what it passes, what is installed where it runs). Reads are bounded, no link
+//! is followed out of the tree, and every name a file supplies is escaped before it is quoted.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::names::{self as hfnames};
+use super::snapshot::{RefState, read_ref};
+use crate::display::escape_bounded;
+use crate::inspect::{Finding, Resolved, Tree, codes};
+
+/// JSON configs and Python modules are kilobytes; a larger one is not read.
+const MAX_READ: u64 = 4 * 1024 * 1024;
+/// How many relatively imported modules are followed before stopping (a repository with more
+/// is not a model).
+const MAX_MODULES: usize = 256;
+/// How long a name quoted in a message may be.
+const QUOTE: usize = 200;
+
+/// Where the repositories a model needs (a PEFT adapter's base, `auto_map` code from another
+/// repository) are looked for.
+#[derive(Clone, Copy, Debug)]
+pub enum Deps<'a> {
+    /// The Hugging Face cache the model loads from: a repository it lacks is an error.
+    Cache(&'a Path),
+    /// Not known here (a directory, or a pack whose target cache is on the other side): each
+    /// repository needed is a warning naming it.
+    Elsewhere,
+}
+
+/// The offline-readiness findings of the model at `base` (relative to `root`, `/`-separated;
+/// empty for `root` itself). Findings name files relative to `base`.
+///
+/// # Errors
+///
+/// An I/O error other than a missing file or a broken link.
+pub fn check(root: &Path, base: &str, deps: Deps<'_>) -> io::Result<Vec<Finding>> {
+    let model = Model {
+        tree: Tree::new(root)?,
+        root: root.to_path_buf(),
+        base: base.trim_matches('/').to_string(),
+        deps,
+    };
+    let mut findings = Vec::new();
+    model.check(&mut findings)?;
+    findings.sort_by(|a, b| (&a.path, a.code, &a.problem).cmp(&(&b.path, b.code, &b.problem)));
+    findings.dedup_by(|a, b| a.path == b.path && a.code == b.code && a.problem == b.problem);
+    Ok(findings)
+}
+
+/// `check --hf-cache C --hf-repo R --offline-ready`: the repository's `main` (or `revision`)
+/// as the loaders resolve it offline, then [`check`] of its snapshot with the cache as the
+/// place of every other repository. Findings name files relative to the snapshot; a revision
+/// that does not resolve is one error on `refs/<revision>`.
+///
+/// # Errors
+///
+/// As [`check`].
+pub fn check_cached(
+    cache: &Path,
+    repo_type: &str,
+    repo_id: &str,
+    revision: &str,
+) -> io::Result<Vec<Finding>> {
+    let folder = hfnames::repo_folder_name(repo_type, repo_id);
+    match resolve_offline(cache, &folder, revision) {
+        Ok(commit) => check(
+            cache,
+            &format!("{folder}/snapshots/{commit}"),
+            Deps::Cache(cache),
+        ),
+        Err(why) => Ok(vec![Finding::error(
+            codes::OFFLINE_REVISION_UNRESOLVED,
+            &format!("refs/{}", escape_bounded(revision, QUOTE)),
+            format!(
+                "does not lead to a snapshot of {} offline: {why}, so from_pretrained(\"{}\") \
+                 (revision {}) fails without network",
+                quote(&format!("{repo_id}@{revision}")),
+                escape_bounded(repo_id, QUOTE),
+                quote(revision)
+            ),
+            "unpack the bundle into this cache again (or download the repository at that \
+             revision), then check again",
+        )]),
+    }
+}
+
+/// The commit `revision` resolves to in `CACHE/folder` with no network, as huggingface_hub
+/// does it offline: a 40-hex commit as it is, else `refs/<revision>` read unstripped; either
+/// way its `snapshots/<commit>/` must exist. The reason in words otherwise.
+fn resolve_offline(cache: &Path, folder: &str, revision: &str) -> Result<String, String> {
+    let repo = cache.join(folder);
+    let commit = if hfnames::is_commit(revision) {
+        revision.to_string()
+    } else {
+        if hfnames::validate_revision(revision).is_err() {
+            return Err(format!(
+                "the revision `{}` cannot name a ref file",
+                escape_bounded(revision, QUOTE)
+            ));
+        }
+        match read_ref(&repo.join("refs").join(revision)) {
+            Ok(RefState::Commit(c)) => c,
+            Ok(RefState::Missing) => {
+                return Err(if repo.is_dir() {
+                    format!(
+                        "the cache has {folder} but no refs/{}",
+                        escape_bounded(revision, QUOTE)
+                    )
+                } else {
+                    format!("the cache has no {folder}")
+                });
+            }
+            Ok(RefState::Bad(why)) => {
+                return Err(format!("refs/{} {why}", escape_bounded(revision, QUOTE)));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    };
+    let snapshot = repo.join("snapshots").join(&commit);
+    match std::fs::symlink_metadata(&snapshot) {
+        Ok(m) if m.is_dir() => Ok(commit),
+        _ => Err(format!("{folder} has no snapshots/{commit}/")),
+    }
+}
+
+struct Model<'a> {
+    tree: Tree,
+    root: PathBuf,
+    base: String,
+    deps: Deps<'a>,
+}
+
+/// A file of the model, by where it leads.
+enum Found {
+    File(PathBuf),
+    Absent,
+}
+
+/// The weight files transformers' `from_pretrained` looks for, in its order.
+const TRANSFORMERS_WEIGHTS: &[&str] = &[
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+];
+
+/// The weight files a diffusers model component loads.
+const DIFFUSERS_WEIGHTS: &[&str] = &[
+    "diffusion_pytorch_model.safetensors",
+    "diffusion_pytorch_model.safetensors.index.json",
+    "diffusion_pytorch_model.bin",
+    "diffusion_pytorch_model.bin.index.json",
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+];
+
+/// The files a tokenizer can be built from without `tokenizer.json`, by kind.
+const SENTENCEPIECE_FILES: &[&str] =
+    &["tokenizer.model", "spiece.model", "sentencepiece.bpe.model"];
+
+/// What a tokenizer class needs besides `tokenizer.json`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum TokenizerKind {
+    /// Only `tokenizer.json` (`PreTrainedTokenizerFast`, `TokenizersBackend`, GPT-NeoX, ...).
+    JsonOnly,
+    /// Byte-level BPE: `vocab.json` and `merges.txt`.
+    Bpe,
+    /// WordPiece: `vocab.txt`.
+    WordPiece,
+    /// SentencePiece: a `.model` file, converted with the `sentencepiece` package.
+    SentencePiece,
+    /// A class this table does not know: any of the above.
+    Unknown,
+}
+
+/// The tokenizer classes of the common families, by what they are built from.
+fn tokenizer_kind(class: &str) -> TokenizerKind {
+    let class = class.strip_suffix("Fast").unwrap_or(class);
+    match class {
+        "PreTrainedTokenizer"
+        | "PreTrainedTokenizerBase"
+        | "PreTrainedTokenizerFast"
+        | "TokenizersBackend"
+        | "GPTNeoXTokenizer"
+        | "BloomTokenizer"
+        | "FalconTokenizer" => TokenizerKind::JsonOnly,
+        "GPT2Tokenizer"
+        | "Qwen2Tokenizer"
+        | "RobertaTokenizer"
+        | "BartTokenizer"
+        | "CLIPTokenizer"
+        | "CodeGenTokenizer"
+        | "LongformerTokenizer"
+        | "BlenderbotTokenizer"
+        | "MvpTokenizer"
+        | "LEDTokenizer"
+        | "WhisperTokenizer"
+        | "OpenAIGPTTokenizer" => TokenizerKind::Bpe,
+        "BertTokenizer"
+        | "DistilBertTokenizer"
+        | "ElectraTokenizer"
+        | "MPNetTokenizer"
+        | "SqueezeBertTokenizer"
+        | "FunnelTokenizer"
+        | "LxmertTokenizer"
+        | "MobileBertTokenizer"
+        | "RetriBertTokenizer"
+        | "LayoutLMTokenizer" => TokenizerKind::WordPiece,
+        "LlamaTokenizer"
+        | "CodeLlamaTokenizer"
+        | "T5Tokenizer"
+        | "GemmaTokenizer"
+        | "XLMRobertaTokenizer"
+        | "AlbertTokenizer"
+        | "CamembertTokenizer"
+        | "MT5Tokenizer"
+        | "MBartTokenizer"
+        | "MBart50Tokenizer"
+        | "PegasusTokenizer"
+        | "BigBirdTokenizer"
+        | "XLNetTokenizer"
+        | "BarthezTokenizer"
+        | "ReformerTokenizer"
+        | "NllbTokenizer"
+        | "UdopTokenizer"
+        | "SeamlessM4TTokenizer"
+        | "SiglipTokenizer" => TokenizerKind::SentencePiece,
+        _ => TokenizerKind::Unknown,
+    }
+}
+
+/// Whether a model of these `architectures` generates text (so a chat caller needs a template).
+fn generates_text(config: &Value) -> bool {
+    config
+        .get("architectures")
+        .and_then(Value::as_array)
+        .is_some_and(|a| {
+            a.iter().filter_map(Value::as_str).any(|arch| {
+                arch.ends_with("ForCausalLM")
+                    || arch.ends_with("LMHeadModel")
+                    || arch.ends_with("ForConditionalGeneration")
+            })
+        })
+}
+
+/// `dir/name` with `dir` possibly empty.
+fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_string()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+fn quote(text: &str) -> String {
+    format!("`{}`", escape_bounded(text, QUOTE))
+}
+
+/// The last component of a dotted Python path (`sentence_transformers.models.Pooling`).
+fn last_segment(class_ref: &str) -> &str {
+    class_ref.rsplit('.').next().unwrap_or(class_ref)
+}
+
+/// A relative path inside the model: no root, no `..`, no empty component.
+fn inside(rel: &str) -> bool {
+    rel.is_empty() || crate::inspect::is_plain_relative(rel)
+}
+
+impl Model<'_> {
+    /// The path of `rel` (relative to the model) in the tree.
+    fn full(&self, rel: &str) -> String {
+        join(&self.base, rel)
+    }
+
+    fn find(&self, rel: &str) -> io::Result<Found> {
+        if !inside(rel) || rel.is_empty() {
+            return Ok(Found::Absent);
+        }
+        Ok(match self.tree.resolve(&self.full(rel))? {
+            Resolved::File { target, .. } => Found::File(target),
+            // A dangling or escaping link is reported by the format checks; for a loader it
+            // is not there (offline) or not in the bundle.
+            _ => Found::Absent,
+        })
+    }
+
+    fn exists(&self, rel: &str) -> io::Result<bool> {
+        Ok(matches!(self.find(rel)?, Found::File(_)))
+    }
+
+    fn any_exists(&self, dir: &str, names: &[&str]) -> io::Result<Option<String>> {
+        for name in names {
+            let rel = join(dir, name);
+            if self.exists(&rel)? {
+                return Ok(Some(rel));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether `rel` is a directory of the tree (not through a link that leaves it).
+    fn is_dir(&self, rel: &str) -> io::Result<bool> {
+        if !inside(rel) {
+            return Ok(false);
+        }
+        if rel.is_empty() {
+            return Ok(true);
+        }
+        Ok(
+            matches!(self.tree.resolve(&self.full(rel))?, Resolved::NotAFile)
+                && self.root.join(self.full(rel)).is_dir(),
+        )
+    }
+
+    /// The bytes of `rel` (at most [`MAX_READ`]), `None` when it is not there or larger.
+    fn read(&self, rel: &str) -> io::Result<Option<Vec<u8>>> {
+        let Found::File(target) = self.find(rel)? else {
+            return Ok(None);
+        };
+        match crate::fsio::read_capped(&target, MAX_READ, crate::fsio::Follow::Never) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) => {
+                let e = io::Error::from(e);
+                if e.kind() == io::ErrorKind::FileTooLarge {
+                    Ok(None)
+                } else {
+                    Err(crate::inspect::with_path(&target, e))
+                }
+            }
+        }
+    }
+
+    /// `rel` parsed as JSON: `None` when absent; a finding (and `None`) when it is not JSON.
+    fn json(&self, rel: &str, loader: &str, out: &mut Vec<Finding>) -> io::Result<Option<Value>> {
+        let Some(bytes) = self.read(rel)? else {
+            return Ok(None);
+        };
+        match serde_json::from_slice(&bytes) {
+            Ok(v) => Ok(Some(v)),
+            Err(e) => {
+                // config.json and tokenizer_config.json have their own format check.
+                let name = rel.rsplit('/').next().unwrap_or(rel);
+                if name != "config.json" && name != "tokenizer_config.json" {
+                    out.push(Finding::error(
+                        codes::OFFLINE_FILE_MISSING,
+                        rel,
+                        format!("is not valid JSON ({e}), so {loader} cannot read it"),
+                        format!("download {} again, then pack again", quote(name)),
+                    ));
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Names of the entries of the directory `rel` (not following a link out of the tree).
+    fn list(&self, rel: &str) -> io::Result<Vec<String>> {
+        if !self.is_dir(rel)? {
+            return Ok(Vec::new());
+        }
+        let dir = self.root.join(self.full(rel));
+        let mut names = Vec::new();
+        let entries = match crate::fsio::list_dir(&dir, crate::fsio::Follow::Final) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(crate::inspect::with_path(&dir, e)),
+        };
+        for (name, _) in entries {
+            if let Some(name) = name.to_str() {
+                names.push(name.to_string());
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn check(&self, out: &mut Vec<Finding>) -> io::Result<()> {
+        let model_index = self.json("model_index.json", "diffusers", out)?;
+        let modules = self.json("modules.json", "sentence-transformers", out)?;
+        let adapter = self.json("adapter_config.json", "peft", out)?;
+        if let Some(index) = &model_index {
+            self.diffusers(index, out)?;
+        }
+        if let Some(modules) = &modules {
+            self.sentence_transformers(modules, out)?;
+        }
+        if let Some(adapter) = &adapter {
+            self.peft(adapter, out)?;
+        }
+        // The transformers model at the root: a diffusers pipeline has none there, a PEFT
+        // adapter brings only its own weights.
+        if model_index.is_none() && adapter.is_none() {
+            self.transformers("", out)?;
+        } else if adapter.is_some() {
+            // An adapter repository often carries the tokenizer the caller loads with it.
+            self.tokenizer("", None, false, out)?;
+        }
+        self.gguf_splits(out)?;
+        Ok(())
+    }
+
+    /// A transformers model in `dir`: config and weights, tokenizer, chat template, remote code.
+    fn transformers(&self, dir: &str, out: &mut Vec<Finding>) -> io::Result<()> {
+        let config_rel = join(dir, "config.json");
+        let config = self.json(&config_rel, "transformers", out)?;
+        let weights = self.any_exists(dir, TRANSFORMERS_WEIGHTS)?;
+        match (&config, &weights) {
+            (None, Some(w)) if !self.exists(&config_rel)? => out.push(Finding::error(
+                codes::OFFLINE_FILE_MISSING,
+                w,
+                format!(
+                    "has no config.json beside it: transformers (AutoConfig, AutoModel*.from_pretrained) \
+                     needs {} to build the model",
+                    quote(&config_rel)
+                ),
+                "download config.json with the weights (it is in the repository), then pack again",
+            )),
+            (Some(c), None) if c.get("architectures").is_some() => out.push(Finding::error(
+                codes::OFFLINE_FILE_MISSING,
+                &config_rel,
+                format!(
+                    "names the architecture {} but no weights are beside it: transformers \
+                     (AutoModel*.from_pretrained) looks for {} and finds none",
+                    c.get("architectures")
+                        .and_then(Value::as_array)
+                        .and_then(|a| a.first())
+                        .and_then(Value::as_str)
+                        .map_or_else(|| "?".to_string(), quote),
+                    TRANSFORMERS_WEIGHTS
+                        .iter()
+                        .map(|w| quote(&join(dir, w)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                "download the weights too (model.safetensors, or every shard and its index), \
+                 then pack again",
+            )),
+            _ => {}
+        }
+        if let Some(config) = &config {
+            self.remote_code(&config_rel, config, out)?;
+        }
+        self.tokenizer(dir, config.as_ref(), true, out)?;
+        Ok(())
+    }
+
+    /// The tokenizer in `dir`: its class's files, its own remote code, and a chat template
+    /// where the model generates text.
+    /// `auto`: loaded with AutoTokenizer, which in transformers 5 reads `config.json` first
+    /// (`AutoConfig.from_pretrained`, then `PreTrainedConfig.from_pretrained`) even when
+    /// `tokenizer_config.json` names the class; a diffusers pipeline or a PEFT adapter's caller
+    /// loads the class itself.
+    fn tokenizer(
+        &self,
+        dir: &str,
+        config: Option<&Value>,
+        auto: bool,
+        out: &mut Vec<Finding>,
+    ) -> io::Result<()> {
+        let tc_rel = join(dir, "tokenizer_config.json");
+        let tc = self.json(&tc_rel, "transformers (AutoTokenizer)", out)?;
+        let json_rel = join(dir, "tokenizer.json");
+        let has_json = self.exists(&json_rel)?;
+        let Some(tc) = tc else {
+            // No tokenizer config: a tokenizer.json alone is read by PreTrainedTokenizerFast;
+            // nothing here says a tokenizer is expected at all.
+            return Ok(());
+        };
+        if let Some(Value::Object(m)) = tc.get("auto_map")
+            && m.contains_key("AutoTokenizer")
+        {
+            // Custom tokenizer code: the config check finds its module; its files are its own.
+            self.remote_code(&tc_rel, &tc, out)?;
+            return Ok(());
+        }
+        let config_rel = join(dir, "config.json");
+        if auto && !self.exists(&config_rel)? {
+            out.push(Finding::error(
+                codes::OFFLINE_FILE_MISSING,
+                &tc_rel,
+                format!(
+                    "has no {} beside it: transformers' AutoTokenizer.from_pretrained reads the \
+                     model's config first (AutoConfig) to choose the tokenizer, and fails without it",
+                    quote(&config_rel)
+                ),
+                "download config.json with the tokenizer (it is in the repository), then pack again",
+            ));
+        }
+        let class = tc
+            .get("tokenizer_class")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let kind = tokenizer_kind(class);
+        let shown_class = if class.is_empty() {
+            "the tokenizer".to_string()
+        } else {
+            quote(class)
+        };
+        if !has_json && kind != TokenizerKind::JsonOnly {
+            let spm = self.any_exists(dir, SENTENCEPIECE_FILES)?;
+            let bpe =
+                self.exists(&join(dir, "vocab.json"))? && self.exists(&join(dir, "merges.txt"))?;
+            let wordpiece = self.exists(&join(dir, "vocab.txt"))?;
+            let other = self.any_exists(dir, &["tekken.json", "tiktoken.model"])?;
+            let enough = match kind {
+                TokenizerKind::Bpe => bpe,
+                TokenizerKind::WordPiece => wordpiece,
+                TokenizerKind::SentencePiece => spm.is_some(),
+                _ => spm.is_some() || bpe || wordpiece || other.is_some(),
+            };
+            if !enough {
+                let wanted = match kind {
+                    TokenizerKind::Bpe => "vocab.json and merges.txt",
+                    TokenizerKind::WordPiece => "vocab.txt",
+                    TokenizerKind::SentencePiece => "tokenizer.model (SentencePiece)",
+                    _ => "tokenizer.model, vocab.json and merges.txt, or vocab.txt",
+                };
+                out.push(Finding::error(
+                    codes::OFFLINE_TOKENIZER_FILES_MISSING,
+                    &tc_rel,
+                    format!(
+                        "configures {shown_class}, but neither {} nor {wanted} is beside it: \
+                         transformers (AutoTokenizer.from_pretrained) has nothing to build it from",
+                        quote(&json_rel)
+                    ),
+                    "download tokenizer.json (or the tokenizer's vocabulary files) with the \
+                     model, then pack again",
+                ));
+            } else if let Some(spm) = spm.filter(|_| !bpe && !wordpiece && other.is_none()) {
+                out.push(Finding::warning(
+                    codes::OFFLINE_TOKENIZER_NEEDS_CONVERSION,
+                    &tc_rel,
+                    format!(
+                        "configures {shown_class} with no {}: transformers (AutoTokenizer) \
+                         converts {} and needs the sentencepiece and protobuf packages \
+                         installed where it loads",
+                        quote(&json_rel),
+                        quote(&spm)
+                    ),
+                    "carry tokenizer.json too (save the tokenizer once with \
+                     save_pretrained where sentencepiece is installed), or install \
+                     sentencepiece and protobuf on the target",
+                ));
+            }
+        } else if !has_json {
+            out.push(Finding::error(
+                codes::OFFLINE_TOKENIZER_FILES_MISSING,
+                &tc_rel,
+                format!(
+                    "configures {shown_class}, which is built from {} alone, and it is not \
+                     there: transformers (AutoTokenizer.from_pretrained) fails",
+                    quote(&json_rel)
+                ),
+                "download tokenizer.json with the model, then pack again",
+            ));
+        }
+        if config.is_some_and(generates_text) && !self.has_chat_template(dir, &tc)? {
+            out.push(Finding::warning(
+                codes::OFFLINE_CHAT_TEMPLATE_MISSING,
+                &tc_rel,
+                format!(
+                    "has no chat template (no chat_template in it, no {}, \
+                     chat_template.json or additional_chat_templates/ beside it): \
+                     transformers' apply_chat_template fails for a caller that chats with \
+                     this generating model",
+                    quote(&join(dir, "chat_template.jinja"))
+                ),
+                "carry the chat template of the model's instruct release \
+                 (chat_template.jinja), or have the caller pass chat_template=",
+            ));
+        }
+        Ok(())
+    }
+
+    fn has_chat_template(&self, dir: &str, tc: &Value) -> io::Result<bool> {
+        if tc.get("chat_template").is_some_and(|t| !t.is_null()) {
+            return Ok(true);
+        }
+        if self
+            .any_exists(dir, &["chat_template.jinja", "chat_template.json"])?
+            .is_some()
+        {
+            return Ok(true);
+        }
+        Ok(self
+            .list(&join(dir, "additional_chat_templates"))?
+            .iter()
+            .any(|n| n.ends_with(".jinja")))
+    }
+
+    /// The `auto_map` code of `config_rel`: each local module's relative imports (the module
+    /// itself is the format check's), and, in a known cache, each other repository's module.
+    fn remote_code(
+        &self,
+        config_rel: &str,
+        config: &Value,
+        out: &mut Vec<Finding>,
+    ) -> io::Result<()> {
+        let Some(Value::Object(auto_map)) = config.get("auto_map") else {
+            return Ok(());
+        };
+        let dir = config_rel.rsplit_once('/').map_or("", |(d, _)| d);
+        let mut local = BTreeSet::new();
+        let mut remote: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for value in auto_map.values() {
+            let references: Vec<&str> = match value {
+                Value::String(s) => vec![s.as_str()],
+                Value::Array(items) => items.iter().filter_map(Value::as_str).collect(),
+                _ => Vec::new(),
+            };
+            for reference in references {
+                if let Some((repo, rest)) = reference.split_once("--") {
+                    if let Some((module, _)) = rest.rsplit_once('.') {
+                        remote
+                            .entry(repo.to_string())
+                            .or_default()
+                            .insert(format!("{module}.py"));
+                    }
+                } else if let Some((module, _)) = reference.rsplit_once('.') {
+                    local.insert(join(dir, &format!("{module}.py")));
+                }
+            }
+        }
+        // Breadth-first over the relative imports, as get_relative_import_files does.
+        let mut seen: BTreeSet<String> = local.clone();
+        let mut queue: Vec<String> = local.into_iter().collect();
+        while let Some(module) = queue.pop() {
+            if seen.len() > MAX_MODULES {
+                break;
+            }
+            let Some(bytes) = self.read(&module)? else {
+                continue; // The format check reports a missing auto_map module.
+            };
+            let text = String::from_utf8_lossy(&bytes);
+            for imported in relative_imports(&text) {
+                let file = join(dir, &format!("{imported}.py"));
+                if !inside(&file) || !seen.insert(file.clone()) {
+                    continue;
+                }
+                if self.exists(&file)? {
+                    queue.push(file);
+                } else {
+                    out.push(Finding::error(
+                        codes::OFFLINE_REMOTE_CODE_IMPORT_MISSING,
+                        &module,
+                        format!(
+                            "imports {} from its own repository (`from .{} import ...`), but {} \
+                             is not there: transformers (trust_remote_code=True) fetches it and \
+                             fails offline",
+                            quote(&format!(".{imported}")),
+                            escape_bounded(&imported, QUOTE),
+                            quote(&file)
+                        ),
+                        format!(
+                            "download {} (every .py file of the repository) with the model, \
+                             then pack again",
+                            quote(&file)
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Deps::Cache(cache) = self.deps {
+            for (repo, modules) in remote {
+                for module in modules {
+                    self.need_repo(
+                        cache,
+                        config_rel,
+                        "transformers (auto_map, trust_remote_code=True)",
+                        &repo,
+                        "main",
+                        &module,
+                        out,
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// In a known cache: that `repo_id` resolves offline at `revision` and its snapshot has
+    /// `file`; an error finding on `rel` otherwise.
+    #[allow(clippy::too_many_arguments)]
+    fn need_repo(
+        &self,
+        cache: &Path,
+        rel: &str,
+        loader: &str,
+        repo_id: &str,
+        revision: &str,
+        file: &str,
+        out: &mut Vec<Finding>,
+    ) {
+        let shown = quote(repo_id);
+        if hfnames::validate_repo_id(repo_id).is_err() {
+            out.push(Finding::error(
+                codes::OFFLINE_REPO_MISSING,
+                rel,
+                format!("names {shown}, which is not a repository id {loader} can load"),
+                "fix the name, or have the caller load that part from a path",
+            ));
+            return;
+        }
+        let folder = hfnames::repo_folder_name("model", repo_id);
+        let problem = match resolve_offline(cache, &folder, revision) {
+            Ok(commit) => {
+                let at = format!("{folder}/snapshots/{commit}/{file}");
+                if crate::inspect::is_plain_relative(file)
+                    && matches!(
+                        Tree::new(cache).and_then(|t| t.resolve(&at)),
+                        Ok(Resolved::File { .. })
+                    )
+                {
+                    return;
+                }
+                format!(
+                    "needs {shown} (revision {}), whose cached snapshot {commit} has no {}",
+                    quote(revision),
+                    quote(file)
+                )
+            }
+            Err(why) => format!(
+                "needs {shown} at revision {} and the cache cannot give it offline ({why})",
+                quote(revision)
+            ),
+        };
+        out.push(Finding::error(
+            codes::OFFLINE_REPO_MISSING,
+            rel,
+            format!("{problem}: {loader} fails without network"),
+            format!(
+                "pack {shown} as well and unpack it into the same cache (airlock pack --hf-repo {})",
+                escape_bounded(repo_id, QUOTE)
+            ),
+        ));
+    }
+
+    /// A PEFT adapter: its weights, and its base model.
+    fn peft(&self, adapter: &Value, out: &mut Vec<Finding>) -> io::Result<()> {
+        let rel = "adapter_config.json";
+        if self
+            .any_exists("", &["adapter_model.safetensors", "adapter_model.bin"])?
+            .is_none()
+        {
+            out.push(Finding::error(
+                codes::OFFLINE_FILE_MISSING,
+                rel,
+                "has no `adapter_model.safetensors` (or `adapter_model.bin`) beside it: peft \
+                 (PeftModel.from_pretrained) has no adapter weights to load",
+                "download the adapter's weights with its config, then pack again",
+            ));
+        }
+        // peft's load_peft_weights, given a repository id, asks the hub whether the adapter's
+        // safetensors file exists (`file_exists`, no fallback to the cache) unless
+        // HF_HUB_OFFLINE is set: with no network the load fails however complete the cache is.
+        out.push(Finding::warning(
+            codes::OFFLINE_NEEDS_HUB_OFFLINE,
+            rel,
+            "is loaded by peft, whose `load_peft_weights` asks the hub whether the adapter's \
+             weights exist (huggingface_hub `file_exists`, which does not fall back to the cache) \
+             when it loads by repository id: with no network that fails unless HF_HUB_OFFLINE=1 \
+             is set where it loads",
+            "set HF_HUB_OFFLINE=1 in the environment that loads the adapter (or load it from \
+             its snapshot path)",
+        ));
+        let base = adapter
+            .get("base_model_name_or_path")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let revision = adapter
+            .get("revision")
+            .and_then(Value::as_str)
+            .filter(|r| !r.is_empty())
+            .unwrap_or(hfnames::DEFAULT_REVISION);
+        if base.is_empty() {
+            out.push(Finding::warning(
+                codes::OFFLINE_REPO_NEEDED,
+                rel,
+                "names no base_model_name_or_path: peft's AutoPeftModel cannot load the adapter \
+                 by itself, the caller must pass the base model",
+                "set base_model_name_or_path, or load with PeftModel.from_pretrained(base, ...)",
+            ));
+            return Ok(());
+        }
+        let shown = quote(base);
+        if base.starts_with('/') || base.starts_with('.') || base.starts_with('~') {
+            out.push(Finding::warning(
+                codes::OFFLINE_REPO_NEEDED,
+                rel,
+                format!(
+                    "names the base model by a path on the machine that trained it, {shown}: \
+                     peft's AutoPeftModel loads it from there, which exists on the target only \
+                     if the caller put it there"
+                ),
+                "set base_model_name_or_path to the base's repository id and carry that \
+                 repository too, or load with PeftModel.from_pretrained(base, ...)",
+            ));
+            return Ok(());
+        }
+        match self.deps {
+            Deps::Cache(cache) => self.need_repo(
+                cache,
+                rel,
+                "peft (AutoPeftModel*.from_pretrained)",
+                base,
+                revision,
+                "config.json",
+                out,
+            ),
+            Deps::Elsewhere => out.push(Finding::warning(
+                codes::OFFLINE_REPO_NEEDED,
+                rel,
+                format!(
+                    "needs its base model {shown} (revision {}): peft's AutoPeftModel loads it \
+                     from the cache, so the target's cache must hold it too",
+                    quote(revision)
+                ),
+                format!(
+                    "pack {shown} as well and unpack both into the same cache; \
+                     `airlock check --hf-cache C --hf-repo R --offline-ready` on the target \
+                     then says whether it is there"
+                ),
+            )),
+        }
+        Ok(())
+    }
+
+    /// sentence-transformers: each module of `modules.json` and what its `load` reads.
+    fn sentence_transformers(&self, modules: &Value, out: &mut Vec<Finding>) -> io::Result<()> {
+        let rel = "modules.json";
+        let Some(list) = modules.as_array() else {
+            out.push(Finding::error(
+                codes::OFFLINE_FILE_MISSING,
+                rel,
+                "is not a list of modules: sentence-transformers cannot read it",
+                "download modules.json again, then pack again",
+            ));
+            return Ok(());
+        };
+        for module in list {
+            let path = module.get("path").and_then(Value::as_str).unwrap_or("");
+            let class_ref = module.get("type").and_then(Value::as_str).unwrap_or("");
+            let class = last_segment(class_ref);
+            let path = path.trim_end_matches('/');
+            if !inside(path) {
+                out.push(Finding::error(
+                    codes::OFFLINE_ST_MODULE_MISSING,
+                    rel,
+                    format!(
+                        "lists the module {} at {}, a path outside the model, which \
+                         sentence-transformers refuses",
+                        quote(class_ref),
+                        quote(path)
+                    ),
+                    "fix modules.json (module paths are relative to the model)",
+                ));
+                continue;
+            }
+            let wanted: Vec<&str> = match class {
+                "Normalize" => Vec::new(),
+                "Transformer" if path.is_empty() => Vec::new(), // The root's model, checked below.
+                "Transformer" => vec!["config.json"],
+                "Pooling"
+                | "Dense"
+                | "LayerNorm"
+                | "WeightedLayerPooling"
+                | "CNN"
+                | "LSTM"
+                | "WordEmbeddings"
+                | "BoW"
+                | "StaticEmbedding" => vec!["config.json"],
+                // A module of its own code: what it reads is its own business.
+                _ => {
+                    continue;
+                }
+            };
+            for name in wanted {
+                let file = join(path, name);
+                if !self.exists(&file)? {
+                    out.push(Finding::error(
+                        codes::OFFLINE_ST_MODULE_MISSING,
+                        rel,
+                        format!(
+                            "lists the module {} in {}, but {} is not there: \
+                             sentence-transformers (SentenceTransformer(...)) cannot build it",
+                            quote(class_ref),
+                            quote(&format!("{path}/")),
+                            quote(&file)
+                        ),
+                        format!(
+                            "download the module's folder {} with the model, then pack again",
+                            quote(&format!("{path}/"))
+                        ),
+                    ));
+                }
+            }
+            if class == "Dense"
+                && self
+                    .any_exists(path, &["model.safetensors", "pytorch_model.bin"])?
+                    .is_none()
+            {
+                out.push(Finding::error(
+                    codes::OFFLINE_ST_MODULE_MISSING,
+                    rel,
+                    format!(
+                        "lists the Dense module in {}, which has no weights \
+                         (model.safetensors or pytorch_model.bin): sentence-transformers \
+                         cannot build it",
+                        quote(&format!("{path}/"))
+                    ),
+                    format!(
+                        "download the module's folder {} with the model, then pack again",
+                        quote(&format!("{path}/"))
+                    ),
+                ));
+            }
+            if class == "Transformer" && !path.is_empty() {
+                self.transformers(path, out)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// diffusers: each component of `model_index.json` and its subfolder.
+    fn diffusers(&self, index: &Value, out: &mut Vec<Finding>) -> io::Result<()> {
+        let rel = "model_index.json";
+        let Some(components) = index.as_object() else {
+            out.push(Finding::error(
+                codes::OFFLINE_FILE_MISSING,
+                rel,
+                "is not a JSON object: diffusers (DiffusionPipeline.from_pretrained) cannot read it",
+                "download model_index.json again, then pack again",
+            ));
+            return Ok(());
+        };
+        for (name, value) in components {
+            if name.starts_with('_') {
+                continue;
+            }
+            let Some([Value::String(library), Value::String(class)]) =
+                value.as_array().map(Vec::as_slice)
+            else {
+                continue; // [null, null]: an optional component left out on purpose.
+            };
+            if !inside(name) || name.contains('/') {
+                continue;
+            }
+            let component = format!(
+                "{} {}",
+                escape_bounded(library, QUOTE),
+                escape_bounded(class, QUOTE)
+            );
+            let (wanted, what): (Vec<&str>, &str) = if class.contains("Scheduler") {
+                (vec!["scheduler_config.json"], "its scheduler_config.json")
+            } else if class.contains("Tokenizer") {
+                (
+                    vec![
+                        "tokenizer.json",
+                        "vocab.json",
+                        "tokenizer.model",
+                        "spiece.model",
+                        "vocab.txt",
+                    ],
+                    "tokenizer files",
+                )
+            } else if class.contains("FeatureExtractor")
+                || class.contains("ImageProcessor")
+                || class.contains("Processor")
+            {
+                (
+                    vec!["preprocessor_config.json"],
+                    "its preprocessor_config.json",
+                )
+            } else {
+                (vec!["config.json"], "its config.json")
+            };
+            let missing_folder = !self.is_dir(name)?;
+            let missing = missing_folder || self.any_exists(name, &wanted)?.is_none();
+            if missing {
+                out.push(Finding::error(
+                    codes::OFFLINE_DIFFUSERS_COMPONENT_MISSING,
+                    rel,
+                    format!(
+                        "lists the component {} ({component}), but {}: diffusers \
+                         (DiffusionPipeline.from_pretrained) cannot load it",
+                        quote(name),
+                        if missing_folder {
+                            format!("the folder {} is not there", quote(&format!("{name}/")))
+                        } else {
+                            format!("{} has no {what}", quote(&format!("{name}/")))
+                        }
+                    ),
+                    format!(
+                        "download the {} folder with the pipeline, then pack again",
+                        quote(&format!("{name}/"))
+                    ),
+                ));
+                continue;
+            }
+            if !class.contains("Scheduler")
+                && !class.contains("Tokenizer")
+                && !class.contains("Processor")
+                && !class.contains("FeatureExtractor")
+                && self.any_exists(name, DIFFUSERS_WEIGHTS)?.is_none()
+            {
+                out.push(Finding::error(
+                    codes::OFFLINE_DIFFUSERS_COMPONENT_MISSING,
+                    rel,
+                    format!(
+                        "lists the component {} ({component}), but {} has no weights: diffusers \
+                         (DiffusionPipeline.from_pretrained) cannot load it",
+                        quote(name),
+                        quote(&format!("{name}/"))
+                    ),
+                    format!(
+                        "download the {} folder's weights with the pipeline, then pack again",
+                        quote(&format!("{name}/"))
+                    ),
+                ));
+            }
+            if class.contains("Tokenizer") {
+                self.tokenizer(name, None, false, out)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// GGUF splits (`NAME-0000N-of-0000M.gguf`, anywhere in the model): every one from 1 to M.
+    fn gguf_splits(&self, out: &mut Vec<Finding>) -> io::Result<()> {
+        let start = self.root.join(&self.base);
+        let mut groups: BTreeMap<(String, u32), (BTreeSet<u32>, String)> = BTreeMap::new();
+        let walk = walkdir::WalkDir::new(&start)
+            .follow_links(false)
+            .min_depth(1)
+            .max_depth(8)
+            .sort_by_file_name()
+            .into_iter()
+            .filter_entry(|e| e.file_name() != ".no_exist" && e.file_name() != ".airlock");
+        for entry in walk {
+            let Ok(entry) = entry else { continue };
+            if entry.file_type().is_dir() {
+                continue;
+            }
+            let rel = crate::inspect::relative_name(&start, entry.path());
+            let Some((prefix, n, m)) = split_name(&rel) else {
+                continue;
+            };
+            if !self.exists(&rel)? {
+                continue;
+            }
+            let group = groups
+                .entry((prefix, m))
+                .or_insert_with(|| (BTreeSet::new(), rel.clone()));
+            group.0.insert(n);
+            if n < split_name(&group.1).map_or(u32::MAX, |s| s.1) {
+                group.1 = rel;
+            }
+        }
+        for ((prefix, m), (have, first)) in groups {
+            let absent: Vec<String> = (1..=m)
+                .filter(|n| !have.contains(n))
+                .take(8)
+                .map(|n| quote(&format!("{prefix}-{n:05}-of-{m:05}.gguf")))
+                .collect();
+            let missing = (1..=m).filter(|n| !have.contains(n)).count();
+            if missing == 0 {
+                continue;
+            }
+            out.push(Finding::error(
+                codes::OFFLINE_GGUF_SPLIT_MISSING,
+                &first,
+                format!(
+                    "is one of {m} GGUF splits, and {missing} of them {} not there: {}{}: \
+                     llama.cpp loads every split of {} and fails",
+                    if missing == 1 { "is" } else { "are" },
+                    absent.join(", "),
+                    if missing > absent.len() { ", ..." } else { "" },
+                    quote(&format!("{prefix}-*-of-{m:05}.gguf"))
+                ),
+                "download every split, then pack again",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `(prefix, N, M)` of a llama.cpp split name `PREFIX-0000N-of-0000M.gguf`.
+fn split_name(rel: &str) -> Option<(String, u32, u32)> {
+    let stem = rel.strip_suffix(".gguf")?;
+    let (head, m) = stem.rsplit_once("-of-")?;
+    let (prefix, n) = head.rsplit_once('-')?;
+    if n.len() != 5 || m.len() != 5 || !n.bytes().chain(m.bytes()).all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (n, m): (u32, u32) = (n.parse().ok()?, m.parse().ok()?);
+    (n >= 1 && n <= m && m <= 99_999).then(|| (prefix.to_string(), n, m))
+}
+
+/// The modules a Python file imports relatively, as transformers'
+/// `dynamic_module_utils.get_relative_imports` finds them: `import .x` alone on its line, and
+/// `from .x import ...`. Only names of identifier characters and dots are kept (the loader
+/// fetches `x.py` literally).
+fn relative_imports(text: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for line in text.lines() {
+        let line = line.trim_start();
+        let name = if let Some(rest) = line.strip_prefix("import") {
+            let rest = rest.trim_start();
+            if rest.len() == line.len() - "import".len() {
+                continue; // `importx`: no whitespace after the keyword.
+            }
+            match rest.trim_end().strip_prefix('.') {
+                Some(n) if !n.contains(char::is_whitespace) => n,
+                _ => continue,
+            }
+        } else if let Some(rest) = line.strip_prefix("from") {
+            let trimmed = rest.trim_start();
+            if trimmed.len() == rest.len() {
+                continue;
+            }
+            let Some(after_dot) = trimmed.strip_prefix('.') else {
+                continue;
+            };
+            let Some((name, tail)) = after_dot.split_once(char::is_whitespace) else {
+                continue;
+            };
+            if !tail.trim_start().starts_with("import") || name.is_empty() {
+                continue;
+            }
+            name
+        } else {
+            continue;
+        };
+        if !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+            && !name.starts_with('.')
+        {
+            found.insert(name.to_string());
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inspect::testutil::tree;
+    use crate::inspect::{Severity, codes};
+
+    /// The findings, less peft's standing HF_HUB_OFFLINE warning (tested on its own).
+    fn run(files: &[(&str, &[u8])]) -> Vec<Finding> {
+        let dir = tree(files);
+        without_hub_offline(check(dir.path(), "", Deps::Elsewhere).unwrap())
+    }
+
+    fn without_hub_offline(f: Vec<Finding>) -> Vec<Finding> {
+        f.into_iter()
+            .filter(|f| f.code != codes::OFFLINE_NEEDS_HUB_OFFLINE)
+            .collect()
+    }
+
+    fn codes_paths(f: &[Finding]) -> Vec<(&str, &str, Severity)> {
+        f.iter()
+            .map(|f| (f.code, f.path.as_str(), f.severity))
+            .collect()
+    }
+
+    const LLAMA: &[u8] = br#"{"model_type":"llama","architectures":["LlamaForCausalLM"]}"#;
+
+    #[test]
+    fn relative_imports_as_transformers_reads_them() {
+        let text = "import os\nfrom .utils import x\n  from .sub.mod import (a,\nimport .helpers\nfrom . import y\nfrom ..up import z\nimportx\nfrom .a-b import c\n";
+        let got: Vec<String> = relative_imports(text).into_iter().collect();
+        assert_eq!(got, ["helpers", "sub.mod", "utils"]);
+    }
+
+    #[test]
+    fn split_names() {
+        assert_eq!(
+            split_name("m/q4-00002-of-00003.gguf"),
+            Some(("m/q4".into(), 2, 3))
+        );
+        assert_eq!(split_name("q4-2-of-3.gguf"), None);
+        assert_eq!(split_name("q4-00004-of-00003.gguf"), None);
+        assert_eq!(split_name("q4-00000-of-00003.gguf"), None);
+        assert_eq!(split_name("model.gguf"), None);
+    }
+
+    #[test]
+    fn a_complete_causal_lm_is_ready() {
+        let f = run(&[
+            ("config.json", LLAMA),
+            ("model.safetensors", b"x"),
+            (
+                "tokenizer_config.json",
+                br#"{"tokenizer_class":"LlamaTokenizer"}"#,
+            ),
+            ("tokenizer.json", b"{}"),
+            ("chat_template.jinja", b"{{ messages }}"),
+        ]);
+        assert!(f.is_empty(), "{f:#?}");
+    }
+
+    #[test]
+    fn tokenizer_files_by_class() {
+        let f = run(&[
+            ("config.json", LLAMA),
+            ("model.safetensors", b"x"),
+            (
+                "tokenizer_config.json",
+                br#"{"tokenizer_class":"GPT2Tokenizer","chat_template":"x"}"#,
+            ),
+            ("vocab.json", b"{}"),
+        ]);
+        assert_eq!(
+            codes_paths(&f),
+            [(
+                codes::OFFLINE_TOKENIZER_FILES_MISSING,
+                "tokenizer_config.json",
+                Severity::Error
+            )]
+        );
+        assert!(
+            f[0].problem.contains("vocab.json and merges.txt"),
+            "{}",
+            f[0].problem
+        );
+        let f = run(&[
+            ("config.json", br#"{"model_type":"gpt2"}"#),
+            (
+                "tokenizer_config.json",
+                br#"{"tokenizer_class":"GPT2Tokenizer"}"#,
+            ),
+            ("vocab.json", b"{}"),
+            ("merges.txt", b"#"),
+        ]);
+        assert!(f.is_empty(), "{f:#?}");
+        let f = run(&[
+            ("config.json", br#"{"model_type":"llama"}"#),
+            (
+                "tokenizer_config.json",
+                br#"{"tokenizer_class":"LlamaTokenizerFast"}"#,
+            ),
+            ("tokenizer.model", b"x"),
+        ]);
+        assert_eq!(
+            codes_paths(&f),
+            [(
+                codes::OFFLINE_TOKENIZER_NEEDS_CONVERSION,
+                "tokenizer_config.json",
+                Severity::Warning
+            )]
+        );
+        let f = run(&[
+            ("config.json", br#"{"model_type":"x"}"#),
+            (
+                "tokenizer_config.json",
+                br#"{"tokenizer_class":"PreTrainedTokenizerFast"}"#,
+            ),
+            ("vocab.txt", b"a"),
+        ]);
+        assert_eq!(
+            codes_paths(&f),
+            [(
+                codes::OFFLINE_TOKENIZER_FILES_MISSING,
+                "tokenizer_config.json",
+                Severity::Error
+            )]
+        );
+        // transformers 5's AutoTokenizer reads config.json first, whatever tokenizer_config says.
+        let f = run(&[
+            (
+                "tokenizer_config.json",
+                br#"{"tokenizer_class":"PreTrainedTokenizerFast"}"#,
+            ),
+            ("tokenizer.json", b"{}"),
+        ]);
+        assert_eq!(
+            codes_paths(&f),
+            [(
+                codes::OFFLINE_FILE_MISSING,
+                "tokenizer_config.json",
+                Severity::Error
+            )]
+        );
+        assert!(f[0].problem.contains("`config.json`"), "{}", f[0].problem);
+    }
+
+    #[test]
+    fn a_peft_adapter_loaded_by_id_needs_hf_hub_offline() {
+        let dir = tree(&[
+            (
+                "adapter_config.json",
+                br#"{"base_model_name_or_path":"org/base"}"#,
+            ),
+            ("adapter_model.safetensors", b"x"),
+        ]);
+        let f = check(dir.path(), "", Deps::Elsewhere).unwrap();
+        let hub: Vec<_> = f
+            .iter()
+            .filter(|f| f.code == codes::OFFLINE_NEEDS_HUB_OFFLINE)
+            .collect();
+        assert_eq!(hub.len(), 1, "{f:#?}");
+        assert_eq!(hub[0].severity, Severity::Warning);
+        assert!(
+            hub[0].problem.contains("`load_peft_weights`"),
+            "{}",
+            hub[0].problem
+        );
+    }
+
+    #[test]
+    fn chat_template_for_generating_models_only() {
+        let base: Vec<(&str, &[u8])> = vec![
+            ("model.safetensors", b"x"),
+            (
+                "tokenizer_config.json",
+                br#"{"tokenizer_class":"GPT2Tokenizer"}"#,
+            ),
+            ("tokenizer.json", b"{}"),
+        ];
+        let mut causal = base.clone();
+        causal.push(("config.json", LLAMA));
+        let f = run(&causal);
+        assert_eq!(
+            codes_paths(&f),
+            [(
+                codes::OFFLINE_CHAT_TEMPLATE_MISSING,
+                "tokenizer_config.json",
+                Severity::Warning
+            )]
+        );
+        for extra in ["additional_chat_templates/tool.jinja", "chat_template.json"] {
+            let mut with = causal.clone();
+            with.push((extra, b"x"));
+            assert!(run(&with).is_empty(), "{extra}");
+        }
+        let mut encoder = base.clone();
+        encoder.push(("config.json", br#"{"architectures":["BertModel"]}"#));
+        assert!(run(&encoder).is_empty());
+    }
+
+    #[test]
+    fn config_and_weights_go_together() {
+        let f = run(&[("model.safetensors", b"x")]);
+        assert_eq!(
+            codes_paths(&f),
+            [(
+                codes::OFFLINE_FILE_MISSING,
+                "model.safetensors",
+                Severity::Error
+            )]
+        );
+        let f = run(&[("config.json", LLAMA)]);
+        assert_eq!(
+            codes_paths(&f),
+            [(codes::OFFLINE_FILE_MISSING, "config.json", Severity::Error)]
+        );
+        // A config without an architecture (a tokenizer or code repository) needs no weights.
+        assert!(run(&[("config.json", br#"{"model_type":"x"}"#)]).is_empty());
+    }
+
+    #[test]
+    fn remote_code_relative_imports_are_followed() {
+        let config = br#"{"auto_map":{"AutoModel":"modeling_x.XModel"}}"#;
+        let f = run(&[
+            ("config.json", config),
+            ("modeling_x.py", b"from .helpers import h\nimport torch\n"),
+            ("helpers.py", b"from .deeper import d\n"),
+        ]);
+        assert_eq!(
+            codes_paths(&f),
+            [(
+                codes::OFFLINE_REMOTE_CODE_IMPORT_MISSING,
+                "helpers.py",
+                Severity::Error
+            )]
+        );
+        assert!(f[0].problem.contains("`deeper.py`"), "{}", f[0].problem);
+        let f = run(&[
+            ("config.json", config),
+            ("modeling_x.py", b"from .helpers import h\n"),
+            ("helpers.py", b"from .modeling_x import XModel\n"),
+        ]);
+        assert!(f.is_empty(), "{f:#?}");
+    }
+
+    #[test]
+    fn peft_base_is_a_warning_unless_the_cache_is_known() {
+        let adapter = br#"{"base_model_name_or_path":"org/base","peft_type":"LORA"}"#;
+        let f = run(&[
+            ("adapter_config.json", adapter),
+            ("adapter_model.safetensors", b"x"),
+        ]);
+        assert_eq!(
+            codes_paths(&f),
+            [(
+                codes::OFFLINE_REPO_NEEDED,
+                "adapter_config.json",
+                Severity::Warning
+            )]
+        );
+        assert!(f[0].problem.contains("`org/base`"), "{}", f[0].problem);
+
+        // In a cache: absent, then present at main.
+        let commit = "a".repeat(40);
+        let snap = format!("models--org--lora/snapshots/{commit}");
+        let files = [
+            (format!("{snap}/adapter_config.json"), adapter.to_vec()),
+            (format!("{snap}/adapter_model.safetensors"), b"x".to_vec()),
+            (
+                "models--org--lora/refs/main".to_string(),
+                commit.clone().into_bytes(),
+            ),
+        ];
+        let refs: Vec<(&str, &[u8])> = files
+            .iter()
+            .map(|(p, b)| (p.as_str(), b.as_slice()))
+            .collect();
+        let dir = tree(&refs);
+        let f = without_hub_offline(check_cached(dir.path(), "model", "org/lora", "main").unwrap());
+        assert_eq!(
+            codes_paths(&f),
+            [(
+                codes::OFFLINE_REPO_MISSING,
+                "adapter_config.json",
+                Severity::Error
+            )]
+        );
+        assert!(
+            f[0].problem.contains("the cache has no models--org--base"),
+            "{}",
+            f[0].problem
+        );
+        let base = "b".repeat(40);
+        std::fs::create_dir_all(
+            dir.path()
+                .join(format!("models--org--base/snapshots/{base}")),
+        )
+        .unwrap();
+        std::fs::create_dir_all(dir.path().join("models--org--base/refs")).unwrap();
+        std::fs::write(dir.path().join("models--org--base/refs/main"), &base).unwrap();
+        let f = without_hub_offline(check_cached(dir.path(), "model", "org/lora", "main").unwrap());
+        assert!(
+            f[0].problem.contains("has no `config.json`"),
+            "{}",
+            f[0].problem
+        );
+        std::fs::write(
+            dir.path()
+                .join(format!("models--org--base/snapshots/{base}/config.json")),
+            b"{}",
+        )
+        .unwrap();
+        assert!(
+            without_hub_offline(check_cached(dir.path(), "model", "org/lora", "main").unwrap())
+                .is_empty()
+        );
+        // A ref with a newline does not resolve offline.
+        std::fs::write(
+            dir.path().join("models--org--base/refs/main"),
+            format!("{base}\n"),
+        )
+        .unwrap();
+        let f = without_hub_offline(check_cached(dir.path(), "model", "org/lora", "main").unwrap());
+        assert_eq!(f[0].code, codes::OFFLINE_REPO_MISSING);
+        // The repository's own revision.
+        let f = without_hub_offline(check_cached(dir.path(), "model", "org/lora", "v2").unwrap());
+        assert_eq!(
+            codes_paths(&f),
+            [(
+                codes::OFFLINE_REVISION_UNRESOLVED,
+                "refs/v2",
+                Severity::Error
+            )]
+        );
+    }
+
+    #[test]
+    fn sentence_transformers_modules() {
+        let modules = br#"[{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},
+            {"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
+            {"idx":2,"name":"2","path":"2_Normalize","type":"sentence_transformers.models.Normalize"}]"#;
+        let base: Vec<(&str, &[u8])> = vec![
+            ("modules.json", modules),
+            ("config.json", br#"{"architectures":["BertModel"]}"#),
+            ("model.safetensors", b"x"),
+        ];
+        let f = run(&base);
+        assert_eq!(
+            codes_paths(&f),
+            [(
+                codes::OFFLINE_ST_MODULE_MISSING,
+                "modules.json",
+                Severity::Error
+            )]
+        );
+        assert!(
+            f[0].problem.contains("`1_Pooling/config.json`"),
+            "{}",
+            f[0].problem
+        );
+        let mut with = base.clone();
+        with.push(("1_Pooling/config.json", b"{}"));
+        assert!(run(&with).is_empty());
+        let bad = br#"[{"path":"../x","type":"sentence_transformers.models.Pooling"}]"#;
+        assert_eq!(
+            run(&[("modules.json", bad)])[0].code,
+            codes::OFFLINE_ST_MODULE_MISSING
+        );
+    }
+
+    #[test]
+    fn diffusers_components() {
+        let index = br#"{"_class_name":"DDPMPipeline","unet":["diffusers","UNet2DModel"],
+            "scheduler":["diffusers","DDPMScheduler"],"safety_checker":[null,null]}"#;
+        let f = run(&[
+            ("model_index.json", index),
+            ("unet/config.json", b"{}"),
+            ("unet/diffusion_pytorch_model.safetensors", b"x"),
+        ]);
+        assert_eq!(
+            codes_paths(&f),
+            [(
+                codes::OFFLINE_DIFFUSERS_COMPONENT_MISSING,
+                "model_index.json",
+                Severity::Error
+            )]
+        );
+        assert!(f[0].problem.contains("`scheduler/`"), "{}", f[0].problem);
+        let f = run(&[
+            ("model_index.json", index),
+            ("unet/config.json", b"{}"),
+            ("scheduler/scheduler_config.json", b"{}"),
+        ]);
+        assert!(f[0].problem.contains("has no weights"), "{}", f[0].problem);
+    }
+
+    #[test]
+    fn gguf_splits_must_all_be_there() {
+        let f = run(&[
+            ("q-00001-of-00003.gguf", b"x"),
+            ("q-00003-of-00003.gguf", b"x"),
+        ]);
+        assert_eq!(
+            codes_paths(&f),
+            [(
+                codes::OFFLINE_GGUF_SPLIT_MISSING,
+                "q-00001-of-00003.gguf",
+                Severity::Error
+            )]
+        );
+        assert!(
+            f[0].problem.contains("`q-00002-of-00003.gguf`"),
+            "{}",
+            f[0].problem
+        );
+        assert!(
+            run(&[
+                ("q-00001-of-00002.gguf", b"x"),
+                ("q-00002-of-00002.gguf", b"x")
+            ])
+            .is_empty()
+        );
+    }
+
+    /// Names a file supplies are escaped where they are quoted.
+    #[test]
+    fn hostile_names_are_escaped() {
+        let adapter = "{\"base_model_name_or_path\":\"org/\\u001b[31mred\"}";
+        let f = run(&[
+            ("adapter_config.json", adapter.as_bytes()),
+            ("adapter_model.bin", b"x"),
+        ]);
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert!(!f[0].problem.contains('\u{1b}'), "{}", f[0].problem);
+    }
+}
