@@ -145,16 +145,12 @@ pub fn seal(parts: Parts, key: &SecretKey, dir: &Path) -> Result<Sealed> {
     let manifest::Signed {
         signature: sig,
         manifest_sha256,
-    } = manifest::sign_hashed(
-        key,
-        &manifest,
-        hex::encode(sha256.finalize()),
-        &prehash,
-    )
-    .map_err(|e| Error::Key {
-        path: dir.join(manifest::SIGNATURE_NAME),
-        source: e,
-    })?;
+    } = manifest::sign_hashed(key, &manifest, hex::encode(sha256.finalize()), &prehash).map_err(
+        |e| Error::Key {
+            path: dir.join(manifest::SIGNATURE_NAME),
+            source: e,
+        },
+    )?;
     crate::durable::write_synced(
         &dir.join(manifest::SIGNATURE_NAME),
         sig.to_file_text().as_bytes(),
