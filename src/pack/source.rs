@@ -144,8 +144,10 @@ impl Model {
     pub fn check(&self) -> Result<(Vec<Finding>, Vec<String>)> {
         let (mut findings, unchecked) = self.format_checks()?;
         // Offline readiness (`check --offline-ready`): what the loaders will look for that is not
-        // there, found here where fixing it is cheap. The target's cache is not known, so a
-        // repository the model needs is a warning.
+        // there, found here where fixing it is cheap. Warnings only: which loader the target runs
+        // is not known here (a single-file diffusion checkpoint or a GGUF for llama.cpp lacks
+        // transformers' files on purpose), nor is its cache; `check --offline-ready` on the
+        // target gives the verdict.
         let offline = match &self.hf {
             None => hfcache::offline::check(&self.root, "", hfcache::offline::Deps::Elsewhere)
                 .map_err(|e| Error::io(&self.root, e))?,
@@ -165,7 +167,10 @@ impl Model {
                 .map_err(|e| Error::io(root, e))?
             }
         };
-        findings.extend(offline);
+        findings.extend(offline.into_iter().map(|mut f| {
+            f.severity = Severity::Warning;
+            f
+        }));
         findings.sort_by(|a, b| (&a.path, a.code).cmp(&(&b.path, b.code)));
         Ok((findings, unchecked))
     }
