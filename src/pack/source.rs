@@ -152,19 +152,9 @@ impl Model {
             None => hfcache::offline::check(&self.root, "", hfcache::offline::Deps::Elsewhere)
                 .map_err(|e| Error::io(&self.root, e))?,
             Some(hf) => {
-                let snap = &hf.snapshot;
-                let root = snap.repo_folder.parent().unwrap_or(&snap.repo_folder);
-                let folder = snap
-                    .repo_folder
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .unwrap_or("");
-                hfcache::offline::check(
-                    root,
-                    &format!("{folder}/snapshots/{}", snap.commit),
-                    hfcache::offline::Deps::Elsewhere,
-                )
-                .map_err(|e| Error::io(root, e))?
+                let (root, snapshot) = snapshot_from_cache_root(hf);
+                hfcache::offline::check(root, &snapshot, hfcache::offline::Deps::Elsewhere)
+                    .map_err(|e| Error::io(root, e))?
             }
         };
         findings.extend(offline.into_iter().map(|mut f| {
@@ -192,13 +182,8 @@ impl Model {
         let snap = &hf.snapshot;
         // Checked from the cache root: a blob may be a link into the cache-wide shared store
         // (`CACHE/blobs/<xx>/<xet hash>`), outside the repository folder.
-        let root = snap.repo_folder.parent().unwrap_or(&snap.repo_folder);
-        let folder = snap
-            .repo_folder
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("");
-        let prefix = format!("{folder}/snapshots/{}/", snap.commit);
+        let (root, snapshot) = snapshot_from_cache_root(hf);
+        let prefix = format!("{snapshot}/");
         let mut findings: Vec<Finding> = Vec::new();
         let rels: Vec<String> = self
             .entries
@@ -301,6 +286,20 @@ fn warning(f: &Finding) -> Warning {
         code: escape_bounded(f.code, manifest::MAX_FREE_TEXT),
         problem: escape_bounded(&f.problem, manifest::MAX_FREE_TEXT),
     }
+}
+
+/// The cache root a snapshot is checked from, and the snapshot's path below it
+/// (`models--ORG--NAME/snapshots/COMMIT`): a blob may be a link into the cache-wide shared store,
+/// outside the repository folder.
+fn snapshot_from_cache_root(hf: &HfOrigin) -> (&Path, String) {
+    let snap = &hf.snapshot;
+    let root = snap.repo_folder.parent().unwrap_or(&snap.repo_folder);
+    let folder = snap
+        .repo_folder
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("");
+    (root, format!("{folder}/snapshots/{}", snap.commit))
 }
 
 #[cfg(test)]
