@@ -602,14 +602,13 @@ impl Model<'_> {
             return Ok(());
         }
         let processor_rel = join(dir, "processor_config.json");
-        if let Some(processor) = self.json(&processor_rel, modality.loader(), out)? {
-            if modality
+        if let Some(processor) = self.json(&processor_rel, modality.loader(), out)?
+            && modality
                 .nested_keys()
                 .iter()
                 .any(|k| processor.get(k).is_some_and(Value::is_object))
-            {
-                return Ok(());
-            }
+        {
+            return Ok(());
         }
         out.push(Finding::warning(
             codes::OFFLINE_PROCESSOR_MISSING,
