@@ -8,9 +8,10 @@ use serde_json::Value;
 use airlock::bundle::open::{self, Opened};
 use airlock::display::human;
 use airlock::error::{Error, HintPaths, Result};
-use airlock::oci::pull::{self, RegistrySource};
 use airlock::oci::{Reference, Registry};
-use airlock::pipeline::{BundleOnDisk, Source};
+use airlock::pipeline::Source;
+use airlock::source::BundleOnDisk;
+use airlock::source::registry::{self, RegistrySource};
 use airlock::trust::Policy;
 use airlock::unpack::{
     self, HfInstalled, HfUnpackOptions, InstallNotes, Installed, LayoutOptions, LayoutWritten,
@@ -34,13 +35,13 @@ pub fn run(a: UnpackArgs, ui: &Ui) -> Result<Output> {
         ],
     )?;
     let trust = load_trust(&a.trust)?;
-    if a.require_tag_version && !pull::is_reference(&a.bundle) {
+    if a.require_tag_version && !registry::is_reference(&a.bundle) {
         return Err(Error::Usage(
             "--require-tag-version is for an oci:// reference: a bundle directory has no tag"
                 .into(),
         ));
     }
-    if pull::is_reference(&a.bundle) {
+    if registry::is_reference(&a.bundle) {
         if !a.more.is_empty() {
             return Err(Error::Usage(
                 "a registry reference is one source: give no other bundle directory with it".into(),
