@@ -2,7 +2,7 @@
 //! its volumes → zstd → tar → the verifier ([`crate::bundle::stream`]), beside the registry
 //! source ([`super::registry`]).
 
-use crate::bundle::open::Opened;
+use crate::bundle::open::{BundleDir, Opened};
 use crate::bundle::stream::{self, StreamReport};
 use crate::entries::{EntrySink, Mode};
 use crate::error::Result;
@@ -11,11 +11,11 @@ use crate::progress::Progress;
 
 /// A bundle on disk (removable media): its volumes → zstd → tar, in strict mode (the first
 /// problem stops it; damaged volumes are rebuilt from parity where it can).
-pub struct BundleOnDisk<'a>(pub &'a Opened);
+pub struct BundleOnDisk<'a>(pub &'a BundleDir);
 
 impl Source for BundleOnDisk<'_> {
     fn opened(&self) -> &Opened {
-        self.0
+        &self.0.opened
     }
     fn complete(&self) -> bool {
         self.0.manifest.base.is_none()

@@ -24,7 +24,7 @@ use std::thread::{Scope, ScopedJoinHandle};
 use crossbeam_channel::{Receiver, Sender, bounded};
 
 use super::registry_base::RegistryBase;
-use crate::bundle::open::Opened;
+use crate::bundle::open::{BundleDir, Opened};
 use crate::entries::EntrySink;
 use crate::error::{Error, Result};
 use crate::manifest::FileEntry;
@@ -361,7 +361,7 @@ impl<'scope, 'env> Target for RegistryTarget<'scope, 'env> {
 /// bundle's verified stream (a delta applied onto the base in the repository) into a
 /// [`RegistryTarget`]. Before the first upload, the volumes are checked against their signed
 /// chunk digests, so a damaged bundle uploads nothing.
-pub fn push(opened: &Opened, registry: &Registry, progress: &dyn Progress) -> Result<Pushed> {
+pub fn push(opened: &BundleDir, registry: &Registry, progress: &dyn Progress) -> Result<Pushed> {
     // Never publish what `unpack oci://` refuses: checked before reading or uploading anything.
     let m = &opened.manifest;
     let (layers, _) = modelpack::bundle_layers(opened);
