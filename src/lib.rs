@@ -38,6 +38,7 @@ pub mod receipt;
 pub mod repair;
 pub mod scan;
 pub mod size;
+pub mod source;
 #[cfg(test)]
 mod source_rules;
 pub mod staging;
