@@ -280,3 +280,65 @@ fn minisign_refusals_are_typed() {
 }
 
 const UNTRUSTED_COMMENT_FOR_TEST: &str = minisign::UNTRUSTED_COMMENT;
+
+#[test]
+fn oms_verifies_and_signs_through_the_trait() {
+    use crate::oms::scheme::{Oms, OmsSigner};
+    use crate::oms::statement::{self, Resource};
+    use crate::oms::{SigningKey, TrustMaterial, bundle};
+
+    let key = SigningKey::P384(p384::ecdsa::SigningKey::from_slice(&[9u8; 48]).unwrap());
+    let other = SigningKey::P384(p384::ecdsa::SigningKey::from_slice(&[8u8; 48]).unwrap());
+    let payload = statement::build(
+        "m",
+        vec![Resource {
+            name: "w.bin".into(),
+            sha256: [5; 32],
+        }],
+        &[],
+    );
+    let signer = bundle::Signer::Key(&key);
+    let sig = OmsSigner(&signer)
+        .sign(Message::Enclosed(&payload), "")
+        .unwrap();
+    // Byte for byte what the OMS writer makes (the vectors tests hold it to model_signing).
+    assert_eq!(sig, bundle::sign(&payload, &signer));
+    let hint = key.verifying_key().hint();
+    assert_eq!(OmsSigner(&signer).key_id(), hint);
+    assert_eq!(Oms.signer_of(&sig).unwrap(), hint);
+
+    let trusted = TrustMaterial::Key(key.verifying_key());
+    let v = Oms.verify(Message::Enclosed(&[]), &sig, &trusted).unwrap();
+    assert_eq!(v.key_id, hint);
+    assert_eq!(v.method, "key");
+    assert_eq!(v.payload.as_deref(), Some(payload.as_slice()));
+    assert!(
+        Oms.verify(Message::Enclosed(&payload), &sig, &trusted)
+            .is_ok()
+    );
+    assert!(matches!(
+        Oms.verify(Message::Enclosed(b"another statement"), &sig, &trusted),
+        Err(Refusal::Invalid { .. })
+    ));
+    match Oms.verify(
+        Message::Enclosed(&[]),
+        &sig,
+        &TrustMaterial::Key(other.verifying_key()),
+    ) {
+        Err(Refusal::Invalid { reason, .. }) => assert!(reason.contains("another key"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        Oms.verify(Message::Manifest(&payload), &sig, &trusted),
+        Err(Refusal::Malformed(_))
+    ));
+    assert!(matches!(
+        Oms.verify(Message::Enclosed(&[]), b"{}", &trusted),
+        Err(Refusal::Malformed(_))
+    ));
+    // A minisign signature is not an OMS one, and the other way round.
+    assert!(matches!(
+        Minisign.signer_of(&sig),
+        Err(Refusal::Malformed(_))
+    ));
+}
