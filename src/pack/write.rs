@@ -282,7 +282,7 @@ impl ChunkHasher {
     }
 
     fn gone() -> io::Error {
-        io::Error::other("internal error: the chunk-hashing thread stopped")
+        crate::fault::fault("the chunk-hashing thread stopped")
     }
 
     fn send_current(&mut self) -> io::Result<()> {
@@ -994,7 +994,7 @@ pub fn write(
             StreamEntry::Dir(_) => 0,
         })
         .sum();
-    progress.start("pack", total);
+    progress.start(crate::progress::Phase::Pack, total);
     let (tx, rx) = bounded::<Batch>(BUFFERS);
     let (recycle_tx, pool) = bounded::<Vec<u8>>(BUFFERS + 2);
     for _ in 0..BUFFERS {
