@@ -516,3 +516,94 @@ pub fn values_clause(files: &[&FileValues]) -> String {
         value_counts(files)
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::progress::Silent;
+
+    const POINTER: &[u8] = b"version https://git-lfs.github.com/spec/v1\n\
+        oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n\
+        size 4943852032\n";
+
+    fn options(offline_ready: bool) -> DirOptions<'static> {
+        DirOptions {
+            trust: None,
+            has_receipt: false,
+            sizes_only: false,
+            scan_values: true,
+            offline_ready,
+        }
+    }
+
+    #[test]
+    fn a_directory_without_a_receipt_is_linted_and_its_errors_are_the_verdict() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("model.safetensors"), POINTER).unwrap();
+        let report = check_dir(dir.path(), &options(false), &Silent).unwrap();
+        assert!(report.receipt.is_none());
+        assert!(report.offline.is_none());
+        assert_eq!(report.counts.receipt_problems, None);
+        assert!(report.counts.model_check_errors >= 1, "{:?}", report.counts);
+        assert_eq!(report.counts.errors, report.counts.model_check_errors);
+        assert!(
+            report
+                .findings
+                .iter()
+                .any(|f| f.path == "model.safetensors" && f.severity == Severity::Error)
+        );
+        match report.verdict(dir.path()) {
+            Some(Error::ModelChecks { count, first, .. }) => {
+                assert_eq!(count, report.counts.model_check_errors);
+                assert!(first.starts_with("model.safetensors: "), "{first}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_clean_directory_has_no_verdict_and_offline_readiness_is_counted_in() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("README.md"), b"a model card\n").unwrap();
+        let report = check_dir(dir.path(), &options(false), &Silent).unwrap();
+        assert!(report.verdict(dir.path()).is_none());
+        assert_eq!(report.counts.errors, 0);
+        assert_eq!(report.values.as_deref().map(<[_]>::len), Some(0));
+        // No config.json: the loaders have nothing to load, which offline readiness says.
+        let offline = check_dir(dir.path(), &options(true), &Silent).unwrap();
+        let o = offline.offline.as_ref().expect("asked for");
+        assert_eq!(o.ready(), o.errors == 0);
+        assert_eq!(
+            offline.counts.model_check_errors,
+            offline
+                .findings
+                .iter()
+                .filter(|f| f.severity == Severity::Error)
+                .count()
+        );
+    }
+
+    #[test]
+    fn a_recorded_warning_is_counted_not_said_again_unless_it_changed() {
+        let w = Warning {
+            path: "w.bin".into(),
+            code: crate::inspect::codes::AUTO_MAP_REMOTE_CODE.to_string(),
+            problem: "p".into(),
+        };
+        let same = Finding::warning(
+            crate::inspect::codes::AUTO_MAP_REMOTE_CODE,
+            "w.bin",
+            "p",
+            "f",
+        );
+        let changed = Finding::warning(
+            crate::inspect::codes::AUTO_MAP_REMOTE_CODE,
+            "w.bin",
+            "q",
+            "f",
+        );
+        assert!(recorded_unchanged(std::slice::from_ref(&w), &same));
+        assert!(!recorded_unchanged(std::slice::from_ref(&w), &changed));
+        assert!(!recorded_unchanged(&[], &same));
+    }
+}
