@@ -34,7 +34,7 @@ use crate::bundle::open::BundleDir;
 use crate::error::{Error, Result};
 use crate::fsio::{self, AlignedBuf, Follow, MEDIUM_READ_SIZE, MediumRead, ReadFrom};
 use crate::manifest::{self, Manifest, Volume};
-use crate::progress::Progress;
+use crate::progress::{Phase, Progress};
 use crate::staging::{Publish, Staging};
 
 /// Mode of everything `copy` writes on a medium: a bundle is public, signed data.
@@ -697,7 +697,7 @@ fn copy_to(
         .map(|v| v.name.clone())
         .collect();
     progress.start(
-        &format!("copy to medium {number}"),
+        Phase::CopyToMedium(number),
         to_write.iter().map(|v| v.size).sum(),
     );
     let started = Instant::now();
@@ -713,7 +713,7 @@ fn copy_to(
     test_pause_before_read_back(dir);
     // Every volume of the medium, read back from the device.
     progress.start(
-        &format!("read back medium {number}"),
+        Phase::ReadBackMedium(number),
         mine.iter().map(|v| v.size).sum(),
     );
     let started = Instant::now();

@@ -496,6 +496,11 @@ pub enum Error {
 impl Error {
     /// Wraps an I/O error with the path it concerns.
     pub fn io(path: impl AsRef<Path>, source: io::Error) -> Error {
+        // A fault of airlock's own carried as an `io::Error` (`fault::fault`) is a bug, not
+        // an I/O error of the path.
+        if let Some(f) = crate::fault::fault_of(&source) {
+            return Error::Internal(f.0.clone());
+        }
         Error::Io {
             path: path.as_ref().to_path_buf(),
             source,

@@ -8,7 +8,9 @@
 //! - an import of a module that the row's Uses cell does not name (so the cell cannot go
 //!   stale);
 //! - a circle of files importing each other (in the library or the binary), even inside one
-//!   module.
+//!   module;
+//! - the binary (`src/main.rs`, `src/cli.rs`, `src/commands/`) reaching into the file layers
+//!   (`fsio`, `durable`, `staging`) outside the exceptions listed with their reasons.
 //!
 //! Test modules are not held to it (`crate::source_rules::non_test_sources` leaves them out): a
 //! test may build a bundle with `pack` to test a reader. `super::` paths are read only as
@@ -432,6 +434,98 @@ fn faults(rows: &[Row], sources: &[(String, String)]) -> Vec<String> {
         ));
     }
     faults
+}
+
+/// The library modules the binary does not reach into: the file layers. A command turns flags
+/// into a library operation's options and renders its report; opening, writing and staging
+/// files is the library's (issue 34 item 3).
+const BELOW_THE_BINARY: &[&str] = &["fsio", "durable", "staging"];
+
+/// Where the binary still reaches them: `(file, module, why)`. An entry that no longer holds
+/// fails too, so the list cannot go stale.
+const BINARY_REACHES: &[(&str, &str, &str)] = &[(
+    "src/commands/interrupt.rs",
+    "staging",
+    "the signal handler removes this process's work directories: the signal thread is the binary's",
+)];
+
+/// What the binary reaches below it that [`BINARY_REACHES`] does not allow, and the entries
+/// there that no longer hold, one line a fault.
+fn binary_faults(sources: &[(String, String)], allowed: &[(&str, &str, &str)]) -> Vec<String> {
+    let mut faults = Vec::new();
+    let mut used = BTreeSet::new();
+    for (rel, text) in sources.iter().filter(|(rel, _)| in_binary(rel)) {
+        let code = code_only(text);
+        for path in paths_after(&code, "airlock::") {
+            let target = path.split("::").next().unwrap_or("");
+            if !BELOW_THE_BINARY.contains(&target) {
+                continue;
+            }
+            match allowed.iter().find(|(f, m, _)| f == rel && *m == target) {
+                Some(entry) => {
+                    used.insert(*entry);
+                }
+                None => faults.push(format!(
+                    "{rel}: `airlock::{path}`: the binary does not reach into `{target}`; call a \
+                     library operation that does the job"
+                )),
+            }
+        }
+    }
+    for entry in allowed {
+        if !used.contains(entry) {
+            faults.push(format!(
+                "{} no longer uses `airlock::{}`: take it off the binary's exceptions",
+                entry.0, entry.1
+            ));
+        }
+    }
+    faults
+}
+
+#[test]
+fn the_binary_reaches_no_file_layer() {
+    let faults = binary_faults(&crate::source_rules::non_test_sources(), BINARY_REACHES);
+    assert!(faults.is_empty(), "{}", faults.join("\n"));
+}
+
+#[test]
+fn a_planted_reach_into_durable_fails() {
+    let sources = vec![
+        (
+            "src/commands/keygen.rs".to_string(),
+            "use airlock::durable::{Place, Staged};".to_string(),
+        ),
+        (
+            "src/commands/interrupt.rs".to_string(),
+            "let held = airlock::staging::interrupt();".to_string(),
+        ),
+        (
+            "src/durable.rs".to_string(),
+            "use crate::fsio::create_at;".to_string(),
+        ),
+    ];
+    let allowed = &[("src/commands/interrupt.rs", "staging", "signals")];
+    assert_eq!(
+        binary_faults(&sources, allowed),
+        [
+            "src/commands/keygen.rs: `airlock::durable::Place`: the binary does not reach into \
+          `durable`; call a library operation that does the job"
+                .to_string(),
+            "src/commands/keygen.rs: `airlock::durable::Staged`: the binary does not reach into \
+          `durable`; call a library operation that does the job"
+                .to_string()
+        ]
+    );
+    let stale = &[
+        ("src/commands/interrupt.rs", "staging", "signals"),
+        ("src/commands/secret.rs", "fsio", "gone"),
+    ];
+    assert!(
+        binary_faults(&sources[1..], stale)
+            .iter()
+            .any(|f| f.contains("src/commands/secret.rs no longer uses `airlock::fsio`")),
+    );
 }
 
 #[test]

@@ -10,12 +10,14 @@
 #![forbid(unsafe_code)]
 
 pub mod bundle;
+pub mod check;
 pub mod copy;
 pub mod delta;
 pub mod display;
 pub mod durable;
 pub mod entries;
 pub mod error;
+pub mod fault;
 pub mod fsinfo;
 pub mod fsio;
 pub mod hexdigest;
@@ -38,6 +40,8 @@ pub mod receipt;
 pub mod repair;
 pub mod scan;
 pub mod scheme;
+pub mod signed_file;
+pub mod signing;
 pub mod size;
 pub mod source;
 #[cfg(test)]

@@ -4,7 +4,7 @@
 /// for every buffer (about every megabyte).
 pub trait Progress: Sync {
     /// A phase starts with `total` bytes of work.
-    fn start(&self, _phase: &str, _total: u64) {}
+    fn start(&self, _phase: Phase, _total: u64) {}
     /// `bytes` more are done.
     fn advance(&self, _bytes: u64) {}
     /// Work moved on to this file or volume.
@@ -20,6 +20,72 @@ pub trait Progress: Sync {
     /// (the default: nobody to ask, so what is missing fails at once).
     fn ask_for_medium(&self, _request: &MediumRequest<'_>) -> bool {
         false
+    }
+}
+
+/// A phase of a long operation, as the library names it; a display may name it the operator's
+/// way (`airlock unpack` calls [`Phase::Stream`] "unpack"). [`Phase::name`] (and `Display`) is
+/// the library's word for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Reading the model and writing the volumes (`pack`).
+    Pack,
+    /// Encoding a delta against its base (`pack --base`).
+    Delta,
+    /// Writing the parity volumes.
+    Parity,
+    /// Checking the volumes at rest: sizes and signed digests.
+    VerifyVolumes,
+    /// Checking the parity volumes at rest.
+    VerifyParityVolumes,
+    /// Reading the bundle's stream, every file checked (`unpack`, `verify --deep`).
+    Stream,
+    /// Fetching the files from a registry.
+    Download,
+    /// Hashing files: a tree against its receipt, or against an OMS signature.
+    Hash,
+    /// Comparing a tree's sizes with its receipt (`check --sizes-only`).
+    Sizes,
+    /// Proving what an interrupted install staged, or what a target already holds.
+    Prove,
+    /// Checking the blobs a Hugging Face cache already holds before an install.
+    CheckExistingBlobs,
+    /// Checking every blob of a Hugging Face cache against its name.
+    CheckBlobs,
+    /// The value scan of model files read on their own.
+    ScanValues,
+    /// Writing medium N of a `copy` (from 1).
+    CopyToMedium(usize),
+    /// Reading medium N back from the device.
+    ReadBackMedium(usize),
+}
+
+impl Phase {
+    /// The library's word for the phase (`verify volumes`, `copy to medium 2`).
+    pub fn name(self) -> String {
+        match self {
+            Phase::Pack => "pack".into(),
+            Phase::Delta => "delta".into(),
+            Phase::Parity => "parity".into(),
+            Phase::VerifyVolumes => "verify volumes".into(),
+            Phase::VerifyParityVolumes => "verify parity volumes".into(),
+            Phase::Stream => "stream".into(),
+            Phase::Download => "download".into(),
+            Phase::Hash => "hash".into(),
+            Phase::Sizes => "sizes".into(),
+            Phase::Prove => "prove".into(),
+            Phase::CheckExistingBlobs => "check existing blobs".into(),
+            Phase::CheckBlobs => "check blobs".into(),
+            Phase::ScanValues => "scan values".into(),
+            Phase::CopyToMedium(n) => format!("copy to medium {n}"),
+            Phase::ReadBackMedium(n) => format!("read back medium {n}"),
+        }
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name())
     }
 }
 

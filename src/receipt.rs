@@ -29,7 +29,7 @@ use crate::inspect::TreeChecks;
 use crate::inspect::values::{self, FileScan};
 use crate::manifest::{self, Manifest};
 use crate::paths::{self, RECEIPT_DIR};
-use crate::progress::Progress;
+use crate::progress::{Phase, Progress};
 use crate::trust::Policy;
 use crate::trust::policy::Signer;
 use crate::work;
@@ -559,7 +559,11 @@ fn compare_inner(
     progress: &dyn Progress,
 ) -> Result<(Vec<Drift>, FileScans)> {
     progress.start(
-        if sizes_only { "sizes" } else { "hash" },
+        if sizes_only {
+            Phase::Sizes
+        } else {
+            Phase::Hash
+        },
         if sizes_only {
             0
         } else {

@@ -86,7 +86,7 @@ struct Merged<'a> {
 
 impl VolumeSource for Merged<'_> {
     fn open(&self, _index: usize, _name: &str) -> io::Result<Box<dyn io::Read + Send + '_>> {
-        Err(io::Error::other("merged copies are read by chunk only"))
+        Err(crate::fault::fault("merged copies are read by chunk only"))
     }
     fn path(&self, name: &str) -> PathBuf {
         self.dirs[0].join(name)

@@ -192,7 +192,9 @@ impl<W: Write> Writer<W> {
 
     fn headers(&mut self, path: &str, kind: Kind, size: u64, executable: bool) -> io::Result<()> {
         if self.remaining != 0 {
-            return Err(io::Error::other("tar writer: previous entry not finished"));
+            return Err(crate::fault::fault(
+                "tar writer: previous entry not finished",
+            ));
         }
         let stored = stored_name(path, kind == Kind::Dir);
         let mut pax = Vec::new();
@@ -248,7 +250,7 @@ impl<W: Write> Writer<W> {
     /// Writes content of the current file.
     pub fn write_data(&mut self, data: &[u8]) -> io::Result<()> {
         if data.len() as u64 > self.remaining {
-            return Err(io::Error::other(
+            return Err(crate::fault::fault(
                 "tar writer: more data than the declared size",
             ));
         }
@@ -259,7 +261,7 @@ impl<W: Write> Writer<W> {
     /// Pads the current file to the block boundary; fails if data is missing.
     pub fn end_file(&mut self) -> io::Result<()> {
         if self.remaining != 0 {
-            return Err(io::Error::other(format!(
+            return Err(crate::fault::fault(format!(
                 "tar writer: {} bytes of the declared size were not written",
                 self.remaining
             )));
@@ -277,7 +279,7 @@ impl<W: Write> Writer<W> {
     /// Writes the two zero blocks that end the archive and returns the inner writer.
     pub fn finish(mut self) -> io::Result<W> {
         if self.remaining != 0 {
-            return Err(io::Error::other("tar writer: last entry not finished"));
+            return Err(crate::fault::fault("tar writer: last entry not finished"));
         }
         self.emit(&[0u8; 2 * BLOCK])?;
         Ok(self.inner)

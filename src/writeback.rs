@@ -97,7 +97,7 @@ impl Flusher {
             Ok(first_error) => first_error,
             Err(_) => Some((
                 PathBuf::new(),
-                io::Error::other("internal error: the writeback thread panicked"),
+                crate::fault::fault("the writeback thread panicked"),
             )),
         }
     }

@@ -19,7 +19,7 @@ use super::volumes::{
 use crate::entries::{Blame, EntrySink, Mode, RawEntry, Verifier};
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;
-use crate::progress::Progress;
+use crate::progress::{Phase, Progress};
 use crate::tar::{self, TarError};
 
 /// Stops the decompressed stream at the declared size.
@@ -315,7 +315,7 @@ pub fn stream_volumes_from(
     // Progress counts the model's bytes as they come out of the stream, not the compressed
     // bytes read: the operator thinks in the size of the model being installed or checked.
     progress.start(
-        "stream",
+        Phase::Stream,
         m.totals.file_bytes - resume.as_ref().map_or(0, |r| r.skipped_file_bytes),
     );
     let mut volumes = VolumeReader::new(m, source, mode);

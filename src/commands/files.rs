@@ -1,6 +1,6 @@
-//! Guarding the small files the binary writes (keys, signatures, roots): an output that is
-//! one of its inputs under another name is refused. Writing them is
-//! [`airlock::durable::Staged`] (a temporary sibling written whole, then moved into place).
+//! Guarding the small files the binary has written (keys, signatures, roots): an output that
+//! is one of its inputs under another name is refused. Writing them is the library's
+//! ([`airlock::signing`]: a temporary sibling written whole, then moved into place).
 
 use std::path::Path;
 
@@ -34,17 +34,4 @@ pub fn refuse_overwriting(dest: &Path, protected: &[(&Path, &str)]) -> Result<()
         }
     }
     Ok(())
-}
-
-/// Writes the new file `name` (a co-signature) into the directory `dir_fd` (`dir`), mode 0644:
-/// created under a temporary name, exclusively and without following links, through the
-/// directory's handle, synced, then renamed into place without replacing anything, and the
-/// directory synced ([`airlock::durable::write_new_at`]).
-pub(super) fn write_new_at(
-    dir_fd: &std::os::fd::OwnedFd,
-    dir: &Path,
-    name: &str,
-    bytes: &[u8],
-) -> Result<()> {
-    airlock::durable::write_new_at(dir_fd, dir, name, bytes, 0o644)
 }

@@ -9,7 +9,6 @@ use zeroize::Zeroizing;
 
 use super::{Output, password_from_file};
 use crate::cli::KeygenArgs;
-use airlock::durable::{Place, Staged};
 
 fn with_suffix(prefix: &Path, suffix: &str) -> PathBuf {
     let mut s = prefix.as_os_str().to_owned();
@@ -126,10 +125,11 @@ pub fn run(a: KeygenArgs) -> Result<Output> {
     );
     // Both files are complete under temporary names before either is renamed into place, so a
     // failure leaves the old pair (with --force) or nothing; never a new key without its .pub.
-    let key_file = Staged::write_path(&key_path, sk_text.as_bytes(), 0o600)?;
-    let pub_file = Staged::write_path(&pub_path, pk.to_file_text().as_bytes(), 0o644)?;
-    key_file.publish(place(a.force))?;
-    pub_file.publish(place(a.force))?;
+    airlock::signing::write_key_pair(
+        (&key_path, sk_text.as_bytes()),
+        (&pub_path, pk.to_file_text().as_bytes()),
+        a.force,
+    )?;
     let mut out = Output::default();
     out.set("key_id", pk.key_id_hex());
     out.set("public_key", &pub_path);
@@ -150,9 +150,4 @@ pub fn run(a: KeygenArgs) -> Result<Output> {
         }
     ));
     Ok(out)
-}
-
-/// How `keygen` places a key file: over the old one only with `--force`.
-fn place(force: bool) -> Place {
-    if force { Place::Replace } else { Place::New }
 }

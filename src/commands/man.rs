@@ -94,6 +94,10 @@ fn exit_status(command: Option<&str>) -> Vec<(&'static str, String)> {
     if let Some(t) = three {
         codes.push(("3", t.to_string()));
     }
+    codes.push((
+        "101",
+        "a bug in airlock: a panic, or an internal error (an invariant of airlock's own code broken; the message starts with internal error: and the hint asks for a report)".to_string(),
+    ));
     if matches!(command, None | Some("pack" | "unpack" | "repair" | "push")) {
         codes.push((
             "130, 143",
@@ -423,6 +427,22 @@ pub fn page(command: Option<&str>) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_page_lists_the_exit_code_of_a_bug_as_cli_md_does() {
+        let code = airlock::error::EXIT_INTERNAL.to_string();
+        for command in std::iter::once(None).chain(MAN_PAGES.iter().map(|c| Some(*c))) {
+            assert!(
+                exit_status(command).iter().any(|(c, _)| *c == code),
+                "{command:?}: EXIT STATUS lacks {code}"
+            );
+        }
+        let cli = include_str!("../../docs/CLI.md");
+        assert!(
+            cli.contains(&format!("| {code} | A bug in airlock")),
+            "docs/CLI.md's exit codes lack {code}"
+        );
+    }
 
     #[test]
     fn every_page_has_options_exit_status_and_examples() {

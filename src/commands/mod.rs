@@ -425,35 +425,10 @@ fn exit_cleanly_on_signals(ui: &Ui, command: &'static str, json: bool, quiet: bo
     });
 }
 
-/// The most a password file is read: a password is one line; `/dev/zero` or a multi-gigabyte
-/// file given by mistake must not be read to the end.
-const PASSWORD_FILE_CAP: u64 = 64 << 10;
-
-/// Reads a password from the first line of a file. A FIFO (`--password-file <(pass show k)`)
-/// works; at most [`PASSWORD_FILE_CAP`] bytes are read.
+/// Reads a password from the first line of a file ([`airlock::signing::read_password_file`]:
+/// a FIFO works, the read is bounded).
 pub fn password_from_file(path: &Path) -> Result<zeroize::Zeroizing<Vec<u8>>> {
-    use std::io::Read;
-    let file = airlock::fsio::open_operator_stream(path).map_err(|e| Error::io(path, e))?;
-    let mut text = zeroize::Zeroizing::new(Vec::new());
-    file.take(PASSWORD_FILE_CAP + 1)
-        .read_to_end(&mut text)
-        .map_err(|e| Error::io(path, e))?;
-    if text.len() as u64 > PASSWORD_FILE_CAP && !text[..PASSWORD_FILE_CAP as usize].contains(&b'\n')
-    {
-        return Err(Error::io(
-            path,
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!(
-                    "not a password file: no line break in its first {} KiB",
-                    PASSWORD_FILE_CAP >> 10
-                ),
-            ),
-        ));
-    }
-    let line = text.split(|&b| b == b'\n').next().unwrap_or(&[]);
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    Ok(zeroize::Zeroizing::new(line.to_vec()))
+    airlock::signing::read_password_file(path)
 }
 
 /// Whether a finding the packer recorded is an error: the model was packed broken on purpose

@@ -7,7 +7,6 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use airlock::error::{Error, Result};
-use airlock::fsio;
 use airlock::keys::{KeyError, SecretKey};
 use zeroize::Zeroizing;
 
@@ -34,26 +33,10 @@ pub(crate) enum Password {
     Terminal,
 }
 
-/// The most read of a secret key file (minisign's are under 1 KiB).
-const SECRET_KEY_FILE_CAP: u64 = 64 << 10;
-
 /// Reads `path` as a secret key and, when it is encrypted, the password file; refuses before any
 /// real work when the key is encrypted and there is neither a password file nor a terminal.
 pub fn read(path: &Path, password_file: Option<&Path>) -> Result<KeyFile> {
-    let bytes = Zeroizing::new(
-        fsio::read_capped(path, SECRET_KEY_FILE_CAP, fsio::Follow::Final)
-            .map_err(|e| Error::io(path, e.into()))?,
-    );
-    let text = Zeroizing::new(
-        std::str::from_utf8(&bytes)
-            .map_err(|_| {
-                Error::io(
-                    path,
-                    std::io::Error::new(std::io::ErrorKind::InvalidData, "is not UTF-8 text"),
-                )
-            })?
-            .to_owned(),
-    );
+    let text = airlock::signing::read_secret_key_file(path)?;
     let encrypted = SecretKey::is_encrypted(&text).map_err(|e| Error::Key {
         path: path.to_path_buf(),
         source: e,

@@ -14,11 +14,12 @@ use airlock::error::{Error, Result};
 use airlock::keys::{self, SecretKey, TRUSTED_COMMENT_MAX_BYTES};
 use airlock::scheme::{Message, Minisign, MinisignSigner, Scheme, Signer};
 
-use airlock::durable::{Place, Staged};
+use airlock::signed_file;
+use airlock::signing::{self, CosignatureSlot};
 
 use super::files;
 use super::ui::Ui;
-use super::{Output, secret, trust_clock, trust_source, verify_file};
+use super::{Output, secret, trust_clock, trust_source};
 use crate::cli::{CosignArgs, SignArgs};
 
 pub fn run(a: SignArgs, ui: &Ui) -> Result<Output> {
@@ -66,11 +67,7 @@ pub fn run(a: SignArgs, ui: &Ui) -> Result<Output> {
     })?;
     let key = secret::unlock(key_file, ui)?;
     let sig = sign_digest(&key, &a.key, &digest, &trusted_comment)?;
-    Staged::write_path(&sig_path, &sig, 0o644)?.publish(if a.force {
-        Place::Replace
-    } else {
-        Place::New
-    })?;
+    signing::write_signature(&sig_path, &sig, a.force)?;
     let key_id = key.public_key().key_id_hex();
     let mut out = Output::default();
     out.set("file", &a.file);
@@ -111,7 +108,7 @@ pub fn cosign_file(a: CosignArgs, ui: &Ui) -> Result<Output> {
             file.display()
         )));
     }
-    let name = verify_file::file_name(file)?
+    let name = signed_file::file_name(file)?
         .to_str()
         .ok_or_else(|| {
             Error::Usage(format!(
@@ -120,7 +117,7 @@ pub fn cosign_file(a: CosignArgs, ui: &Ui) -> Result<Output> {
             ))
         })?
         .to_owned();
-    let sig_path = verify_file::signature_path(file);
+    let sig_path = signed_file::signature_path(file);
     if std::fs::symlink_metadata(&sig_path).is_err() {
         return Err(Error::Usage(format!(
             "{}: missing: a file is signed first (`airlock sign {} --key K` writes it), then co-signed by other keys",
@@ -129,7 +126,7 @@ pub fn cosign_file(a: CosignArgs, ui: &Ui) -> Result<Output> {
         )));
     }
     let primary = Minisign
-        .signer_of(verify_file::read_signature(&sig_path, file)?.as_bytes())
+        .signer_of(signed_file::read_signature(&sig_path, file)?.as_bytes())
         .map_err(|e| Error::BadSignature {
             path: sig_path.clone(),
             reason: e.reason(),
@@ -151,24 +148,11 @@ pub fn cosign_file(a: CosignArgs, ui: &Ui) -> Result<Output> {
     let cosig_name = open::cosignature_name_of(std::ffi::OsStr::new(&name), &id)
         .into_string()
         .expect("UTF-8 name and hex id");
-    let dir = airlock::fsio::parent_dir(file);
-    let cosig_path = verify_file::beside(file, std::ffi::OsStr::new(&cosig_name));
-    let dir_fd = airlock::durable::open_dir(&dir)?;
-    if rustix::fs::statat(
-        &dir_fd,
-        cosig_name.as_str(),
-        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-    )
-    .is_ok()
-    {
-        return Err(Error::Usage(format!(
-            "{}: already exists: key {id} has co-signed this file",
-            cosig_path.display()
-        )));
-    }
+    let cosig_path = signed_file::beside(file, std::ffi::OsStr::new(&cosig_name));
+    let slot = CosignatureSlot::beside_file(file, &cosig_name, &cosig_path, &id)?;
     let trusted_comment = default_trusted_comment(file)?;
     let sig = sign_digest(&key, &a.key, &digest, &trusted_comment)?;
-    files::write_new_at(&dir_fd, &dir, &cosig_name, &sig)?;
+    slot.write(&sig)?;
     let mut out = Output::default();
     out.set("file", file);
     out.set("signature", &cosig_path);
@@ -183,7 +167,7 @@ pub fn cosign_file(a: CosignArgs, ui: &Ui) -> Result<Output> {
     ));
     let source = trust_source(&a.trust)?;
     if let Some(policy) = source.load_at(trust_clock(a.trust.assume_now.as_deref())?)? {
-        match verify_file::run(file, &policy) {
+        match signed_file::verify(file, &policy) {
             Ok(_) => out.line(format!("the file now meets {}", policy.describe())),
             Err(Error::SignatureThreshold { detail, .. }) => {
                 out.line(format!("not yet enough signatures: {detail}"))

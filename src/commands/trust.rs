@@ -7,9 +7,9 @@
 
 use std::path::{Path, PathBuf};
 
-use airlock::bundle::open;
 use airlock::error::{Error, Result};
 use airlock::manifest;
+use airlock::signing::{self, BundleToCosign, RootToSign, SignedRoot, Standing};
 use airlock::trust::root::{self, Root, RootKey, Verification};
 use airlock::trust::{Clock, time, update};
 
@@ -19,7 +19,6 @@ use crate::cli::{
     CosignArgs, RootKeyArgs, TrustCommand, TrustCommandArgs, TrustInitArgs, TrustRotateArgs,
     TrustShowArgs, TrustSignArgs,
 };
-use airlock::durable::{Place, Staged};
 
 /// `airlock trust ...`.
 pub fn run(a: TrustCommandArgs, ui: &Ui) -> Result<Output> {
@@ -111,20 +110,10 @@ fn build(version: u64, k: &RootKeyArgs, old: Option<&Root>, names: &mut Names) -
     .map_err(|e| usage(format!("cannot make this root: {e}")))
 }
 
-fn write_new(path: &Path, r: &Root) -> Result<()> {
-    if std::fs::symlink_metadata(path).is_ok() {
-        return Err(usage(format!(
-            "{} already exists; choose a new file",
-            path.display()
-        )));
-    }
-    Staged::write_path(path, &r.to_bytes(), 0o644)?.publish(Place::New)
-}
-
 fn init(a: TrustInitArgs) -> Result<Output> {
     let mut names = Names::new();
     let r = build(1, &a.keys, None, &mut names)?;
-    write_new(&a.out, &r)?;
+    signing::write_new_root(&a.out, &r)?;
     let mut out = Output::default();
     describe(&mut out, &a.out, &r, Clock::system().now);
     in_words(&mut out, &r, None, &names, !a.keys.root_keys.is_empty());
@@ -145,7 +134,7 @@ fn rotate(a: TrustRotateArgs) -> Result<Output> {
         .ok_or_else(|| usage("the root's version cannot go higher"))?;
     let mut names = Names::new();
     let r = build(version, &a.keys, Some(&old), &mut names)?;
-    write_new(&a.out, &r)?;
+    signing::write_new_root(&a.out, &r)?;
     let mut out = Output::default();
     describe(&mut out, &a.out, &r, Clock::system().now);
     in_words(
@@ -180,69 +169,24 @@ fn rotate(a: TrustRotateArgs) -> Result<Output> {
 }
 
 fn sign(a: TrustSignArgs, ui: &Ui) -> Result<Output> {
-    let meta = std::fs::symlink_metadata(&a.root).map_err(|e| Error::io(&a.root, e))?;
-    if !meta.is_file() {
-        return Err(usage(format!(
-            "{} is not a regular file (a link?): sign rewrites the file itself",
-            a.root.display()
-        )));
-    }
-    let (mut r, _) = update::read_root(&a.root)?;
-    let previous = match &a.previous {
-        Some(p) => Some(update::read_root(p)?.0),
-        None => None,
-    };
+    let to_sign = RootToSign::read(&a.root, a.previous.as_deref())?;
     let key_file = secret::read(&a.key, a.password_file.as_deref())?;
     let key = secret::unlock(key_file, ui)?;
-    let pk = key.public_key();
-    let in_root = |x: &Root| x.role_keys(root::ROOT).iter().any(|k| k.public == pk.key);
-    let role = if in_root(&r) {
-        format!("a root key of version {}", r.version)
-    } else {
-        match &previous {
-            Some(p) if p.version + 1 == r.version && in_root(p) => {
-                format!("a root key of the previous version {}", p.version)
-            }
-            Some(p) if p.version + 1 != r.version => {
-                return Err(usage(format!(
-                    "--previous is version {}, not the version before {} (version {})",
-                    p.version,
-                    a.root.display(),
-                    r.version
-                )));
-            }
-            _ => {
-                return Err(usage(format!(
-                    "key {} is not a root key of {} version {}{}: only root keys sign a root",
-                    pk.key_id_hex(),
-                    a.root.display(),
-                    r.version,
-                    if previous.is_some() {
-                        " nor of --previous"
-                    } else {
-                        " (signing a rotation with an old root key? add --previous OLD_ROOT)"
-                    }
-                )));
-            }
-        }
-    };
-    let replaced = r.sign(&key);
-    let mode = meta.permissions();
-    Staged::write_path(
-        &a.root,
-        &r.to_bytes(),
-        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
-    )?
-    .publish(Place::Replace)?;
+    let SignedRoot {
+        root: r,
+        previous,
+        signer,
+        role,
+        replaced,
+    } = to_sign.sign(&key)?;
     let mut out = Output::default();
     out.set("root", &a.root);
-    out.set("signer", pk.key_id_hex());
+    out.set("signer", &signer);
     out.set("replaced", replaced);
     out.line(format!(
-        "OK   signed {} version {} with key {} ({role}){}",
+        "OK   signed {} version {} with key {signer} ({role}){}",
         a.root.display(),
         r.version,
-        pk.key_id_hex(),
         if replaced {
             "; its earlier signature was replaced"
         } else {
@@ -417,40 +361,20 @@ fn show(a: TrustShowArgs) -> Result<Output> {
     let own = r.verification(root::ROOT, &r);
     out.line(format!("signatures, root role: {}", own.describe()));
     out.set("signatures", verification_json(&own));
-    let mut error = None;
+    let mut prev = None;
     if let Some(p) = &a.previous {
-        let (prev, _) = update::read_root(p)?;
-        let old = prev.verification(root::ROOT, &r);
+        let (old_root, _) = update::read_root(p)?;
+        let old = old_root.verification(root::ROOT, &r);
         out.line(format!(
             "rotation from {} version {}: its root role {}",
             p.display(),
-            prev.version,
+            old_root.version,
             old.describe()
         ));
         out.set("rotation", verification_json(&old));
-        if let Err(why) = root::verify_rotation(&prev, &r) {
-            error = Some(Error::TrustUpdate {
-                path: a.root.clone(),
-                reason: format!(
-                    "as a rotation from {}: version {} {why}",
-                    p.display(),
-                    r.version
-                ),
-            });
-        }
+        prev = Some((p.as_path(), old_root));
     }
-    if !own.ok() {
-        error = Some(Error::TrustRoot {
-            path: a.root.clone(),
-            reason: format!(
-                "root version {} is not (yet) signed by the threshold of its own root keys: {}",
-                r.version,
-                own.describe()
-            ),
-        });
-    } else if error.is_none() && r.is_expired(clock.now) {
-        error = Some(airlock::trust::policy::expired(&a.root, &r, clock));
-    }
+    let error = signing::root_verdict(&a.root, &r, prev.as_ref().map(|(p, old)| (*p, old)), clock);
     out.set("verified", error.is_none());
     if error.is_none() {
         out.line(format!(
@@ -469,85 +393,43 @@ fn show(a: TrustShowArgs) -> Result<Output> {
 }
 
 /// `airlock cosign BUNDLE --key K`: one more minisign signature of the bundle's manifest,
-/// written as `manifest.json.KEYID.minisig` beside it: created under a temporary name without
-/// following links and exclusively through the bundle directory's handle, synced, then renamed
-/// into place without replacing anything. The volumes are not touched.
+/// written as `manifest.json.KEYID.minisig` beside it ([`BundleToCosign::cosign`]: created
+/// exclusively through the bundle directory's handle, never replacing anything). The volumes
+/// are not touched.
 pub fn cosign(a: CosignArgs, ui: &Ui) -> Result<Output> {
     if super::verify_file::is_file(&a.bundle) {
         return super::sign::cosign_file(a, ui);
     }
     let dir = &a.bundle;
-    let (m, bytes, primary) = open::read_unverified(dir)?;
-    let Some(primary) = primary else {
-        return Err(Error::MissingSignature {
-            path: dir.join(manifest::SIGNATURE_NAME),
-        });
-    };
+    let bundle = BundleToCosign::read(dir)?;
     let key_file = secret::read(&a.key, a.password_file.as_deref())?;
     let key = secret::unlock(key_file, ui)?;
-    let pk = key.public_key();
-    let id = pk.key_id_hex();
-    if primary.key_id == pk.key_id {
-        return Err(usage(format!(
-            "{}: already signed by key {id} ({}); a co-signature must come from another key",
-            dir.display(),
-            manifest::SIGNATURE_NAME
-        )));
-    }
-    let name = open::cosignature_name(&id);
-    let path = dir.join(&name);
-    let dir_fd = airlock::durable::open_dir(dir)?;
-    if rustix::fs::statat(
-        &dir_fd,
-        name.as_str(),
-        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-    )
-    .is_ok()
-    {
-        return Err(usage(format!(
-            "{}: already exists: key {id} has co-signed this bundle",
-            path.display()
-        )));
-    }
-    let manifest::Signed {
-        signature: sig,
-        manifest_sha256: sha,
-    } = manifest::sign(&key, &m, &bytes).map_err(|e| Error::Key {
-        path: a.key.clone(),
-        source: e,
-    })?;
-    super::files::write_new_at(&dir_fd, dir, &name, &sig)?;
+    let done = bundle.cosign(&key, &a.key)?;
+    let m = &bundle.manifest;
     let mut out = Output::default();
     out.set("bundle", dir);
-    out.set("signature", &path);
-    out.set("signer", &id);
-    out.set("manifest_sha256", &sha);
+    out.set("signature", &done.signature);
+    out.set("signer", &done.signer);
+    out.set("manifest_sha256", &done.manifest_sha256);
     out.line(format!(
-        "OK   co-signed {} version {} with key {id} into {} (check with `minisign -Vm {} -x {} -p KEY.pub`)",
+        "OK   co-signed {} version {} with key {} into {} (check with `minisign -Vm {} -x {} -p KEY.pub`)",
         m.name,
         m.version,
-        path.display(),
+        done.signer,
+        done.signature.display(),
         dir.join(manifest::MANIFEST_NAME).display(),
-        path.display()
+        done.signature.display()
     ));
     let source = trust_source(&a.trust)?;
     if let Some(policy) = source.load_at(trust_clock(a.trust.assume_now.as_deref())?)? {
-        match open::open_with(dir, &policy) {
-            Ok(o) => out.line(format!(
+        out.line(match bundle.standing(&policy)? {
+            Standing::Meets(signers) => format!(
                 "the bundle now meets {}: signed by {}",
                 policy.describe(),
-                o.trust
-                    .signers
-                    .iter()
-                    .map(|s| s.key.clone())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )),
-            Err(Error::SignatureThreshold { detail, .. }) => {
-                out.line(format!("not yet enough signatures: {detail}"))
-            }
-            Err(e) => return Err(e),
-        }
+                signers.join(", ")
+            ),
+            Standing::Short(detail) => format!("not yet enough signatures: {detail}"),
+        });
     }
     Ok(out)
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
 use airlock::display::human;
-use airlock::progress::Progress;
+use airlock::progress::{Phase, Progress};
 
 use super::term::{self, shown};
 use crate::cli::ProgressArg;
@@ -107,14 +107,13 @@ fn choose(arg: ProgressArg, quiet: bool, stderr_is_terminal: bool, term_is_dumb:
 }
 
 /// The operator's name for a library phase.
-fn label(command: &str, phase: &str) -> String {
+fn label(command: &str, phase: Phase) -> String {
     match (command, phase) {
-        ("unpack", "stream") => "unpack",
-        ("verify", "stream") => "deep check",
-        (_, "verify volumes") => "volumes",
-        (_, p) => p,
+        ("unpack", Phase::Stream) => "unpack".to_string(),
+        ("verify", Phase::Stream) => "deep check".to_string(),
+        (_, Phase::VerifyVolumes) => "volumes".to_string(),
+        (_, p) => p.name(),
     }
-    .to_string()
 }
 
 impl Ui {
@@ -363,7 +362,7 @@ impl Progress for Ui {
         }
     }
 
-    fn start(&self, phase: &str, total: u64) {
+    fn start(&self, phase: Phase, total: u64) {
         let label = label(self.command, phase);
         match &self.display {
             Display::Bar { bar, forced } => {
@@ -492,10 +491,15 @@ mod tests {
 
     #[test]
     fn phases_have_operator_names() {
-        assert_eq!(label("unpack", "stream"), "unpack");
-        assert_eq!(label("verify", "stream"), "deep check");
-        assert_eq!(label("verify", "verify volumes"), "volumes");
-        assert_eq!(label("pack", "pack"), "pack");
+        assert_eq!(label("unpack", Phase::Stream), "unpack");
+        assert_eq!(label("verify", Phase::Stream), "deep check");
+        assert_eq!(label("verify", Phase::VerifyVolumes), "volumes");
+        assert_eq!(label("pack", Phase::Pack), "pack");
+        assert_eq!(
+            label("verify", Phase::VerifyParityVolumes),
+            "verify parity volumes"
+        );
+        assert_eq!(label("copy", Phase::CopyToMedium(2)), "copy to medium 2");
     }
 
     #[test]

@@ -182,7 +182,7 @@ pub fn check_cache_scanning(
             .or(named.first())
             .cloned()
     };
-    progress.start("check blobs", total);
+    progress.start(crate::progress::Phase::CheckBlobs, total);
     // Each large blob a task of its own, small ones in runs (`work::units`).
     let units = work::units(
         jobs.iter().map(|j| j.size),

@@ -566,7 +566,7 @@ pub fn verify_dir(dir: &Path, opts: &DirOptions<'_>, progress: &dyn Progress) ->
         .iter()
         .filter_map(|f| fsio::open_file_below(&root, f).ok().map(|(_, len)| len))
         .sum();
-    progress.start("hash", total);
+    progress.start(crate::progress::Phase::Hash, total);
     let hashed: Vec<Result<(String, [u8; 32], u64)>> = files
         .par_iter()
         .map(|f| {

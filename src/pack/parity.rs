@@ -236,7 +236,7 @@ pub fn write_parity(
             Ok(f)
         })
         .collect::<Result<_>>()?;
-    progress.start("parity", g.units * chunk_size);
+    progress.start(crate::progress::Phase::Parity, g.units * chunk_size);
     let codec_error = |e: &parity::ParityError| Error::io(dir, io::Error::other(e.to_string()));
     let digests: Vec<(u64, Vec<String>)> = (0..g.stripes())
         .into_par_iter()

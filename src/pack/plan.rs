@@ -621,7 +621,7 @@ fn copies<'m>(
             ScanEntry::Dir { .. } => 0,
         })
         .sum();
-    progress.start("delta", total);
+    progress.start(crate::progress::Phase::Delta, total);
     let mut decisions = Vec::new();
     let mut candidates = Vec::new();
     let mut unhashed = std::collections::HashSet::new();

@@ -95,12 +95,9 @@ pub fn seal(parts: Parts, key: &SecretKey, dir: &Path) -> Result<Sealed> {
         oms,
     };
     // The packer holds itself to the same rules as the reader.
-    manifest.validate().map_err(|why| {
-        Error::io(
-            dir,
-            io::Error::other(format!("internal error: the new manifest {why}")),
-        )
-    })?;
+    manifest
+        .validate()
+        .map_err(|why| Error::Internal(format!("the new manifest {why}")))?;
     // Serialized straight into the file through both digests (SHA-256 for the trusted
     // comment, BLAKE2b-512 for the prehashed signature): at a million files the JSON is 175 MB,
     // which the packer held whole (in a buffer grown by doubling) and then wrote.

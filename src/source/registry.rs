@@ -227,7 +227,7 @@ fn fill(
     sink: &mut dyn EntrySink,
     progress: &dyn Progress,
 ) -> Result<()> {
-    progress.start("download", m.totals.file_bytes);
+    progress.start(crate::progress::Phase::Download, m.totals.file_bytes);
     let small: Vec<&FileEntry> = m
         .files
         .iter()

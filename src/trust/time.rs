@@ -56,8 +56,22 @@ pub fn format(secs: i64) -> String {
     crate::manifest::rfc3339(secs)
 }
 
+/// Why a date was refused (the text as it was given).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DateError {
+    /// Not of the form `YYYY-MM-DDTHH:MM:SSZ` (a TUF root's `expires`).
+    #[error("{} is not a date of the form YYYY-MM-DDTHH:MM:SSZ", crate::display::quote(.0))]
+    Shape(String),
+    /// Of that form, but no such day or time.
+    #[error("{} is not a valid date and time", crate::display::quote(.0))]
+    Invalid(String),
+    /// A date on the command line in neither accepted form.
+    #[error("{0:?} is not a date: use YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ")]
+    NotAnArgument(String),
+}
+
 /// Parses a TUF date, exactly `YYYY-MM-DDTHH:MM:SSZ` (the form python-tuf reads and writes).
-pub fn parse(text: &str) -> Result<i64, String> {
+pub fn parse(text: &str) -> Result<i64, DateError> {
     let b = text.as_bytes();
     let shape = b.len() == 20
         && b.iter().enumerate().all(|(i, c)| match i {
@@ -68,10 +82,7 @@ pub fn parse(text: &str) -> Result<i64, String> {
             _ => c.is_ascii_digit(),
         });
     if !shape {
-        return Err(format!(
-            "{} is not a date of the form YYYY-MM-DDTHH:MM:SSZ",
-            crate::display::quote(text)
-        ));
+        return Err(DateError::Shape(text.to_string()));
     }
     let num = |r: std::ops::Range<usize>| -> i64 { text[r].parse().expect("digits") };
     let (y, mo, d, h, mi, s) = (
@@ -83,23 +94,18 @@ pub fn parse(text: &str) -> Result<i64, String> {
         num(17..19),
     );
     if !(1..=12).contains(&mo) || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || s > 59 {
-        return Err(format!(
-            "{} is not a valid date and time",
-            crate::display::quote(text)
-        ));
+        return Err(DateError::Invalid(text.to_string()));
     }
     Ok(days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + s)
 }
 
 /// Parses a date given on the command line: `YYYY-MM-DD` (midnight UTC) or the full form.
-pub fn parse_arg(text: &str) -> Result<i64, String> {
+pub fn parse_arg(text: &str) -> Result<i64, DateError> {
+    let not_a_date = |_| DateError::NotAnArgument(text.to_string());
     if text.len() == 10 {
-        return parse(&format!("{text}T00:00:00Z")).map_err(|_| {
-            format!("{text:?} is not a date: use YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ")
-        });
+        return parse(&format!("{text}T00:00:00Z")).map_err(not_a_date);
     }
-    parse(text)
-        .map_err(|_| format!("{text:?} is not a date: use YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ"))
+    parse(text).map_err(not_a_date)
 }
 
 fn days_in_month(y: i64, m: i64) -> i64 {

@@ -763,7 +763,7 @@ fn place_blobs(
         .filter(|(_, e)| fsio::stat_at(&**blobs, e.as_str()).is_ok())
         .map(|(f, _)| f.size)
         .sum();
-    progress.start("check existing blobs", check_bytes);
+    progress.start(crate::progress::Phase::CheckExistingBlobs, check_bytes);
     for etag in unique {
         let dest = blobs_path.join(etag);
         match fsio::stat_at(&**blobs, etag.as_str()) {

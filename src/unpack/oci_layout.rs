@@ -725,7 +725,10 @@ fn held_blobs(blobs: &OwnedFd, m: &Manifest, progress: &dyn Progress) -> crate::
             |f| matches!(fsio::open_file_below(blobs, &f.sha256), Ok((_, len)) if len == f.size),
         )
         .collect();
-    progress.start("prove", present.iter().map(|f| f.size).sum());
+    progress.start(
+        crate::progress::Phase::Prove,
+        present.iter().map(|f| f.size).sum(),
+    );
     let proven: Vec<&FileEntry> = present
         .into_par_iter()
         .filter(|f| {

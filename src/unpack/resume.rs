@@ -87,7 +87,7 @@ pub fn prove(
         })
         .collect();
     let total: u64 = candidates.iter().map(|f| f.size).sum();
-    progress.start("prove", total);
+    progress.start(crate::progress::Phase::Prove, total);
     let proven: Vec<(&FileEntry, bool)> = candidates
         .par_iter()
         .map(|f| {

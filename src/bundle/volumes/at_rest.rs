@@ -13,7 +13,7 @@ use crate::display;
 use crate::error::Error;
 use crate::fsio::{AlignedBuf, Follow, MEDIUM_READ_SIZE, MediumFile, MediumRead, open_medium};
 use crate::manifest::{self, Manifest};
-use crate::progress::Progress;
+use crate::progress::{Phase, Progress};
 
 /// What is wrong with one volume the manifest lists.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -194,7 +194,7 @@ pub(super) type JobResult = std::result::Result<(Vec<(usize, bool)>, Option<bool
 /// manifest order.
 pub fn check_volumes(opened: &BundleDir, progress: &dyn Progress) -> Vec<VolumeProblem> {
     let m = &opened.manifest;
-    progress.start("verify volumes", m.totals.volume_bytes);
+    progress.start(Phase::VerifyVolumes, m.totals.volume_bytes);
     let problems = check_list(opened, &m.volumes, progress);
     progress.finish();
     problems
@@ -207,7 +207,7 @@ pub fn check_parity_volumes(opened: &BundleDir, progress: &dyn Progress) -> Vec<
         return vec![];
     };
     progress.start(
-        "verify parity volumes",
+        Phase::VerifyParityVolumes,
         p.volumes.iter().map(|v| v.size).sum(),
     );
     let problems = check_list(opened, &p.volumes, progress);

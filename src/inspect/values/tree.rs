@@ -137,7 +137,7 @@ pub fn scan_tree(
         return Ok(Vec::new());
     }
     let dir = fsio::open_dir_path(root, fsio::Follow::Final).map_err(|e| named(root, e.into()))?;
-    progress.start("scan values", total);
+    progress.start(crate::progress::Phase::ScanValues, total);
     let scanned: io::Result<Vec<Option<(String, FileScan)>>> = files
         .into_par_iter()
         .map(|rel| {

@@ -160,7 +160,7 @@ pub fn write(
             StreamEntry::Dir(_) => 0,
         })
         .sum();
-    progress.start("pack", total);
+    progress.start(crate::progress::Phase::Pack, total);
     let (tx, rx) = bounded::<Batch>(BUFFERS);
     let (recycle_tx, pool) = bounded::<Vec<u8>>(BUFFERS + 2);
     for _ in 0..BUFFERS {

@@ -108,7 +108,7 @@ impl ChunkHasher {
     }
 
     fn gone() -> io::Error {
-        io::Error::other("internal error: the chunk-hashing thread stopped")
+        crate::fault::fault("the chunk-hashing thread stopped")
     }
 
     fn send_current(&mut self) -> io::Result<()> {
