@@ -180,18 +180,17 @@ pub fn write(
                 })
                 .collect(),
         );
-        let read_result = (|| -> Result<()> {
-            let mut out = Outbox::new(&tx, &pool);
-            reader::read_entries(
-                entries,
-                scan_values,
-                &mut out,
-                &mut loaded,
-                &mut files,
-                &mut directories,
-                progress,
-            )
-        })();
+        let mut out = Outbox::new(&tx, &pool);
+        let read_result: Result<()> = reader::read_entries(
+            entries,
+            scan_values,
+            &mut out,
+            &mut loaded,
+            &mut files,
+            &mut directories,
+            progress,
+        );
+        drop(out);
         drop(tx);
         let write_result = writer.join().expect("writer thread panicked");
         (read_result, write_result)
