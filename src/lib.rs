@@ -39,6 +39,7 @@ pub mod repair;
 pub mod scan;
 pub mod scheme;
 pub mod size;
+pub mod source;
 #[cfg(test)]
 mod source_rules;
 pub mod staging;

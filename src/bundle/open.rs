@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use super::media::Media;
 use crate::error::{Error, Result};
 use crate::fsio::{Follow, OpenError, read_capped};
 use crate::keys::{PublicKey, Signature};
@@ -68,9 +69,32 @@ pub struct Opened {
     /// The OMS signature the manifest lists (FORMAT.md section 19), read to its signed size
     /// and checked against its signed digest; targets place it at commit.
     pub oms: Option<crate::oms::Carried>,
-    /// The directories holding the volumes (one, or several media), and how they are read;
-    /// none for a registry artifact.
-    pub media: super::media::Media,
+}
+
+/// A bundle on disk, its signature verified: the signed parts ([`Opened`], which it derefs
+/// to) and the directories holding its volumes ([`Media`]). Only a bundle opened from a
+/// directory has one ([`open_with`], [`open_media`]); an artifact opened from a registry is
+/// an [`Opened`] alone, so the code that reads volumes cannot be handed one.
+#[derive(Debug)]
+pub struct BundleDir {
+    /// The signed parts.
+    pub opened: Opened,
+    /// The directories holding the volumes (one, or several media), and how they are read.
+    pub media: Media,
+}
+
+impl BundleDir {
+    /// The bundle directory: the one the signature was checked in.
+    pub fn dir(&self) -> &Path {
+        self.media.first()
+    }
+}
+
+impl std::ops::Deref for BundleDir {
+    type Target = Opened;
+    fn deref(&self) -> &Opened {
+        &self.opened
+    }
 }
 
 fn too_large(len: u64, cap: u64) -> String {
@@ -482,13 +506,13 @@ fn comment_warnings(comment: &str, sha: &str, manifest: &Manifest, warnings: &mu
 }
 
 /// Opens `dir` and verifies its manifest signature against `trust`. No volume is read.
-pub fn open(dir: &Path, trust: &[PublicKey]) -> Result<Opened> {
+pub fn open(dir: &Path, trust: &[PublicKey]) -> Result<BundleDir> {
     open_with(dir, &Policy::any_of(trust))
 }
 
 /// [`open`] with a trust policy: co-signatures count, and the roots the bundle carries are
 /// verified and may advance the policy (docs/FORMAT.md section 18). Nothing is written.
-pub fn open_with(dir: &Path, policy: &Policy) -> Result<Opened> {
+pub fn open_with(dir: &Path, policy: &Policy) -> Result<BundleDir> {
     let mpath = dir.join(manifest::MANIFEST_NAME);
     let spath = dir.join(manifest::SIGNATURE_NAME);
     let bytes = read_manifest_bytes(&mpath)?;
@@ -509,15 +533,15 @@ pub fn open_with(dir: &Path, policy: &Policy) -> Result<Opened> {
         policy,
     )?;
     opened.oms = crate::oms::read_carried(dir, &opened.manifest)?;
-    opened.media = super::media::Media::new(vec![dir.to_path_buf()], &opened.manifest_sha256);
-    Ok(opened)
+    let media = Media::new(vec![dir.to_path_buf()], &opened.manifest_sha256);
+    Ok(BundleDir { opened, media })
 }
 
 /// [`open_with`] for a bundle spread over several media (or duplicated on them): the
 /// signature is checked in the first directory, and every other must hold the byte-identical
 /// signed manifest (two bundles mixed are refused before anything else is read). Volumes may
 /// be in any of them.
-pub fn open_media(dirs: &[PathBuf], policy: &Policy) -> Result<Opened> {
+pub fn open_media(dirs: &[PathBuf], policy: &Policy) -> Result<BundleDir> {
     let Some((first, _)) = dirs.split_first() else {
         return Err(Error::Usage("no bundle directory given".into()));
     };
@@ -529,7 +553,7 @@ pub fn open_media(dirs: &[PathBuf], policy: &Policy) -> Result<Opened> {
                 unique.push(d.clone());
             }
         }
-        opened.media = super::media::Media::new(unique, &opened.manifest_sha256);
+        opened.media = Media::new(unique, &opened.manifest_sha256);
         opened.media.check_same_bundle(false)?;
     }
     Ok(opened)
@@ -591,23 +615,7 @@ pub fn open_parts(
         warnings,
         trust,
         oms: None,
-        media: super::media::Media::new(vec![], ""),
     })
-}
-
-impl Opened {
-    /// The bundle directory of a bundle on disk. Only the code that reads volumes asks, and
-    /// only for a bundle it opened from a directory.
-    ///
-    /// # Panics
-    ///
-    /// For an artifact opened from a registry, which has no bundle directory.
-    pub fn dir(&self) -> &Path {
-        match &self.origin {
-            Origin::Dir(d) => d,
-            Origin::Registry(r) => panic!("{r}: a registry artifact has no bundle directory"),
-        }
-    }
 }
 
 #[cfg(test)]
