@@ -120,12 +120,15 @@ impl MinisignSigner<'_> {
     /// [`Signer::sign`] as the parsed signature.
     pub fn signature(&self, message: Message<'_>, comment: &str) -> Result<Signature, KeyError> {
         match message {
-            Message::Manifest(bytes) | Message::Enclosed(bytes) => {
-                keys::sign(self.0, bytes, UNTRUSTED_COMMENT, comment)
-            }
+            Message::Manifest(bytes) => keys::sign(self.0, bytes, UNTRUSTED_COMMENT, comment),
             Message::Prehashed(digest) => {
                 keys::sign_prehashed(self.0, digest, UNTRUSTED_COMMENT, comment)
             }
+            // minisign signs bytes beside the signature; it carries none.
+            Message::Enclosed(_) => Err(KeyError::UnsupportedAlgorithm {
+                what: "minisign message",
+                found: "an enclosed payload".into(),
+            }),
         }
     }
 }

@@ -267,6 +267,11 @@ fn minisign_refusals_are_typed() {
         Minisign.verify(Message::Enclosed(b"m"), &sig, &trust(&a)),
         Err(Refusal::Malformed(_))
     ));
+    assert!(
+        MinisignSigner(&a)
+            .sign(Message::Enclosed(b"m"), "c")
+            .is_err()
+    );
     assert_eq!(
         key_id_bytes(&a.public_key().key_id_hex()),
         Some(a.public_key().key_id)
