@@ -362,6 +362,7 @@ impl MediumFile {
             pos,
             filled: (0, 0),
             ended: false,
+            dropped_to: pos,
         }
     }
 }
@@ -401,6 +402,15 @@ pub fn test_volume_read_delay() {
 }
 
 /// A [`std::io::Read`] over a [`MediumFile`], for the volume stream.
+///
+/// Read through the page cache after its cached pages were dropped ([`ReadFrom::CacheDropped`]),
+/// a volume is read once, front to back: every [`DROP_BEHIND`] bytes the pages already read
+/// are dropped again (`POSIX_FADV_DONTNEED` over what lies behind the read position; the
+/// read-ahead in front of it stays). The page cache then recycles a few dozen MiB instead of
+/// taking fresh memory for every gigabyte of the bundle, and other files' cache is not evicted
+/// for bytes nobody reads twice. Measured on the benchmark machine: a cold read of a 4 GiB
+/// volume in 1 MiB pieces took 2.8-3.0 s of wall time and 0.3-0.4 s of system time this way,
+/// against 5.3 s and 1.2-1.4 s keeping the pages (docs/PERFORMANCE.md).
 pub struct MediumReader {
     file: MediumFile,
     buf: AlignedBuf,
@@ -409,7 +419,13 @@ pub struct MediumReader {
     filled: (usize, usize),
     /// A read returned nothing: the end of the file.
     ended: bool,
+    /// Where the pages behind the read position were last dropped.
+    dropped_to: u64,
 }
+
+/// Bytes read from a volume between two drops of the pages behind the read position
+/// ([`MediumReader`]).
+pub const DROP_BEHIND: u64 = 32 << 20;
 
 impl MediumReader {
     /// How the bytes read so far came.
@@ -420,6 +436,28 @@ impl MediumReader {
     /// The [`MediumFile`] (its [`MediumFile::why`]).
     pub fn medium(&self) -> &MediumFile {
         &self.file
+    }
+}
+
+impl MediumReader {
+    /// Drops the cached pages behind the read position once [`DROP_BEHIND`] bytes were read
+    /// since the last drop, when the volume is read through a cache that was dropped at the
+    /// open (direct reads use no cache; `--cached` and memory file systems keep theirs).
+    fn drop_behind(&mut self) {
+        if self.file.direct
+            || self.file.from != ReadFrom::CacheDropped
+            || self.pos - self.dropped_to < DROP_BEHIND
+        {
+            return;
+        }
+        // Advice only: a failure leaves the pages to the kernel's reclaim, as before.
+        let _ = rustix::fs::fadvise(
+            &self.file.file,
+            self.dropped_to,
+            advice_len(self.pos - self.dropped_to),
+            Advice::DontNeed,
+        );
+        self.dropped_to = self.pos;
     }
 }
 
@@ -438,6 +476,7 @@ impl io::Read for MediumReader {
             }
             self.filled = (skip, skip + n);
             self.pos += n as u64;
+            self.drop_behind();
         }
         let (a, b) = self.filled;
         let n = (b - a).min(out.len());
@@ -526,6 +565,59 @@ mod tests {
         let mut got = Vec::new();
         r.read_to_end(&mut got).unwrap();
         assert_eq!(got, data);
+    }
+
+    /// Whether the page of `f` at `offset` is in the page cache: a read that may not wait for
+    /// the device (`RWF_NOWAIT`) fails with `EAGAIN` when it is not.
+    fn cached_at(f: &File, offset: u64) -> bool {
+        let mut b = [0u8; 1];
+        match rustix::io::preadv2(
+            f,
+            &mut [io::IoSliceMut::new(&mut b)],
+            offset,
+            rustix::io::ReadWriteFlags::NOWAIT,
+        ) {
+            Ok(n) => n == 1,
+            Err(rustix::io::Errno::AGAIN) => false,
+            Err(e) => panic!("preadv2: {e}"),
+        }
+    }
+
+    #[test]
+    fn a_volume_read_past_a_dropped_cache_drops_what_it_read_and_only_that() {
+        // Larger than two drop intervals, with a tail that is not a whole piece.
+        let data = pattern(2 * DROP_BEHIND as usize + 3 * DIRECT_ALIGN + 5);
+        let (_d, p) = file_with(&data);
+        for how in [MediumRead::DropCache, MediumRead::Cached] {
+            let (f, _) = open_medium(&p, Follow::Never, how).unwrap();
+            let probe = f.file().try_clone().unwrap();
+            let from = f.read_from();
+            let mut r = f.into_reader(1 << 20);
+            // Read a little over one interval: the pages behind are dropped, those read last
+            // since the drop (and the read-ahead) are not.
+            let mut got = vec![0u8; DROP_BEHIND as usize + (2 << 20)];
+            r.read_exact(&mut got).unwrap();
+            assert_eq!(got, &data[..got.len()], "{how:?}");
+            match (how, from) {
+                (MediumRead::DropCache, ReadFrom::CacheDropped) => {
+                    assert!(!cached_at(&probe, 0), "the first page was not dropped");
+                    assert!(!cached_at(&probe, DROP_BEHIND / 2));
+                    assert!(
+                        cached_at(&probe, DROP_BEHIND + (1 << 20)),
+                        "the last read page"
+                    );
+                }
+                // A memory file system has nothing below its cache: nothing is dropped.
+                (MediumRead::DropCache, ReadFrom::Memory) => assert!(cached_at(&probe, 0)),
+                // --cached leaves the cache alone.
+                (MediumRead::Cached, ReadFrom::Cached) => assert!(cached_at(&probe, 0)),
+                other => panic!("unexpected {other:?}"),
+            }
+            let mut rest = Vec::new();
+            r.read_to_end(&mut rest).unwrap();
+            got.extend_from_slice(&rest);
+            assert_eq!(got, data, "{how:?}: the whole file, in order");
+        }
     }
 
     #[test]

@@ -6,7 +6,6 @@
 
 use std::borrow::Cow;
 use std::fs::File;
-use std::io::Read;
 use std::path::Path;
 
 use crossbeam_channel::{Receiver, Sender};
@@ -196,7 +195,7 @@ pub(super) fn read_file(
     progress: &dyn Progress,
 ) -> Result<Option<FileDigests>> {
     // The `fstat` that checked the file is regular is the "before" of the change check.
-    let (mut file, before) = opener
+    let (file, before) = opener
         .open_stat(source, path)
         .map_err(|e| Error::io(source, e))?;
     if before.st_size as u64 != size {
@@ -213,6 +212,8 @@ pub(super) fn read_file(
         what: format!("grew past {size} bytes while being read"),
     };
     let mut digester = Digester::new(etag, size, scanner_for(&file, source, path, size, scan)?);
+    // A model read cold leaves the page cache as it found it (`ReadBehind`).
+    let mut behind = crate::writeback::ReadBehind::new();
     let mut total: u64 = 0;
     // Whether a read came back short of a byte asked past the declared size: the file ended
     // there (a regular file's read is short only at its end), so no probe read is needed.
@@ -226,8 +227,8 @@ pub(super) fn read_file(
         // One byte more than is left, when the buffer has room for it: the read that takes
         // the last bytes also tells whether the file goes on (one read a small file, not two).
         let ask = if buf.len() > want { want + 1 } else { want };
-        let n = file
-            .read(&mut buf[..ask])
+        let n = behind
+            .read_at(&file, &mut buf[..ask], total)
             .map_err(|e| Error::io(source, e))?;
         if n == 0 {
             return Err(Error::SourceChanged {
@@ -246,9 +247,14 @@ pub(super) fn read_file(
     }
     // Probe for growth past the declared size, unless the last read already saw the end.
     let mut probe = [0u8; 1];
-    if !(ended && total == size) && file.read(&mut probe).map_err(|e| Error::io(source, e))? != 0 {
+    if !(ended && total == size)
+        && std::os::unix::fs::FileExt::read_at(&file, &mut probe, total)
+            .map_err(|e| Error::io(source, e))?
+            != 0
+    {
         return Err(grew());
     }
+    behind.finish(&file, total);
     let after = rustix::fs::fstat(&file).map_err(|e| Error::io(source, e.into()))?;
     if !crate::scan::same_state(&before, &after) {
         return Err(Error::SourceChanged {
