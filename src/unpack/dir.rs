@@ -155,6 +155,7 @@ impl Target for DirTarget {
             manifest_sha256: opened.manifest_sha256.clone(),
             dest: dest_name.to_string(),
             target: "dir".into(),
+            revision: None,
         });
         let adopted = match (&missing, &marker) {
             (None, Some(marker)) if opts.resume => Staging::adopt(&parent, marker)?,
