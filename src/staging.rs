@@ -359,7 +359,11 @@ impl Staging {
     /// [`Staging::adopt`] in the directory already open as `parent_fd` (shown as `parent`): for
     /// a parent that must not be looked up by path again (a Hugging Face cache's shared
     /// `.locks`).
-    pub fn adopt_at(parent_fd: &OwnedFd, parent: &Path, marker: &Marker) -> Result<Option<Staging>> {
+    pub fn adopt_at(
+        parent_fd: &OwnedFd,
+        parent: &Path,
+        marker: &Marker,
+    ) -> Result<Option<Staging>> {
         let parent_fd = parent_fd.try_clone().map_err(|e| Error::io(parent, e))?;
         Self::adopt_in(parent_fd, parent, marker)
     }

@@ -896,7 +896,12 @@ struct Proven {
 /// same repository and revision left ([`Staging::adopt_at`] found it): its staged blobs are
 /// proven ([`prove_blobs`]); everything else (a snapshot folder built before the kill, refs, a
 /// partial blob, anything planted) is removed, never following a link.
-fn adopt_tree(work: &Staging, plan: &Plan, m: &Manifest, progress: &dyn Progress) -> Result<Adopted> {
+fn adopt_tree(
+    work: &Staging,
+    plan: &Plan,
+    m: &Manifest,
+    progress: &dyn Progress,
+) -> Result<Adopted> {
     let wpath = work.path();
     for (name, kind) in fsio::dir_entries(work.fd()).map_err(|e| Error::io(&wpath, e))? {
         let ours = name == staging::LOCK_NAME
@@ -1009,8 +1014,8 @@ fn prove_blobs(
     let proven: Vec<(String, Vec<&FileEntry>)> = candidates
         .into_par_iter()
         .map(|(name, etag_kind, len, could)| {
-            let files = prove_blob(blobs, &name, etag_kind, len, could, me, progress)
-                .unwrap_or_default();
+            let files =
+                prove_blob(blobs, &name, etag_kind, len, could, me, progress).unwrap_or_default();
             (name, files)
         })
         .collect();
@@ -1188,16 +1193,24 @@ impl Target for HfTarget {
             }
         }
         if opts.check_space {
-            let held = resumed.as_ref().map_or(0, |r: &Adopted| r.proven.kept.bytes);
-            let checked =
-                notes::check_space(cache, notes::space_needed(m, 0).saturating_sub(held));
+            let held = resumed
+                .as_ref()
+                .map_or(0, |r: &Adopted| r.proven.kept.bytes);
+            let checked = notes::check_space(cache, notes::space_needed(m, 0).saturating_sub(held));
             if let (Err(_), Some(s)) = (&checked, txn.staging.as_mut()) {
                 s.keep_for_rerun();
             }
             checked?;
         }
         let (path, repo_fd, blobs, snapshots, snapshot, proven) = match resumed {
-            Some(a) => (a.path, a.repo, a.blobs, a.snapshots, a.snapshot, Some(a.proven)),
+            Some(a) => (
+                a.path,
+                a.repo,
+                a.blobs,
+                a.snapshots,
+                a.snapshot,
+                Some(a.proven),
+            ),
             None => {
                 let locks_fd = match existing_locks {
                     Some(fd) => fd,
