@@ -446,6 +446,11 @@ impl EntrySink for BlobSink {
         Ok(())
     }
 
+    fn holds(&mut self, file: &FileEntry) -> Result<bool> {
+        // A delta's copy or patch of a file whose blob an adopted work directory holds.
+        Ok(self.held.contains(&file.path))
+    }
+
     fn begin_file(&mut self, file: &FileEntry) -> Result<()> {
         self.skipping = self.held.contains(&file.path);
         if self.skipping {
@@ -1157,10 +1162,10 @@ impl Target for HfTarget {
         };
         let locks = cache.join(hfcache::LOCKS_DIR);
         let existing_locks = hfcache::open_locks(&cache_fd, cache)?;
-        // A full bundle's install can be resumed: its work directory is marked with the signed
-        // manifest's digest, the repository folder and the revision (a delta's stream holds
-        // patches, not files: it starts from zero).
-        let marker = m.base.is_none().then(|| staging::Marker {
+        // Every install can be resumed: its work directory is marked with the signed
+        // manifest's digest (a delta's names its base by digest), the repository folder and
+        // the revision.
+        let marker = Some(staging::Marker {
             manifest_sha256: opened.manifest_sha256.clone(),
             dest: folder.clone(),
             target: "hf-cache".into(),

@@ -1017,3 +1017,90 @@ fn a_changed_planted_or_linked_blob_in_a_kept_hf_staging_is_discarded_not_truste
     );
     assert_eq!(hashed_tree(&env.path("c3/models--acme--tiny-model")), want);
 }
+
+/// A delta install into `--dest` resumes too: its marker names the delta's manifest (which names
+/// its base by digest); a rerun proves the files the killed run staged against the target
+/// manifest and the delta stage skips their copies and patches. The delta's stream is read
+/// from its start (its entries are patches and carried files, not the target's files), and
+/// the result is the clean delta install, byte for byte, receipt included.
+#[test]
+fn a_delta_install_into_a_directory_resumes_from_what_it_staged() {
+    let env = Env::new();
+    model(&env, "v1", 16, 256 << 10, 1);
+    model(&env, "v2", 16, 256 << 10, 1);
+    // Version 2: one file changed, 24 new ones (carried whole in the delta's stream).
+    env.write("v2/layer-3/part-015.bin", &pseudo_random(256 << 10, 999));
+    for i in 0..24u64 {
+        env.write(
+            &format!("v2/new/part-{i:03}.bin"),
+            &pseudo_random(256 << 10, 500 + i),
+        );
+    }
+    pack(&env, "v1", "b1", "none", "64K", "1");
+    env.ok(&[
+        "pack",
+        "v2",
+        "-o",
+        "d2",
+        "--key",
+        "k.key",
+        "--name",
+        "m",
+        "--version",
+        "2",
+        "--base",
+        "b1",
+        "--compress",
+        "none",
+        "--volume-size",
+        "64K",
+        "-q",
+    ]);
+    for d in ["clean", "out"] {
+        env.ok(&["unpack", "b1", "--trust", "k.pub", "--dest", d]);
+    }
+    let (code, v) = env.json(&[
+        "unpack",
+        "d2",
+        "--trust",
+        "k.pub",
+        "--dest",
+        "clean",
+        "--replace",
+    ]);
+    assert_eq!(code, 0, "{v}");
+    let clean = v["volume_bytes_read"].as_u64().unwrap();
+    let want = tree(&env.path("clean"));
+    let before = tree(&env.path("out"));
+
+    let ran = run_until(&env, "d2", "out", clean / 2, Signal::INT, &["--replace"]);
+    assert!(ran.killed, "{}{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.code, Some(130), "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("rerun the same command to resume"),
+        "{}",
+        ran.stderr
+    );
+    assert_eq!(tree(&env.path("out")), before, "the base changed");
+    assert_eq!(work_dirs(&env).len(), 1, "{:?}", work_dirs(&env));
+
+    let child = unpack(
+        &env,
+        "d2",
+        "out",
+        0,
+        &["--replace", "--json", "--progress", "plain"],
+    );
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("reading the delta's stream from its start"),
+        "{stderr}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["resumed"]["files"].as_u64().unwrap() > 0, "{v}");
+    let _ = reads(&env);
+    assert_eq!(tree(&env.path("out")), want, "not the clean delta install");
+    assert!(work_dirs(&env).is_empty(), "{:?}", work_dirs(&env));
+}
