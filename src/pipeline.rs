@@ -199,6 +199,13 @@ fn feed<T: Target>(
     let opened = source.opened();
     let m = &opened.manifest;
     let fed = if let Some(mut base) = base {
+        if let Some(kept) = target.kept() {
+            note_resuming(
+                kept,
+                ", reading the delta's stream from its start (the copies and patches of the kept files are skipped)",
+                progress,
+            );
+        }
         let mut tally = Tally::new(m, target.sink());
         let mut stage = DeltaStage::new(m, &mut base, &mut tally)?;
         stage.prepare(progress)?;
@@ -216,18 +223,7 @@ fn feed<T: Target>(
                     .position(|e| !kept.holds(e))
                     .unwrap_or(expected.len());
                 let start = source.start_at(wanted);
-                progress.note(&format!(
-                    "resuming: {} files ({}) already {} and proven{}{}",
-                    kept.files.len(),
-                    gib(kept.bytes),
-                    kept.held_in,
-                    if kept.discarded > 0 {
-                        format!(", {} staged entries discarded", kept.discarded)
-                    } else {
-                        String::new()
-                    },
-                    source.reads_from(start)
-                ));
+                note_resuming(kept, &source.reads_from(start), progress);
                 start
             }
             None => 0,
@@ -241,4 +237,19 @@ fn feed<T: Target>(
         fed
     };
     Ok(fed)
+}
+
+/// Tells the operator what a resumed install holds and where the source reads from.
+fn note_resuming(kept: &Kept, reads_from: &str, progress: &dyn Progress) {
+    progress.note(&format!(
+        "resuming: {} files ({}) already {} and proven{}{reads_from}",
+        kept.files.len(),
+        gib(kept.bytes),
+        kept.held_in,
+        if kept.discarded > 0 {
+            format!(", {} staged entries discarded", kept.discarded)
+        } else {
+            String::new()
+        },
+    ));
 }

@@ -178,6 +178,10 @@ pub struct Marker {
     pub dest: String,
     /// The kind of target: `dir`, `hf-cache` or `oci-layout`.
     pub target: String,
+    /// The ref an install into a Hugging Face cache points at the commit (`hf-cache` only;
+    /// absent for the other targets, so their markers are unchanged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
 }
 
 impl Marker {
@@ -349,6 +353,22 @@ impl Staging {
     pub fn adopt(parent: &Path, marker: &Marker) -> Result<Option<Staging>> {
         let parent_fd = fsio::open_dir_path(parent, fsio::Follow::Final)
             .map_err(|e| Error::io(parent, e.into()))?;
+        Self::adopt_in(parent_fd, parent, marker)
+    }
+
+    /// [`Staging::adopt`] in the directory already open as `parent_fd` (shown as `parent`): for
+    /// a parent that must not be looked up by path again (a Hugging Face cache's shared
+    /// `.locks`).
+    pub fn adopt_at(
+        parent_fd: &OwnedFd,
+        parent: &Path,
+        marker: &Marker,
+    ) -> Result<Option<Staging>> {
+        let parent_fd = parent_fd.try_clone().map_err(|e| Error::io(parent, e))?;
+        Self::adopt_in(parent_fd, parent, marker)
+    }
+
+    fn adopt_in(parent_fd: OwnedFd, parent: &Path, marker: &Marker) -> Result<Option<Staging>> {
         let prefix = format!("{STAGING_PREFIX}{}-", marker.dest);
         let entries = fsio::dir_entries(&parent_fd).map_err(|e| Error::io(parent, e))?;
         let me = rustix::process::geteuid().as_raw();

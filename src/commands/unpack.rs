@@ -101,6 +101,7 @@ fn target(a: &UnpackArgs, opened: &Opened, trust: &Policy, out: &mut Output) -> 
             revision: a.revision.clone(),
             check_space,
             trust: policy,
+            resume: !a.no_resume,
         })
     } else if let Some(layout) = &a.oci_layout {
         To::Layout(LayoutOptions {

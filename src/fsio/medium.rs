@@ -384,7 +384,13 @@ pub fn count_volume_read(n: u64) {
     let total = VOLUME_BYTES_READ.fetch_add(n, std::sync::atomic::Ordering::Relaxed) + n;
     #[cfg(debug_assertions)]
     if let Some(log) = std::env::var_os("AIRLOCK_TEST_VOLUME_READ_LOG") {
-        let _ = std::fs::write(log, format!("{total}\n"));
+        // Written beside it and renamed over it: a process killed in the middle of the write
+        // leaves the previous count, never an empty file (which a test would read as 0).
+        let mut tmp = log.clone();
+        tmp.push(format!(".{:?}", std::thread::current().id()));
+        if std::fs::write(&tmp, format!("{total}\n")).is_ok() {
+            let _ = std::fs::rename(&tmp, &log);
+        }
     }
     let _ = total;
 }

@@ -149,12 +149,14 @@ impl Target for DirTarget {
             }
             keep = Some(kept);
         }
-        // A full bundle's install can be resumed (a delta's stream holds patches, not files:
-        // it starts from zero).
-        let marker = (m.base.is_none()).then(|| staging::Marker {
+        // Every install can be resumed. A delta's marker names the delta's manifest, which
+        // names its base by digest: the files kept are the target's, proven the same way, and
+        // the delta stage skips the copies and patches of the files held.
+        let marker = Some(staging::Marker {
             manifest_sha256: opened.manifest_sha256.clone(),
             dest: dest_name.to_string(),
             target: "dir".into(),
+            revision: None,
         });
         let adopted = match (&missing, &marker) {
             (None, Some(marker)) if opts.resume => Staging::adopt(&parent, marker)?,
@@ -449,6 +451,11 @@ impl EntrySink for StagingSink {
         self.dirs.insert(path.to_string(), fd);
         self.known.insert(path.to_string());
         Ok(())
+    }
+
+    fn holds(&mut self, file: &FileEntry) -> Result<bool> {
+        // A delta's copy or patch of a file an adopted work directory holds, proven: skipped.
+        Ok(self.held_files.contains(&file.path))
     }
 
     fn begin_file(&mut self, file: &FileEntry) -> Result<()> {

@@ -58,7 +58,7 @@ use crate::error::{Error, Result};
 use crate::fsio;
 use crate::hfcache::{self, RefState, etag::GitBlobSha1, names::EtagKind};
 use crate::manifest::{FileEntry, MAX_MANIFEST_BYTES, Manifest};
-use crate::pipeline::{Fed, Target};
+use crate::pipeline::{Fed, Kept, Target};
 use crate::progress::Progress;
 use crate::receipt;
 use crate::staging::{self, Cleanup, Staging, SyncThread};
@@ -82,6 +82,10 @@ pub struct HfUnpackOptions {
     /// The trust policy the bundle was verified with; a delta's base receipt must verify
     /// against it too.
     pub trust: Policy,
+    /// Adopt the work directory an interrupted install of the same bundle into the same
+    /// repository and revision of this cache left, keeping the blobs it proves (on by default;
+    /// `--no-resume` starts clean, removing it).
+    pub resume: bool,
 }
 
 /// What happened to `snapshots/<commit>/`.
@@ -428,6 +432,11 @@ struct BlobSink {
     /// the staged `blobs/` because this sink put it there, never because a file of its name
     /// is found there.
     staged: HashMap<String, String>,
+    /// Files whose blobs an adopted work directory already holds, proven: their bytes, if the
+    /// stream carries them anyway (a compressed bundle), are dropped.
+    held: HashSet<String>,
+    /// The current file is held.
+    skipping: bool,
     syncer: crossbeam_channel::Sender<(File, PathBuf)>,
 }
 
@@ -437,7 +446,16 @@ impl EntrySink for BlobSink {
         Ok(())
     }
 
+    fn holds(&mut self, file: &FileEntry) -> Result<bool> {
+        // A delta's copy or patch of a file whose blob an adopted work directory holds.
+        Ok(self.held.contains(&file.path))
+    }
+
     fn begin_file(&mut self, file: &FileEntry) -> Result<()> {
+        self.skipping = self.held.contains(&file.path);
+        if self.skipping {
+            return Ok(());
+        }
         let tmp = format!(".incoming-{}", self.incoming);
         self.incoming += 1;
         let f = fsio::create_at(&self.blobs, &tmp, 0o644, false)
@@ -451,6 +469,9 @@ impl EntrySink for BlobSink {
     }
 
     fn data(&mut self, bytes: &[u8]) -> Result<()> {
+        if self.skipping {
+            return Ok(());
+        }
         let (f, tmp, git) = self.current.as_mut().expect("begin_file came first");
         if let Some(g) = git {
             g.update(bytes);
@@ -460,6 +481,9 @@ impl EntrySink for BlobSink {
     }
 
     fn end_file(&mut self, file: &FileEntry) -> Result<()> {
+        if std::mem::take(&mut self.skipping) {
+            return Ok(());
+        }
         let (f, tmp, git) = self.current.take().expect("begin_file came first");
         let computed = git.map(GitBlobSha1::finish);
         let etag = match (self.etags.get(&file.path).cloned().flatten(), computed) {
@@ -853,6 +877,235 @@ fn write_ref(
     Ok(old)
 }
 
+/// An adopted work directory, pruned to the blobs it proves, with a fresh (empty) snapshot
+/// folder.
+struct Adopted {
+    path: PathBuf,
+    repo: OwnedFd,
+    blobs: OwnedFd,
+    snapshots: OwnedFd,
+    snapshot: OwnedFd,
+    proven: Proven,
+}
+
+/// What [`prove_blobs`] kept.
+struct Proven {
+    kept: Kept,
+    /// The etag of each kept file, by path.
+    placed: HashMap<String, String>,
+    /// Each kept blob's SHA-256, by etag.
+    staged: HashMap<String, String>,
+}
+
+/// Takes over the work directory `work` an interrupted install of the same bundle into the
+/// same repository and revision left ([`Staging::adopt_at`] found it): its staged blobs are
+/// proven ([`prove_blobs`]); everything else (a snapshot folder built before the kill, refs, a
+/// partial blob, anything planted) is removed, never following a link.
+fn adopt_tree(
+    work: &Staging,
+    plan: &Plan,
+    m: &Manifest,
+    progress: &dyn Progress,
+) -> Result<Adopted> {
+    let wpath = work.path();
+    for (name, kind) in fsio::dir_entries(work.fd()).map_err(|e| Error::io(&wpath, e))? {
+        let ours = name == staging::LOCK_NAME
+            || name == staging::RESUME_NAME
+            || (name == "repo" && kind == rustix::fs::FileType::Directory);
+        if !ours {
+            super::resume::remove(work.fd(), &name, kind, &wpath)?;
+        }
+    }
+    let path = wpath.join("repo");
+    let repo = open_or_make(work.fd(), &path, "repo")?;
+    let mut discarded = 0;
+    for (name, kind) in fsio::dir_entries(&repo).map_err(|e| Error::io(&path, e))? {
+        if name != "blobs" || kind != rustix::fs::FileType::Directory {
+            super::resume::remove(&repo, &name, kind, &path)?;
+            discarded += u64::from(name != "snapshots");
+        }
+    }
+    let blobs = open_or_make(&repo, &path.join("blobs"), "blobs")?;
+    let mut proven = prove_blobs(&blobs, &path.join("blobs"), m, &plan.etags, progress)?;
+    proven.kept.discarded += discarded;
+    let snapshots = durable::mkdir_at(&repo, &path, "snapshots", 0o755)?;
+    let snapshot = durable::mkdir_at(&snapshots, &path.join("snapshots"), &plan.commit, 0o755)?;
+    Ok(Adopted {
+        path,
+        repo,
+        blobs,
+        snapshots,
+        snapshot,
+        proven,
+    })
+}
+
+/// Opens the directory `name` of `parent` (at `path`), no link followed, making it (0755) when
+/// it is missing; its mode is set again.
+fn open_or_make(parent: &OwnedFd, path: &Path, name: &str) -> Result<OwnedFd> {
+    let parent_path = path.parent().expect("a name in a directory");
+    match fsio::open_dir_at(parent, name) {
+        Ok(fd) => {
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o755))
+                .map_err(|e| Error::io(path, e.into()))?;
+            Ok(fd)
+        }
+        Err(rustix::io::Errno::NOENT) => durable::mkdir_at(parent, parent_path, name, 0o755),
+        Err(e) => Err(Error::io(path, e.into())),
+    }
+}
+
+/// Proves the blobs an adopted work directory staged in `blobs` (at `blobs_path`) against the
+/// signed manifest `m`, whose files have the etags `etags` (`None`: computed while streaming).
+/// A blob is kept only if it is a regular file (no link followed) with one link, this user's,
+/// named as an etag, of the signed size of a file of the manifest, whose content hashes to that
+/// file's signed SHA-256 and, for a git blob id, to its name; it is then kept for every file of
+/// that content (read once, in parallel), its mode set again and synced. Everything else (a
+/// partial `.incoming-` file, a link, a blob whose content differs) is removed.
+fn prove_blobs(
+    blobs: &OwnedFd,
+    blobs_path: &Path,
+    m: &Manifest,
+    etags: &HashMap<String, Option<String>>,
+    progress: &dyn Progress,
+) -> Result<Proven> {
+    use rayon::prelude::*;
+    let me = rustix::process::geteuid().as_raw();
+    // The files each staged name can be the blob of: those the manifest gives that etag, and,
+    // for a git blob id, those of that size whose etag is computed while streaming.
+    let mut named: HashMap<&str, Vec<&FileEntry>> = HashMap::new();
+    let mut computed: HashMap<u64, Vec<&FileEntry>> = HashMap::new();
+    for f in &m.files {
+        match etags.get(&f.path) {
+            Some(Some(e)) => named.entry(e.as_str()).or_default().push(f),
+            _ => computed.entry(f.size).or_default().push(f),
+        }
+    }
+    let mut kept = Kept {
+        // The snapshot's directories are made from the manifest at the end.
+        dirs: m.directories.iter().cloned().collect(),
+        held_in: "staged",
+        ..Kept::default()
+    };
+    let mut candidates: Vec<(String, EtagKind, u64, Vec<&FileEntry>)> = Vec::new();
+    for (name, kind) in fsio::dir_entries(blobs).map_err(|e| Error::io(blobs_path, e))? {
+        let candidate = name
+            .to_str()
+            .filter(|_| kind == rustix::fs::FileType::RegularFile)
+            .and_then(|n| {
+                let etag_kind = EtagKind::of(n)?;
+                let (_, len) = fsio::open_file_below(blobs, n).ok()?;
+                let mut could: Vec<&FileEntry> = named
+                    .get(n)
+                    .into_iter()
+                    .flatten()
+                    .copied()
+                    .filter(|f| f.size == len)
+                    .collect();
+                if etag_kind == EtagKind::GitSha1 {
+                    could.extend(computed.get(&len).into_iter().flatten().copied());
+                }
+                (!could.is_empty()).then(|| (n.to_string(), etag_kind, len, could))
+            });
+        match candidate {
+            Some(c) => candidates.push(c),
+            None => {
+                super::resume::remove(blobs, &name, kind, blobs_path)?;
+                kept.discarded += 1;
+            }
+        }
+    }
+    progress.start("prove", candidates.iter().map(|c| c.2).sum());
+    let proven: Vec<(String, Vec<&FileEntry>)> = candidates
+        .into_par_iter()
+        .map(|(name, etag_kind, len, could)| {
+            let files =
+                prove_blob(blobs, &name, etag_kind, len, could, me, progress).unwrap_or_default();
+            (name, files)
+        })
+        .collect();
+    progress.finish();
+    let mut placed = HashMap::new();
+    let mut staged = HashMap::new();
+    for (name, files) in proven {
+        let Some(first) = files.first() else {
+            super::resume::remove(
+                blobs,
+                std::ffi::OsStr::new(&name),
+                rustix::fs::FileType::RegularFile,
+                blobs_path,
+            )?;
+            kept.discarded += 1;
+            continue;
+        };
+        staged.insert(name.clone(), first.sha256.clone());
+        for f in files {
+            if kept.files.insert(f.path.clone()) {
+                kept.bytes += f.size;
+                placed.insert(f.path.clone(), name.clone());
+            }
+        }
+    }
+    durable::sync_dir_fd(blobs, blobs_path)?;
+    Ok(Proven {
+        kept,
+        placed,
+        staged,
+    })
+}
+
+/// The files of `could` (all of size `len`) whose blob the staged file `name` of `blobs` is:
+/// empty unless it is a regular file with one link, this user's, of `len` bytes, whose
+/// content's git blob id is its name (an etag of that kind); of those, the ones whose signed
+/// SHA-256 it hashes to. A kept blob gets its mode again and is synced (it may have been
+/// written just before a kill, not yet on disk).
+fn prove_blob<'m>(
+    blobs: &OwnedFd,
+    name: &str,
+    kind: EtagKind,
+    len: u64,
+    could: Vec<&'m FileEntry>,
+    me: u32,
+    progress: &dyn Progress,
+) -> io::Result<Vec<&'m FileEntry>> {
+    use std::os::unix::fs::FileExt;
+    let Ok((file, size)) = fsio::open_file_below(blobs, name) else {
+        return Ok(Vec::new());
+    };
+    let st = rustix::fs::fstat(&file)?;
+    if size != len || st.st_nlink != 1 || st.st_uid != me {
+        return Ok(Vec::new());
+    }
+    let mut sha = Sha256::new();
+    let mut git = (kind == EtagKind::GitSha1).then(|| GitBlobSha1::new(len));
+    let mut buf = vec![0u8; 1 << 20];
+    let mut pos = 0u64;
+    loop {
+        let n = match file.read_at(&mut buf, pos) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        sha.update(&buf[..n]);
+        if let Some(g) = git.as_mut() {
+            g.update(&buf[..n]);
+        }
+        pos += n as u64;
+        progress.advance(n as u64);
+    }
+    if pos != len || git.is_some_and(|g| g.finish() != name) {
+        return Ok(Vec::new());
+    }
+    let digest = hex::encode(sha.finalize());
+    let files: Vec<&FileEntry> = could.into_iter().filter(|f| f.sha256 == digest).collect();
+    if !files.is_empty() {
+        rustix::fs::fchmod(&file, Mode::from_raw_mode(0o644))?;
+        file.sync_all()?;
+    }
+    Ok(files)
+}
+
 /// Installs into a Hugging Face cache (module documentation).
 pub struct HfTarget {
     opts: HfUnpackOptions,
@@ -871,6 +1124,8 @@ struct HfBegun {
     cache: Dir,
     staged: Staged,
     cleanup: Cleanup,
+    /// What an adopted work directory held, proven.
+    kept: Option<Kept>,
     txn: Txn,
 }
 
@@ -884,7 +1139,7 @@ impl HfTarget {
 impl Target for HfTarget {
     type Done = HfInstalled;
 
-    fn begin(&mut self, opened: &Opened, _progress: &dyn Progress) -> Result<()> {
+    fn begin(&mut self, opened: &Opened, progress: &dyn Progress) -> Result<()> {
         let m = &opened.manifest;
         let opts = &self.opts;
         let plan = plan(opened, opts)?;
@@ -907,41 +1162,106 @@ impl Target for HfTarget {
         };
         let locks = cache.join(hfcache::LOCKS_DIR);
         let existing_locks = hfcache::open_locks(&cache_fd, cache)?;
+        // Every install can be resumed: its work directory is marked with the signed
+        // manifest's digest (a delta's names its base by digest), the repository folder and
+        // the revision.
+        let marker = Some(staging::Marker {
+            manifest_sha256: opened.manifest_sha256.clone(),
+            dest: folder.clone(),
+            target: "hf-cache".into(),
+            revision: Some(plan.revision.clone()),
+        });
+        let adopted = match (&existing_locks, &marker) {
+            (Some(fd), Some(marker)) if opts.resume => Staging::adopt_at(fd, &locks, marker)?,
+            _ => None,
+        };
+        // Work directories of this repository left by another bundle, revision or a
+        // `--no-resume` run are removed here (the adopted one is locked); those of other
+        // repositories are left for their reruns.
         let cleanup = match &existing_locks {
-            Some(fd) => staging::clean_stale_at(fd, &locks)?,
+            Some(fd) => staging::clean_stale_at_for(fd, &locks, Some(&folder))?,
             None => Cleanup::default(),
         };
-        if opts.check_space {
-            notes::check_space(cache, notes::space_needed(m, 0))?;
-        }
-        let locks_fd = match existing_locks {
-            Some(fd) => fd,
-            None => {
-                let (fd, made) = hfcache::create_locks(&cache_fd, cache)?;
-                if made {
-                    txn.locks_made = Some(cache_fd.try_clone().map_err(|e| Error::io(cache, e))?);
+        let mut resumed = None;
+        if let Some(work) = adopted {
+            txn.staging = Some(work);
+            match adopt_tree(txn.work(), &plan, m, progress) {
+                Ok(r) => resumed = Some(r),
+                Err(e) => {
+                    // What was staged stays for the next rerun (an interrupt while it is
+                    // proven keeps it too).
+                    if let Some(s) = txn.staging.as_mut() {
+                        s.keep_for_rerun();
+                    }
+                    return Err(e);
                 }
-                fd
+            }
+        }
+        if opts.check_space {
+            let held = resumed
+                .as_ref()
+                .map_or(0, |r: &Adopted| r.proven.kept.bytes);
+            let checked = notes::check_space(cache, notes::space_needed(m, 0).saturating_sub(held));
+            if let (Err(_), Some(s)) = (&checked, txn.staging.as_mut()) {
+                s.keep_for_rerun();
+            }
+            checked?;
+        }
+        let (path, repo_fd, blobs, snapshots, snapshot, proven) = match resumed {
+            Some(a) => (
+                a.path,
+                a.repo,
+                a.blobs,
+                a.snapshots,
+                a.snapshot,
+                Some(a.proven),
+            ),
+            None => {
+                let locks_fd = match existing_locks {
+                    Some(fd) => fd,
+                    None => {
+                        let (fd, made) = hfcache::create_locks(&cache_fd, cache)?;
+                        if made {
+                            txn.locks_made =
+                                Some(cache_fd.try_clone().map_err(|e| Error::io(cache, e))?);
+                        }
+                        fd
+                    }
+                };
+                txn.staging = Some(Staging::create_at(locks_fd, &locks, &folder)?);
+                let work = txn.work();
+                if let Some(marker) = &marker {
+                    work.mark_resumable(marker)?;
+                }
+                // The staged tree, made and kept by handle: whatever another user does to
+                // names in `.locks`, every file goes into the directories made here.
+                let path = work.path().join("repo");
+                let repo_fd = work.mkdir("repo", 0o755)?;
+                let blobs = durable::mkdir_at(&repo_fd, &path, "blobs", 0o755)?;
+                let snapshots = durable::mkdir_at(&repo_fd, &path, "snapshots", 0o755)?;
+                let snapshot =
+                    durable::mkdir_at(&snapshots, &path.join("snapshots"), &plan.commit, 0o755)?;
+                (path, repo_fd, blobs, snapshots, snapshot, None)
             }
         };
-        txn.staging = Some(Staging::create_at(locks_fd, &locks, &folder)?);
-        let work = txn.work();
-        // The staged tree, made and kept by handle: whatever another user does to names in
-        // `.locks`, every file goes into the directories made here.
-        let path = work.path().join("repo");
-        let repo_fd = work.mkdir("repo", 0o755)?;
-        let blobs = durable::mkdir_at(&repo_fd, &path, "blobs", 0o755)?;
-        let snapshots = durable::mkdir_at(&repo_fd, &path, "snapshots", 0o755)?;
-        let snapshot = durable::mkdir_at(&snapshots, &path.join("snapshots"), &plan.commit, 0o755)?;
         let syncer = SyncThread::new();
+        let (kept, placed, staged_blobs) = match proven {
+            Some(p) => (Some(p.kept), p.placed, p.staged),
+            None => (None, HashMap::with_capacity(m.files.len()), HashMap::new()),
+        };
         let sink = BlobSink {
             blobs,
             blobs_path: path.join("blobs"),
             etags: plan.etags.clone(),
             current: None,
             incoming: 0,
-            placed: HashMap::with_capacity(m.files.len()),
-            staged: HashMap::new(),
+            held: kept
+                .as_ref()
+                .map(|k: &Kept| k.files.clone())
+                .unwrap_or_default(),
+            skipping: false,
+            placed,
+            staged: staged_blobs,
             syncer: syncer.sender(),
         };
         self.begun = Some(HfBegun {
@@ -958,9 +1278,23 @@ impl Target for HfTarget {
                 snapshot,
             },
             cleanup,
+            kept,
             txn,
         });
         Ok(())
+    }
+
+    fn kept(&self) -> Option<&Kept> {
+        self.begun.as_ref().and_then(|b| b.kept.as_ref())
+    }
+
+    fn keep_for_rerun(&mut self, e: &Error) {
+        if let Some(b) = self.begun.as_mut()
+            && let Some(s) = b.txn.staging.as_mut()
+            && crate::pipeline::keeps_for_rerun(e, &s.path())
+        {
+            s.keep_for_rerun();
+        }
     }
 
     type Base = CacheBase;
@@ -988,6 +1322,7 @@ impl Target for HfTarget {
             cache: cache_fd,
             staged,
             cleanup,
+            kept,
             mut txn,
         } = self.begun.take().expect("begin came first");
         let m = &opened.manifest;
@@ -1026,10 +1361,14 @@ impl Target for HfTarget {
         let prefix = format!("snapshots/{}/", plan.commit);
         let mut notes = InstallNotes::new(cleanup, &staged.path, &prefix, m)?;
         notes.repaired_volumes = fed.repaired_volumes;
+        notes.resumed = super::resume::report(kept.as_ref(), fed.started_at);
 
         // 3. Make it visible. A signal now waits until every step is done (or undone).
         txn.commit = Some(staging::commit_guard());
         still_in_place(txn.work())?;
+        // From here the work directory's content moves into the cache: nothing to resume (a
+        // failure undoes every step and removes it).
+        txn.work().unmark()?;
         // The work directory's handle, for the steps that move what it holds.
         let work = WorkDir {
             fd: txn
@@ -1406,6 +1745,8 @@ mod tests {
             incoming: 0,
             placed: HashMap::new(),
             staged: HashMap::new(),
+            held: HashSet::new(),
+            skipping: false,
             syncer: syncer.sender(),
         };
         // A file already at a blob's name (planted, whoever could) is not taken for it.

@@ -164,7 +164,14 @@ fn prune(dir: &OwnedFd, root_path: &Path, rel: &str, kept: &mut Kept) -> Result<
     Ok(())
 }
 
-fn remove(dir: &OwnedFd, name: &std::ffi::OsStr, kind: FileType, here: &Path) -> Result<()> {
+/// Removes the entry `name` (of type `kind`) of `dir` (at `here`): a directory as a tree (no link
+/// followed, no mount point crossed), anything else by unlink.
+pub(super) fn remove(
+    dir: &OwnedFd,
+    name: &std::ffi::OsStr,
+    kind: FileType,
+    here: &Path,
+) -> Result<()> {
     let path = here.join(name);
     if kind == FileType::Directory {
         let Some(n) = name.to_str() else {

@@ -64,9 +64,15 @@ fn reads(env: &Env) -> u64 {
 }
 
 fn unpack(env: &Env, bundle: &str, dest: &str, delay_ms: u64, extra: &[&str]) -> Child {
+    unpack_to(env, bundle, &["--dest", dest], delay_ms, extra)
+}
+
+/// [`unpack`] into the target the arguments `to` name (`--dest DIR`, `--hf-cache CACHE ...`).
+fn unpack_to(env: &Env, bundle: &str, to: &[&str], delay_ms: u64, extra: &[&str]) -> Child {
     let _ = std::fs::remove_file(env.path("reads.log"));
     Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args(["unpack", bundle, "--trust", "k.pub", "--dest", dest])
+        .args(["unpack", bundle, "--trust", "k.pub"])
+        .args(to)
         .args(extra)
         .current_dir(env.dir.path())
         .env_remove("AIRLOCK_TRUST")
@@ -99,7 +105,19 @@ fn run_until(
     signal: Signal,
     extra: &[&str],
 ) -> Ran {
-    let mut child = unpack(env, bundle, dest, 2, extra);
+    run_until_to(env, bundle, &["--dest", dest], after, signal, extra)
+}
+
+/// [`run_until`] into the target the arguments `to` name.
+fn run_until_to(
+    env: &Env,
+    bundle: &str,
+    to: &[&str],
+    after: u64,
+    signal: Signal,
+    extra: &[&str],
+) -> Ran {
+    let mut child = unpack_to(env, bundle, to, 2, extra);
     let mut killed = false;
     let started = Instant::now();
     loop {
@@ -122,8 +140,14 @@ fn run_until(
         std::thread::sleep(Duration::from_millis(1));
     }
     let out = child.wait_with_output().unwrap();
+    let read = reads(env);
+    // The log is replaced by rename after every read, so a killed run's count is never lost.
+    assert!(
+        !killed || read >= after,
+        "a run killed after reading {after} bytes logged {read}"
+    );
     Ran {
-        read: reads(env),
+        read,
         killed: killed && out.status.code() != Some(0),
         code: out.status.code(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -131,7 +155,8 @@ fn run_until(
     }
 }
 
-/// Every file and directory under `root`: relative path, mode, SHA-256 of a file's content.
+/// Every file, directory and link under `root`: relative path, mode, SHA-256 of a file's
+/// content or a link's target.
 fn hashed_tree(root: &Path) -> Vec<(String, u32, Option<String>)> {
     use sha2::{Digest, Sha256};
     use std::os::unix::fs::PermissionsExt;
@@ -148,11 +173,18 @@ fn hashed_tree(root: &Path) -> Vec<(String, u32, Option<String>)> {
                 .unwrap()
                 .to_string_lossy()
                 .into_owned();
-            let content = meta.is_file().then(|| {
-                let mut h = Sha256::new();
-                std::io::copy(&mut std::fs::File::open(e.path()).unwrap(), &mut h).unwrap();
-                hex::encode(h.finalize())
-            });
+            let content = if meta.is_symlink() {
+                Some(format!(
+                    "-> {}",
+                    std::fs::read_link(e.path()).unwrap().display()
+                ))
+            } else {
+                meta.is_file().then(|| {
+                    let mut h = Sha256::new();
+                    std::io::copy(&mut std::fs::File::open(e.path()).unwrap(), &mut h).unwrap();
+                    hex::encode(h.finalize())
+                })
+            };
             (rel, meta.permissions().mode() & 0o7777, content)
         })
         .collect()
@@ -561,4 +593,514 @@ fn an_oci_layout_resumes_from_the_first_missing_blob() {
         std::fs::read(env.path("lay/index.json")).unwrap(),
         std::fs::read(env.path("clean/index.json")).unwrap()
     );
+}
+
+// ---- Hugging Face cache (`unpack --hf-cache`) ----
+//
+// The work directory is `CACHE/.locks/.airlock-staging-<repo folder>-<16 hex>/`, marked with the
+// manifest digest, the repository folder and the revision; a rerun proves each staged blob and
+// reads the bundle from the first file whose blob it still needs. Nothing appears in the
+// repository folder before the end (a new repository is one rename, refs included).
+
+/// The repository a bundle packed from a directory is installed as.
+const HF_REPO: &str = "acme/m";
+
+/// The target arguments of an install of a bundle packed from a directory into `cache`.
+fn hf_to(cache: &str) -> [&str; 4] {
+    ["--hf-cache", cache, "--hf-repo", HF_REPO]
+}
+
+/// The work directories in `cache`'s `.locks`.
+fn hf_work_dirs(env: &Env, cache: &str) -> Vec<String> {
+    let locks = env.path(&format!("{cache}/.locks"));
+    if !locks.exists() {
+        return Vec::new();
+    }
+    let mut dirs = staging_leftovers(&locks);
+    dirs.sort();
+    dirs
+}
+
+/// Every file of the model directory `model`, as huggingface_hub must find it: `{path: {sha256}}`.
+fn hf_files(env: &Env, model: &str) -> serde_json::Value {
+    use sha2::{Digest, Sha256};
+    let root = env.path(model);
+    let mut out = serde_json::Map::new();
+    for e in walkdir::WalkDir::new(&root).min_depth(1) {
+        let e = e.unwrap();
+        if e.file_type().is_file() {
+            let rel = e.path().strip_prefix(&root).unwrap().display().to_string();
+            let sha = hex::encode(Sha256::digest(std::fs::read(e.path()).unwrap()));
+            out.insert(rel, serde_json::json!({ "sha256": sha }));
+        }
+    }
+    serde_json::Value::Object(out)
+}
+
+/// The goal for a Hugging Face cache: 20 kills at random points (SIGKILL and SIGINT in
+/// turn), each followed by a rerun; the repository folder is byte for byte (blobs, links, refs,
+/// airlock's trace) the one a clean install makes, huggingface_hub's own readers scan and load
+/// it, and all the runs together read at most 1.1 times the bundle bytes of one clean run. The
+/// model is packed from a directory, so every blob name is a git blob id the rerun recomputes.
+#[test]
+fn twenty_kills_of_an_hf_cache_install_then_reruns_read_the_bundle_about_once() {
+    let env = Env::new();
+    model(&env, "m", 1024, 256 << 10, 1);
+    pack(&env, "m", "b", "none", "128K", "1");
+    let mut args = vec!["unpack", "b", "--trust", "k.pub"];
+    args.extend(hf_to("clean"));
+    let (code, v) = env.json(&args);
+    assert_eq!(code, 0, "{v}");
+    assert!(v["resumed"].is_null(), "{v}");
+    let clean = v["volume_bytes_read"].as_u64().unwrap();
+    let want = hashed_tree(&env.path("clean/models--acme--m"));
+
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("kill points seed {seed:#x}");
+    let mut rng = Rng(seed | 1);
+    let mut total = 0u64;
+    let mut kills = 0;
+    while kills < 20 {
+        let after = clean / 100 + rng.next() % (clean * 7 / 100);
+        let signal = if kills % 2 == 0 {
+            Signal::KILL
+        } else {
+            Signal::INT
+        };
+        // Every other SIGINT reports in JSON.
+        let json = kills % 4 == 3;
+        let extra: &[&str] = if json {
+            &["--progress", "plain", "--json"]
+        } else {
+            &["--progress", "plain"]
+        };
+        let ran = run_until_to(&env, "b", &hf_to("c"), after, signal, extra);
+        total += ran.read;
+        if !ran.killed {
+            break;
+        }
+        kills += 1;
+        assert!(
+            !env.path("c/models--acme--m").exists(),
+            "kill {kills}: the repository appeared before the install was complete"
+        );
+        let dirs = hf_work_dirs(&env, "c");
+        assert_eq!(dirs.len(), 1, "kill {kills}: {dirs:?}");
+        assert!(
+            dirs[0].starts_with(".airlock-staging-models--acme--m-"),
+            "{dirs:?}"
+        );
+        if signal == Signal::INT {
+            assert_eq!(ran.code, Some(130), "{}", ran.stderr);
+            let kept = env.path("c/.locks").join(&dirs[0]);
+            let text = if json {
+                let doc: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+                assert_eq!(doc["kept_for_resume"], serde_json::json!([kept]), "{doc}");
+                doc["kept"].as_str().unwrap().to_string()
+            } else {
+                ran.stderr.clone()
+            };
+            assert!(
+                text.contains(&format!("kept {}", kept.display()))
+                    && text.contains("rerun the same command to resume"),
+                "{text}"
+            );
+        }
+        if kills > 1 {
+            assert!(
+                ran.stderr.contains("airlock: resuming: "),
+                "kill {kills}: the rerun did not resume: {}",
+                ran.stderr
+            );
+        }
+    }
+    assert_eq!(kills, 20, "the install finished before 20 kills");
+    let child = unpack_to(&env, "b", &hf_to("c"), 0, &["--json"]);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    total += reads(&env);
+    assert!(v["resumed"]["files"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["resumed"]["from_volume"].is_string(), "{v}");
+    assert_eq!(
+        hashed_tree(&env.path("c/models--acme--m")),
+        want,
+        "not the clean install"
+    );
+    assert!(
+        hf_work_dirs(&env, "c").is_empty(),
+        "{:?}",
+        hf_work_dirs(&env, "c")
+    );
+    let ratio = total as f64 / clean as f64;
+    eprintln!(
+        "20 kills and reruns into a Hugging Face cache: {total} volume bytes read, one clean run {clean}: {ratio:.3}x ({} files kept by the last rerun)",
+        v["resumed"]["files"]
+    );
+    assert!(
+        ratio <= 1.1,
+        "the kills and reruns read {ratio:.3} times the bundle"
+    );
+    crate::hfcache::assert_client_resolves(&env, "c", HF_REPO, &hf_files(&env, "m"));
+}
+
+/// Files of a repository built with huggingface_hub's own functions: LFS blobs (named by
+/// SHA-256) large enough for a kill to land between them, and small files in git (named by
+/// their git blob id, one content twice).
+fn hf_source_files(changed: Option<u64>) -> serde_json::Value {
+    let mut files = vec![
+        serde_json::json!({"path": "config.json", "lfs": false, "text": "{\"model_type\": \"tiny\"}\n"}),
+        serde_json::json!({"path": "tok/vocab.txt", "lfs": false, "text": "a\nb\nc\n"}),
+        serde_json::json!({"path": "tok/copy.txt", "lfs": false, "text": "a\nb\nc\n"}),
+    ];
+    for i in 0..16u64 {
+        let seed = if Some(i) == changed { 1000 + i } else { i };
+        files.push(serde_json::json!({
+            "path": format!("w/part-{i:02}.bin"), "lfs": i % 2 == 0, "random": 256 << 10, "seed": seed
+        }));
+    }
+    serde_json::Value::Array(files)
+}
+
+/// Builds a source cache `src` at `commit` and packs it (stored, 64 KiB volumes) into `out`.
+fn hf_source_bundle(
+    env: &Env,
+    src: &str,
+    commit: &str,
+    changed: Option<u64>,
+    out: &str,
+) -> serde_json::Value {
+    let built = crate::hfcache::build(env, src, commit, hf_source_files(changed), true);
+    env.ok(&[
+        "pack",
+        "--hf-repo",
+        crate::hfcache::REPO,
+        "--hf-cache",
+        src,
+        "-o",
+        out,
+        "--key",
+        "k.key",
+        "--compress",
+        "none",
+        "--volume-size",
+        "64K",
+        "-q",
+    ]);
+    built
+}
+
+/// A clean install of `bundle` into `cache` with `extra`: the volume bytes it read.
+fn clean_hf(env: &Env, bundle: &str, cache: &str, extra: &[&str]) -> u64 {
+    let mut args = vec!["unpack", bundle, "--trust", "k.pub", "--hf-cache", cache];
+    args.extend(extra);
+    let (code, v) = env.json(&args);
+    assert_eq!(code, 0, "{v}");
+    assert!(v["resumed"].is_null(), "{v}");
+    v["volume_bytes_read"].as_u64().unwrap()
+}
+
+/// Kills an install of `bundle` into `cache` (with `extra`) half way; returns its work
+/// directory's path.
+fn hf_killed_half_way(
+    env: &Env,
+    bundle: &str,
+    cache: &str,
+    extra: &[&str],
+    clean: u64,
+) -> std::path::PathBuf {
+    let before = hf_work_dirs(env, cache);
+    let mut to = vec!["--hf-cache", cache];
+    to.extend(extra);
+    let ran = run_until_to(env, bundle, &to, clean / 2, Signal::KILL, &[]);
+    assert!(ran.killed, "{}{}", ran.stdout, ran.stderr);
+    let mut dirs = hf_work_dirs(env, cache);
+    dirs.retain(|d| !before.contains(d));
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    env.path(&format!("{cache}/.locks")).join(&dirs[0])
+}
+
+/// A kept work directory is reused only by the same bundle into the same repository and
+/// revision of the same cache: another version of the model, another revision or
+/// `--no-resume` starts clean (reading the whole bundle) and removes it; the one kept for
+/// another repository of the cache is left alone and later resumes.
+#[test]
+fn an_hf_cache_staging_is_reused_only_for_the_same_bundle_repository_and_revision() {
+    let env = Env::new();
+    hf_source_bundle(&env, "src1", crate::hfcache::COMMIT_A, None, "b1");
+    let built2 = hf_source_bundle(&env, "src2", crate::hfcache::COMMIT_B, Some(15), "b2");
+    let clean1 = clean_hf(&env, "b1", "clean1", &[]);
+    let clean2 = clean_hf(&env, "b2", "clean2", &[]);
+    let want2 = hashed_tree(&env.path("clean2/models--acme--tiny-model"));
+
+    // Version 1 killed into the repository, and into another repository of the same cache.
+    let v1 = hf_killed_half_way(&env, "b1", "c", &[], clean1);
+    let other = hf_killed_half_way(&env, "b1", "c", &["--hf-repo", "acme/other"], clean1);
+    assert!(
+        v1.join(".airlock-resume").is_file(),
+        "the first kept directory was touched"
+    );
+    // Version 2 into the repository: version 1's staging is not reused, it is removed.
+    let (code, v) = env.json(&["unpack", "b2", "--trust", "k.pub", "--hf-cache", "c"]);
+    assert_eq!(code, 0, "{v}");
+    assert!(
+        v["resumed"].is_null(),
+        "another bundle's staging was reused: {v}"
+    );
+    assert_eq!(v["volume_bytes_read"].as_u64().unwrap(), clean2, "{v}");
+    assert!(!v1.exists(), "{} was left", v1.display());
+    assert!(
+        other.join(".airlock-resume").is_file(),
+        "the work directory of another repository was touched"
+    );
+    assert_eq!(hashed_tree(&env.path("c/models--acme--tiny-model")), want2);
+    crate::hfcache::assert_client_resolves(&env, "c", crate::hfcache::REPO, &built2);
+
+    // The same bundle under another revision: not reused either.
+    let main = hf_killed_half_way(&env, "b1", "c3", &[], clean1);
+    let (code, v) = env.json(&[
+        "unpack",
+        "b1",
+        "--trust",
+        "k.pub",
+        "--hf-cache",
+        "c3",
+        "--revision",
+        "dev",
+    ]);
+    assert_eq!(code, 0, "{v}");
+    assert!(
+        v["resumed"].is_null(),
+        "the staging of another revision was reused: {v}"
+    );
+    assert_eq!(v["volume_bytes_read"].as_u64().unwrap(), clean1, "{v}");
+    assert!(!main.exists(), "{} was left", main.display());
+
+    // The other repository's rerun resumes from its own.
+    let (code, v) = env.json(&[
+        "unpack",
+        "b1",
+        "--trust",
+        "k.pub",
+        "--hf-cache",
+        "c",
+        "--hf-repo",
+        "acme/other",
+    ]);
+    assert_eq!(code, 0, "{v}");
+    assert!(v["resumed"]["files"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["volume_bytes_read"].as_u64().unwrap() < clean1, "{v}");
+    assert!(
+        hf_work_dirs(&env, "c").is_empty(),
+        "{:?}",
+        hf_work_dirs(&env, "c")
+    );
+
+    // --no-resume starts clean and removes what was kept.
+    let kept = hf_killed_half_way(&env, "b2", "c4", &[], clean2);
+    let (code, v) = env.json(&[
+        "unpack",
+        "b2",
+        "--trust",
+        "k.pub",
+        "--hf-cache",
+        "c4",
+        "--no-resume",
+    ]);
+    assert_eq!(code, 0, "{v}");
+    assert!(v["resumed"].is_null(), "{v}");
+    assert_eq!(v["volume_bytes_read"].as_u64().unwrap(), clean2, "{v}");
+    assert!(!kept.exists());
+    assert!(
+        hf_work_dirs(&env, "c4").is_empty(),
+        "{:?}",
+        hf_work_dirs(&env, "c4")
+    );
+    assert_eq!(hashed_tree(&env.path("c4/models--acme--tiny-model")), want2);
+}
+
+/// Nothing in a kept work directory is trusted because it is there: a staged blob changed
+/// after the kill (same size), a file planted under the name of a blob not staged yet, a blob
+/// replaced by a link to a file outside and the snapshot folder replaced by a link to a
+/// directory outside are each discarded (the files outside untouched) and streamed again; a
+/// work directory replaced by a link is not adopted or followed, nor is one opened up to others.
+#[test]
+fn a_changed_planted_or_linked_blob_in_a_kept_hf_staging_is_discarded_not_trusted() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let built = hf_source_bundle(&env, "src", crate::hfcache::COMMIT_A, None, "b");
+    let clean = clean_hf(&env, "b", "clean", &[]);
+    let want = hashed_tree(&env.path("clean/models--acme--tiny-model"));
+    env.write("outside/secret", b"not airlock's");
+    env.write("outside/dir/keep", b"keep");
+
+    let work = hf_killed_half_way(&env, "b", "c", &[], clean);
+    let blobs = work.join("repo/blobs");
+    let etag = |path: &str| built[path]["etag"].as_str().unwrap().to_string();
+    let mut staged = Vec::new();
+    let mut missing = Vec::new();
+    for i in 0..16 {
+        let path = format!("w/part-{i:02}.bin");
+        let blob = blobs.join(etag(&path));
+        if blob.is_file() {
+            staged.push(blob);
+        } else {
+            missing.push(blob);
+        }
+    }
+    assert!(staged.len() >= 3 && !missing.is_empty(), "{staged:?}");
+    // Changed after the kill, same size.
+    let mut bytes = std::fs::read(&staged[1]).unwrap();
+    bytes[1000] ^= 1;
+    std::fs::write(&staged[1], &bytes).unwrap();
+    // A file of the right size planted under the name of a blob not staged yet.
+    std::fs::write(&missing[0], vec![7u8; 256 << 10]).unwrap();
+    // A blob replaced by a link to a file outside.
+    std::fs::remove_file(&staged[0]).unwrap();
+    std::os::unix::fs::symlink(env.path("outside/secret"), &staged[0]).unwrap();
+    // The snapshot folder replaced by a link to a directory outside.
+    let snapshots = work.join("repo/snapshots");
+    std::fs::remove_dir_all(&snapshots).unwrap();
+    std::os::unix::fs::symlink(env.path("outside/dir"), &snapshots).unwrap();
+
+    let (code, v) = env.json(&["unpack", "b", "--trust", "k.pub", "--hf-cache", "c"]);
+    assert_eq!(code, 0, "{v}");
+    let kept = v["resumed"]["files"].as_u64().unwrap();
+    assert!(kept >= 1, "{v}");
+    assert!(v["resumed"]["discarded"].as_u64().unwrap() >= 3, "{v}");
+    assert_eq!(hashed_tree(&env.path("c/models--acme--tiny-model")), want);
+    crate::hfcache::assert_client_resolves(&env, "c", crate::hfcache::REPO, &built);
+    assert_eq!(
+        std::fs::read(env.path("outside/secret")).unwrap(),
+        b"not airlock's"
+    );
+    assert_eq!(
+        std::fs::read(env.path("outside/dir/keep")).unwrap(),
+        b"keep"
+    );
+    assert_eq!(
+        std::fs::read_dir(env.path("outside/dir")).unwrap().count(),
+        1
+    );
+
+    // The work directory replaced by a link to a directory holding it: not adopted, not
+    // followed, not removed.
+    let work = hf_killed_half_way(&env, "b", "c2", &[], clean);
+    std::fs::rename(&work, env.path("outside/moved")).unwrap();
+    std::os::unix::fs::symlink(env.path("outside/moved"), &work).unwrap();
+    let (code, v) = env.json(&["unpack", "b", "--trust", "k.pub", "--hf-cache", "c2"]);
+    assert_eq!(code, 0, "{v}");
+    assert!(
+        v["resumed"].is_null(),
+        "a linked work directory was adopted: {v}"
+    );
+    assert_eq!(v["volume_bytes_read"].as_u64().unwrap(), clean, "{v}");
+    assert!(env.path("outside/moved/repo/blobs").is_dir());
+    assert!(std::fs::symlink_metadata(&work).unwrap().is_symlink());
+    assert_eq!(hashed_tree(&env.path("c2/models--acme--tiny-model")), want);
+
+    // Opened up to others (mode 0755): not adopted.
+    let work = hf_killed_half_way(&env, "b", "c3", &[], clean);
+    std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (code, v) = env.json(&["unpack", "b", "--trust", "k.pub", "--hf-cache", "c3"]);
+    assert_eq!(code, 0, "{v}");
+    assert!(
+        v["resumed"].is_null(),
+        "an opened-up work directory was adopted: {v}"
+    );
+    assert_eq!(hashed_tree(&env.path("c3/models--acme--tiny-model")), want);
+}
+
+/// A delta install into `--dest` resumes too: its marker names the delta's manifest (which names
+/// its base by digest); a rerun proves the files the killed run staged against the target
+/// manifest and the delta stage skips their copies and patches. The delta's stream is read
+/// from its start (its entries are patches and carried files, not the target's files), and
+/// the result is the clean delta install, byte for byte, receipt included.
+#[test]
+fn a_delta_install_into_a_directory_resumes_from_what_it_staged() {
+    let env = Env::new();
+    model(&env, "v1", 16, 256 << 10, 1);
+    model(&env, "v2", 16, 256 << 10, 1);
+    // Version 2: one file changed, 24 new ones (carried whole in the delta's stream).
+    env.write("v2/layer-3/part-015.bin", &pseudo_random(256 << 10, 999));
+    for i in 0..24u64 {
+        env.write(
+            &format!("v2/new/part-{i:03}.bin"),
+            &pseudo_random(256 << 10, 500 + i),
+        );
+    }
+    pack(&env, "v1", "b1", "none", "64K", "1");
+    env.ok(&[
+        "pack",
+        "v2",
+        "-o",
+        "d2",
+        "--key",
+        "k.key",
+        "--name",
+        "m",
+        "--version",
+        "2",
+        "--base",
+        "b1",
+        "--compress",
+        "none",
+        "--volume-size",
+        "64K",
+        "-q",
+    ]);
+    for d in ["clean", "out"] {
+        env.ok(&["unpack", "b1", "--trust", "k.pub", "--dest", d]);
+    }
+    let (code, v) = env.json(&[
+        "unpack",
+        "d2",
+        "--trust",
+        "k.pub",
+        "--dest",
+        "clean",
+        "--replace",
+    ]);
+    assert_eq!(code, 0, "{v}");
+    let clean = v["volume_bytes_read"].as_u64().unwrap();
+    let want = tree(&env.path("clean"));
+    let before = tree(&env.path("out"));
+
+    let ran = run_until(&env, "d2", "out", clean / 2, Signal::INT, &["--replace"]);
+    assert!(ran.killed, "{}{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.code, Some(130), "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("rerun the same command to resume"),
+        "{}",
+        ran.stderr
+    );
+    assert_eq!(tree(&env.path("out")), before, "the base changed");
+    assert_eq!(work_dirs(&env).len(), 1, "{:?}", work_dirs(&env));
+
+    let child = unpack(
+        &env,
+        "d2",
+        "out",
+        0,
+        &["--replace", "--json", "--progress", "plain"],
+    );
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("reading the delta's stream from its start"),
+        "{stderr}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["resumed"]["files"].as_u64().unwrap() > 0, "{v}");
+    let _ = reads(&env);
+    assert_eq!(tree(&env.path("out")), want, "not the clean delta install");
+    assert!(work_dirs(&env).is_empty(), "{:?}", work_dirs(&env));
 }
