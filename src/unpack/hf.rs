@@ -1015,7 +1015,10 @@ fn prove_blobs(
             }
         }
     }
-    progress.start("prove", candidates.iter().map(|c| c.2).sum());
+    progress.start(
+        crate::progress::Phase::Prove,
+        candidates.iter().map(|c| c.2).sum(),
+    );
     let proven: Vec<(String, Vec<&FileEntry>)> = candidates
         .into_par_iter()
         .map(|(name, etag_kind, len, could)| {
