@@ -39,9 +39,11 @@ pub mod progress;
 pub mod receipt;
 pub mod repair;
 pub mod scan;
+pub mod scheme;
 pub mod signed_file;
 pub mod signing;
 pub mod size;
+pub mod source;
 #[cfg(test)]
 mod source_rules;
 pub mod staging;

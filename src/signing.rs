@@ -150,7 +150,7 @@ impl BundleToCosign {
             path: key_path.to_path_buf(),
             source: e,
         })?;
-        slot.write(signature.to_file_text().as_bytes())?;
+        slot.write(&signature)?;
         Ok(Cosigned {
             signature: path,
             signer: id,

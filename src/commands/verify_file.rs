@@ -37,7 +37,8 @@ pub(super) fn run(file: &Path, trust: &Policy) -> Result<Output> {
     out.set("file", file);
     out.set("signature", &first_file.path);
     out.set("signer", signers[0].key.clone());
-    out.set("trusted_comment", &first.trusted_comment);
+    let trusted_comment = first.comment.clone().unwrap_or_default();
+    out.set("trusted_comment", &trusted_comment);
     out.line(format!(
         "OK   {}: signature{} by {} verified ({}); trusted comment: {}",
         file.display(),
@@ -52,7 +53,7 @@ pub(super) fn run(file: &Path, trust: &Policy) -> Result<Output> {
             .map(|s| s.file.display().to_string())
             .collect::<Vec<_>>()
             .join(", "),
-        first.trusted_comment
+        trusted_comment
     ));
     let info = TrustInfo {
         signers: counted.signers.clone(),
