@@ -180,7 +180,7 @@ pub fn write(
                 })
                 .collect(),
         );
-        let read_result = (|| -> Result<()> {
+        let read_result = {
             let mut out = Outbox::new(&tx, &pool);
             reader::read_entries(
                 entries,
@@ -191,7 +191,7 @@ pub fn write(
                 &mut directories,
                 progress,
             )
-        })();
+        };
         drop(tx);
         let write_result = writer.join().expect("writer thread panicked");
         (read_result, write_result)
