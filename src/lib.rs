@@ -37,6 +37,7 @@ pub mod progress;
 pub mod receipt;
 pub mod repair;
 pub mod scan;
+pub mod scheme;
 pub mod size;
 pub mod source;
 #[cfg(test)]
