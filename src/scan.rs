@@ -417,10 +417,7 @@ fn regular(
                 // What the value scan will read is known now, from the bytes at hand or the
                 // first few read on this handle: pack bounds its manifest by it.
                 let has_values = match &content {
-                    Some(bytes) => Some(
-                        crate::inspect::format::identify(&rel, bytes, len)
-                            .is_some_and(crate::inspect::Format::has_values),
-                    ),
+                    Some(bytes) => Some(crate::inspect::format::has_values_in(&rel, bytes, len)),
                     None => crate::inspect::format::has_values(&rel, &file, len).ok(),
                 };
                 let prefetched = content.filter(|_| unchanged(&file, &st)).map(Prefetched);

@@ -21,7 +21,6 @@ use crate::error::{Error, Result};
 use crate::fsio::{Follow, OpenError, read_capped};
 use crate::keys::{PublicKey, Signature};
 use crate::manifest::{self, Manifest};
-use crate::scheme::{Message, Refusal};
 use crate::trust::Policy;
 use crate::trust::policy::{SigFile, Signer};
 use crate::trust::update::{self, RootFile, Update};
@@ -397,11 +396,7 @@ pub fn verify_parts(
     let text = primary.text.clone();
     let mut files = vec![primary];
     files.extend(cosigs);
-    // A plain key set with no signature that counts: the errors it has always given about
-    // the one signature.
-    let counted = policy.require(Message::Manifest(&bytes), manifest_path, &files, |why| {
-        plain_failure(why, manifest_path, &sig_path, policy)
-    })?;
+    let counted = policy.require_manifest(&bytes, manifest_path, &files)?;
     let manifest = Manifest::parse(&bytes).map_err(|reason| Error::BadManifest {
         path: manifest_path.to_path_buf(),
         reason,
@@ -421,11 +416,7 @@ pub fn verify_parts(
             .map(|n| format!("{n} (not counted)")),
     );
     let (first, _) = &counted.signatures[0];
-    let key = &policy.keys[first.key];
-    // The id the signature names (a key of a root without a minisign id matches any).
-    let key_id = crate::scheme::minisign::key_id_bytes(&first.key_id)
-        .or(key.minisign_id)
-        .unwrap_or_default();
+    let signer = policy.signer_key(first);
     let cosignatures = counted
         .signatures
         .iter()
@@ -436,10 +427,7 @@ pub fn verify_parts(
         manifest,
         bytes,
         signature_text: text,
-        signer: PublicKey {
-            key_id,
-            key: key.public,
-        },
+        signer,
         warnings,
         trust: TrustInfo {
             signers: counted.signers,
@@ -448,39 +436,6 @@ pub fn verify_parts(
             ..TrustInfo::default()
         },
     })
-}
-
-/// The error a plain key set gives when the one signature does not count (as before
-/// co-signatures existed): an unknown key, or a signature that does not verify.
-fn plain_failure(
-    why: Option<Refusal>,
-    manifest_path: &Path,
-    sig_path: &Path,
-    policy: &Policy,
-) -> Error {
-    let reason = match why {
-        Some(Refusal::UnknownKey { key_id }) => {
-            return Error::UntrustedKey {
-                path: sig_path.to_path_buf(),
-                key_id,
-                trusted: policy.labels(),
-            };
-        }
-        Some(Refusal::Malformed(e)) => {
-            return Error::BadSignature {
-                path: sig_path.to_path_buf(),
-                reason: format!("is not a valid signature: {e}"),
-            };
-        }
-        Some(Refusal::Invalid { key_id, reason } | Refusal::Unsupported { key_id, reason }) => {
-            format!("does not match its signature from key {key_id}: {reason}")
-        }
-        None => "its signature verified on a second look; run the command again".into(),
-    };
-    Error::BadSignature {
-        path: manifest_path.to_path_buf(),
-        reason,
-    }
 }
 
 fn comment_warnings(comment: &str, sha: &str, manifest: &Manifest, warnings: &mut Vec<String>) {

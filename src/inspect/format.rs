@@ -100,9 +100,17 @@ pub fn identify_file(name: &str, file: &File, len: u64) -> io::Result<Option<For
 /// The smallest file with values to scan: a safetensors file whose header is `{}`.
 const MIN_LAYOUT_BYTES: u64 = 10;
 
-/// Whether the value scan reads the file `name` open as `file` (`len` bytes): its format
-/// ([`identify_file`]) has values. A file too short to hold a safetensors or GGUF header is
-/// not read.
+/// Whether the value scan reads the file `name` of `len` bytes whose first bytes are `head`
+/// (as for [`by_content`]): it is long enough to hold a safetensors or GGUF header and its
+/// format ([`identify`]) has values. The one rule every pass that decides from bytes at hand
+/// applies (the scan, pack's read pass and its manifest bound, check's walk); [`has_values`]
+/// is the same for an open file.
+pub fn has_values_in(name: &str, head: &[u8], len: u64) -> bool {
+    len >= MIN_LAYOUT_BYTES && identify(name, head, len).is_some_and(Format::has_values)
+}
+
+/// [`has_values_in`] for the file `name` open as `file` (`len` bytes), reading its first
+/// [`HEAD_BYTES`] through a positioned read; a file too short to hold a header is not read.
 ///
 /// # Errors
 ///
@@ -111,7 +119,9 @@ pub fn has_values(name: &str, file: &File, len: u64) -> io::Result<bool> {
     if len < MIN_LAYOUT_BYTES {
         return Ok(false);
     }
-    Ok(identify_file(name, file, len)?.is_some_and(Format::has_values))
+    let mut head = [0u8; HEAD_BYTES];
+    let got = read::read_at(file, 0, &mut head)?;
+    Ok(has_values_in(name, &head[..got], len))
 }
 
 #[cfg(test)]

@@ -554,9 +554,7 @@ fn may_have_values(e: &ScanEntry) -> bool {
         return *known;
     }
     match prefetched {
-        Some(p) => {
-            format::identify(path, p.bytes(), *size).is_some_and(crate::inspect::Format::has_values)
-        }
+        Some(p) => format::has_values_in(path, p.bytes(), *size),
         None => crate::scan::open_source(source, path)
             .and_then(|f| format::has_values(path, &f, *size))
             .unwrap_or(true),

@@ -277,6 +277,71 @@ impl Policy {
         })
     }
 
+    /// [`Policy::require`] for a manifest's `bytes` (a bundle's or a receipt's, at
+    /// `manifest_path`), `files` its signature first, then its co-signatures. A plain key set
+    /// with no signature that counts gives the errors it has always given about the one
+    /// signature: a key not in the set ([`Error::UntrustedKey`], naming the signature file and
+    /// the trusted keys), a signature that is not one (naming the signature file), one that
+    /// does not match the manifest (naming the manifest) ([`Error::BadSignature`]).
+    pub fn require_manifest(
+        &self,
+        bytes: &[u8],
+        manifest_path: &Path,
+        files: &[SigFile],
+    ) -> Result<Counted> {
+        let sig_path = files.first().map_or(manifest_path, |f| f.path.as_path());
+        self.require(Message::Manifest(bytes), manifest_path, files, |why| {
+            self.manifest_refusal(why, manifest_path, sig_path)
+        })
+    }
+
+    /// The error of [`Policy::require_manifest`] when a plain key set's one signature
+    /// (`sig_path`) does not count for the manifest at `manifest_path`, from why it did not
+    /// (`None`: it verified on a second look).
+    fn manifest_refusal(
+        &self,
+        why: Option<Refusal>,
+        manifest_path: &Path,
+        sig_path: &Path,
+    ) -> Error {
+        let reason = match why {
+            Some(Refusal::UnknownKey { key_id }) => {
+                return Error::UntrustedKey {
+                    path: sig_path.to_path_buf(),
+                    key_id,
+                    trusted: self.labels(),
+                };
+            }
+            Some(Refusal::Malformed(e)) => {
+                return Error::BadSignature {
+                    path: sig_path.to_path_buf(),
+                    reason: format!("is not a valid signature: {e}"),
+                };
+            }
+            Some(Refusal::Invalid { key_id, reason } | Refusal::Unsupported { key_id, reason }) => {
+                format!("does not match its signature from key {key_id}: {reason}")
+            }
+            None => "its signature verified on a second look; run the command again".into(),
+        };
+        Error::BadSignature {
+            path: manifest_path.to_path_buf(),
+            reason,
+        }
+    }
+
+    /// The key that made the counted signature `v`, as a minisign public key: the policy's
+    /// key, with the id the signature names (a key of a root without a minisign id matches any
+    /// signature, so its id is the signature's).
+    pub fn signer_key(&self, v: &Verified) -> PublicKey {
+        let key = &self.keys[v.key];
+        PublicKey {
+            key_id: crate::scheme::minisign::key_id_bytes(&v.key_id)
+                .or(key.minisign_id)
+                .unwrap_or_default(),
+            key: key.public,
+        }
+    }
+
     /// "signed by 1 of the 2 distinct keys the targets role of root.json version 1 requires
     /// (A in manifest.json.minisig); 1 more needed from: B, C".
     fn shortfall(&self, counted: &Counted) -> String {

@@ -35,7 +35,7 @@ pub fn scanner_for(rel: &str, file: &File, len: u64) -> io::Result<Option<Scanne
 /// it: the file's size (an `fstat`) and its header are read only when its name or `head` may
 /// make it a model file, so a pass over many small files pays nothing more for the others.
 fn scanner_from_head(rel: &str, f: &File, head: &[u8]) -> io::Result<Option<Scanner>> {
-    if !(super::named_for_scan(rel) || format::by_content(head, u64::MAX).is_some()) {
+    if !format::has_values_in(rel, head, u64::MAX) {
         return Ok(None);
     }
     scanner_for(rel, f, f.metadata()?.len())

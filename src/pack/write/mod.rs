@@ -180,17 +180,18 @@ pub fn write(
                 })
                 .collect(),
         );
-        let mut out = Outbox::new(&tx, &pool);
-        let read_result: Result<()> = reader::read_entries(
-            entries,
-            scan_values,
-            &mut out,
-            &mut loaded,
-            &mut files,
-            &mut directories,
-            progress,
-        );
-        drop(out);
+        let read_result = {
+            let mut out = Outbox::new(&tx, &pool);
+            reader::read_entries(
+                entries,
+                scan_values,
+                &mut out,
+                &mut loaded,
+                &mut files,
+                &mut directories,
+                progress,
+            )
+        };
         drop(tx);
         let write_result = writer.join().expect("writer thread panicked");
         (read_result, write_result)

@@ -15,7 +15,7 @@ use super::batch::{BUFFER_SIZE, Item, Outbox};
 use crate::error::{Error, Result};
 use crate::hfcache::EtagCheck;
 use crate::hfcache::{EtagKind, GitBlobSha1};
-use crate::inspect::format::{self, Format};
+use crate::inspect::format;
 use crate::inspect::values::{self, FileScan, Layout, Scanner};
 use crate::progress::Progress;
 use crate::scan::Prefetched;
@@ -98,7 +98,7 @@ impl Digester {
 /// which is read from the file itself (the scanner reads its header there), not sent from
 /// these bytes.
 fn value_scanned(scan: bool, path: &str, bytes: &[u8]) -> bool {
-    scan && format::identify(path, bytes, bytes.len() as u64).is_some_and(Format::has_values)
+    scan && format::has_values_in(path, bytes, bytes.len() as u64)
 }
 
 /// Whether the etag check needs the git blob id (the etag of a small file).
