@@ -716,15 +716,15 @@ impl Manifest {
                 self.stream.size
             ));
         }
+        if !self.repos.is_empty() {
+            self.validate_repos()?;
+        }
         if let Some(src) = &self.source {
             validate_source(
                 src,
                 "source",
                 self.files.iter().map(|f| (&f.path, &f.sha256)),
             )?;
-        }
-        if !self.repos.is_empty() {
-            self.validate_repos()?;
         }
         if let Some(p) = &self.parity {
             self.validate_parity(p)?;
@@ -1121,7 +1121,11 @@ impl Manifest {
             );
         }
         let mut previous: Option<&str> = None;
-        for r in &self.repos {
+        for (i, r) in self.repos.iter().enumerate() {
+            names::validate_repo_id(&r.source.repo_id)
+                .map_err(|why| format!("has a repos[{i}].source.repo_id: {why}"))?;
+            names::validate_repo_type(&r.source.repo_type)
+                .map_err(|why| format!("has a repos[{i}].source.repo_type: {why}"))?;
             let want = names::repo_folder_name(&r.source.repo_type, &r.source.repo_id);
             if r.path != want {
                 return Err(format!(
@@ -1458,3 +1462,6 @@ mod rules_tests;
 
 #[cfg(test)]
 mod delta_tests;
+
+#[cfg(test)]
+mod repos_tests;

@@ -1593,8 +1593,12 @@ mod tests {
         let git = g.finish();
         let syncer = SyncThread::new();
         let mut sink = BlobSink {
-            blobs,
-            blobs_path: t.path().to_path_buf(),
+            repos: vec![SinkRepo {
+                prefix: String::new(),
+                blobs,
+                blobs_path: t.path().to_path_buf(),
+                staged: HashMap::new(),
+            }],
             etags: HashMap::from([
                 ("a.txt".to_string(), None),
                 ("b.txt".to_string(), None),
@@ -1605,7 +1609,6 @@ mod tests {
             current: None,
             incoming: 0,
             placed: HashMap::new(),
-            staged: HashMap::new(),
             syncer: syncer.sender(),
         };
         // A file already at a blob's name (planted, whoever could) is not taken for it.
