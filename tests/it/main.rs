@@ -16,6 +16,7 @@ mod media;
 mod model_checks;
 mod oci;
 mod oci_safety;
+mod multirepo;
 mod offline_ready;
 mod oms;
 mod operator;
