@@ -30,7 +30,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::bundle::media::{MediumVolumes, PLACEMENT_NAME, Placement};
-use crate::bundle::open::Opened;
+use crate::bundle::open::BundleDir;
 use crate::error::{Error, Result};
 use crate::fsio::{self, AlignedBuf, Follow, MEDIUM_READ_SIZE, MediumRead, ReadFrom};
 use crate::manifest::{self, Manifest, Volume};
@@ -124,7 +124,7 @@ struct Medium {
 
 /// Copies the opened (signature-verified) bundle onto `opts.media`; see the module
 /// documentation.
-pub fn copy(opened: &Opened, opts: &CopyOptions, progress: &dyn Progress) -> Result<Copied> {
+pub fn copy(opened: &BundleDir, opts: &CopyOptions, progress: &dyn Progress) -> Result<Copied> {
     let m = &opened.manifest;
     if opts.media.is_empty() {
         return Err(Error::Usage("copy needs at least one medium".into()));
@@ -209,7 +209,7 @@ fn all_volumes(m: &Manifest) -> Vec<&Volume> {
 
 /// The bundle's signed small files as they are in the source directory: the manifest, its
 /// signature, the co-signatures and carried roots that counted, the OMS signature it lists.
-fn small_files(opened: &Opened) -> Result<Vec<(String, Vec<u8>)>> {
+fn small_files(opened: &BundleDir) -> Result<Vec<(String, Vec<u8>)>> {
     let m = &opened.manifest;
     let src = opened.media.first();
     let mut names = vec![
@@ -243,7 +243,7 @@ fn small_files(opened: &Opened) -> Result<Vec<(String, Vec<u8>)>> {
 fn inspect(
     root: &Path,
     name: &str,
-    opened: &Opened,
+    opened: &BundleDir,
     volumes: &[&Volume],
     small: &[(String, Vec<u8>)],
 ) -> Result<Medium> {
@@ -630,7 +630,7 @@ fn too_small(volumes: &[&Volume], media: &[Medium], room: &[u64]) -> Error {
 /// Writes and reads back everything planned for one medium.
 #[allow(clippy::too_many_arguments)]
 fn copy_to(
-    opened: &Opened,
+    opened: &BundleDir,
     medium: &Medium,
     number: usize,
     mine: &[&Volume],
@@ -810,7 +810,7 @@ const PIPE_BUFFERS: usize = 4;
 /// against the signed chunk digests on the way, syncs it, drops its cached pages (the
 /// read-back must read the device) and renames it to its name in `dir`.
 fn write_volume(
-    opened: &Opened,
+    opened: &BundleDir,
     v: &Volume,
     work: &Staging,
     dir: &Path,

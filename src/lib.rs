@@ -37,7 +37,9 @@ pub mod progress;
 pub mod receipt;
 pub mod repair;
 pub mod scan;
+pub mod scheme;
 pub mod size;
+pub mod source;
 #[cfg(test)]
 mod source_rules;
 pub mod staging;

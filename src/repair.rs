@@ -28,7 +28,7 @@ use rustix::fs::RenameFlags;
 use sha2::{Digest, Sha256};
 
 use crate::bundle::damage::{DamageMap, UnitState};
-use crate::bundle::open::{self, Opened};
+use crate::bundle::open::{self, BundleDir};
 use crate::bundle::volumes::{self, UnitReader, VolumeProblem, VolumeSource};
 use crate::error::{Error, Result};
 use crate::fsio;
@@ -188,7 +188,7 @@ fn hash_chunk(dir: &Path, name: &str, start: u64, len: u64) -> Option<String> {
 /// bundle's map, found before the work on it starts, for the operator to see where the damage
 /// is while the work goes on (the progress trait, on the ground floor, knows no bundle).
 pub fn repair(
-    opened: &Opened,
+    opened: &BundleDir,
     opts: &RepairOptions,
     trust: &crate::trust::Policy,
     progress: &dyn Progress,
@@ -263,7 +263,7 @@ pub fn repair(
 /// directory once, refusing a link (every later step in it goes through this handle), and
 /// removes the work directories of interrupted repairs.
 fn prepare_target(
-    opened: &Opened,
+    opened: &BundleDir,
     opts: &RepairOptions,
     report: &mut Repaired,
 ) -> Result<Option<OwnedFd>> {
@@ -285,7 +285,7 @@ fn prepare_target(
 /// The bundle's directory, then each other copy that opens with `trust` and has the same
 /// manifest; the others are reported as skipped, with why.
 fn usable_copies(
-    opened: &Opened,
+    opened: &BundleDir,
     opts: &RepairOptions,
     trust: &crate::trust::Policy,
     report: &mut Repaired,
@@ -438,7 +438,11 @@ impl Plan {
 
 /// The private work directory the repaired volumes are written into: beside OUT, or inside
 /// the bundle through its handle (refusing read-only media before any work, with the way out).
-fn work_dir(opened: &Opened, opts: &RepairOptions, bundle_fd: Option<&OwnedFd>) -> Result<Staging> {
+fn work_dir(
+    opened: &BundleDir,
+    opts: &RepairOptions,
+    bundle_fd: Option<&OwnedFd>,
+) -> Result<Staging> {
     match (&opts.out, bundle_fd) {
         (Some(out), _) => out_staging(out),
         (None, Some(fd)) => {
@@ -613,7 +617,7 @@ fn replace_volume(work: &Staging, bundle_fd: &OwnedFd, dir: &Path, name: &str) -
 
 /// Completes the bundle written to `work` (manifest, signatures, trust roots, mode 0755),
 /// syncs it and renames it to `out`.
-fn finish_output(work: Staging, opened: &Opened, out: &Path) -> Result<()> {
+fn finish_output(work: Staging, opened: &BundleDir, out: &Path) -> Result<()> {
     work.write_file(manifest::MANIFEST_NAME, &opened.manifest_bytes, 0o644)?;
     work.write_file(
         manifest::SIGNATURE_NAME,

@@ -11,7 +11,7 @@
 
 use crate::bundle::damage::{self, DamageMap};
 use crate::bundle::media::VolumeRead;
-use crate::bundle::open::Opened;
+use crate::bundle::open::BundleDir;
 use crate::bundle::stream;
 use crate::bundle::volumes::{self, Repairability, StrayFile, StrayKind, VolumeProblem};
 use crate::entries::{Mode, NullSink};
@@ -178,7 +178,7 @@ impl Verdict {
 /// checks every chunk digest as it goes (on a thread of its own), so when it finds nothing
 /// wrong a separate read of every volume would prove nothing more. Any volume problem falls
 /// back to the full per-volume check, which names every damaged volume and byte range.
-pub fn verify(opened: &Opened, depth: Depth, progress: &dyn Progress) -> Verdict {
+pub fn verify(opened: &BundleDir, depth: Depth, progress: &dyn Progress) -> Verdict {
     let m = &opened.manifest;
     let mut streamed = None;
     if depth == Depth::Deep && volumes::volumes_look_complete(opened) {

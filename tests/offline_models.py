@@ -215,6 +215,58 @@ def gguf_splits(d, count):
         w.close()
 
 
+def tiny_vit(d):
+    """An image classifier with its image processor (preprocessor_config.json)."""
+    import torch
+    from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessor
+
+    torch.manual_seed(0)
+    config = ViTConfig(
+        image_size=32,
+        patch_size=8,
+        num_channels=3,
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=8,
+        num_labels=2,
+    )
+    ViTForImageClassification(config).save_pretrained(d)
+    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(d)
+
+
+def nest_image_processor(d):
+    """transformers' newer layout: the image processor's config nested in processor_config.json."""
+    with open(os.path.join(d, "preprocessor_config.json")) as f:
+        nested = {"image_processor": json.load(f)}
+    rm(d, "preprocessor_config.json")
+    with open(os.path.join(d, "processor_config.json"), "w") as f:
+        json.dump(nested, f)
+
+
+def tiny_wav2vec2(d):
+    """An audio classifier with its feature extractor (preprocessor_config.json)."""
+    import torch
+    from transformers import Wav2Vec2Config, Wav2Vec2FeatureExtractor, Wav2Vec2ForSequenceClassification
+
+    torch.manual_seed(0)
+    config = Wav2Vec2Config(
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=8,
+        conv_dim=(8, 8),
+        conv_stride=(5, 2),
+        conv_kernel=(10, 3),
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=2,
+        num_labels=2,
+        classifier_proj_size=4,
+    )
+    Wav2Vec2ForSequenceClassification(config).save_pretrained(d)
+    Wav2Vec2FeatureExtractor(feature_size=1, sampling_rate=16000).save_pretrained(d)
+
+
 def build(out):
     os.makedirs(out, exist_ok=True)
     cases = {}
@@ -340,6 +392,23 @@ def build(out):
     gguf_splits(d, 3)
     rm(d, "tiny-00002-of-00003.gguf")
 
+    # transformers processors: a vision and an audio model read images / sound through the
+    # config beside them (preprocessor_config.json, or processor_config.json's nested one).
+    tiny_vit(case("vit-ready", "image"))
+    d = case("vit-preprocessor-missing", "image")
+    tiny_vit(d)
+    rm(d, "preprocessor_config.json")
+    d = case("vit-preprocessor-missing-model-only", "image-model")
+    tiny_vit(d)
+    rm(d, "preprocessor_config.json")
+    d = case("vit-nested-processor-config", "image")
+    tiny_vit(d)
+    nest_image_processor(d)
+    tiny_wav2vec2(case("wav2vec2-ready", "audio"))
+    d = case("wav2vec2-feature-extractor-missing", "audio")
+    tiny_wav2vec2(d)
+    rm(d, "preprocessor_config.json")
+
     # A revision the loader cannot resolve offline: installed under refs/v1 only.
     tiny_llama(case("llama-only-v1", "causal", revision="v1"))
 
@@ -393,6 +462,27 @@ def load_case(spec, cache):
         from diffusers import DiffusionPipeline
 
         DiffusionPipeline.from_pretrained(repo)
+    elif kind in ("image", "image-model"):
+        import numpy as np
+        import torch
+        from transformers import AutoImageProcessor, AutoModelForImageClassification
+
+        model = AutoModelForImageClassification.from_pretrained(repo)
+        if kind == "image":
+            processor = AutoImageProcessor.from_pretrained(repo)
+            image = (np.random.default_rng(0).random((40, 48, 3)) * 255).astype("uint8")
+            inputs = processor(images=image, return_tensors="pt")
+        else:
+            inputs = {"pixel_values": torch.zeros(1, 3, 32, 32)}
+        model(**inputs)
+    elif kind == "audio":
+        import numpy as np
+        from transformers import AutoFeatureExtractor, AutoModelForAudioClassification
+
+        model = AutoModelForAudioClassification.from_pretrained(repo)
+        extractor = AutoFeatureExtractor.from_pretrained(repo)
+        sound = np.random.default_rng(0).standard_normal(1600).astype("float32")
+        model(**extractor(sound, sampling_rate=16000, return_tensors="pt"))
     elif kind == "gguf":
         gguf_load(repo, cache)
     else:

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use super::open::Opened;
+use super::open::BundleDir;
 use super::volumes::{self, DirVolumes, Repairability, UnitReader, VolumeProblem};
 use crate::manifest::{Manifest, Volume};
 
@@ -96,7 +96,7 @@ impl DamageMap {
 /// assessment and the map of the damaged chunks (a volume missing or of the wrong size is
 /// damaged throughout). Units of damaged volumes are read and hashed once.
 pub fn assess(
-    opened: &Opened,
+    opened: &BundleDir,
     data: &[VolumeProblem],
     parity: &[VolumeProblem],
 ) -> (Option<Repairability>, DamageMap) {

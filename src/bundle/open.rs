@@ -16,12 +16,14 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use super::media::Media;
 use crate::error::{Error, Result};
 use crate::fsio::{Follow, OpenError, read_capped};
-use crate::keys::{self, PublicKey, Signature};
+use crate::keys::{PublicKey, Signature};
 use crate::manifest::{self, Manifest};
+use crate::scheme::{Message, Refusal};
 use crate::trust::Policy;
-use crate::trust::policy::{Message, SigFile, Signer};
+use crate::trust::policy::{SigFile, Signer};
 use crate::trust::update::{self, RootFile, Update};
 
 /// Largest `manifest.json.minisig` accepted, in bytes (FORMAT.md, section 8).
@@ -67,9 +69,32 @@ pub struct Opened {
     /// The OMS signature the manifest lists (FORMAT.md section 19), read to its signed size
     /// and checked against its signed digest; targets place it at commit.
     pub oms: Option<crate::oms::Carried>,
-    /// The directories holding the volumes (one, or several media), and how they are read;
-    /// none for a registry artifact.
-    pub media: super::media::Media,
+}
+
+/// A bundle on disk, its signature verified: the signed parts ([`Opened`], which it derefs
+/// to) and the directories holding its volumes ([`Media`]). Only a bundle opened from a
+/// directory has one ([`open_with`], [`open_media`]); an artifact opened from a registry is
+/// an [`Opened`] alone, so the code that reads volumes cannot be handed one.
+#[derive(Debug)]
+pub struct BundleDir {
+    /// The signed parts.
+    pub opened: Opened,
+    /// The directories holding the volumes (one, or several media), and how they are read.
+    pub media: Media,
+}
+
+impl BundleDir {
+    /// The bundle directory: the one the signature was checked in.
+    pub fn dir(&self) -> &Path {
+        self.media.first()
+    }
+}
+
+impl std::ops::Deref for BundleDir {
+    type Target = Opened;
+    fn deref(&self) -> &Opened {
+        &self.opened
+    }
 }
 
 fn too_large(len: u64, cap: u64) -> String {
@@ -363,17 +388,19 @@ pub fn verify_parts(
 ) -> Result<Signed> {
     policy.check_current()?;
     let sig_path = primary.path.clone();
-    let primary_sig = Signature::parse(&primary.text).map_err(|e| Error::BadSignature {
-        path: sig_path.clone(),
-        reason: format!("is not a valid minisign signature: {e}"),
-    })?;
+    policy
+        .identify(&primary.text)
+        .map_err(|e| Error::BadSignature {
+            path: sig_path.clone(),
+            reason: format!("is not a valid minisign signature: {e}"),
+        })?;
     let text = primary.text.clone();
     let mut files = vec![primary];
     files.extend(cosigs);
     // A plain key set with no signature that counts: the errors it has always given about
     // the one signature.
-    let counted = policy.require(Message::Manifest(&bytes), manifest_path, &files, || {
-        plain_failure(&bytes, &primary_sig, manifest_path, &sig_path, policy)
+    let counted = policy.require(Message::Manifest(&bytes), manifest_path, &files, |why| {
+        plain_failure(why, manifest_path, &sig_path, policy)
     })?;
     let manifest = Manifest::parse(&bytes).map_err(|reason| Error::BadManifest {
         path: manifest_path.to_path_buf(),
@@ -382,7 +409,9 @@ pub fn verify_parts(
     let sha = hex::encode(Sha256::digest(&bytes));
     let mut warnings = Vec::new();
     for (sig, _) in &counted.signatures {
-        comment_warnings(&sig.trusted_comment, &sha, &manifest, &mut warnings);
+        if let Some(comment) = &sig.comment {
+            comment_warnings(comment, &sha, &manifest, &mut warnings);
+        }
     }
     warnings.dedup();
     warnings.extend(
@@ -392,23 +421,24 @@ pub fn verify_parts(
             .map(|n| format!("{n} (not counted)")),
     );
     let (first, _) = &counted.signatures[0];
-    let key = policy
-        .verify_one(Message::Manifest(&bytes), first)
-        .map(|k| k.public)
-        .expect("counted signatures verify");
+    let key = &policy.keys[first.key];
+    // The id the signature names (a key of a root without a minisign id matches any).
+    let key_id = crate::scheme::minisign::key_id_bytes(&first.key_id)
+        .or(key.minisign_id)
+        .unwrap_or_default();
     let cosignatures = counted
         .signatures
         .iter()
         .filter(|(_, f)| f.path != sig_path)
-        .map(|(s, f)| (cosignature_name(&s.key_id_hex()), f.text.clone()))
+        .map(|(s, f)| (cosignature_name(&s.key_id), f.text.clone()))
         .collect();
     Ok(Signed {
         manifest,
         bytes,
         signature_text: text,
         signer: PublicKey {
-            key_id: first.key_id,
-            key,
+            key_id,
+            key: key.public,
         },
         warnings,
         trust: TrustInfo {
@@ -420,42 +450,36 @@ pub fn verify_parts(
     })
 }
 
-/// The error a plain key set gives when the one signature does not verify (as before
-/// co-signatures existed): an unknown key id, or a signature that does not verify.
+/// The error a plain key set gives when the one signature does not count (as before
+/// co-signatures existed): an unknown key, or a signature that does not verify.
 fn plain_failure(
-    bytes: &[u8],
-    sig: &Signature,
+    why: Option<Refusal>,
     manifest_path: &Path,
     sig_path: &Path,
     policy: &Policy,
 ) -> Error {
-    let Some(k) = policy
-        .keys
-        .iter()
-        .find(|k| k.minisign_id == Some(sig.key_id))
-    else {
-        return Error::UntrustedKey {
-            path: sig_path.to_path_buf(),
-            key_id: sig.key_id_hex(),
-            trusted: policy.labels(),
-        };
+    let reason = match why {
+        Some(Refusal::UnknownKey { key_id }) => {
+            return Error::UntrustedKey {
+                path: sig_path.to_path_buf(),
+                key_id,
+                trusted: policy.labels(),
+            };
+        }
+        Some(Refusal::Malformed(e)) => {
+            return Error::BadSignature {
+                path: sig_path.to_path_buf(),
+                reason: format!("is not a valid signature: {e}"),
+            };
+        }
+        Some(Refusal::Invalid { key_id, reason } | Refusal::Unsupported { key_id, reason }) => {
+            format!("does not match its signature from key {key_id}: {reason}")
+        }
+        None => "its signature verified on a second look; run the command again".into(),
     };
-    let pk = PublicKey {
-        key_id: sig.key_id,
-        key: k.public,
-    };
-    match keys::verify(&pk, sig, bytes) {
-        Err(e) => Error::BadSignature {
-            path: manifest_path.to_path_buf(),
-            reason: format!(
-                "does not match its signature from key {}: {e}",
-                pk.key_id_hex()
-            ),
-        },
-        Ok(()) => Error::BadSignature {
-            path: manifest_path.to_path_buf(),
-            reason: "its signature verified on a second look; run the command again".into(),
-        },
+    Error::BadSignature {
+        path: manifest_path.to_path_buf(),
+        reason,
     }
 }
 
@@ -482,13 +506,13 @@ fn comment_warnings(comment: &str, sha: &str, manifest: &Manifest, warnings: &mu
 }
 
 /// Opens `dir` and verifies its manifest signature against `trust`. No volume is read.
-pub fn open(dir: &Path, trust: &[PublicKey]) -> Result<Opened> {
+pub fn open(dir: &Path, trust: &[PublicKey]) -> Result<BundleDir> {
     open_with(dir, &Policy::any_of(trust))
 }
 
 /// [`open`] with a trust policy: co-signatures count, and the roots the bundle carries are
 /// verified and may advance the policy (docs/FORMAT.md section 18). Nothing is written.
-pub fn open_with(dir: &Path, policy: &Policy) -> Result<Opened> {
+pub fn open_with(dir: &Path, policy: &Policy) -> Result<BundleDir> {
     let mpath = dir.join(manifest::MANIFEST_NAME);
     let spath = dir.join(manifest::SIGNATURE_NAME);
     let bytes = read_manifest_bytes(&mpath)?;
@@ -509,15 +533,15 @@ pub fn open_with(dir: &Path, policy: &Policy) -> Result<Opened> {
         policy,
     )?;
     opened.oms = crate::oms::read_carried(dir, &opened.manifest)?;
-    opened.media = super::media::Media::new(vec![dir.to_path_buf()], &opened.manifest_sha256);
-    Ok(opened)
+    let media = Media::new(vec![dir.to_path_buf()], &opened.manifest_sha256);
+    Ok(BundleDir { opened, media })
 }
 
 /// [`open_with`] for a bundle spread over several media (or duplicated on them): the
 /// signature is checked in the first directory, and every other must hold the byte-identical
 /// signed manifest (two bundles mixed are refused before anything else is read). Volumes may
 /// be in any of them.
-pub fn open_media(dirs: &[PathBuf], policy: &Policy) -> Result<Opened> {
+pub fn open_media(dirs: &[PathBuf], policy: &Policy) -> Result<BundleDir> {
     let Some((first, _)) = dirs.split_first() else {
         return Err(Error::Usage("no bundle directory given".into()));
     };
@@ -529,7 +553,7 @@ pub fn open_media(dirs: &[PathBuf], policy: &Policy) -> Result<Opened> {
                 unique.push(d.clone());
             }
         }
-        opened.media = super::media::Media::new(unique, &opened.manifest_sha256);
+        opened.media = Media::new(unique, &opened.manifest_sha256);
         opened.media.check_same_bundle(false)?;
     }
     Ok(opened)
@@ -591,23 +615,7 @@ pub fn open_parts(
         warnings,
         trust,
         oms: None,
-        media: super::media::Media::new(vec![], ""),
     })
-}
-
-impl Opened {
-    /// The bundle directory of a bundle on disk. Only the code that reads volumes asks, and
-    /// only for a bundle it opened from a directory.
-    ///
-    /// # Panics
-    ///
-    /// For an artifact opened from a registry, which has no bundle directory.
-    pub fn dir(&self) -> &Path {
-        match &self.origin {
-            Origin::Dir(d) => d,
-            Origin::Registry(r) => panic!("{r}: a registry artifact has no bundle directory"),
-        }
-    }
 }
 
 #[cfg(test)]

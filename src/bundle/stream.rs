@@ -11,7 +11,7 @@ use std::io::{self, Read};
 
 use crossbeam_channel::bounded;
 
-use super::open::Opened;
+use super::open::BundleDir;
 use super::volumes::{
     self, DirVolumes, PipeReader, STREAM_BUFFER_SIZE, STREAM_BUFFERS, VolumeCounts, VolumeFailure,
     VolumeIo, VolumeProblem, VolumeReader, VolumeSource, check_volumes, stray_files, volumes_error,
@@ -128,7 +128,7 @@ fn io_to_error(e: io::Error) -> Error {
 /// before anything is read, and a failure of the stream is followed by a check of every
 /// volume, so the error names each damaged volume at once.
 pub fn stream(
-    opened: &Opened,
+    opened: &BundleDir,
     mode: Mode,
     sink: &mut dyn EntrySink,
     progress: &dyn Progress,
@@ -141,7 +141,7 @@ pub fn stream(
 /// entry's header, and the entries before it are neither read nor fed. `start` above 0 needs a
 /// stored (uncompressed) payload of a full bundle.
 pub fn stream_from(
-    opened: &Opened,
+    opened: &BundleDir,
     mode: Mode,
     sink: &mut dyn EntrySink,
     progress: &dyn Progress,
@@ -190,7 +190,7 @@ pub fn stream_from(
 /// budget, appended to the message, and the volumes to copy again narrowed to those parity
 /// cannot rebuild.
 fn with_parity_assessment(
-    opened: &Opened,
+    opened: &BundleDir,
     e: Error,
     data: &[VolumeProblem],
     progress: &dyn Progress,

@@ -208,7 +208,7 @@ fn hint_paths_of(command: &Command) -> airlock::error::HintPaths {
     };
     let (bundles, trust) = match command {
         Command::Verify(a) => (a.bundle.clone(), &a.trust),
-        Command::Unpack(a) if !airlock::oci::pull::is_reference(&a.bundle) => {
+        Command::Unpack(a) if !airlock::source::registry::is_reference(&a.bundle) => {
             (dirs(&a.bundle, &a.more), &a.trust)
         }
         Command::Repair(a) => (dirs(&a.bundle, &a.more), &a.trust),

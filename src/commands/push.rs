@@ -2,7 +2,7 @@
 
 use airlock::display::human;
 use airlock::error::{Error, Result};
-use airlock::oci::{self, Reference, Registry, RegistryOptions};
+use airlock::oci::{Reference, Registry, RegistryOptions};
 
 use super::{Output, load_trust, open, recorded_findings, report_trust};
 use crate::cli::{PushArgs, RegistryArgs};
@@ -37,7 +37,7 @@ pub fn run(a: PushArgs, ui: &Ui) -> Result<Output> {
     // Connecting uploads nothing: a registry that is down or refuses the credentials fails
     // before the (long) full verification.
     let registry = Registry::connect(&reference, &opts, true)?;
-    let pushed = oci::push::push(&opened, &registry, ui)?;
+    let pushed = airlock::unpack::registry::push(&opened, &registry, ui)?;
     let m = &opened.manifest;
     out.set("name", &m.name);
     out.set("version", m.version);

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use airlock::bundle::open;
 use airlock::error::{Error, Result};
-use airlock::keys::{self, SecretKey, Signature, TRUSTED_COMMENT_MAX_BYTES};
-use airlock::manifest::UNTRUSTED_COMMENT;
+use airlock::keys::{self, SecretKey, TRUSTED_COMMENT_MAX_BYTES};
+use airlock::scheme::{Message, Minisign, MinisignSigner, Scheme, Signer};
 
 use airlock::durable::{Place, Staged};
 
@@ -66,7 +66,7 @@ pub fn run(a: SignArgs, ui: &Ui) -> Result<Output> {
     })?;
     let key = secret::unlock(key_file, ui)?;
     let sig = sign_digest(&key, &a.key, &digest, &trusted_comment)?;
-    Staged::write_path(&sig_path, sig.to_file_text().as_bytes(), 0o644)?.publish(if a.force {
+    Staged::write_path(&sig_path, &sig, 0o644)?.publish(if a.force {
         Place::Replace
     } else {
         Place::New
@@ -128,12 +128,11 @@ pub fn cosign_file(a: CosignArgs, ui: &Ui) -> Result<Output> {
             file.display()
         )));
     }
-    let primary =
-        Signature::parse(&verify_file::read_signature(&sig_path, file)?).map_err(|e| {
-            Error::BadSignature {
-                path: sig_path.clone(),
-                reason: e.to_string(),
-            }
+    let primary = Minisign
+        .signer_of(verify_file::read_signature(&sig_path, file)?.as_bytes())
+        .map_err(|e| Error::BadSignature {
+            path: sig_path.clone(),
+            reason: e.reason(),
         })?;
     let key_file = secret::read(&a.key, a.password_file.as_deref())?;
     let digest = keys::prehash_file(file).map_err(|e| Error::Key {
@@ -142,7 +141,7 @@ pub fn cosign_file(a: CosignArgs, ui: &Ui) -> Result<Output> {
     })?;
     let key = secret::unlock(key_file, ui)?;
     let id = key.public_key().key_id_hex();
-    if primary.key_id == key.public_key().key_id {
+    if primary == id {
         return Err(Error::Usage(format!(
             "{}: already signed by key {id} ({}); a co-signature must come from another key",
             file.display(),
@@ -169,7 +168,7 @@ pub fn cosign_file(a: CosignArgs, ui: &Ui) -> Result<Output> {
     }
     let trusted_comment = default_trusted_comment(file)?;
     let sig = sign_digest(&key, &a.key, &digest, &trusted_comment)?;
-    files::write_new_at(&dir_fd, &dir, &cosig_name, sig.to_file_text().as_bytes())?;
+    files::write_new_at(&dir_fd, &dir, &cosig_name, &sig)?;
     let mut out = Output::default();
     out.set("file", file);
     out.set("signature", &cosig_path);
@@ -196,15 +195,18 @@ pub fn cosign_file(a: CosignArgs, ui: &Ui) -> Result<Output> {
 }
 
 /// Signs a file's prehashed `digest` as `sign` and `cosign FILE` do (minisign's prehashed
-/// signature, airlock's untrusted comment); a failure names the key file `key_path`.
+/// signature, airlock's untrusted comment); a failure names the key file `key_path`. Returns the
+/// signature file's bytes.
 fn sign_digest(
     key: &SecretKey,
     key_path: &Path,
     digest: &[u8; 64],
     trusted_comment: &str,
-) -> Result<Signature> {
-    keys::sign_prehashed(key, digest, UNTRUSTED_COMMENT, trusted_comment).map_err(|e| Error::Key {
-        path: key_path.to_path_buf(),
-        source: e,
-    })
+) -> Result<Vec<u8>> {
+    MinisignSigner(key)
+        .sign(Message::Prehashed(digest), trusted_comment)
+        .map_err(|e| Error::Key {
+            path: key_path.to_path_buf(),
+            source: e,
+        })
 }

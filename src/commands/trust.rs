@@ -516,7 +516,7 @@ pub fn cosign(a: CosignArgs, ui: &Ui) -> Result<Output> {
         path: a.key.clone(),
         source: e,
     })?;
-    super::files::write_new_at(&dir_fd, dir, &name, sig.to_file_text().as_bytes())?;
+    super::files::write_new_at(&dir_fd, dir, &name, &sig)?;
     let mut out = Output::default();
     out.set("bundle", dir);
     out.set("signature", &path);

@@ -5,12 +5,13 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use airlock::bundle::open::{self, Opened};
+use airlock::bundle::open::{self, BundleDir, Opened};
 use airlock::display::human;
 use airlock::error::{Error, HintPaths, Result};
-use airlock::oci::pull::{self, RegistrySource};
 use airlock::oci::{Reference, Registry};
-use airlock::pipeline::{BundleOnDisk, Source};
+use airlock::pipeline::Source;
+use airlock::source::BundleOnDisk;
+use airlock::source::registry::{self, RegistrySource};
 use airlock::trust::Policy;
 use airlock::unpack::{
     self, HfInstalled, HfUnpackOptions, InstallNotes, Installed, LayoutOptions, LayoutWritten,
@@ -34,13 +35,13 @@ pub fn run(a: UnpackArgs, ui: &Ui) -> Result<Output> {
         ],
     )?;
     let trust = load_trust(&a.trust)?;
-    if a.require_tag_version && !pull::is_reference(&a.bundle) {
+    if a.require_tag_version && !registry::is_reference(&a.bundle) {
         return Err(Error::Usage(
             "--require-tag-version is for an oci:// reference: a bundle directory has no tag"
                 .into(),
         ));
     }
-    if pull::is_reference(&a.bundle) {
+    if registry::is_reference(&a.bundle) {
         if !a.more.is_empty() {
             return Err(Error::Usage(
                 "a registry reference is one source: give no other bundle directory with it".into(),
@@ -65,7 +66,7 @@ pub fn run(a: UnpackArgs, ui: &Ui) -> Result<Output> {
         out.set("reference", reference.to_string());
         let to = target(&a, source.opened(), &trust, &mut out)?;
         let from = format!(" from {reference}");
-        finish(&source, to, out, &trust, (&from, None), ui)
+        finish(&source, None, to, out, &trust, (&from, None), ui)
     } else {
         let mut dirs = vec![a.bundle.clone()];
         dirs.extend(a.more.iter().cloned());
@@ -76,6 +77,7 @@ pub fn run(a: UnpackArgs, ui: &Ui) -> Result<Output> {
         let hints = super::hint_paths(&bundles, &a.trust);
         finish(
             &BundleOnDisk(&opened),
+            Some(&opened),
             to,
             out,
             &trust,
@@ -155,9 +157,10 @@ fn replace_note(out: &mut Output, opts: &UnpackOptions) {
 
 /// Installs, and says what was installed. `from`: the source as the result line names it (` from
 /// oci://...`, or nothing for a bundle directory) and, for a bundle directory, its path and
-/// what a repair of it would be given.
+/// what a repair of it would be given; `disk`, the bundle directory the source reads.
 fn finish(
     source: &dyn Source,
+    disk: Option<&BundleDir>,
     to: To,
     mut out: Output,
     trust: &Policy,
@@ -181,7 +184,7 @@ fn finish(
     out.set("bytes", m.totals.file_bytes);
     // Volumes are read from the medium at no cost (their cached pages dropped at the open):
     // which were, and which could not be (a tmpfs, a network file system).
-    let reads = opened.media.reads();
+    let reads = disk.map(|d| d.media.reads()).unwrap_or_default();
     if !reads.is_empty() {
         let past: Vec<_> = reads.iter().filter(|r| r.read_from.past_cache()).collect();
         out.set(

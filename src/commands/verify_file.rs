@@ -16,9 +16,10 @@ use std::path::{Path, PathBuf};
 use airlock::bundle::open::{self, TrustInfo};
 use airlock::error::{Error, Result};
 use airlock::fsio::Follow;
-use airlock::keys::{self, PublicKey, Signature};
+use airlock::keys;
+use airlock::scheme::{Message, Refusal};
 use airlock::trust::Policy;
-use airlock::trust::policy::{Message, SigFile};
+use airlock::trust::policy::SigFile;
 
 use super::Output;
 
@@ -72,9 +73,9 @@ pub(super) fn run(file: &Path, trust: &Policy) -> Result<Output> {
     let text = read_signature(&sig_path, file)?;
     // An expired root vouches for nothing (FORMAT.md section 18.1); a file carries no newer one.
     trust.check_current()?;
-    let sig = Signature::parse(&text).map_err(|e| Error::BadSignature {
+    trust.identify(&text).map_err(|e| Error::BadSignature {
         path: sig_path.clone(),
-        reason: e.to_string(),
+        reason: e,
     })?;
     let mut notes = Vec::new();
     let mut cosigs = open::read_cosignatures(
@@ -93,8 +94,8 @@ pub(super) fn run(file: &Path, trust: &Policy) -> Result<Output> {
         text,
     }];
     files.extend(cosigs);
-    let counted = trust.require(Message::Prehashed(&digest), file, &files, || {
-        plain_failure(file, &sig_path, &sig, &digest, trust)
+    let counted = trust.require(Message::Prehashed(&digest), file, &files, |why| {
+        plain_failure(file, &sig_path, why, trust)
     })?;
 
     let mut out = Output::default();
@@ -105,8 +106,9 @@ pub(super) fn run(file: &Path, trust: &Policy) -> Result<Output> {
     // minisign's trusted comment names the file it signed: a renamed or swapped file shows.
     for (s, _) in &counted.signatures {
         if let Some(signed) = s
-            .trusted_comment
-            .split('\t')
+            .comment
+            .iter()
+            .flat_map(|c| c.split('\t'))
             .find_map(|f| f.strip_prefix("file:"))
             && signed != name
         {
@@ -128,7 +130,8 @@ pub(super) fn run(file: &Path, trust: &Policy) -> Result<Output> {
     out.set("file", file);
     out.set("signature", &first_file.path);
     out.set("signer", signers[0].key.clone());
-    out.set("trusted_comment", &first.trusted_comment);
+    let trusted_comment = first.comment.clone().unwrap_or_default();
+    out.set("trusted_comment", &trusted_comment);
     out.line(format!(
         "OK   {}: signature{} by {} verified ({}); trusted comment: {}",
         file.display(),
@@ -143,7 +146,7 @@ pub(super) fn run(file: &Path, trust: &Policy) -> Result<Output> {
             .map(|s| s.file.display().to_string())
             .collect::<Vec<_>>()
             .join(", "),
-        first.trusted_comment
+        trusted_comment
     ));
     let info = TrustInfo {
         signers: counted.signers.clone(),
@@ -157,35 +160,24 @@ pub(super) fn run(file: &Path, trust: &Policy) -> Result<Output> {
 /// The error of a plain key set when `FILE.minisig` does not count and no co-signature does
 /// (the messages a single signature has always had): signed by a key not in the set, or a
 /// signature that does not verify this file with the key it names.
-fn plain_failure(
-    file: &Path,
-    sig_path: &Path,
-    sig: &Signature,
-    digest: &[u8; 64],
-    trust: &Policy,
-) -> Error {
-    let Some(key) = trust
-        .keys
-        .iter()
-        .find(|k| k.minisign_id == Some(sig.key_id))
-    else {
-        return Error::UntrustedKey {
-            path: sig_path.to_path_buf(),
-            key_id: sig.key_id_hex(),
-            trusted: trust.labels(),
-        };
-    };
-    let public = PublicKey {
-        key_id: sig.key_id,
-        key: key.public,
-    };
-    let reason = match keys::verify_prehashed(&public, sig, digest) {
-        Err(e) => format!(
-            "does not verify {} with key {}: {e}",
-            file.display(),
-            key.label
-        ),
-        Ok(()) => "verified on a second look; run the command again".into(),
+fn plain_failure(file: &Path, sig_path: &Path, why: Option<Refusal>, trust: &Policy) -> Error {
+    let reason = match why {
+        Some(Refusal::UnknownKey { key_id }) => {
+            return Error::UntrustedKey {
+                path: sig_path.to_path_buf(),
+                key_id,
+                trusted: trust.labels(),
+            };
+        }
+        Some(Refusal::Malformed(e)) => e,
+        Some(Refusal::Invalid { key_id, reason } | Refusal::Unsupported { key_id, reason }) => {
+            // A plain key set's keys are labelled by their key id.
+            format!(
+                "does not verify {} with key {key_id}: {reason}",
+                file.display()
+            )
+        }
+        None => "verified on a second look; run the command again".into(),
     };
     Error::BadSignature {
         path: sig_path.to_path_buf(),

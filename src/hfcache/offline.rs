@@ -307,6 +307,104 @@ fn generates_text(config: &Value) -> bool {
         })
 }
 
+/// What a model takes in besides tokens, by its config: its processor's loader reads
+/// `preprocessor_config.json`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Modality {
+    Vision,
+    Audio,
+}
+
+/// Architecture names (suffixes of `*For...`) whose inputs are images.
+const VISION_HEADS: &[&str] = &[
+    "ForImageClassification",
+    "ForObjectDetection",
+    "ForSemanticSegmentation",
+    "ForInstanceSegmentation",
+    "ForUniversalSegmentation",
+    "ForImageSegmentation",
+    "ForDepthEstimation",
+    "ForImageTextToText",
+    "ForVision2Seq",
+    "ForZeroShotImageClassification",
+    "ForZeroShotObjectDetection",
+    "ForVideoClassification",
+    "ForMaskGeneration",
+    "ForMaskedImageModeling",
+    "ForImageToImage",
+    "ForKeypointDetection",
+];
+
+/// Architecture names whose inputs are sound.
+const AUDIO_HEADS: &[&str] = &[
+    "ForAudioClassification",
+    "ForCTC",
+    "ForSpeechSeq2Seq",
+    "ForAudioFrameClassification",
+    "ForXVector",
+];
+
+impl Modality {
+    /// A vision model: a `vision_config`, an image geometry (`image_size` and `num_channels`,
+    /// as ViT, ConvNeXT, Swin, DeiT and BEiT write), or a vision head. An audio model: an
+    /// `audio_config`, mel bins (Whisper) or a convolutional feature encoder (`conv_dim`,
+    /// wav2vec2, HuBERT, WavLM), or an audio head. A text model is neither.
+    fn of(config: &Value) -> Option<Modality> {
+        let has = |key: &str| config.get(key).is_some_and(|v| !v.is_null());
+        let heads = |list: &[&str]| {
+            config
+                .get("architectures")
+                .and_then(Value::as_array)
+                .is_some_and(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .any(|arch| list.iter().any(|h| arch.ends_with(h)))
+                })
+        };
+        if has("vision_config") || (has("image_size") && has("num_channels")) || heads(VISION_HEADS)
+        {
+            Some(Modality::Vision)
+        } else if has("audio_config")
+            || has("num_mel_bins")
+            || has("conv_dim")
+            || heads(AUDIO_HEADS)
+        {
+            Some(Modality::Audio)
+        } else {
+            None
+        }
+    }
+
+    fn kind(self) -> &'static str {
+        match self {
+            Modality::Vision => "a vision",
+            Modality::Audio => "an audio",
+        }
+    }
+
+    fn input(self) -> &'static str {
+        match self {
+            Modality::Vision => "images",
+            Modality::Audio => "sound",
+        }
+    }
+
+    fn loader(self) -> &'static str {
+        match self {
+            Modality::Vision => "transformers (AutoImageProcessor, AutoProcessor, pipelines)",
+            Modality::Audio => "transformers (AutoFeatureExtractor, AutoProcessor, pipelines)",
+        }
+    }
+
+    /// The keys of `processor_config.json` the loader takes the config from.
+    fn nested_keys(self) -> &'static [&'static str] {
+        match self {
+            Modality::Vision => &["image_processor"],
+            Modality::Audio => &["feature_extractor", "audio_processor"],
+        }
+    }
+}
+
 /// `dir/name` with `dir` possibly empty.
 fn join(dir: &str, name: &str) -> String {
     if dir.is_empty() {
@@ -503,8 +601,61 @@ impl Model<'_> {
         }
         if let Some(config) = &config {
             self.remote_code(&config_rel, config, out)?;
+            self.processor(dir, &config_rel, config, out)?;
         }
         self.tokenizer(dir, config.as_ref(), true, out)?;
+        Ok(())
+    }
+
+    /// The image processor or feature extractor of a vision or audio model in `dir`.
+    /// transformers' `AutoImageProcessor` / `AutoFeatureExtractor` (and `AutoProcessor` and
+    /// the pipelines, through them) read `processor_config.json`'s nested `image_processor`
+    /// (`feature_extractor` or `audio_processor`) first, then `preprocessor_config.json`; with
+    /// neither they raise `Can't load image processor` / `feature extractor`. A caller that
+    /// feeds the model tensors it made itself needs neither: a warning.
+    fn processor(
+        &self,
+        dir: &str,
+        config_rel: &str,
+        config: &Value,
+        out: &mut Vec<Finding>,
+    ) -> io::Result<()> {
+        let Some(modality) = Modality::of(config) else {
+            return Ok(());
+        };
+        if self.exists(&join(dir, "preprocessor_config.json"))? {
+            return Ok(());
+        }
+        let processor_rel = join(dir, "processor_config.json");
+        if let Some(processor) = self.json(&processor_rel, modality.loader(), out)?
+            && modality
+                .nested_keys()
+                .iter()
+                .any(|k| processor.get(k).is_some_and(Value::is_object))
+        {
+            return Ok(());
+        }
+        out.push(Finding::warning(
+            codes::OFFLINE_PROCESSOR_MISSING,
+            config_rel,
+            format!(
+                "describes {} model and no {} is beside it (nor a {} with {}): {} fails for a \
+                 caller that feeds it {}",
+                modality.kind(),
+                quote(&join(dir, "preprocessor_config.json")),
+                quote(&processor_rel),
+                modality
+                    .nested_keys()
+                    .iter()
+                    .map(|k| format!("`{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(" or "),
+                modality.loader(),
+                modality.input(),
+            ),
+            "carry preprocessor_config.json from the model's repository (download it with the \
+             weights), or have the caller build its own processor",
+        ));
         Ok(())
     }
 
@@ -1379,6 +1530,94 @@ mod tests {
             "{}",
             hub[0].problem
         );
+    }
+
+    #[test]
+    fn vision_and_audio_models_need_their_processor_config() {
+        const VIT: &[u8] =
+            br#"{"architectures":["ViTForImageClassification"],"image_size":32,"num_channels":3}"#;
+        const W2V: &[u8] =
+            br#"{"architectures":["Wav2Vec2ForSequenceClassification"],"conv_dim":[8]}"#;
+        const LLAVA: &[u8] =
+            br#"{"architectures":["LlavaForConditionalGeneration"],"vision_config":{}}"#;
+        const WHISPER: &[u8] =
+            br#"{"architectures":["WhisperForConditionalGeneration"],"num_mel_bins":80}"#;
+        for config in [VIT, W2V, LLAVA, WHISPER] {
+            let bare = [
+                ("config.json", config),
+                ("model.safetensors", b"x".as_slice()),
+            ];
+            let f = run(&bare);
+            let warnings: Vec<_> = codes_paths(&f)
+                .into_iter()
+                .filter(|(c, _, _)| *c == codes::OFFLINE_PROCESSOR_MISSING)
+                .collect();
+            assert_eq!(
+                warnings,
+                [(
+                    codes::OFFLINE_PROCESSOR_MISSING,
+                    "config.json",
+                    Severity::Warning
+                )],
+                "{}",
+                String::from_utf8_lossy(config)
+            );
+            let mut with = bare.to_vec();
+            with.push(("preprocessor_config.json", b"{}"));
+            assert!(
+                !codes_paths(&run(&with))
+                    .iter()
+                    .any(|(c, _, _)| *c == codes::OFFLINE_PROCESSOR_MISSING),
+                "{}",
+                String::from_utf8_lossy(config)
+            );
+        }
+        // processor_config.json counts only with the nested config the loader reads.
+        let vit = |processor: &'static [u8]| {
+            run(&[
+                ("config.json", VIT),
+                ("model.safetensors", b"x"),
+                ("processor_config.json", processor),
+            ])
+        };
+        assert!(
+            vit(br#"{"image_processor":{"image_processor_type":"ViTImageProcessor"}}"#).is_empty()
+        );
+        assert_eq!(
+            codes_paths(&vit(br#"{"processor_class":"ViTProcessor"}"#)),
+            [(
+                codes::OFFLINE_PROCESSOR_MISSING,
+                "config.json",
+                Severity::Warning
+            )]
+        );
+        assert_eq!(
+            codes_paths(&vit(br#"{"feature_extractor":{}}"#)),
+            [(
+                codes::OFFLINE_PROCESSOR_MISSING,
+                "config.json",
+                Severity::Warning
+            )],
+            "an audio key does not serve an image model"
+        );
+        let w2v = run(&[
+            ("config.json", W2V),
+            ("model.safetensors", b"x"),
+            ("processor_config.json", br#"{"audio_processor":{}}"#),
+        ]);
+        assert!(w2v.is_empty(), "{w2v:?}");
+        // Text models are neither, whatever their head.
+        for text in [
+            br#"{"architectures":["BertForPreTraining"]}"#.as_slice(),
+            br#"{"architectures":["T5ForConditionalGeneration"]}"#,
+            br#"{"architectures":["LlamaForCausalLM"]}"#,
+        ] {
+            assert!(
+                !codes_paths(&run(&[("config.json", text), ("model.safetensors", b"x")]))
+                    .iter()
+                    .any(|(c, _, _)| *c == codes::OFFLINE_PROCESSOR_MISSING)
+            );
+        }
     }
 
     #[test]

@@ -144,6 +144,9 @@ pub const OFFLINE_ST_MODULE_MISSING: &str = "offline-st-module-missing";
 pub const OFFLINE_DIFFUSERS_COMPONENT_MISSING: &str = "offline-diffusers-component-missing";
 /// Error: a GGUF split of `NAME-0000N-of-0000M.gguf` is missing.
 pub const OFFLINE_GGUF_SPLIT_MISSING: &str = "offline-gguf-split-missing";
+/// Warning: a vision or audio model with no image processor or feature extractor config,
+/// which a caller that feeds it images or sound (AutoProcessor, a pipeline) needs.
+pub const OFFLINE_PROCESSOR_MISSING: &str = "offline-processor-missing";
 
 // Values (the value scan, `inspect::values`): read while the bytes pass for another reason.
 
@@ -170,6 +173,7 @@ pub const WARNINGS: &[&str] = &[
     OFFLINE_CHAT_TEMPLATE_MISSING,
     OFFLINE_REPO_NEEDED,
     OFFLINE_NEEDS_HUB_OFFLINE,
+    OFFLINE_PROCESSOR_MISSING,
     TENSOR_ALL_ZERO,
     TENSOR_CONSTANT,
 ];

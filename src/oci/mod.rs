@@ -11,17 +11,18 @@
 //! A node never trusts the registry: it fetches the airlock manifest and signature, verifies
 //! them with the code that verifies a bundle, then fetches each file's blob *by the digest
 //! the signed manifest gives* and checks size and SHA-256 itself as the bytes stream through
-//! the pipeline into any target ([`pull`], a pipeline source; [`push`], a pipeline target).
+//! the pipeline into any target.
 //!
-//! [`client`] is a small blocking registry client on `ureq` (rustls): see docs/ARCHITECTURE.md
-//! for why not an async OCI crate.
+//! This module is the client and the artifact only: [`client`] (a small blocking registry
+//! client on `ureq` with rustls; see docs/ARCHITECTURE.md for why not an async OCI crate),
+//! [`auth`], [`reference`], [`modelpack`] (the artifact made from a verified bundle) and
+//! [`trust`] (its co-signature and root layers). The registry as a pipeline source is
+//! [`crate::source::registry`]; as a pipeline target (`push`), with a repository as a delta's
+//! base, [`crate::unpack::registry`] and [`crate::unpack::registry_base`].
 
 pub mod auth;
 pub mod client;
-mod delta;
 pub mod modelpack;
-pub mod pull;
-pub mod push;
 pub mod reference;
 pub mod trust;
 

@@ -18,6 +18,7 @@ use serde::Deserialize;
 use super::keys::{SigningKey, VerifyingKey};
 use super::statement::{self, Statement};
 use super::x509::{self, Cert};
+use crate::scheme::{Refusal, Verified as Scheme};
 
 /// The bundle's media type.
 pub const MEDIA_TYPE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
@@ -148,8 +149,145 @@ fn b64(field: &str, s: &str) -> Result<Vec<u8>, String> {
 }
 
 /// Verifies the bundle `bytes` against `trust` and returns its statement. `Err` says what
-/// failed, for a message that names the file.
+/// failed, for a message that names the file. (The code verifies through the scheme seam,
+/// [`super::scheme::Oms`], which calls [`check`]; this is [`check`] with the statement read.)
 pub fn verify(bytes: &[u8], trust: &Trust<'_>) -> Result<Verified, String> {
+    let v = check(bytes, trust, &[]).map_err(|r| r.reason())?;
+    verified(v)
+}
+
+/// The statement a signature that verified carries, parsed: [`Verified`].
+pub fn verified(v: crate::scheme::Verified) -> Result<Verified, String> {
+    let statement = statement::parse(v.payload.as_deref().unwrap_or_default())?;
+    Ok(Verified {
+        statement,
+        method: v.method,
+        signer: v.key_id,
+        subject: v.subject,
+        notes: v.notes,
+    })
+}
+
+/// Checks the bundle `bytes` against `trust` as `model_signing verify` does, up to its
+/// signature: the payload it carries (which must be `expected` unless that is empty) is
+/// returned unparsed with who signed it; [`Refusal::Malformed`] for what is not an OMS
+/// signature, [`Refusal::Invalid`] for one that does not verify with what is trusted.
+pub fn check(bytes: &[u8], trust: &Trust<'_>, expected: &[u8]) -> Result<Scheme, Refusal> {
+    let bad = |r: String| Refusal::Malformed(r);
+    let raw: RawBundle = serde_json::from_slice(bytes).map_err(|e| {
+        bad(format!(
+            "is not a Sigstore bundle in JSON: {}",
+            crate::display::json_error(&e)
+        ))
+    })?;
+    if raw.media_type != MEDIA_TYPE {
+        return Err(bad(format!(
+            "is a bundle of media type {}, not {MEDIA_TYPE:?}",
+            crate::display::quote(&raw.media_type)
+        )));
+    }
+    let env = raw.dsse_envelope.ok_or_else(|| {
+        bad("holds no DSSE envelope (a message signature is not a model signature)".into())
+    })?;
+    if env.payload_type != PAYLOAD_TYPE {
+        return Err(bad(format!(
+            "has the DSSE payload type {}, not {PAYLOAD_TYPE:?}",
+            crate::display::quote(&env.payload_type)
+        )));
+    }
+    let first = env
+        .signatures
+        .first()
+        .ok_or_else(|| bad("holds no signature".into()))?;
+    let sig = b64("signature", &first.sig).map_err(bad)?;
+    let payload = b64("payload", &env.payload).map_err(bad)?;
+    let material = raw.verification_material;
+    let mut notes = Vec::new();
+    let invalid = |reason: String| Refusal::Invalid {
+        key_id: String::new(),
+        reason,
+    };
+    let (key, method, signer, subject) = match trust {
+        Trust::Key(k) => {
+            let Some(id) = material.public_key else {
+                return Err(invalid(
+                    if material.x509_certificate_chain.is_some() || material.certificate.is_some() {
+                        "was made with the certificate method (it carries a certificate chain): verify it with --oms-cert-chain".into()
+                    } else {
+                        "has no publicKey in its verification material".into()
+                    },
+                ));
+            };
+            let hint = k.hint();
+            match id.hint {
+                Some(h) if h != hint => {
+                    return Err(invalid(format!(
+                        "was signed by another key: its key hint is {}, the trusted key's is {hint}",
+                        crate::display::bounded(&h)
+                    )));
+                }
+                Some(_) => {}
+                None => notes.push(
+                    "the signature carries no key hint (an older model_signing wrote it); it was checked against the trusted key".into(),
+                ),
+            }
+            ((*k).clone(), "key", hint, None)
+        }
+        Trust::Certificates(trusted) => {
+            let Some(chain) = material.x509_certificate_chain else {
+                return Err(invalid(if material.public_key.is_some() {
+                    "was made with the key method (it carries a key hint, no certificate): verify it with --oms-trust".into()
+                } else {
+                    "carries no x509CertificateChain".into()
+                }));
+            };
+            if chain.certificates.len() > x509::MAX_CERTIFICATES {
+                return Err(bad(format!(
+                    "carries {} certificates, more than {}",
+                    chain.certificates.len(),
+                    x509::MAX_CERTIFICATES
+                )));
+            }
+            let certs = chain
+                .certificates
+                .iter()
+                .map(|c| b64("certificate", &c.raw_bytes).and_then(|d| Cert::from_der(&d)))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(bad)?;
+            let (key, path) = x509::verify_chain(&certs, trusted).map_err(invalid)?;
+            (
+                key,
+                "certificate",
+                path[0].fingerprint(),
+                Some(path[0].subject()),
+            )
+        }
+    };
+    if !key.verify(&pae(&payload), &sig) {
+        return Err(invalid(match trust {
+            Trust::Key(_) => "does not verify with the trusted key: the signature or the statement was changed, or another key signed it".into(),
+            Trust::Certificates(_) => "does not verify with its signing certificate's key: the signature or the statement was changed".into(),
+        }));
+    }
+    if !expected.is_empty() && payload != expected {
+        return Err(invalid(
+            "signs another statement than the one expected".into(),
+        ));
+    }
+    Ok(Scheme {
+        key: 0,
+        key_id: signer,
+        method,
+        subject,
+        payload: Some(payload),
+        notes,
+        ..Scheme::default()
+    })
+}
+
+/// Whom a bundle names as its signer, unverified: its key hint, or its signing certificate's
+/// fingerprint.
+pub fn signer_named(bytes: &[u8]) -> Result<String, String> {
     let raw: RawBundle = serde_json::from_slice(bytes).map_err(|e| {
         format!(
             "is not a Sigstore bundle in JSON: {}",
@@ -162,89 +300,15 @@ pub fn verify(bytes: &[u8], trust: &Trust<'_>) -> Result<Verified, String> {
             crate::display::quote(&raw.media_type)
         ));
     }
-    let env = raw
-        .dsse_envelope
-        .ok_or("holds no DSSE envelope (a message signature is not a model signature)")?;
-    if env.payload_type != PAYLOAD_TYPE {
-        return Err(format!(
-            "has the DSSE payload type {}, not {PAYLOAD_TYPE:?}",
-            crate::display::quote(&env.payload_type)
-        ));
+    let m = raw.verification_material;
+    if let Some(h) = m.public_key.and_then(|k| k.hint) {
+        return Ok(h);
     }
-    let first = env.signatures.first().ok_or("holds no signature")?;
-    let sig = b64("signature", &first.sig)?;
-    let payload = b64("payload", &env.payload)?;
-    let material = raw.verification_material;
-    let mut notes = Vec::new();
-    let (key, method, signer, subject) = match trust {
-        Trust::Key(k) => {
-            let Some(id) = material.public_key else {
-                return Err(
-                    if material.x509_certificate_chain.is_some() || material.certificate.is_some() {
-                        "was made with the certificate method (it carries a certificate chain): verify it with --oms-cert-chain".into()
-                    } else {
-                        "has no publicKey in its verification material".into()
-                    },
-                );
-            };
-            let hint = k.hint();
-            match id.hint {
-                Some(h) if h != hint => {
-                    return Err(format!(
-                        "was signed by another key: its key hint is {}, the trusted key's is {hint}",
-                        crate::display::bounded(&h)
-                    ));
-                }
-                Some(_) => {}
-                None => notes.push(
-                    "the signature carries no key hint (an older model_signing wrote it); it was checked against the trusted key".into(),
-                ),
-            }
-            ((*k).clone(), "key", hint, None)
-        }
-        Trust::Certificates(trusted) => {
-            let Some(chain) = material.x509_certificate_chain else {
-                return Err(if material.public_key.is_some() {
-                    "was made with the key method (it carries a key hint, no certificate): verify it with --oms-trust".into()
-                } else {
-                    "carries no x509CertificateChain".into()
-                });
-            };
-            if chain.certificates.len() > x509::MAX_CERTIFICATES {
-                return Err(format!(
-                    "carries {} certificates, more than {}",
-                    chain.certificates.len(),
-                    x509::MAX_CERTIFICATES
-                ));
-            }
-            let certs = chain
-                .certificates
-                .iter()
-                .map(|c| b64("certificate", &c.raw_bytes).and_then(|d| Cert::from_der(&d)))
-                .collect::<Result<Vec<_>, _>>()?;
-            let (key, path) = x509::verify_chain(&certs, trusted)?;
-            (
-                key,
-                "certificate",
-                path[0].fingerprint(),
-                Some(path[0].subject()),
-            )
-        }
-    };
-    if !key.verify(&pae(&payload), &sig) {
-        return Err(match trust {
-            Trust::Key(_) => "does not verify with the trusted key: the signature or the statement was changed, or another key signed it".into(),
-            Trust::Certificates(_) => "does not verify with its signing certificate's key: the signature or the statement was changed".into(),
-        });
-    }
-    let statement = statement::parse(&payload)?;
-    Ok(Verified {
-        statement,
-        method,
-        signer,
-        subject,
-        notes,
-    })
+    let first = m
+        .x509_certificate_chain
+        .and_then(|c| c.certificates.into_iter().next())
+        .ok_or("names no signer (no key hint, no certificate)")?;
+    Ok(Cert::from_der(&b64("certificate", &first.raw_bytes)?)?.fingerprint())
 }
 
 /// The statement of a bundle, without checking who signed it: for a bundle's carried

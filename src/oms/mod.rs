@@ -24,6 +24,7 @@
 pub mod bundle;
 pub mod keys;
 pub mod pack;
+pub mod scheme;
 pub mod statement;
 pub mod x509;
 
@@ -143,7 +144,12 @@ pub fn emit(
         ));
     }
     let payload = statement::build(model_name, resources, ignore.paths());
-    Ok(bundle::sign(&payload, signer))
+    crate::scheme::Signer::sign(
+        &scheme::OmsSigner(signer),
+        crate::scheme::Message::Enclosed(&payload),
+        "",
+    )
+    .map_err(|e| Error::Internal(format!("OMS signing: {e}")))
 }
 
 /// The manifest's entry for a signature's bytes.
@@ -346,10 +352,15 @@ pub fn read_and_verify(path: &Path, trust: &TrustMaterial) -> Result<Verified> {
 
 /// Verifies signature bytes read from `path` against `trust`.
 pub fn verify_bytes(path: &Path, bytes: &[u8], trust: &TrustMaterial) -> Result<Verified> {
-    bundle::verify(bytes, &trust.as_trust()).map_err(|reason| Error::OmsSignature {
-        path: path.to_path_buf(),
-        reason,
-    })
+    use crate::scheme::Scheme;
+    scheme::Oms
+        .verify(crate::scheme::Message::Enclosed(&[]), bytes, trust)
+        .map_err(|r| r.reason())
+        .and_then(bundle::verified)
+        .map_err(|reason| Error::OmsSignature {
+            path: path.to_path_buf(),
+            reason,
+        })
 }
 
 /// One way the model differs from its signature.

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::source::Model;
-use crate::bundle::open::{self, Opened};
+use crate::bundle::open;
 use crate::entries::{EntrySink, Mode};
 use crate::error::{Error, Result};
 use crate::fsio::{self, OpenError};
@@ -363,7 +363,6 @@ fn extract(
         done: Vec::new(),
     };
     crate::bundle::stream::stream(&opened, Mode::Strict, &mut sink, progress)?;
-    let _: &Opened = &opened;
     Ok(sink.done)
 }
 

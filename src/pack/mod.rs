@@ -27,12 +27,13 @@ use crate::delta::Counts;
 use crate::error::{Error, Result};
 use crate::fsio;
 use crate::inspect::{Finding, values};
-use crate::keys::{self, SecretKey};
+use crate::keys::SecretKey;
 use crate::manifest::{
     self, Compression, FileEntry, HfSource, Manifest, Stream, Totals, Volume, Warning,
 };
 use crate::progress::Progress;
 use crate::scan::ScanEntry;
+use crate::scheme::Scheme;
 use crate::staging::{self, Staging};
 use crate::tar;
 
@@ -677,11 +678,7 @@ fn is_complete_bundle(dir: &Path) -> bool {
     else {
         return false;
     };
-    if std::str::from_utf8(&sig)
-        .ok()
-        .and_then(|t| keys::Signature::parse(t).ok())
-        .is_none()
-    {
+    if crate::scheme::Minisign.signer_of(&sig).is_err() {
         return false;
     }
     let Ok(rd) = crate::fsio::list_dir(dir, crate::fsio::Follow::Final) else {

@@ -12,6 +12,7 @@ use crate::keys::SecretKey;
 use crate::manifest::{
     self, Base, Compression, FileEntry, HfSource, Manifest, Parity, Stream, Totals, Volume, Warning,
 };
+use crate::scheme::MinisignSigner;
 
 /// Everything the manifest is made of.
 pub struct Parts {
@@ -148,17 +149,17 @@ pub fn seal(parts: Parts, key: &SecretKey, dir: &Path) -> Result<Sealed> {
     let manifest::Signed {
         signature: sig,
         manifest_sha256,
-    } = manifest::sign_hashed(key, &manifest, hex::encode(sha256.finalize()), &prehash).map_err(
-        |e| Error::Key {
-            path: dir.join(manifest::SIGNATURE_NAME),
-            source: e,
-        },
-    )?;
-    crate::durable::write_synced(
-        &dir.join(manifest::SIGNATURE_NAME),
-        sig.to_file_text().as_bytes(),
-        0o644,
-    )?;
+    } = manifest::sign_hashed(
+        &MinisignSigner(key),
+        &manifest,
+        hex::encode(sha256.finalize()),
+        &prehash,
+    )
+    .map_err(|e| Error::Key {
+        path: dir.join(manifest::SIGNATURE_NAME),
+        source: e,
+    })?;
+    crate::durable::write_synced(&dir.join(manifest::SIGNATURE_NAME), &sig, 0o644)?;
     Ok(Sealed {
         manifest,
         manifest_sha256,

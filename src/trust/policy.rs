@@ -2,12 +2,9 @@
 //! sign. A plain key set is "any one of these keys" (threshold 1, exactly the old rule); a TUF
 //! root gives its `targets` role's keys and threshold, with the root's expiry.
 //!
-//! Keys are matched to minisign signatures by the Ed25519 key that verifies them. A key that
-//! carries a minisign key id (every key of a `.pub` file, and every key airlock writes into a
-//! root) only matches a signature with that id, exactly as minisign checks the id before the
-//! signature; a key from a root written by other tooling, without one, is tried against any
-//! signature. Each key counts once however many signature files it made, and a signature
-//! counts for at most one key.
+//! Signatures are read and verified by the policy's schemes ([`crate::scheme`], minisign
+//! unless another is registered), against the policy's keys; each key counts once however many
+//! signature files it made, and a signature counts for at most one key.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,18 +14,12 @@ use ed25519_dalek::VerifyingKey;
 use super::root::{self, Root, RootKey};
 use super::time::{self, Clock};
 use crate::error::{Error, Result};
-use crate::keys::{self, KeyError, PublicKey, Signature};
+use crate::keys::PublicKey;
+pub use crate::scheme::Message;
+use crate::scheme::{PolicyScheme, Refusal, Verified};
 
 /// A key whose signatures count.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PolicyKey {
-    /// The Ed25519 key.
-    pub public: VerifyingKey,
-    /// Its minisign key id, when known (always for `.pub` keys).
-    pub minisign_id: Option<[u8; 8]>,
-    /// How messages name it.
-    pub label: String,
-}
+pub use crate::scheme::TrustedKey as PolicyKey;
 
 impl PolicyKey {
     fn from_public(pk: &PublicKey) -> PolicyKey {
@@ -74,6 +65,8 @@ pub struct Policy {
     pub root: Option<Arc<TrustRoot>>,
     /// The time expiry is checked against.
     pub clock: Clock,
+    /// The schemes whose signatures count, tried in order ([`crate::scheme::policy_schemes`]).
+    pub schemes: Vec<PolicyScheme>,
 }
 
 /// One signature that counted.
@@ -101,8 +94,8 @@ pub struct SigFile {
 pub struct Counted {
     /// The signatures that counted, one per key, the primary first when it counted.
     pub signers: Vec<Signer>,
-    /// The parsed signatures that counted, in `signers` order, with their file's text.
-    pub signatures: Vec<(Signature, SigFile)>,
+    /// The signatures that counted, in `signers` order, with their file's text.
+    pub signatures: Vec<(Verified, SigFile)>,
     /// Signature files that did not count, and why.
     pub not_counted: Vec<String>,
 }
@@ -115,6 +108,7 @@ impl Policy {
             threshold: 1,
             root: None,
             clock: Clock::system(),
+            schemes: crate::scheme::policy_schemes(),
         }
     }
 
@@ -131,6 +125,7 @@ impl Policy {
             threshold: tr.root.role(root::TARGETS).threshold,
             root: Some(Arc::new(tr)),
             clock,
+            schemes: crate::scheme::policy_schemes(),
         }
     }
 
@@ -146,6 +141,7 @@ impl Policy {
             threshold: r.role(root::TARGETS).threshold,
             root: None,
             clock: self.clock,
+            schemes: self.schemes.clone(),
         }
     }
 
@@ -227,18 +223,9 @@ impl Policy {
         };
         let mut counted_keys: Vec<VerifyingKey> = Vec::new();
         for f in files {
-            let sig = match Signature::parse(&f.text) {
-                Ok(s) => s,
-                Err(e) => {
-                    out.not_counted.push(format!(
-                        "{}: not a minisign signature: {e}",
-                        f.path.display()
-                    ));
-                    continue;
-                }
-            };
-            match self.verify_one(message, &sig) {
-                Ok(key) => {
+            match self.verify_one(message, &f.text) {
+                Ok(v) => {
+                    let key = &self.keys[v.key];
                     if counted_keys.contains(&key.public) {
                         out.not_counted.push(format!(
                             "{}: a second signature by key {} (each key counts once)",
@@ -250,10 +237,10 @@ impl Policy {
                     counted_keys.push(key.public);
                     out.signers.push(Signer {
                         file: f.path.clone(),
-                        key_id: sig.key_id_hex(),
+                        key_id: v.key_id.clone(),
                         key: key.label.clone(),
                     });
-                    out.signatures.push((sig, f.clone()));
+                    out.signatures.push((v, f.clone()));
                 }
                 Err(why) => out.not_counted.push(format!("{}: {why}", f.path.display())),
             }
@@ -264,8 +251,9 @@ impl Policy {
     /// [`Policy::count`], refused unless the signatures that count reach the threshold: the
     /// one rule for a bundle's manifest, a receipt and a single file (`verify FILE`). `files`
     /// holds the primary signature first, then the co-signatures. When the policy is a plain
-    /// key set and no signature counted, the error is `plain` (the messages a single
-    /// signature has always had: an unknown key, a signature that does not verify); otherwise
+    /// key set and no signature counted, the error is `plain` of why the primary did not count
+    /// (the messages a single signature has always had: an unknown key, a signature that does
+    /// not verify; `None` when it verifies on a second look); otherwise
     /// it is [`Error::SignatureThreshold`] naming `signed`, who signed, how many of how many,
     /// and who else may. The root's expiry is checked before ([`Policy::check_current`]).
     pub fn require(
@@ -273,14 +261,15 @@ impl Policy {
         message: Message<'_>,
         signed: &Path,
         files: &[SigFile],
-        plain: impl FnOnce() -> Error,
+        plain: impl FnOnce(Option<Refusal>) -> Error,
     ) -> Result<Counted> {
         let counted = self.count(message, files);
         if counted.signers.len() >= self.threshold {
             return Ok(counted);
         }
         if self.root.is_none() && counted.signers.is_empty() {
-            return Err(plain());
+            let primary = files.first().map(|f| self.verify_with(message, &f.text));
+            return Err(plain(primary.and_then(|r| r.err())));
         }
         Err(Error::SignatureThreshold {
             path: signed.to_path_buf(),
@@ -334,67 +323,64 @@ impl Policy {
         s
     }
 
-    /// The policy key that verifies `sig` over `message`, or why none does.
+    /// The scheme that reads the signature `text` and whom it names as the signer; otherwise
+    /// why the first scheme (minisign) cannot read it.
+    pub fn identify(&self, text: &str) -> std::result::Result<(&'static str, String), String> {
+        let mut first = None;
+        for s in &self.schemes {
+            match s.signer_of(text.as_bytes()) {
+                Ok(id) => return Ok((s.name(), id)),
+                Err(r) => {
+                    first.get_or_insert(r.reason());
+                }
+            }
+        }
+        Err(first.unwrap_or_else(|| "no signature scheme is registered".into()))
+    }
+
+    /// The first of the policy's schemes that reads `text` verifies it over `message` with the
+    /// policy's keys; [`Refusal::Malformed`] (the first scheme's) when none reads it.
+    pub fn verify_with(
+        &self,
+        message: Message<'_>,
+        text: &str,
+    ) -> std::result::Result<Verified, Refusal> {
+        let mut first = None;
+        for s in &self.schemes {
+            match s.verify(message, text.as_bytes(), &self.keys) {
+                Err(Refusal::Malformed(why)) => {
+                    first.get_or_insert(Refusal::Malformed(format!(
+                        "not a {} signature: {why}",
+                        s.name()
+                    )));
+                }
+                other => return other,
+            }
+        }
+        Err(first.unwrap_or_else(|| Refusal::Malformed("no signature scheme is registered".into())))
+    }
+
+    /// The policy key that verifies the signature `text` over `message` (which key:
+    /// [`Verified::key`]), or why none does, for the operator.
     pub fn verify_one(
         &self,
         message: Message<'_>,
-        sig: &Signature,
-    ) -> std::result::Result<&PolicyKey, String> {
-        let mut tried = None;
-        for k in &self.keys {
-            if k.minisign_id.is_some_and(|id| id != sig.key_id) {
-                continue;
+        text: &str,
+    ) -> std::result::Result<Verified, String> {
+        self.verify_with(message, text).map_err(|r| match r {
+            Refusal::Malformed(why) => why,
+            Refusal::Unsupported { key_id, reason } => {
+                format!("the signature by key {key_id}: {reason}")
             }
-            let pk = PublicKey {
-                key_id: sig.key_id,
-                key: k.public,
-            };
-            match message.verify(&pk, sig) {
-                Ok(()) => return Ok(k),
-                Err(e) => tried = Some(e),
-            }
-        }
-        Err(match tried {
-            Some(e @ KeyError::UnsupportedAlgorithm { .. }) => {
-                format!("the signature by key {}: {e}", sig.key_id_hex())
-            }
-            Some(_) => format!(
-                "the signature by key {} does not verify ({} or the signature was changed)",
-                sig.key_id_hex(),
+            Refusal::Invalid { key_id, .. } => format!(
+                "the signature by key {key_id} does not verify ({} or the signature was changed)",
                 message.what()
             ),
-            None => format!(
-                "signed by key {}, which is not one of {}",
-                sig.key_id_hex(),
+            Refusal::UnknownKey { key_id } => format!(
+                "signed by key {key_id}, which is not one of {}",
                 self.describe()
             ),
         })
-    }
-}
-
-/// What signatures are checked over.
-#[derive(Clone, Copy, Debug)]
-pub enum Message<'a> {
-    /// A manifest, held whole (minisign's prehashed and legacy signatures both cover it).
-    Manifest(&'a [u8]),
-    /// A file too large to hold, by its BLAKE2b-512 [`keys::prehash`], read once: only a
-    /// prehashed (`ED`) signature covers it, as `minisign -S` signs by default.
-    Prehashed(&'a [u8; 64]),
-}
-
-impl Message<'_> {
-    fn verify(&self, pk: &PublicKey, sig: &Signature) -> std::result::Result<(), KeyError> {
-        match self {
-            Message::Manifest(bytes) => keys::verify(pk, sig, bytes),
-            Message::Prehashed(digest) => keys::verify_prehashed(pk, sig, digest),
-        }
-    }
-
-    fn what(&self) -> &'static str {
-        match self {
-            Message::Manifest(_) => "the manifest",
-            Message::Prehashed(_) => "the file",
-        }
     }
 }
 

@@ -4,15 +4,19 @@
 //! One folder per kind of target: [`dir`] (staging beside `--dest`, receipt, one rename; and
 //! the installed base a delta applies onto), [`hf`] (blobs, snapshot links and refs of a
 //! Hugging Face cache, with undo; and the cache snapshot a delta applies onto),
-//! [`oci_layout`] (an OCI image layout holding the ModelPack artifact `push` publishes), and
-//! [`notes`] (what every install reports, free space). Each target is a
-//! [`crate::pipeline::Target`]; [`unpack`] runs any source into any of them.
+//! [`oci_layout`] (an OCI image layout holding the ModelPack artifact `push` publishes),
+//! [`registry`] (a registry: what `airlock push` publishes; with [`registry_base`], a
+//! repository holding a delta's base), and [`notes`] (what every install reports, free space).
+//! Each target is a [`crate::pipeline::Target`]; [`unpack`] runs any source
+//! ([`crate::source`]) into any of them.
 
 pub mod dir;
 pub mod hf;
 pub mod notes;
 pub mod oci_layout;
 pub mod parents;
+pub mod registry;
+pub mod registry_base;
 pub mod resume;
 
 pub use dir::{DirTarget, Installed, UnpackOptions};

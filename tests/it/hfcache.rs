@@ -1427,7 +1427,7 @@ fn hf_download_local_dir_bookkeeping_is_left_out_with_a_warning() {
 /// and puts one of their own in its place, holding a blob under the etag of a file of the
 /// bundle with other bytes (and the folders the staged tree has).
 struct SwapsTheStaging<'a> {
-    bundle: airlock::pipeline::BundleOnDisk<'a>,
+    bundle: airlock::source::BundleOnDisk<'a>,
     locks: PathBuf,
     commit: &'a str,
     etag: &'a str,
@@ -1492,7 +1492,7 @@ fn a_staging_directory_swapped_by_another_user_puts_none_of_their_bytes_in_the_c
         let repo = repo_folder(&env, cache);
         let before = listing(&repo);
         let source = SwapsTheStaging {
-            bundle: airlock::pipeline::BundleOnDisk(&opened),
+            bundle: airlock::source::BundleOnDisk(&opened),
             locks: env.path(&format!("{cache}/.locks")),
             commit: COMMIT_A,
             etag,

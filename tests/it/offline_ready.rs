@@ -11,7 +11,8 @@
 //!
 //! For every case: predicted ready ⇔ it loads; and where it does not, the loader's error names
 //! a file or repository airlock's error findings named. A warning counts for the caller it
-//! is about: the chat-template warning for a caller that chats (`causal+chat`).
+//! is about: the chat-template warning for a caller that chats (`causal+chat`), the processor
+//! warning for one that feeds the model images or sound (`image`, `audio`).
 //!
 //! The packages come from scripts/requirements-loaders.txt (scripts/setup.sh installs them into
 //! $AIRLOCK_VENV); without them this test fails rather than skips.
@@ -217,9 +218,12 @@ fn prediction_matches_the_real_offline_load() {
             };
             // What applies to this caller: every error, and the warnings about what it does.
             let chats = spec["load"] == "causal+chat";
+            // A caller that feeds the model images or sound goes through its processor.
+            let processes = spec["load"] == "image" || spec["load"] == "audio";
             let applies = |code: &str, severity: &str| {
                 severity == "error"
                     || (chats && code == "offline-chat-template-missing")
+                    || (processes && code == "offline-processor-missing")
                     || (!with_hub_offline && code == "offline-needs-hub-offline")
             };
             let mut named = Vec::new();

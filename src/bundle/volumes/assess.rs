@@ -4,7 +4,7 @@
 use super::at_rest::*;
 use super::source::*;
 use super::units::*;
-use crate::bundle::open::Opened;
+use crate::bundle::open::BundleDir;
 use crate::parity::Shard;
 
 /// How the damage found compares with the parity budget (FORMAT.md section 17.3).
@@ -59,7 +59,7 @@ impl Repairability {
 /// problems [`check_volumes`] and [`check_parity_volumes`] found. Units of volumes without
 /// problems are intact; the units of damaged volumes are read and hashed one by one.
 pub fn assess(
-    opened: &Opened,
+    opened: &BundleDir,
     data: &[VolumeProblem],
     parity: &[VolumeProblem],
 ) -> Option<Repairability> {

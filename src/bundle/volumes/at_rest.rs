@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
-use crate::bundle::open::Opened;
+use crate::bundle::open::BundleDir;
 use crate::display;
 use crate::error::Error;
 use crate::fsio::{AlignedBuf, Follow, MEDIUM_READ_SIZE, MediumFile, MediumRead, open_medium};
@@ -192,7 +192,7 @@ pub(super) type JobResult = std::result::Result<(Vec<(usize, bool)>, Option<bool
 /// manifest also has a whole-volume digest (format version 1), each such volume in one
 /// sequential pass that checks both. Reads only. Returns the problems of listed volumes in
 /// manifest order.
-pub fn check_volumes(opened: &Opened, progress: &dyn Progress) -> Vec<VolumeProblem> {
+pub fn check_volumes(opened: &BundleDir, progress: &dyn Progress) -> Vec<VolumeProblem> {
     let m = &opened.manifest;
     progress.start("verify volumes", m.totals.volume_bytes);
     let problems = check_list(opened, &m.volumes, progress);
@@ -202,7 +202,7 @@ pub fn check_volumes(opened: &Opened, progress: &dyn Progress) -> Vec<VolumeProb
 
 /// [`check_volumes`] for the parity volumes (FORMAT.md section 17): checked the same way, by
 /// their signed chunk digests. Empty without parity.
-pub fn check_parity_volumes(opened: &Opened, progress: &dyn Progress) -> Vec<VolumeProblem> {
+pub fn check_parity_volumes(opened: &BundleDir, progress: &dyn Progress) -> Vec<VolumeProblem> {
     let Some(p) = &opened.manifest.parity else {
         return vec![];
     };
@@ -216,7 +216,7 @@ pub fn check_parity_volumes(opened: &Opened, progress: &dyn Progress) -> Vec<Vol
 }
 
 pub(super) fn check_list(
-    opened: &Opened,
+    opened: &BundleDir,
     list: &[manifest::Volume],
     progress: &dyn Progress,
 ) -> Vec<VolumeProblem> {
@@ -279,7 +279,7 @@ pub(super) fn missing_from(
 /// every copy is checked, and a volume is good when one copy is (that copy is read from then
 /// on; the bad ones are noted). Volumes of the wrong size or type are problems without a read.
 pub(super) fn check_held(
-    opened: &Opened,
+    opened: &BundleDir,
     list: &[manifest::Volume],
     held: &[usize],
     progress: &dyn Progress,
@@ -520,7 +520,7 @@ pub(super) fn dir_of(path: &Path) -> String {
 
 /// Whether every listed volume is held by a directory as a regular file of its manifest size
 /// (the checks of [`check_volumes`] that need no reading).
-pub fn volumes_look_complete(opened: &Opened) -> bool {
+pub fn volumes_look_complete(opened: &BundleDir) -> bool {
     opened.manifest.volumes.iter().enumerate().all(|(i, v)| {
         let copies = opened.media.holders(&v.name);
         copies.len() == 1 && stat_copy(i, v, &copies[0]).is_none()
@@ -529,7 +529,7 @@ pub fn volumes_look_complete(opened: &Opened) -> bool {
 
 /// Files in the bundle directory that the manifest does not account for, sorted by name
 /// (FORMAT.md, section 2).
-pub fn stray_files(opened: &Opened) -> Vec<StrayFile> {
+pub fn stray_files(opened: &BundleDir) -> Vec<StrayFile> {
     let m = &opened.manifest;
     let listed = [manifest::MANIFEST_NAME, manifest::SIGNATURE_NAME]
         .into_iter()

@@ -6,7 +6,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::at_rest::*;
-use crate::bundle::open::Opened;
+use crate::bundle::open::BundleDir;
 use crate::fsio::{Follow, MediumFile, MediumRead, open_medium};
 use crate::parity;
 use crate::progress::Progress;
@@ -84,7 +84,7 @@ impl<'a> DirVolumes<'a> {
 
     /// The volumes of `opened`, in whichever of its directories holds each, read as its media
     /// say; a volume held by none is asked for through `progress` before it is missing.
-    pub fn of(opened: &'a Opened, progress: &'a dyn Progress) -> Self {
+    pub fn of(opened: &'a BundleDir, progress: &'a dyn Progress) -> Self {
         DirVolumes {
             place: Place::Media(&opened.media, progress),
             opened: Default::default(),

@@ -1,5 +1,5 @@
 //! `airlock push`: a registry as a pipeline target ([`crate::pipeline`]), publishing a verified
-//! bundle as a ModelPack artifact ([`super::modelpack`]).
+//! bundle as a ModelPack artifact ([`crate::oci::modelpack`]).
 //!
 //! Every layer the registry lacks (a `HEAD` per blob, at [`Target::begin`]) is uploaded
 //! straight out of the pipeline's verified entries: each missing file's bytes are piped into a
@@ -13,7 +13,7 @@
 //! digests (a parallel pass, no decompression): a damaged bundle uploads nothing. A bundle whose
 //! every blob the registry already holds is read once, by the verified stream alone.
 //!
-//! A delta bundle is pushed over its base, already in the repository ([`super::delta`]): the
+//! A delta bundle is pushed over its base, already in the repository ([`super::registry_base`]): the
 //! pipeline's delta stage rebuilds each patched file from the base's blob, and copied files are
 //! the base's blobs already there, so the tag names the complete version.
 
@@ -23,15 +23,16 @@ use std::thread::{Scope, ScopedJoinHandle};
 
 use crossbeam_channel::{Receiver, Sender, bounded};
 
-use super::client::Registry;
-use super::delta::RegistryBase;
-use super::modelpack::{self, Artifact, ConfigCapture};
-use crate::bundle::open::Opened;
+use super::registry_base::RegistryBase;
+use crate::bundle::open::{BundleDir, Opened};
 use crate::entries::EntrySink;
 use crate::error::{Error, Result};
 use crate::manifest::FileEntry;
-use crate::pipeline::{self, BundleOnDisk, Fed, Target};
+use crate::oci::client::Registry;
+use crate::oci::modelpack::{self, Artifact, ConfigCapture};
+use crate::pipeline::{self, Fed, Target};
 use crate::progress::Progress;
+use crate::source::disk::BundleOnDisk;
 use crate::verify::{self, Depth};
 
 /// What a push did.
@@ -360,7 +361,7 @@ impl<'scope, 'env> Target for RegistryTarget<'scope, 'env> {
 /// bundle's verified stream (a delta applied onto the base in the repository) into a
 /// [`RegistryTarget`]. Before the first upload, the volumes are checked against their signed
 /// chunk digests, so a damaged bundle uploads nothing.
-pub fn push(opened: &Opened, registry: &Registry, progress: &dyn Progress) -> Result<Pushed> {
+pub fn push(opened: &BundleDir, registry: &Registry, progress: &dyn Progress) -> Result<Pushed> {
     // Never publish what `unpack oci://` refuses: checked before reading or uploading anything.
     let m = &opened.manifest;
     modelpack::refuse_several_repos(opened, "push")?;

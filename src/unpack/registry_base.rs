@@ -24,11 +24,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use sha2::{Digest, Sha256};
 
-use super::client::Registry;
-use super::modelpack;
 use crate::entries::Base;
 use crate::error::{Error, RegistryNext, Result};
 use crate::manifest::{self, FileEntry, Manifest};
+use crate::oci::client::Registry;
+use crate::oci::modelpack;
 
 fn digest(sha256: &str) -> String {
     format!("sha256:{sha256}")

@@ -23,13 +23,13 @@ use std::path::PathBuf;
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
-use super::Registry;
-use super::modelpack::{self, Layer};
 use crate::bundle::open::{MAX_SIGNATURE_BYTES, Opened, Origin, open_parts};
 use crate::entries::{Blame, EntrySink, Mode, RawEntry, Verifier};
 use crate::error::{Error, RegistryNext, Result};
 use crate::keys::PublicKey;
 use crate::manifest::{self, Expected, FileEntry, Manifest};
+use crate::oci::Registry;
+use crate::oci::modelpack::{self, Layer};
 use crate::pipeline::{Fed, Source};
 use crate::progress::Progress;
 use crate::trust::policy::SigFile;
@@ -355,5 +355,5 @@ impl Source for RegistrySource<'_> {
 
 /// Whether `path` (an unpack argument) is a registry reference.
 pub fn is_reference(path: &std::path::Path) -> bool {
-    path.to_str().is_some_and(super::reference::is_oci)
+    path.to_str().is_some_and(crate::oci::reference::is_oci)
 }

@@ -1,0 +1,527 @@
+//! The reader room of the volume writer: the calling thread reads each source file once, in
+//! stream order, hashes it (SHA-256, the Hugging Face etag when asked, the value scan of a
+//! model file) and packs its bytes for the writer thread ([`super::batch::Outbox`]); two
+//! read-ahead threads ([`load_ahead`]) read the small files the scan did not keep. A file that
+//! changes while it is read fails the pack. It knows nothing of tar, zstd or volumes.
+
+use std::borrow::Cow;
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+
+use crossbeam_channel::{Receiver, Sender};
+use sha2::{Digest, Sha256};
+
+use super::batch::{BUFFER_SIZE, Item, Outbox};
+use crate::error::{Error, Result};
+use crate::hfcache::EtagCheck;
+use crate::hfcache::{EtagKind, GitBlobSha1};
+use crate::inspect::format::{self, Format};
+use crate::inspect::values::{self, FileScan, Layout, Scanner};
+use crate::progress::Progress;
+use crate::scan::Prefetched;
+
+/// What [`read_file`] computed.
+pub(super) struct FileDigests {
+    pub(super) sha256: String,
+    /// The verified or computed etag, when one was asked for.
+    pub(super) etag: Option<String>,
+    /// The value scan, when one was asked for and the file has a layout.
+    pub(super) values: Option<FileScan>,
+}
+
+/// A value scanner for the file `path` (in the bundle) open as `file`, `size` bytes: when
+/// `scan` asks for one, its name or first bytes make it a model file ([`Layout::of`]) and its
+/// header passes the model checks. Reads the header through positioned reads, leaving the
+/// file's offset alone.
+fn scanner_for(
+    file: &File,
+    source: &Path,
+    path: &str,
+    size: u64,
+    scan: bool,
+) -> Result<Option<Scanner>> {
+    if !scan {
+        return Ok(None);
+    }
+    let layout = Layout::of(path, file, size).map_err(|e| Error::io(source, e))?;
+    Ok(layout.map(Scanner::new))
+}
+
+/// The digests of one file, taken as its bytes go by: SHA-256, the git blob id when the etag
+/// check needs it, the value scan when one was asked for.
+struct Digester {
+    sha256: Sha256,
+    git: Option<GitBlobSha1>,
+    scanner: Option<Scanner>,
+}
+
+impl Digester {
+    fn new(etag: Option<&EtagCheck>, size: u64, scanner: Option<Scanner>) -> Self {
+        Digester {
+            sha256: Sha256::new(),
+            git: wants_git_sha1(etag, size).then(|| GitBlobSha1::new(size)),
+            scanner,
+        }
+    }
+
+    fn update(&mut self, bytes: &[u8]) {
+        self.sha256.update(bytes);
+        if let Some(g) = &mut self.git {
+            g.update(bytes);
+        }
+        if let Some(s) = &mut self.scanner {
+            s.update(bytes);
+        }
+    }
+
+    /// The digests, the etag checked or computed as `etag` asks (`path` in the bundle, read
+    /// from `source`).
+    fn finish(self, etag: Option<&EtagCheck>, path: &str, source: &Path) -> Result<FileDigests> {
+        let sha256 = hex::encode(self.sha256.finalize());
+        let etag = settle_etag(
+            etag,
+            self.git.map(GitBlobSha1::finish),
+            &sha256,
+            path,
+            source,
+        )?;
+        Ok(FileDigests {
+            sha256,
+            etag,
+            values: self.scanner.and_then(Scanner::finish),
+        })
+    }
+}
+
+/// Whether the value scan, when `scan` asks for it, reads the file `path` (in the bundle)
+/// whose bytes are at hand (`bytes`, the whole file): a model file by its name or first bytes,
+/// which is read from the file itself (the scanner reads its header there), not sent from
+/// these bytes.
+fn value_scanned(scan: bool, path: &str, bytes: &[u8]) -> bool {
+    scan && format::identify(path, bytes, bytes.len() as u64).is_some_and(Format::has_values)
+}
+
+/// Whether the etag check needs the git blob id (the etag of a small file).
+fn wants_git_sha1(etag: Option<&EtagCheck>, size: u64) -> bool {
+    match etag {
+        Some(EtagCheck::Expect(e)) => EtagKind::of(e) == Some(EtagKind::GitSha1),
+        Some(EtagCheck::Compute) => EtagKind::for_size(size) == EtagKind::GitSha1,
+        None => false,
+    }
+}
+
+/// The file's etag as `etag` asks: checked against the expected one (a mismatch is
+/// [`Error::BlobMismatch`]), or computed; from the git blob id when one was computed, else the
+/// SHA-256.
+fn settle_etag(
+    etag: Option<&EtagCheck>,
+    git: Option<String>,
+    sha256: &str,
+    path: &str,
+    source: &Path,
+) -> Result<Option<String>> {
+    Ok(match etag {
+        None => None,
+        Some(EtagCheck::Compute) => Some(git.unwrap_or_else(|| sha256.to_string())),
+        Some(EtagCheck::Expect(want)) => {
+            let actual = git.unwrap_or_else(|| sha256.to_string());
+            if &actual != want {
+                return Err(Error::BlobMismatch {
+                    repo_path: path.to_string(),
+                    blob: source.to_path_buf(),
+                    etag: want.clone(),
+                    actual,
+                });
+            }
+            Some(actual)
+        }
+    })
+}
+
+/// SHA-256 of the model file at `source` (`path` in the bundle, `size` bytes as scanned) and
+/// its etag checked or computed as `etag` asks, read once: for the files a delta does not
+/// stream (taken from the base), whose digests go into the manifest all the same.
+pub fn digest_file(
+    source: &Path,
+    path: &str,
+    size: u64,
+    etag: Option<&EtagCheck>,
+) -> Result<(String, Option<String>)> {
+    digest_and_scan(source, path, size, etag, false).map(|(sha256, etag, _)| (sha256, etag))
+}
+
+/// [`digest_file`], and with `scan` the value scan of a model file in the same read.
+pub fn digest_and_scan(
+    source: &Path,
+    path: &str,
+    size: u64,
+    etag: Option<&EtagCheck>,
+    scan: bool,
+) -> Result<(String, Option<String>, Option<FileScan>)> {
+    let file = crate::scan::open_source(source, path).map_err(|e| Error::io(source, e))?;
+    let len = file.metadata().map_err(|e| Error::io(source, e))?.len();
+    if len != size {
+        return Err(Error::SourceChanged {
+            path: source.to_path_buf(),
+            what: format!("size went from {size} to {len} bytes since the scan"),
+        });
+    }
+    let mut digester = Digester::new(etag, size, scanner_for(&file, source, path, size, scan)?);
+    let mut buf = vec![0u8; BUFFER_SIZE.min(size as usize)];
+    let mut pos = 0u64;
+    while pos < size {
+        let n = (size - pos).min(BUFFER_SIZE as u64) as usize;
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut buf[..n], pos)
+            .map_err(|e| Error::io(source, e))?;
+        digester.update(&buf[..n]);
+        pos += n as u64;
+    }
+    let d = digester.finish(etag, path, source)?;
+    Ok((d.sha256, d.etag, d.values))
+}
+
+/// Reads one source file once: hashes it, sends its buffers, and checks it did not change. With
+/// `etag`, also checks the content against the etag (or computes one), and with `scan` runs
+/// the value scan on a model file, in the same pass.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn read_file(
+    source: &Path,
+    path: &str,
+    size: u64,
+    etag: Option<&EtagCheck>,
+    scan: bool,
+    opener: &mut crate::scan::SourceOpener,
+    out: &mut Outbox<'_>,
+    progress: &dyn Progress,
+) -> Result<Option<FileDigests>> {
+    // The `fstat` that checked the file is regular is the "before" of the change check.
+    let (mut file, before) = opener
+        .open_stat(source, path)
+        .map_err(|e| Error::io(source, e))?;
+    if before.st_size as u64 != size {
+        return Err(Error::SourceChanged {
+            path: source.to_path_buf(),
+            what: format!(
+                "size went from {size} to {} bytes since the scan",
+                before.st_size
+            ),
+        });
+    }
+    let grew = || Error::SourceChanged {
+        path: source.to_path_buf(),
+        what: format!("grew past {size} bytes while being read"),
+    };
+    let mut digester = Digester::new(etag, size, scanner_for(&file, source, path, size, scan)?);
+    let mut total: u64 = 0;
+    // Whether a read came back short of a byte asked past the declared size: the file ended
+    // there (a regular file's read is short only at its end), so no probe read is needed.
+    let mut ended = false;
+    while total < size {
+        let Ok(buf) = out.room() else {
+            // The writer thread failed; its error is reported by the caller.
+            return Ok(None);
+        };
+        let want = (buf.len() as u64).min(size - total) as usize;
+        // One byte more than is left, when the buffer has room for it: the read that takes
+        // the last bytes also tells whether the file goes on (one read a small file, not two).
+        let ask = if buf.len() > want { want + 1 } else { want };
+        let n = file
+            .read(&mut buf[..ask])
+            .map_err(|e| Error::io(source, e))?;
+        if n == 0 {
+            return Err(Error::SourceChanged {
+                path: source.to_path_buf(),
+                what: format!("ended after {total} of {size} bytes"),
+            });
+        }
+        if n > want {
+            return Err(grew());
+        }
+        ended = ask > want && n < ask;
+        digester.update(&buf[..n]);
+        out.filled(n);
+        total += n as u64;
+        progress.advance(n as u64);
+    }
+    // Probe for growth past the declared size, unless the last read already saw the end.
+    let mut probe = [0u8; 1];
+    if !(ended && total == size) && file.read(&mut probe).map_err(|e| Error::io(source, e))? != 0 {
+        return Err(grew());
+    }
+    let after = rustix::fs::fstat(&file).map_err(|e| Error::io(source, e.into()))?;
+    if !crate::scan::same_state(&before, &after) {
+        return Err(Error::SourceChanged {
+            path: source.to_path_buf(),
+            what: "its size or modification time changed while it was read".into(),
+        });
+    }
+    digester.finish(etag, path, source).map(Some)
+}
+
+/// Sends the bytes the scan read of one file ([`Prefetched`]) as [`read_file`] sends what it
+/// reads, hashing them and checking or computing the etag as `etag` asks; the file is not
+/// opened again.
+fn send_prefetched(
+    bytes: &[u8],
+    source: &Path,
+    path: &str,
+    etag: Option<&EtagCheck>,
+    out: &mut Outbox<'_>,
+    progress: &dyn Progress,
+) -> Result<Option<FileDigests>> {
+    let mut digester = Digester::new(etag, bytes.len() as u64, None);
+    digester.update(bytes);
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let Ok(room) = out.room() else {
+            return Ok(None);
+        };
+        let n = room.len().min(rest.len());
+        room[..n].copy_from_slice(&rest[..n]);
+        out.filled(n);
+        rest = &rest[n..];
+    }
+    progress.advance(bytes.len() as u64);
+    digester.finish(etag, path, source).map(Some)
+}
+
+/// What a read-ahead thread hands over: each file's bytes, or `None` when the reading thread is
+/// to read it itself.
+pub(super) type LoadBatch = Vec<Option<std::sync::Arc<[u8]>>>;
+
+/// Small files a read-ahead thread hands over at once.
+pub(super) const LOAD_BATCH: usize = 64;
+/// Read-ahead threads ([`load_ahead`]), taking the batches in turn.
+pub(super) const LOADERS: usize = 2;
+/// Batches the read-ahead thread may have waiting (with [`LOAD_BATCH`] files of at most
+/// [`crate::scan::PREFETCH_FILE_MAX`] bytes: 16 MiB at most, a few hundred KiB for small files).
+pub(super) const LOAD_BATCHES: usize = 4;
+
+/// Whether the read-ahead thread reads `e` for the reading thread ([`load_ahead`]): a small
+/// file whose bytes the scan did not keep, and whose name does not say the value scan reads it
+/// (the bytes of one whose content says so are not used: [`value_scanned`]).
+fn loads_ahead(e: &StreamEntry<'_>, scan_values: bool) -> bool {
+    matches!(e, StreamEntry::File { path, size, prefetched: None, .. }
+        if *size <= crate::scan::PREFETCH_FILE_MAX
+            && !(scan_values && values::named_for_scan(path)))
+}
+
+/// The read-ahead thread: reads whole, in stream order, the small files the scan did not keep
+/// (past its budget: the files of a tree of a million small files), as the scan would have
+/// ([`crate::scan::Prefetched`]: opened by the packer's rules, exactly the scanned size,
+/// unchanged by its `fstat` after the read), so their opens and reads run beside the reading
+/// thread's hashing instead of before it. `None` for a file that could not be read so: the
+/// reading thread reads it itself and reports what is wrong. Stops when the reading thread
+/// stops taking batches; holds at most [`LOAD_BATCHES`] batches, so memory stays flat.
+pub(super) fn load_ahead(
+    entries: &[StreamEntry<'_>],
+    scan_values: bool,
+    part: usize,
+    tx: Sender<LoadBatch>,
+) {
+    let mut opener = crate::scan::SourceOpener::default();
+    let mut batch = Vec::with_capacity(LOAD_BATCH);
+    let mine = entries
+        .iter()
+        .filter(|e| loads_ahead(e, scan_values))
+        .enumerate()
+        .filter(|(i, _)| i / LOAD_BATCH % LOADERS == part)
+        .map(|(_, e)| e);
+    for e in mine {
+        let StreamEntry::File {
+            source, path, size, ..
+        } = e
+        else {
+            continue;
+        };
+        let loaded = opener.open_stat(source, path).ok().and_then(|(file, st)| {
+            let bytes = (st.st_size as u64 == *size)
+                .then(|| crate::scan::read_whole(&file, *size))
+                .flatten()?;
+            crate::scan::unchanged(&file, &st).then_some(bytes)
+        });
+        batch.push(loaded);
+        if batch.len() == LOAD_BATCH
+            && tx
+                .send(std::mem::replace(
+                    &mut batch,
+                    Vec::with_capacity(LOAD_BATCH),
+                ))
+                .is_err()
+        {
+            return;
+        }
+    }
+    let _ = tx.send(batch);
+}
+
+/// The reading thread's side of [`load_ahead`]: the files its threads read, one at a time, in
+/// order (batch `k` from thread `k % LOADERS`).
+pub(super) struct Loaded {
+    rx: Vec<Receiver<LoadBatch>>,
+    /// Batches taken so far.
+    taken: usize,
+    batch: std::vec::IntoIter<Option<std::sync::Arc<[u8]>>>,
+}
+
+impl Loaded {
+    /// The reading thread's side of the read-ahead threads whose batches arrive on `rx`.
+    pub(super) fn new(rx: Vec<Receiver<LoadBatch>>) -> Loaded {
+        Loaded {
+            rx,
+            taken: 0,
+            batch: Vec::new().into_iter(),
+        }
+    }
+
+    /// The bytes of the next file [`loads_ahead`] chose, if a read-ahead thread read it.
+    fn next(&mut self) -> Option<std::sync::Arc<[u8]>> {
+        loop {
+            if let Some(loaded) = self.batch.next() {
+                return loaded;
+            }
+            let batch = self.rx[self.taken % LOADERS].recv().ok()?;
+            self.taken += 1;
+            self.batch = batch.into_iter();
+        }
+    }
+}
+
+/// One entry of the stream, in bundle order.
+#[derive(Clone, Debug)]
+pub enum StreamEntry<'a> {
+    /// A directory.
+    Dir(Cow<'a, str>),
+    /// A file: its path in the bundle, where its bytes are on this host, its size and mode,
+    /// and what to do about its Hugging Face etag while it is hashed (`None`: nothing).
+    File {
+        /// The path in the bundle (borrowed from the model's list when it is the model's).
+        path: Cow<'a, str>,
+        /// Where its bytes are.
+        source: Cow<'a, Path>,
+        /// Its size, from the scan (the read is held to it).
+        size: u64,
+        /// Its executable bit.
+        executable: bool,
+        /// Its etag check.
+        etag: Option<EtagCheck>,
+        /// Its bytes, when the scan read them ([`Prefetched`]): the file is not opened again.
+        prefetched: Option<Prefetched>,
+    },
+}
+
+impl StreamEntry<'_> {
+    /// The entry's path.
+    pub fn path(&self) -> &str {
+        match self {
+            StreamEntry::Dir(p) => p,
+            StreamEntry::File { path, .. } => path,
+        }
+    }
+}
+
+/// One file as written.
+#[derive(Clone, Debug)]
+pub struct WrittenFile {
+    /// Its path in the bundle.
+    pub path: String,
+    /// Its size.
+    pub size: u64,
+    /// Its executable bit.
+    pub executable: bool,
+    /// SHA-256 of its bytes as read.
+    pub sha256: String,
+    /// Its etag, checked or computed, when one was asked for.
+    pub etag: Option<String>,
+    /// Its value scan, when one was asked for and it is a model file (boxed: most files have
+    /// none, and the list holds one entry a file).
+    pub values: Option<Box<FileScan>>,
+}
+
+/// The reading thread's loop: every entry of `entries` in stream order, each file's bytes read
+/// once (or taken from the scan or a read-ahead thread) and handed to the writer thread through
+/// `out`; what was read is added to `files` and `directories`. Returns early, `Ok`, when the
+/// writer thread stopped (the caller reports its error).
+pub(super) fn read_entries(
+    entries: &[StreamEntry<'_>],
+    scan_values: bool,
+    out: &mut Outbox<'_>,
+    loaded: &mut Loaded,
+    files: &mut Vec<WrittenFile>,
+    directories: &mut Vec<String>,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let mut opener = crate::scan::SourceOpener::default();
+    for entry in entries {
+        match entry {
+            StreamEntry::Dir(path) => {
+                directories.push(path.to_string());
+                if out.push(Item::Dir(path.to_string())).is_err() {
+                    return Ok(());
+                }
+            }
+            StreamEntry::File {
+                path,
+                source,
+                size,
+                executable,
+                etag,
+                prefetched,
+            } => {
+                progress.item(path);
+                let begin = Item::Begin {
+                    path: path.to_string(),
+                    size: *size,
+                    executable: *executable,
+                };
+                if out.push(begin).is_err() {
+                    return Ok(());
+                }
+                // The value scan reads a model file's header from the file itself.
+                let kept = prefetched
+                    .as_ref()
+                    .map(|p| p.bytes())
+                    .filter(|b| b.len() as u64 == *size);
+                let ahead = match loads_ahead(entry, scan_values) {
+                    true => loaded.next(),
+                    false => None,
+                };
+                let at_hand = kept
+                    .or(ahead.as_deref())
+                    .filter(|b| !value_scanned(scan_values, path, b));
+                let digests = match at_hand {
+                    Some(bytes) => {
+                        send_prefetched(bytes, source, path, etag.as_ref(), out, progress)?
+                    }
+                    None => read_file(
+                        source,
+                        path,
+                        *size,
+                        etag.as_ref(),
+                        scan_values,
+                        &mut opener,
+                        out,
+                        progress,
+                    )?,
+                };
+                let Some(digests) = digests else {
+                    return Ok(());
+                };
+                if out.push(Item::End).is_err() {
+                    return Ok(());
+                }
+                files.push(WrittenFile {
+                    path: path.to_string(),
+                    size: *size,
+                    executable: *executable,
+                    sha256: digests.sha256,
+                    etag: digests.etag,
+                    values: digests.values.map(Box::new),
+                });
+            }
+        }
+    }
+    let _ = out.send();
+    Ok(())
+}
