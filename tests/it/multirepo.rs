@@ -50,7 +50,14 @@ fn staging_cache(env: &Env) {
         let b = format!("b-{dir}");
         env.ok(&["pack", dir, "-o", &b, "--key", "k.key", "--no-model-checks"]);
         env.ok(&[
-            "unpack", &b, "--trust", "k.pub", "--hf-cache", "src", "--hf-repo", repo,
+            "unpack",
+            &b,
+            "--trust",
+            "k.pub",
+            "--hf-cache",
+            "src",
+            "--hf-repo",
+            repo,
         ]);
     }
 }
@@ -82,11 +89,22 @@ fn with_dependencies_packs_the_base_from_the_cache_and_both_install_or_neither()
     staging_cache(&env);
     // --with-dependencies adds the base the adapter names, from the local cache.
     let (code, j) = env.json(&[
-        "pack", "--hf-cache", "src", "--hf-repo", "org/adapter", "--with-dependencies", "-o",
-        "multi", "--key", "k.key",
+        "pack",
+        "--hf-cache",
+        "src",
+        "--hf-repo",
+        "org/adapter",
+        "--with-dependencies",
+        "-o",
+        "multi",
+        "--key",
+        "k.key",
     ]);
     assert_eq!(code, 0, "{j}");
-    assert_eq!(j["dependencies_added"], serde_json::json!(["org/base@main"]));
+    assert_eq!(
+        j["dependencies_added"],
+        serde_json::json!(["org/base@main"])
+    );
     let ids: Vec<&str> = j["repos"]
         .as_array()
         .unwrap()
@@ -96,23 +114,37 @@ fn with_dependencies_packs_the_base_from_the_cache_and_both_install_or_neither()
     assert_eq!(ids, ["org/adapter", "org/base"]);
     // The same bundle from two --hf-repo.
     env.ok(&[
-        "pack", "--hf-cache", "src", "--hf-repo", "org/base", "--hf-repo", "org/adapter@main",
-        "-o", "multi2", "--key", "k.key",
+        "pack",
+        "--hf-cache",
+        "src",
+        "--hf-repo",
+        "org/base",
+        "--hf-repo",
+        "org/adapter@main",
+        "-o",
+        "multi2",
+        "--key",
+        "k.key",
     ]);
     // verify and inspect list the repositories.
     let (code, v) = env.json(&["verify", "multi", "--trust", "k.pub"]);
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["repos"].as_array().unwrap().len(), 2);
     let text = String::from_utf8(env.ok(&["inspect", "multi"]).stdout).unwrap();
-    assert!(text.contains("repository:  Hugging Face model org/base"), "{text}");
+    assert!(
+        text.contains("repository:  Hugging Face model org/base"),
+        "{text}"
+    );
 
     // A target where one repository cannot be installed (its folder is a link planted
-    // there): the install is refused and nothing of either repository appears.
+    // there, exit 2 as for a bundle of one: `exists and is not a directory`): the install is
+    // refused after the adapter (first in bundle order) was staged and published, and that
+    // is undone: nothing of either repository appears.
     std::fs::create_dir_all(env.path("tgt")).unwrap();
     std::fs::create_dir_all(env.path("elsewhere")).unwrap();
     std::os::unix::fs::symlink(env.path("elsewhere"), env.path("tgt/models--org--base")).unwrap();
     let text = env.fails(
-        3,
+        2,
         &["unpack", "multi", "--trust", "k.pub", "--hf-cache", "tgt"],
     );
     assert!(text.contains("models--org--base"), "{text}");
@@ -131,7 +163,12 @@ fn with_dependencies_packs_the_base_from_the_cache_and_both_install_or_neither()
     }
     // The adapter's base is there for the loader: no repository missing.
     let (_, c) = env.json(&[
-        "check", "--hf-cache", "cache", "--hf-repo", "org/adapter", "--offline-ready",
+        "check",
+        "--hf-cache",
+        "cache",
+        "--hf-repo",
+        "org/adapter",
+        "--offline-ready",
     ]);
     let codes: Vec<&str> = c["offline_findings"]
         .as_array()
@@ -143,19 +180,41 @@ fn with_dependencies_packs_the_base_from_the_cache_and_both_install_or_neither()
     // The operator cannot rename them, and an OCI layout or a registry is refused whole.
     let text = env.fails(
         2,
-        &["unpack", "multi", "--trust", "k.pub", "--hf-cache", "c2", "--hf-repo", "o/x"],
+        &[
+            "unpack",
+            "multi",
+            "--trust",
+            "k.pub",
+            "--hf-cache",
+            "c2",
+            "--hf-repo",
+            "o/x",
+        ],
     );
     assert!(text.contains("carries 2 repositories"), "{text}");
     let text = env.fails(
         2,
-        &["unpack", "multi", "--trust", "k.pub", "--oci-layout", "layout"],
+        &[
+            "unpack",
+            "multi",
+            "--trust",
+            "k.pub",
+            "--oci-layout",
+            "layout",
+        ],
     );
-    assert!(text.contains("carries 2 Hugging Face repositories"), "{text}");
+    assert!(
+        text.contains("carries 2 Hugging Face repositories"),
+        "{text}"
+    );
     assert!(!env.path("layout").exists() || entries(&env.path("layout")).is_empty());
     // Into a directory: each repository in its own folder, one receipt for the tree.
     env.ok(&["unpack", "multi", "--trust", "k.pub", "--dest", "d"]);
     assert!(env.path("d/models--org--base/weights/w.bin").is_file());
-    assert!(env.path("d/models--org--adapter/adapter_config.json").is_file());
+    assert!(
+        env.path("d/models--org--adapter/adapter_config.json")
+            .is_file()
+    );
     env.ok(&["check", "d"]);
 }
 
@@ -167,8 +226,17 @@ fn hostile_repository_lists_are_refused_naming_the_problem() {
     let text = env.fails(
         2,
         &[
-            "pack", "--hf-cache", "src", "--hf-repo", "org/base", "--hf-repo", "ORG/BASE", "-o",
-            "x", "--key", "k.key",
+            "pack",
+            "--hf-cache",
+            "src",
+            "--hf-repo",
+            "org/base",
+            "--hf-repo",
+            "ORG/BASE",
+            "-o",
+            "x",
+            "--key",
+            "k.key",
         ],
     );
     assert!(text.contains("name the same repository"), "{text}");
@@ -177,8 +245,17 @@ fn hostile_repository_lists_are_refused_naming_the_problem() {
     let text = env.fails(
         2,
         &[
-            "pack", "--hf-cache", "src", "--hf-repo", "org/base", "--hf-repo", "../etc", "-o", "x",
-            "--key", "k.key",
+            "pack",
+            "--hf-cache",
+            "src",
+            "--hf-repo",
+            "org/base",
+            "--hf-repo",
+            "../etc",
+            "-o",
+            "x",
+            "--key",
+            "k.key",
         ],
     );
     assert!(text.contains("../etc"), "{text}");
@@ -187,23 +264,55 @@ fn hostile_repository_lists_are_refused_naming_the_problem() {
         "lonely/adapter_config.json",
         br#"{"base_model_name_or_path":"org/not-here","peft_type":"LORA"}"#,
     );
-    env.ok(&["pack", "lonely", "-o", "b-lonely", "--key", "k.key", "--no-model-checks"]);
     env.ok(&[
-        "unpack", "b-lonely", "--trust", "k.pub", "--hf-cache", "src", "--hf-repo", "org/lonely",
+        "pack",
+        "lonely",
+        "-o",
+        "b-lonely",
+        "--key",
+        "k.key",
+        "--no-model-checks",
+    ]);
+    env.ok(&[
+        "unpack",
+        "b-lonely",
+        "--trust",
+        "k.pub",
+        "--hf-cache",
+        "src",
+        "--hf-repo",
+        "org/lonely",
     ]);
     let text = env.fails(
         1,
         &[
-            "pack", "--hf-cache", "src", "--hf-repo", "org/lonely", "--with-dependencies", "-o",
-            "x", "--key", "k.key",
+            "pack",
+            "--hf-cache",
+            "src",
+            "--hf-repo",
+            "org/lonely",
+            "--with-dependencies",
+            "-o",
+            "x",
+            "--key",
+            "k.key",
         ],
     );
     assert!(text.contains("org/not-here@main is needed"), "{text}");
     env.assert_nothing_packed("x");
 
     env.ok(&[
-        "pack", "--hf-cache", "src", "--hf-repo", "org/base", "--hf-repo", "org/adapter", "-o",
-        "multi", "--key", "k.key",
+        "pack",
+        "--hf-cache",
+        "src",
+        "--hf-repo",
+        "org/base",
+        "--hf-repo",
+        "org/adapter",
+        "-o",
+        "multi",
+        "--key",
+        "k.key",
     ]);
     // Signed by the trusted key, yet each broken: refused before anything is written.
     let cases: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>)> = vec![
@@ -237,7 +346,11 @@ fn hostile_repository_lists_are_refused_naming_the_problem() {
         resign(&env, &b, edit);
         let text = env.fails(3, &["unpack", &b, "--trust", "k.pub", "--hf-cache", "c"]);
         assert!(text.contains(want), "{want}: {text}");
-        assert!(entries(&env.path("c")).is_empty(), "{want}: {:?}", entries(&env.path("c")));
+        assert!(
+            entries(&env.path("c")).is_empty(),
+            "{want}: {:?}",
+            entries(&env.path("c"))
+        );
         env.fails(3, &["unpack", &b, "--trust", "k.pub", "--dest", "d"]);
         assert!(!env.path("d").exists());
     }
@@ -271,16 +384,37 @@ fn an_adapter_and_its_base_from_one_bundle_load_together_offline() {
     // The staging host's cache: both repositories, as airlock installs them there.
     for name in ["lora-base", "lora-adapter"] {
         let b = format!("b-{name}");
-        env.ok(&["pack", &format!("models/{name}"), "-o", &b, "--key", "k.key"]);
         env.ok(&[
-            "unpack", &b, "--trust", "k.pub", "--hf-cache", "staging", "--hf-repo",
+            "pack",
+            &format!("models/{name}"),
+            "-o",
+            &b,
+            "--key",
+            "k.key",
+        ]);
+        env.ok(&[
+            "unpack",
+            &b,
+            "--trust",
+            "k.pub",
+            "--hf-cache",
+            "staging",
+            "--hf-repo",
             &format!("airlock-test/{name}"),
         ]);
     }
     // One bundle: the adapter, and its base found by --with-dependencies.
     let (code, j) = env.json(&[
-        "pack", "--hf-cache", "staging", "--hf-repo", "airlock-test/lora-adapter",
-        "--with-dependencies", "-o", "pair", "--key", "k.key",
+        "pack",
+        "--hf-cache",
+        "staging",
+        "--hf-repo",
+        "airlock-test/lora-adapter",
+        "--with-dependencies",
+        "-o",
+        "pair",
+        "--key",
+        "k.key",
     ]);
     assert_eq!(code, 0, "{j}");
     assert_eq!(
@@ -290,7 +424,11 @@ fn an_adapter_and_its_base_from_one_bundle_load_together_offline() {
     // The target: a fresh cache, one unpack.
     env.ok(&["unpack", "pair", "--trust", "k.pub", "--hf-cache", "cache"]);
     let (_, c) = env.json(&[
-        "check", "--hf-cache", "cache", "--hf-repo", "airlock-test/lora-adapter",
+        "check",
+        "--hf-cache",
+        "cache",
+        "--hf-repo",
+        "airlock-test/lora-adapter",
         "--offline-ready",
     ]);
     let errors: Vec<&serde_json::Value> = c["offline_findings"]

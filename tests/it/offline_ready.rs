@@ -286,7 +286,11 @@ fn prediction_matches_the_real_offline_load() {
 
 /// Loads every case from the test's cache in a network namespace with no network, with or
 /// without HF_HUB_OFFLINE=1: `{case: null | error}`.
-pub(crate) fn load_all(python: &PathBuf, env: &Env, hub_offline: bool) -> BTreeMap<String, Option<String>> {
+pub(crate) fn load_all(
+    python: &PathBuf,
+    env: &Env,
+    hub_offline: bool,
+) -> BTreeMap<String, Option<String>> {
     let mut cmd = Command::new("unshare");
     cmd.arg("-n")
         .arg(python)
