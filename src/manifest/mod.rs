@@ -1097,10 +1097,6 @@ impl Manifest {
         out
     }
 
-    /// The `source` rules: every field becomes a name in a Hugging Face cache on install (a
-    /// folder, a ref file, a snapshot folder, blob files), so each must be one huggingface_hub
-    /// itself would write.
-
     /// The rules of FORMAT.md section 14.4 for `repos`.
     fn validate_repos(&self) -> Result<(), String> {
         if self.format_version < 2 {
@@ -1244,7 +1240,7 @@ impl Manifest {
                     })
                 })
                 .collect();
-            (!files.is_empty()).then(|| Values {
+            (!files.is_empty()).then_some(Values {
                 rules: v.rules,
                 files,
             })
@@ -1298,8 +1294,9 @@ impl Manifest {
     }
 }
 
-/// The rules of FORMAT.md section 14.1 for a `source` object (`what` names it in messages),
-/// its etags one per file of `files` (path and sha256), in order.
+/// The rules of FORMAT.md section 14.1 for a `source` object (`what` names it in messages), its
+/// etags one per file of `files` (path and sha256), in order: every field becomes a name in a
+/// Hugging Face cache on install, so each must be one huggingface_hub itself would write.
 fn validate_source<'a>(
     src: &HfSource,
     what: &str,

@@ -130,7 +130,8 @@ fn a_bundle_of_two_repositories_validates_and_gives_each_its_view() {
 
 #[test]
 fn repos_are_refused_when_they_break_a_rule() {
-    let cases: Vec<(&str, Box<dyn Fn(&mut Manifest)>)> = vec![
+    type Edit = Box<dyn Fn(&mut Manifest)>;
+    let cases: Vec<(&str, Edit)> = vec![
         (
             "need format version 2",
             Box::new(|m| {

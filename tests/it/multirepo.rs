@@ -315,7 +315,8 @@ fn hostile_repository_lists_are_refused_naming_the_problem() {
         "k.key",
     ]);
     // Signed by the trusted key, yet each broken: refused before anything is written.
-    let cases: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>)> = vec![
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let cases: Vec<(&str, Edit)> = vec![
         // Both entries claim the same folder.
         (
             "out of order or twice",
