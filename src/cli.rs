@@ -263,9 +263,17 @@ pub struct PackArgs {
     pub no_value_scan: bool,
     /// Pack this repository (ORG/NAME) from the Hugging Face cache instead of a directory. Every
     /// file is checked against its blob name (the hash the hub published; for a commit airlock
-    /// installed there, the name its install wrote) as it is read.
-    #[arg(long, value_name = "ORG/NAME")]
-    pub hf_repo: Option<String>,
+    /// installed there, the name its install wrote) as it is read. Repeat it to pack several
+    /// repositories (an adapter and its base) into one bundle under one signature, each in a
+    /// folder of its own; ORG/NAME@REV packs that repository at REV.
+    #[arg(long, value_name = "ORG/NAME[@REV]")]
+    pub hf_repo: Vec<String>,
+    /// With --hf-repo: also pack, from the same local cache and never from the network, every
+    /// repository the packed models need that the bundle lacks (a PEFT adapter's base model,
+    /// another repository's auto_map code), as the offline-readiness check finds them. A
+    /// repository the cache does not hold stops the pack, naming it.
+    #[arg(long, requires = "hf_repo")]
+    pub with_dependencies: bool,
     /// With --hf-repo: the branch, tag or 40-hex commit to pack [default: main].
     #[arg(long, value_name = "REV", requires = "hf_repo")]
     pub revision: Option<String>,

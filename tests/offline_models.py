@@ -416,6 +416,21 @@ def build(out):
         json.dump(cases, f, indent=1)
 
 
+def build_peft(out):
+    """Only the adapter and its base (tests/it/multirepo.rs): the pair a bundle of several
+    repositories carries together."""
+    os.makedirs(out, exist_ok=True)
+    cases = {
+        "lora-base": {"repo": f"{ORG}/lora-base", "load": "causal", "revision": None},
+        "lora-adapter": {"repo": f"{ORG}/lora-adapter", "load": "peft", "revision": None},
+    }
+    base_dir = os.path.join(out, "lora-base")
+    tiny_llama(base_dir)
+    peft_adapter(os.path.join(out, "lora-adapter"), base_dir, f"{ORG}/lora-base")
+    with open(os.path.join(out, "cases.json"), "w") as f:
+        json.dump(cases, f, indent=1)
+
+
 def load_case(spec, cache):
     repo = spec["repo"]
     kind = spec["load"]
@@ -581,7 +596,9 @@ class NetworkLog(logging.Handler):
 if __name__ == "__main__":
     if sys.argv[1] == "build":
         build(sys.argv[2])
+    elif sys.argv[1] == "build-peft":
+        build_peft(sys.argv[2])
     elif sys.argv[1] == "load":
         load(sys.argv[2], sys.argv[3])
     else:
-        sys.exit(f"usage: {sys.argv[0]} build OUT | load CACHE CASES_JSON [CASE...]")
+        sys.exit(f"usage: {sys.argv[0]} build OUT | build-peft OUT | load CACHE CASES_JSON [CASE...]")

@@ -46,6 +46,7 @@ pub(super) fn run(bundle: &Path, sha256sums: bool) -> Result<Output> {
     if let Some(src) = &m.source {
         out.set("source", src);
     }
+    repos_summary(&mut out, &m);
     out.warnings.extend(recorded_warnings(&m));
     out.line(format!("name:        {}", m.name));
     out.line(format!("version:     {}", m.version));
@@ -161,4 +162,42 @@ pub(super) fn delta_summary(
         human(c.patched_bytes),
         human(c.patch_bytes)
     ));
+}
+
+/// The repositories of a bundle of several (FORMAT.md section 14.4): JSON `repos` (each one's
+/// directory, id, type, revision, commit and file count) and a line each.
+pub(super) fn repos_summary(out: &mut Output, m: &airlock::manifest::Manifest) {
+    if m.repos.is_empty() {
+        return;
+    }
+    let listed: Vec<serde_json::Value> = m
+        .repos
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            json!({
+                "path": r.path,
+                "repo_id": r.source.repo_id,
+                "repo_type": r.source.repo_type,
+                "revision": r.source.revision,
+                "commit": r.source.commit,
+                "files": m.repo_files(i).len(),
+                "file_bytes": m.repo_files(i).iter().map(|f| f.size).sum::<u64>(),
+            })
+        })
+        .collect();
+    out.set("repos", listed);
+    for (i, r) in m.repos.iter().enumerate() {
+        let files = m.repo_files(i);
+        out.line(format!(
+            "repository:  Hugging Face {} {}, revision {}, commit {}: {} files ({}) under {}/",
+            r.source.repo_type,
+            r.source.repo_id,
+            airlock::display::escape(&r.source.revision),
+            r.source.commit,
+            files.len(),
+            human(files.iter().map(|f| f.size).sum()),
+            r.path
+        ));
+    }
 }

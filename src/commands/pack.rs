@@ -93,33 +93,143 @@ fn shape(a: &PackArgs) -> Result<Shape> {
     })
 }
 
-/// Where the model is, from the flags.
+/// Where the model is, from the flags: a directory, one repository of the cache, or several
+/// (`--hf-repo` repeated; `ORG/NAME@REV` names a revision).
 fn model_spec(a: &PackArgs) -> Result<ModelSpec> {
     super::only_with(
         "--hf-repo",
-        a.hf_repo.is_some(),
+        !a.hf_repo.is_empty(),
         &[
             ("--revision", a.revision.is_some()),
             ("--hf-cache", a.hf_cache.is_some()),
             ("--repo-type", a.repo_type.is_some()),
+            ("--with-dependencies", a.with_dependencies),
         ],
     )?;
-    Ok(match &a.hf_repo {
-        Some(repo_id) => ModelSpec::HfSnapshot {
+    let repo_type = a
+        .repo_type
+        .unwrap_or(RepoTypeArg::Model)
+        .as_str()
+        .to_string();
+    let mut asks = Vec::with_capacity(a.hf_repo.len());
+    for given in &a.hf_repo {
+        let (repo_id, at) = match given.split_once('@') {
+            Some((id, rev)) => (id, Some(rev)),
+            None => (given.as_str(), None),
+        };
+        let revision = match (at, &a.revision) {
+            (Some(_), Some(_)) => {
+                return Err(Error::Usage(format!(
+                    "--hf-repo {given} names a revision and --revision names another: give one"
+                )));
+            }
+            (Some(""), None) => {
+                return Err(Error::Usage(format!(
+                    "--hf-repo {given}: nothing after @ (ORG/NAME@REV names a branch, tag or commit)"
+                )));
+            }
+            (Some(rev), None) => rev.to_string(),
+            (None, Some(rev)) if a.hf_repo.len() == 1 => rev.clone(),
+            (None, Some(_)) => {
+                return Err(Error::Usage(
+                    "--revision applies to one --hf-repo: with several, give each its revision as ORG/NAME@REV".into(),
+                ));
+            }
+            (None, None) => hfcache::DEFAULT_REVISION.to_string(),
+        };
+        hfcache::validate_repo_id(repo_id)
+            .map_err(|why| Error::Usage(format!("--hf-repo {given}: {why}")))?;
+        asks.push(pack::source::RepoAsk {
+            repo_id: repo_id.to_string(),
+            repo_type: repo_type.clone(),
+            revision,
+        });
+    }
+    Ok(match asks.len() {
+        0 => ModelSpec::Dir(a.model_dir.clone().expect("clap requires MODEL_DIR")),
+        1 => {
+            let ask = asks.pop().expect("one");
+            ModelSpec::HfSnapshot {
+                cache: a.hf_cache.clone(),
+                repo_id: ask.repo_id,
+                repo_type: ask.repo_type,
+                revision: ask.revision,
+            }
+        }
+        _ => ModelSpec::HfSnapshots {
             cache: a.hf_cache.clone(),
-            repo_id: repo_id.clone(),
-            repo_type: a
-                .repo_type
-                .unwrap_or(RepoTypeArg::Model)
-                .as_str()
-                .to_string(),
-            revision: a
-                .revision
-                .clone()
-                .unwrap_or_else(|| hfcache::DEFAULT_REVISION.to_string()),
+            repos: asks,
         },
-        None => ModelSpec::Dir(a.model_dir.clone().expect("clap requires MODEL_DIR")),
     })
+}
+
+/// Opens the model `spec` names; with `--with-dependencies`, adds to it every repository its
+/// models need that it lacks, from the same cache (never the network), until nothing more is
+/// needed. Returns the model and the repositories added (id@revision).
+fn open_model(a: &PackArgs, spec: ModelSpec) -> Result<(Model, Vec<String>)> {
+    let mut model = Model::open(&spec)?;
+    let mut added = Vec::new();
+    if !a.with_dependencies {
+        return Ok((model, added));
+    }
+    let (cache, mut asks) = match spec {
+        ModelSpec::HfSnapshot {
+            cache,
+            repo_id,
+            repo_type,
+            revision,
+        } => (
+            cache,
+            vec![pack::source::RepoAsk {
+                repo_id,
+                repo_type,
+                revision,
+            }],
+        ),
+        ModelSpec::HfSnapshots { cache, repos } => (cache, repos),
+        ModelSpec::Dir(_) => return Ok((model, added)),
+    };
+    // Each round adds what the models packed so far need; a repository is added once, so the
+    // rounds end.
+    loop {
+        let needed = model.needed_repos()?;
+        if needed.is_empty() {
+            return Ok((model, added));
+        }
+        for (repo_id, revision) in needed {
+            let cache_dir = model
+                .hf
+                .as_ref()
+                .or(model.repos.first())
+                .map(|h| h.cache.clone())
+                .unwrap_or_default();
+            if let Err(e) = hfcache::validate_repo_id(&repo_id) {
+                return Err(Error::Usage(format!(
+                    "--with-dependencies: a packed model needs {:?}, which is not a repository id ({e}); pack without --with-dependencies, or fix the model's reference",
+                    airlock::display::escape(&repo_id)
+                )));
+            }
+            // Only what this cache holds, at a revision that resolves with no network.
+            if let Err(e) = hfcache::open_snapshot(&cache_dir, "model", &repo_id, &revision) {
+                return Err(Error::NotCached {
+                    path: cache_dir.join(hfcache::repo_folder_name("model", &repo_id)),
+                    reason: format!(
+                        "{repo_id}@{revision} is needed by a packed model (--with-dependencies) and cannot be taken from this cache, which airlock reads without network: {e}"
+                    ),
+                });
+            }
+            added.push(format!("{repo_id}@{revision}"));
+            asks.push(pack::source::RepoAsk {
+                repo_id,
+                repo_type: "model".into(),
+                revision,
+            });
+        }
+        model = Model::open(&ModelSpec::HfSnapshots {
+            cache: cache.clone(),
+            repos: asks.clone(),
+        })?;
+    }
 }
 
 /// The compression `--compress` asks for (`auto` samples the model's large files).
@@ -272,9 +382,30 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
     let key_file = secret::read(&a.key, a.password_file.as_deref())?;
     let oms = oms_flags(&a)?;
     let mut out = Output::default();
-    let model = Model::open(&spec)?;
+    let (model, dependencies) = open_model(&a, spec)?;
     out.warnings.extend(model.notes.iter().cloned());
+    if !model.repos.is_empty() {
+        out.set("dependencies_added", &dependencies);
+        for d in &dependencies {
+            out.line(format!(
+                "added {d} from the cache: a packed model needs it (--with-dependencies)"
+            ));
+        }
+    }
+    if !model.repos.is_empty() && a.base.is_some() {
+        return Err(Error::Usage(
+            "--base: a bundle of several repositories is always a full bundle (a delta carries one model; FORMAT.md section 14.4): pack without --base, or pack each repository's delta on its own".into(),
+        ));
+    }
     let base_manifest = a.base.as_deref().map(pack::base::precheck).transpose()?;
+    if let Some(bm) = &base_manifest
+        && !bm.repos.is_empty()
+    {
+        return Err(Error::Usage(format!(
+            "--base {}: that bundle carries several repositories, and a delta is of one model (FORMAT.md section 14.4): pack a full bundle",
+            a.base.as_deref().unwrap_or(Path::new("")).display()
+        )));
+    }
     let name = bundle_name(&a, &model, base_manifest.as_ref(), &mut out);
     manifest::check_name(&name).map_err(|why| Error::Usage(format!("--name {why}")))?;
     if let Some(bm) = &base_manifest {
@@ -472,6 +603,35 @@ fn render(
 /// Where the model came from and what vouches for it: the hub's blob names, the OMS signatures,
 /// the trust roots carried.
 fn render_provenance(out: &mut Output, model: &Model, m: &airlock::manifest::Manifest) {
+    if !m.repos.is_empty() {
+        out.set("hf_cache", &model.root);
+        let repos: Vec<serde_json::Value> = m
+            .repos
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "path": r.path,
+                    "repo_id": r.source.repo_id,
+                    "repo_type": r.source.repo_type,
+                    "revision": r.source.revision,
+                    "commit": r.source.commit,
+                    "files": r.source.etags.len(),
+                })
+            })
+            .collect();
+        out.set("repos", repos);
+        for r in &m.repos {
+            out.line(format!(
+                "repository {} ({}) at {} = commit {}: {} files under {}/",
+                r.source.repo_id,
+                r.source.repo_type,
+                airlock::display::escape(&r.source.revision),
+                r.source.commit,
+                r.source.etags.len(),
+                r.path
+            ));
+        }
+    }
     if let (Some(hf), Some(src)) = (&model.hf, &m.source) {
         out.set("hf_cache", &hf.cache);
         out.set("snapshot", &hf.snapshot.dir);

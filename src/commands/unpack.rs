@@ -359,6 +359,50 @@ fn render_dir(out: &mut Output, i: &Installed, what: &str, size: &str) {
 }
 
 fn render_hf(out: &mut Output, installed: &HfInstalled, what: &str, size: &str) {
+    let state = |s: SnapshotState| match s {
+        SnapshotState::Created => "new snapshot",
+        SnapshotState::Merged => "added to the existing snapshot",
+        SnapshotState::Unchanged => "the snapshot already held every file",
+    };
+    if !installed.repos.is_empty() {
+        out.line(format!(
+            "OK   installed {what} into the Hugging Face cache {}: {size}, {} repositories, all or none:",
+            installed.cache.display(),
+            installed.repos.len()
+        ));
+        for r in &installed.repos {
+            for b in &r.blobs_repaired {
+                out.warnings.push(format!(
+                    "{} did not hash to its name and was replaced by the verified copy from the bundle",
+                    b.display()
+                ));
+            }
+            if let Some(old) = &r.previous_commit {
+                out.warnings.push(format!(
+                    "{}: refs/{} named commit {old:?}; it now names {}",
+                    r.repo_id, r.revision, r.commit
+                ));
+            }
+            out.line(format!(
+                "     {} {} (revision {}, commit {}): {}, {} new blob(s), {} reused{}",
+                r.repo_type,
+                r.repo_id,
+                r.revision,
+                r.commit,
+                state(r.snapshot_state),
+                r.blobs_written,
+                r.blobs_reused,
+                match r.blobs_repaired.len() {
+                    0 => String::new(),
+                    n => format!(", {n} repaired (replaced by the verified copy)"),
+                },
+            ));
+        }
+        if let Value::Object(fields) = serde_json::to_value(installed).expect("serialisable") {
+            out.json.extend(fields);
+        }
+        return;
+    }
     for b in &installed.blobs_repaired {
         out.warnings.push(format!(
             "{} did not hash to its name and was replaced by the verified copy from the bundle",
@@ -385,11 +429,7 @@ fn render_hf(out: &mut Output, installed: &HfInstalled, what: &str, size: &str) 
     if let Value::Object(fields) = serde_json::to_value(installed).expect("serialisable") {
         out.json.extend(fields);
     }
-    let state = match installed.snapshot_state {
-        SnapshotState::Created => "new snapshot",
-        SnapshotState::Merged => "added to the existing snapshot",
-        SnapshotState::Unchanged => "the snapshot already held every file",
-    };
+    let state = state(installed.snapshot_state);
     out.line(format!(
         "OK   installed {what} into the Hugging Face cache {} as {} {} (revision {}, commit {}): {size}; {}, {} new blob(s), {} reused{}",
         installed.cache.display(),

@@ -124,6 +124,7 @@ pub(super) fn run(
         }
     }
     report_reads(&mut out, &verdict);
+    super::inspect::repos_summary(&mut out, m);
     if verdict.is_ok() {
         let recorded_errors = m.warnings.iter().filter(|w| recorded_error(w)).count();
         let recorded = recorded_clause(m, Some(&bundle));

@@ -62,6 +62,31 @@ pub enum Deps<'a> {
     /// Not known here (a directory, or a pack whose target cache is on the other side): each
     /// repository needed is a warning naming it.
     Elsewhere,
+    /// A pack (as [`Deps::Elsewhere`]), which records every repository needed in the [`Needs`]
+    /// and warns only of those the bundle does not carry.
+    Pack(&'a Needs),
+}
+
+/// What a pack carries and what its models need ([`Deps::Pack`]).
+#[derive(Debug, Default)]
+pub struct Needs {
+    /// The repository ids the bundle carries (of type model).
+    pub carried: Vec<String>,
+    /// Every repository needed, as named (id, revision): a PEFT adapter's base, another
+    /// repository's `auto_map` code.
+    pub found: std::cell::RefCell<Vec<(String, String)>>,
+}
+
+impl Needs {
+    /// Records `repo_id` at `revision` as needed; whether the bundle carries it.
+    fn need(&self, repo_id: &str, revision: &str) -> bool {
+        let mut found = self.found.borrow_mut();
+        let need = (repo_id.to_string(), revision.to_string());
+        if !found.contains(&need) {
+            found.push(need);
+        }
+        self.carried.iter().any(|c| c == repo_id)
+    }
 }
 
 /// The offline-readiness findings of the model at `base` (relative to `root`, `/`-separated;
@@ -850,6 +875,11 @@ impl Model<'_> {
                 }
             }
         }
+        if let Deps::Pack(needs) = self.deps {
+            for repo in remote.keys() {
+                needs.need(repo, hfnames::DEFAULT_REVISION);
+            }
+        }
         if let Deps::Cache(cache) = self.deps {
             for (repo, modules) in remote {
                 for module in modules {
@@ -997,7 +1027,8 @@ impl Model<'_> {
                 "config.json",
                 out,
             ),
-            Deps::Elsewhere => out.push(Finding::warning(
+            Deps::Pack(needs) if needs.need(base, revision) => {}
+            Deps::Elsewhere | Deps::Pack(_) => out.push(Finding::warning(
                 codes::OFFLINE_REPO_NEEDED,
                 rel,
                 format!(

@@ -76,6 +76,7 @@ fn delta() -> Manifest {
         },
         warnings: vec![],
         source: None,
+        repos: Vec::new(),
         parity: None,
         trust_update: None,
         values: None,

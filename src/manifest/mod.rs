@@ -74,6 +74,10 @@ pub struct Manifest {
         deserialize_with = "present"
     )]
     pub source: Option<HfSource>,
+    /// The repositories of a bundle of several Hugging Face repositories (FORMAT.md section
+    /// 14.4), each under a top-level directory of its own; absent (empty) for one model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repos: Vec<Repo>,
     /// The version this bundle is a delta of (docs/FORMAT.md section 16).
     #[serde(
         default,
@@ -503,6 +507,22 @@ pub struct HfSource {
     pub etags: Vec<String>,
 }
 
+/// One repository of a bundle of several (FORMAT.md section 14.4): the top-level directory
+/// holding its files, and its provenance as `source` records it for a bundle of one, its
+/// `etags` one per file below that directory.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Repo {
+    /// The top-level directory of the bundle holding the repository's files: its cache folder
+    /// name, `models--ORG--NAME` ([`names::repo_folder_name`]).
+    pub path: String,
+    /// Where it came from; `etags` in `files` order for the files below `path`.
+    pub source: HfSource,
+}
+
+/// The most repositories one bundle carries.
+pub const MAX_REPOS: usize = 256;
+
 /// The base of a delta bundle (docs/FORMAT.md section 16.1): the installed version it builds on.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -696,8 +716,15 @@ impl Manifest {
                 self.stream.size
             ));
         }
+        if !self.repos.is_empty() {
+            self.validate_repos()?;
+        }
         if let Some(src) = &self.source {
-            self.validate_source(src)?;
+            validate_source(
+                src,
+                "source",
+                self.files.iter().map(|f| (&f.path, &f.sha256)),
+            )?;
         }
         if let Some(p) = &self.parity {
             self.validate_parity(p)?;
@@ -740,6 +767,20 @@ impl Manifest {
             }
             for e in &src.etags {
                 check_text("source.etags", e)?;
+            }
+        }
+        for r in &self.repos {
+            check_text("repos.path", &r.path)?;
+            for text in [
+                &r.source.repo_id,
+                &r.source.repo_type,
+                &r.source.revision,
+                &r.source.commit,
+            ] {
+                check_text("repos.source", text)?;
+            }
+            for e in &r.source.etags {
+                check_text("repos.source.etags", e)?;
             }
         }
         Ok(())
@@ -1056,46 +1097,245 @@ impl Manifest {
         out
     }
 
-    /// The `source` rules: every field becomes a name in a Hugging Face cache on install (a
-    /// folder, a ref file, a snapshot folder, blob files), so each must be one huggingface_hub
-    /// itself would write.
-    fn validate_source(&self, src: &HfSource) -> Result<(), String> {
-        names::validate_repo_id(&src.repo_id)
-            .map_err(|why| format!("has a source.repo_id: {why}"))?;
-        names::validate_repo_type(&src.repo_type)
-            .map_err(|why| format!("has a source.repo_type: {why}"))?;
-        if !names::is_commit(&src.commit) {
+    /// The rules of FORMAT.md section 14.4 for `repos`.
+    fn validate_repos(&self) -> Result<(), String> {
+        if self.format_version < 2 {
+            return Err("has repos, which need format version 2".into());
+        }
+        if self.repos.len() < 2 || self.repos.len() > MAX_REPOS {
             return Err(format!(
-                "has a source.commit {:?} that is not 40 hex digits",
-                src.commit
+                "lists {} repos (2 to {MAX_REPOS} allowed; a bundle of one repository has source)",
+                self.repos.len()
             ));
         }
-        if !names::is_commit(&src.revision) {
-            names::validate_revision(&src.revision)
-                .map_err(|why| format!("has a source.revision: {why}"))?;
+        if self.source.is_some() {
+            return Err("has both source and repos".into());
         }
-        if src.etags.len() != self.files.len() {
-            return Err("lists a different number of etags than files".into());
+        if self.base.is_some() {
+            return Err(
+                "has both repos and a base: a delta of several repositories does not exist".into(),
+            );
         }
-        for (etag, file) in src.etags.iter().zip(&self.files) {
-            match names::EtagKind::of(etag) {
-                None => {
-                    return Err(format!(
-                        "has a malformed etag for {:?} (40 or 64 lowercase hex digits expected)",
-                        file.path
-                    ));
-                }
-                Some(names::EtagKind::Sha256) if *etag != file.sha256 => {
-                    return Err(format!(
-                        "gives {:?} the sha256 etag {etag}, which is not its sha256",
-                        file.path
-                    ));
-                }
-                Some(_) => {}
+        let mut previous: Option<&str> = None;
+        for (i, r) in self.repos.iter().enumerate() {
+            names::validate_repo_id(&r.source.repo_id)
+                .map_err(|why| format!("has a repos[{i}].source.repo_id: {why}"))?;
+            names::validate_repo_type(&r.source.repo_type)
+                .map_err(|why| format!("has a repos[{i}].source.repo_type: {why}"))?;
+            let want = names::repo_folder_name(&r.source.repo_type, &r.source.repo_id);
+            if r.path != want {
+                return Err(format!(
+                    "lists the repository {:?} of type {:?} under {:?}, not under its folder name {want:?}",
+                    r.source.repo_id, r.source.repo_type, r.path
+                ));
             }
+            if let Some(p) = previous
+                && !paths::bundle_order(p, &r.path).is_lt()
+            {
+                return Err(format!(
+                    "lists repository {:?} out of order or twice",
+                    r.path
+                ));
+            }
+            previous = Some(&r.path);
+            if self
+                .directories
+                .binary_search_by(|d| paths::bundle_order(d, &r.path))
+                .is_err()
+            {
+                return Err(format!(
+                    "lists the repository {:?} but not its directory {:?}",
+                    r.source.repo_id, r.path
+                ));
+            }
+        }
+        for p in self
+            .directories
+            .iter()
+            .chain(self.files.iter().map(|f| &f.path))
+        {
+            if self.repo_of(p).is_none() {
+                return Err(format!(
+                    "lists {p:?}, which is in none of its repositories' directories"
+                ));
+            }
+        }
+        for (i, r) in self.repos.iter().enumerate() {
+            let files = self.repo_files(i);
+            if files.is_empty() {
+                return Err(format!(
+                    "lists the repository {:?} with no file under {:?}",
+                    r.source.repo_id, r.path
+                ));
+            }
+            let what = format!("repos[{i}].source");
+            validate_source(&r.source, &what, files.iter().map(|f| (&f.path, &f.sha256)))?;
         }
         Ok(())
     }
+
+    /// The index in `repos` of the repository `path` (a path of the bundle) belongs to: the
+    /// one whose directory is its first component.
+    pub fn repo_of(&self, path: &str) -> Option<usize> {
+        let first = path.split('/').next().unwrap_or(path);
+        self.repos.iter().position(|r| r.path == first)
+    }
+
+    /// The files of repository `index`, in bundle order: a contiguous run of `files`, since
+    /// every path below a directory sorts together.
+    pub fn repo_files(&self, index: usize) -> &[FileEntry] {
+        let Some(r) = self.repos.get(index) else {
+            return &[];
+        };
+        let below = |p: &str| {
+            p.strip_prefix(r.path.as_str())
+                .is_some_and(|rest| rest.starts_with('/'))
+        };
+        let start = self
+            .files
+            .partition_point(|f| !below(&f.path) && paths::bundle_order(&f.path, &r.path).is_lt());
+        let len = self.files[start..]
+            .iter()
+            .take_while(|f| below(&f.path))
+            .count();
+        &self.files[start..start + len]
+    }
+
+    /// Repository `index` of a bundle of several, as a manifest of its own: its directories and
+    /// files with the repository's directory taken off their paths, its `source`, and the
+    /// value records and warnings about its files. Never signed nor written: the installers
+    /// work on one repository at a time with it. The volumes, stream and totals are the
+    /// whole bundle's, except the file and directory counts and sums.
+    pub fn repo_view(&self, index: usize) -> Option<Manifest> {
+        let r = self.repos.get(index)?;
+        let prefix = format!("{}/", r.path);
+        let strip = |p: &str| p.strip_prefix(&prefix).map(str::to_string);
+        let files: Vec<FileEntry> = self
+            .repo_files(index)
+            .iter()
+            .map(|f| FileEntry {
+                path: f.path[prefix.len()..].to_string(),
+                ..f.clone()
+            })
+            .collect();
+        let directories: Vec<String> = self.directories.iter().filter_map(|d| strip(d)).collect();
+        let warnings = self
+            .warnings
+            .iter()
+            .filter_map(|w| {
+                Some(Warning {
+                    path: strip(&w.path)?,
+                    ..w.clone()
+                })
+            })
+            .collect();
+        let values = self.values.as_ref().and_then(|v| {
+            let files: Vec<FileValues> = v
+                .files
+                .iter()
+                .filter_map(|f| {
+                    Some(FileValues {
+                        path: strip(&f.path)?,
+                        ..f.clone()
+                    })
+                })
+                .collect();
+            (!files.is_empty()).then_some(Values {
+                rules: v.rules,
+                files,
+            })
+        });
+        Some(Manifest {
+            totals: Totals {
+                files: files.len() as u64,
+                directories: directories.len() as u64,
+                file_bytes: files.iter().map(|f| f.size).sum(),
+                volume_bytes: self.totals.volume_bytes,
+            },
+            source: Some(r.source.clone()),
+            repos: Vec::new(),
+            warnings,
+            values,
+            oms: None,
+            trust_update: None,
+            parity: None,
+            base: None,
+            files,
+            directories,
+            ..self.clone_header()
+        })
+    }
+
+    /// The manifest's scalar fields and volumes, with empty lists.
+    fn clone_header(&self) -> Manifest {
+        Manifest {
+            format: self.format.clone(),
+            format_version: self.format_version,
+            name: self.name.clone(),
+            version: self.version,
+            created: self.created.clone(),
+            tool: self.tool.clone(),
+            compression: self.compression.clone(),
+            stream: self.stream.clone(),
+            chunk_size: self.chunk_size,
+            volumes: self.volumes.clone(),
+            directories: Vec::new(),
+            files: Vec::new(),
+            totals: self.totals.clone(),
+            warnings: Vec::new(),
+            source: None,
+            repos: Vec::new(),
+            base: None,
+            parity: None,
+            trust_update: None,
+            values: None,
+            oms: None,
+        }
+    }
+}
+
+/// The rules of FORMAT.md section 14.1 for a `source` object (`what` names it in messages), its
+/// etags one per file of `files` (path and sha256), in order: every field becomes a name in a
+/// Hugging Face cache on install, so each must be one huggingface_hub itself would write.
+fn validate_source<'a>(
+    src: &HfSource,
+    what: &str,
+    files: impl ExactSizeIterator<Item = (&'a String, &'a String)>,
+) -> Result<(), String> {
+    names::validate_repo_id(&src.repo_id).map_err(|why| format!("has a {what}.repo_id: {why}"))?;
+    names::validate_repo_type(&src.repo_type)
+        .map_err(|why| format!("has a {what}.repo_type: {why}"))?;
+    if !names::is_commit(&src.commit) {
+        return Err(format!(
+            "has a {what}.commit {:?} that is not 40 hex digits",
+            src.commit
+        ));
+    }
+    if !names::is_commit(&src.revision) {
+        names::validate_revision(&src.revision)
+            .map_err(|why| format!("has a {what}.revision: {why}"))?;
+    }
+    if src.etags.len() != files.len() {
+        return Err(format!(
+            "lists a different number of etags in {what} than files"
+        ));
+    }
+    for (etag, (path, sha256)) in src.etags.iter().zip(files) {
+        match names::EtagKind::of(etag) {
+            None => {
+                return Err(format!(
+                    "has a malformed etag for {path:?} (40 or 64 lowercase hex digits expected)"
+                ));
+            }
+            Some(names::EtagKind::Sha256) if etag != sha256 => {
+                return Err(format!(
+                    "gives {path:?} the sha256 etag {etag}, which is not its sha256"
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
 }
 
 /// The stream path of the patch of file `index` (docs/FORMAT.md section 16.2).
@@ -1219,3 +1459,6 @@ mod rules_tests;
 
 #[cfg(test)]
 mod delta_tests;
+
+#[cfg(test)]
+mod repos_tests;

@@ -53,6 +53,7 @@ fn sample() -> Manifest {
         },
         warnings: vec![],
         source: None,
+        repos: Vec::new(),
         parity: None,
         base: None,
         trust_update: None,

@@ -234,6 +234,7 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
                 etags: completed.etags.clone().unwrap_or_default(),
                 ..hf.source()
             }),
+            repos: repos_record(model, completed.etags.as_deref().unwrap_or_default()),
             parity,
             base: plan.base().cloned(),
             trust_update: crate::trust::update::carry(&dir, &opts.trust_update)?,
@@ -252,6 +253,34 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
         delta: plan.counts(),
         notes: opts.base.map(|b| b.notes).unwrap_or_default(),
     })
+}
+
+/// The manifest's `repos` for a model of several snapshots ([`Model::repos`]): each
+/// repository's folder and source, with the etags of its files, taken in order from `etags`
+/// (one per file of the model, in bundle order). A repository whose files `etags` does not
+/// reach gets fewer (the manifest size estimate, which calibrates on short lists).
+fn repos_record(model: &Model, etags: &[String]) -> Vec<manifest::Repo> {
+    let mut out = Vec::with_capacity(model.repos.len());
+    let mut at = 0;
+    for hf in &model.repos {
+        let folder = hf.folder();
+        let prefix = format!("{folder}/");
+        let count = model
+            .entries
+            .iter()
+            .filter(|e| matches!(e, ScanEntry::File { path, .. } if path.starts_with(&prefix)))
+            .count();
+        let end = (at + count).min(etags.len());
+        out.push(manifest::Repo {
+            path: folder,
+            source: HfSource {
+                etags: etags[at.min(end)..end].to_vec(),
+                ..hf.source()
+            },
+        });
+        at = end;
+    }
+    out
 }
 
 /// The manifest's `values` from the scans (absent when no file was scanned).
@@ -483,6 +512,8 @@ fn estimate_manifest(
             etags: vec![digest.clone(); files.len()],
             ..hf.source()
         }),
+        // The etags of every file, whichever repository it is in, counted once.
+        repos: repos_record(model, &vec![digest.clone(); files.len()]),
         parity,
         base: None,
         trust_update: crate::trust::update::manifest_entry(&opts.trust_update),

@@ -92,7 +92,7 @@ impl Plan<'_> {
     /// The manifest's directories, files and etags from what was written (the digests read
     /// while streaming); removes the patch files.
     pub fn finish(&self, model: &Model, written: Written) -> Result<Completed> {
-        let hf = model.hf.is_some();
+        let hf = model.hf.is_some() || !model.repos.is_empty();
         let Some(delta) = &self.delta else {
             let etags = hf.then(|| {
                 written

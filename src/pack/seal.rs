@@ -38,6 +38,8 @@ pub struct Parts {
     pub warnings: Vec<Warning>,
     /// Hugging Face provenance, its etags filled in.
     pub source: Option<HfSource>,
+    /// The repositories of a bundle of several, their etags filled in.
+    pub repos: Vec<manifest::Repo>,
     /// Parity.
     pub parity: Option<Parity>,
     /// A delta's base.
@@ -88,6 +90,7 @@ pub fn seal(parts: Parts, key: &SecretKey, dir: &Path) -> Result<Sealed> {
         totals,
         warnings: parts.warnings,
         source: parts.source,
+        repos: parts.repos,
         parity: parts.parity,
         base: parts.base,
         trust_update: parts.trust_update,

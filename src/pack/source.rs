@@ -26,6 +26,25 @@ pub enum ModelSpec {
         /// The revision (a branch, tag or commit).
         revision: String,
     },
+    /// Snapshots of several repositories of one Hugging Face cache, packed into one bundle,
+    /// each under its cache folder name (FORMAT.md section 14.4).
+    HfSnapshots {
+        /// The cache (default: where huggingface_hub would look, from the environment).
+        cache: Option<PathBuf>,
+        /// The repositories, at least two, each at most once.
+        repos: Vec<RepoAsk>,
+    },
+}
+
+/// One repository of a pack of several: what the operator asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RepoAsk {
+    /// The repository id (`org/name`).
+    pub repo_id: String,
+    /// `model`, `dataset`, `space` or `kernel`.
+    pub repo_type: String,
+    /// The revision (a branch, tag or commit).
+    pub revision: String,
 }
 
 /// A snapshot found in the cache, with where it came from.
@@ -65,6 +84,9 @@ pub struct Model {
     pub etags: Vec<EtagCheck>,
     /// For a cache snapshot: where it came from.
     pub hf: Option<HfOrigin>,
+    /// For several snapshots (FORMAT.md section 14.4): where each came from, in bundle order
+    /// of their folder names; `entries` holds each one's files below its folder name.
+    pub repos: Vec<HfOrigin>,
     /// The model directory (for a snapshot: its folder).
     pub root: PathBuf,
     /// What the operator should know that does not stop the pack.
@@ -109,6 +131,7 @@ impl Model {
                     root: snapshot.dir.clone(),
                     notes: snapshot.notes.clone(),
                     checked: None,
+                    repos: Vec::new(),
                     hf: Some(HfOrigin {
                         cache,
                         repo_id: repo_id.clone(),
@@ -118,11 +141,67 @@ impl Model {
                     }),
                 })
             }
+            ModelSpec::HfSnapshots { cache, repos } => open_snapshots(cache.as_deref(), repos),
         }
+    }
+
+    /// The repositories (model type) of this pack that other repositories its models need,
+    /// as named (id, revision), found by the offline-readiness rules (a PEFT adapter's
+    /// `base_model_name_or_path`, another repository's `auto_map` code), that the bundle does
+    /// not carry yet.
+    pub fn needed_repos(&self) -> Result<Vec<(String, String)>> {
+        let needs = hfcache::offline::Needs {
+            carried: self.carried(),
+            ..Default::default()
+        };
+        let deps = hfcache::offline::Deps::Pack(&needs);
+        match &self.hf {
+            Some(hf) => {
+                let (root, snapshot) = snapshot_from_cache_root(hf);
+                hfcache::offline::check(root, &snapshot, deps).map_err(|e| Error::io(root, e))?;
+            }
+            None if self.repos.is_empty() => {
+                hfcache::offline::check(&self.root, "", deps)
+                    .map_err(|e| Error::io(&self.root, e))?;
+            }
+            None => {
+                for hf in &self.repos {
+                    let (root, snapshot) = snapshot_from_cache_root(hf);
+                    hfcache::offline::check(root, &snapshot, deps)
+                        .map_err(|e| Error::io(root, e))?;
+                }
+            }
+        }
+        let carried = needs.carried;
+        Ok(needs
+            .found
+            .into_inner()
+            .into_iter()
+            .filter(|(id, _)| !carried.contains(id))
+            .collect())
+    }
+
+    /// The repository ids of type model this pack carries.
+    fn carried(&self) -> Vec<String> {
+        self.hf
+            .iter()
+            .chain(&self.repos)
+            .filter(|hf| hf.repo_type == "model")
+            .map(|hf| hf.repo_id.clone())
+            .collect()
     }
 
     /// The bundle name when none is given: the repository id, or the directory's name.
     pub fn default_name(&self) -> String {
+        if !self.repos.is_empty() {
+            let ids: Vec<&str> = self.repos.iter().map(|r| r.repo_id.as_str()).collect();
+            let name = ids.join("+");
+            return if name.len() <= 200 {
+                name
+            } else {
+                "repositories".into()
+            };
+        }
         match &self.hf {
             Some(hf) => hf.repo_id.clone(),
             None => std::fs::canonicalize(&self.root)
@@ -148,13 +227,34 @@ impl Model {
         // is not known here (a single-file diffusion checkpoint or a GGUF for llama.cpp lacks
         // transformers' files on purpose), nor is its cache; `check --offline-ready` on the
         // target gives the verdict.
+        let needs = hfcache::offline::Needs {
+            carried: self.carried(),
+            ..Default::default()
+        };
+        let deps = hfcache::offline::Deps::Pack(&needs);
         let offline = match &self.hf {
-            None => hfcache::offline::check(&self.root, "", hfcache::offline::Deps::Elsewhere)
+            None if self.repos.is_empty() => hfcache::offline::check(&self.root, "", deps)
                 .map_err(|e| Error::io(&self.root, e))?,
+            None => {
+                let mut all = Vec::new();
+                for hf in &self.repos {
+                    let (root, snapshot) = snapshot_from_cache_root(hf);
+                    let folder = hf.folder();
+                    all.extend(
+                        hfcache::offline::check(root, &snapshot, deps)
+                            .map_err(|e| Error::io(root, e))?
+                            .into_iter()
+                            .map(|mut f| {
+                                f.path = format!("{folder}/{}", f.path);
+                                f
+                            }),
+                    );
+                }
+                all
+            }
             Some(hf) => {
                 let (root, snapshot) = snapshot_from_cache_root(hf);
-                hfcache::offline::check(root, &snapshot, hfcache::offline::Deps::Elsewhere)
-                    .map_err(|e| Error::io(root, e))?
+                hfcache::offline::check(root, &snapshot, deps).map_err(|e| Error::io(root, e))?
             }
         };
         findings.extend(offline.into_iter().map(|mut f| {
@@ -167,6 +267,23 @@ impl Model {
 
     /// The format checks of [`Model::check`].
     fn format_checks(&self) -> Result<(Vec<Finding>, Vec<String>)> {
+        if !self.repos.is_empty() {
+            let mut findings = Vec::new();
+            for hf in &self.repos {
+                let folder = hf.folder();
+                let prefix = format!("{folder}/");
+                let files = self.entries.iter().filter_map(|e| match e {
+                    ScanEntry::File { path, .. } => path.strip_prefix(&prefix),
+                    ScanEntry::Dir { .. } => None,
+                });
+                findings.extend(snapshot_checks(hf, files)?.into_iter().map(|mut f| {
+                    f.path = format!("{prefix}{}", f.path);
+                    f
+                }));
+            }
+            findings.sort_by(|a, b| (&a.path, a.code).cmp(&(&b.path, b.code)));
+            return Ok((findings, Vec::new()));
+        }
         let Some(hf) = &self.hf else {
             return match &self.checked {
                 Some(Ok(checked)) => Ok(checked.clone()),
@@ -179,43 +296,117 @@ impl Model {
                 }
             };
         };
-        let snap = &hf.snapshot;
-        // Checked from the cache root: a blob may be a link into the cache-wide shared store
-        // (`CACHE/blobs/<xx>/<xet hash>`), outside the repository folder.
-        let (root, snapshot) = snapshot_from_cache_root(hf);
-        let prefix = format!("{snapshot}/");
-        let mut findings: Vec<Finding> = Vec::new();
-        let rels: Vec<String> = self
-            .entries
-            .iter()
-            .filter_map(|e| match e {
-                ScanEntry::File { path, .. } => Some(format!("{prefix}{path}")),
-                ScanEntry::Dir { .. } => None,
-            })
-            .collect();
-        let checked = inspect::check_files(root, rels.iter().map(String::as_str))
-            .map_err(|e| Error::io(root, e))?;
-        for mut f in checked.into_iter().flatten() {
-            if let Some(p) = f.path.strip_prefix(&prefix) {
-                f.path = p.to_string();
-            }
-            findings.push(f);
-        }
-        for path in &snap.missing {
-            findings.push(Finding {
-                severity: Severity::Error,
-                code: codes::HF_FILE_MISSING,
-                path: path.clone(),
-                problem: format!(
-                    "is listed in the hub's listing of commit {} (trees/{}.json) but is not in the snapshot: the download was interrupted or limited to some files",
-                    snap.commit, snap.commit
-                ),
-                fix: "finish the download with huggingface_hub (`hf download ORG/NAME --revision REV`); if it was limited on purpose, pack with --no-model-checks".into(),
-            });
-        }
+        let files = self.entries.iter().filter_map(|e| match e {
+            ScanEntry::File { path, .. } => Some(path.as_str()),
+            ScanEntry::Dir { .. } => None,
+        });
+        let mut findings = snapshot_checks(hf, files)?;
         findings.sort_by(|a, b| (&a.path, a.code).cmp(&(&b.path, b.code)));
         Ok((findings, Vec::new()))
     }
+}
+
+impl HfOrigin {
+    /// The repository's cache folder name, `models--ORG--NAME`: its directory in a bundle of
+    /// several.
+    pub fn folder(&self) -> String {
+        hfcache::repo_folder_name(&self.repo_type, &self.repo_id)
+    }
+}
+
+/// The format checks of the snapshot `hf` over its files `files` (paths in the snapshot), and
+/// one error per file the hub's cached listing names that the snapshot lacks.
+fn snapshot_checks<'a>(
+    hf: &HfOrigin,
+    files: impl Iterator<Item = &'a str>,
+) -> Result<Vec<Finding>> {
+    let snap = &hf.snapshot;
+    // Checked from the cache root: a blob may be a link into the cache-wide shared store
+    // (`CACHE/blobs/<xx>/<xet hash>`), outside the repository folder.
+    let (root, snapshot) = snapshot_from_cache_root(hf);
+    let prefix = format!("{snapshot}/");
+    let mut findings: Vec<Finding> = Vec::new();
+    let rels: Vec<String> = files.map(|p| format!("{prefix}{p}")).collect();
+    let checked = inspect::check_files(root, rels.iter().map(String::as_str))
+        .map_err(|e| Error::io(root, e))?;
+    for mut f in checked.into_iter().flatten() {
+        if let Some(p) = f.path.strip_prefix(&prefix) {
+            f.path = p.to_string();
+        }
+        findings.push(f);
+    }
+    for path in &snap.missing {
+        findings.push(Finding {
+            severity: Severity::Error,
+            code: codes::HF_FILE_MISSING,
+            path: path.clone(),
+            problem: format!(
+                "is listed in the hub's listing of commit {} (trees/{}.json) but is not in the snapshot: the download was interrupted or limited to some files",
+                snap.commit, snap.commit
+            ),
+            fix: "finish the download with huggingface_hub (`hf download ORG/NAME --revision REV`); if it was limited on purpose, pack with --no-model-checks".into(),
+        });
+    }
+    Ok(findings)
+}
+
+/// Opens several snapshots of one cache as one model: each under its cache folder name, in
+/// bundle order of those names, its entries and etags in order below it.
+fn open_snapshots(cache: Option<&Path>, asks: &[RepoAsk]) -> Result<Model> {
+    let cache = match cache {
+        Some(dir) => std::path::absolute(dir).map_err(|e| Error::io(dir, e))?,
+        None => hfcache::cache_dir_from_env()?,
+    };
+    let mut asks: Vec<(String, &RepoAsk)> = asks
+        .iter()
+        .map(|a| (hfcache::repo_folder_name(&a.repo_type, &a.repo_id), a))
+        .collect();
+    asks.sort_by(|a, b| crate::paths::bundle_order(&a.0, &b.0));
+    for pair in asks.windows(2) {
+        if crate::paths::fold(&pair[0].0) == crate::paths::fold(&pair[1].0) {
+            return Err(Error::Usage(format!(
+                "--hf-repo {} and --hf-repo {} name the same repository ({}): a bundle carries one revision of each repository",
+                pair[0].1.repo_id, pair[1].1.repo_id, pair[0].0
+            )));
+        }
+    }
+    let mut model = Model {
+        entries: Vec::new(),
+        etags: Vec::new(),
+        hf: None,
+        repos: Vec::new(),
+        root: cache.clone(),
+        notes: Vec::new(),
+        checked: None,
+    };
+    for (folder, ask) in asks {
+        let mut snapshot =
+            hfcache::open_snapshot(&cache, &ask.repo_type, &ask.repo_id, &ask.revision)?;
+        model.entries.push(ScanEntry::Dir {
+            path: folder.clone(),
+        });
+        for mut e in std::mem::take(&mut snapshot.entries) {
+            match &mut e {
+                ScanEntry::Dir { path } | ScanEntry::File { path, .. } => {
+                    *path = format!("{folder}/{path}");
+                }
+            }
+            model.entries.push(e);
+        }
+        model.etags.extend(snapshot.etags.iter().map(|e| match e {
+            Some(e) => EtagCheck::Expect(e.clone()),
+            None => EtagCheck::Compute,
+        }));
+        model.notes.extend(snapshot.notes.iter().cloned());
+        model.repos.push(HfOrigin {
+            cache: cache.clone(),
+            repo_id: ask.repo_id.clone(),
+            repo_type: ask.repo_type.clone(),
+            revision: ask.revision.clone(),
+            snapshot,
+        });
+    }
+    Ok(model)
 }
 
 /// Scans a model directory. `hf download --local-dir` bookkeeping describes this host's
@@ -251,6 +442,7 @@ fn open_dir(dir: &Path) -> Result<Model> {
         entries,
         etags: Vec::new(),
         hf: None,
+        repos: Vec::new(),
         root: dir.to_path_buf(),
         notes,
         checked: Some(checked),

@@ -136,6 +136,10 @@ pub struct HfInstalled {
     /// Cleanup and model checks.
     #[serde(flatten)]
     pub notes: InstallNotes,
+    /// For a bundle of several repositories: each one installed, in the bundle's order (the
+    /// fields above are the first one's, the notes the whole install's).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub repos: Vec<HfInstalled>,
 }
 
 /// The commit id a bundle without a `source` is installed under: the first 40 hex digits of
@@ -162,7 +166,12 @@ struct Plan {
 }
 
 fn plan(opened: &Opened, opts: &HfUnpackOptions) -> Result<Plan> {
-    let m = &opened.manifest;
+    plan_of(&opened.manifest, opened, opts)
+}
+
+/// The install plan of `m`: the bundle's manifest, or for a bundle of several repositories the
+/// view of one of them ([`Manifest::repo_view`]).
+fn plan_of(m: &Manifest, opened: &Opened, opts: &HfUnpackOptions) -> Result<Plan> {
     let src = m.source.as_ref();
     let repo_id = match (&opts.repo_id, src) {
         (Some(id), _) => id.clone(),
@@ -415,29 +424,53 @@ impl<'a> Below<'a> {
     }
 }
 
-/// Streams each file into `blobs/.incoming-<n>` of the staged repository (through its handle),
+/// Streams each file into `blobs/.incoming-<n>` of its staged repository (through its handle),
 /// checks or computes its etag, and renames it to `blobs/<etag>`. Files may arrive in any
-/// order (a delta sends its copies first).
+/// order (a delta sends its copies first). A bundle of several repositories stages one
+/// repository folder for each, and each file goes to the one whose directory holds it.
 struct BlobSink {
-    blobs: OwnedFd,
-    /// Where `blobs` is, for messages.
-    blobs_path: PathBuf,
+    /// One per staged repository.
+    repos: Vec<SinkRepo>,
     etags: HashMap<String, Option<String>>,
-    /// The file streaming in, its temporary name, and its git blob id being computed.
-    current: Option<(File, String, Option<GitBlobSha1>)>,
+    /// The file streaming in, the repository it goes to, its temporary name, and its git blob
+    /// id being computed.
+    current: Option<(File, usize, String, Option<GitBlobSha1>)>,
     incoming: u64,
-    /// The etag of each file streamed so far, by path.
+    /// The etag of each file streamed so far, by path in the bundle.
     placed: HashMap<String, String>,
-    /// The blobs this sink staged, by etag, with the SHA-256 of their content: a blob is in
-    /// the staged `blobs/` because this sink put it there, never because a file of its name
-    /// is found there.
-    staged: HashMap<String, String>,
     /// Files whose blobs an adopted work directory already holds, proven: their bytes, if the
     /// stream carries them anyway (a compressed bundle), are dropped.
     held: HashSet<String>,
     /// The current file is held.
     skipping: bool,
     syncer: crossbeam_channel::Sender<(File, PathBuf)>,
+}
+
+/// The staged `blobs/` of one repository.
+struct SinkRepo {
+    /// The bundle paths of its files begin with this (`models--ORG--NAME/`; empty for a bundle
+    /// of one repository).
+    prefix: String,
+    blobs: OwnedFd,
+    /// Where `blobs` is, for messages.
+    blobs_path: PathBuf,
+    /// The blobs this sink staged, by etag, with the SHA-256 of their content: a blob is in
+    /// the staged `blobs/` because this sink put it there, never because a file of its name
+    /// is found there.
+    staged: HashMap<String, String>,
+}
+
+impl BlobSink {
+    /// The repository the bundle file `path` belongs to.
+    fn repo_of(&self, path: &str) -> Result<usize> {
+        self.repos
+            .iter()
+            .position(|r| path.starts_with(&r.prefix))
+            .ok_or_else(|| Error::BadFile {
+                path: path.to_string(),
+                reason: "is in none of the bundle's repositories".into(),
+            })
+    }
 }
 
 impl EntrySink for BlobSink {
@@ -456,15 +489,17 @@ impl EntrySink for BlobSink {
         if self.skipping {
             return Ok(());
         }
+        let repo = self.repo_of(&file.path)?;
+        let r = &self.repos[repo];
         let tmp = format!(".incoming-{}", self.incoming);
         self.incoming += 1;
-        let f = fsio::create_at(&self.blobs, &tmp, 0o644, false)
-            .map_err(|e| Error::io(self.blobs_path.join(&tmp), e.into()))?;
+        let f = fsio::create_at(&r.blobs, &tmp, 0o644, false)
+            .map_err(|e| Error::io(r.blobs_path.join(&tmp), e.into()))?;
         let git = match self.etags.get(&file.path) {
             Some(Some(e)) => EtagKind::of(e) == Some(EtagKind::GitSha1),
             _ => true,
         };
-        self.current = Some((f, tmp, git.then(|| GitBlobSha1::new(file.size))));
+        self.current = Some((f, repo, tmp, git.then(|| GitBlobSha1::new(file.size))));
         Ok(())
     }
 
@@ -472,19 +507,19 @@ impl EntrySink for BlobSink {
         if self.skipping {
             return Ok(());
         }
-        let (f, tmp, git) = self.current.as_mut().expect("begin_file came first");
+        let (f, repo, tmp, git) = self.current.as_mut().expect("begin_file came first");
         if let Some(g) = git {
             g.update(bytes);
         }
         f.write_all(bytes)
-            .map_err(|e| Error::io(self.blobs_path.join(&*tmp), e))
+            .map_err(|e| Error::io(self.repos[*repo].blobs_path.join(&*tmp), e))
     }
 
     fn end_file(&mut self, file: &FileEntry) -> Result<()> {
         if std::mem::take(&mut self.skipping) {
             return Ok(());
         }
-        let (f, tmp, git) = self.current.take().expect("begin_file came first");
+        let (f, repo, tmp, git) = self.current.take().expect("begin_file came first");
         let computed = git.map(GitBlobSha1::finish);
         let etag = match (self.etags.get(&file.path).cloned().flatten(), computed) {
             (Some(want), Some(actual)) if want != actual => {
@@ -499,11 +534,12 @@ impl EntrySink for BlobSink {
             (None, Some(actual)) => actual,
             (None, None) => unreachable!("a file without an etag is hashed while streaming"),
         };
-        match self.staged.get(&etag) {
+        let r = &mut self.repos[repo];
+        match r.staged.get(&etag) {
             // The same content twice in the bundle (both matched their signed SHA-256): one blob.
             Some(sha256) if *sha256 == file.sha256 => {
-                rustix::fs::unlinkat(&self.blobs, tmp.as_str(), AtFlags::empty())
-                    .map_err(|e| Error::io(self.blobs_path.join(&tmp), e.into()))?;
+                rustix::fs::unlinkat(&r.blobs, tmp.as_str(), AtFlags::empty())
+                    .map_err(|e| Error::io(r.blobs_path.join(&tmp), e.into()))?;
             }
             Some(sha256) => {
                 return Err(Error::BadFile {
@@ -515,16 +551,10 @@ impl EntrySink for BlobSink {
                 });
             }
             None => {
-                let blob = self.blobs_path.join(&etag);
-                fsio::rename_at(
-                    &self.blobs,
-                    &tmp,
-                    &self.blobs,
-                    &etag,
-                    RenameFlags::NOREPLACE,
-                )
-                .map_err(|e| Error::io(&blob, e))?;
-                self.staged.insert(etag.clone(), file.sha256.clone());
+                let blob = r.blobs_path.join(&etag);
+                fsio::rename_at(&r.blobs, &tmp, &r.blobs, &etag, RenameFlags::NOREPLACE)
+                    .map_err(|e| Error::io(&blob, e))?;
+                r.staged.insert(etag.clone(), file.sha256.clone());
                 let _ = self.syncer.send((f, blob));
             }
         }
@@ -541,6 +571,8 @@ struct WorkDir {
 
 /// The staged repository folder `WORK/repo/` and its folders, by handle.
 struct Staged {
+    /// Its name in the work directory.
+    name: String,
     /// Where it is (for messages, and for the model checks, which read by path).
     path: PathBuf,
     repo: OwnedFd,
@@ -744,8 +776,14 @@ fn publish_new_repo(
         }
     }
     durable::sync_dir_fd(&staged.repo, &staged.path)?;
-    fsio::rename_at(&work.fd, "repo", &**cache, folder, RenameFlags::NOREPLACE)
-        .map_err(|e| Error::io(repo, e))?;
+    fsio::rename_at(
+        &work.fd,
+        &staged.name,
+        &**cache,
+        folder,
+        RenameFlags::NOREPLACE,
+    )
+    .map_err(|e| Error::io(repo, e))?;
     txn.undo.push(Undo::RemoveTree(
         cache.clone(),
         folder.to_string(),
@@ -1120,16 +1158,27 @@ pub struct HfTarget {
 struct HfBegun {
     sink: BlobSink,
     syncer: SyncThread,
-    plan: Plan,
-    /// The repository folder's name in the cache, and its path.
-    folder: String,
-    repo: PathBuf,
+    /// One per repository the bundle installs, in the sink's order.
+    repos: Vec<RepoBegun>,
     cache: Dir,
-    staged: Staged,
     cleanup: Cleanup,
     /// What an adopted work directory held, proven.
     kept: Option<Kept>,
     txn: Txn,
+}
+
+/// One repository of an install: its plan, where it goes, and its staged folder.
+struct RepoBegun {
+    plan: Plan,
+    /// The repository folder's name in the cache, and its path.
+    folder: String,
+    repo: PathBuf,
+    staged: Staged,
+    /// For a bundle of several repositories, this one's view ([`Manifest::repo_view`]);
+    /// `None`: the bundle's manifest.
+    view: Option<Manifest>,
+    /// What its files' bundle paths begin with (empty for a bundle of one).
+    prefix: String,
 }
 
 impl HfTarget {
@@ -1139,16 +1188,44 @@ impl HfTarget {
     }
 }
 
+/// The repositories `opened` installs: itself, or each repository of a bundle of several (the
+/// operator's `--hf-repo`, `--repo-type` and `--revision` then refused: they name one), with
+/// its view and path prefix.
+fn views(opened: &Opened, opts: &HfUnpackOptions) -> Result<Vec<(Option<Manifest>, String)>> {
+    let m = &opened.manifest;
+    if m.repos.is_empty() {
+        return Ok(vec![(None, String::new())]);
+    }
+    if opts.repo_id.is_some() || opts.repo_type.is_some() || opts.revision.is_some() {
+        let ids: Vec<&str> = m.repos.iter().map(|r| r.source.repo_id.as_str()).collect();
+        return Err(Error::Usage(format!(
+            "{} carries {} repositories ({}), each installed under its own id, type and revision: --hf-repo, --repo-type and --revision name one repository and cannot be used with it",
+            opened.origin,
+            m.repos.len(),
+            ids.join(", ")
+        )));
+    }
+    Ok(m.repos
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (m.repo_view(i), format!("{}/", r.path)))
+        .collect())
+}
+
 impl Target for HfTarget {
     type Done = HfInstalled;
 
     fn begin(&mut self, opened: &Opened, progress: &dyn Progress) -> Result<()> {
         let m = &opened.manifest;
         let opts = &self.opts;
-        let plan = plan(opened, opts)?;
+        let views = views(opened, opts)?;
+        let mut plans = Vec::with_capacity(views.len());
+        for (view, prefix) in views {
+            let plan = plan_of(view.as_ref().unwrap_or(m), opened, opts)?;
+            let folder = hfcache::repo_folder_name(&plan.repo_type, &plan.repo_id);
+            plans.push((plan, folder, view, prefix));
+        }
         let cache = &opts.cache;
-        let folder = hfcache::repo_folder_name(&plan.repo_type, &plan.repo_id);
-        let repo = cache.join(&folder);
         let mut txn = Txn::default();
         txn.create_outer(cache)?;
         // The operator's path (a final link followed, as the shell would); everything below it
@@ -1165,14 +1242,15 @@ impl Target for HfTarget {
         };
         let locks = cache.join(hfcache::LOCKS_DIR);
         let existing_locks = hfcache::open_locks(&cache_fd, cache)?;
-        // Every install can be resumed: its work directory is marked with the signed
-        // manifest's digest (a delta's names its base by digest), the repository folder and
-        // the revision.
-        let marker = Some(staging::Marker {
+        // An install of one repository can be resumed: its work directory is marked with the
+        // signed manifest's digest (a delta's names its base by digest), the repository folder
+        // and the revision. A bundle of several repositories starts again from zero.
+        let several = plans.len() > 1;
+        let marker = (!several).then(|| staging::Marker {
             manifest_sha256: opened.manifest_sha256.clone(),
-            dest: folder.clone(),
+            dest: plans[0].1.clone(),
             target: "hf-cache".into(),
-            revision: Some(plan.revision.clone()),
+            revision: Some(plans[0].0.revision.clone()),
         });
         let adopted = match (&existing_locks, &marker) {
             (Some(fd), Some(marker)) if opts.resume => Staging::adopt_at(fd, &locks, marker)?,
@@ -1182,13 +1260,14 @@ impl Target for HfTarget {
         // `--no-resume` run are removed here (the adopted one is locked); those of other
         // repositories are left for their reruns.
         let cleanup = match &existing_locks {
-            Some(fd) => staging::clean_stale_at_for(fd, &locks, Some(&folder))?,
+            Some(fd) if !several => staging::clean_stale_at_for(fd, &locks, Some(&plans[0].1))?,
+            Some(fd) => staging::clean_stale_at(fd, &locks)?,
             None => Cleanup::default(),
         };
         let mut resumed = None;
         if let Some(work) = adopted {
             txn.staging = Some(work);
-            match adopt_tree(txn.work(), &plan, m, progress) {
+            match adopt_tree(txn.work(), &plans[0].0, m, progress) {
                 Ok(r) => resumed = Some(r),
                 Err(e) => {
                     // What was staged stays for the next rerun (an interrupt while it is
@@ -1210,15 +1289,41 @@ impl Target for HfTarget {
             }
             checked?;
         }
-        let (path, repo_fd, blobs, snapshots, snapshot, proven) = match resumed {
-            Some(a) => (
-                a.path,
-                a.repo,
-                a.blobs,
-                a.snapshots,
-                a.snapshot,
-                Some(a.proven),
-            ),
+        let syncer = SyncThread::new();
+        let mut sink_repos = Vec::with_capacity(plans.len());
+        let mut repos = Vec::with_capacity(plans.len());
+        let mut etags = HashMap::with_capacity(m.files.len());
+        let (kept, placed) = match resumed {
+            Some(a) => {
+                // A bundle of one repository, its work directory adopted.
+                let (plan, folder, view, prefix) = plans.pop().expect("one repository");
+                etags.extend(
+                    plan.etags
+                        .iter()
+                        .map(|(p, e)| (format!("{prefix}{p}"), e.clone())),
+                );
+                sink_repos.push(SinkRepo {
+                    prefix: prefix.clone(),
+                    blobs: a.blobs,
+                    blobs_path: a.path.join("blobs"),
+                    staged: a.proven.staged,
+                });
+                repos.push(RepoBegun {
+                    repo: cache.join(&folder),
+                    plan,
+                    folder,
+                    staged: Staged {
+                        name: "repo".to_string(),
+                        path: a.path,
+                        repo: a.repo,
+                        snapshots: Arc::new(a.snapshots),
+                        snapshot: a.snapshot,
+                    },
+                    view,
+                    prefix,
+                });
+                (Some(a.proven.kept), a.proven.placed)
+            }
             None => {
                 let locks_fd = match existing_locks {
                     Some(fd) => fd,
@@ -1231,31 +1336,61 @@ impl Target for HfTarget {
                         fd
                     }
                 };
-                txn.staging = Some(Staging::create_at(locks_fd, &locks, &folder)?);
+                txn.staging = Some(Staging::create_at(locks_fd, &locks, &plans[0].1)?);
                 let work = txn.work();
                 if let Some(marker) = &marker {
                     work.mark_resumable(marker)?;
                 }
-                // The staged tree, made and kept by handle: whatever another user does to
-                // names in `.locks`, every file goes into the directories made here.
-                let path = work.path().join("repo");
-                let repo_fd = work.mkdir("repo", 0o755)?;
-                let blobs = durable::mkdir_at(&repo_fd, &path, "blobs", 0o755)?;
-                let snapshots = durable::mkdir_at(&repo_fd, &path, "snapshots", 0o755)?;
-                let snapshot =
-                    durable::mkdir_at(&snapshots, &path.join("snapshots"), &plan.commit, 0o755)?;
-                (path, repo_fd, blobs, snapshots, snapshot, None)
+                for (i, (plan, folder, view, prefix)) in plans.into_iter().enumerate() {
+                    // The staged tree, made and kept by handle: whatever another user does to
+                    // names in `.locks`, every file goes into the directories made here.
+                    let name = if several {
+                        format!("repo{i}")
+                    } else {
+                        "repo".to_string()
+                    };
+                    let path = work.path().join(&name);
+                    let repo_fd = work.mkdir(&name, 0o755)?;
+                    let blobs = durable::mkdir_at(&repo_fd, &path, "blobs", 0o755)?;
+                    let snapshots = durable::mkdir_at(&repo_fd, &path, "snapshots", 0o755)?;
+                    let snapshot = durable::mkdir_at(
+                        &snapshots,
+                        &path.join("snapshots"),
+                        &plan.commit,
+                        0o755,
+                    )?;
+                    etags.extend(
+                        plan.etags
+                            .iter()
+                            .map(|(p, e)| (format!("{prefix}{p}"), e.clone())),
+                    );
+                    sink_repos.push(SinkRepo {
+                        prefix: prefix.clone(),
+                        blobs,
+                        blobs_path: path.join("blobs"),
+                        staged: HashMap::new(),
+                    });
+                    repos.push(RepoBegun {
+                        repo: cache.join(&folder),
+                        plan,
+                        folder,
+                        staged: Staged {
+                            name,
+                            path,
+                            repo: repo_fd,
+                            snapshots: Arc::new(snapshots),
+                            snapshot,
+                        },
+                        view,
+                        prefix,
+                    });
+                }
+                (None, HashMap::with_capacity(m.files.len()))
             }
         };
-        let syncer = SyncThread::new();
-        let (kept, placed, staged_blobs) = match proven {
-            Some(p) => (Some(p.kept), p.placed, p.staged),
-            None => (None, HashMap::with_capacity(m.files.len()), HashMap::new()),
-        };
         let sink = BlobSink {
-            blobs,
-            blobs_path: path.join("blobs"),
-            etags: plan.etags.clone(),
+            repos: sink_repos,
+            etags,
             current: None,
             incoming: 0,
             held: kept
@@ -1264,22 +1399,13 @@ impl Target for HfTarget {
                 .unwrap_or_default(),
             skipping: false,
             placed,
-            staged: staged_blobs,
             syncer: syncer.sender(),
         };
         self.begun = Some(HfBegun {
             sink,
             syncer,
-            plan,
-            folder,
-            repo,
+            repos,
             cache: Arc::new(cache_fd),
-            staged: Staged {
-                path,
-                repo: repo_fd,
-                snapshots: Arc::new(snapshots),
-                snapshot,
-            },
             cleanup,
             kept,
             txn,
@@ -1319,11 +1445,8 @@ impl Target for HfTarget {
         let HfBegun {
             sink,
             syncer,
-            plan,
-            folder,
-            repo,
+            repos,
             cache: cache_fd,
-            staged,
             cleanup,
             kept,
             mut txn,
@@ -1331,8 +1454,7 @@ impl Target for HfTarget {
         let m = &opened.manifest;
         let cache = &self.opts.cache;
         let BlobSink {
-            blobs: staged_blobs,
-            blobs_path: staged_blobs_path,
+            repos: sink_repos,
             placed,
             syncer: sync_tx,
             current,
@@ -1341,32 +1463,41 @@ impl Target for HfTarget {
         drop(current);
         drop(sync_tx);
         syncer.finish()?;
-        let etags: Vec<String> = m
-            .files
-            .iter()
-            .map(|f| {
-                placed
-                    .get(&f.path)
-                    .cloned()
-                    .expect("the tally saw every file")
-            })
-            .collect();
-        // 2. The snapshot, as huggingface_hub lays it out: directories, relative links.
-        let staged_snapshots = staged.path.join("snapshots");
-        let staged_snapshot = staged_snapshots.join(&plan.commit);
-        build_snapshot(&staged.snapshot, &staged_snapshot, m, &etags)?;
-        durable::sync_dir_fd(&*staged.snapshots, &staged_snapshots)?;
-        durable::sync_dir_fd(&staged_blobs, &staged_blobs_path)?;
+        // 2. Each snapshot, as huggingface_hub lays it out: directories, relative links; and the
+        // model-format checks on exactly the bytes about to become visible, read by path: only
+        // while the work directory is still where airlock made it.
+        let mut cleanup = Some(cleanup);
+        let mut staged_all = Vec::with_capacity(repos.len());
+        for (rb, sr) in repos.into_iter().zip(sink_repos) {
+            let vm = rb.view.as_ref().unwrap_or(m);
+            let etags: Vec<String> = vm
+                .files
+                .iter()
+                .map(|f| {
+                    placed
+                        .get(&format!("{}{}", rb.prefix, f.path))
+                        .cloned()
+                        .expect("the tally saw every file")
+                })
+                .collect();
+            let staged_snapshots = rb.staged.path.join("snapshots");
+            let staged_snapshot = staged_snapshots.join(&rb.plan.commit);
+            build_snapshot(&rb.staged.snapshot, &staged_snapshot, vm, &etags)?;
+            durable::sync_dir_fd(&*rb.staged.snapshots, &staged_snapshots)?;
+            durable::sync_dir_fd(&sr.blobs, &sr.blobs_path)?;
+            still_in_place(txn.work())?;
+            let prefix = format!("snapshots/{}/", rb.plan.commit);
+            let notes = InstallNotes::new(
+                cleanup.take().unwrap_or_default(),
+                &rb.staged.path,
+                &prefix,
+                vm,
+            )?;
+            staged_all.push((rb, sr.blobs, etags, notes));
+        }
 
-        // The model-format checks on exactly the bytes about to become visible, read by path:
-        // only while the work directory is still where airlock made it.
-        still_in_place(txn.work())?;
-        let prefix = format!("snapshots/{}/", plan.commit);
-        let mut notes = InstallNotes::new(cleanup, &staged.path, &prefix, m)?;
-        notes.repaired_volumes = fed.repaired_volumes;
-        notes.resumed = super::resume::report(kept.as_ref(), fed.started_at);
-
-        // 3. Make it visible. A signal now waits until every step is done (or undone).
+        // 3. Make it visible. A signal now waits until every step is done (or undone): every
+        // repository, or none.
         txn.commit = Some(staging::commit_guard());
         still_in_place(txn.work())?;
         // From here the work directory's content moves into the cache: nothing to resume (a
@@ -1381,65 +1512,156 @@ impl Target for HfTarget {
                 .map_err(|e| Error::io(txn.work().path(), e))?,
             path: txn.work().path(),
         };
-        let snapshot = repo.join("snapshots").join(&plan.commit);
-        let ref_path =
-            (plan.revision != plan.commit).then(|| repo.join("refs").join(&plan.revision));
-        let (tally, snapshot_state, previous_commit) =
-            match fsio::stat_at(&*cache_fd, folder.as_str()) {
-                Err(rustix::io::Errno::NOENT) => {
-                    // A new repository: refs included, it appears in one rename.
-                    publish_new_repo(&work, &staged, &cache_fd, &folder, &repo, &plan, &mut txn)?;
-                    let tally = BlobTally {
-                        written: etags.iter().collect::<HashSet<_>>().len() as u64,
-                        reused: 0,
-                        repaired: Vec::new(),
-                    };
-                    (tally, SnapshotState::Created, None)
-                }
-                Err(e) => return Err(Error::io(&repo, e.into())),
-                Ok(st) if !rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir() => {
-                    return Err(Error::Usage(format!(
-                        "{} exists and is not a directory",
-                        repo.display()
-                    )));
-                }
-                Ok(_) => update_repo(
-                    &repo,
-                    &plan,
-                    &work,
-                    &staged,
-                    &staged_blobs,
-                    m,
-                    &etags,
-                    &mut txn,
-                    progress,
-                )?,
-            };
-        // airlock's trace, so a later `check --hf-cache` knows the fix is another unpack.
-        let trace =
-            serde_json::json!({"bundle": m.name, "version": m.version, "revision": plan.revision});
-        hfcache::leave_trace(&repo, &plan.commit, &trace.to_string())?;
-        // The receipt, so a later delta can prove this snapshot is its base.
-        hfcache::leave_receipt(&repo, &plan.commit, &receipt_files(opened))?;
+        let mut done = Vec::with_capacity(staged_all.len());
+        for (rb, staged_blobs, etags, notes) in staged_all {
+            let RepoBegun {
+                plan,
+                folder,
+                repo,
+                staged,
+                view,
+                prefix,
+            } = rb;
+            let vm = view.as_ref().unwrap_or(m);
+            let snapshot = repo.join("snapshots").join(&plan.commit);
+            let ref_path =
+                (plan.revision != plan.commit).then(|| repo.join("refs").join(&plan.revision));
+            let (tally, snapshot_state, previous_commit) =
+                match fsio::stat_at(&*cache_fd, folder.as_str()) {
+                    Err(rustix::io::Errno::NOENT) => {
+                        // A new repository: refs included, it appears in one rename.
+                        publish_new_repo(
+                            &work, &staged, &cache_fd, &folder, &repo, &plan, &mut txn,
+                        )?;
+                        let tally = BlobTally {
+                            written: etags.iter().collect::<HashSet<_>>().len() as u64,
+                            reused: 0,
+                            repaired: Vec::new(),
+                        };
+                        (tally, SnapshotState::Created, None)
+                    }
+                    Err(e) => return Err(Error::io(&repo, e.into())),
+                    Ok(st) if !rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir() => {
+                        return Err(Error::Usage(format!(
+                            "{} exists and is not a directory",
+                            repo.display()
+                        )));
+                    }
+                    Ok(_) => update_repo(
+                        &repo,
+                        &plan,
+                        &work,
+                        &staged,
+                        &staged_blobs,
+                        vm,
+                        &etags,
+                        &mut txn,
+                        progress,
+                    )?,
+                };
+            done.push((
+                prefix,
+                HfInstalled {
+                    cache: cache.clone(),
+                    repo_id: plan.repo_id,
+                    repo_type: plan.repo_type,
+                    repo_folder: repo,
+                    revision: plan.revision,
+                    commit: plan.commit,
+                    commit_derived: plan.commit_derived,
+                    snapshot,
+                    snapshot_state,
+                    ref_path,
+                    previous_commit,
+                    blobs_written: tally.written,
+                    blobs_reused: tally.reused,
+                    blobs_repaired: tally.repaired,
+                    notes,
+                    repos: Vec::new(),
+                },
+            ));
+        }
+        // airlock's trace, so a later `check --hf-cache` knows the fix is another unpack; and
+        // the receipt, so a later delta can prove a snapshot is its base. Every repository of a
+        // bundle of several gets the bundle's receipt, its `repos` naming which part is whose.
+        let receipt = receipt_files(opened);
+        for (_, i) in &done {
+            let trace =
+                serde_json::json!({"bundle": m.name, "version": m.version, "revision": i.revision});
+            hfcache::leave_trace(&i.repo_folder, &i.commit, &trace.to_string())?;
+            hfcache::leave_receipt(&i.repo_folder, &i.commit, &receipt)?;
+        }
         txn.committed = true;
         drop(txn);
-        Ok(HfInstalled {
-            cache: cache.clone(),
-            repo_id: plan.repo_id,
-            repo_type: plan.repo_type,
-            repo_folder: repo,
-            revision: plan.revision,
-            commit: plan.commit,
-            commit_derived: plan.commit_derived,
-            snapshot,
-            snapshot_state,
-            ref_path,
-            previous_commit,
-            blobs_written: tally.written,
-            blobs_reused: tally.reused,
-            blobs_repaired: tally.repaired,
-            notes,
-        })
+        let several = done.len() > 1;
+        let mut done = done.into_iter();
+        let (_, mut first) = done.next().expect("at least one repository");
+        first.notes.repaired_volumes = fed.repaired_volumes;
+        first.notes.resumed = super::resume::report(kept.as_ref(), fed.started_at);
+        if several {
+            // The install's notes gather every repository's, each finding under its bundle path.
+            let own = std::mem::take(&mut first.notes.findings);
+            first.notes.findings = own
+                .into_iter()
+                .map(|mut f| {
+                    f.path = format!("{}/{}", first_folder(m), f.path);
+                    f
+                })
+                .collect();
+            let mut all = vec![HfInstalled {
+                notes: InstallNotes::default(),
+                repos: Vec::new(),
+                blobs_repaired: first.blobs_repaired.clone(),
+                ..first.clone_fields()
+            }];
+            for (prefix, mut i) in done {
+                first
+                    .notes
+                    .findings
+                    .extend(i.notes.findings.drain(..).map(|mut f| {
+                        f.path = format!("{prefix}{}", f.path);
+                        f
+                    }));
+                first
+                    .notes
+                    .unchecked
+                    .extend(i.notes.unchecked.drain(..).map(|p| format!("{prefix}{p}")));
+                i.notes = InstallNotes::default();
+                all.push(i);
+            }
+            first.repos = all;
+        }
+        Ok(first)
+    }
+}
+
+/// The directory of the first repository of a bundle of several.
+fn first_folder(m: &Manifest) -> &str {
+    m.repos.first().map(|r| r.path.as_str()).unwrap_or("")
+}
+
+impl HfInstalled {
+    /// A copy of the fields that say where the repository went (not the notes, the other
+    /// repositories or the repaired blobs).
+    fn clone_fields(&self) -> HfInstalled {
+        HfInstalled {
+            cache: self.cache.clone(),
+            repo_id: self.repo_id.clone(),
+            repo_type: self.repo_type.clone(),
+            repo_folder: self.repo_folder.clone(),
+            revision: self.revision.clone(),
+            commit: self.commit.clone(),
+            commit_derived: self.commit_derived,
+            snapshot: self.snapshot.clone(),
+            snapshot_state: self.snapshot_state,
+            ref_path: self.ref_path.clone(),
+            previous_commit: self.previous_commit.clone(),
+            blobs_written: self.blobs_written,
+            blobs_reused: self.blobs_reused,
+            blobs_repaired: Vec::new(),
+            notes: InstallNotes::default(),
+            repos: Vec::new(),
+        }
     }
 }
 
@@ -1735,8 +1957,12 @@ mod tests {
         let git = g.finish();
         let syncer = SyncThread::new();
         let mut sink = BlobSink {
-            blobs,
-            blobs_path: t.path().to_path_buf(),
+            repos: vec![SinkRepo {
+                prefix: String::new(),
+                blobs,
+                blobs_path: t.path().to_path_buf(),
+                staged: HashMap::new(),
+            }],
             etags: HashMap::from([
                 ("a.txt".to_string(), None),
                 ("b.txt".to_string(), None),
@@ -1747,7 +1973,6 @@ mod tests {
             current: None,
             incoming: 0,
             placed: HashMap::new(),
-            staged: HashMap::new(),
             held: HashSet::new(),
             skipping: false,
             syncer: syncer.sender(),

@@ -14,6 +14,7 @@ mod long_paths;
 mod manyfiles;
 mod media;
 mod model_checks;
+mod multirepo;
 mod oci;
 mod oci_safety;
 mod offline_ready;

@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use crate::support::Env;
 
-fn venv_python() -> PathBuf {
+pub(crate) fn venv_python() -> PathBuf {
     let venv = std::env::var_os("AIRLOCK_VENV")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv"));
@@ -53,7 +53,7 @@ fn venv_python() -> PathBuf {
     python
 }
 
-fn script() -> PathBuf {
+pub(crate) fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/offline_models.py")
 }
 
@@ -286,7 +286,11 @@ fn prediction_matches_the_real_offline_load() {
 
 /// Loads every case from the test's cache in a network namespace with no network, with or
 /// without HF_HUB_OFFLINE=1: `{case: null | error}`.
-fn load_all(python: &PathBuf, env: &Env, hub_offline: bool) -> BTreeMap<String, Option<String>> {
+pub(crate) fn load_all(
+    python: &PathBuf,
+    env: &Env,
+    hub_offline: bool,
+) -> BTreeMap<String, Option<String>> {
     let mut cmd = Command::new("unshare");
     cmd.arg("-n")
         .arg(python)

@@ -709,7 +709,8 @@ fn work_dirs_in(dir: &Path) -> Vec<String> {
 }
 
 /// Starts airlock with `args` (stdout and stderr captured), waits until a work directory is in
-/// `work_in` and the progress bar has been drawn, sends `signal`; returns the exit code,
+/// `work_in` (for `unpack`, one marked for a rerun to resume: an interrupt before the mark
+/// removes it) and the progress bar has been drawn, sends `signal`; returns the exit code,
 /// stdout and stderr.
 fn interrupt_while_working(
     env: &Env,
@@ -747,7 +748,12 @@ fn interrupt_while_working(
     let json = args.contains(&"--json");
     loop {
         let drawn = json || String::from_utf8_lossy(&err.lock().unwrap()).contains("[=");
-        if drawn && !work_dirs_in(&env.path(work_in)).is_empty() {
+        let dirs = work_dirs_in(&env.path(work_in));
+        let marked = !args.contains(&"unpack")
+            || dirs
+                .iter()
+                .any(|d| env.path(work_in).join(d).join(".airlock-resume").exists());
+        if drawn && !dirs.is_empty() && marked {
             break;
         }
         if let Some(st) = child.try_wait().unwrap() {

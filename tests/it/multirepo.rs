@@ -1,0 +1,451 @@
+//! Bundles of several Hugging Face repositories (issue 35 item 2; FORMAT.md section 14.4):
+//! an adapter and its base cross in one bundle under one signature and install together, and
+//! every hostile variant is refused whole, naming the repository or file.
+
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+use crate::support::*;
+
+/// Rewrites `BUNDLE/manifest.json` with `edit` applied and signs it again with `k.key`, as a
+/// dishonest or buggy packer holding the trusted key would.
+fn resign(env: &Env, bundle: &str, edit: impl FnOnce(&mut serde_json::Value)) {
+    let path = env.path(&format!("{bundle}/manifest.json"));
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    edit(&mut v);
+    let mut bytes = serde_json::to_vec_pretty(&v).unwrap();
+    bytes.push(b'\n');
+    let key = airlock::keys::SecretKey::load(&env.path("k.key"), None).unwrap();
+    let sha = hex::encode(Sha256::digest(&bytes));
+    let name = v["name"].as_str().unwrap();
+    let version = v["version"].as_u64().unwrap();
+    let sig = airlock::keys::sign(
+        &key,
+        &bytes,
+        "signature from airlock secret key",
+        &airlock::manifest::trusted_comment(name, version, &sha),
+    )
+    .unwrap();
+    std::fs::write(&path, &bytes).unwrap();
+    std::fs::write(
+        env.path(&format!("{bundle}/manifest.json.minisig")),
+        sig.to_file_text(),
+    )
+    .unwrap();
+}
+
+/// A staging cache `src` holding `org/base` (a config and a 12 MiB LFS-sized file) and
+/// `org/adapter`, whose adapter_config.json names `org/base`: each packed from a directory and
+/// installed there by airlock.
+fn staging_cache(env: &Env) {
+    env.write("base/config.json", br#"{"model_type":"x"}"#);
+    env.write("base/weights/w.bin", &pseudo_random(12 << 20, 7));
+    env.write(
+        "adapter/adapter_config.json",
+        br#"{"base_model_name_or_path":"org/base","peft_type":"LORA"}"#,
+    );
+    env.write("adapter/notes.txt", b"an adapter\n");
+    for (dir, repo) in [("base", "org/base"), ("adapter", "org/adapter")] {
+        let b = format!("b-{dir}");
+        env.ok(&["pack", dir, "-o", &b, "--key", "k.key", "--no-model-checks"]);
+        env.ok(&[
+            "unpack",
+            &b,
+            "--trust",
+            "k.pub",
+            "--hf-cache",
+            "src",
+            "--hf-repo",
+            repo,
+        ]);
+    }
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    if !dir.exists() {
+        return Vec::new();
+    }
+    let mut v: Vec<String> = walkdir::WalkDir::new(dir)
+        .min_depth(1)
+        .into_iter()
+        .map(|e| {
+            e.unwrap()
+                .path()
+                .strip_prefix(dir)
+                .unwrap()
+                .display()
+                .to_string()
+        })
+        .filter(|p| !p.starts_with(".locks"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn with_dependencies_packs_the_base_from_the_cache_and_both_install_or_neither() {
+    let env = Env::new();
+    staging_cache(&env);
+    // --with-dependencies adds the base the adapter names, from the local cache.
+    let (code, j) = env.json(&[
+        "pack",
+        "--hf-cache",
+        "src",
+        "--hf-repo",
+        "org/adapter",
+        "--with-dependencies",
+        "-o",
+        "multi",
+        "--key",
+        "k.key",
+    ]);
+    assert_eq!(code, 0, "{j}");
+    assert_eq!(
+        j["dependencies_added"],
+        serde_json::json!(["org/base@main"])
+    );
+    let ids: Vec<&str> = j["repos"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["repo_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["org/adapter", "org/base"]);
+    // The same bundle from two --hf-repo.
+    env.ok(&[
+        "pack",
+        "--hf-cache",
+        "src",
+        "--hf-repo",
+        "org/base",
+        "--hf-repo",
+        "org/adapter@main",
+        "-o",
+        "multi2",
+        "--key",
+        "k.key",
+    ]);
+    // verify and inspect list the repositories.
+    let (code, v) = env.json(&["verify", "multi", "--trust", "k.pub"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["repos"].as_array().unwrap().len(), 2);
+    let text = String::from_utf8(env.ok(&["inspect", "multi"]).stdout).unwrap();
+    assert!(
+        text.contains("repository:  Hugging Face model org/base"),
+        "{text}"
+    );
+
+    // A target where one repository cannot be installed (its folder is a link planted
+    // there, exit 2 as for a bundle of one: `exists and is not a directory`): the install is
+    // refused after the adapter (first in bundle order) was staged and published, and that
+    // is undone: nothing of either repository appears.
+    std::fs::create_dir_all(env.path("tgt")).unwrap();
+    std::fs::create_dir_all(env.path("elsewhere")).unwrap();
+    std::os::unix::fs::symlink(env.path("elsewhere"), env.path("tgt/models--org--base")).unwrap();
+    let text = env.fails(
+        2,
+        &["unpack", "multi", "--trust", "k.pub", "--hf-cache", "tgt"],
+    );
+    assert!(text.contains("models--org--base"), "{text}");
+    assert_eq!(entries(&env.path("tgt")), ["models--org--base"]);
+    assert!(entries(&env.path("elsewhere")).is_empty());
+
+    // Into a clean cache: both, each with its receipt, each checked on its own.
+    let (code, u) = env.json(&["unpack", "multi", "--trust", "k.pub", "--hf-cache", "cache"]);
+    assert_eq!(code, 0, "{u}");
+    assert_eq!(u["repos"].as_array().unwrap().len(), 2);
+    for repo in ["org/adapter", "org/base"] {
+        let folder = format!("cache/models--{}", repo.replace('/', "--"));
+        let receipts = env.path(&format!("{folder}/.airlock/receipts"));
+        assert_eq!(std::fs::read_dir(&receipts).unwrap().count(), 1, "{repo}");
+        env.ok(&["check", "--hf-cache", "cache", "--hf-repo", repo]);
+    }
+    // The adapter's base is there for the loader: no repository missing.
+    let (_, c) = env.json(&[
+        "check",
+        "--hf-cache",
+        "cache",
+        "--hf-repo",
+        "org/adapter",
+        "--offline-ready",
+    ]);
+    let codes: Vec<&str> = c["offline_findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["code"].as_str().unwrap())
+        .collect();
+    assert!(!codes.contains(&"offline-repo-missing"), "{c}");
+    // The operator cannot rename them, and an OCI layout or a registry is refused whole.
+    let text = env.fails(
+        2,
+        &[
+            "unpack",
+            "multi",
+            "--trust",
+            "k.pub",
+            "--hf-cache",
+            "c2",
+            "--hf-repo",
+            "o/x",
+        ],
+    );
+    assert!(text.contains("carries 2 repositories"), "{text}");
+    let text = env.fails(
+        2,
+        &[
+            "unpack",
+            "multi",
+            "--trust",
+            "k.pub",
+            "--oci-layout",
+            "layout",
+        ],
+    );
+    assert!(
+        text.contains("carries 2 Hugging Face repositories"),
+        "{text}"
+    );
+    assert!(!env.path("layout").exists() || entries(&env.path("layout")).is_empty());
+    // Into a directory: each repository in its own folder, one receipt for the tree.
+    env.ok(&["unpack", "multi", "--trust", "k.pub", "--dest", "d"]);
+    assert!(env.path("d/models--org--base/weights/w.bin").is_file());
+    assert!(
+        env.path("d/models--org--adapter/adapter_config.json")
+            .is_file()
+    );
+    env.ok(&["check", "d"]);
+}
+
+#[test]
+fn hostile_repository_lists_are_refused_naming_the_problem() {
+    let env = Env::new();
+    staging_cache(&env);
+    // Two spellings of one repository (the same folder on a case-insensitive filesystem).
+    let text = env.fails(
+        2,
+        &[
+            "pack",
+            "--hf-cache",
+            "src",
+            "--hf-repo",
+            "org/base",
+            "--hf-repo",
+            "ORG/BASE",
+            "-o",
+            "x",
+            "--key",
+            "k.key",
+        ],
+    );
+    assert!(text.contains("name the same repository"), "{text}");
+    env.assert_nothing_packed("x");
+    // A repository id with `..`.
+    let text = env.fails(
+        2,
+        &[
+            "pack",
+            "--hf-cache",
+            "src",
+            "--hf-repo",
+            "org/base",
+            "--hf-repo",
+            "../etc",
+            "-o",
+            "x",
+            "--key",
+            "k.key",
+        ],
+    );
+    assert!(text.contains("../etc"), "{text}");
+    // A dependency the cache does not hold: refused naming it, never fetched.
+    env.write(
+        "lonely/adapter_config.json",
+        br#"{"base_model_name_or_path":"org/not-here","peft_type":"LORA"}"#,
+    );
+    env.ok(&[
+        "pack",
+        "lonely",
+        "-o",
+        "b-lonely",
+        "--key",
+        "k.key",
+        "--no-model-checks",
+    ]);
+    env.ok(&[
+        "unpack",
+        "b-lonely",
+        "--trust",
+        "k.pub",
+        "--hf-cache",
+        "src",
+        "--hf-repo",
+        "org/lonely",
+    ]);
+    let text = env.fails(
+        1,
+        &[
+            "pack",
+            "--hf-cache",
+            "src",
+            "--hf-repo",
+            "org/lonely",
+            "--with-dependencies",
+            "-o",
+            "x",
+            "--key",
+            "k.key",
+        ],
+    );
+    assert!(text.contains("org/not-here@main is needed"), "{text}");
+    env.assert_nothing_packed("x");
+
+    env.ok(&[
+        "pack",
+        "--hf-cache",
+        "src",
+        "--hf-repo",
+        "org/base",
+        "--hf-repo",
+        "org/adapter",
+        "-o",
+        "multi",
+        "--key",
+        "k.key",
+    ]);
+    // Signed by the trusted key, yet each broken: refused before anything is written.
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let cases: Vec<(&str, Edit)> = vec![
+        // Both entries claim the same folder.
+        (
+            "out of order or twice",
+            Box::new(|v| v["repos"][1] = v["repos"][0].clone()),
+        ),
+        // A repository the bundle claims and does not carry.
+        (
+            "models--org--ghost",
+            Box::new(|v| {
+                let mut ghost = v["repos"][1].clone();
+                ghost["path"] = "models--org--ghost".into();
+                ghost["source"]["repo_id"] = "org/ghost".into();
+                v["repos"].as_array_mut().unwrap().push(ghost);
+            }),
+        ),
+        // A repository id that climbs out of the cache.
+        (
+            "repo_id",
+            Box::new(|v| {
+                v["repos"][0]["source"]["repo_id"] = "org/..".into();
+                v["repos"][0]["path"] = "models--org--..".into();
+            }),
+        ),
+    ];
+    for (i, (want, edit)) in cases.into_iter().enumerate() {
+        let b = format!("bad{i}");
+        copy_dir(&env.path("multi"), &env.path(&b));
+        resign(&env, &b, edit);
+        let text = env.fails(3, &["unpack", &b, "--trust", "k.pub", "--hf-cache", "c"]);
+        assert!(text.contains(want), "{want}: {text}");
+        assert!(
+            entries(&env.path("c")).is_empty(),
+            "{want}: {:?}",
+            entries(&env.path("c"))
+        );
+        env.fails(3, &["unpack", &b, "--trust", "k.pub", "--dest", "d"]);
+        assert!(!env.path("d").exists());
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+/// The goal of issue 35: a bundle of several repositories installs a PEFT adapter and its base
+/// that load together with the real libraries and no network (`unshare -n`).
+#[test]
+fn an_adapter_and_its_base_from_one_bundle_load_together_offline() {
+    let python = crate::offline_ready::venv_python();
+    let env = Env::new();
+    let out = std::process::Command::new(&python)
+        .arg(crate::offline_ready::script())
+        .arg("build-peft")
+        .arg(env.path("models"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "building the models failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The staging host's cache: both repositories, as airlock installs them there.
+    for name in ["lora-base", "lora-adapter"] {
+        let b = format!("b-{name}");
+        env.ok(&[
+            "pack",
+            &format!("models/{name}"),
+            "-o",
+            &b,
+            "--key",
+            "k.key",
+        ]);
+        env.ok(&[
+            "unpack",
+            &b,
+            "--trust",
+            "k.pub",
+            "--hf-cache",
+            "staging",
+            "--hf-repo",
+            &format!("airlock-test/{name}"),
+        ]);
+    }
+    // One bundle: the adapter, and its base found by --with-dependencies.
+    let (code, j) = env.json(&[
+        "pack",
+        "--hf-cache",
+        "staging",
+        "--hf-repo",
+        "airlock-test/lora-adapter",
+        "--with-dependencies",
+        "-o",
+        "pair",
+        "--key",
+        "k.key",
+    ]);
+    assert_eq!(code, 0, "{j}");
+    assert_eq!(
+        j["dependencies_added"],
+        serde_json::json!(["airlock-test/lora-base@main"])
+    );
+    // The target: a fresh cache, one unpack.
+    env.ok(&["unpack", "pair", "--trust", "k.pub", "--hf-cache", "cache"]);
+    let (_, c) = env.json(&[
+        "check",
+        "--hf-cache",
+        "cache",
+        "--hf-repo",
+        "airlock-test/lora-adapter",
+        "--offline-ready",
+    ]);
+    let errors: Vec<&serde_json::Value> = c["offline_findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["severity"] == "error")
+        .collect();
+    assert!(errors.is_empty(), "{c}");
+    // Loaded with no network. peft asks the hub whether the adapter exists unless
+    // HF_HUB_OFFLINE=1 (the offline-needs-hub-offline warning): that caller loads both.
+    let loads = crate::offline_ready::load_all(&python, &env, true);
+    assert_eq!(loads.get("lora-adapter"), Some(&None), "{loads:?}");
+    assert_eq!(loads.get("lora-base"), Some(&None), "{loads:?}");
+    // The caller without it fails, for the reason airlock's warning gave.
+    let loads = crate::offline_ready::load_all(&python, &env, false);
+    let err = loads["lora-adapter"].clone().unwrap_or_default();
+    assert!(err.contains("file_exists"), "{err}");
+}
