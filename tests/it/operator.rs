@@ -709,8 +709,8 @@ fn work_dirs_in(dir: &Path) -> Vec<String> {
 }
 
 /// Starts airlock with `args` (stdout and stderr captured), waits until a work directory is in
-/// `work_in` (for `unpack`, one marked for a rerun to resume: an interrupt before the mark
-/// removes it) and the progress bar has been drawn, sends `signal`; returns the exit code,
+/// `work_in` (for `unpack`, one marked for a rerun to resume and already staging: an interrupt
+/// before the mark removes it) and the progress bar has been drawn, sends `signal`; returns the exit code,
 /// stdout and stderr.
 fn interrupt_while_working(
     env: &Env,
@@ -749,10 +749,19 @@ fn interrupt_while_working(
     loop {
         let drawn = json || String::from_utf8_lossy(&err.lock().unwrap()).contains("[=");
         let dirs = work_dirs_in(&env.path(work_in));
+        // Marked, and past the mark: something staged beside the marker and the lock (the
+        // marker is on disk before `mark_resumable` has registered it).
         let marked = !args.contains(&"unpack")
-            || dirs
-                .iter()
-                .any(|d| env.path(work_in).join(d).join(".airlock-resume").exists());
+            || dirs.iter().any(|d| {
+                let staged = env.path(work_in).join(d);
+                staged.join(".airlock-resume").exists()
+                    && std::fs::read_dir(&staged).is_ok_and(|rd| {
+                        rd.flatten().any(|e| {
+                            let n = e.file_name();
+                            n != ".airlock-resume" && n != ".airlock-lock"
+                        })
+                    })
+            });
         if drawn && !dirs.is_empty() && marked {
             break;
         }
