@@ -206,6 +206,26 @@ impl Rng {
     }
 }
 
+/// How many bundle bytes each of 20 runs reads before it is killed: the gaps between 20 random
+/// points of the first 80% of a clean run's `clean` bytes, each at least 0.25% of them. The
+/// kills then fall across most of the install, and all 20 come before its end whatever the
+/// seed (at most 85% in all, before the few bytes each rerun reads again): gaps drawn one by
+/// one, independently, overran the install in about one seed in eight.
+fn kill_gaps(rng: &mut Rng, clean: u64) -> Vec<u64> {
+    let span = clean * 80 / 100;
+    let mut points: Vec<u64> = (0..20).map(|_| rng.next() % span).collect();
+    points.sort_unstable();
+    let mut last = 0;
+    points
+        .into_iter()
+        .map(|p| {
+            let gap = (p - last).max(clean / 400);
+            last = p;
+            gap
+        })
+        .collect()
+}
+
 /// A tree as `support::tree` gives it.
 type Tree = Vec<(String, u32, Option<Vec<u8>>)>;
 
@@ -243,12 +263,12 @@ fn twenty_kills_then_reruns_read_the_bundle_about_once() {
         .as_nanos() as u64;
     eprintln!("kill points seed {seed:#x}");
     let mut rng = Rng(seed | 1);
+    let gaps = kill_gaps(&mut rng, clean);
     let mut total = 0u64;
     let mut kills = 0;
     while kills < 20 {
-        // Each run is killed after reading 1% to 8% of the bundle, so 20 kills cover most of
-        // the install and leave the rest to the final run.
-        let after = clean / 100 + rng.next() % (clean * 7 / 100);
+        // The kills cover most of the install and leave the rest to the final run.
+        let after = gaps[kills];
         let signal = if kills % 2 == 0 {
             Signal::KILL
         } else {
@@ -661,10 +681,11 @@ fn twenty_kills_of_an_hf_cache_install_then_reruns_read_the_bundle_about_once() 
         .as_nanos() as u64;
     eprintln!("kill points seed {seed:#x}");
     let mut rng = Rng(seed | 1);
+    let gaps = kill_gaps(&mut rng, clean);
     let mut total = 0u64;
     let mut kills = 0;
     while kills < 20 {
-        let after = clean / 100 + rng.next() % (clean * 7 / 100);
+        let after = gaps[kills];
         let signal = if kills % 2 == 0 {
             Signal::KILL
         } else {
