@@ -174,18 +174,7 @@ pub fn verified(v: crate::scheme::Verified) -> Result<Verified, String> {
 /// signature, [`Refusal::Invalid`] for one that does not verify with what is trusted.
 pub fn check(bytes: &[u8], trust: &Trust<'_>, expected: &[u8]) -> Result<Scheme, Refusal> {
     let bad = |r: String| Refusal::Malformed(r);
-    let raw: RawBundle = serde_json::from_slice(bytes).map_err(|e| {
-        bad(format!(
-            "is not a Sigstore bundle in JSON: {}",
-            crate::display::json_error(&e)
-        ))
-    })?;
-    if raw.media_type != MEDIA_TYPE {
-        return Err(bad(format!(
-            "is a bundle of media type {}, not {MEDIA_TYPE:?}",
-            crate::display::quote(&raw.media_type)
-        )));
-    }
+    let raw = parse_raw(bytes).map_err(bad)?;
     let env = raw.dsse_envelope.ok_or_else(|| {
         bad("holds no DSSE envelope (a message signature is not a model signature)".into())
     })?;
@@ -285,9 +274,8 @@ pub fn check(bytes: &[u8], trust: &Trust<'_>, expected: &[u8]) -> Result<Scheme,
     })
 }
 
-/// Whom a bundle names as its signer, unverified: its key hint, or its signing certificate's
-/// fingerprint.
-pub fn signer_named(bytes: &[u8]) -> Result<String, String> {
+/// A Sigstore bundle's JSON of the media type OMS writes, or why it is not one.
+fn parse_raw(bytes: &[u8]) -> Result<RawBundle, String> {
     let raw: RawBundle = serde_json::from_slice(bytes).map_err(|e| {
         format!(
             "is not a Sigstore bundle in JSON: {}",
@@ -300,6 +288,13 @@ pub fn signer_named(bytes: &[u8]) -> Result<String, String> {
             crate::display::quote(&raw.media_type)
         ));
     }
+    Ok(raw)
+}
+
+/// Whom a bundle names as its signer, unverified: its key hint, or its signing certificate's
+/// fingerprint.
+pub fn signer_named(bytes: &[u8]) -> Result<String, String> {
+    let raw = parse_raw(bytes)?;
     let m = raw.verification_material;
     if let Some(h) = m.public_key.and_then(|k| k.hint) {
         return Ok(h);
@@ -315,18 +310,7 @@ pub fn signer_named(bytes: &[u8]) -> Result<String, String> {
 /// signature, whose bytes the manifest's minisign signature already vouches for, compared with
 /// the manifest's own list (a packer that lied in one of the two is caught).
 pub fn read_statement(bytes: &[u8]) -> Result<Statement, String> {
-    let raw: RawBundle = serde_json::from_slice(bytes).map_err(|e| {
-        format!(
-            "is not a Sigstore bundle in JSON: {}",
-            crate::display::json_error(&e)
-        )
-    })?;
-    if raw.media_type != MEDIA_TYPE {
-        return Err(format!(
-            "is a bundle of media type {}, not {MEDIA_TYPE:?}",
-            crate::display::quote(&raw.media_type)
-        ));
-    }
+    let raw = parse_raw(bytes)?;
     let env = raw.dsse_envelope.ok_or("holds no DSSE envelope")?;
     if env.payload_type != PAYLOAD_TYPE || env.signatures.is_empty() {
         return Err("holds no signed in-toto statement".into());

@@ -1293,35 +1293,51 @@ impl Target for HfTarget {
         let mut sink_repos = Vec::with_capacity(plans.len());
         let mut repos = Vec::with_capacity(plans.len());
         let mut etags = HashMap::with_capacity(m.files.len());
-        let (kept, placed) = match resumed {
-            Some(a) => {
-                // A bundle of one repository, its work directory adopted.
-                let (plan, folder, view, prefix) = plans.pop().expect("one repository");
+        // One staged repository: its etags under its bundle paths, its blobs for the sink, the
+        // rest for the commit.
+        let mut add_repo =
+            |repo: PathBuf,
+             (plan, folder, view, prefix): (Plan, String, Option<Manifest>, String),
+             staged: Staged,
+             sink_repo: SinkRepo| {
                 etags.extend(
                     plan.etags
                         .iter()
                         .map(|(p, e)| (format!("{prefix}{p}"), e.clone())),
                 );
-                sink_repos.push(SinkRepo {
-                    prefix: prefix.clone(),
-                    blobs: a.blobs,
-                    blobs_path: a.path.join("blobs"),
-                    staged: a.proven.staged,
-                });
+                sink_repos.push(sink_repo);
                 repos.push(RepoBegun {
-                    repo: cache.join(&folder),
+                    repo,
                     plan,
                     folder,
-                    staged: Staged {
-                        name: "repo".to_string(),
-                        path: a.path,
-                        repo: a.repo,
-                        snapshots: Arc::new(a.snapshots),
-                        snapshot: a.snapshot,
-                    },
+                    staged,
                     view,
                     prefix,
                 });
+            };
+        let (kept, placed) = match resumed {
+            Some(a) => {
+                // A bundle of one repository, its work directory adopted.
+                let (plan, folder, view, prefix) = plans.pop().expect("one repository");
+                let staged = Staged {
+                    name: "repo".to_string(),
+                    path: a.path,
+                    repo: a.repo,
+                    snapshots: Arc::new(a.snapshots),
+                    snapshot: a.snapshot,
+                };
+                let sink_repo = SinkRepo {
+                    prefix: prefix.clone(),
+                    blobs_path: staged.path.join("blobs"),
+                    blobs: a.blobs,
+                    staged: a.proven.staged,
+                };
+                add_repo(
+                    cache.join(&folder),
+                    (plan, folder, view, prefix),
+                    staged,
+                    sink_repo,
+                );
                 (Some(a.proven.kept), a.proven.placed)
             }
             None => {
@@ -1359,31 +1375,25 @@ impl Target for HfTarget {
                         &plan.commit,
                         0o755,
                     )?;
-                    etags.extend(
-                        plan.etags
-                            .iter()
-                            .map(|(p, e)| (format!("{prefix}{p}"), e.clone())),
-                    );
-                    sink_repos.push(SinkRepo {
+                    let sink_repo = SinkRepo {
                         prefix: prefix.clone(),
                         blobs,
                         blobs_path: path.join("blobs"),
                         staged: HashMap::new(),
-                    });
-                    repos.push(RepoBegun {
-                        repo: cache.join(&folder),
-                        plan,
-                        folder,
-                        staged: Staged {
-                            name,
-                            path,
-                            repo: repo_fd,
-                            snapshots: Arc::new(snapshots),
-                            snapshot,
-                        },
-                        view,
-                        prefix,
-                    });
+                    };
+                    let staged = Staged {
+                        name,
+                        path,
+                        repo: repo_fd,
+                        snapshots: Arc::new(snapshots),
+                        snapshot,
+                    };
+                    add_repo(
+                        cache.join(&folder),
+                        (plan, folder, view, prefix),
+                        staged,
+                        sink_repo,
+                    );
                 }
                 (None, HashMap::with_capacity(m.files.len()))
             }
