@@ -1021,7 +1021,9 @@ guard_bench
 # Peak disk use is about twice the model: the model goes once the pack rows are done (verify,
 # unpack and check need only the bundle and the install). Prints wall and CPU medians, the ratio
 # of the medians, the pairwise ratio (median of each run's airlock / the peer beside it), system
-# time and airlock's peak RSS; raw runs in DIR/scale/raw.tsv.
+# time and airlock's peak RSS; raw runs in DIR/scale/raw.tsv. SCALE_ROWS="check" times only the
+# rows named (the bundle and install are still made); SCALE_BEFORE=PATH adds another airlock
+# binary to the pack and check rows.
 [ "${SCALE_SECTION:-0}" = 1 ] || exit 0
 scale_bench() {
     set -euo pipefail
@@ -1076,12 +1078,18 @@ scale_bench() {
             done
         done
     }
-    # SCALE_BEFORE=PATH: another airlock binary whose pack joins the pack row ("before").
-    local before=()
+    # SCALE_BEFORE=PATH: another airlock binary whose pack joins the pack row ("before"), and
+    # whose check joins the check row.
+    local before=() check_before=()
     if [ -n "${SCALE_BEFORE:-}" ]; then
         before=(before "rm -rf $d/b $d/t.tar" "${SCALE_BEFORE} --progress none -q pack $d/m -o $d/b --key $d/k.key --compress none --no-model-checks")
+        check_before=(before ":" "${SCALE_BEFORE} --progress none -q check $d/u --trust $d/k.pub")
     fi
-    row pack \
+    # SCALE_ROWS="check" (any of pack verify unpack check): time only those rows; the bundle and
+    # the install the others need are still made, untimed.
+    local rows=" ${SCALE_ROWS:-pack verify unpack check} "
+    timed() { [[ "$rows" == *" $1 "* ]]; }
+    timed pack && row pack \
         airlock "rm -rf $d/b $d/t.tar" "$al pack $d/m -o $d/b --key $d/k.key --compress none --no-model-checks" \
         peer "rm -rf $d/b $d/t.tar" "tar -cf $d/t.tar -C $d/m . && sync" \
         "${before[@]}"
@@ -1089,18 +1097,19 @@ scale_bench() {
     # The bundle of the last pack run (any binary: the bytes are the same), else a new one.
     [ -f "$d/b/manifest.json.minisig" ] || { rm -rf "$d/b"; $al pack "$d/m" -o "$d/b" --key "$d/k.key" --compress none --no-model-checks; }
     rm -rf "$d/m"
-    row verify \
+    timed verify && row verify \
         airlock ":" "$al verify $d/b --trust $d/k.pub" \
         peer ":" "openssl dgst -sha256 $d/b/data.* >/dev/null"
-    row unpack \
+    timed unpack && row unpack \
         airlock "rm -rf $d/u $d/x" "$al unpack $d/b --trust $d/k.pub --dest $d/u" \
         peer "rm -rf $d/u $d/x; mkdir $d/x" "cat $d/b/data.* | tar -xf - -C $d/x && sync"
     rm -rf "$d/x"
     [ -d "$d/u" ] || $al unpack "$d/b" --trust "$d/k.pub" --dest "$d/u"
     rm -rf "$d/b"
-    row check \
+    timed check && row check \
         airlock ":" "$al check $d/u --trust $d/k.pub" \
-        peer ":" "cd $d/u && find . -path ./.airlock -prune -o -type f -print0 | sort -z | xargs -0 openssl dgst -sha256 >/dev/null"
+        peer ":" "cd $d/u && find . -path ./.airlock -prune -o -type f -print0 | sort -z | xargs -0 openssl dgst -sha256 >/dev/null" \
+        "${check_before[@]}"
     rm -rf "$d/u"
     python3 - "$d/raw.tsv" "$gib" "$runs" <<'PY'
 import statistics as st, sys
@@ -1111,6 +1120,12 @@ for line in open(sys.argv[1]):
 goals = {"pack": 0.9, "verify": None, "unpack": None, "check": 0.6}
 peers = {"pack": "tar -cf && sync", "verify": "openssl dgst -sha256 volumes",
          "unpack": "cat volumes | tar -xf && sync", "check": "openssl dgst -sha256 files"}
+if ("check", "before") in runs:
+    b, a = runs[("check", "before")], runs[("check", "airlock")]
+    print(f"check before: {st.median(x[0] for x in b.values()):.1f} s wall, "
+          f"{st.median(x[2] for x in b.values()):.1f} s sys; after: {st.median(x[0] for x in a.values()):.1f} s, "
+          f"{st.median(x[2] for x in a.values()):.1f} s sys; pairwise after / before "
+          f"{st.median(a[r][0] / b[r][0] for r in a if r in b):.2f}")
 if ("pack", "before") in runs:
     b, a = runs[("pack", "before")], runs[("pack", "airlock")]
     print(f"pack before: {st.median(x[0] for x in b.values()):.1f} s wall, "
