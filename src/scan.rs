@@ -5,6 +5,7 @@
 //! files); everything else that is not a plain file or directory is refused with its path, as is
 //! any name that [`paths::check_relative`] would refuse on the other side.
 
+use std::borrow::Cow;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
@@ -32,8 +33,11 @@ pub enum ScanEntry {
     File {
         /// Relative path in the bundle.
         path: String,
-        /// Where to read it (the link target for symlinks).
-        source: PathBuf,
+        /// Where to read it when that is not the scanned directory joined with `path` (a
+        /// link's target, a blob of a Hugging Face cache); `None` for a file found in the tree
+        /// itself, whose place follows from the root and its path ([`ScanEntry::source`]): a
+        /// million-file model does not hold a million full paths beside its relative ones.
+        link: Option<PathBuf>,
         /// Size seen when scanning.
         size: u64,
         /// Whether any executable bit is set.
@@ -120,6 +124,16 @@ impl ScanEntry {
     pub fn path(&self) -> &str {
         match self {
             ScanEntry::Dir { path } | ScanEntry::File { path, .. } => path,
+        }
+    }
+
+    /// Where a file's bytes are, for a model scanned from `root`: its link's target, or `root`
+    /// joined with its path; `None` for a directory.
+    pub fn source(&self, root: &Path) -> Option<Cow<'_, Path>> {
+        match self {
+            ScanEntry::File { link: Some(l), .. } => Some(Cow::Borrowed(l)),
+            ScanEntry::File { path, .. } => Some(Cow::Owned(root.join(path))),
+            ScanEntry::Dir { .. } => None,
         }
     }
 }
@@ -216,10 +230,10 @@ fn scan_inner(
     Ok(out)
 }
 
-/// A regular file (or a link to one) as the scan found it: where to read it, its size and
-/// mode, its bytes when the scan kept them, and whether the value scan reads it when the scan
-/// opened it.
-type Regular = (PathBuf, u64, u32, Option<Prefetched>, Option<bool>);
+/// A regular file (or a link to one) as the scan found it: where to read it when it is a link
+/// (its target), its size and mode, its bytes when the scan kept them, and whether the value
+/// scan reads it when the scan opened it.
+type Regular = (Option<PathBuf>, u64, u32, Option<Prefetched>, Option<bool>);
 
 /// What one directory entry is, found while its directory was open.
 enum Found {
@@ -295,10 +309,10 @@ impl Walk<'_> {
                     self.dir(&rel)?;
                 }
                 Found::File(f) => {
-                    let (source, size, mode, prefetched, has_values) = f?;
+                    let (link, size, mode, prefetched, has_values) = f?;
                     self.out.push(ScanEntry::File {
                         path: rel,
-                        source,
+                        link,
                         size,
                         executable: mode & 0o111 != 0,
                         prefetched,
@@ -357,7 +371,7 @@ impl Walk<'_> {
                 }
                 Found::File(
                     self.link(dir, name, &full)
-                        .map(|(source, size, mode)| (source, size, mode, None, None)),
+                        .map(|(target, size, mode)| (Some(target), size, mode, None, None)),
                 )
             }
             _ => Found::Other,
@@ -424,21 +438,13 @@ fn regular(
                 if taken && prefetched.is_none() {
                     budget.give_back(len);
                 }
-                return Ok((full.to_path_buf(), len, st.st_mode, prefetched, has_values));
+                return Ok((None, len, st.st_mode, prefetched, has_values));
             }
             Err(_) => checks.by_path(&rel, true),
         }
     }
     rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
-        .map(|st| {
-            (
-                full.to_path_buf(),
-                st.st_size as u64,
-                st.st_mode,
-                None,
-                None,
-            )
-        })
+        .map(|st| (None, st.st_size as u64, st.st_mode, None, None))
         .map_err(|e| Error::io(full, e.into()))
 }
 
@@ -662,9 +668,9 @@ mod tests {
         let names: Vec<_> = got.iter().map(|e| e.path()).collect();
         assert_eq!(names, ["a", "a/b", "a/b/w.bin", "a.txt", "link.bin"]);
         match &got[4] {
-            ScanEntry::File { size, source, .. } => {
+            ScanEntry::File { size, link, .. } => {
                 assert_eq!(*size, 4);
-                assert!(source.ends_with("a/b/w.bin"));
+                assert!(link.as_ref().unwrap().ends_with("a/b/w.bin"));
             }
             other => panic!("{other:?}"),
         }
@@ -703,7 +709,12 @@ mod tests {
         std::fs::create_dir_all(m.join("a")).unwrap();
         std::fs::write(m.join("a/f"), b"model").unwrap();
         let entries = scan(&m, &m).unwrap();
-        let ScanEntry::File { source, path, .. } = &entries[1] else {
+        let source = entries[1].source(&m).unwrap();
+        let source = &*source;
+        let ScanEntry::File {
+            path, link: None, ..
+        } = &entries[1]
+        else {
             panic!("{entries:?}")
         };
         let mut got = Vec::new();
@@ -856,13 +867,13 @@ mod tests {
         match e {
             ScanEntry::File {
                 path,
-                source,
+                link,
                 size,
                 executable,
                 ..
             } => ScanEntry::File {
                 path,
-                source,
+                link,
                 size,
                 executable,
                 prefetched: None,
