@@ -94,11 +94,21 @@ impl Plan {
     /// Hugging Face cache (the etags are recorded). Removes the patch files.
     pub fn finish(&self, entries: Vec<ScanEntry>, hf: bool, written: Written) -> Result<Completed> {
         let Some(delta) = &self.delta else {
-            let mut digests = written.files.into_iter();
-            let mut files = Vec::with_capacity(digests.len());
-            let mut etags = hf.then(|| Vec::with_capacity(digests.len()));
+            let write::WrittenFiles {
+                sha256: digests,
+                etags: etags_of,
+                values: values_of,
+            } = written.files;
+            let count = digests.len();
+            // Both lists are let go of as they are read: the model's entries and the digests
+            // shrink while the manifest's list grows (a million files).
+            let mut digests = Shrinking::new(digests);
+            let mut etags_of = etags_of.into_iter().peekable();
+            let mut values_of = values_of.into_iter().peekable();
+            let mut files = Vec::with_capacity(count);
+            let mut etags = hf.then(|| Vec::with_capacity(count));
             let mut values = Vec::new();
-            for e in entries {
+            for e in Shrinking::new(entries) {
                 let ScanEntry::File {
                     path,
                     size,
@@ -108,17 +118,19 @@ impl Plan {
                 else {
                     continue;
                 };
-                let f = digests.next().ok_or_else(|| internal(&path))?;
-                if let Some(v) = f.values {
+                let index = files.len();
+                let sha256 = digests.next().ok_or_else(|| internal(&path))?;
+                if let Some((_, v)) = values_of.next_if(|(i, _)| *i == index) {
                     values.push((path.clone(), *v));
                 }
+                let etag = etags_of.next_if(|(i, _)| *i == index).map(|(_, e)| e);
                 if let Some(etags) = &mut etags {
-                    etags.push(f.etag.unwrap_or_default());
+                    etags.push(etag.unwrap_or_default());
                 }
                 files.push(FileEntry {
                     path,
                     size,
-                    sha256: hex::encode(f.sha256),
+                    sha256: hex::encode(sha256),
                     executable,
                     from: None,
                 });
@@ -134,7 +146,7 @@ impl Plan {
             .streamed
             .iter()
             .map(String::as_str)
-            .zip(written.files)
+            .zip(written.files.into_files())
             .collect();
         let mut files = Vec::with_capacity(delta.decisions.len());
         let mut etags = Vec::with_capacity(delta.decisions.len());
@@ -221,6 +233,32 @@ impl Plan {
             etags: hf.then_some(etags),
             values: scans,
         })
+    }
+}
+
+/// The items of a list, in order, its memory given back as they are taken (every
+/// [`Shrinking::EVERY`] items): a list of a million entries is not held whole until the list
+/// made from it is complete.
+struct Shrinking<T>(Vec<T>);
+
+impl<T> Shrinking<T> {
+    const EVERY: usize = 1 << 16;
+
+    fn new(mut list: Vec<T>) -> Self {
+        list.reverse();
+        Shrinking(list)
+    }
+}
+
+impl<T> Iterator for Shrinking<T> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        let item = self.0.pop()?;
+        if self.0.len() % Self::EVERY == 0 {
+            self.0.shrink_to_fit();
+        }
+        Some(item)
     }
 }
 

@@ -30,7 +30,8 @@ use crate::scan::ScanEntry;
 
 pub use self::batch::BUFFER_SIZE;
 pub use self::reader::{
-    Source, Stream, StreamEntry, WrittenFile, digest_and_scan, digest_file, model_entries,
+    Source, Stream, StreamEntry, WrittenFile, WrittenFiles, digest_and_scan, digest_file,
+    model_entries,
 };
 
 const BUFFERS: usize = 8;
@@ -126,7 +127,7 @@ pub struct Written {
     /// The uncompressed stream's size.
     pub stream_size: u64,
     /// Every file, in stream order.
-    pub files: Vec<WrittenFile>,
+    pub files: WrittenFiles,
     /// Every directory, in stream order.
     pub directories: Vec<String>,
 }
@@ -169,7 +170,7 @@ pub fn write(
     for _ in 0..BUFFERS {
         let _ = recycle_tx.send(vec![0u8; BUFFER_SIZE]);
     }
-    let mut files = Vec::new();
+    let mut files = WrittenFiles::default();
     let mut directories = Vec::new();
     let (read_result, write_result) = std::thread::scope(|s| {
         let writer = s.spawn(move || write_stream(rx, recycle_tx, sink));
@@ -335,12 +336,8 @@ mod tests {
             assert_eq!((gp, gb.len()), (wp, wb.len()));
             assert!(gb == wb, "{gp}: other bytes");
         }
-        for (f, (path, bytes)) in written.files.iter().zip(&want) {
-            assert_eq!(
-                hex::encode(f.sha256),
-                hex::encode(Sha256::digest(bytes)),
-                "{path}"
-            );
+        for (f, (path, bytes)) in written.files.sha256.iter().zip(&want) {
+            assert_eq!(hex::encode(f), hex::encode(Sha256::digest(bytes)), "{path}");
         }
 
         // A small file no longer of its scanned size: named in the refusal.

@@ -544,8 +544,38 @@ pub fn model_entries<'m>(
     })
 }
 
-/// One file as written, in stream order (its path, size and mode are the stream entry's: not
-/// copied again for every file).
+/// What the reading thread found of the files it read, in stream order: a SHA-256 a file, and
+/// the etags and value scans of the files that have them, by their index among the files. A
+/// model of a million files holds 32 bytes a file here (their paths, sizes and modes are the
+/// stream's: not copied again).
+#[derive(Debug, Default)]
+pub struct WrittenFiles {
+    /// SHA-256 of each file's bytes as read.
+    pub sha256: Vec<[u8; 32]>,
+    /// The etag of each file one was asked for (checked or computed), by index.
+    pub etags: Vec<(usize, String)>,
+    /// The value scan of each model file that had one, by index.
+    pub values: Vec<(usize, Box<FileScan>)>,
+}
+
+impl WrittenFiles {
+    /// One [`WrittenFile`] a file, in order.
+    pub fn into_files(self) -> Vec<WrittenFile> {
+        let mut etags = self.etags.into_iter().peekable();
+        let mut values = self.values.into_iter().peekable();
+        self.sha256
+            .into_iter()
+            .enumerate()
+            .map(|(i, sha256)| WrittenFile {
+                sha256,
+                etag: etags.next_if(|(at, _)| *at == i).map(|(_, e)| e),
+                values: values.next_if(|(at, _)| *at == i).map(|(_, v)| v),
+            })
+            .collect()
+    }
+}
+
+/// One file as written (its path, size and mode are the stream entry's).
 #[derive(Clone, Debug)]
 pub struct WrittenFile {
     /// SHA-256 of its bytes as read.
@@ -566,7 +596,7 @@ pub(super) fn read_entries(
     scan_values: bool,
     out: &mut Outbox<'_>,
     loaded: &mut Loaded,
-    files: &mut Vec<WrittenFile>,
+    files: &mut WrittenFiles,
     directories: &mut Vec<String>,
     progress: &dyn Progress,
 ) -> Result<()> {
@@ -628,11 +658,14 @@ pub(super) fn read_entries(
                 if out.push(Item::End).is_err() {
                     return Ok(());
                 }
-                files.push(WrittenFile {
-                    sha256: digests.sha256,
-                    etag: digests.etag,
-                    values: digests.values.map(Box::new),
-                });
+                let index = files.sha256.len();
+                files.sha256.push(digests.sha256);
+                if let Some(etag) = digests.etag {
+                    files.etags.push((index, etag));
+                }
+                if let Some(values) = digests.values {
+                    files.values.push((index, Box::new(values)));
+                }
             }
         }
     }
