@@ -742,6 +742,43 @@ fn internal(path: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The lists `finish` reads give their items in order, whatever their length against the
+    /// shrinking step, and give their memory back as they go.
+    #[test]
+    fn shrinking_lists_give_their_items_in_order() {
+        for n in [
+            0,
+            1,
+            Shrinking::<u32>::EVERY - 1,
+            Shrinking::<u32>::EVERY * 2 + 3,
+        ] {
+            let list: Vec<u32> = (0..n as u32).collect();
+            let mut it = Shrinking::new(list.clone());
+            let got: Vec<u32> = it.by_ref().take(n / 2 + 1).collect();
+            if n > Shrinking::<u32>::EVERY {
+                assert!(it.0.capacity() < n, "{n}: not shrunk");
+            }
+            let rest: Vec<u32> = it.collect();
+            assert_eq!([got, rest].concat(), list, "{n}");
+        }
+    }
+
+    /// The writer's etags, kept by index beside one digest a file, go back to their files.
+    #[test]
+    fn written_etags_go_back_to_their_files() {
+        let written = write::WrittenFiles {
+            sha256: vec![[1; 32], [2; 32], [3; 32]],
+            etags: vec![(0, "a".into()), (2, "c".into())],
+            values: Vec::new(),
+        };
+        let files = written.into_files();
+        let got: Vec<(u8, Option<&str>)> = files
+            .iter()
+            .map(|f| (f.sha256[0], f.etag.as_deref()))
+            .collect();
+        assert_eq!(got, [(1, Some("a")), (2, None), (3, Some("c"))]);
+    }
     use crate::keys::SecretKey;
     use crate::pack::{Compress, ModelSpec, PackOptions};
 
