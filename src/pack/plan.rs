@@ -255,7 +255,7 @@ impl<T> Iterator for Shrinking<T> {
 
     fn next(&mut self) -> Option<T> {
         let item = self.0.pop()?;
-        if self.0.len() % Self::EVERY == 0 {
+        if self.0.len().is_multiple_of(Self::EVERY) {
             self.0.shrink_to_fit();
         }
         Some(item)

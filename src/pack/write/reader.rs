@@ -344,16 +344,13 @@ pub(super) fn load_ahead(
         else {
             continue;
         };
-        let source = source.path(&path);
-        let loaded = opener
-            .open_stat(&source, &path)
-            .ok()
-            .and_then(|(file, st)| {
-                let bytes = (st.st_size as u64 == *size)
-                    .then(|| crate::scan::read_whole(&file, *size))
-                    .flatten()?;
-                crate::scan::unchanged(&file, &st).then_some(bytes)
-            });
+        let source = source.path(path);
+        let loaded = opener.open_stat(&source, path).ok().and_then(|(file, st)| {
+            let bytes = (st.st_size as u64 == *size)
+                .then(|| crate::scan::read_whole(&file, *size))
+                .flatten()?;
+            crate::scan::unchanged(&file, &st).then_some(bytes)
+        });
         batch.push(loaded);
         if batch.len() == LOAD_BATCH
             && tx
