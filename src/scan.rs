@@ -86,6 +86,10 @@ impl std::fmt::Debug for Prefetched {
 /// second open costs little beside the read itself.
 pub const PREFETCH_FILE_MAX: u64 = 64 << 10;
 
+/// The largest file the scan reads whole for the model checks when it does not keep its bytes
+/// (past [`PREFETCH_TOTAL_MAX`]): one read of a page instead of two of its first bytes.
+const SNIFF_WHOLE_MAX: u64 = 4096;
+
 /// The most file content one scan keeps ([`Prefetched`]), each file counted with a cache line
 /// of allocator overhead: the files past it are read in the read pass.
 pub const PREFETCH_TOTAL_MAX: u64 = 64 << 20;
@@ -426,7 +430,14 @@ fn regular(
             Ok((file, st)) => {
                 let len = st.st_size as u64;
                 let taken = len <= PREFETCH_FILE_MAX && budget.take(len);
-                let content = if taken { read_whole(&file, len) } else { None };
+                // A file of a page or less is read whole even past the budget: one read feeds
+                // the model checks and the value scan's sniff (two reads of its first bytes
+                // otherwise), and the bytes are let go of after.
+                let content = if taken || len <= SNIFF_WHOLE_MAX {
+                    read_whole(&file, len)
+                } else {
+                    None
+                };
                 checks.opened_read(&rel, full, &file, len, content.as_deref());
                 // What the value scan will read is known now, from the bytes at hand or the
                 // first few read on this handle: pack bounds its manifest by it.
@@ -434,7 +445,9 @@ fn regular(
                     Some(bytes) => Some(crate::inspect::format::has_values_in(&rel, bytes, len)),
                     None => crate::inspect::format::has_values(&rel, &file, len).ok(),
                 };
-                let prefetched = content.filter(|_| unchanged(&file, &st)).map(Prefetched);
+                let prefetched = content
+                    .filter(|_| taken && unchanged(&file, &st))
+                    .map(Prefetched);
                 if taken && prefetched.is_none() {
                     budget.give_back(len);
                 }
