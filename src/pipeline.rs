@@ -117,6 +117,24 @@ pub trait Source {
         ", reading from the start".to_string()
     }
 
+    /// Whether [`Source::feed_skipping`] leaves out any file the target holds, wherever it is
+    /// in the stream (a registry: each file is a blob of its own). The default: no.
+    fn skips_held(&self) -> bool {
+        false
+    }
+
+    /// [`Source::feed`] without the files `held` names (the target holds them, proven); only
+    /// called when [`Source::skips_held`] says so.
+    fn feed_skipping(
+        &self,
+        sink: &mut dyn EntrySink,
+        progress: &dyn Progress,
+        held: &HashSet<String>,
+    ) -> Result<Fed> {
+        let _ = held;
+        self.feed(sink, progress)
+    }
+
     /// [`Source::feed`] from entry `start` (a value [`Source::start_at`] returned) on.
     fn feed_from(
         &self,
@@ -227,6 +245,20 @@ fn feed<T: Target>(
         let fed = source.feed_from(&mut stage, progress, start)?;
         stage.finish()?;
         drop(stage);
+        tally.finish()?;
+        fed
+    } else if let Some(held) = target.kept().filter(|_| source.skips_held()).map(|kept| {
+        note_resuming(kept, ", fetching only the files not held", progress);
+        kept.files.clone()
+    }) {
+        // Every file is fetched on its own: the held ones, wherever they are, are not.
+        let mut tally = Tally::new(m, target.sink());
+        for e in m.expected_entries() {
+            if matches!(e, Expected::File(f) if held.contains(&f.path)) {
+                tally.already_held(&e)?;
+            }
+        }
+        let fed = source.feed_skipping(&mut tally, progress, &held)?;
         tally.finish()?;
         fed
     } else {

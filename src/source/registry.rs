@@ -18,6 +18,7 @@
 //! bounded amount of memory (see `fill`), so a model of many small files is not one round trip
 //! per file.
 
+use std::collections::HashSet;
 use std::io::Read;
 use std::path::PathBuf;
 use std::sync::{Condvar, Mutex};
@@ -217,21 +218,33 @@ struct Queue {
     cancelled: bool,
 }
 
-/// Feeds the whole tree, in bundle order, from the registry through a verifier into `sink`.
-/// Large files stream straight through; small ones (config, tokenizer, shards of a few MiB)
-/// are fetched ahead by a few workers into a bounded amount of memory.
+/// Feeds the whole tree, in bundle order, from the registry through a verifier into `sink`,
+/// but for the files in `held` (the target holds them, proven: each file is a blob of its own,
+/// so none of them is fetched). Large files stream straight through; small ones (config,
+/// tokenizer, shards of a few MiB) are fetched ahead by a few workers into a bounded amount of
+/// memory.
 fn fill(
     m: &Manifest,
     registry: &Registry,
     reference: &str,
     sink: &mut dyn EntrySink,
     progress: &dyn Progress,
+    held: &HashSet<String>,
 ) -> Result<()> {
-    progress.start(crate::progress::Phase::Download, m.totals.file_bytes);
+    let held_bytes: u64 = m
+        .files
+        .iter()
+        .filter(|f| held.contains(&f.path))
+        .map(|f| f.size)
+        .sum();
+    progress.start(
+        crate::progress::Phase::Download,
+        m.totals.file_bytes.saturating_sub(held_bytes),
+    );
     let small: Vec<&FileEntry> = m
         .files
         .iter()
-        .filter(|f| f.size <= PREFETCH_MAX_FILE)
+        .filter(|f| f.size <= PREFETCH_MAX_FILE && !held.contains(&f.path))
         .collect();
     let (txs, rxs): (Vec<_>, Vec<_>) = small
         .iter()
@@ -274,7 +287,11 @@ fn fill(
         }
         let mut next_small = 0;
         let installed = (|| {
-            let entries = m.expected_entries();
+            let entries: Vec<Expected<'_>> = m
+                .expected_entries()
+                .into_iter()
+                .filter(|e| !matches!(e, Expected::File(f) if held.contains(&f.path)))
+                .collect();
             let mut v = Verifier::new(
                 entries.clone(),
                 Mode::Strict,
@@ -342,12 +359,24 @@ impl Source for RegistrySource<'_> {
         true
     }
     fn feed(&self, sink: &mut dyn EntrySink, progress: &dyn Progress) -> Result<Fed> {
+        self.feed_skipping(sink, progress, &HashSet::new())
+    }
+    fn skips_held(&self) -> bool {
+        true
+    }
+    fn feed_skipping(
+        &self,
+        sink: &mut dyn EntrySink,
+        progress: &dyn Progress,
+        held: &HashSet<String>,
+    ) -> Result<Fed> {
         fill(
             &self.opened.manifest,
             self.registry,
             &self.reference,
             sink,
             progress,
+            held,
         )?;
         Ok(Fed::default())
     }
