@@ -219,7 +219,9 @@ struct Queue {
 
 /// Feeds the whole tree, in bundle order, from the registry through a verifier into `sink`.
 /// Large files stream straight through; small ones (config, tokenizer, shards of a few MiB)
-/// are fetched ahead by a few workers into a bounded amount of memory.
+/// are fetched ahead by a few workers into a bounded amount of memory. A file the sink
+/// already [`EntrySink::holds`] (not among the repositories `unpack --repo` chose, or
+/// staged by an interrupted install and proven) is not fetched: it counts as delivered.
 fn fill(
     m: &Manifest,
     registry: &Registry,
@@ -227,10 +229,21 @@ fn fill(
     sink: &mut dyn EntrySink,
     progress: &dyn Progress,
 ) -> Result<()> {
-    progress.start(crate::progress::Phase::Download, m.totals.file_bytes);
+    let mut held = std::collections::HashSet::new();
+    for f in &m.files {
+        if sink.holds(f)? {
+            held.insert(f.path.as_str());
+        }
+    }
+    let fetched = |f: &&FileEntry| !held.contains(f.path.as_str());
+    progress.start(
+        crate::progress::Phase::Download,
+        m.files.iter().filter(fetched).map(|f| f.size).sum(),
+    );
     let small: Vec<&FileEntry> = m
         .files
         .iter()
+        .filter(fetched)
         .filter(|f| f.size <= PREFETCH_MAX_FILE)
         .collect();
     let (txs, rxs): (Vec<_>, Vec<_>) = small
@@ -274,7 +287,14 @@ fn fill(
         }
         let mut next_small = 0;
         let installed = (|| {
-            let entries = m.expected_entries();
+            let entries: Vec<Expected> = m
+                .expected_entries()
+                .into_iter()
+                .filter(|e| match e {
+                    Expected::Dir(_) => true,
+                    Expected::File(f) => fetched(f),
+                })
+                .collect();
             let mut v = Verifier::new(
                 entries.clone(),
                 Mode::Strict,
