@@ -494,33 +494,33 @@ fn one_repository_by_name_goes_into_the_directory_itself_and_the_rest_is_only_ha
     // One repository: its files at the top of --dest, its receipt the whole signed manifest
     // and part.json naming it; `check` checks that part.
     let (code, j) = env.json(&[
-        "unpack", "multi", "--trust", "k.pub", "--dest", "base", "--repo", "org/base",
+        "unpack", "multi", "--trust", "k.pub", "--dest", "d-base", "--repo", "org/base",
     ]);
     assert_eq!(code, 0, "{j}");
     assert_eq!(j["part"], serde_json::json!(["models--org--base"]), "{j}");
     assert_eq!(
-        tree_without_receipt(&env.path("base"))
+        tree_without_receipt(&env.path("d-base"))
             .into_iter()
             .map(|(p, _, _)| p)
             .collect::<Vec<_>>(),
         ["config.json", "weights", "weights/w.bin"]
     );
     assert_eq!(
-        std::fs::read(env.path("base/weights/w.bin")).unwrap(),
+        std::fs::read(env.path("d-base/weights/w.bin")).unwrap(),
         pseudo_random(12 << 20, 7)
     );
     assert_eq!(
-        std::fs::read_to_string(env.path("base/.airlock/part.json")).unwrap(),
+        std::fs::read_to_string(env.path("d-base/.airlock/part.json")).unwrap(),
         "{\"repos\":[\"models--org--base\"]}\n"
     );
     assert_eq!(
-        std::fs::read(env.path("base/.airlock/manifest.json")).unwrap(),
+        std::fs::read(env.path("d-base/.airlock/manifest.json")).unwrap(),
         std::fs::read(env.path("multi/manifest.json")).unwrap()
     );
-    env.ok(&["check", "base", "--trust", "k.pub"]);
+    env.ok(&["check", "d-base", "--trust", "k.pub"]);
     // A changed file of that part is found.
-    env.write("base/config.json", br#"{"model_type":"y"}"#);
-    env.fails(3, &["check", "base", "--trust", "k.pub"]);
+    env.write("d-base/config.json", br#"{"model_type":"y"}"#);
+    env.fails(3, &["check", "d-base", "--trust", "k.pub"]);
 
     // Several: each in its folder, by id, TYPE:ID or folder name.
     env.ok(&[
@@ -589,11 +589,11 @@ fn one_repository_by_name_goes_into_the_directory_itself_and_the_rest_is_only_ha
 
     // part.json rewritten to name a repository the manifest does not carry: refused, named.
     std::fs::write(
-        env.path("base/.airlock/part.json"),
+        env.path("d-base/.airlock/part.json"),
         "{\"repos\":[\"models--org--nope\"]}\n",
     )
     .unwrap();
-    let text = env.fails(3, &["check", "base", "--trust", "k.pub"]);
+    let text = env.fails(3, &["check", "d-base", "--trust", "k.pub"]);
     assert!(text.contains("part.json"), "{text}");
 
     // The unchosen repository's bytes are still verified: damage in them (the base's 12 MiB
@@ -615,12 +615,12 @@ fn one_repository_by_name_goes_into_the_directory_itself_and_the_rest_is_only_ha
             "--trust",
             "k.pub",
             "--dest",
-            "adapter",
+            "d-adapter",
             "--repo",
             "org/adapter",
         ],
     );
-    assert!(!env.path("adapter").exists());
+    assert!(!env.path("d-adapter").exists());
     assert!(staging_leftovers(env.dir.path()).is_empty());
 }
 
@@ -662,14 +662,14 @@ fn a_bundle_of_several_is_pushed_as_one_artifact_and_installs_whole_or_in_part()
             "--trust",
             "k.pub",
             "--dest",
-            "adapter",
+            "d-adapter",
             "--repo",
             "org/adapter",
         ],
     );
-    assert!(env.path("adapter/adapter_config.json").is_file());
-    assert!(!env.path("adapter/weights").exists());
-    env.ok(&["check", "adapter", "--trust", "k.pub"]);
+    assert!(env.path("d-adapter/adapter_config.json").is_file());
+    assert!(!env.path("d-adapter/weights").exists());
+    env.ok(&["check", "d-adapter", "--trust", "k.pub"]);
     assert_eq!(
         blob_gets(&reg, &weights),
         fetched,
@@ -703,9 +703,9 @@ fn a_bundle_of_several_is_pushed_as_one_artifact_and_installs_whole_or_in_part()
         &env,
         3,
         &[
-            "unpack", &target, "--trust", "k.pub", "--dest", "base", "--repo", "org/base",
+            "unpack", &target, "--trust", "k.pub", "--dest", "d-base", "--repo", "org/base",
         ],
     );
-    assert!(!env.path("base").exists());
+    assert!(!env.path("d-base").exists());
     assert!(staging_leftovers(env.dir.path()).is_empty());
 }
