@@ -472,6 +472,16 @@ pub struct UnpackArgs {
     /// With --hf-cache: the repository type (default: the bundle's, else model).
     #[arg(long, value_enum, requires = "hf_cache")]
     pub repo_type: Option<RepoTypeArg>,
+    /// Of a bundle of several repositories, install only this one (repeatable: a subset).
+    /// With --dest, one repository goes into the directory itself (./llama/config.json),
+    /// several each into DEST/models--ORG--NAME/. The whole bundle is still read and hashed;
+    /// from a registry only the chosen repositories' files are fetched.
+    #[arg(
+        long = "repo",
+        value_name = "[TYPE:]ORG/NAME",
+        conflicts_with = "oci_layout"
+    )]
+    pub repos: Vec<String>,
     /// With an oci:// reference: how to reach the registry.
     #[command(flatten)]
     pub registry: RegistryArgs,

@@ -182,6 +182,76 @@ pub fn write(
     crate::durable::sync_dir_fd(&dir, &dir_path)
 }
 
+/// `DIR/.airlock/part.json`: which repositories of a bundle of several (FORMAT.md section
+/// 14.4) an install of part of it holds (`unpack --dest D --repo R`). Not signed: it says
+/// which part of the signed manifest the tree is, never what a file holds.
+pub const PART_NAME: &str = "part.json";
+
+/// Largest `part.json` read.
+const MAX_PART_BYTES: u64 = 1 << 16;
+
+/// What `part.json` holds.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PartFile {
+    repos: Vec<String>,
+}
+
+/// Writes `part.json` into the staged tree's receipt (after [`write`]): `{"repos":[FOLDER,...]}`
+/// and a newline, the chosen repositories' folders in bundle order, mode 0644, synced.
+pub fn write_part(tree: &OwnedFd, tree_path: &Path, folders: &[String]) -> Result<()> {
+    let dir_path = tree_path.join(RECEIPT_DIR);
+    let dir = fsio::open_dir_at(tree, RECEIPT_DIR).map_err(|e| Error::io(&dir_path, e.into()))?;
+    let mut bytes = serde_json::to_vec(&PartFile {
+        repos: folders.to_vec(),
+    })
+    .expect("json");
+    bytes.push(b'\n');
+    crate::durable::write_synced_at(&dir, &dir_path, PART_NAME, &bytes, FILE_MODE)?;
+    crate::durable::sync_dir_fd(&dir, &dir_path)
+}
+
+/// The part of the receipt manifest `m` the tree at `dir` holds: `None` when there is no
+/// `part.json` (the whole tree), else the chosen repositories' indices into `m.repos` and
+/// the manifest of that part ([`Manifest::select_repos`]). A `part.json` that is not one
+/// airlock writes for this manifest is refused, naming it.
+pub fn part_of(dir: &Path, m: &Manifest) -> Result<Option<(Vec<String>, Manifest)>> {
+    let path = dir.join(RECEIPT_DIR).join(PART_NAME);
+    let receipt_dir = open_receipt_dir(dir).map_err(|e| Error::io(dir.join(RECEIPT_DIR), e))?;
+    let Some(bytes) = read_receipt_file(&receipt_dir, &path, PART_NAME, MAX_PART_BYTES)? else {
+        return Ok(None);
+    };
+    let bad = |reason: String| Error::BadManifest {
+        path: path.clone(),
+        reason,
+    };
+    let part: PartFile = serde_json::from_slice(&bytes)
+        .map_err(|e| bad(format!("is not the part list airlock writes: {e}")))?;
+    if part.repos.is_empty() {
+        return Err(bad("names no repository".into()));
+    }
+    if !part.repos.windows(2).all(|w| w[0] < w[1]) {
+        return Err(bad(
+            "does not list its repositories once each, in order".into()
+        ));
+    }
+    let chosen = part
+        .repos
+        .iter()
+        .map(|f| m.repos.iter().position(|r| r.path == *f))
+        .collect::<Option<Vec<usize>>>()
+        .ok_or_else(|| {
+            bad(format!(
+                "names a repository the receipt's manifest does not carry ({})",
+                part.repos.join(", ")
+            ))
+        })?;
+    let view = m
+        .select_repos(&chosen)
+        .ok_or_else(|| bad("names no repository of the receipt's manifest".into()))?;
+    Ok(Some((part.repos, view)))
+}
+
 /// The bytes [`write`] adds to a tree.
 pub fn size(manifest_bytes: &[u8], signature_text: &str, trust: &open::TrustInfo) -> u64 {
     (manifest_bytes.len() + signature_text.len()) as u64
@@ -211,6 +281,9 @@ pub struct Receipt {
     pub vouched_by: Option<u64>,
     /// Disagreements between the signature's trusted comment and the manifest.
     pub warnings: Vec<String>,
+    /// For an install of part of a bundle of several repositories (`part.json`): their
+    /// folders; `manifest` is then that part ([`part_of`]). Empty: the whole bundle.
+    pub part: Vec<String>,
 }
 
 /// Verifies the receipt of `dir` with `policy`, as a bundle's manifest is verified; when the
@@ -250,12 +323,17 @@ pub fn open(dir: &Path, trust: Option<&Policy>) -> Result<Receipt> {
     match trust {
         Some(trust) => {
             let signed = verify(dir, trust)?;
+            let (part, manifest) = match part_of(dir, &signed.manifest)? {
+                Some(p) => p,
+                None => (Vec::new(), signed.manifest),
+            };
             Ok(Receipt {
-                manifest: signed.manifest,
+                manifest,
                 signer: Some(signed.signer.key_id_hex()),
                 signers: signed.trust.signers,
                 vouched_by: signed.trust.vouched_by,
                 warnings: signed.warnings,
+                part,
             })
         }
         None => {
@@ -264,12 +342,17 @@ pub fn open(dir: &Path, trust: Option<&Policy>) -> Result<Receipt> {
                 path: manifest_path.clone(),
                 reason,
             })?;
+            let (part, manifest) = match part_of(dir, &manifest)? {
+                Some(p) => p,
+                None => (Vec::new(), manifest),
+            };
             Ok(Receipt {
                 manifest,
                 signer: None,
                 signers: Vec::new(),
                 vouched_by: None,
                 warnings: Vec::new(),
+                part,
             })
         }
     }
@@ -465,6 +548,7 @@ pub fn planted(dir: &Path) -> Result<Vec<Drift>> {
         let is_file = ft == FileType::RegularFile;
         let receipt_file = name == manifest::MANIFEST_NAME
             || name == manifest::SIGNATURE_NAME
+            || name == PART_NAME
             || open::is_cosignature_name(&name)
             || crate::trust::update::version_of_name(&name).is_some();
         if receipt_file && is_file {

@@ -102,6 +102,7 @@ fn target(a: &UnpackArgs, opened: &Opened, trust: &Policy, out: &mut Output) -> 
             check_space,
             trust: policy,
             resume: !a.no_resume,
+            repos: a.repos.clone(),
         })
     } else if let Some(layout) = &a.oci_layout {
         To::Layout(LayoutOptions {
@@ -120,6 +121,7 @@ fn target(a: &UnpackArgs, opened: &Opened, trust: &Policy, out: &mut Output) -> 
             trust: policy,
             parent_mode: a.parent_mode,
             resume: !a.no_resume,
+            repos: a.repos.clone(),
         };
         replace_note(out, &opts);
         To::Dir(opts)
@@ -208,21 +210,25 @@ fn finish(
     }
     let what = format!("{} version {}{from}", m.name, m.version);
     let size = format!("{} files, {}", m.totals.files, human(m.totals.file_bytes));
-    let oms_at = airlock::oms::carried_name(m).map(|name| match &done {
-        Unpacked::Dir(i) => i.dest.join(name).display().to_string(),
-        Unpacked::HfCache(i) => i
-            .repo_folder
-            .join(airlock::paths::RECEIPT_DIR)
-            .join("receipts")
-            .join(&i.commit)
-            .join(name)
-            .display()
-            .to_string(),
-        Unpacked::Layout(_) => format!("{name}, a layer of the artifact"),
+    let oms_at = airlock::oms::carried_name(m).and_then(|name| match &done {
+        // Part of a bundle of several: the OMS signature covers the whole tree, not placed.
+        Unpacked::Dir(i) if !i.part.is_empty() => None,
+        Unpacked::Dir(i) => Some(i.dest.join(name).display().to_string()),
+        Unpacked::HfCache(i) => Some(
+            i.repo_folder
+                .join(airlock::paths::RECEIPT_DIR)
+                .join("receipts")
+                .join(&i.commit)
+                .join(name)
+                .display()
+                .to_string(),
+        ),
+        Unpacked::Layout(_) => Some(format!("{name}, a layer of the artifact")),
     });
     // A directory install holds airlock's own files beside the publisher's: the stock
     // verifiers must be told to leave them out (issue 33 item 1).
     let publisher_dest = match &done {
+        Unpacked::Dir(i) if !i.part.is_empty() => None,
         Unpacked::Dir(i) => Some(Some(i.dest.clone())),
         Unpacked::Layout(_) => Some(None),
         Unpacked::HfCache(_) => None,
@@ -317,10 +323,32 @@ fn render_dir(out: &mut Output, i: &Installed, what: &str, size: &str) {
     out.set("dest", &i.dest);
     out.set("replaced", i.replaced);
     out.set("previous_version", i.previous_version);
-    out.line(format!(
-        "OK   installed {what} into {} ({size})",
-        i.dest.display()
-    ));
+    if i.part.is_empty() {
+        out.line(format!(
+            "OK   installed {what} into {} ({size})",
+            i.dest.display()
+        ));
+    } else {
+        let ids: Vec<String> = i
+            .part
+            .iter()
+            .map(|f| match airlock::hfcache::parse_repo_folder(f) {
+                Some((t, id)) => format!("{t} {id}"),
+                None => f.clone(),
+            })
+            .collect();
+        out.set("part", &i.part);
+        out.line(format!(
+            "OK   installed {} of {what} into {} ({}; the rest of the bundle was read and hashed, not installed)",
+            ids.join(", "),
+            i.dest.display(),
+            if i.part.len() == 1 {
+                "its files at the top of the directory".to_string()
+            } else {
+                "each in its folder".to_string()
+            }
+        ));
+    }
     out.set("created_parents", &i.notes.created_parents);
     out.set(
         "created_parents_mode",

@@ -1270,6 +1270,119 @@ impl Manifest {
         })
     }
 
+    /// The repositories of a bundle of several that `asked` names, as indices into `repos` in
+    /// bundle order, each once. A name is `ORG/NAME` (the repository of that id; two of one
+    /// id and different types need the type), `TYPE:ORG/NAME`, or the repository's folder
+    /// (`models--ORG--NAME`). `Err` says which name is not there and lists the bundle's
+    /// repositories (a usage error: the operator asked for a part the bundle does not have).
+    pub fn choose_repos(&self, asked: &[String]) -> std::result::Result<Vec<usize>, String> {
+        let listed = || {
+            self.repos
+                .iter()
+                .map(|r| format!("{}:{}", r.source.repo_type, r.source.repo_id))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if self.repos.is_empty() {
+            return Err(
+                "--repo picks repositories of a bundle of several (FORMAT.md section 14.4); this bundle carries one model: leave --repo out".to_string(),
+            );
+        }
+        let mut chosen = Vec::new();
+        for name in asked {
+            let hits: Vec<usize> = self
+                .repos
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| {
+                    let typed = format!("{}:{}", r.source.repo_type, r.source.repo_id);
+                    *name == r.source.repo_id || *name == typed || *name == r.path
+                })
+                .map(|(i, _)| i)
+                .collect();
+            match hits.as_slice() {
+                [i] => {
+                    if !chosen.contains(i) {
+                        chosen.push(*i);
+                    }
+                }
+                [] => {
+                    return Err(format!(
+                        "--repo {name:?}: the bundle carries no such repository; it carries {}",
+                        listed()
+                    ));
+                }
+                _ => {
+                    return Err(format!(
+                        "--repo {name:?} names {} repositories of the bundle; name one as TYPE:ORG/NAME: {}",
+                        hits.len(),
+                        listed()
+                    ));
+                }
+            }
+        }
+        chosen.sort_unstable();
+        Ok(chosen)
+    }
+
+    /// The part of a bundle of several that an install of the repositories `chosen` (indices
+    /// into `repos`, in bundle order) lays down: one repository alone is [`Manifest::repo_view`]
+    /// (its files at the root), several keep their folders and their `repos` entries. Never
+    /// signed nor written.
+    pub fn select_repos(&self, chosen: &[usize]) -> Option<Manifest> {
+        if let [one] = chosen {
+            return self.repo_view(*one);
+        }
+        let keep: Vec<&str> = chosen
+            .iter()
+            .map(|&i| self.repos.get(i).map(|r| r.path.as_str()))
+            .collect::<Option<_>>()?;
+        let inside = |p: &str| keep.contains(&p.split('/').next().unwrap_or(p));
+        let files: Vec<FileEntry> = self
+            .files
+            .iter()
+            .filter(|f| inside(&f.path))
+            .cloned()
+            .collect();
+        let directories: Vec<String> = self
+            .directories
+            .iter()
+            .filter(|d| inside(d))
+            .cloned()
+            .collect();
+        let values = self.values.as_ref().and_then(|v| {
+            let files: Vec<FileValues> = v
+                .files
+                .iter()
+                .filter(|f| inside(&f.path))
+                .cloned()
+                .collect();
+            (!files.is_empty()).then_some(Values {
+                rules: v.rules,
+                files,
+            })
+        });
+        Some(Manifest {
+            totals: Totals {
+                files: files.len() as u64,
+                directories: directories.len() as u64,
+                file_bytes: files.iter().map(|f| f.size).sum(),
+                volume_bytes: self.totals.volume_bytes,
+            },
+            repos: chosen.iter().map(|&i| self.repos[i].clone()).collect(),
+            warnings: self
+                .warnings
+                .iter()
+                .filter(|w| inside(&w.path))
+                .cloned()
+                .collect(),
+            values,
+            files,
+            directories,
+            ..self.clone_header()
+        })
+    }
+
     /// The manifest's scalar fields and volumes, with empty lists.
     fn clone_header(&self) -> Manifest {
         Manifest {

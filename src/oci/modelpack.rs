@@ -558,27 +558,6 @@ pub fn airlock_layers(image_manifest: &[u8]) -> Result<(Layer, Layer), String> {
     }
 }
 
-/// Refuses a bundle of several repositories (FORMAT.md section 14.4) on the registry path
-/// (`push`, `unpack --oci-layout`): a ModelPack artifact describes one model, and publishing
-/// the repositories as one artifact, or each as its own, is not implemented. Refused before
-/// anything is read or written, never done in part.
-pub fn refuse_several_repos(
-    opened: &crate::bundle::open::Opened,
-    what: &str,
-) -> crate::error::Result<()> {
-    let m = &opened.manifest;
-    if m.repos.is_empty() {
-        return Ok(());
-    }
-    let ids: Vec<&str> = m.repos.iter().map(|r| r.source.repo_id.as_str()).collect();
-    Err(crate::error::Error::Usage(format!(
-        "{} carries {} Hugging Face repositories ({}): {what} publishes one model as one OCI artifact, and a bundle of several is not published that way. Install it with unpack --hf-cache (or --dest), or pack each repository into a bundle of its own and {what} those",
-        opened.origin,
-        m.repos.len(),
-        ids.join(", ")
-    )))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

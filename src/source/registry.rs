@@ -218,11 +218,12 @@ struct Queue {
     cancelled: bool,
 }
 
-/// Feeds the whole tree, in bundle order, from the registry through a verifier into `sink`,
-/// but for the files in `held` (the target holds them, proven: each file is a blob of its own,
-/// so none of them is fetched). Large files stream straight through; small ones (config,
-/// tokenizer, shards of a few MiB) are fetched ahead by a few workers into a bounded amount of
-/// memory.
+/// Feeds the whole tree, in bundle order, from the registry through a verifier into `sink`.
+/// Large files stream straight through; small ones (config, tokenizer, shards of a few MiB)
+/// are fetched ahead by a few workers into a bounded amount of memory. A file in `held` (the
+/// target holds it, proven: each file is a blob of its own) or one the sink already
+/// [`EntrySink::holds`] (not among the repositories `unpack --repo` chose, or staged by an
+/// interrupted install and proven) is not fetched: it counts as delivered.
 fn fill(
     m: &Manifest,
     registry: &Registry,
@@ -231,20 +232,23 @@ fn fill(
     progress: &dyn Progress,
     held: &HashSet<String>,
 ) -> Result<()> {
-    let held_bytes: u64 = m
-        .files
-        .iter()
-        .filter(|f| held.contains(&f.path))
-        .map(|f| f.size)
-        .sum();
+    let mut skipped: std::collections::HashSet<&str> =
+        held.iter().map(String::as_str).collect();
+    for f in &m.files {
+        if !skipped.contains(f.path.as_str()) && sink.holds(f)? {
+            skipped.insert(f.path.as_str());
+        }
+    }
+    let fetched = |f: &&FileEntry| !skipped.contains(f.path.as_str());
     progress.start(
         crate::progress::Phase::Download,
-        m.totals.file_bytes.saturating_sub(held_bytes),
+        m.files.iter().filter(fetched).map(|f| f.size).sum(),
     );
     let small: Vec<&FileEntry> = m
         .files
         .iter()
-        .filter(|f| f.size <= PREFETCH_MAX_FILE && !held.contains(&f.path))
+        .filter(fetched)
+        .filter(|f| f.size <= PREFETCH_MAX_FILE)
         .collect();
     let (txs, rxs): (Vec<_>, Vec<_>) = small
         .iter()
@@ -290,7 +294,10 @@ fn fill(
             let entries: Vec<Expected<'_>> = m
                 .expected_entries()
                 .into_iter()
-                .filter(|e| !matches!(e, Expected::File(f) if held.contains(&f.path)))
+                .filter(|e| match e {
+                    Expected::Dir(_) => true,
+                    Expected::File(f) => fetched(f),
+                })
                 .collect();
             let mut v = Verifier::new(
                 entries.clone(),

@@ -27,6 +27,7 @@ use rustix::fs::Mode;
 use sha2::{Digest, Sha256};
 
 use super::notes::{self, InstallNotes};
+use super::select::{Part, Select};
 use crate::bundle::open::{Opened, Origin};
 use crate::entries::Base;
 use crate::entries::EntrySink;
@@ -64,6 +65,10 @@ pub struct UnpackOptions {
     /// destination left, keeping the files it proves (on by default; `--no-resume` starts
     /// clean, removing it).
     pub resume: bool,
+    /// Of a bundle of several repositories, install only these (`--repo`, names as
+    /// [`Manifest::choose_repos`] takes them): one goes into `dest` itself, several each
+    /// into `dest/FOLDER/`. Empty: the whole bundle.
+    pub repos: Vec<String>,
 }
 
 /// What an install into a directory did.
@@ -75,6 +80,10 @@ pub struct Installed {
     pub replaced: bool,
     /// The version replaced, if the old tree had a receipt.
     pub previous_version: Option<u64>,
+    /// Of a bundle of several repositories, the ones installed (`--repo`), by folder, as
+    /// `.airlock/part.json` names them; empty: the whole bundle.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub part: Vec<String>,
     /// Cleanup and model checks.
     #[serde(flatten)]
     pub notes: InstallNotes,
@@ -89,7 +98,9 @@ pub struct DirTarget {
 /// What [`Target::begin`] set up. Field order is drop order: the sink (and its senders) goes
 /// before the sync thread, the staging directory (removed on drop) last.
 struct Begun {
-    sink: StagingSink,
+    sink: Select<StagingSink>,
+    /// The part of a bundle of several installed (`--repo`): its folders and its manifest.
+    part: Option<(Vec<String>, Manifest)>,
     syncer: SyncThread,
     tree: PathBuf,
     cleanup: Cleanup,
@@ -116,8 +127,18 @@ impl Target for DirTarget {
 
     fn begin(&mut self, opened: &Opened, progress: &dyn Progress) -> Result<()> {
         let opts = &self.opts;
-        let m = &opened.manifest;
         let dest = &opts.dest;
+        // Part of a bundle of several repositories: what is installed is that part's manifest.
+        let part = if opts.repos.is_empty() {
+            None
+        } else {
+            let m = &opened.manifest;
+            let chosen = m.choose_repos(&opts.repos).map_err(Error::Usage)?;
+            let folders: Vec<String> = chosen.iter().map(|&i| m.repos[i].path.clone()).collect();
+            let view = m.select_repos(&chosen).expect("chosen from the manifest");
+            Some((folders, view))
+        };
+        let m = part.as_ref().map_or(&opened.manifest, |(_, v)| v);
         let parent = parent_dir(dest);
         let Some(dest_name) = dest.file_name().and_then(|n| n.to_str()) else {
             return Err(Error::Usage(format!(
@@ -149,10 +170,11 @@ impl Target for DirTarget {
             }
             keep = Some(kept);
         }
-        // Every install can be resumed. A delta's marker names the delta's manifest, which
-        // names its base by digest: the files kept are the target's, proven the same way, and
-        // the delta stage skips the copies and patches of the files held.
-        let marker = Some(staging::Marker {
+        // Every install of a whole bundle can be resumed. A delta's marker names the delta's
+        // manifest, which names its base by digest: the files kept are the target's, proven
+        // the same way, and the delta stage skips the copies and patches of the files held.
+        // Part of a bundle of several (`--repo`) starts again from zero.
+        let marker = part.is_none().then(|| staging::Marker {
             manifest_sha256: opened.manifest_sha256.clone(),
             dest: dest_name.to_string(),
             target: "dir".into(),
@@ -226,7 +248,7 @@ impl Target for DirTarget {
         let tree = staging.path().join("tree");
         let held = kept.as_ref();
         let syncer = SyncThread::new();
-        let sink = StagingSink {
+        let staging_sink = StagingSink {
             root,
             root_path: tree.clone(),
             dirs: HashMap::new(),
@@ -241,8 +263,16 @@ impl Target for DirTarget {
             flusher: Flusher::dropping(),
             since_flush: 0,
         };
+        let sink = Select::new(
+            staging_sink,
+            part.as_ref().map(|(folders, _)| Part {
+                folders: folders.clone(),
+                strip: folders.len() == 1,
+            }),
+        );
         self.begun = Some(Begun {
             sink,
+            part,
             syncer,
             tree,
             cleanup,
@@ -281,6 +311,7 @@ impl Target for DirTarget {
     fn commit(mut self, opened: &Opened, fed: Fed, _progress: &dyn Progress) -> Result<Installed> {
         let Begun {
             sink,
+            part,
             syncer,
             tree,
             cleanup,
@@ -291,7 +322,7 @@ impl Target for DirTarget {
             staging,
             made,
         } = self.begun.take().expect("begin came first");
-        let m = &opened.manifest;
+        let m = part.as_ref().map_or(&opened.manifest, |(_, v)| v);
         let StagingSink {
             root,
             dirs,
@@ -299,7 +330,7 @@ impl Target for DirTarget {
             syncer: sync_tx,
             flusher,
             ..
-        } = sink;
+        } = sink.inner;
         drop((dirs, current, sync_tx));
         syncer.finish()?;
         if let Some((path, e)) = flusher.finish() {
@@ -314,8 +345,14 @@ impl Target for DirTarget {
             &opened.signature_text,
             &opened.trust,
         )?;
-        // The OMS signature the bundle carries, where model_signing looks for it.
-        crate::oms::place(&root, &tree, opened.oms.as_ref())?;
+        if let Some((folders, _)) = &part {
+            receipt::write_part(&root, &tree, folders)?;
+        }
+        // The OMS signature the bundle carries, where model_signing looks for it (not beside
+        // part of a bundle of several: it signs the whole tree).
+        if part.is_none() {
+            crate::oms::place(&root, &tree, opened.oms.as_ref())?;
+        }
         for d in &m.directories {
             let fd = fsio::open_below(&root, d).map_err(|e| Error::io(tree.join(d), e.into()))?;
             crate::durable::sync_dir_fd(&fd, &tree.join(d))?;
@@ -363,6 +400,7 @@ impl Target for DirTarget {
             dest: dest.clone(),
             replaced,
             previous_version,
+            part: part.map(|(folders, _)| folders).unwrap_or_default(),
             notes,
         })
     }
@@ -676,6 +714,11 @@ impl InstalledBase {
                 "{short}: the receipt there does not verify with the trust set ({e})"
             ))
         })?;
+        if receipt::part_of(dest, &signed.manifest)?.is_some() {
+            return Err(refuse(format!(
+                "{short}: it holds part of a bundle of several repositories (unpack --repo), not the whole install a delta applies onto"
+            )));
+        }
         let old = signed.manifest;
         if old.name != m.name {
             return Err(refuse(format!(

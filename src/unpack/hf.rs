@@ -50,6 +50,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::notes::{self, InstallNotes};
+use super::select::{Part, Select};
 use crate::bundle::open::{Opened, Signed};
 use crate::durable;
 use crate::entries::Base;
@@ -86,6 +87,9 @@ pub struct HfUnpackOptions {
     /// repository and revision of this cache left, keeping the blobs it proves (on by default;
     /// `--no-resume` starts clean, removing it).
     pub resume: bool,
+    /// Of a bundle of several repositories, install only these (`--repo`, names as
+    /// [`Manifest::choose_repos`] takes them); empty: every one.
+    pub repos: Vec<String>,
 }
 
 /// What happened to `snapshots/<commit>/`.
@@ -1156,7 +1160,7 @@ pub struct HfTarget {
 /// What [`Target::begin`] set up. Field order is drop order: the sink before the sync thread,
 /// the transaction (which undoes what it did and removes the work directory) last.
 struct HfBegun {
-    sink: BlobSink,
+    sink: Select<BlobSink>,
     syncer: SyncThread,
     /// One per repository the bundle installs, in the sink's order.
     repos: Vec<RepoBegun>,
@@ -1205,10 +1209,14 @@ fn views(opened: &Opened, opts: &HfUnpackOptions) -> Result<Vec<(Option<Manifest
             ids.join(", ")
         )));
     }
-    Ok(m.repos
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (m.repo_view(i), format!("{}/", r.path)))
+    let chosen: Vec<usize> = if opts.repos.is_empty() {
+        (0..m.repos.len()).collect()
+    } else {
+        m.choose_repos(&opts.repos).map_err(Error::Usage)?
+    };
+    Ok(chosen
+        .into_iter()
+        .map(|i| (m.repo_view(i), format!("{}/", m.repos[i].path)))
         .collect())
 }
 
@@ -1244,9 +1252,10 @@ impl Target for HfTarget {
         let existing_locks = hfcache::open_locks(&cache_fd, cache)?;
         // An install of one repository can be resumed: its work directory is marked with the
         // signed manifest's digest (a delta's names its base by digest), the repository folder
-        // and the revision. A bundle of several repositories starts again from zero.
+        // and the revision. A bundle of several repositories (all, or the part `--repo`
+        // chose) starts again from zero.
         let several = plans.len() > 1;
-        let marker = (!several).then(|| staging::Marker {
+        let marker = m.repos.is_empty().then(|| staging::Marker {
             manifest_sha256: opened.manifest_sha256.clone(),
             dest: plans[0].1.clone(),
             target: "hf-cache".into(),
@@ -1283,7 +1292,18 @@ impl Target for HfTarget {
             let held = resumed
                 .as_ref()
                 .map_or(0, |r: &Adopted| r.proven.kept.bytes);
-            let checked = notes::check_space(cache, notes::space_needed(m, 0).saturating_sub(held));
+            // What is installed: the whole bundle, or the repositories chosen.
+            let part = (!opts.repos.is_empty())
+                .then(|| {
+                    let chosen: Vec<usize> = plans
+                        .iter()
+                        .filter_map(|p| m.repos.iter().position(|r| format!("{}/", r.path) == p.3))
+                        .collect();
+                    m.select_repos(&chosen)
+                })
+                .flatten();
+            let needed = notes::space_needed(part.as_ref().unwrap_or(m), 0);
+            let checked = notes::check_space(cache, needed.saturating_sub(held));
             if let (Err(_), Some(s)) = (&checked, txn.staging.as_mut()) {
                 s.keep_for_rerun();
             }
@@ -1398,7 +1418,15 @@ impl Target for HfTarget {
                 (None, HashMap::with_capacity(m.files.len()))
             }
         };
-        let sink = BlobSink {
+        // Of a bundle of several, only the repositories staged get their files.
+        let part = (!m.repos.is_empty()).then(|| Part {
+            folders: sink_repos
+                .iter()
+                .map(|r: &SinkRepo| r.prefix.trim_end_matches('/').to_string())
+                .collect(),
+            strip: false,
+        });
+        let blob_sink = BlobSink {
             repos: sink_repos,
             etags,
             current: None,
@@ -1412,7 +1440,7 @@ impl Target for HfTarget {
             syncer: syncer.sender(),
         };
         self.begun = Some(HfBegun {
-            sink,
+            sink: Select::new(blob_sink, part),
             syncer,
             repos,
             cache: Arc::new(cache_fd),
@@ -1469,7 +1497,7 @@ impl Target for HfTarget {
             syncer: sync_tx,
             current,
             ..
-        } = sink;
+        } = sink.inner;
         drop(current);
         drop(sync_tx);
         syncer.finish()?;
@@ -1603,51 +1631,50 @@ impl Target for HfTarget {
         }
         txn.committed = true;
         drop(txn);
-        let several = done.len() > 1;
-        let mut done = done.into_iter();
-        let (_, mut first) = done.next().expect("at least one repository");
-        first.notes.repaired_volumes = fed.repaired_volumes;
-        first.notes.resumed = super::resume::report(kept.as_ref(), fed.started_at);
-        if several {
-            // The install's notes gather every repository's, each finding under its bundle path.
-            let own = std::mem::take(&mut first.notes.findings);
-            first.notes.findings = own
-                .into_iter()
-                .map(|mut f| {
-                    f.path = format!("{}/{}", first_folder(m), f.path);
-                    f
-                })
-                .collect();
-            let mut all = vec![HfInstalled {
-                notes: InstallNotes::default(),
-                repos: Vec::new(),
-                blobs_repaired: first.blobs_repaired.clone(),
-                ..first.clone_fields()
-            }];
-            for (prefix, mut i) in done {
-                first
-                    .notes
-                    .findings
-                    .extend(i.notes.findings.drain(..).map(|mut f| {
-                        f.path = format!("{prefix}{}", f.path);
-                        f
-                    }));
-                first
-                    .notes
-                    .unchecked
-                    .extend(i.notes.unchecked.drain(..).map(|p| format!("{prefix}{p}")));
-                i.notes = InstallNotes::default();
-                all.push(i);
-            }
-            first.repos = all;
-        }
-        Ok(first)
+        let mut all = gather(done);
+        all.notes.repaired_volumes = fed.repaired_volumes;
+        all.notes.resumed = super::resume::report(kept.as_ref(), fed.started_at);
+        Ok(all)
     }
 }
 
-/// The directory of the first repository of a bundle of several.
-fn first_folder(m: &Manifest) -> &str {
-    m.repos.first().map(|r| r.path.as_str()).unwrap_or("")
+/// What an install of the repositories `done` (each with its bundle path prefix, in bundle
+/// order; one for a bundle of one) reports: the first one's fields, and for several each one
+/// in `repos` with the install's notes gathered at the top, every finding and unchecked path
+/// under its bundle path (its repository's folder before it).
+fn gather(done: Vec<(String, HfInstalled)>) -> HfInstalled {
+    let several = done.len() > 1;
+    let mut done = done.into_iter();
+    let (first_prefix, mut first) = done.next().expect("at least one repository");
+    if !several {
+        return first;
+    }
+    let mut notes = std::mem::take(&mut first.notes);
+    let under = |prefix: &str, notes: &mut InstallNotes| {
+        for f in &mut notes.findings {
+            f.path = format!("{prefix}{}", f.path);
+        }
+        for p in &mut notes.unchecked {
+            *p = format!("{prefix}{p}");
+        }
+    };
+    under(&first_prefix, &mut notes);
+    let mut all = vec![HfInstalled {
+        notes: InstallNotes::default(),
+        repos: Vec::new(),
+        blobs_repaired: first.blobs_repaired.clone(),
+        ..first.clone_fields()
+    }];
+    for (prefix, mut i) in done {
+        let mut own = std::mem::take(&mut i.notes);
+        under(&prefix, &mut own);
+        notes.findings.append(&mut own.findings);
+        notes.unchecked.append(&mut own.unchecked);
+        all.push(i);
+    }
+    first.notes = notes;
+    first.repos = all;
+    first
 }
 
 impl HfInstalled {
@@ -2018,5 +2045,62 @@ mod tests {
         let mut want = vec![git, a.sha256.clone()];
         want.sort();
         assert_eq!(names, want);
+    }
+
+    /// One repository's report with a finding and an unchecked path of its own, each under
+    /// its snapshot (no folder).
+    fn installed(id: &str) -> HfInstalled {
+        let mut notes = InstallNotes::default();
+        notes.findings.push(crate::inspect::Finding {
+            severity: crate::inspect::Severity::Warning,
+            code: "x",
+            path: "config.json".into(),
+            problem: "p".into(),
+            fix: "f".into(),
+        });
+        notes.unchecked.push("deep/file".into());
+        HfInstalled {
+            cache: PathBuf::from("c"),
+            repo_id: id.into(),
+            repo_type: "model".into(),
+            repo_folder: PathBuf::from("c").join(id),
+            revision: "main".into(),
+            commit: "0".repeat(40),
+            commit_derived: false,
+            snapshot: PathBuf::from("s"),
+            snapshot_state: SnapshotState::Created,
+            ref_path: None,
+            previous_commit: None,
+            blobs_written: 1,
+            blobs_reused: 0,
+            blobs_repaired: Vec::new(),
+            notes,
+            repos: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_gathered_notes_name_every_repository_by_its_folder() {
+        let all = gather(vec![
+            ("models--o--a/".into(), installed("o/a")),
+            ("models--o--b/".into(), installed("o/b")),
+        ]);
+        let findings: Vec<&str> = all.notes.findings.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(
+            findings,
+            ["models--o--a/config.json", "models--o--b/config.json"]
+        );
+        // The first repository's unchecked paths too (they once lacked their folder).
+        assert_eq!(
+            all.notes.unchecked,
+            ["models--o--a/deep/file", "models--o--b/deep/file"]
+        );
+        assert_eq!(all.repos.len(), 2);
+        assert!(all.repos.iter().all(|r| r.notes.findings.is_empty()));
+        assert_eq!(all.repo_id, "o/a");
+        // A bundle of one: its report as it is.
+        let one = gather(vec![(String::new(), installed("o/a"))]);
+        assert_eq!(one.notes.unchecked, ["deep/file"]);
+        assert!(one.repos.is_empty());
     }
 }

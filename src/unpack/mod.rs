@@ -18,6 +18,7 @@ pub mod parents;
 pub mod registry;
 pub mod registry_base;
 pub mod resume;
+pub mod select;
 
 pub use dir::{DirTarget, Installed, UnpackOptions};
 pub use hf::{HfInstalled, HfTarget, HfUnpackOptions, SnapshotState};

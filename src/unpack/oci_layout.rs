@@ -311,7 +311,6 @@ impl Target for LayoutTarget {
 
     fn begin(&mut self, opened: &Opened, progress: &dyn Progress) -> Result<()> {
         let m = &opened.manifest;
-        crate::oci::modelpack::refuse_several_repos(opened, "unpack --oci-layout")?;
         if let Some(tag) = &self.opts.tag
             && !is_tag(tag)
         {

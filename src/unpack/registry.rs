@@ -364,7 +364,6 @@ impl<'scope, 'env> Target for RegistryTarget<'scope, 'env> {
 pub fn push(opened: &BundleDir, registry: &Registry, progress: &dyn Progress) -> Result<Pushed> {
     // Never publish what `unpack oci://` refuses: checked before reading or uploading anything.
     let m = &opened.manifest;
-    modelpack::refuse_several_repos(opened, "push")?;
     let (layers, _) = modelpack::bundle_layers(opened);
     modelpack::check_publishable(m, &layers, &opened.manifest_sha256).map_err(|reason| {
         Error::ManifestTooLarge {

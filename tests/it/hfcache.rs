@@ -1505,6 +1505,7 @@ fn a_staging_directory_swapped_by_another_user_puts_none_of_their_bytes_in_the_c
             check_space: false,
             trust: trust.clone(),
             resume: true,
+            repos: Vec::new(),
         });
         let result = airlock::unpack::unpack(&source, to, &airlock::progress::Silent);
         // Before: the planted blob was kept as "the same content twice", the other user's tree

@@ -192,22 +192,41 @@ fn with_dependencies_packs_the_base_from_the_cache_and_both_install_or_neither()
         ],
     );
     assert!(text.contains("carries 2 repositories"), "{text}");
-    let text = env.fails(
-        2,
-        &[
-            "unpack",
-            "multi",
-            "--trust",
-            "k.pub",
-            "--oci-layout",
-            "layout",
-        ],
-    );
+    // An OCI layout holds the one artifact push publishes: every file a layer at its bundle
+    // path, below its repository's folder.
+    env.ok(&[
+        "unpack",
+        "multi",
+        "--trust",
+        "k.pub",
+        "--oci-layout",
+        "layout",
+    ]);
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(env.path("layout/index.json")).unwrap()).unwrap();
+    let digest = index["manifests"][0]["digest"].as_str().unwrap();
+    let image: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(env.path(&format!(
+            "layout/blobs/sha256/{}",
+            digest.strip_prefix("sha256:").unwrap()
+        )))
+        .unwrap(),
+    )
+    .unwrap();
+    let paths: Vec<&str> = image["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            l["annotations"]["org.cncf.model.filepath"]
+                .as_str()
+                .unwrap()
+        })
+        .collect();
     assert!(
-        text.contains("carries 2 Hugging Face repositories"),
-        "{text}"
+        paths.contains(&"models--org--base/weights/w.bin"),
+        "{paths:?}"
     );
-    assert!(!env.path("layout").exists() || entries(&env.path("layout")).is_empty());
     // Into a directory: each repository in its own folder, one receipt for the tree.
     env.ok(&["unpack", "multi", "--trust", "k.pub", "--dest", "d"]);
     assert!(env.path("d/models--org--base/weights/w.bin").is_file());
@@ -448,4 +467,245 @@ fn an_adapter_and_its_base_from_one_bundle_load_together_offline() {
     let loads = crate::offline_ready::load_all(&python, &env, false);
     let err = loads["lora-adapter"].clone().unwrap_or_default();
     assert!(err.contains("file_exists"), "{err}");
+}
+
+/// `multi`: org/adapter then org/base (bundle order), packed from the staging cache.
+fn pack_multi(env: &Env) {
+    staging_cache(env);
+    env.ok(&[
+        "pack",
+        "--hf-cache",
+        "src",
+        "--hf-repo",
+        "org/base",
+        "--hf-repo",
+        "org/adapter",
+        "-o",
+        "multi",
+        "--key",
+        "k.key",
+    ]);
+}
+
+#[test]
+fn one_repository_by_name_goes_into_the_directory_itself_and_the_rest_is_only_hashed() {
+    let env = Env::new();
+    pack_multi(&env);
+    // One repository: its files at the top of --dest, its receipt the whole signed manifest
+    // and part.json naming it; `check` checks that part.
+    let (code, j) = env.json(&[
+        "unpack", "multi", "--trust", "k.pub", "--dest", "d-base", "--repo", "org/base",
+    ]);
+    assert_eq!(code, 0, "{j}");
+    assert_eq!(j["part"], serde_json::json!(["models--org--base"]), "{j}");
+    assert_eq!(
+        tree_without_receipt(&env.path("d-base"))
+            .into_iter()
+            .map(|(p, _, _)| p)
+            .collect::<Vec<_>>(),
+        ["config.json", "weights", "weights/w.bin"]
+    );
+    assert_eq!(
+        std::fs::read(env.path("d-base/weights/w.bin")).unwrap(),
+        pseudo_random(12 << 20, 7)
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.path("d-base/.airlock/part.json")).unwrap(),
+        "{\"repos\":[\"models--org--base\"]}\n"
+    );
+    assert_eq!(
+        std::fs::read(env.path("d-base/.airlock/manifest.json")).unwrap(),
+        std::fs::read(env.path("multi/manifest.json")).unwrap()
+    );
+    env.ok(&["check", "d-base", "--trust", "k.pub"]);
+    // A changed file of that part is found.
+    env.write("d-base/config.json", br#"{"model_type":"y"}"#);
+    env.fails(3, &["check", "d-base", "--trust", "k.pub"]);
+
+    // Several: each in its folder, by id, TYPE:ID or folder name.
+    env.ok(&[
+        "unpack",
+        "multi",
+        "--trust",
+        "k.pub",
+        "--dest",
+        "two",
+        "--repo",
+        "model:org/adapter",
+        "--repo",
+        "models--org--base",
+    ]);
+    assert!(env.path("two/models--org--base/weights/w.bin").is_file());
+    assert!(
+        env.path("two/models--org--adapter/adapter_config.json")
+            .is_file()
+    );
+    env.ok(&["check", "two", "--trust", "k.pub"]);
+
+    // Into a cache: only the chosen repository appears, with its receipt.
+    env.ok(&[
+        "unpack",
+        "multi",
+        "--trust",
+        "k.pub",
+        "--hf-cache",
+        "c1",
+        "--repo",
+        "org/adapter",
+    ]);
+    assert_eq!(
+        entries(&env.path("c1"))
+            .iter()
+            .filter(|p| !p.contains('/'))
+            .collect::<Vec<_>>(),
+        ["models--org--adapter"]
+    );
+    env.ok(&["check", "--hf-cache", "c1", "--hf-repo", "org/adapter"]);
+
+    // A name the bundle does not carry: exit 2, listing what it carries, nothing written.
+    let text = env.fails(
+        2,
+        &[
+            "unpack", "multi", "--trust", "k.pub", "--dest", "none", "--repo", "org/nope",
+        ],
+    );
+    assert!(text.contains("model:org/adapter, model:org/base"), "{text}");
+    assert!(!env.path("none").exists());
+    let text = env.fails(
+        2,
+        &[
+            "unpack",
+            "multi",
+            "--trust",
+            "k.pub",
+            "--hf-cache",
+            "c2",
+            "--repo",
+            "org/nope",
+        ],
+    );
+    assert!(text.contains("org/nope"), "{text}");
+    assert!(entries(&env.path("c2")).is_empty());
+
+    // part.json rewritten to name a repository the manifest does not carry: refused, named.
+    std::fs::write(
+        env.path("d-base/.airlock/part.json"),
+        "{\"repos\":[\"models--org--nope\"]}\n",
+    )
+    .unwrap();
+    let text = env.fails(3, &["check", "d-base", "--trust", "k.pub"]);
+    assert!(text.contains("part.json"), "{text}");
+
+    // The unchosen repository's bytes are still verified: damage in them (the base's 12 MiB
+    // file, at the end of the stream) fails the install of the adapter alone, nothing written.
+    let volume = std::fs::read_dir(env.path("multi"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .unwrap();
+    let mut bytes = std::fs::read(&volume).unwrap();
+    let at = bytes.len() - (2 << 20);
+    bytes[at] ^= 0xff;
+    std::fs::write(&volume, &bytes).unwrap();
+    env.fails(
+        3,
+        &[
+            "unpack",
+            "multi",
+            "--trust",
+            "k.pub",
+            "--dest",
+            "d-adapter",
+            "--repo",
+            "org/adapter",
+        ],
+    );
+    assert!(!env.path("d-adapter").exists());
+    assert!(staging_leftovers(env.dir.path()).is_empty());
+}
+
+/// GET requests of blob `sha256` in the registry's access log.
+fn blob_gets(reg: &crate::oci::Registry, sha256: &str) -> usize {
+    reg.log()
+        .lines()
+        .filter(|l| l.contains("\"GET /v2/") && l.contains(&format!("/blobs/sha256:{sha256}")))
+        .count()
+}
+
+#[test]
+fn a_bundle_of_several_is_pushed_as_one_artifact_and_installs_whole_or_in_part() {
+    let reg = crate::oci::Registry::start();
+    let env = Env::new();
+    pack_multi(&env);
+    let target = reg.reference("models/multi:1");
+    let text = reg.ok(&env, &["push", "multi", &target, "--trust", "k.pub"]);
+    assert!(text.contains("OK   published"), "{text}");
+    let weights = hex::encode(Sha256::digest(pseudo_random(12 << 20, 7)));
+
+    // Into a cache: every repository, each checked on its own.
+    reg.ok(
+        &env,
+        &["unpack", &target, "--trust", "k.pub", "--hf-cache", "cache"],
+    );
+    for repo in ["org/adapter", "org/base"] {
+        env.ok(&["check", "--hf-cache", "cache", "--hf-repo", repo]);
+    }
+    let fetched = blob_gets(&reg, &weights);
+    assert!(fetched >= 1, "{}", reg.log());
+
+    // One repository into a directory: the other's layers are never fetched.
+    reg.ok(
+        &env,
+        &[
+            "unpack",
+            &target,
+            "--trust",
+            "k.pub",
+            "--dest",
+            "d-adapter",
+            "--repo",
+            "org/adapter",
+        ],
+    );
+    assert!(env.path("d-adapter/adapter_config.json").is_file());
+    assert!(!env.path("d-adapter/weights").exists());
+    env.ok(&["check", "d-adapter", "--trust", "k.pub"]);
+    assert_eq!(
+        blob_gets(&reg, &weights),
+        fetched,
+        "the base's weights were fetched"
+    );
+    // Into a cache, the same.
+    reg.ok(
+        &env,
+        &[
+            "unpack",
+            &target,
+            "--trust",
+            "k.pub",
+            "--hf-cache",
+            "c1",
+            "--repo",
+            "org/adapter",
+        ],
+    );
+    assert!(!env.path("c1/models--org--base").exists());
+    env.ok(&["check", "--hf-cache", "c1", "--hf-repo", "org/adapter"]);
+    assert_eq!(blob_gets(&reg, &weights), fetched);
+
+    // The base alone: its weights fetched and checked against the signed manifest; a
+    // tampered blob in the registry is exit 3, nothing installed.
+    let blob = reg.blob_file(&weights);
+    let mut bytes = std::fs::read(&blob).unwrap();
+    bytes[5] ^= 1;
+    std::fs::write(&blob, &bytes).unwrap();
+    reg.fails(
+        &env,
+        3,
+        &[
+            "unpack", &target, "--trust", "k.pub", "--dest", "d-base", "--repo", "org/base",
+        ],
+    );
+    assert!(!env.path("d-base").exists());
+    assert!(staging_leftovers(env.dir.path()).is_empty());
 }
