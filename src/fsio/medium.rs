@@ -25,7 +25,7 @@ use std::path::Path;
 
 use rustix::fs::{Advice, OFlags};
 
-use super::{Follow, OpenError, open_regular};
+use super::{Follow, Result, open_regular};
 
 /// The alignment of direct reads: buffer address, file offset and length.
 pub const DIRECT_ALIGN: usize = 4096;
@@ -175,11 +175,7 @@ fn classify(f_type: u64) -> (&'static str, Option<ReadFrom>) {
 
 /// Opens `path` as [`open_regular`] does and prepares it to be read from the medium under
 /// `how`. Returns the file and its size.
-pub fn open_medium(
-    path: &Path,
-    follow: Follow,
-    how: MediumRead,
-) -> std::result::Result<(MediumFile, u64), OpenError> {
+pub fn open_medium(path: &Path, follow: Follow, how: MediumRead) -> Result<(MediumFile, u64)> {
     let (file, len) = open_regular(path, follow)?;
     Ok((MediumFile::new(file, how), len))
 }
