@@ -291,7 +291,7 @@ fn inspect(
     medium.exists = true;
     let own = crate::bundle::media::Media::new(vec![dir.clone()], &opened.manifest_sha256);
     let listing: Vec<String> = crate::fsio::list_dir(&dir, crate::fsio::Follow::Final)
-        .map_err(|e| Error::io(&dir, e))?
+        .map_err(|e| Error::io(&dir, e.into()))?
         .into_iter()
         .map(|(n, _)| n.to_string_lossy().into_owned())
         .collect();

@@ -19,7 +19,7 @@ use crate::fsio::{self, Follow, create_at, create_new, open_dir_at, rename_at};
 
 /// Creates the new file `path` with exactly `mode`, writes `bytes` and syncs it.
 pub fn write_synced(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    let f = create_new(path, mode).map_err(|e| Error::io(path, e))?;
+    let f = create_new(path, mode).map_err(|e| Error::io(path, e.into()))?;
     finish_write(f, path, bytes)
 }
 
@@ -144,7 +144,8 @@ impl<D: AsFd> Staged<D> {
                 // A filesystem without `RENAME_NOREPLACE`: a hard link fails as well when the
                 // name is taken.
                 Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => (
-                    fsio::hard_link_at(self.tmp_dir(), &tmp, &self.dir, &self.name),
+                    fsio::hard_link_at(self.tmp_dir(), &tmp, &self.dir, &self.name)
+                        .map_err(std::io::Error::from),
                     true,
                 ),
                 r => (r, false),

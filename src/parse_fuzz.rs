@@ -464,7 +464,7 @@ fn root_child() {
                 }
                 tally.borrow_mut().saw(&bytes, Ok(()))
             }
-            Err(e) => tally.borrow_mut().saw(&bytes, Err(&e)),
+            Err(e) => tally.borrow_mut().saw(&bytes, Err(&e.to_string())),
         }
     }));
     tally.borrow().report("root", started);

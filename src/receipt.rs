@@ -24,7 +24,7 @@ use rustix::fs::{AtFlags, FileType};
 
 use crate::bundle::open;
 use crate::error::{Error, Result};
-use crate::fsio::{self, OpenError};
+use crate::fsio::{self, Cause};
 use crate::inspect::TreeChecks;
 use crate::inspect::values::{self, FileScan};
 use crate::manifest::{self, Manifest};
@@ -94,13 +94,13 @@ fn read_receipt_file(
             "is {what}, not a regular file; refusing to read it"
         ))
     };
-    match fsio::read_below_capped(receipt_dir, name, cap) {
+    match fsio::read_below_capped(receipt_dir, name, cap).map_err(fsio::Error::into_cause) {
         Ok(bytes) => Ok(Some(bytes)),
-        Err(OpenError::NotFound) => Ok(None),
-        Err(OpenError::Link) => Err(refuse("a symbolic link")),
-        Err(OpenError::NotRegular(_)) => Err(refuse("a directory, FIFO, socket or device")),
-        Err(OpenError::TooLarge(_)) => Err(bad(format!("is larger than the {cap}-byte limit"))),
-        Err(e @ OpenError::Io(_)) => Err(Error::io(path, e.into())),
+        Err(Cause::NotFound) => Ok(None),
+        Err(Cause::Link) => Err(refuse("a symbolic link")),
+        Err(Cause::NotRegular(_)) => Err(refuse("a directory, FIFO, socket or device")),
+        Err(Cause::TooLarge(_)) => Err(bad(format!("is larger than the {cap}-byte limit"))),
+        Err(e @ Cause::Io(_)) => Err(Error::io(path, e.into())),
     }
 }
 
@@ -425,16 +425,16 @@ fn file_drift(
             None,
         )
     };
-    let (file, st) = match opener.open_stat(&f.path) {
+    let (file, st) = match opener.open_stat(&f.path).map_err(fsio::Error::into_cause) {
         Ok(opened) => opened,
-        Err(OpenError::NotFound) => return one("missing", "is missing".into()),
-        Err(OpenError::Link) => {
+        Err(Cause::NotFound) => return one("missing", "is missing".into()),
+        Err(Cause::Link) => {
             return one(
                 "type",
                 "is no longer a regular file (a link is in its path)".into(),
             );
         }
-        Err(OpenError::NotRegular(_)) => {
+        Err(Cause::NotRegular(_)) => {
             return one("type", "is no longer a regular file".into());
         }
         Err(e) => return one("unreadable", format!("cannot be opened: {e}")),
@@ -736,7 +736,11 @@ fn compare_inner(
         drift.extend(mode_drift(".", st.st_mode));
     }
     for d in &manifest.directories {
-        match fsio::open_below(&root, d).and_then(|fd| rustix::fs::fstat(&fd)) {
+        match fsio::open_below(&root, d)
+            .ok()
+            .and_then(|fd| rustix::fs::fstat(&fd).ok())
+            .ok_or(())
+        {
             Ok(st) => drift.extend(mode_drift(d, st.st_mode)),
             Err(_) => drift.push(Drift {
                 path: d.clone(),

@@ -529,7 +529,7 @@ fn resolve_link(dir: &OwnedFd, name: &OsStr, full: &Path) -> Result<PathBuf> {
 
 /// Opens the directory `rel` ("" for `root` itself) below `root`, one component at a time,
 /// never following a link.
-fn open_dir_below(root: &OwnedFd, rel: &str) -> rustix::io::Result<OwnedFd> {
+fn open_dir_below(root: &OwnedFd, rel: &str) -> fsio::Result<OwnedFd> {
     let mut fd = fsio::open_dir_at(root, ".")?;
     if !rel.is_empty() {
         for c in rel.split('/') {
@@ -643,15 +643,15 @@ fn open_in_stat(fd: &OwnedFd, last: &OsStr) -> io::Result<(File, rustix::fs::Sta
             "not a UTF-8 name",
         ));
     }
-    let opened = match fsio::open_file_at(fd, last) {
+    let opened = match fsio::open_file_at(fd, last).map_err(fsio::Error::into_cause) {
         Ok(opened) => opened,
-        Err(fsio::OpenError::Link) => {
+        Err(fsio::Cause::Link) => {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "is now a symbolic link",
             ));
         }
-        Err(fsio::OpenError::NotRegular(_)) => {
+        Err(fsio::Cause::NotRegular(_)) => {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "is no longer a regular file (a FIFO, device or directory is there now)",

@@ -153,13 +153,15 @@ fn plain_failure(file: &Path, sig_path: &Path, why: Option<Refusal>, trust: &Pol
 /// The text of the signature file `sig_path` of `file`: a regular file (a final link
 /// followed) of at most [`MAX_SIGNATURE_BYTES`], refused before reading otherwise.
 pub fn read_signature(sig_path: &Path, file: &Path) -> Result<String> {
-    use fsio::OpenError;
+    use fsio::Cause;
     refuse_special(sig_path)?;
-    let bytes = match fsio::read_capped(sig_path, MAX_SIGNATURE_BYTES, Follow::Final) {
+    let bytes = match fsio::read_capped(sig_path, MAX_SIGNATURE_BYTES, Follow::Final)
+        .map_err(fsio::Error::into_cause)
+    {
         Ok(bytes) => bytes,
         // A file without a signature beside it is the wrong path or an incomplete copy, not a
         // failed verification (exit 1, as for a bundle path that is not a directory).
-        Err(OpenError::NotFound) => {
+        Err(Cause::NotFound) => {
             return Err(Error::io(
                 sig_path,
                 std::io::Error::new(
@@ -172,7 +174,7 @@ pub fn read_signature(sig_path: &Path, file: &Path) -> Result<String> {
             ));
         }
         // A regular file too large to be a signature is a signature that fails (exit 3).
-        Err(OpenError::TooLarge(n)) => {
+        Err(Cause::TooLarge(n)) => {
             return Err(Error::BadSignature {
                 path: sig_path.to_path_buf(),
                 reason: format!(

@@ -334,7 +334,7 @@ const PASSWORD_FILE_CAP: u64 = 64 << 10;
 /// works; at most [`PASSWORD_FILE_CAP`] bytes are read.
 pub fn read_password_file(path: &Path) -> Result<zeroize::Zeroizing<Vec<u8>>> {
     use std::io::Read;
-    let file = fsio::open_operator_stream(path).map_err(|e| Error::io(path, e))?;
+    let file = fsio::open_operator_stream(path).map_err(|e| Error::io(path, e.into()))?;
     let mut text = zeroize::Zeroizing::new(Vec::new());
     file.take(PASSWORD_FILE_CAP + 1)
         .read_to_end(&mut text)

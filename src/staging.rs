@@ -446,7 +446,7 @@ impl Staging {
     /// directory of their own there. The work inside goes on through the handle either way;
     /// this tells whether anything read by [`Staging::path`] is airlock's.
     pub fn at_its_name(&self) -> io::Result<bool> {
-        fsio::is_entry_of(&self.parent_fd, &self.name, &self.dir)
+        fsio::is_entry_of(&self.parent_fd, &self.name, &self.dir).map_err(io::Error::from)
     }
 
     /// Syncs the work directory itself.
@@ -679,9 +679,16 @@ pub fn remove_if_stale(
 ) -> std::result::Result<bool, String> {
     let dir = match fsio::open_dir_at(parent, name) {
         Ok(d) => d,
-        Err(rustix::io::Errno::NOENT) | Err(rustix::io::Errno::NOTDIR) => return Ok(false),
+        Err(e)
+            if matches!(
+                e.errno(),
+                Some(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR)
+            ) =>
+        {
+            return Ok(false);
+        }
         // A link or something else with our name: not ours.
-        Err(rustix::io::Errno::LOOP) => return Ok(false),
+        Err(e) if matches!(e.errno(), Some(rustix::io::Errno::LOOP)) => return Ok(false),
         Err(e) => return Err(format!("cannot be opened ({})", io::Error::from(e))),
     };
     let st = rustix::fs::fstat(&dir).map_err(|e| io::Error::from(e).to_string())?;
@@ -694,16 +701,16 @@ pub fn remove_if_stale(
             .saturating_sub(st.st_mtime as i64);
         age >= BIRTH_GRACE.as_secs() as i64
     };
-    let lock = match fsio::open_file_below(&dir, LOCK_NAME) {
+    let lock = match fsio::open_file_below(&dir, LOCK_NAME).map_err(fsio::Error::into_cause) {
         Ok((l, _)) => l,
-        Err(fsio::OpenError::NotFound) => {
+        Err(fsio::Cause::NotFound) => {
             // Killed before its lock existed: only an empty birth directory can be that.
             if birth && st.st_uid == me && old_enough() {
                 return Ok(rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR).is_ok());
             }
             return Ok(false);
         }
-        Err(fsio::OpenError::Io(e))
+        Err(fsio::Cause::Io(e))
             if e.kind() == io::ErrorKind::PermissionDenied && st.st_uid != me =>
         {
             return Err(format!(
@@ -803,7 +810,7 @@ fn enter(
     }
     let sub = match fsio::open_dir_at(dir, name) {
         Ok(s) => s,
-        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(e) if matches!(e.errno(), Some(rustix::io::Errno::NOENT)) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
     if rustix::fs::fstat(&sub)?.st_dev != dev {

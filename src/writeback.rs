@@ -205,7 +205,7 @@ impl ReadBehind {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::io::Write;
 
@@ -224,9 +224,10 @@ mod tests {
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 4 * 4096);
     }
 
-    /// Whether the page of `f` at `offset` is in the page cache (a read that may not wait for
-    /// the device fails with `EAGAIN` when it is not).
-    fn cached_at(f: &File, offset: u64) -> bool {
+    /// Whether the page of `f` at `offset` is in the page cache: a read that may not wait for
+    /// the device (`RWF_NOWAIT`) fails with `EAGAIN` when it is not. The one copy (the volume
+    /// reader's tests in `fsio/medium.rs` use it too).
+    pub(crate) fn cached_at(f: &File, offset: u64) -> bool {
         let mut b = [0u8; 1];
         match rustix::io::preadv2(
             f,

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
-use crate::fsio::{Follow, MediumFile, MediumRead, ReadFrom, read_capped};
+use crate::fsio::{self, Follow, MediumFile, MediumRead, ReadFrom, read_capped};
 use crate::manifest::{self, MAX_MANIFEST_BYTES};
 use crate::progress::{MediumRequest, Progress};
 
@@ -226,9 +226,11 @@ impl Media {
     /// when it holds none; an error when it holds another or one that cannot be read.
     fn holds_this_bundle(&self, d: &Path) -> Result<bool> {
         let path = d.join(manifest::MANIFEST_NAME);
-        let bytes = match read_capped(&path, MAX_MANIFEST_BYTES, Follow::Never) {
+        let bytes = match read_capped(&path, MAX_MANIFEST_BYTES, Follow::Never)
+            .map_err(fsio::Error::into_cause)
+        {
             Ok(b) => b,
-            Err(crate::fsio::OpenError::NotFound) => return Ok(false),
+            Err(crate::fsio::Cause::NotFound) => return Ok(false),
             Err(e) => {
                 return Err(Error::NotABundle {
                     path: d.to_path_buf(),

@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 
 use super::media::Media;
 use crate::error::{Error, Result};
-use crate::fsio::{Follow, OpenError, read_capped};
+use crate::fsio::{self, Cause, Follow, read_capped};
 use crate::keys::{PublicKey, Signature};
 use crate::manifest::{self, Manifest};
 use crate::trust::Policy;
@@ -107,32 +107,34 @@ fn too_large(len: u64, cap: u64) -> String {
 /// Reads `manifest.json` (bounded); the errors say what a missing or hostile file is.
 fn read_manifest_bytes(path: &Path) -> Result<Vec<u8>> {
     let cap = manifest::MAX_MANIFEST_BYTES;
-    read_capped(path, cap, Follow::Final).map_err(|e| match e {
-        OpenError::NotFound => not_a_bundle(path),
-        OpenError::NotRegular(what) => Error::BadManifest {
+    read_capped(path, cap, Follow::Final).map_err(|e| match e.into_cause() {
+        Cause::NotFound => not_a_bundle(path),
+        Cause::NotRegular(what) => Error::BadManifest {
             path: path.to_path_buf(),
             reason: format!("is {what}, not a regular file; refusing to read it"),
         },
-        OpenError::TooLarge(len) => Error::BadManifest {
+        Cause::TooLarge(len) => Error::BadManifest {
             path: path.to_path_buf(),
             reason: too_large(len, cap),
         },
-        e @ (OpenError::Io(_) | OpenError::Link) => Error::io(path, e.into()),
+        e @ (Cause::Io(_) | Cause::Link) => Error::io(path, e.into()),
     })
 }
 
 /// Reads `manifest.json.minisig` (bounded) as UTF-8 text. `Ok(None)` when it does not exist.
 fn read_signature_text(path: &Path) -> Result<Option<String>> {
-    let bytes = match read_capped(path, MAX_SIGNATURE_BYTES, Follow::Final) {
+    let bytes = match read_capped(path, MAX_SIGNATURE_BYTES, Follow::Final)
+        .map_err(fsio::Error::into_cause)
+    {
         Ok(b) => b,
-        Err(OpenError::NotFound) => return Ok(None),
-        Err(OpenError::NotRegular(what)) => {
+        Err(Cause::NotFound) => return Ok(None),
+        Err(Cause::NotRegular(what)) => {
             return Err(Error::BadSignature {
                 path: path.to_path_buf(),
                 reason: format!("is {what}, not a regular file; refusing to read it"),
             });
         }
-        Err(OpenError::TooLarge(len)) => {
+        Err(Cause::TooLarge(len)) => {
             return Err(Error::BadSignature {
                 path: path.to_path_buf(),
                 reason: format!(
@@ -141,7 +143,7 @@ fn read_signature_text(path: &Path) -> Result<Option<String>> {
                 ),
             });
         }
-        Err(e @ (OpenError::Io(_) | OpenError::Link)) => return Err(Error::io(path, e.into())),
+        Err(e @ (Cause::Io(_) | Cause::Link)) => return Err(Error::io(path, e.into())),
     };
     String::from_utf8(bytes)
         .map(Some)
@@ -281,7 +283,7 @@ pub fn read_cosignatures(
     let rd = match crate::fsio::list_dir(dir, crate::fsio::Follow::Final) {
         Ok(rd) => rd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io(dir, e)),
+        Err(e) => return Err(Error::io(dir, e.into())),
     };
     let mut names = Vec::new();
     for (name, _) in rd {

@@ -1,16 +1,17 @@
 //! Links made and entries looked at relative to directory handles: the `*at` calls a writer
 //! needs besides opening (which is [`super::open`]'s) and renaming ([`super::rename`]'s). None
-//! follows a link. Errors are `io::Error`s.
+//! follows a link. Errors are [`Error`]s naming the entry.
 
-use std::io;
 use std::os::fd::AsFd;
 
 use rustix::fs::{AtFlags, Stat};
 
+use super::error::{Error, Op, Result, as_is, at};
+
 /// Creates the symbolic link `name` in `dir` holding `target` (its text; nothing is looked up).
 /// Fails with `AlreadyExists` if `name` is taken.
-pub fn symlink_at<P: rustix::path::Arg>(target: P, dir: &impl AsFd, name: &str) -> io::Result<()> {
-    rustix::fs::symlinkat(target, dir, name).map_err(io::Error::from)
+pub fn symlink_at<P: rustix::path::Arg>(target: P, dir: &impl AsFd, name: &str) -> Result<()> {
+    rustix::fs::symlinkat(target, dir, name).map_err(|e| Error::os(Op::Link, name, e))
 }
 
 /// Makes `to` in `to_dir` a hard link to the entry `from` of `from_dir`, which is not followed
@@ -20,13 +21,17 @@ pub fn hard_link_at<P: rustix::path::Arg, Q: rustix::path::Arg>(
     from: P,
     to_dir: &impl AsFd,
     to: Q,
-) -> io::Result<()> {
-    rustix::fs::linkat(from_dir, from, to_dir, to, AtFlags::empty()).map_err(io::Error::from)
+) -> Result<()> {
+    at(Op::Link, to, as_is, |to| {
+        rustix::fs::linkat(from_dir, from, to_dir, to, AtFlags::empty())
+    })
 }
 
 /// The status of the entry `name` in `dir` itself (a link is described, not followed).
-pub fn stat_at<P: rustix::path::Arg>(dir: &impl AsFd, name: P) -> rustix::io::Result<Stat> {
-    rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+pub fn stat_at<P: rustix::path::Arg>(dir: &impl AsFd, name: P) -> Result<Stat> {
+    at(Op::Stat, name, as_is, |c| {
+        rustix::fs::statat(dir, c, AtFlags::SYMLINK_NOFOLLOW)
+    })
 }
 
 /// Whether two statuses are of the same file (device and inode).
@@ -37,12 +42,12 @@ pub fn same_file(a: &Stat, b: &Stat) -> bool {
 /// Whether the entry `name` in `dir` is the file open as `fd` (same device and inode), which
 /// tells whether a directory airlock made is still where it put it. `Ok(false)` when nothing
 /// is there.
-pub fn is_entry_of(dir: &impl AsFd, name: &str, fd: &impl AsFd) -> io::Result<bool> {
-    let held = rustix::fs::fstat(fd)?;
+pub fn is_entry_of(dir: &impl AsFd, name: &str, fd: &impl AsFd) -> Result<bool> {
+    let held = rustix::fs::fstat(fd).map_err(|e| Error::os(Op::Stat, name, e))?;
     match stat_at(dir, name) {
         Ok(st) => Ok(same_file(&st, &held)),
-        Err(rustix::io::Errno::NOENT) => Ok(false),
-        Err(e) => Err(e.into()),
+        Err(e) if e.errno() == Some(rustix::io::Errno::NOENT) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
@@ -61,7 +66,7 @@ mod tests {
             std::path::Path::new("f")
         );
         let e = symlink_at("g", &root, "l").unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists);
         // A hard link to the link is a link, not the file it names.
         hard_link_at(&root, "l", &root, "h").unwrap();
         assert!(

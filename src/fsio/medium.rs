@@ -25,7 +25,7 @@ use std::path::Path;
 
 use rustix::fs::{Advice, OFlags};
 
-use super::{Follow, OpenError, open_regular};
+use super::{Follow, Result, open_regular};
 
 /// The alignment of direct reads: buffer address, file offset and length.
 pub const DIRECT_ALIGN: usize = 4096;
@@ -175,11 +175,7 @@ fn classify(f_type: u64) -> (&'static str, Option<ReadFrom>) {
 
 /// Opens `path` as [`open_regular`] does and prepares it to be read from the medium under
 /// `how`. Returns the file and its size.
-pub fn open_medium(
-    path: &Path,
-    follow: Follow,
-    how: MediumRead,
-) -> std::result::Result<(MediumFile, u64), OpenError> {
+pub fn open_medium(path: &Path, follow: Follow, how: MediumRead) -> Result<(MediumFile, u64)> {
     let (file, len) = open_regular(path, follow)?;
     Ok((MediumFile::new(file, how), len))
 }
@@ -509,6 +505,7 @@ pub fn write_back_and_drop(f: &File, offset: u64, len: u64) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::writeback::tests::cached_at;
     use std::io::{Read, Write};
 
     fn file_with(bytes: &[u8]) -> (tempfile::TempDir, std::path::PathBuf) {
@@ -571,22 +568,6 @@ mod tests {
         let mut got = Vec::new();
         r.read_to_end(&mut got).unwrap();
         assert_eq!(got, data);
-    }
-
-    /// Whether the page of `f` at `offset` is in the page cache: a read that may not wait for
-    /// the device (`RWF_NOWAIT`) fails with `EAGAIN` when it is not.
-    fn cached_at(f: &File, offset: u64) -> bool {
-        let mut b = [0u8; 1];
-        match rustix::io::preadv2(
-            f,
-            &mut [io::IoSliceMut::new(&mut b)],
-            offset,
-            rustix::io::ReadWriteFlags::NOWAIT,
-        ) {
-            Ok(n) => n == 1,
-            Err(rustix::io::Errno::AGAIN) => false,
-            Err(e) => panic!("preadv2: {e}"),
-        }
     }
 
     #[test]

@@ -28,11 +28,13 @@
 //! [`list_dir`] or [`dir_entries`].
 
 mod at;
+mod error;
 mod medium;
 mod open;
 mod rename;
 
 pub use at::*;
+pub use error::{Cause, Error, Op, Result};
 pub use medium::*;
 pub use open::*;
 pub use rename::*;

@@ -1,7 +1,8 @@
 //! Opening files under the rules of [`crate::fsio`]: no link followed, no blocking open,
-//! regular files only, bounded reads, exclusive creation with an explicit mode. Errors are
-//! `io::Error`s or [`OpenError`]s (this file sits on the ground floor: `keys` reads key files
-//! through it).
+//! regular files only, bounded reads, exclusive creation with an explicit mode. Every function
+//! that takes a path or a name fails with an [`Error`] naming it; those that read a handle
+//! already open (hashing, listing an open directory) with an `io::Error` (this file sits on the
+//! ground floor: `keys` reads key files through it).
 
 use std::fs::File;
 use std::io::{self, Read};
@@ -12,32 +13,37 @@ use std::path::Path;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use sha2::{Digest, Sha256};
 
+use super::error::{Cause, Error, Op, Result, as_is, at};
+
 /// Opens the directory `path` (the operator's path to a parent or a bundle: with
 /// [`Follow::Final`] a final link is followed, as the shell would).
-pub fn open_dir_path(path: &Path, follow: Follow) -> rustix::io::Result<OwnedFd> {
+pub fn open_dir_path(path: &Path, follow: Follow) -> Result<OwnedFd> {
     let flags = match follow {
         Follow::Never => dir_flags(),
         Follow::Final => OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
     };
-    rustix::fs::open(path, flags, Mode::empty())
+    rustix::fs::open(path, flags, Mode::empty()).map_err(|e| Error::os(Op::OpenDir, path, e))
 }
 
 /// Opens the directory `path` as `open(2)` would resolve it (links followed), one component
 /// at a time, so its length is not limited by `PATH_MAX`.
-pub fn open_dir_following(path: &Path) -> io::Result<OwnedFd> {
+pub fn open_dir_following(path: &Path) -> Result<OwnedFd> {
     use std::path::Component;
+    let fail = |e| Error::os(Op::OpenDir, path, e);
     let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC;
     let mut fd = rustix::fs::open(
         if path.has_root() { "/" } else { "." },
         flags,
         Mode::empty(),
-    )?;
+    )
+    .map_err(fail)?;
     for c in path.components() {
-        match c {
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-            Component::ParentDir => fd = rustix::fs::openat(&fd, "..", flags, Mode::empty())?,
-            Component::Normal(n) => fd = rustix::fs::openat(&fd, n, flags, Mode::empty())?,
-        }
+        let next = match c {
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => continue,
+            Component::ParentDir => rustix::fs::openat(&fd, "..", flags, Mode::empty()),
+            Component::Normal(n) => rustix::fs::openat(&fd, n, flags, Mode::empty()),
+        };
+        fd = next.map_err(fail)?;
     }
     Ok(fd)
 }
@@ -45,13 +51,17 @@ pub fn open_dir_following(path: &Path) -> io::Result<OwnedFd> {
 /// Opens what `name` in `dir` leads to (a link followed) as a path handle only (`O_PATH`:
 /// nothing can be read through it, no open of a FIFO or device happens), to learn where a link
 /// leads by its descriptor.
-pub fn open_path_at<P: rustix::path::Arg>(dir: &impl AsFd, name: P) -> rustix::io::Result<OwnedFd> {
-    rustix::fs::openat(dir, name, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
+pub fn open_path_at<P: rustix::path::Arg>(dir: &impl AsFd, name: P) -> Result<OwnedFd> {
+    at(Op::OpenPath, name, as_is, |c| {
+        rustix::fs::openat(dir, c, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
+    })
 }
 
 /// Opens the directory `name` inside `dir` without following a symlink.
-pub fn open_dir_at<P: rustix::path::Arg>(dir: &impl AsFd, name: P) -> rustix::io::Result<OwnedFd> {
-    rustix::fs::openat(dir, name, dir_flags(), Mode::empty())
+pub fn open_dir_at<P: rustix::path::Arg>(dir: &impl AsFd, name: P) -> Result<OwnedFd> {
+    at(Op::OpenDir, name, as_is, |c| {
+        rustix::fs::openat(dir, c, dir_flags(), Mode::empty())
+    })
 }
 
 pub(super) fn dir_flags() -> OFlags {
@@ -69,63 +79,22 @@ pub enum Follow {
     Final,
 }
 
-/// Why a file was not opened or read.
-#[derive(Debug)]
-pub enum OpenError {
-    /// The file does not exist (or a path component is not a directory).
-    NotFound,
-    /// A symbolic link where none may be followed (below a directory handle: a link, or a
-    /// file, where a directory of the path should be).
-    Link,
-    /// Not a regular file; the text says what it is ("a FIFO").
-    NotRegular(&'static str),
-    /// More than the limit; the number is its size when known, else `limit + 1`.
-    TooLarge(u64),
-    /// Opening or reading failed otherwise.
-    Io(io::Error),
-}
-
-impl std::fmt::Display for OpenError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            OpenError::NotFound => f.write_str("no such file"),
-            OpenError::Link => f.write_str("is a symbolic link (not followed)"),
-            OpenError::NotRegular(what) => write!(f, "is {what}, not a regular file"),
-            OpenError::TooLarge(n) => write!(f, "is larger than the limit ({n} bytes or more)"),
-            OpenError::Io(e) => e.fmt(f),
-        }
-    }
-}
-
-impl From<OpenError> for io::Error {
-    fn from(e: OpenError) -> io::Error {
-        match e {
-            OpenError::NotFound => io::ErrorKind::NotFound.into(),
-            OpenError::Io(e) => e,
-            OpenError::TooLarge(_) => io::Error::new(io::ErrorKind::FileTooLarge, e.to_string()),
-            OpenError::Link | OpenError::NotRegular(_) => {
-                io::Error::new(io::ErrorKind::InvalidInput, e.to_string())
-            }
-        }
-    }
-}
-
-fn open_error(e: rustix::io::Errno, nofollow: bool) -> OpenError {
+fn open_error(e: rustix::io::Errno, nofollow: bool) -> Cause {
     match e {
-        rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR => OpenError::NotFound,
-        rustix::io::Errno::LOOP if nofollow => OpenError::Link,
-        e => OpenError::Io(e.into()),
+        rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR => Cause::NotFound,
+        rustix::io::Errno::LOOP if nofollow => Cause::Link,
+        e => Cause::Io(e.into()),
     }
 }
 
 /// Below a directory handle, `ENOTDIR` means a link (or a file) stands where a directory of
 /// the path should be: opened with `O_DIRECTORY | O_NOFOLLOW`, a link to a directory gives
 /// `ENOTDIR`, not `ELOOP`.
-fn below_error(e: rustix::io::Errno) -> OpenError {
+fn below_error(e: rustix::io::Errno) -> Cause {
     match e {
-        rustix::io::Errno::NOENT => OpenError::NotFound,
-        rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => OpenError::Link,
-        e => OpenError::Io(e.into()),
+        rustix::io::Errno::NOENT => Cause::NotFound,
+        rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => Cause::Link,
+        e => Cause::Io(e.into()),
     }
 }
 
@@ -170,16 +139,16 @@ const READ_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::NOCTTY);
 
 /// Checks on the open handle that `fd` is a regular file; returns it with its size.
-fn regular(fd: OwnedFd) -> std::result::Result<(File, u64), OpenError> {
+fn regular(fd: OwnedFd) -> std::result::Result<(File, u64), Cause> {
     regular_stat(fd).map(|(f, st)| (f, st.st_size as u64))
 }
 
 /// [`regular`], returning the whole status of the one `fstat` that checked the type (size,
 /// mode, modification time, inode), so a caller needs no second `fstat`.
-fn regular_stat(fd: OwnedFd) -> std::result::Result<(File, rustix::fs::Stat), OpenError> {
-    let st = rustix::fs::fstat(&fd).map_err(|e| OpenError::Io(e.into()))?;
+fn regular_stat(fd: OwnedFd) -> std::result::Result<(File, rustix::fs::Stat), Cause> {
+    let st = rustix::fs::fstat(&fd).map_err(|e| Cause::Io(e.into()))?;
     if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-        return Err(OpenError::NotRegular(describe_raw(st.st_mode)));
+        return Err(Cause::NotRegular(describe_raw(st.st_mode)));
     }
     Ok((File::from(fd), st))
 }
@@ -187,42 +156,40 @@ fn regular_stat(fd: OwnedFd) -> std::result::Result<(File, rustix::fs::Stat), Op
 /// Opens the regular file `name` (one component) in the directory `dir` for reading: not
 /// through a link, without blocking, checked to be a regular file on the open handle. Returns
 /// its status too (the `fstat` of that check).
-pub fn open_file_at(
-    dir: &impl AsFd,
-    name: &std::ffi::OsStr,
-) -> std::result::Result<(File, rustix::fs::Stat), OpenError> {
-    let fd = rustix::fs::openat(dir, name, READ_FLAGS | OFlags::NOFOLLOW, Mode::empty())
-        .map_err(below_error)?;
-    regular_stat(fd)
+pub fn open_file_at(dir: &impl AsFd, name: &std::ffi::OsStr) -> Result<(File, rustix::fs::Stat)> {
+    rustix::fs::openat(dir, name, READ_FLAGS | OFlags::NOFOLLOW, Mode::empty())
+        .map_err(below_error)
+        .and_then(regular_stat)
+        .map_err(|c| Error::new(Op::Open, name, c))
 }
 
 /// Opens `path` for reading without blocking and checks on the open handle that it is a
 /// regular file. Returns the file and its size.
-pub fn open_regular(path: &Path, follow: Follow) -> std::result::Result<(File, u64), OpenError> {
+pub fn open_regular(path: &Path, follow: Follow) -> Result<(File, u64)> {
     let nofollow = follow == Follow::Never;
     let flags = if nofollow {
         READ_FLAGS | OFlags::NOFOLLOW
     } else {
         READ_FLAGS
     };
-    let fd = rustix::fs::open(path, flags, Mode::empty()).map_err(|e| open_error(e, nofollow))?;
-    regular(fd)
+    rustix::fs::open(path, flags, Mode::empty())
+        .map_err(|e| open_error(e, nofollow))
+        .and_then(regular)
+        .map_err(|c| Error::new(Op::Open, path, c))
 }
 
 /// Reads all of the open regular file `f` (of `len` bytes by its `fstat`) if it holds at most
 /// `limit` bytes, reading at most `limit + 1` (a file that grows while it is read is refused).
-fn read_open_capped(f: File, len: u64, limit: u64) -> std::result::Result<Vec<u8>, OpenError> {
+fn read_open_capped(f: File, len: u64, limit: u64) -> std::result::Result<Vec<u8>, Cause> {
     if len > limit {
-        return Err(OpenError::TooLarge(len));
+        return Err(Cause::TooLarge(len));
     }
     let mut out = Vec::new();
     out.try_reserve_exact(len as usize)
-        .map_err(|_| OpenError::Io(io::Error::from(io::ErrorKind::OutOfMemory)))?;
-    f.take(limit + 1)
-        .read_to_end(&mut out)
-        .map_err(OpenError::Io)?;
+        .map_err(|_| Cause::Io(io::Error::from(io::ErrorKind::OutOfMemory)))?;
+    f.take(limit + 1).read_to_end(&mut out).map_err(Cause::Io)?;
     if out.len() as u64 > limit {
-        return Err(OpenError::TooLarge(limit + 1));
+        return Err(Cause::TooLarge(limit + 1));
     }
     Ok(out)
 }
@@ -230,35 +197,34 @@ fn read_open_capped(f: File, len: u64, limit: u64) -> std::result::Result<Vec<u8
 /// Opens `path` for reading as a stream the operator named as input that may be a pipe
 /// (`--password-file <(pass show key)`): the open may wait for the pipe's writer, as the
 /// operator expects, and a final link is followed. Read it with a bound (`Read::take`).
-pub fn open_operator_stream(path: &Path) -> io::Result<File> {
+pub fn open_operator_stream(path: &Path) -> Result<File> {
+    let fail = |e| Error::new(Op::Open, path, Cause::Io(e));
     let fd = rustix::fs::open(
         path,
         OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY,
         Mode::empty(),
-    )?;
+    )
+    .map_err(|e| fail(e.into()))?;
     let file = File::from(fd);
-    if file.metadata()?.is_dir() {
-        return Err(io::Error::new(
+    if file.metadata().map_err(fail)?.is_dir() {
+        return Err(fail(io::Error::new(
             io::ErrorKind::InvalidInput,
             "is a directory",
-        ));
+        )));
     }
     Ok(file)
 }
 
 /// Reads the whole regular file `path` if it holds at most `limit` bytes: anything but a
 /// regular file is refused before reading, and at most `limit + 1` bytes are read.
-pub fn read_capped(
-    path: &Path,
-    limit: u64,
-    follow: Follow,
-) -> std::result::Result<Vec<u8>, OpenError> {
+pub fn read_capped(path: &Path, limit: u64, follow: Follow) -> Result<Vec<u8>> {
     let (f, len) = open_regular(path, follow)?;
-    read_open_capped(f, len, limit)
+    read_open_capped(f, len, limit).map_err(|c| Error::new(Op::Read, path, c))
 }
 
-/// [`read_capped`] with the refusals as `io::Error`s (`InvalidInput` for a file that is not
-/// regular or is a link, `FileTooLarge` for one over the limit).
+/// [`read_capped`] with the error as an `io::Error` (its cause's: `InvalidInput` for a file
+/// that is not regular or is a link, `FileTooLarge` for one over the limit), for `io::Error`
+/// plumbing.
 pub fn read_regular_capped(path: &Path, limit: u64, follow: bool) -> io::Result<Vec<u8>> {
     let follow = if follow { Follow::Final } else { Follow::Never };
     read_capped(path, limit, follow).map_err(io::Error::from)
@@ -266,27 +232,32 @@ pub fn read_regular_capped(path: &Path, limit: u64, follow: bool) -> io::Result<
 
 /// Opens the directory `rel` below `root` one component at a time, never following a link
 /// (`rel` empty or `.`: `root` itself, as a new handle).
-pub fn open_below(root: &impl AsFd, rel: &str) -> rustix::io::Result<OwnedFd> {
-    let mut fd = open_dir_at(root, ".")?;
+pub fn open_below(root: &impl AsFd, rel: &str) -> Result<OwnedFd> {
+    below(root, rel).map_err(|e| Error::os(Op::OpenDir, rel, e))
+}
+
+/// [`open_below`] with the system's error.
+fn below(root: &impl AsFd, rel: &str) -> rustix::io::Result<OwnedFd> {
+    let mut fd = rustix::fs::openat(root, ".", dir_flags(), Mode::empty())?;
     for c in rel.split('/').filter(|c| !c.is_empty() && *c != ".") {
-        fd = open_dir_at(&fd, c)?;
+        fd = rustix::fs::openat(&fd, c, dir_flags(), Mode::empty())?;
     }
     Ok(fd)
 }
 
 /// Opens the regular file `rel` below `root` for reading: one component at a time, no link
 /// followed on the way or at the end, without blocking, checked to be a regular file.
-pub fn open_file_below(root: &impl AsFd, rel: &str) -> std::result::Result<(File, u64), OpenError> {
+pub fn open_file_below(root: &impl AsFd, rel: &str) -> Result<(File, u64)> {
     let fd = match rel.rsplit_once('/') {
-        Some((parents, name)) => {
-            let dir = open_below(root, parents).map_err(below_error)?;
+        Some((parents, name)) => below(root, parents).and_then(|dir| {
             rustix::fs::openat(&dir, name, READ_FLAGS | OFlags::NOFOLLOW, Mode::empty())
-        }
+        }),
         // A name in `root` itself: no handle of `root` to open first.
         None => rustix::fs::openat(root, rel, READ_FLAGS | OFlags::NOFOLLOW, Mode::empty()),
-    }
-    .map_err(below_error)?;
-    regular(fd)
+    };
+    fd.map_err(below_error)
+        .and_then(regular)
+        .map_err(|c| Error::new(Op::Open, rel, c))
 }
 
 /// Opens regular files below a directory handle as [`open_file_below`] does, keeping the
@@ -305,16 +276,21 @@ impl<'r, R: AsFd> BelowOpener<'r, R> {
     }
 
     /// [`open_file_below`] of `rel`.
-    pub fn open(&mut self, rel: &str) -> std::result::Result<(File, u64), OpenError> {
+    pub fn open(&mut self, rel: &str) -> Result<(File, u64)> {
         self.open_stat(rel).map(|(f, st)| (f, st.st_size as u64))
     }
 
     /// [`BelowOpener::open`], returning the file's whole status (the `fstat` that checked it is
     /// a regular file) in place of its size.
-    pub fn open_stat(
+    pub fn open_stat(&mut self, rel: &str) -> Result<(File, rustix::fs::Stat)> {
+        self.open_stat_cause(rel)
+            .map_err(|c| Error::new(Op::Open, rel, c))
+    }
+
+    fn open_stat_cause(
         &mut self,
         rel: &str,
-    ) -> std::result::Result<(File, rustix::fs::Stat), OpenError> {
+    ) -> std::result::Result<(File, rustix::fs::Stat), Cause> {
         let Some((parents, name)) = rel.rsplit_once('/') else {
             let fd =
                 rustix::fs::openat(self.root, rel, READ_FLAGS | OFlags::NOFOLLOW, Mode::empty())
@@ -323,7 +299,7 @@ impl<'r, R: AsFd> BelowOpener<'r, R> {
         };
         let dir = match self.last.take() {
             Some((held, fd)) if held == parents => fd,
-            _ => open_below(self.root, parents).map_err(below_error)?,
+            _ => below(self.root, parents).map_err(below_error)?,
         };
         let fd = rustix::fs::openat(&dir, name, READ_FLAGS | OFlags::NOFOLLOW, Mode::empty())
             .map_err(below_error);
@@ -334,70 +310,72 @@ impl<'r, R: AsFd> BelowOpener<'r, R> {
 
 /// Reads the regular file `rel` below `root` ([`open_file_below`]) if it holds at most `limit`
 /// bytes.
-pub fn read_below_capped(
-    root: &impl AsFd,
-    rel: &str,
-    limit: u64,
-) -> std::result::Result<Vec<u8>, OpenError> {
+pub fn read_below_capped(root: &impl AsFd, rel: &str, limit: u64) -> Result<Vec<u8>> {
     let (f, len) = open_file_below(root, rel)?;
-    read_open_capped(f, len, limit)
+    read_open_capped(f, len, limit).map_err(|c| Error::new(Op::Read, rel, c))
 }
 
 /// Creates the new file `name` in `dir` (exclusive, never through a link) with exactly `mode`,
 /// open for writing (and reading with `read`).
-pub fn create_at(dir: &impl AsFd, name: &str, mode: u32, read: bool) -> rustix::io::Result<File> {
+pub fn create_at(dir: &impl AsFd, name: &str, mode: u32, read: bool) -> Result<File> {
     let access = if read { OFlags::RDWR } else { OFlags::WRONLY };
-    let fd = rustix::fs::openat(
-        dir,
-        name,
-        OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC | access,
-        Mode::from_raw_mode(mode),
-    )?;
-    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
-    Ok(File::from(fd))
+    let create = || {
+        let fd = rustix::fs::openat(
+            dir,
+            name,
+            OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC | access,
+            Mode::from_raw_mode(mode),
+        )?;
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
+        Ok(File::from(fd))
+    };
+    create().map_err(|e| Error::os(Op::Create, name, e))
 }
 
 /// Creates the new file `path` (exclusive, a final link refused) with exactly `mode`, for
 /// writing. For files in directories airlock created itself and holds by path (a work
 /// directory); anywhere else, [`create_at`] through a handle.
-pub fn create_new(path: &Path, mode: u32) -> io::Result<File> {
-    let fd = rustix::fs::open(
-        path,
-        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(mode),
-    )?;
-    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
-    Ok(File::from(fd))
+pub fn create_new(path: &Path, mode: u32) -> Result<File> {
+    let create = || {
+        let fd = rustix::fs::open(
+            path,
+            OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(mode),
+        )?;
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
+        Ok(File::from(fd))
+    };
+    create().map_err(|e| Error::os(Op::Create, path, e))
 }
 
 /// Opens the lock file `name` in `dir`, creating it with exactly `mode` if it is missing: never
 /// through a link, and only a regular file (a FIFO planted there does not block).
-pub fn open_lock_at(
-    dir: &impl AsFd,
-    name: &str,
-    mode: u32,
-) -> std::result::Result<File, OpenError> {
-    let fd = rustix::fs::openat(
+pub fn open_lock_at(dir: &impl AsFd, name: &str, mode: u32) -> Result<File> {
+    rustix::fs::openat(
         dir,
         name,
         OFlags::CREATE | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
         Mode::from_raw_mode(mode),
     )
-    .map_err(below_error)?;
-    let (f, _) = regular(fd)?;
-    Ok(f)
+    .map_err(below_error)
+    .and_then(regular)
+    .map(|(f, _)| f)
+    .map_err(|c| Error::new(Op::Lock, name, c))
 }
 
 /// Creates the new file `path` (exclusive, a final link refused) with mode 0600, open for
 /// reading and writing: a scratch file its caller unlinks.
-pub fn create_temp(path: &Path) -> io::Result<File> {
-    let fd = rustix::fs::open(
-        path,
-        OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
-    )?;
-    rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600))?;
-    Ok(File::from(fd))
+pub fn create_temp(path: &Path) -> Result<File> {
+    let create = || {
+        let fd = rustix::fs::open(
+            path,
+            OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )?;
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600))?;
+        Ok(File::from(fd))
+    };
+    create().map_err(|e| Error::os(Op::Create, path, e))
 }
 
 /// Bytes read per step when hashing a file.
@@ -476,8 +454,8 @@ pub fn dir_entries(dir: &OwnedFd) -> io::Result<Vec<(std::ffi::OsString, FileTyp
 /// The entries of the directory `path` ([`dir_entries`]): with [`Follow::Final`] as the
 /// operator names it (links followed, as `read_dir` would), with [`Follow::Never`] only if
 /// `path` itself is no link.
-pub fn list_dir(path: &Path, follow: Follow) -> io::Result<Vec<(std::ffi::OsString, FileType)>> {
-    dir_entries(&open_dir_path(path, follow)?)
+pub fn list_dir(path: &Path, follow: Follow) -> Result<Vec<(std::ffi::OsString, FileType)>> {
+    dir_entries(&open_dir_path(path, follow)?).map_err(|e| Error::new(Op::List, path, Cause::Io(e)))
 }
 
 /// Whether the directory `name` in `dir` is the root of a mount (a bind mount of the same
@@ -532,8 +510,8 @@ mod tests {
         let zero = dir.path().join("zero");
         std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
         assert!(matches!(
-            read_capped(&zero, 16, Follow::Final),
-            Err(OpenError::NotRegular("a character device"))
+            read_capped(&zero, 16, Follow::Final).map_err(Error::into_cause),
+            Err(Cause::NotRegular("a character device"))
         ));
         let fifo = dir.path().join("fifo");
         rustix::fs::mkfifoat(
@@ -543,24 +521,24 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(
-            read_capped(&fifo, 16, Follow::Final),
-            Err(OpenError::NotRegular("a FIFO"))
+            read_capped(&fifo, 16, Follow::Final).map_err(Error::into_cause),
+            Err(Cause::NotRegular("a FIFO"))
         ));
         assert!(matches!(
-            read_capped(dir.path(), 16, Follow::Final),
-            Err(OpenError::NotRegular("a directory"))
+            read_capped(dir.path(), 16, Follow::Final).map_err(Error::into_cause),
+            Err(Cause::NotRegular("a directory"))
         ));
         let big = dir.path().join("big");
         std::fs::write(&big, [0u8; 17]).unwrap();
         assert!(matches!(
-            read_capped(&big, 16, Follow::Final),
-            Err(OpenError::TooLarge(17))
+            read_capped(&big, 16, Follow::Final).map_err(Error::into_cause),
+            Err(Cause::TooLarge(17))
         ));
         std::fs::write(&big, [0u8; 16]).unwrap();
         assert_eq!(read_capped(&big, 16, Follow::Final).unwrap().len(), 16);
         assert!(matches!(
-            read_capped(&dir.path().join("absent"), 16, Follow::Final),
-            Err(OpenError::NotFound)
+            read_capped(&dir.path().join("absent"), 16, Follow::Final).map_err(Error::into_cause),
+            Err(Cause::NotFound)
         ));
     }
 
@@ -675,29 +653,26 @@ mod tests {
         let root = open_dir_path(r, Follow::Never).unwrap();
         let mut o = BelowOpener::new(&root);
         let read = |o: &mut BelowOpener<'_, OwnedFd>, rel: &str| {
-            let (mut f, len) = o.open(rel)?;
+            let (mut f, len) = o.open(rel).map_err(Error::into_cause)?;
             let mut s = String::new();
-            f.read_to_string(&mut s).map_err(OpenError::Io)?;
+            f.read_to_string(&mut s).map_err(Cause::Io)?;
             assert_eq!(s.len() as u64, len);
-            Ok::<_, OpenError>(s)
+            Ok::<_, Cause>(s)
         };
         assert_eq!(read(&mut o, "a/b/f").unwrap(), "f");
         assert_eq!(read(&mut o, "a/b/g").unwrap(), "g");
         assert_eq!(read(&mut o, "top").unwrap(), "top");
-        assert!(matches!(
-            read(&mut o, "a/b/missing"),
-            Err(OpenError::NotFound)
-        ));
+        assert!(matches!(read(&mut o, "a/b/missing"), Err(Cause::NotFound)));
         // A held directory swapped for a link: the held handle is the directory itself (no
         // `h` in it), never the link's target.
         std::fs::rename(r.join("a/b"), r.join("b-moved")).unwrap();
         std::os::unix::fs::symlink(r.join("out"), r.join("a/b")).unwrap();
-        assert!(matches!(read(&mut o, "a/b/h"), Err(OpenError::NotFound)));
+        assert!(matches!(read(&mut o, "a/b/h"), Err(Cause::NotFound)));
         // Opened afresh (another directory first): the link in the path, or a file that is a
         // link, is refused.
         std::os::unix::fs::symlink(r.join("out/h"), r.join("a/h")).unwrap();
-        assert!(matches!(read(&mut o, "a/h"), Err(OpenError::Link)));
-        assert!(matches!(read(&mut o, "a/b/h"), Err(OpenError::Link)));
+        assert!(matches!(read(&mut o, "a/h"), Err(Cause::Link)));
+        assert!(matches!(read(&mut o, "a/b/h"), Err(Cause::Link)));
     }
 
     #[test]

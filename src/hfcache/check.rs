@@ -235,7 +235,7 @@ fn repository_folders(
         }
         None => {
             let rd = crate::fsio::list_dir(cache, crate::fsio::Follow::Final)
-                .map_err(|e| Error::io(cache, e))?;
+                .map_err(|e| Error::io(cache, e.into()))?;
             let mut names: Vec<(String, PathBuf, Option<rustix::fs::FileType>)> = rd
                 .into_iter()
                 .map(|(n, ft)| (n.to_string_lossy().into_owned(), cache.join(&n), Some(ft)))
@@ -435,7 +435,7 @@ fn survey_repo(
     let snapshots_readable = dir_or_problem(&snapshots_dir, report);
     if snapshots_readable {
         let rd = crate::fsio::list_dir(&snapshots_dir, crate::fsio::Follow::Never)
-            .map_err(|e| Error::io(&snapshots_dir, e))?;
+            .map_err(|e| Error::io(&snapshots_dir, e.into()))?;
         for (name, ft) in rd {
             match ft {
                 rustix::fs::FileType::Directory => {
@@ -484,7 +484,7 @@ fn survey_repo(
     let blobs = folder.join("blobs");
     if dir_or_problem(&blobs, report) {
         let rd = crate::fsio::list_dir(&blobs, crate::fsio::Follow::Never)
-            .map_err(|e| Error::io(&blobs, e))?;
+            .map_err(|e| Error::io(&blobs, e.into()))?;
         let mut names: Vec<(String, PathBuf)> = rd
             .into_iter()
             .map(|(n, _)| (n.to_string_lossy().into_owned(), blobs.join(&n)))

@@ -27,7 +27,7 @@ use rustix::fs::Mode;
 
 use super::names::{EtagKind, is_hex};
 use crate::error::{Error, Result};
-use crate::fsio::{self, OpenError};
+use crate::fsio::{self, Cause};
 
 /// The sentence every refusal of a link ends with.
 pub(crate) const LINK_RULE: &str = "airlock follows only a snapshot file's link to ../../blobs/<etag> in the same repository (and a blob's link into the cache's shared blobs/ store)";
@@ -40,9 +40,9 @@ pub(crate) fn open_regular(path: &Path, follow: bool) -> io::Result<(File, u64)>
     } else {
         fsio::Follow::Never
     };
-    fsio::open_regular(path, follow).map_err(|e| match e {
-        OpenError::Link => io::Error::new(io::ErrorKind::InvalidInput, "is a symlink"),
-        OpenError::NotRegular(what) => io::Error::new(
+    fsio::open_regular(path, follow).map_err(|e| match e.into_cause() {
+        Cause::Link => io::Error::new(io::ErrorKind::InvalidInput, "is a symlink"),
+        Cause::NotRegular(what) => io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("is {}, not a regular file", cache_words(what)),
         ),
@@ -295,8 +295,13 @@ pub fn open_repo_dirs_nofollow(repo: &Path, revision: Option<&str>) -> Result<Re
     let open = |dir: &OwnedFd, path: &Path, name: &str| -> Result<Option<OwnedFd>> {
         match fsio::open_dir_at(dir, name) {
             Ok(fd) => Ok(Some(fd)),
-            Err(rustix::io::Errno::NOENT) => Ok(None),
-            Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
+            Err(e) if matches!(e.errno(), Some(rustix::io::Errno::NOENT)) => Ok(None),
+            Err(e)
+                if matches!(
+                    e.errno(),
+                    Some(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR)
+                ) =>
+            {
                 Err(refuse(path.join(name)))
             }
             Err(e) => Err(Error::io(path.join(name), e.into())),
@@ -304,7 +309,12 @@ pub fn open_repo_dirs_nofollow(repo: &Path, revision: Option<&str>) -> Result<Re
     };
     let repo_fd = match fsio::open_dir_path(repo, fsio::Follow::Never) {
         Ok(fd) => fd,
-        Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
+        Err(e)
+            if matches!(
+                e.errno(),
+                Some(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR)
+            ) =>
+        {
             return Err(refuse(repo.to_path_buf()));
         }
         Err(e) => return Err(Error::io(repo, e.into())),
@@ -350,8 +360,13 @@ pub fn open_locks(cache_fd: &OwnedFd, cache: &Path) -> Result<Option<OwnedFd>> {
     let path = cache.join(LOCKS_DIR);
     let fd = match fsio::open_dir_at(cache_fd, LOCKS_DIR) {
         Ok(fd) => fd,
-        Err(rustix::io::Errno::NOENT) => return Ok(None),
-        Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
+        Err(e) if matches!(e.errno(), Some(rustix::io::Errno::NOENT)) => return Ok(None),
+        Err(e)
+            if matches!(
+                e.errno(),
+                Some(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR)
+            ) =>
+        {
             return Err(not_a_locks_dir(cache_fd, &path));
         }
         Err(e) => return Err(Error::io(&path, e.into())),
@@ -386,7 +401,12 @@ pub fn create_locks(cache_fd: &OwnedFd, cache: &Path) -> Result<(OwnedFd, bool)>
     }
     let fd = match fsio::open_dir_at(cache_fd, LOCKS_DIR) {
         Ok(fd) => fd,
-        Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
+        Err(e)
+            if matches!(
+                e.errno(),
+                Some(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR)
+            ) =>
+        {
             return Err(not_a_locks_dir(cache_fd, &path));
         }
         Err(e) => return Err(Error::io(&path, e.into())),
@@ -531,7 +551,7 @@ pub fn receipts(repo: &Path) -> Result<Vec<(String, PathBuf)>> {
         return Ok(Vec::new());
     }
     let mut out: Vec<(String, PathBuf)> = fsio::list_dir(&dir, fsio::Follow::Never)
-        .map_err(|e| Error::io(&dir, e))?
+        .map_err(|e| Error::io(&dir, e.into()))?
         .into_iter()
         .filter_map(|(n, _)| n.into_string().ok())
         .filter(|n| super::names::is_commit(n))

@@ -525,7 +525,7 @@ impl Model<'_> {
         let entries = match crate::fsio::list_dir(&dir, crate::fsio::Follow::Final) {
             Ok(entries) => entries,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(crate::inspect::with_path(&dir, e)),
+            Err(e) => return Err(crate::inspect::with_path(&dir, e.into())),
         };
         for (name, _) in entries {
             if let Some(name) = name.to_str() {

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 
 use crate::error::{Error, Result};
-use crate::fsio::{Follow, OpenError, read_capped};
+use crate::fsio::{self, Cause, Follow, read_capped};
 
 /// The longest a credential helper may take to answer (one waiting for a passphrase prompt
 /// that nobody sees must not hang a push).
@@ -171,17 +171,19 @@ fn normalize(key: &str) -> &str {
 /// The docker config's path and bytes; `None` when there is none.
 fn read_config() -> Option<Result<(PathBuf, Vec<u8>)>> {
     let path = config_path()?;
-    Some(match read_capped(&path, MAX_CONFIG_BYTES, Follow::Final) {
-        Ok(b) => Ok((path, b)),
-        Err(OpenError::NotFound) => return None,
-        Err(e @ (OpenError::Io(_) | OpenError::Link | OpenError::NotRegular(_))) => {
-            Err(Error::io(&path, e.into()))
-        }
-        Err(OpenError::TooLarge(_)) => Err(Error::io(
-            &path,
-            std::io::Error::other(format!("larger than {MAX_CONFIG_BYTES} bytes")),
-        )),
-    })
+    Some(
+        match read_capped(&path, MAX_CONFIG_BYTES, Follow::Final).map_err(fsio::Error::into_cause) {
+            Ok(b) => Ok((path, b)),
+            Err(Cause::NotFound) => return None,
+            Err(e @ (Cause::Io(_) | Cause::Link | Cause::NotRegular(_))) => {
+                Err(Error::io(&path, e.into()))
+            }
+            Err(Cause::TooLarge(_)) => Err(Error::io(
+                &path,
+                std::io::Error::other(format!("larger than {MAX_CONFIG_BYTES} bytes")),
+            )),
+        },
+    )
 }
 
 /// Finds the credentials for `registry` (`HOST[:PORT]`): from the credential helper the

@@ -104,25 +104,93 @@ impl Default for Stall {
     }
 }
 
+/// Why the registry client refuses a setting or an answer (issue 34 item 6: typed, not a
+/// string). `Display` is the reason as the user reads it, after what it is about (the
+/// variable, the token service's answer, the manifest or the blob request).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// The stall setting is not `BYTES/SECONDS`.
+    #[error("the form is BYTES/SECONDS, e.g. 32768/60")]
+    StallForm,
+    /// The stall setting's bytes are not a number.
+    #[error("{bytes:?} is not a number of bytes")]
+    StallBytes { bytes: String },
+    /// The stall setting's seconds are not from 1 to 86400.
+    #[error("{secs:?} is not a number of seconds from 1 to 86400")]
+    StallSeconds { secs: String },
+    /// The stall setting's bytes are 0.
+    #[error("0 bytes would never stall: give at least 1")]
+    StallZero,
+    /// A token service that is not an http(s) URL.
+    #[error("its token service {realm:?} is not an http(s) URL")]
+    RealmNotHttp { realm: String },
+    /// A plain-http token service on another host than the registry's.
+    #[error(
+        "its token service {realm} is plain http on another host ({host}): airlock sends credentials over plain http only to the registry --plain-http was given for"
+    )]
+    RealmPlainHttpElsewhere { realm: String, host: String },
+    /// A plain-http token service without `--plain-http`.
+    #[error(
+        "its token service {realm} is plain http: airlock sends credentials over plain http only with --plain-http, to the registry's own host"
+    )]
+    RealmPlainHttp { realm: String },
+    /// A pinned manifest answered with other bytes.
+    #[error(
+        "the registry answered the pin {pin} with another manifest (its bytes hash to {actual}): not the pinned version"
+    )]
+    NotPinned { pin: String, actual: String },
+    /// A `Docker-Content-Digest` that is not a digest (shown shortened).
+    #[error("its Docker-Content-Digest {stated:?} is not a digest")]
+    NotADigest { stated: String },
+    /// A `Docker-Content-Digest` that is not a digest of its algorithm (shown shortened).
+    #[error("its Docker-Content-Digest {stated:?} is not a {algorithm} digest")]
+    NotAnAlgorithmDigest {
+        stated: String,
+        algorithm: &'static str,
+    },
+    /// The manifest's bytes hash to another digest than the registry states.
+    #[error(
+        "the manifest the registry sent hashes to {computed}, its Docker-Content-Digest says {stated}"
+    )]
+    DigestMismatch { computed: String, stated: String },
+    /// A range answer whose `Content-Range` cannot be read (shown shortened).
+    #[error("it answered a range request with Content-Range {content_range:?}")]
+    BadContentRange { content_range: String },
+    /// A range answer starting after the byte asked for.
+    #[error(
+        "it answered a request for the bytes from {offset} with the bytes from {first} (Content-Range {content_range:?})"
+    )]
+    RangeStartsLate {
+        offset: u64,
+        first: u64,
+        content_range: String,
+    },
+    /// A token service's answer that is not JSON.
+    #[error("is not JSON: {0}")]
+    TokenNotJson(String),
+    /// A token service's answer without a token.
+    #[error("holds no token")]
+    NoToken,
+    /// A token that is not visible ASCII.
+    #[error("holds a token that is not visible ASCII")]
+    TokenNotVisible,
+}
+
 impl Stall {
     /// Parses `BYTES/SECONDS` (both positive integers), e.g. `32768/60`.
-    pub fn parse(text: &str) -> std::result::Result<Stall, String> {
-        let (bytes, secs) = text
-            .trim()
-            .split_once('/')
-            .ok_or("the form is BYTES/SECONDS, e.g. 32768/60")?;
-        let min_bytes: u64 = bytes
-            .trim()
-            .parse()
-            .map_err(|_| format!("{bytes:?} is not a number of bytes"))?;
+    pub fn parse(text: &str) -> std::result::Result<Stall, ClientError> {
+        let (bytes, secs) = text.trim().split_once('/').ok_or(ClientError::StallForm)?;
+        let min_bytes: u64 = bytes.trim().parse().map_err(|_| ClientError::StallBytes {
+            bytes: bytes.into(),
+        })?;
         let secs: u64 = secs
             .trim()
             .parse()
             .ok()
             .filter(|s| (1..=86_400).contains(s))
-            .ok_or_else(|| format!("{secs:?} is not a number of seconds from 1 to 86400"))?;
+            .ok_or_else(|| ClientError::StallSeconds { secs: secs.into() })?;
         if min_bytes == 0 {
-            return Err("0 bytes would never stall: give at least 1".into());
+            return Err(ClientError::StallZero);
         }
         Ok(Stall {
             min_bytes,
@@ -260,20 +328,22 @@ pub fn realm_may_get_credentials(
     realm: &str,
     registry: &Origin,
     plain_http: bool,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), ClientError> {
     let Some(r) = origin(realm) else {
-        return Err(format!("its token service {realm:?} is not an http(s) URL"));
+        return Err(ClientError::RealmNotHttp {
+            realm: realm.into(),
+        });
     };
     match r.scheme.as_str() {
         "https" => Ok(()),
         "http" if plain_http && r.host == registry.host => Ok(()),
-        "http" if plain_http => Err(format!(
-            "its token service {realm} is plain http on another host ({}): airlock sends credentials over plain http only to the registry --plain-http was given for",
-            r.host
-        )),
-        _ => Err(format!(
-            "its token service {realm} is plain http: airlock sends credentials over plain http only with --plain-http, to the registry's own host"
-        )),
+        "http" if plain_http => Err(ClientError::RealmPlainHttpElsewhere {
+            realm: realm.into(),
+            host: r.host,
+        }),
+        _ => Err(ClientError::RealmPlainHttp {
+            realm: realm.into(),
+        }),
     }
 }
 
@@ -284,15 +354,16 @@ pub fn check_manifest_digest(
     bytes: &[u8],
     pin: Option<&str>,
     stated: Option<&str>,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), ClientError> {
     use sha2::{Digest, Sha256, Sha512};
     let actual = format!("sha256:{}", hex::encode(Sha256::digest(bytes)));
     if let Some(pin) = pin
         && pin != actual
     {
-        return Err(format!(
-            "the registry answered the pin {pin} with another manifest (its bytes hash to {actual}): not the pinned version"
-        ));
+        return Err(ClientError::NotPinned {
+            pin: pin.into(),
+            actual,
+        });
     }
     let Some(stated) = stated.map(str::trim) else {
         return Ok(());
@@ -313,23 +384,23 @@ pub fn check_manifest_digest(
             return Ok(());
         }
         _ => {
-            return Err(format!(
-                "its Docker-Content-Digest {:?} is not a digest",
-                error_text(stated)
-            ));
+            return Err(ClientError::NotADigest {
+                stated: error_text(stated),
+            });
         }
     };
     let hex = &stated[algorithm.len() + 1..];
     if !hexdigest::is_lower_hex(hex, hex_len) {
-        return Err(format!(
-            "its Docker-Content-Digest {:?} is not a {algorithm} digest",
-            error_text(stated)
-        ));
+        return Err(ClientError::NotAnAlgorithmDigest {
+            stated: error_text(stated),
+            algorithm,
+        });
     }
     if stated != computed {
-        return Err(format!(
-            "the manifest the registry sent hashes to {computed}, its Docker-Content-Digest says {stated}"
-        ));
+        return Err(ClientError::DigestMismatch {
+            computed,
+            stated: stated.into(),
+        });
     }
     Ok(())
 }
@@ -341,7 +412,7 @@ pub fn range_skip(
     partial: bool,
     content_range: Option<&str>,
     offset: u64,
-) -> std::result::Result<u64, String> {
+) -> std::result::Result<u64, ClientError> {
     if !partial {
         return Ok(offset);
     }
@@ -350,11 +421,8 @@ pub fn range_skip(
         // size and SHA-256 of the whole still decide).
         return Ok(0);
     };
-    let bad = || {
-        format!(
-            "it answered a range request with Content-Range {:?}",
-            error_text(text)
-        )
+    let bad = || ClientError::BadContentRange {
+        content_range: error_text(text),
     };
     let spec = text.trim().strip_prefix("bytes ").ok_or_else(bad)?;
     let (range, _size) = spec.split_once('/').ok_or_else(bad)?;
@@ -372,27 +440,28 @@ pub fn range_skip(
         return Err(bad());
     }
     if first > offset {
-        return Err(format!(
-            "it answered a request for the bytes from {offset} with the bytes from {first} (Content-Range {:?})",
-            error_text(text)
-        ));
+        return Err(ClientError::RangeStartsLate {
+            offset,
+            first,
+            content_range: error_text(text),
+        });
     }
     Ok(offset - first)
 }
 
 /// The token in a token service's answer (`token`, else `access_token`): visible ASCII, as
 /// it is sent back in a header.
-pub fn parse_token_answer(body: &[u8]) -> std::result::Result<String, String> {
+pub fn parse_token_answer(body: &[u8]) -> std::result::Result<String, ClientError> {
     let doc: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| format!("is not JSON: {e}"))?;
+        serde_json::from_slice(body).map_err(|e| ClientError::TokenNotJson(e.to_string()))?;
     let token = doc
         .get("token")
         .filter(|t| t.as_str().is_some_and(|t| !t.is_empty()))
         .or_else(|| doc.get("access_token"))
         .and_then(|t| t.as_str())
-        .ok_or("holds no token")?;
+        .ok_or(ClientError::NoToken)?;
     if token.is_empty() || !token.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
-        return Err("holds a token that is not visible ASCII".into());
+        return Err(ClientError::TokenNotVisible);
     }
     Ok(token.to_string())
 }
@@ -745,7 +814,7 @@ impl Registry {
         }
         if let Some(c) = &self.creds {
             realm_may_get_credentials(realm, &self.origin, self.plain_http)
-                .map_err(|why| self.auth_error(why))?;
+                .map_err(|why| self.auth_error(why.to_string()))?;
             req = req.header("Authorization", c.basic());
         }
         let mut resp = req.call().map_err(|e| self.transport_error(&e))?;
@@ -991,7 +1060,8 @@ impl Registry {
             .reference
             .is_digest()
             .then_some(self.reference.reference.as_str());
-        check_manifest_digest(&out, pin, stated.as_deref()).map_err(artifact)?;
+        check_manifest_digest(&out, pin, stated.as_deref())
+            .map_err(|why| artifact(why.to_string()))?;
         Ok(Some((out, media_type)))
     }
 
@@ -1047,7 +1117,7 @@ mod tests {
         assert!(realm_may_get_credentials("https://auth.other/token", &reg, true).is_ok());
         assert!(realm_may_get_credentials("http://registry.site:5001/token", &reg, true).is_ok());
         let elsewhere = realm_may_get_credentials("http://auth.other/token", &reg, true);
-        assert!(elsewhere.unwrap_err().contains("another host"));
+        assert!(elsewhere.unwrap_err().to_string().contains("another host"));
         assert!(realm_may_get_credentials("http://registry.site:5001/token", &reg, false).is_err());
         assert!(realm_may_get_credentials("file:///etc/passwd", &reg, true).is_err());
         assert!(realm_may_get_credentials("token", &reg, true).is_err());
@@ -1067,9 +1137,13 @@ mod tests {
         assert!(check_manifest_digest(bytes, None, Some(&upper)).is_err());
         assert!(check_manifest_digest(bytes, None, Some(&d512)).is_ok());
         assert!(check_manifest_digest(bytes, None, Some("blake3:abcd")).is_ok());
-        let pinned = check_manifest_digest(bytes, Some(&other), Some(&other)).unwrap_err();
+        let pinned = check_manifest_digest(bytes, Some(&other), Some(&other))
+            .unwrap_err()
+            .to_string();
         assert!(pinned.contains("not the pinned version"), "{pinned}");
-        let stated = check_manifest_digest(bytes, None, Some(&other)).unwrap_err();
+        let stated = check_manifest_digest(bytes, None, Some(&other))
+            .unwrap_err()
+            .to_string();
         assert!(stated.contains("Docker-Content-Digest"), "{stated}");
         for malformed in ["sha256:12", "sha256:", "nonsense", ":x", "sha512:zz"] {
             assert!(

@@ -232,16 +232,81 @@ pub fn signed_blobs(
     out
 }
 
+/// What a publish would make a registry refuse, and why.
+const PUBLISH_HINT: &str = "pack fewer, larger files (put the many small files into one tar file inside the model), or carry the bundle itself on media";
+
+/// Why an image manifest's airlock layers are refused, or a bundle cannot be published (issue
+/// 34 item 6: typed, not a string). `Display` is the reason as the user reads it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LayerError {
+    /// The image manifest is not JSON.
+    #[error("its manifest is not JSON: {0}")]
+    NotJson(String),
+    /// The image manifest has no layers (read for its trust layers).
+    #[error("its manifest has no layers")]
+    NoLayers,
+    /// The image manifest has no layers (read for the airlock layers: what it may be instead).
+    #[error("its manifest has no layers (is it an image index or a Docker v2 manifest?)")]
+    NoLayersHinted,
+    /// A trust layer without a sha256 digest.
+    #[error("a {media_type} layer has no sha256 digest")]
+    TrustLayerDigest { media_type: &'static str },
+    /// A trust layer without a size.
+    #[error("a {media_type} layer has no size")]
+    TrustLayerSize { media_type: &'static str },
+    /// A trust layer whose path annotation names no file under the receipt directory.
+    #[error("a {media_type} layer has no {filepath} annotation naming a file under {receipt}/", filepath = FILEPATH, receipt = RECEIPT_DIR)]
+    TrustLayerPath { media_type: &'static str },
+    /// Two trust layers for one file.
+    #[error("it has two {media_type} layers for {name}")]
+    TrustLayerTwice {
+        media_type: &'static str,
+        name: String,
+    },
+    /// More than 64 trust layers of a kind.
+    #[error("it has more than 64 {media_type} layers")]
+    TooManyTrustLayers { media_type: &'static str },
+    /// More than one airlock manifest or signature layer.
+    #[error("it has more than one {media_type} layer")]
+    MoreThanOne { media_type: &'static str },
+    /// The airlock manifest or signature layer without a sha256 digest.
+    #[error("its {media_type} layer has no sha256 digest")]
+    LayerDigest { media_type: &'static str },
+    /// The airlock manifest or signature layer without a size.
+    #[error("its {media_type} layer has no size")]
+    LayerSize { media_type: &'static str },
+    /// No airlock manifest layer.
+    #[error(
+        "it carries no airlock manifest (no {AIRLOCK_MANIFEST} layer): it was not published by `airlock push`, so nothing in it can be verified"
+    )]
+    NoAirlockManifest,
+    /// No airlock signature layer.
+    #[error(
+        "it carries no airlock signature (no {AIRLOCK_SIGNATURE} layer), so nothing in it can be trusted"
+    )]
+    NoAirlockSignature,
+    /// The image manifest would be larger than a reader reads.
+    #[error(
+        "cannot publish this bundle to a registry: its OCI image manifest would be {bytes} bytes ({layers} layers), more than the {MAX_OCI_MANIFEST_BYTES}-byte limit `unpack oci://` (and the registry) enforce; nothing was uploaded: {PUBLISH_HINT}"
+    )]
+    ImageManifestTooLarge { bytes: u64, layers: usize },
+    /// A layer larger than a reader fetches it to.
+    #[error(
+        "cannot publish this bundle to a registry: its {path} layer would be {size} bytes, more than the {limit}-byte limit `unpack oci://` reads it to; nothing was uploaded: {PUBLISH_HINT}"
+    )]
+    LayerTooLarge { path: String, size: u64, limit: u64 },
+}
+
 /// The co-signature and trust-root layers of an image manifest, each with the file name its
 /// path annotation gives (`manifest.json.KEYID.minisig`, `N.root.json`). `Err` says what is
 /// malformed; at most 64 of each are accepted.
-pub fn trust_layers(image_manifest: &[u8]) -> Result<(Vec<Layer>, Vec<Layer>), String> {
-    let v: Value = serde_json::from_slice(image_manifest)
-        .map_err(|e| format!("its manifest is not JSON: {e}"))?;
+pub fn trust_layers(image_manifest: &[u8]) -> Result<(Vec<Layer>, Vec<Layer>), LayerError> {
+    let v: Value =
+        serde_json::from_slice(image_manifest).map_err(|e| LayerError::NotJson(e.to_string()))?;
     let layers = v
         .get("layers")
         .and_then(|l| l.as_array())
-        .ok_or("its manifest has no layers")?;
+        .ok_or(LayerError::NoLayers)?;
     let mut cosigs = Vec::new();
     let mut roots = Vec::new();
     for l in layers {
@@ -254,11 +319,11 @@ pub fn trust_layers(image_manifest: &[u8]) -> Result<(Vec<Layer>, Vec<Layer>), S
             .get("digest")
             .and_then(|d| d.as_str())
             .filter(|d| hexdigest::sha256_prefixed(d).is_some())
-            .ok_or(format!("a {media_type} layer has no sha256 digest"))?;
+            .ok_or(LayerError::TrustLayerDigest { media_type })?;
         let size = l
             .get("size")
             .and_then(|s| s.as_u64())
-            .ok_or(format!("a {media_type} layer has no size"))?;
+            .ok_or(LayerError::TrustLayerSize { media_type })?;
         let name = l
             .get("annotations")
             .and_then(|a| a.get(FILEPATH))
@@ -271,9 +336,7 @@ pub fn trust_layers(image_manifest: &[u8]) -> Result<(Vec<Layer>, Vec<Layer>), S
                     crate::trust::update::version_of_name(n).is_some()
                 }
             })
-            .ok_or(format!(
-                "a {media_type} layer has no {FILEPATH} annotation naming a file under {RECEIPT_DIR}/"
-            ))?;
+            .ok_or(LayerError::TrustLayerPath { media_type })?;
         let layer = Layer {
             media_type,
             digest: digest.to_ascii_lowercase(),
@@ -286,11 +349,14 @@ pub fn trust_layers(image_manifest: &[u8]) -> Result<(Vec<Layer>, Vec<Layer>), S
             &mut roots
         };
         if list.iter().any(|o: &Layer| o.path == layer.path) {
-            return Err(format!("it has two {media_type} layers for {name}"));
+            return Err(LayerError::TrustLayerTwice {
+                media_type,
+                name: name.to_string(),
+            });
         }
         list.push(layer);
         if list.len() > 64 {
-            return Err(format!("it has more than 64 {media_type} layers"));
+            return Err(LayerError::TooManyTrustLayers { media_type });
         }
     }
     Ok((cosigs, roots))
@@ -485,15 +551,14 @@ pub fn check_publishable(
     m: &Manifest,
     layers: &[Layer],
     manifest_sha256: &str,
-) -> Result<(), String> {
-    let hint = "pack fewer, larger files (put the many small files into one tar file inside the model), or carry the bundle itself on media";
+) -> Result<(), LayerError> {
     let placeholder = format!("sha256:{}", "0".repeat(64));
     let bound = image_manifest_for(m, &placeholder, u64::MAX, layers, manifest_sha256).len() as u64;
     if bound > MAX_OCI_MANIFEST_BYTES {
-        return Err(format!(
-            "cannot publish this bundle to a registry: its OCI image manifest would be {bound} bytes ({} layers), more than the {MAX_OCI_MANIFEST_BYTES}-byte limit `unpack oci://` (and the registry) enforce; nothing was uploaded: {hint}",
-            layers.len()
-        ));
+        return Err(LayerError::ImageManifestTooLarge {
+            bytes: bound,
+            layers: layers.len(),
+        });
     }
     for l in layers {
         let limit = match l.media_type {
@@ -503,10 +568,11 @@ pub fn check_publishable(
             _ => continue,
         };
         if l.size > limit {
-            return Err(format!(
-                "cannot publish this bundle to a registry: its {} layer would be {} bytes, more than the {limit}-byte limit `unpack oci://` reads it to; nothing was uploaded: {hint}",
-                l.path, l.size
-            ));
+            return Err(LayerError::LayerTooLarge {
+                path: l.path.clone(),
+                size: l.size,
+                limit,
+            });
         }
     }
     Ok(())
@@ -514,14 +580,14 @@ pub fn check_publishable(
 
 /// Finds the digests of the airlock manifest and signature layers in an image manifest.
 /// `Err` says what is missing or malformed.
-pub fn airlock_layers(image_manifest: &[u8]) -> Result<(Layer, Layer), String> {
-    let v: Value = serde_json::from_slice(image_manifest)
-        .map_err(|e| format!("its manifest is not JSON: {e}"))?;
+pub fn airlock_layers(image_manifest: &[u8]) -> Result<(Layer, Layer), LayerError> {
+    let v: Value =
+        serde_json::from_slice(image_manifest).map_err(|e| LayerError::NotJson(e.to_string()))?;
     let layers = v
         .get("layers")
         .and_then(|l| l.as_array())
-        .ok_or("its manifest has no layers (is it an image index or a Docker v2 manifest?)")?;
-    let find = |media_type: &'static str| -> Result<Option<Layer>, String> {
+        .ok_or(LayerError::NoLayersHinted)?;
+    let find = |media_type: &'static str| -> Result<Option<Layer>, LayerError> {
         let mut hits = layers
             .iter()
             .filter(|l| l.get("mediaType").and_then(|t| t.as_str()) == Some(media_type));
@@ -529,17 +595,17 @@ pub fn airlock_layers(image_manifest: &[u8]) -> Result<(Layer, Layer), String> {
             return Ok(None);
         };
         if hits.next().is_some() {
-            return Err(format!("it has more than one {media_type} layer"));
+            return Err(LayerError::MoreThanOne { media_type });
         }
         let digest = l
             .get("digest")
             .and_then(|d| d.as_str())
             .filter(|d| hexdigest::sha256_prefixed(d).is_some())
-            .ok_or(format!("its {media_type} layer has no sha256 digest"))?;
+            .ok_or(LayerError::LayerDigest { media_type })?;
         let size = l
             .get("size")
             .and_then(|s| s.as_u64())
-            .ok_or(format!("its {media_type} layer has no size"))?;
+            .ok_or(LayerError::LayerSize { media_type })?;
         Ok(Some(Layer {
             media_type,
             digest: digest.to_ascii_lowercase(),
@@ -549,12 +615,8 @@ pub fn airlock_layers(image_manifest: &[u8]) -> Result<(Layer, Layer), String> {
     };
     match (find(AIRLOCK_MANIFEST)?, find(AIRLOCK_SIGNATURE)?) {
         (Some(m), Some(s)) => Ok((m, s)),
-        (None, _) => Err(format!(
-            "it carries no airlock manifest (no {AIRLOCK_MANIFEST} layer): it was not published by `airlock push`, so nothing in it can be verified"
-        )),
-        (Some(_), None) => Err(format!(
-            "it carries no airlock signature (no {AIRLOCK_SIGNATURE} layer), so nothing in it can be trusted"
-        )),
+        (None, _) => Err(LayerError::NoAirlockManifest),
+        (Some(_), None) => Err(LayerError::NoAirlockSignature),
     }
 }
 
@@ -635,7 +697,7 @@ mod tests {
             "{}",
             image.len()
         );
-        let why = check_publishable(&m, &big, &sha).unwrap_err();
+        let why = check_publishable(&m, &big, &sha).unwrap_err().to_string();
         assert!(why.contains("20002 layers"), "{why}");
         assert!(why.contains("nothing was uploaded"), "{why}");
         // The largest count that fits is still publishable: the limit is the reader's, no less.
@@ -654,7 +716,9 @@ mod tests {
         // A signature layer larger than the reader fetches.
         let m = many_files(1, 40);
         let big_sig = "s".repeat(MAX_SIGNATURE_BYTES as usize + 1);
-        let why = check_publishable(&m, &layers_of(&m, &big_sig), &sha).unwrap_err();
+        let why = check_publishable(&m, &layers_of(&m, &big_sig), &sha)
+            .unwrap_err()
+            .to_string();
         assert!(why.contains("manifest.json.minisig"), "{why}");
     }
 
@@ -679,11 +743,13 @@ mod tests {
         assert!(
             airlock_layers(only_man.as_bytes())
                 .unwrap_err()
+                .to_string()
                 .contains("no airlock signature")
         );
         assert!(
             airlock_layers(br#"{"layers":[]}"#)
                 .unwrap_err()
+                .to_string()
                 .contains("no airlock manifest")
         );
         let twice = format!(r#"{{"layers":[{man},{man},{sig}]}}"#);

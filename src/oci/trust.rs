@@ -50,7 +50,7 @@ pub fn fetch_all(
     let (cosig_layers, root_layers) =
         modelpack::trust_layers(image).map_err(|reason| Error::Artifact {
             reference: reference.clone(),
-            reason,
+            reason: reason.to_string(),
         })?;
     let mut notes = Vec::new();
     let mut cosigs = Vec::new();

@@ -37,7 +37,7 @@ use rustix::fs::FileType;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
-use crate::fsio::{self, OpenError};
+use crate::fsio::{self, Cause};
 use crate::manifest::{
     FileEntry, MAX_OMS_SIGNATURE_BYTES, Manifest, OMS_SIGNATURE_NAME,
     OMS_SIGNATURE_NAME_BESIDE_PUBLISHER, OmsSignature,
@@ -243,13 +243,13 @@ pub fn read_carried(dir: &Path, m: &Manifest) -> Result<Option<Carried>> {
         return Ok(None);
     };
     let path = dir.join(&s.name);
-    let bytes = fsio::read_capped(&path, s.size, fsio::Follow::Never).map_err(|e| match e {
-        OpenError::NotFound => Error::OmsSignature {
+    let bytes = fsio::read_capped(&path, s.size, fsio::Follow::Never).map_err(|e| match e.into_cause() {
+        Cause::NotFound => Error::OmsSignature {
             path: path.clone(),
             reason: "is missing: the manifest lists this OMS signature, copy it from the staging host with the rest of the bundle".into(),
         },
-        OpenError::Io(e) => Error::io(&path, e),
-        OpenError::TooLarge(_) => Error::OmsSignature {
+        Cause::Io(e) => Error::io(&path, e),
+        Cause::TooLarge(_) => Error::OmsSignature {
             path: path.clone(),
             reason: format!(
                 "is larger than the {} bytes the manifest lists: the OMS signature was changed or replaced after packing",
@@ -282,12 +282,13 @@ fn key_error(path: &Path, reason: impl Into<String>) -> Error {
 /// Reads a small text file the operator named (a key, a certificate chain): bounded, a regular
 /// file (a final link followed), UTF-8.
 pub fn read_text(path: &Path) -> Result<String> {
-    let bytes =
-        fsio::read_capped(path, MAX_KEY_FILE_BYTES, fsio::Follow::Final).map_err(|e| match e {
-            OpenError::Io(e) => Error::io(path, e),
-            OpenError::NotFound => Error::io(path, std::io::ErrorKind::NotFound.into()),
+    let bytes = fsio::read_capped(path, MAX_KEY_FILE_BYTES, fsio::Follow::Final).map_err(|e| {
+        match e.into_cause() {
+            Cause::Io(e) => Error::io(path, e),
+            Cause::NotFound => Error::io(path, std::io::ErrorKind::NotFound.into()),
             e => key_error(path, e.to_string()),
-        })?;
+        }
+    })?;
     String::from_utf8(bytes).map_err(|_| key_error(path, "is not PEM text (not UTF-8)"))
 }
 
@@ -334,9 +335,9 @@ impl TrustMaterial {
 /// Reads and verifies the signature file `path` against `trust`; errors name the file.
 pub fn read_and_verify(path: &Path, trust: &TrustMaterial) -> Result<Verified> {
     let bytes = fsio::read_capped(path, MAX_OMS_SIGNATURE_BYTES, fsio::Follow::Final).map_err(
-        |e| match e {
-            OpenError::Io(e) => Error::io(path, e),
-            OpenError::NotFound => Error::OmsSignature {
+        |e| match e.into_cause() {
+            Cause::Io(e) => Error::io(path, e),
+            Cause::NotFound => Error::OmsSignature {
                 path: path.to_path_buf(),
                 reason: "is missing: no OMS signature to verify (name it with --oms-signature)"
                     .into(),
@@ -571,8 +572,8 @@ pub fn verify_dir(dir: &Path, opts: &DirOptions<'_>, progress: &dyn Progress) ->
         .par_iter()
         .map(|f| {
             let path = dir.join(f);
-            let (file, _) = fsio::open_file_below(&root, f).map_err(|e| match e {
-                OpenError::Io(e) => Error::io(&path, e),
+            let (file, _) = fsio::open_file_below(&root, f).map_err(|e| match e.into_cause() {
+                Cause::Io(e) => Error::io(&path, e),
                 e => Error::OmsSignature {
                     path: path.clone(),
                     reason: e.to_string(),

@@ -22,7 +22,7 @@ use super::source::Model;
 use crate::bundle::open;
 use crate::entries::{EntrySink, Mode};
 use crate::error::{Error, Result};
-use crate::fsio::{self, OpenError};
+use crate::fsio::{self, Cause};
 use crate::keys::PublicKey;
 use crate::manifest::{self, FileEntry, Manifest};
 use crate::progress::Progress;
@@ -266,17 +266,17 @@ impl BaseSource {
             Content::Installed { dir, root } => {
                 for path in wanted {
                     let Some(b) = by_path.get(path) else { continue };
-                    match fsio::open_file_below(root, path) {
+                    match fsio::open_file_below(root, path).map_err(fsio::Error::into_cause) {
                         Ok((f, len)) => match check(&f, len, b) {
                             Ok(()) => {
                                 out.insert(path.to_string(), f);
                             }
                             Err(why) => notes.push(unused(&dir.join(path), &why)),
                         },
-                        Err(e @ (OpenError::Link | OpenError::NotRegular(_))) => {
+                        Err(e @ (Cause::Link | Cause::NotRegular(_))) => {
                             notes.push(unused(&dir.join(path), &e.to_string()))
                         }
-                        Err(OpenError::NotFound) => {
+                        Err(Cause::NotFound) => {
                             notes.push(unused(&dir.join(path), "it is missing"))
                         }
                         Err(e) => return Err(Error::io(dir.join(path), e.into())),

@@ -493,7 +493,7 @@ fn encode_patch(
     } else {
         Map::Bytes
     };
-    let out = fsio::create_new(out_path, 0o600).map_err(|e| Error::io(out_path, e))?;
+    let out = fsio::create_new(out_path, 0o600).map_err(|e| Error::io(out_path, e.into()))?;
     let writer = HashingWriter {
         inner: BufWriter::with_capacity(1 << 20, out),
         hash: Sha256::new(),

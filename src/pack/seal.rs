@@ -105,7 +105,7 @@ pub fn seal(parts: Parts, key: &SecretKey, dir: &Path) -> Result<Sealed> {
     // comment, BLAKE2b-512 for the prehashed signature): at a million files the JSON is 175 MB,
     // which the packer held whole (in a buffer grown by doubling) and then wrote.
     let path = dir.join(manifest::MANIFEST_NAME);
-    let file = crate::fsio::create_new(&path, 0o644).map_err(|e| Error::io(&path, e))?;
+    let file = crate::fsio::create_new(&path, 0o644).map_err(|e| Error::io(&path, e.into()))?;
     let mut out = io::BufWriter::with_capacity(
         1 << 20,
         SealWriter {

@@ -95,7 +95,7 @@ pub fn open_with(registry: &Registry, policy: &crate::trust::Policy) -> Result<O
         )),
     })?;
     let (mlayer, slayer) =
-        modelpack::airlock_layers(&image).map_err(|why| artifact(registry, why))?;
+        modelpack::airlock_layers(&image).map_err(|why| artifact(registry, why.to_string()))?;
     let bytes = fetch_small(
         registry,
         &mlayer,

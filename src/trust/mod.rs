@@ -174,8 +174,8 @@ fn load_path_named(path: &Path) -> std::result::Result<Vec<(PublicKey, PathBuf)>
         return Ok(vec![(read_public_key(path)?, path.to_path_buf())]);
     }
     let mut files = Vec::new();
-    for (name, _) in
-        crate::fsio::list_dir(path, crate::fsio::Follow::Final).map_err(|e| io_err(path, e))?
+    for (name, _) in crate::fsio::list_dir(path, crate::fsio::Follow::Final)
+        .map_err(|e| io_err(path, e.into()))?
     {
         let p = path.join(name);
         if p.extension().is_some_and(|ext| ext == "pub") {

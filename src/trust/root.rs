@@ -185,65 +185,291 @@ impl Verification {
     }
 }
 
-fn hex_field(v: &Value, what: &str, bytes: usize) -> Result<Vec<u8>, String> {
-    let s = v
-        .as_str()
-        .ok_or_else(|| format!("{what} is {}, not a string", v.kind()))?;
+/// Why a TUF root file is refused (issue 34 item 6: typed, not a string). `Display` is the
+/// reason as the user reads it after the file's name (`trust: ROOT: <reason>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RootError {
+    /// Not JSON as TUF writes it; the parser's reason.
+    Json(String),
+    /// The document is not a JSON object.
+    NotAnObject,
+    /// The document is not exactly `signed` and `signatures`.
+    NotTwoFields,
+    /// `what` is of JSON kind `kind`, not a string.
+    NotAString { what: String, kind: &'static str },
+    /// `what` is not `digits` lowercase hex digits.
+    NotHex { what: String, digits: usize },
+    /// `what` is of JSON kind `kind`, not an object.
+    NotAnObjectField { what: String, kind: &'static str },
+    /// `what` has a field it may not have (quoted).
+    UnknownField { what: String, field: String },
+    /// `what` lacks the field `name`.
+    MissingField { what: String, name: String },
+    /// `what`'s integer is out of range.
+    OutOfRange { what: String, value: i128 },
+    /// `what` is of JSON kind `kind`, not an integer.
+    NotAnInteger { what: String, kind: &'static str },
+    /// A key that is not ed25519 (its type and scheme shown).
+    UnsupportedKey {
+        what: String,
+        keytype: String,
+        scheme: String,
+    },
+    /// A key's `keyval` is not exactly `public`.
+    KeyvalShape { what: String },
+    /// A key's `public` is not an Ed25519 public key.
+    BadPublicKey { what: String },
+    /// A key id that is not its key's (shown bounded; `computed` is the right one).
+    KeyIdMismatch { keyid: String, computed: String },
+    /// A key's minisign key id is not 16 uppercase hex digits.
+    MinisignKeyId { what: String },
+    /// A role's `keyids` is not an array.
+    KeyidsNotAnArray { what: String },
+    /// A role lists more than [`MAX_KEYS`] keys.
+    RoleTooManyKeys { what: String },
+    /// A role's `keyids` holds something that is not a string.
+    KeyidNotAString { what: String, kind: &'static str },
+    /// A role names a key id twice.
+    KeyidTwice { what: String, keyid: String },
+    /// A role names a key id the root does not define.
+    UnknownKeyid { what: String, keyid: String },
+    /// A role's threshold is 0.
+    ThresholdZero { what: String },
+    /// A role's threshold is above its number of keys.
+    ThresholdUnreachable {
+        what: String,
+        threshold: u64,
+        keys: usize,
+    },
+    /// `signed._type` is not `root` (shown).
+    NotRoot(String),
+    /// `signed.spec_version` is not a string.
+    SpecVersionNotAString,
+    /// `spec_version` (quoted) is not 1.x.
+    SpecVersion(String),
+    /// `signed.version` is 0.
+    VersionZero,
+    /// `signed.expires` is not a string.
+    ExpiresNotAString,
+    /// `signed.expires` is not a date.
+    Expires(super::time::DateError),
+    /// `signed.consistent_snapshot` is not a boolean.
+    ConsistentSnapshot,
+    /// `signed.keys` holds more than [`MAX_KEYS`] keys.
+    TooManyKeys,
+    /// `signed.roles` is not exactly [`ROLES`]; what it holds (bounded).
+    Roles { holds: String },
+    /// `signatures` is not an array.
+    SignaturesNotAnArray,
+    /// More than [`MAX_KEYS`] signatures.
+    TooManySignatures,
+    /// A signature is not exactly `keyid` and `sig`.
+    SignatureShape,
+    /// Two signatures by one key id.
+    SignatureTwice { keyid: String },
+}
+
+impl std::fmt::Display for RootError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use RootError::*;
+        match self {
+            Json(e) => write!(f, "is not valid JSON for TUF: {e}"),
+            NotAnObject => f.write_str("is not a JSON object"),
+            NotTwoFields => f.write_str(
+                "must be an object of exactly two fields, \"signed\" and \"signatures\"",
+            ),
+            NotAString { what, kind } => write!(f, "{what} is {kind}, not a string"),
+            NotHex { what, digits } => write!(f, "{what} is not {digits} lowercase hex digits"),
+            NotAnObjectField { what, kind } => write!(f, "{what} is {kind}, not an object"),
+            UnknownField { what, field } => write!(f, "{what} has an unknown field {field}"),
+            MissingField { what, name } => write!(f, "{what} has no {name:?} field"),
+            OutOfRange { what, value } => write!(f, "{what} {value} is out of range"),
+            NotAnInteger { what, kind } => write!(f, "{what} is {kind}, not an integer"),
+            UnsupportedKey {
+                what,
+                keytype,
+                scheme,
+            } => write!(
+                f,
+                "{what} is of type {keytype} with scheme {scheme}: airlock supports ed25519 keys (scheme ed25519) only"
+            ),
+            KeyvalShape { what } => {
+                write!(f, "{what} keyval must hold exactly one field, \"public\"")
+            }
+            BadPublicKey { what } => write!(f, "{what} is not a valid Ed25519 public key"),
+            KeyIdMismatch { keyid, computed } => write!(
+                f,
+                "key id {keyid} does not match its key: the key's id is {computed} (SHA-256 of its canonical JSON, as python-tuf computes it)"
+            ),
+            MinisignKeyId { what } => {
+                write!(f, "{what} {MINISIGN_KEYID} is not 16 uppercase hex digits")
+            }
+            KeyidsNotAnArray { what } => write!(f, "{what} keyids is not an array"),
+            RoleTooManyKeys { what } => write!(f, "{what} has more than {MAX_KEYS} keys"),
+            KeyidNotAString { what, kind } => {
+                write!(f, "{what} keyids holds {kind}, not a string")
+            }
+            KeyidTwice { what, keyid } => write!(f, "{what} names key id {keyid} twice"),
+            UnknownKeyid { what, keyid } => write!(
+                f,
+                "{what} names key id {keyid}, which the root's keys do not define"
+            ),
+            ThresholdZero { what } => write!(
+                f,
+                "{what} has threshold 0: at least one signature must be required"
+            ),
+            ThresholdUnreachable {
+                what,
+                threshold,
+                keys,
+            } => write!(
+                f,
+                "{what} has threshold {threshold} but only {keys} key(s): it could never be met"
+            ),
+            NotRoot(t) => write!(
+                f,
+                "signed._type is {t}, not \"root\": this is not root metadata"
+            ),
+            SpecVersionNotAString => f.write_str("signed.spec_version is not a string"),
+            SpecVersion(v) => write!(f, "spec_version {v} is not a TUF 1.x version"),
+            VersionZero => f.write_str("signed.version is 0; versions start at 1"),
+            ExpiresNotAString => f.write_str("signed.expires is not a string"),
+            Expires(e) => write!(f, "signed.expires: {e}"),
+            ConsistentSnapshot => f.write_str("signed.consistent_snapshot is not a boolean"),
+            TooManyKeys => write!(f, "signed.keys holds more than {MAX_KEYS} keys"),
+            Roles { holds } => write!(
+                f,
+                "signed.roles must hold exactly the roles {}; it holds {holds}",
+                ROLES.join(", ")
+            ),
+            SignaturesNotAnArray => f.write_str("signatures is not an array"),
+            TooManySignatures => write!(f, "holds more than {MAX_KEYS} signatures"),
+            SignatureShape => f.write_str("a signature must hold exactly \"keyid\" and \"sig\""),
+            SignatureTwice { keyid } => write!(
+                f,
+                "holds two signatures by key id {keyid} (python-tuf refuses this too)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RootError {}
+
+/// Why a rotation from a trusted root to the next is refused ([`verify_rotation`]). `Display`
+/// is the reason after the new root's name and version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RotationError {
+    /// Not newer than the trusted version: a rollback.
+    Rollback { new: u64, trusted: u64 },
+    /// A version skipped.
+    Gap { new: u64, trusted: u64 },
+    /// Not signed by the threshold of the trusted root's root keys (the shortfall described).
+    OldKeys { trusted: u64, shortfall: String },
+    /// Not signed by the threshold of its own root keys (the shortfall described).
+    OwnKeys { shortfall: String },
+}
+
+impl std::fmt::Display for RotationError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RotationError::Rollback { new, trusted } => write!(
+                f,
+                "is version {new}, not newer than the trusted version {trusted}: a rollback is refused"
+            ),
+            RotationError::Gap { new, trusted } => write!(
+                f,
+                "is version {new}, but the trusted root is version {trusted}: versions must follow one another, bring version {} first",
+                trusted + 1
+            ),
+            RotationError::OldKeys { trusted, shortfall } => write!(
+                f,
+                "is not signed by the threshold of version {trusted}'s root keys: {shortfall}"
+            ),
+            RotationError::OwnKeys { shortfall } => write!(
+                f,
+                "is not signed by the threshold of its own root keys: {shortfall}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RotationError {}
+
+fn hex_field(v: &Value, what: &str, bytes: usize) -> Result<Vec<u8>, RootError> {
+    let s = v.as_str().ok_or_else(|| RootError::NotAString {
+        what: what.into(),
+        kind: v.kind(),
+    })?;
     if !hexdigest::is_lower_hex(s, 2 * bytes) {
-        return Err(format!("{what} is not {} lowercase hex digits", 2 * bytes));
+        return Err(RootError::NotHex {
+            what: what.into(),
+            digits: 2 * bytes,
+        });
     }
     Ok(hex::decode(s).expect("checked hex"))
 }
 
-fn object<'a>(v: &'a Value, what: &str) -> Result<&'a BTreeMap<String, Value>, String> {
-    v.as_object()
-        .ok_or_else(|| format!("{what} is {}, not an object", v.kind()))
+fn object<'a>(v: &'a Value, what: &str) -> Result<&'a BTreeMap<String, Value>, RootError> {
+    v.as_object().ok_or_else(|| RootError::NotAnObjectField {
+        what: what.into(),
+        kind: v.kind(),
+    })
 }
 
 /// Refuses fields other than `allowed` and `x-` extensions.
-fn only(m: &BTreeMap<String, Value>, allowed: &[&str], what: &str) -> Result<(), String> {
+fn only(m: &BTreeMap<String, Value>, allowed: &[&str], what: &str) -> Result<(), RootError> {
     match m
         .keys()
         .find(|k| !allowed.contains(&k.as_str()) && !k.starts_with("x-"))
     {
-        Some(k) => Err(format!(
-            "{what} has an unknown field {}",
-            crate::display::quote(k)
-        )),
+        Some(k) => Err(RootError::UnknownField {
+            what: what.into(),
+            field: crate::display::quote(k),
+        }),
         None => Ok(()),
     }
 }
 
-fn field<'a>(m: &'a BTreeMap<String, Value>, name: &str, what: &str) -> Result<&'a Value, String> {
-    m.get(name)
-        .ok_or_else(|| format!("{what} has no {name:?} field"))
+fn field<'a>(
+    m: &'a BTreeMap<String, Value>,
+    name: &str,
+    what: &str,
+) -> Result<&'a Value, RootError> {
+    m.get(name).ok_or_else(|| RootError::MissingField {
+        what: what.into(),
+        name: name.into(),
+    })
 }
 
-fn uint(v: &Value, what: &str) -> Result<u64, String> {
+fn uint(v: &Value, what: &str) -> Result<u64, RootError> {
     match v {
-        Value::Int(i) => u64::try_from(*i).map_err(|_| format!("{what} {i} is out of range")),
-        other => Err(format!("{what} is {}, not an integer", other.kind())),
+        Value::Int(i) => u64::try_from(*i).map_err(|_| RootError::OutOfRange {
+            what: what.into(),
+            value: *i,
+        }),
+        other => Err(RootError::NotAnInteger {
+            what: what.into(),
+            kind: other.kind(),
+        }),
     }
 }
 
-fn parse_key(keyid_text: &str, v: &Value) -> Result<RootKey, String> {
+fn parse_key(keyid_text: &str, v: &Value) -> Result<RootKey, RootError> {
     let what = format!("key {}", crate::display::bounded(keyid_text));
     let m = object(v, &what)?;
     only(m, &["keytype", "scheme", "keyval"], &what)?;
     let keytype = field(m, "keytype", &what)?;
     let scheme = field(m, "scheme", &what)?;
     if keytype.as_str() != Some(ED25519) || scheme.as_str() != Some(ED25519) {
-        return Err(format!(
-            "{what} is of type {} with scheme {}: airlock supports ed25519 keys (scheme ed25519) only",
-            show(keytype),
-            show(scheme)
-        ));
+        return Err(RootError::UnsupportedKey {
+            what,
+            keytype: show(keytype),
+            scheme: show(scheme),
+        });
     }
     let keyval = object(field(m, "keyval", &what)?, &format!("{what} keyval"))?;
     if keyval.len() != 1 {
-        return Err(format!(
-            "{what} keyval must hold exactly one field, \"public\""
-        ));
+        return Err(RootError::KeyvalShape { what });
     }
     let public = hex_field(
         field(keyval, "public", &what)?,
@@ -251,13 +477,13 @@ fn parse_key(keyid_text: &str, v: &Value) -> Result<RootKey, String> {
         32,
     )?;
     let public = VerifyingKey::from_bytes(&public.try_into().expect("32 bytes"))
-        .map_err(|_| format!("{what} is not a valid Ed25519 public key"))?;
+        .map_err(|_| RootError::BadPublicKey { what: what.clone() })?;
     let computed = keyid(&public);
     if computed != keyid_text {
-        return Err(format!(
-            "key id {} does not match its key: the key's id is {computed} (SHA-256 of its canonical JSON, as python-tuf computes it)",
-            crate::display::bounded(keyid_text)
-        ));
+        return Err(RootError::KeyIdMismatch {
+            keyid: crate::display::bounded(keyid_text).into_owned(),
+            computed,
+        });
     }
     let minisign_id = match m.get(MINISIGN_KEYID) {
         None => None,
@@ -265,8 +491,7 @@ fn parse_key(keyid_text: &str, v: &Value) -> Result<RootKey, String> {
             let s = v.as_str().filter(|s| {
                 s.len() == 16 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'A'..=b'F'))
             });
-            let s =
-                s.ok_or_else(|| format!("{what} {MINISIGN_KEYID} is not 16 uppercase hex digits"))?;
+            let s = s.ok_or_else(|| RootError::MinisignKeyId { what: what.clone() })?;
             Some(u64::from_str_radix(s, 16).expect("hex").to_le_bytes())
         }
     };
@@ -284,46 +509,46 @@ fn show(v: &Value) -> String {
     }
 }
 
-fn parse_role(name: &str, v: &Value, keys: &BTreeMap<String, RootKey>) -> Result<Role, String> {
+fn parse_role(name: &str, v: &Value, keys: &BTreeMap<String, RootKey>) -> Result<Role, RootError> {
     let what = format!("role {name}");
     let m = object(v, &what)?;
     only(m, &["keyids", "threshold"], &what)?;
     let Value::Array(ids) = field(m, "keyids", &what)? else {
-        return Err(format!("{what} keyids is not an array"));
+        return Err(RootError::KeyidsNotAnArray { what });
     };
     if ids.len() > MAX_KEYS {
-        return Err(format!("{what} has more than {MAX_KEYS} keys"));
+        return Err(RootError::RoleTooManyKeys { what });
     }
     let mut keyids: Vec<String> = Vec::with_capacity(ids.len());
     for id in ids {
-        let id = id
-            .as_str()
-            .ok_or_else(|| format!("{what} keyids holds {}, not a string", id.kind()))?;
+        let id = id.as_str().ok_or_else(|| RootError::KeyidNotAString {
+            what: what.clone(),
+            kind: id.kind(),
+        })?;
         if keyids.iter().any(|k| k == id) {
-            return Err(format!(
-                "{what} names key id {} twice",
-                crate::display::bounded(id)
-            ));
+            return Err(RootError::KeyidTwice {
+                what,
+                keyid: crate::display::bounded(id).into_owned(),
+            });
         }
         if !keys.contains_key(id) {
-            return Err(format!(
-                "{what} names key id {}, which the root's keys do not define",
-                crate::display::bounded(id)
-            ));
+            return Err(RootError::UnknownKeyid {
+                what,
+                keyid: crate::display::bounded(id).into_owned(),
+            });
         }
         keyids.push(id.to_string());
     }
     let threshold = uint(field(m, "threshold", &what)?, &format!("{what} threshold"))?;
     if threshold == 0 {
-        return Err(format!(
-            "{what} has threshold 0: at least one signature must be required"
-        ));
+        return Err(RootError::ThresholdZero { what });
     }
     if threshold > keyids.len() as u64 {
-        return Err(format!(
-            "{what} has threshold {threshold} but only {} key(s): it could never be met",
-            keyids.len()
-        ));
+        return Err(RootError::ThresholdUnreachable {
+            what,
+            threshold,
+            keys: keyids.len(),
+        });
     }
     Ok(Role {
         keyids,
@@ -333,19 +558,17 @@ fn parse_role(name: &str, v: &Value, keys: &BTreeMap<String, RootKey>) -> Result
 
 impl Root {
     /// Parses and validates a root file (bounded by the caller to [`MAX_ROOT_BYTES`]).
-    pub fn parse(bytes: &[u8]) -> Result<Root, String> {
-        let doc = json::parse(bytes).map_err(|e| format!("is not valid JSON for TUF: {e}"))?;
+    pub fn parse(bytes: &[u8]) -> Result<Root, RootError> {
+        let doc = json::parse(bytes).map_err(RootError::Json)?;
         Root::from_value(doc)
     }
 
-    fn from_value(doc: Value) -> Result<Root, String> {
+    fn from_value(doc: Value) -> Result<Root, RootError> {
         let Value::Object(mut top) = doc else {
-            return Err("is not a JSON object".into());
+            return Err(RootError::NotAnObject);
         };
         if top.len() != 2 || !top.contains_key("signed") || !top.contains_key("signatures") {
-            return Err(
-                "must be an object of exactly two fields, \"signed\" and \"signatures\"".into(),
-            );
+            return Err(RootError::NotTwoFields);
         }
         let signed = top.remove("signed").expect("checked");
         let signatures = top.remove("signatures").expect("checked");
@@ -366,15 +589,12 @@ impl Root {
         match field(m, "_type", "signed")? {
             Value::Str(t) if t == "root" => {}
             other => {
-                return Err(format!(
-                    "signed._type is {}, not \"root\": this is not root metadata",
-                    show(other)
-                ));
+                return Err(RootError::NotRoot(show(other)));
             }
         }
         let spec_version = field(m, "spec_version", "signed")?
             .as_str()
-            .ok_or("signed.spec_version is not a string")?
+            .ok_or(RootError::SpecVersionNotAString)?
             .to_string();
         let parts: Vec<&str> = spec_version.split('.').collect();
         if !(2..=3).contains(&parts.len())
@@ -383,29 +603,26 @@ impl Root {
                 .any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()))
             || parts[0] != "1"
         {
-            return Err(format!(
-                "spec_version {} is not a TUF 1.x version",
-                crate::display::quote(&spec_version)
-            ));
+            return Err(RootError::SpecVersion(crate::display::quote(&spec_version)));
         }
         let version = uint(field(m, "version", "signed")?, "signed.version")?;
         if version == 0 {
-            return Err("signed.version is 0; versions start at 1".into());
+            return Err(RootError::VersionZero);
         }
         let expires = super::time::parse(
             field(m, "expires", "signed")?
                 .as_str()
-                .ok_or("signed.expires is not a string")?,
+                .ok_or(RootError::ExpiresNotAString)?,
         )
-        .map_err(|e| format!("signed.expires: {e}"))?;
+        .map_err(RootError::Expires)?;
         if let Some(cs) = m.get("consistent_snapshot")
             && !matches!(cs, Value::Bool(_))
         {
-            return Err("signed.consistent_snapshot is not a boolean".into());
+            return Err(RootError::ConsistentSnapshot);
         }
         let key_map = object(field(m, "keys", "signed")?, "signed.keys")?;
         if key_map.len() > MAX_KEYS {
-            return Err(format!("signed.keys holds more than {MAX_KEYS} keys"));
+            return Err(RootError::TooManyKeys);
         }
         let mut keys = BTreeMap::new();
         for (id, v) in key_map {
@@ -413,27 +630,28 @@ impl Root {
         }
         let role_map = object(field(m, "roles", "signed")?, "signed.roles")?;
         if role_map.len() != ROLES.len() || ROLES.iter().any(|r| !role_map.contains_key(*r)) {
-            return Err(format!(
-                "signed.roles must hold exactly the roles {}; it holds {}",
-                ROLES.join(", "),
-                crate::display::bounded(&role_map.keys().cloned().collect::<Vec<_>>().join(", "))
-            ));
+            return Err(RootError::Roles {
+                holds: crate::display::bounded(
+                    &role_map.keys().cloned().collect::<Vec<_>>().join(", "),
+                )
+                .into_owned(),
+            });
         }
         let mut roles = BTreeMap::new();
         for (name, v) in role_map {
             roles.insert(name.clone(), parse_role(name, v, &keys)?);
         }
         let Value::Array(sig_list) = signatures else {
-            return Err("signatures is not an array".into());
+            return Err(RootError::SignaturesNotAnArray);
         };
         if sig_list.len() > MAX_KEYS {
-            return Err(format!("holds more than {MAX_KEYS} signatures"));
+            return Err(RootError::TooManySignatures);
         }
         let mut sigs: Vec<RootSignature> = Vec::with_capacity(sig_list.len());
         for s in &sig_list {
             let sm = object(s, "a signature")?;
             if sm.len() != 2 {
-                return Err("a signature must hold exactly \"keyid\" and \"sig\"".into());
+                return Err(RootError::SignatureShape);
             }
             let keyid = hex_field(
                 field(sm, "keyid", "a signature")?,
@@ -443,9 +661,7 @@ impl Root {
             let sig = hex_field(field(sm, "sig", "a signature")?, "a signature's sig", 64)?;
             let keyid = hex::encode(keyid);
             if sigs.iter().any(|o| o.keyid == keyid) {
-                return Err(format!(
-                    "holds two signatures by key id {keyid} (python-tuf refuses this too)"
-                ));
+                return Err(RootError::SignatureTwice { keyid });
             }
             sigs.push(RootSignature {
                 keyid,
@@ -473,7 +689,7 @@ impl Root {
         expires: i64,
         targets: (&[RootKey], usize),
         root: (&[RootKey], usize),
-    ) -> Result<Root, String> {
+    ) -> Result<Root, RootError> {
         let mut keys = BTreeMap::new();
         let mut role = |pks: &[RootKey], threshold: usize| {
             let mut ids: Vec<Value> = Vec::new();
@@ -598,35 +814,31 @@ impl Root {
 /// root is signed by the threshold of the trusted root's `root` role AND of its own. Expiry is
 /// not checked here: an expired intermediate root may still vouch for the next one; only the
 /// last root of a chain must be current.
-pub fn verify_rotation(trusted: &Root, new: &Root) -> Result<(), String> {
+pub fn verify_rotation(trusted: &Root, new: &Root) -> Result<(), RotationError> {
     if new.version <= trusted.version {
-        return Err(format!(
-            "is version {}, not newer than the trusted version {}: a rollback is refused",
-            new.version, trusted.version
-        ));
+        return Err(RotationError::Rollback {
+            new: new.version,
+            trusted: trusted.version,
+        });
     }
     if new.version != trusted.version + 1 {
-        return Err(format!(
-            "is version {}, but the trusted root is version {}: versions must follow one another, bring version {} first",
-            new.version,
-            trusted.version,
-            trusted.version + 1
-        ));
+        return Err(RotationError::Gap {
+            new: new.version,
+            trusted: trusted.version,
+        });
     }
     let old = trusted.verification(ROOT, new);
     if !old.ok() {
-        return Err(format!(
-            "is not signed by the threshold of version {}'s root keys: {}",
-            trusted.version,
-            old.describe()
-        ));
+        return Err(RotationError::OldKeys {
+            trusted: trusted.version,
+            shortfall: old.describe(),
+        });
     }
     let own = new.verification(ROOT, new);
     if !own.ok() {
-        return Err(format!(
-            "is not signed by the threshold of its own root keys: {}",
-            own.describe()
-        ));
+        return Err(RotationError::OwnKeys {
+            shortfall: own.describe(),
+        });
     }
     Ok(())
 }
@@ -746,13 +958,13 @@ mod tests {
         ];
         for (text, want) in cases {
             assert_ne!(text, good, "the case for {want:?} must change the file");
-            let e = Root::parse(text.as_bytes()).unwrap_err();
+            let e = Root::parse(text.as_bytes()).unwrap_err().to_string();
             assert!(e.contains(want), "{want:?}: {e}");
         }
         // A key listed under an id that is not its own.
         let other = "0".repeat(64);
         let text = good.replace(&id, &other);
-        let e = Root::parse(text.as_bytes()).unwrap_err();
+        let e = Root::parse(text.as_bytes()).unwrap_err().to_string();
         assert!(e.contains("does not match its key"), "{e}");
         // The same key id twice in `keys` (a duplicate JSON key).
         let dup = good.replacen(
@@ -761,7 +973,7 @@ mod tests {
             1,
         );
         assert_ne!(dup, good);
-        let e = Root::parse(dup.as_bytes()).unwrap_err();
+        let e = Root::parse(dup.as_bytes()).unwrap_err().to_string();
         assert!(e.contains("appears twice"), "{e}");
         // Two signatures by one key id.
         let sig_obj = format!("\"keyid\": \"{id}\"");
@@ -774,7 +986,7 @@ mod tests {
             &good[..start + "\"signatures\": [".len()],
             &good[end..]
         );
-        let e = Root::parse(twice.as_bytes()).unwrap_err();
+        let e = Root::parse(twice.as_bytes()).unwrap_err().to_string();
         assert!(e.contains("two signatures"), "{e}");
     }
 
@@ -786,12 +998,12 @@ mod tests {
         let mut v2 = root_of(&[&b, &c], 1, 2);
         // Only the new keys: refused.
         v2.sign(&b);
-        let e = verify_rotation(&v1, &v2).unwrap_err();
+        let e = verify_rotation(&v1, &v2).unwrap_err().to_string();
         assert!(e.contains("version 1's root keys"), "{e}");
         // Only the old key: refused.
         let mut old_only = root_of(&[&b, &c], 1, 2);
         old_only.sign(&a);
-        let e = verify_rotation(&v1, &old_only).unwrap_err();
+        let e = verify_rotation(&v1, &old_only).unwrap_err().to_string();
         assert!(e.contains("its own root keys"), "{e}");
         // Both: accepted.
         v2.sign(&a);
@@ -802,8 +1014,23 @@ mod tests {
         assert!(
             verify_rotation(&v1, &v3)
                 .unwrap_err()
+                .to_string()
                 .contains("bring version 2")
         );
-        assert!(verify_rotation(&v2, &v1).unwrap_err().contains("rollback"));
+        assert!(
+            verify_rotation(&v2, &v1)
+                .unwrap_err()
+                .to_string()
+                .contains("rollback")
+        );
+        // The kind, not only the text.
+        assert!(matches!(
+            verify_rotation(&v2, &v1),
+            Err(RotationError::Rollback { new: 1, trusted: 2 })
+        ));
+        assert!(matches!(
+            verify_rotation(&v1, &v3),
+            Err(RotationError::Gap { .. })
+        ));
     }
 }

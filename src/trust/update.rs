@@ -98,7 +98,7 @@ pub fn read_root(path: &Path) -> Result<(Root, Vec<u8>)> {
     let bytes = read_root_file(path, true)?;
     let root = Root::parse(&bytes).map_err(|reason| Error::TrustRoot {
         path: path.to_path_buf(),
-        reason,
+        reason: reason.to_string(),
     })?;
     Ok((root, bytes))
 }
@@ -182,7 +182,7 @@ pub fn read_carried(
     notes: &mut Vec<String>,
 ) -> Result<Vec<(PathBuf, RootFile, Root)>> {
     let mut found = Vec::new();
-    let rd = fsio::list_dir(dir, fsio::Follow::Final).map_err(|e| Error::io(dir, e))?;
+    let rd = fsio::list_dir(dir, fsio::Follow::Final).map_err(|e| Error::io(dir, e.into()))?;
     for (name, _) in rd {
         let name = name.to_string_lossy().into_owned();
         if version_of_name(&name).is_some() {
@@ -497,7 +497,7 @@ pub fn check_for_pack(
     for (path, bytes) in files {
         let r = Root::parse(bytes).map_err(|reason| Error::TrustRoot {
             path: path.clone(),
-            reason,
+            reason: reason.to_string(),
         })?;
         let own = r.verification(root::ROOT, &r);
         if !own.ok() {

@@ -193,7 +193,7 @@ impl Target for DirTarget {
                 let proven = (|| {
                     let root = match fsio::open_dir_at(staging.fd(), "tree") {
                         Ok(fd) => fd,
-                        Err(rustix::io::Errno::NOENT) => {
+                        Err(e) if matches!(e.errno(), Some(rustix::io::Errno::NOENT)) => {
                             staging.mkdir("tree", receipt::DIR_MODE)?
                         }
                         Err(e) => return Err(Error::io(staging.path().join("tree"), e.into())),
@@ -432,7 +432,7 @@ fn file_mode(file: &FileEntry) -> u32 {
     if file.executable { 0o755 } else { 0o644 }
 }
 
-fn err_at(root: &Path, path: &str, e: rustix::io::Errno) -> Error {
+fn err_at(root: &Path, path: &str, e: impl Into<std::io::Error>) -> Error {
     Error::io(root.join(path), e.into())
 }
 
@@ -478,9 +478,12 @@ impl EntrySink for StagingSink {
         let root_path = self.root_path.clone();
         let (parent, name) = self.parent_and_name(path)?;
         let fd = rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(receipt::DIR_MODE))
-            .and_then(|()| fsio::open_dir_at(parent, name))
+            .map_err(std::io::Error::from)
+            .and_then(|()| fsio::open_dir_at(parent, name).map_err(std::io::Error::from))
             .and_then(|fd| {
-                rustix::fs::fchmod(&fd, Mode::from_raw_mode(receipt::DIR_MODE)).map(|()| fd)
+                rustix::fs::fchmod(&fd, Mode::from_raw_mode(receipt::DIR_MODE))
+                    .map(|()| fd)
+                    .map_err(std::io::Error::from)
             })
             .map_err(|e| err_at(&root_path, path, e))?;
         if self.dirs.len() >= DIR_CACHE {
@@ -747,7 +750,7 @@ impl InstalledBase {
             return Err(refuse(reason));
         }
         let root = fsio::open_dir_path(dest, fsio::Follow::Never)
-            .map_err(|e| refuse(format!("{short}: it cannot be opened ({e})")))?;
+            .map_err(|e| refuse(format!("{short}: it cannot be opened ({})", e.cause())))?;
         Ok(InstalledBase {
             dest: dest.to_path_buf(),
             root,
@@ -778,7 +781,7 @@ impl Base for InstalledBase {
     fn open(&mut self, b: &FileEntry) -> Result<File> {
         fsio::open_file_below(&self.root, &b.path)
             .map(|(f, _)| f)
-            .map_err(|e| self.rotten(b, format!("cannot open it ({e})")))
+            .map_err(|e| self.rotten(b, format!("cannot open it ({})", e.cause())))
     }
 
     fn refuse(&self, reason: String) -> Error {

@@ -302,7 +302,12 @@ impl Txn {
             }
             Err(rustix::io::Errno::EXIST) => match fsio::open_dir_at(&**parent, name) {
                 Ok(fd) => Ok(Arc::new(fd)),
-                Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
+                Err(e)
+                    if matches!(
+                        e.errno(),
+                        Some(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR)
+                    ) =>
+                {
                     Err(hfcache::layout::real_dir(&path)
                         .err()
                         .unwrap_or_else(|| Error::HfCache {
@@ -398,18 +403,22 @@ impl<'a> Below<'a> {
 
     /// Runs `f` with the handle of `rel`'s directory and `rel`'s last component; errors name
     /// `rel` below the root.
-    fn at<T>(&mut self, rel: &str, f: impl FnOnce(&OwnedFd, &str) -> io::Result<T>) -> Result<T> {
+    fn at<T, E: Into<io::Error>>(
+        &mut self,
+        rel: &str,
+        f: impl FnOnce(&OwnedFd, &str) -> std::result::Result<T, E>,
+    ) -> Result<T> {
         let root_path = self.root_path;
         let full = || root_path.join(rel);
         let Some((parent, name)) = rel.rsplit_once('/') else {
-            return f(self.root, rel).map_err(|e| Error::io(full(), e));
+            return f(self.root, rel).map_err(|e| Error::io(full(), e.into()));
         };
         let dir = match self.last.take() {
             Some((held, fd)) if held == parent => fd,
             _ => fsio::open_below(self.root, parent)
                 .map_err(|e| Error::io(root_path.join(parent), e.into()))?,
         };
-        let out = f(&dir, name).map_err(|e| Error::io(full(), e));
+        let out = f(&dir, name).map_err(|e| Error::io(full(), e.into()));
         self.last = Some((parent.to_string(), dir));
         out
     }
@@ -420,7 +429,7 @@ impl<'a> Below<'a> {
             rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o755))?;
             let fd = fsio::open_dir_at(dir, name)?;
             rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o755))?;
-            Ok(fd)
+            Ok::<_, io::Error>(fd)
         })?;
         // Its entries come next.
         self.last = Some((rel.to_string(), fd));
@@ -719,8 +728,8 @@ fn merge_existing(
     for (rel, kind) in existing {
         let staged_already = below.at(rel, |dir, name| match fsio::stat_at(dir, name) {
             Ok(_) => Ok(true),
-            Err(rustix::io::Errno::NOENT) => Ok(false),
-            Err(e) => Err(e.into()),
+            Err(e) if matches!(e.errno(), Some(rustix::io::Errno::NOENT)) => Ok(false),
+            Err(e) => Err(e),
         })?;
         if staged_already {
             continue;
@@ -833,7 +842,7 @@ fn place_blobs(
     for etag in unique {
         let dest = blobs_path.join(etag);
         match fsio::stat_at(&**blobs, etag.as_str()) {
-            Err(rustix::io::Errno::NOENT) => {
+            Err(e) if matches!(e.errno(), Some(rustix::io::Errno::NOENT)) => {
                 match fsio::rename_at(staged_blobs, etag, &**blobs, etag, RenameFlags::NOREPLACE) {
                     Ok(()) => {
                         txn.undo.push(Undo::RemoveFile(blobs.clone(), etag.clone()));
@@ -992,7 +1001,9 @@ fn open_or_make(parent: &OwnedFd, path: &Path, name: &str) -> Result<OwnedFd> {
                 .map_err(|e| Error::io(path, e.into()))?;
             Ok(fd)
         }
-        Err(rustix::io::Errno::NOENT) => durable::mkdir_at(parent, parent_path, name, 0o755),
+        Err(e) if matches!(e.errno(), Some(rustix::io::Errno::NOENT)) => {
+            durable::mkdir_at(parent, parent_path, name, 0o755)
+        }
         Err(e) => Err(Error::io(path, e.into())),
     }
 }
@@ -1240,7 +1251,7 @@ impl Target for HfTarget {
         // through handles.
         let cache_fd = match fsio::open_dir_path(cache, fsio::Follow::Final) {
             Ok(fd) => fd,
-            Err(rustix::io::Errno::NOTDIR) => {
+            Err(e) if matches!(e.errno(), Some(rustix::io::Errno::NOTDIR)) => {
                 return Err(Error::Usage(format!(
                     "{} is not a directory",
                     cache.display()
@@ -1566,7 +1577,7 @@ impl Target for HfTarget {
                 (plan.revision != plan.commit).then(|| repo.join("refs").join(&plan.revision));
             let (tally, snapshot_state, previous_commit) =
                 match fsio::stat_at(&*cache_fd, folder.as_str()) {
-                    Err(rustix::io::Errno::NOENT) => {
+                    Err(e) if matches!(e.errno(), Some(rustix::io::Errno::NOENT)) => {
                         // A new repository: refs included, it appears in one rename.
                         publish_new_repo(
                             &work, &staged, &cache_fd, &folder, &repo, &plan, &mut txn,
@@ -1787,9 +1798,11 @@ fn find_receipt(
     for (commit, dir) in hfcache::receipts(repo)? {
         let mpath = dir.join(crate::manifest::MANIFEST_NAME);
         let spath = dir.join(crate::manifest::SIGNATURE_NAME);
-        let bytes = match fsio::read_capped(&mpath, MAX_MANIFEST_BYTES, fsio::Follow::Never) {
+        let bytes = match fsio::read_capped(&mpath, MAX_MANIFEST_BYTES, fsio::Follow::Never)
+            .map_err(fsio::Error::into_cause)
+        {
             Ok(b) => b,
-            Err(fsio::OpenError::NotFound) => continue,
+            Err(fsio::Cause::NotFound) => continue,
             Err(e) => return Err(Error::io(&mpath, e.into())),
         };
         if hex::encode(Sha256::digest(&bytes)) != manifest_sha256 {
@@ -1879,7 +1892,7 @@ fn update_repo(
                     reason: "exists and is not a directory".into(),
                 });
             }
-            Err(rustix::io::Errno::NOENT) => None,
+            Err(e) if matches!(e.errno(), Some(rustix::io::Errno::NOENT)) => None,
             Err(e) => return Err(Error::io(&snapshot, e.into())),
         },
     };

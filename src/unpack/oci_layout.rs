@@ -34,7 +34,7 @@ use crate::bundle::open::Opened;
 use crate::entries::Base;
 use crate::entries::EntrySink;
 use crate::error::{Error, Result};
-use crate::fsio::{self, OpenError};
+use crate::fsio::{self, Cause};
 use crate::manifest::{FileEntry, MAX_MANIFEST_BYTES, Manifest};
 use crate::oci::modelpack::{self, Artifact, ConfigCapture, MAX_CONFIG_JSON};
 use crate::pipeline::{Fed, Target};
@@ -195,22 +195,23 @@ fn open_layout(dir: &Path) -> Result<(OwnedFd, Found)> {
         Ok(_) => {}
     }
     let fd = fsio::open_dir_path(dir, fsio::Follow::Never).map_err(|e| Error::io(dir, e.into()))?;
-    let found = match fsio::read_below_capped(&fd, LAYOUT_FILE, 4096) {
-        Ok(bytes) => {
-            let v: Value = serde_json::from_slice(&bytes)
-                .map_err(|e| layout_error(dir, LAYOUT_FILE, e.to_string()))?;
-            if v.get("imageLayoutVersion").and_then(Value::as_str) != Some("1.0.0") {
-                return Err(layout_error(
-                    dir,
-                    LAYOUT_FILE,
-                    format!("declares {v}, not the image layout version 1.0.0 airlock writes"),
-                ));
+    let found =
+        match fsio::read_below_capped(&fd, LAYOUT_FILE, 4096).map_err(fsio::Error::into_cause) {
+            Ok(bytes) => {
+                let v: Value = serde_json::from_slice(&bytes)
+                    .map_err(|e| layout_error(dir, LAYOUT_FILE, e.to_string()))?;
+                if v.get("imageLayoutVersion").and_then(Value::as_str) != Some("1.0.0") {
+                    return Err(layout_error(
+                        dir,
+                        LAYOUT_FILE,
+                        format!("declares {v}, not the image layout version 1.0.0 airlock writes"),
+                    ));
+                }
+                Found::Layout
             }
-            Found::Layout
-        }
-        Err(OpenError::NotFound) => without_layout_file(dir, &fd)?,
-        Err(e) => return Err(layout_error(dir, LAYOUT_FILE, e.to_string())),
-    };
+            Err(Cause::NotFound) => without_layout_file(dir, &fd)?,
+            Err(e) => return Err(layout_error(dir, LAYOUT_FILE, e.to_string())),
+        };
     Ok((fd, found))
 }
 
@@ -297,7 +298,7 @@ fn open_blobs(dir: &OwnedFd, path: &Path) -> Result<OwnedFd> {
         at.push(name);
         fd = match fsio::open_dir_at(&fd, name) {
             Ok(next) => next,
-            Err(rustix::io::Errno::NOENT) => {
+            Err(e) if matches!(e.errno(), Some(rustix::io::Errno::NOENT)) => {
                 crate::durable::mkdir_at(&fd, at.parent().expect("inside"), name, 0o755)?
             }
             Err(e) => return Err(Error::io(&at, e.into())),
@@ -322,7 +323,7 @@ impl Target for LayoutTarget {
         modelpack::check_publishable(m, &layers, &opened.manifest_sha256).map_err(|reason| {
             Error::ManifestTooLarge {
                 path: path.clone(),
-                reason,
+                reason: reason.to_string(),
             }
         })?;
         let (dir, found) = open_layout(&path)?;
@@ -474,10 +475,12 @@ impl Target for LayoutTarget {
         if fsio::read_below_capped(&dir, LAYOUT_FILE, 4096).is_err() {
             crate::durable::replace_at(&dir, &path, LAYOUT_FILE, LAYOUT_VERSION.as_bytes(), 0o644)?;
         }
-        let mut index = match fsio::read_below_capped(&dir, INDEX, MAX_INDEX_BYTES) {
+        let mut index = match fsio::read_below_capped(&dir, INDEX, MAX_INDEX_BYTES)
+            .map_err(fsio::Error::into_cause)
+        {
             Ok(bytes) => serde_json::from_slice::<Value>(&bytes)
                 .map_err(|e| layout_error(&path, INDEX, format!("is not JSON: {e}")))?,
-            Err(OpenError::NotFound) => {
+            Err(Cause::NotFound) => {
                 json!({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []})
             }
             Err(e) => return Err(Error::io(path.join(INDEX), e.into())),
@@ -588,14 +591,14 @@ impl BlobSink {
     /// Whether `blobs/sha256/<sha256>` is there and holds exactly `size` bytes hashing to its
     /// name. A blob that is there but wrong is left for the verified copy to replace.
     fn has_blob(&self, sha256: &str, size: u64) -> Result<bool> {
-        match fsio::open_file_below(&self.blobs, sha256) {
+        match fsio::open_file_below(&self.blobs, sha256).map_err(fsio::Error::into_cause) {
             Ok((f, len)) if len == size => {
                 let got = fsio::hash_exact(&f, len)
                     .map_err(|e| Error::io(self.blobs_path.join(sha256), e))?;
                 Ok(got == sha256)
             }
-            Ok(_) | Err(OpenError::NotFound) => Ok(false),
-            Err(OpenError::Link | OpenError::NotRegular(_)) => Ok(false),
+            Ok(_) | Err(Cause::NotFound) => Ok(false),
+            Err(Cause::Link | Cause::NotRegular(_)) => Ok(false),
             Err(e) => Err(Error::io(self.blobs_path.join(sha256), e.into())),
         }
     }
@@ -776,9 +779,10 @@ impl LayoutBase {
             todo: layout_needs(&m.name, base.version),
         };
         let bytes = match fsio::read_below_capped(&blobs, &base.manifest_sha256, MAX_MANIFEST_BYTES)
+            .map_err(fsio::Error::into_cause)
         {
             Ok(b) => b,
-            Err(OpenError::NotFound) => {
+            Err(Cause::NotFound) => {
                 return Err(refuse(format!(
                     "needs {} version {} in this layout: it has no blob {} (the base's airlock manifest)",
                     m.name, base.version, base.manifest_sha256
@@ -829,7 +833,12 @@ impl Base for LayoutBase {
     fn open(&mut self, b: &FileEntry) -> Result<File> {
         fsio::open_file_below(&self.blobs, &b.sha256)
             .map(|(f, _)| f)
-            .map_err(|e| self.rotten(b, format!("its blob {} cannot be opened ({e})", b.sha256)))
+            .map_err(|e| {
+                self.rotten(
+                    b,
+                    format!("its blob {} cannot be opened ({})", b.sha256, e.cause()),
+                )
+            })
     }
 
     fn refuse(&self, reason: String) -> Error {

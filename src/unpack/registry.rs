@@ -368,7 +368,7 @@ pub fn push(opened: &BundleDir, registry: &Registry, progress: &dyn Progress) ->
     modelpack::check_publishable(m, &layers, &opened.manifest_sha256).map_err(|reason| {
         Error::ManifestTooLarge {
             path: opened.dir().to_path_buf(),
-            reason,
+            reason: reason.to_string(),
         }
     })?;
     let precheck = || -> Result<()> {

@@ -45,6 +45,53 @@ impl std::fmt::Display for VolumeFailure {
 }
 impl std::error::Error for VolumeFailure {}
 
+/// Why the volume reader stops the stream (issue 34 item 6: typed, not a string): it travels
+/// through the zstd decoder, which passes only `io::Error`, made one by [`carried`] (its only
+/// conversion) and taken apart by `io_to_error` in `bundle/stream.rs` ([`VolumeIo`] and
+/// [`VolumeFailure`] by type, the others by their text, which is the message).
+#[derive(Debug, thiserror::Error)]
+pub(in crate::bundle) enum ReadStop {
+    /// A read error on a volume (a failing medium).
+    #[error(transparent)]
+    Io(VolumeIo),
+    /// A volume that fails its size or a digest (strict mode).
+    #[error(transparent)]
+    Failure(VolumeFailure),
+    /// A damaged volume whose parity stripe lost more units than it can rebuild (collect mode:
+    /// the problem is recorded, the stream cannot go on).
+    #[error("{0} cannot be rebuilt from parity")]
+    Unrebuildable(String),
+    /// A volume that is missing or cannot be opened (collect mode: recorded likewise).
+    #[error("{0} is missing")]
+    Missing(String),
+    /// Rebuilding a chunk from parity failed (the source of a [`VolumeIo`]).
+    #[error("rebuilding chunk {chunk} from parity: {why}")]
+    Rebuild { chunk: u64, why: ParityError },
+    /// Too little memory for a parity unit (the source of a [`VolumeIo`]).
+    #[error(transparent)]
+    Parity(ParityError),
+    /// A read after the reader stopped on an earlier error.
+    #[error("the volumes could not be read past an earlier error")]
+    PastEarlierError,
+}
+
+impl From<ReadStop> for io::Error {
+    fn from(s: ReadStop) -> io::Error {
+        match s {
+            // By their own types, for `io_to_error`'s downcasts.
+            ReadStop::Io(e) => carried(e),
+            ReadStop::Failure(e) => carried(e),
+            s => carried(s),
+        }
+    }
+}
+
+/// A typed error of the reader as an `io::Error` (kind `Other`), the one place the reader makes
+/// one.
+fn carried(e: impl std::error::Error + Send + Sync + 'static) -> io::Error {
+    io::Error::other(e)
+}
+
 /// Reads the volumes in order as one payload, checking each volume's size and chunk digests
 /// (and its whole-volume digest where the manifest has one).
 ///
@@ -159,10 +206,11 @@ impl<'a> VolumeReader<'a> {
             elsewhere: missing.flatten(),
         };
         match self.mode {
-            Mode::Strict => Err(io::Error::other(VolumeFailure {
+            Mode::Strict => Err(ReadStop::Failure(VolumeFailure {
                 problem: p,
                 total: count,
-            })),
+            })
+            .into()),
             Mode::Collect => {
                 self.problems.push(p);
                 Ok(())
@@ -251,7 +299,12 @@ impl<'a> VolumeReader<'a> {
         let ur = self.units.as_ref().expect("parity mode");
         let g = ur.g;
         let name = self.manifest.volumes[self.index].name.clone();
-        let io_error = |path: PathBuf, e: io::Error| io::Error::other(VolumeIo { path, source: e });
+        let io_error = |path: PathBuf, e: ReadStop| {
+            io::Error::from(ReadStop::Io(VolumeIo {
+                path,
+                source: e.into(),
+            }))
+        };
         let len_us = len as usize;
         if self.unit.len() < len_us {
             self.unit
@@ -259,7 +312,7 @@ impl<'a> VolumeReader<'a> {
                 .map_err(|_| {
                     io_error(
                         self.source.path(&name),
-                        io::Error::other(ParityError::Memory(len)),
+                        ReadStop::Parity(ParityError::Memory(len)),
                     )
                 })?;
         }
@@ -282,9 +335,7 @@ impl<'a> VolumeReader<'a> {
                 g.recovery
             );
             self.fail(msg)?;
-            return Err(io::Error::other(format!(
-                "{name} cannot be rebuilt from parity"
-            )));
+            return Err(ReadStop::Unrebuildable(name).into());
         }
         if self.repaired.last() != Some(&name) {
             self.repaired.push(name.clone());
@@ -310,7 +361,10 @@ impl<'a> VolumeReader<'a> {
         if let Err(e) = r {
             return Err(io_error(
                 self.source.path(&name),
-                io::Error::other(format!("rebuilding chunk {chunk} from parity: {e}")),
+                ReadStop::Rebuild {
+                    chunk: chunk as u64,
+                    why: e,
+                },
             ));
         }
         self.unit_held = true;
@@ -368,10 +422,7 @@ impl<'a> VolumeReader<'a> {
                         g.recovery
                     );
                     self.fail(msg)?;
-                    return Err(io::Error::other(format!(
-                        "{} cannot be rebuilt from parity",
-                        v.name
-                    )));
+                    return Err(ReadStop::Unrebuildable(v.name.clone()).into());
                 }
                 if self.repaired.last() != Some(&v.name) {
                     self.repaired.push(v.name.clone());
@@ -395,10 +446,11 @@ impl<'a> VolumeReader<'a> {
                 None => {
                     let ur = self.units.as_ref().expect("parity mode");
                     if let Err(e) = ur.read_data(u, self.in_chunk, &mut buf[..want]) {
-                        return Err(io::Error::other(VolumeIo {
+                        return Err(ReadStop::Io(VolumeIo {
                             path: self.source.path(&v.name),
                             source: e,
-                        }));
+                        })
+                        .into());
                     }
                     want
                 }
@@ -426,13 +478,15 @@ impl<'a> VolumeReader<'a> {
                                 })
                             });
                         if let Err(e) = r {
-                            return Err(io::Error::other(VolumeIo {
+                            return Err(ReadStop::Io(VolumeIo {
                                 path: self.source.path(&v.name),
-                                source: io::Error::other(format!(
-                                    "rebuilding chunk {} from parity: {e}",
-                                    self.chunk_index
-                                )),
-                            }));
+                                source: ReadStop::Rebuild {
+                                    chunk: self.chunk_index as u64,
+                                    why: e,
+                                }
+                                .into(),
+                            })
+                            .into());
                         }
                         self.slice = slice;
                         self.slice_start = start;
@@ -488,7 +542,7 @@ impl Read for VolumeReader<'_> {
                             self.fail(format!("cannot be opened: {e}"))?;
                         }
                         // Collect mode: the stream cannot go on without the volume's bytes.
-                        return Err(io::Error::other(format!("{} is missing", v.name)));
+                        return Err(ReadStop::Missing(v.name.clone()).into());
                     }
                 };
                 self.file = Some(f);
@@ -518,10 +572,11 @@ impl Read for VolumeReader<'_> {
                 match read_retrying(file, &mut buf[..want]) {
                     Ok(n) => n,
                     Err(e) => {
-                        return Err(io::Error::other(VolumeIo {
+                        return Err(ReadStop::Io(VolumeIo {
                             path: self.source.path(&v.name),
                             source: e,
-                        }));
+                        })
+                        .into());
                     }
                 }
             };
@@ -608,9 +663,7 @@ impl io::BufRead for PipeReader {
             }
             self.pos = 0;
             if self.failed {
-                return Err(io::Error::other(
-                    "the volumes could not be read past an earlier error",
-                ));
+                return Err(ReadStop::PastEarlierError.into());
             }
             match self.rx.recv() {
                 Ok(Piece::Data(buf, n)) => self.current = Some((buf, n)),
