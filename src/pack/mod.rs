@@ -11,6 +11,7 @@
 pub mod base;
 pub mod parity;
 pub mod plan;
+pub mod prepare;
 pub mod seal;
 pub mod source;
 pub mod write;
@@ -27,13 +28,12 @@ use crate::delta::Counts;
 use crate::error::{Error, Result};
 use crate::fsio;
 use crate::inspect::{Finding, values};
-use crate::keys::SecretKey;
 use crate::manifest::{
     self, Compression, FileEntry, HfSource, Manifest, Stream, Totals, Volume, Warning,
 };
 use crate::progress::Progress;
 use crate::scan::ScanEntry;
-use crate::scheme::Scheme;
+use crate::scheme::{Scheme, Signer};
 use crate::staging::{self, Staging};
 use crate::tar;
 
@@ -41,8 +41,9 @@ use crate::tar;
 pub struct PackOptions<'a> {
     /// The bundle directory to create.
     pub out: PathBuf,
-    /// Signing key.
-    pub key: &'a SecretKey,
+    /// What signs the manifest (`manifest.json.minisig`): any scheme's [`Signer`] (airlock's
+    /// minisign key is [`crate::scheme::MinisignSigner`]).
+    pub key: &'a dyn Signer,
     /// Bundle name.
     pub name: String,
     /// Bundle version.
@@ -708,6 +709,7 @@ fn is_complete_bundle(dir: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keys::SecretKey;
 
     fn options<'a>(out: PathBuf, key: &'a SecretKey, compress: Compress) -> PackOptions<'a> {
         PackOptions {
