@@ -203,7 +203,10 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
     })?;
     render_prepared(&a, &prepared, &mut out);
     let Prepared {
-        model, name, ready, ..
+        mut model,
+        name,
+        ready,
+        ..
     } = prepared;
     let ready = match ready {
         Ok(r) => r,
@@ -237,7 +240,7 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
     };
     let mut value_findings = Vec::new();
     let packed = pack::pack(
-        &model,
+        &mut model,
         PackOptions {
             out: a.output.clone(),
             key: &key,
