@@ -5,7 +5,6 @@ use std::path::Path;
 
 use airlock::display::human;
 use airlock::error::{Error, Result};
-use airlock::hfcache;
 use airlock::manifest;
 use airlock::pack::prepare::{self, CompressAsk, OmsAsk, Prepared};
 use airlock::pack::{self, BaseSource, Model, ModelSpec, PackOptions, ValueScan};
