@@ -262,7 +262,7 @@ pub fn is_cosignature_name(name: &str) -> bool {
 /// scheme of `manifest.json.KEYID.minisig` for any signed file (`airlock verify FILE`) and
 /// any scheme (EXT its extension, [`crate::scheme::is_extension`]). Compared as bytes, so a
 /// name that is not UTF-8 never matches another's co-signatures.
-pub fn is_cosignature_of(signed: &OsStr, name: &OsStr) -> bool {
+pub(crate) fn is_cosignature_of(signed: &OsStr, name: &OsStr) -> bool {
     name.as_encoded_bytes()
         .strip_prefix(signed.as_encoded_bytes())
         .and_then(|r| r.strip_prefix(b"."))
@@ -276,7 +276,7 @@ pub fn is_cosignature_of(signed: &OsStr, name: &OsStr) -> bool {
 }
 
 /// Most co-signature files a bundle or receipt may hold.
-pub const MAX_COSIGNATURES: usize = 64;
+pub(crate) const MAX_COSIGNATURES: usize = 64;
 
 /// Reads the co-signatures of the file named `signed` in `dir` (`SIGNED.KEYID.minisig`, at
 /// most [`MAX_COSIGNATURES`], each bounded like a signature), in name order; a file that is not
@@ -387,7 +387,7 @@ pub fn verify_signed_bytes(
 /// The checks every signed manifest goes through: the policy's root is current; the primary
 /// signature parses; the signatures that verify with distinct keys of the policy reach its
 /// threshold; then the manifest is parsed and the trusted comments compared with it.
-pub fn verify_parts(
+pub(crate) fn verify_parts(
     bytes: Vec<u8>,
     manifest_path: &Path,
     primary: SigFile,

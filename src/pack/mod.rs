@@ -340,7 +340,7 @@ pub fn file_values(path: &str, s: &values::Summary) -> manifest::FileValues {
 
 impl PackOptions<'_> {
     /// The chunk size for a stream of about `stream` bytes ([`parity::chunk_size`]).
-    pub fn chunk_size_for(&self, stream: u64) -> u64 {
+    pub(crate) fn chunk_size_for(&self, stream: u64) -> u64 {
         parity::chunk_size(
             self.chunk_size,
             self.parity.is_some(),
@@ -389,7 +389,7 @@ impl Write for Counter {
 /// its own path's and size's lengths. The bytes counted are the bytes a manifest built with
 /// every entry serializes to (a test holds the two to each other); at a million files the
 /// whole-manifest estimate took a second and a quarter of a gigabyte.
-pub fn manifest_size_estimate(model: &Model, opts: &PackOptions<'_>) -> u64 {
+pub(crate) fn manifest_size_estimate(model: &Model, opts: &PackOptions<'_>) -> u64 {
     // The files the value scan may read (its records and findings are bounded per file).
     let mut scanned = Vec::new();
     let mut stream: u64 = 2 * tar::BLOCK as u64;

@@ -423,10 +423,12 @@ fn compression(ask: CompressAsk, model: &Model) -> Result<Compress> {
     Ok(match ask {
         CompressAsk::None => Compress::None,
         CompressAsk::Zstd { level, workers } => Compress::Zstd { level, workers },
-        CompressAsk::Auto { level, workers } => match write::estimate_saving(&model.entries, &model.root)? {
-            Some(saving) if saving < write::AUTO_MIN_SAVING => Compress::None,
-            _ => Compress::Zstd { level, workers },
-        },
+        CompressAsk::Auto { level, workers } => {
+            match write::estimate_saving(&model.entries, &model.root)? {
+                Some(saving) if saving < write::AUTO_MIN_SAVING => Compress::None,
+                _ => Compress::Zstd { level, workers },
+            }
+        }
     })
 }
 

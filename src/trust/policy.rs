@@ -405,7 +405,7 @@ impl Policy {
 
     /// The first of the policy's schemes that reads `text` verifies it over `message` with the
     /// policy's keys; [`Refusal::Malformed`] (the first scheme's) when none reads it.
-    pub fn verify_with(
+    pub(crate) fn verify_with(
         &self,
         message: Message<'_>,
         text: &str,
@@ -464,7 +464,7 @@ impl Policy {
 
     /// The policy key that verifies the signature `text` over `message` (which key:
     /// [`Verified::key`]), or why none does, for the operator.
-    pub fn verify_one(
+    pub(crate) fn verify_one(
         &self,
         message: Message<'_>,
         text: &str,
