@@ -360,7 +360,7 @@ fn model_findings(
 
 /// What the counts of `files` say, as a clause: `no NaN, no Inf, no zero-filled region; 2
 /// all-zero and 65 constant tensors`.
-pub fn value_counts(files: &[&FileValues]) -> String {
+pub(crate) fn value_counts(files: &[&FileValues]) -> String {
     use crate::display::grouped;
     let sum = |f: fn(&FileValues) -> u64| files.iter().map(|v| f(v)).sum::<u64>();
     let (nan, inf, regions) = (sum(|v| v.nan), sum(|v| v.inf), sum(|v| v.zero_regions));
@@ -402,7 +402,7 @@ pub fn value_counts(files: &[&FileValues]) -> String {
 /// the same rules), as receipt drift: the signed record says what was true at pack time, so
 /// a NaN that is not in it arrived later. A file the scan could not read as a model now (its
 /// header changed) is drift too; the receipt comparison reports its content.
-pub fn values_changed(recorded: &Values, scans: &[(String, FileScan)]) -> Vec<Drift> {
+pub(crate) fn values_changed(recorded: &Values, scans: &[(String, FileScan)]) -> Vec<Drift> {
     if recorded.rules != RULES {
         return Vec::new();
     }

@@ -112,7 +112,7 @@ pub fn escape_bounded(text: &str, max: usize) -> String {
 }
 
 /// The most characters of a value another party wrote that [`quote`] shows.
-pub const QUOTE_MAX: usize = 80;
+pub(crate) const QUOTE_MAX: usize = 80;
 
 /// `text` quoted for a message (as `{:?}` quotes it), cut after [`QUOTE_MAX`] characters with
 /// its length said: an error names a value, it does not repeat a document (a root's `_type` or

@@ -42,25 +42,25 @@ use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 use zeroize::{ZeroizeOnDrop, Zeroizing};
 
 /// Prefix of the first line of every minisign file.
-pub const UNTRUSTED_COMMENT_PREFIX: &str = "untrusted comment: ";
+pub(crate) const UNTRUSTED_COMMENT_PREFIX: &str = "untrusted comment: ";
 /// Prefix of the third line of a signature file.
-pub const TRUSTED_COMMENT_PREFIX: &str = "trusted comment: ";
+pub(crate) const TRUSTED_COMMENT_PREFIX: &str = "trusted comment: ";
 /// Comment minisign writes into secret key files (even unencrypted ones).
-pub const SECRET_KEY_COMMENT: &str = "minisign encrypted secret key";
+pub(crate) const SECRET_KEY_COMMENT: &str = "minisign encrypted secret key";
 /// Longest untrusted comment minisign can read back: it reads the line with
 /// `fgets` into 1024 bytes and fails unless the newline fits as well.
-pub const UNTRUSTED_COMMENT_MAX_BYTES: usize = 1024 - 1 - 1 - UNTRUSTED_COMMENT_PREFIX.len();
+pub(crate) const UNTRUSTED_COMMENT_MAX_BYTES: usize = 1024 - 1 - 1 - UNTRUSTED_COMMENT_PREFIX.len();
 /// Longest trusted comment minisign writes or reads (8192-byte buffer,
 /// prefix, newline and NUL).
 pub const TRUSTED_COMMENT_MAX_BYTES: usize = 8192 - 1 - 1 - TRUSTED_COMMENT_PREFIX.len();
 /// Longest password `minisign` can read (`PASSWORDMAXBYTES` - NUL).
-pub const PASSWORD_MAX_BYTES: usize = 1023;
+pub(crate) const PASSWORD_MAX_BYTES: usize = 1023;
 /// libsodium's `crypto_pwhash_scryptsalsa208sha256_OPSLIMIT_SENSITIVE`,
 /// which `minisign -G` uses.
-pub const KDF_OPSLIMIT_SENSITIVE: u64 = 33_554_432;
+pub(crate) const KDF_OPSLIMIT_SENSITIVE: u64 = 33_554_432;
 /// libsodium's `crypto_pwhash_scryptsalsa208sha256_MEMLIMIT_SENSITIVE`
 /// (1 GiB), which `minisign -G` uses.
-pub const KDF_MEMLIMIT_SENSITIVE: u64 = 1_073_741_824;
+pub(crate) const KDF_MEMLIMIT_SENSITIVE: u64 = 1_073_741_824;
 
 /// Largest scrypt memory (128·r·N bytes) we agree to spend decrypting a key.
 /// minisign never writes more than its 1 GiB "sensitive" limit; a file
@@ -399,7 +399,7 @@ impl PublicKey {
     }
 
     /// The bare base64 form, as accepted by `minisign -P`.
-    pub fn to_base64(&self) -> String {
+    pub(crate) fn to_base64(&self) -> String {
         let mut raw = [0u8; PUBKEY_STRUCT_BYTES];
         raw[..2].copy_from_slice(&SIGALG);
         raw[2..10].copy_from_slice(&self.key_id);

@@ -47,6 +47,8 @@ pub mod source;
 #[cfg(test)]
 mod source_rules;
 pub mod staging;
+#[cfg(test)]
+mod surface;
 pub mod tar;
 pub mod trust;
 pub mod unpack;

@@ -29,7 +29,7 @@ use std::io;
 use reed_solomon_simd::{ReedSolomonDecoder, ReedSolomonEncoder};
 
 /// Largest number of data or recovery units in one stripe the code supports here.
-pub const MAX_UNITS_PER_STRIPE: u32 = 32768;
+pub(crate) const MAX_UNITS_PER_STRIPE: u32 = 32768;
 
 /// Memory a stripe's slices may take together; the slice size follows from it.
 const SLICE_BUDGET: u64 = 16 << 20;
@@ -160,7 +160,7 @@ impl Geometry {
     }
 
     /// Bytes of parity, `K * R * unit_size`, or `None` on overflow.
-    pub fn parity_bytes(&self) -> Option<u64> {
+    pub(crate) fn parity_bytes(&self) -> Option<u64> {
         self.recovery_units().checked_mul(self.unit_size)
     }
 
@@ -469,11 +469,11 @@ impl Geometry {
 struct Key(bool, bool, bool, f64, u32, f64);
 
 /// Reads a data unit's bytes: `(unit, offset, buf)`.
-pub type ReadUnit<'a> = dyn FnMut(u64, u64, &mut [u8]) -> io::Result<()> + 'a;
+pub(crate) type ReadUnit<'a> = dyn FnMut(u64, u64, &mut [u8]) -> io::Result<()> + 'a;
 /// Receives recovery bytes: `(r, offset, bytes)`.
-pub type WriteRecovery<'a> = dyn FnMut(u32, u64, &[u8]) -> io::Result<()> + 'a;
+pub(crate) type WriteRecovery<'a> = dyn FnMut(u32, u64, &[u8]) -> io::Result<()> + 'a;
 /// Reads a shard of the stripe being rebuilt: `(shard, offset, buf)`.
-pub type ReadShard<'a> = dyn FnMut(Shard, u64, &mut [u8]) -> io::Result<()> + 'a;
+pub(crate) type ReadShard<'a> = dyn FnMut(Shard, u64, &mut [u8]) -> io::Result<()> + 'a;
 /// Receives a rebuilt shard's bytes: `(shard, offset, bytes)`.
 pub type WriteShard<'a> = dyn FnMut(Shard, u64, &[u8]) -> io::Result<()> + 'a;
 

@@ -9,9 +9,9 @@
 use unicode_normalization::UnicodeNormalization;
 
 /// Longest path accepted, in bytes.
-pub const MAX_PATH: usize = 4096;
+pub(crate) const MAX_PATH: usize = 4096;
 /// Longest single component accepted, in bytes (the common filesystem limit).
-pub const MAX_COMPONENT: usize = 255;
+pub(crate) const MAX_COMPONENT: usize = 255;
 /// Top-level name reserved for the receipt an unpack leaves behind.
 pub const RECEIPT_DIR: &str = ".airlock";
 /// File name of the manifest inside a bundle (here, on the ground floor, because an error's

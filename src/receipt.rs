@@ -591,7 +591,7 @@ pub fn compare(
 /// [`compare`], and with `scan` (and not `sizes_only`) the value scan
 /// ([`crate::inspect::values`]) of every model file in the read that hashes it. Returns the
 /// differences and the scans of the files with a layout (path and scan, in bundle order).
-pub fn compare_scanning(
+pub(crate) fn compare_scanning(
     dir: &Path,
     manifest: &Manifest,
     sizes_only: bool,

@@ -38,7 +38,7 @@ use crate::progress::Progress;
 use crate::staging::{self, Staging};
 
 /// Prefix of the work directory an in-place repair makes in the bundle directory.
-pub const WORK_PREFIX: &str = ".airlock-staging-repair-";
+pub(crate) const WORK_PREFIX: &str = ".airlock-staging-repair-";
 
 /// What to repair from and where to.
 pub struct RepairOptions {

@@ -92,7 +92,7 @@ const SNIFF_WHOLE_MAX: u64 = 4096;
 
 /// The most file content one scan keeps ([`Prefetched`]), each file counted with a cache line
 /// of allocator overhead: the files past it are read in the read pass.
-pub const PREFETCH_TOTAL_MAX: u64 = 64 << 20;
+pub(crate) const PREFETCH_TOTAL_MAX: u64 = 64 << 20;
 
 /// What is left of [`PREFETCH_TOTAL_MAX`] in one scan, shared by its threads.
 struct PrefetchBudget(std::sync::atomic::AtomicU64);

@@ -140,7 +140,7 @@ impl BundleToCosign {
                 manifest::SIGNATURE_NAME
             )));
         }
-        let name = open::cosignature_name(&id);
+        let name = open::cosignature_name(&id, crate::scheme::minisign::EXTENSION);
         let path = dir.join(&name);
         let slot = CosignatureSlot::claim(dir, &name, &path, &id, "bundle")?;
         let manifest::Signed {

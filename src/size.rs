@@ -5,14 +5,14 @@ pub const FAT32_MAX: u64 = (4 << 30) - 1;
 
 /// `--volume-size exfat`: exFAT has no file limit that matters (16 EiB), so a bundle is one
 /// volume; this is the largest volume size airlock takes (2^62 bytes).
-pub const EXFAT_MAX: u64 = 1 << 62;
+pub(crate) const EXFAT_MAX: u64 = 1 << 62;
 
 /// What every error message offers instead.
 const FORMS: &str = "use a number of bytes with an optional unit, such as 700M, 4.5G, 4GiB or 1000MB, or a medium: fat32 (files below 4 GiB), exfat (no file limit), dvd, dvd-dl, bd25, bd50, bd100";
 
 /// A medium `--volume-size` can be named after (CLI.md, "Media sizes").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Preset {
+pub(crate) struct Preset {
     /// The name on the command line.
     pub name: &'static str,
     /// What it is, for the documentation.
@@ -23,7 +23,7 @@ pub struct Preset {
 
 /// The optical discs: their recordable capacities in 2048-byte sectors, the smaller of the
 /// two formats where there are two (DVD+R against DVD-R, and so on).
-pub const PRESETS: [Preset; 5] = [
+pub(crate) const PRESETS: [Preset; 5] = [
     Preset {
         name: "dvd",
         what: "DVD±R, 4.7 GB (DVD+R: 2,295,104 sectors)",
@@ -56,7 +56,7 @@ pub const PRESETS: [Preset; 5] = [
 /// each below 4 GiB (ISO 9660 without multi-extent files, and FAT32 sticks the volumes may pass
 /// through, take no larger file), rounded down to a whole MiB. A disc then holds that many
 /// whole volumes and little else.
-pub fn disc_volume_size(capacity: u64) -> u64 {
+pub(crate) fn disc_volume_size(capacity: u64) -> u64 {
     let usable = capacity - capacity / 200 - (16 << 20);
     let volumes = usable.div_ceil(FAT32_MAX);
     (usable / volumes) >> 20 << 20

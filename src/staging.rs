@@ -54,7 +54,7 @@ pub const STAGING_PREFIX: &str = ".airlock-staging-";
 /// Prefix of a work directory before it is locked and renamed to its working name.
 pub const BIRTH_PREFIX: &str = ".airlock-birth-";
 /// Age after which an abandoned birth directory is removed.
-pub const BIRTH_GRACE: Duration = Duration::from_secs(600);
+pub(crate) const BIRTH_GRACE: Duration = Duration::from_secs(600);
 
 /// Work directories of this process that still exist, for [`interrupt`].
 static LIVE: Mutex<Vec<(u64, PathBuf)>> = Mutex::new(Vec::new());
@@ -194,7 +194,7 @@ impl Marker {
 
 /// Reads the resume marker of the work directory open as `dir`: `None` when it has none or
 /// one airlock cannot read as its own (a link, too large, not this shape).
-pub fn read_marker(dir: &impl AsFd) -> Option<Marker> {
+pub(crate) fn read_marker(dir: &impl AsFd) -> Option<Marker> {
     let bytes = fsio::read_below_capped(dir, RESUME_NAME, RESUME_MAX).ok()?;
     serde_json::from_slice(&bytes).ok()
 }
@@ -332,7 +332,7 @@ impl Staging {
     }
 
     /// Whether the work directory holds a resume marker this process wrote or adopted.
-    pub fn is_resumable(&self) -> bool {
+    pub(crate) fn is_resumable(&self) -> bool {
         resumable().contains(&self.token)
     }
 

@@ -17,7 +17,7 @@ pub const BLOCK: usize = 512;
 /// Largest size a ustar header's 11 octal digits can hold; larger files get a PAX `size`.
 pub const USTAR_MAX_SIZE: u64 = 0o77777777777;
 /// Largest PAX extended header accepted.
-pub const MAX_PAX: u64 = 64 * 1024;
+pub(crate) const MAX_PAX: u64 = 64 * 1024;
 /// Name field of the PAX extended header entries the writer emits.
 const PAX_NAME: &str = "././@PaxHeader";
 
@@ -85,7 +85,7 @@ fn split_ustar(path: &[u8]) -> Option<(&[u8], &[u8])> {
 }
 
 /// Whether a stored name fits the ustar `prefix`/`name` fields (otherwise a PAX `path` is used).
-pub fn split_ustar_fits(path: &[u8]) -> bool {
+pub(crate) fn split_ustar_fits(path: &[u8]) -> bool {
     split_ustar(path).is_some()
 }
 

@@ -10,7 +10,7 @@
 //! single-segment frame (which has no descriptor).
 
 /// The largest window a reader accepts (docs/FORMAT.md section 5).
-pub const MAX_WINDOW: u64 = 1 << 27;
+pub(crate) const MAX_WINDOW: u64 = 1 << 27;
 
 /// The zstd frame magic number, little-endian.
 const MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];

@@ -25,7 +25,7 @@ use crate::progress::{MediumRequest, Progress};
 pub const PLACEMENT_NAME: &str = "airlock-media.json";
 
 /// Largest placement file read, in bytes.
-pub const MAX_PLACEMENT_BYTES: u64 = 1 << 20;
+pub(crate) const MAX_PLACEMENT_BYTES: u64 = 1 << 20;
 
 /// What `airlock-media.json` says (FORMAT.md section 21.2): which medium of how many this is,
 /// and which volumes each medium holds. Not signed: it names media in messages, and nothing is
@@ -55,7 +55,7 @@ pub struct MediumVolumes {
 
 impl Placement {
     /// The number of the medium that holds `volume`, if the placement says.
-    pub fn medium_of(&self, volume: &str) -> Option<usize> {
+    pub(crate) fn medium_of(&self, volume: &str) -> Option<usize> {
         self.media
             .iter()
             .find(|m| m.volumes.iter().any(|v| v == volume))

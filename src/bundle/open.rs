@@ -236,17 +236,22 @@ pub struct TrustInfo {
     pub notes: Vec<String>,
 }
 
-/// The name of a co-signature file: `manifest.json.KEYID.minisig`, KEYID the signer's minisign
-/// key id in 16 uppercase hex digits.
-pub fn cosignature_name(key_id_hex: &str) -> String {
-    format!("{}.{key_id_hex}.minisig", manifest::MANIFEST_NAME)
+/// The name of a co-signature file: `manifest.json.KEYID.EXT`, KEYID the signer's key id in 16
+/// uppercase hex digits, EXT its scheme's extension ([`crate::scheme::Scheme::extension`]:
+/// `minisig` for minisign).
+pub fn cosignature_name(key_id_hex: &str, extension: &str) -> String {
+    format!("{}.{key_id_hex}.{extension}", manifest::MANIFEST_NAME)
 }
 
-/// The name of a co-signature of the file named `signed`: `SIGNED.KEYID.minisig`, as
+/// The name of a co-signature of the file named `signed`: `SIGNED.KEYID.EXT`, as
 /// [`cosignature_name`] names `manifest.json`'s.
-pub fn cosignature_name_of(signed: &OsStr, key_id_hex: &str) -> std::ffi::OsString {
+pub fn cosignature_name_of(
+    signed: &OsStr,
+    key_id_hex: &str,
+    extension: &str,
+) -> std::ffi::OsString {
     let mut name = signed.to_owned();
-    name.push(format!(".{key_id_hex}.minisig"));
+    name.push(format!(".{key_id_hex}.{extension}"));
     name
 }
 
@@ -255,21 +260,25 @@ pub fn is_cosignature_name(name: &str) -> bool {
     is_cosignature_of(OsStr::new(manifest::MANIFEST_NAME), OsStr::new(name))
 }
 
-/// Whether `name` is a co-signature of the file named `signed`: `SIGNED.KEYID.minisig`, the
-/// scheme of `manifest.json.KEYID.minisig` for any signed file (`airlock verify FILE`).
-/// Compared as bytes, so a name that is not UTF-8 never matches another's co-signatures.
-pub fn is_cosignature_of(signed: &OsStr, name: &OsStr) -> bool {
+/// Whether `name` is a co-signature of the file named `signed`: `SIGNED.KEYID.EXT`, the
+/// scheme of `manifest.json.KEYID.minisig` for any signed file (`airlock verify FILE`) and
+/// any scheme (EXT its extension, [`crate::scheme::is_extension`]). Compared as bytes, so a
+/// name that is not UTF-8 never matches another's co-signatures.
+pub(crate) fn is_cosignature_of(signed: &OsStr, name: &OsStr) -> bool {
     name.as_encoded_bytes()
         .strip_prefix(signed.as_encoded_bytes())
         .and_then(|r| r.strip_prefix(b"."))
-        .and_then(|r| r.strip_suffix(b".minisig"))
-        .is_some_and(|id| {
-            id.len() == 16 && id.iter().all(|b| matches!(b, b'0'..=b'9' | b'A'..=b'F'))
+        .filter(|r| r.len() > 17 && r[16] == b'.')
+        .is_some_and(|r| {
+            r[..16]
+                .iter()
+                .all(|b| matches!(b, b'0'..=b'9' | b'A'..=b'F'))
+                && crate::scheme::is_extension(&r[17..])
         })
 }
 
 /// Most co-signature files a bundle or receipt may hold.
-pub const MAX_COSIGNATURES: usize = 64;
+pub(crate) const MAX_COSIGNATURES: usize = 64;
 
 /// Reads the co-signatures of the file named `signed` in `dir` (`SIGNED.KEYID.minisig`, at
 /// most [`MAX_COSIGNATURES`], each bounded like a signature), in name order; a file that is not
@@ -380,7 +389,7 @@ pub fn verify_signed_bytes(
 /// The checks every signed manifest goes through: the policy's root is current; the primary
 /// signature parses; the signatures that verify with distinct keys of the policy reach its
 /// threshold; then the manifest is parsed and the trusted comments compared with it.
-pub fn verify_parts(
+pub(crate) fn verify_parts(
     bytes: Vec<u8>,
     manifest_path: &Path,
     primary: SigFile,
@@ -423,7 +432,15 @@ pub fn verify_parts(
         .signatures
         .iter()
         .filter(|(_, f)| f.path != sig_path)
-        .map(|(s, f)| (cosignature_name(&s.key_id), f.text.clone()))
+        .map(|(s, f)| {
+            // Under the inner key's name, with the file's own scheme extension.
+            let ext = f
+                .path
+                .extension()
+                .and_then(|e| e.to_str())
+                .unwrap_or(crate::scheme::minisign::EXTENSION);
+            (cosignature_name(&s.key_id, ext), f.text.clone())
+        })
         .collect();
     Ok(Signed {
         manifest,
@@ -586,10 +603,18 @@ mod tests {
         let of = |signed: &str, name: &str| is_cosignature_of(OsStr::new(signed), OsStr::new(name));
         assert!(of("release", &format!("release.{id}.minisig")));
         assert_eq!(
-            cosignature_name_of(OsStr::new("release"), id),
+            cosignature_name_of(OsStr::new("release"), id, "minisig"),
             format!("release.{id}.minisig").as_str()
         );
-        assert!(is_cosignature_name(&cosignature_name(id)));
+        assert!(is_cosignature_name(&cosignature_name(id, "minisig")));
+        // Each scheme's co-signatures carry its own extension: 1 to 16 of a-z0-9.
+        assert!(of("release", &format!("release.{id}.token")));
+        assert!(of("release", &format!("release.{id}.p256sig2")));
+        assert!(!of("release", &format!("release.{id}.")));
+        assert!(!of("release", &format!("release.{id}.Token")));
+        assert!(!of("release", &format!("release.{id}.sigstore.json")));
+        assert!(!of("release", &format!("release.{id}.abcdefghijklmnopq")));
+        assert!(!of("release", &format!("release.{id}minisig")));
         // Another file's, the primary signature, a lowercase or short id: not this file's.
         assert!(!of("release", &format!("release2.{id}.minisig")));
         assert!(!of("release", &format!("rel.{id}.minisig")));
@@ -603,7 +628,7 @@ mod tests {
         // Names that are not UTF-8 compare as bytes: no two files share co-signatures.
         let a = OsStr::from_bytes(b"r\xff");
         let b = OsStr::from_bytes(b"r\xfe");
-        let cosig = cosignature_name_of(a, id);
+        let cosig = cosignature_name_of(a, id, "minisig");
         assert!(is_cosignature_of(a, &cosig));
         assert!(!is_cosignature_of(b, &cosig));
     }

@@ -300,7 +300,7 @@ pub fn resume_volume(m: &Manifest, start: usize) -> Option<(String, u64)> {
 }
 
 /// [`stream_volumes`] from the `start`-th entry on ([`stream_from`]).
-pub fn stream_volumes_from(
+pub(crate) fn stream_volumes_from(
     manifest: &Manifest,
     source: &dyn VolumeSource,
     mode: Mode,

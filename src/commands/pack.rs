@@ -5,9 +5,9 @@ use std::path::Path;
 
 use airlock::display::human;
 use airlock::error::{Error, Result};
-use airlock::hfcache;
 use airlock::manifest;
-use airlock::pack::{self, BaseSource, Compress, Model, ModelSpec, PackOptions, ValueScan, write};
+use airlock::pack::prepare::{self, CompressAsk, OmsAsk, Prepared};
+use airlock::pack::{self, BaseSource, Model, ModelSpec, PackOptions, ValueScan};
 use airlock::parity::Ask;
 use airlock::size::parse_size;
 
@@ -18,28 +18,6 @@ use crate::cli::{CompressArg, PackArgs, RepoTypeArg};
 
 /// The smallest `--volume-size`: one tar block header and some payload.
 const MIN_VOLUME_SIZE: u64 = 4096;
-
-/// The bundle directory must not exist yet, and the directory it goes in must.
-fn check_output(output: &Path) -> Result<()> {
-    if std::fs::symlink_metadata(output).is_ok() {
-        return Err(Error::Usage(format!(
-            "{} already exists; choose a new bundle directory",
-            output.display()
-        )));
-    }
-    let parent = match output.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    match std::fs::metadata(parent) {
-        Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(Error::io(
-            parent,
-            std::io::Error::from(std::io::ErrorKind::NotADirectory),
-        )),
-        Err(e) => Err(Error::io(parent, e)),
-    }
-}
 
 pub(super) fn created_unix() -> Result<i64> {
     match std::env::var("SOURCE_DATE_EPOCH") {
@@ -106,231 +84,101 @@ fn model_spec(a: &PackArgs) -> Result<ModelSpec> {
             ("--with-dependencies", a.with_dependencies),
         ],
     )?;
-    let repo_type = a
-        .repo_type
-        .unwrap_or(RepoTypeArg::Model)
-        .as_str()
-        .to_string();
-    let mut asks = Vec::with_capacity(a.hf_repo.len());
-    for given in &a.hf_repo {
-        let (repo_id, at) = match given.split_once('@') {
-            Some((id, rev)) => (id, Some(rev)),
-            None => (given.as_str(), None),
-        };
-        let revision = match (at, &a.revision) {
-            (Some(_), Some(_)) => {
-                return Err(Error::Usage(format!(
-                    "--hf-repo {given} names a revision and --revision names another: give one"
-                )));
-            }
-            (Some(""), None) => {
-                return Err(Error::Usage(format!(
-                    "--hf-repo {given}: nothing after @ (ORG/NAME@REV names a branch, tag or commit)"
-                )));
-            }
-            (Some(rev), None) => rev.to_string(),
-            (None, Some(rev)) if a.hf_repo.len() == 1 => rev.clone(),
-            (None, Some(_)) => {
-                return Err(Error::Usage(
-                    "--revision applies to one --hf-repo: with several, give each its revision as ORG/NAME@REV".into(),
-                ));
-            }
-            (None, None) => hfcache::DEFAULT_REVISION.to_string(),
-        };
-        hfcache::validate_repo_id(repo_id)
-            .map_err(|why| Error::Usage(format!("--hf-repo {given}: {why}")))?;
-        asks.push(pack::source::RepoAsk {
-            repo_id: repo_id.to_string(),
-            repo_type: repo_type.clone(),
-            revision,
-        });
-    }
-    Ok(match asks.len() {
-        0 => ModelSpec::Dir(a.model_dir.clone().expect("clap requires MODEL_DIR")),
-        1 => {
-            let ask = asks.pop().expect("one");
-            ModelSpec::HfSnapshot {
-                cache: a.hf_cache.clone(),
-                repo_id: ask.repo_id,
-                repo_type: ask.repo_type,
-                revision: ask.revision,
-            }
-        }
-        _ => ModelSpec::HfSnapshots {
-            cache: a.hf_cache.clone(),
-            repos: asks,
-        },
-    })
-}
-
-/// Opens the model `spec` names; with `--with-dependencies`, adds to it every repository its
-/// models need that it lacks, from the same cache (never the network), until nothing more is
-/// needed. Returns the model and the repositories added (id@revision).
-fn open_model(a: &PackArgs, spec: ModelSpec) -> Result<(Model, Vec<String>)> {
-    let mut model = Model::open(&spec)?;
-    let mut added = Vec::new();
-    if !a.with_dependencies {
-        return Ok((model, added));
-    }
-    let (cache, mut asks) = match spec {
-        ModelSpec::HfSnapshot {
-            cache,
-            repo_id,
-            repo_type,
-            revision,
-        } => (
-            cache,
-            vec![pack::source::RepoAsk {
-                repo_id,
-                repo_type,
-                revision,
-            }],
-        ),
-        ModelSpec::HfSnapshots { cache, repos } => (cache, repos),
-        ModelSpec::Dir(_) => return Ok((model, added)),
-    };
-    // Each round adds what the models packed so far need; a repository is added once, so the
-    // rounds end.
-    loop {
-        let needed = model.needed_repos()?;
-        if needed.is_empty() {
-            return Ok((model, added));
-        }
-        for (repo_id, revision) in needed {
-            let cache_dir = model
-                .hf
-                .as_ref()
-                .or(model.repos.first())
-                .map(|h| h.cache.clone())
-                .unwrap_or_default();
-            if let Err(e) = hfcache::validate_repo_id(&repo_id) {
-                return Err(Error::Usage(format!(
-                    "--with-dependencies: a packed model needs {:?}, which is not a repository id ({e}); pack without --with-dependencies, or fix the model's reference",
-                    airlock::display::escape(&repo_id)
-                )));
-            }
-            // Only what this cache holds, at a revision that resolves with no network.
-            if let Err(e) = hfcache::open_snapshot(&cache_dir, "model", &repo_id, &revision) {
-                return Err(Error::NotCached {
-                    path: cache_dir.join(hfcache::repo_folder_name("model", &repo_id)),
-                    reason: format!(
-                        "{repo_id}@{revision} is needed by a packed model (--with-dependencies) and cannot be taken from this cache, which airlock reads without network: {e}"
-                    ),
-                });
-            }
-            added.push(format!("{repo_id}@{revision}"));
-            asks.push(pack::source::RepoAsk {
-                repo_id,
-                repo_type: "model".into(),
-                revision,
-            });
-        }
-        model = Model::open(&ModelSpec::HfSnapshots {
-            cache: cache.clone(),
-            repos: asks.clone(),
-        })?;
-    }
+    let repo_type = a.repo_type.unwrap_or(RepoTypeArg::Model).as_str();
+    let asks = prepare::repo_asks(&a.hf_repo, a.revision.as_deref(), repo_type)?;
+    Ok(ModelSpec::of(a.model_dir.clone(), a.hf_cache.clone(), asks))
 }
 
 /// The compression `--compress` asks for (`auto` samples the model's large files).
-fn compression(a: &PackArgs, model: &Model) -> Result<Compress> {
+fn compression(a: &PackArgs) -> CompressAsk {
     let workers = a.threads.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get() as u32)
             .unwrap_or(1)
     });
-    let zstd = Compress::Zstd {
-        level: a.level,
-        workers,
-    };
-    Ok(match a.compress {
-        CompressArg::None => Compress::None,
-        CompressArg::Zstd => zstd,
-        CompressArg::Auto => match write::estimate_saving(&model.entries, &model.root)? {
-            Some(saving) if saving < write::AUTO_MIN_SAVING => Compress::None,
-            _ => zstd,
-        },
-    })
+    let level = a.level;
+    match a.compress {
+        CompressArg::None => CompressAsk::None,
+        CompressArg::Zstd => CompressAsk::Zstd { level, workers },
+        CompressArg::Auto => CompressAsk::Auto { level, workers },
+    }
 }
 
 /// The model checks, rendered: every finding a warning, or with an error finding (unless
-/// `--no-model-checks`) the findings as lines and the error that stops the pack.
-fn gate(
-    model: &Model,
-    a: &PackArgs,
-    out: &mut Output,
-) -> Result<std::result::Result<Vec<manifest::Warning>, airlock::error::Error>> {
-    let (findings, unchecked) = model.check()?;
-    for p in &unchecked {
+/// `--no-model-checks`) the findings as lines (the error that stops the pack is the caller's).
+fn render_checks(p: &Prepared, out: &mut Output) {
+    for path in &p.unchecked {
         out.warnings.push(format!(
-            "model check: {p}: not checked, its path is too long for the format checks"
+            "model check: {path}: not checked, its path is too long for the format checks"
         ));
     }
-    Ok(match pack::source::gate(&findings, a.no_model_checks) {
-        Ok(w) => {
-            for f in &findings {
-                out.warnings
-                    .push(format!("{}: {} ({})", f.path, f.problem, f.fix));
-            }
-            Ok(w)
+    if p.ready.is_ok() {
+        for f in &p.findings {
+            out.warnings
+                .push(format!("{}: {} ({})", f.path, f.problem, f.fix));
         }
+    } else {
         // The findings are the detail behind the error: keep them.
-        Err(e) => {
-            out.set("findings", &findings);
-            for f in &findings {
-                out.lines.extend(super::check::finding_lines(f));
-            }
-            Err(e)
+        out.set("findings", &p.findings);
+        for f in &p.findings {
+            out.lines.extend(super::check::finding_lines(f));
         }
-    })
+    }
 }
 
-/// The bundle's name: `--name`, else a delta's base's name (a delta keeps the name of the
-/// model it updates, and the directory of a new version is often named differently, such as
-/// `Llama-3-8B-v4`), else the model's own (its directory or repository). Taking the base's
-/// name is said in the output, with the reason.
-fn bundle_name(
-    a: &PackArgs,
-    model: &Model,
-    base: Option<&manifest::Manifest>,
-    out: &mut Output,
-) -> String {
-    out.set("name_from_base", false);
-    if let Some(name) = &a.name {
-        return name.clone();
-    }
-    let own = model.default_name();
-    match base {
-        Some(bm) if bm.name != own => {
-            out.set("name_from_base", true);
+/// What the preparation found before the model checks: the repositories added and, when the
+/// bundle takes a delta's base's name, that and why (`--name` sets it).
+fn render_prepared(a: &PackArgs, p: &Prepared, out: &mut Output) {
+    out.warnings.extend(p.model.notes.iter().cloned());
+    if !p.model.repos.is_empty() {
+        out.set("dependencies_added", &p.dependencies_added);
+        for d in &p.dependencies_added {
             out.line(format!(
-                "name {:?} taken from the base ({} version {}): the {} is {own:?}, and a delta keeps its base's name (--name sets it)",
-                bm.name,
-                a.base.as_deref().unwrap_or(std::path::Path::new("")).display(),
-                bm.version,
-                if model.hf.is_some() {
-                    "repository id"
-                } else {
-                    "model directory's name"
-                },
+                "added {d} from the cache: a packed model needs it (--with-dependencies)"
             ));
-            bm.name.clone()
         }
-        _ => own,
+    }
+    out.set("name_from_base", p.name_from_base.is_some());
+    if let Some(from) = &p.name_from_base {
+        out.line(format!(
+            "name {:?} taken from the base ({} version {}): the {} is {:?}, and a delta keeps its base's name (--name sets it)",
+            p.name,
+            a.base.as_deref().unwrap_or(std::path::Path::new("")).display(),
+            from.version,
+            if from.repository {
+                "repository id"
+            } else {
+                "model directory's name"
+            },
+            from.own,
+        ));
+    }
+    render_checks(p, out);
+}
+
+/// The OMS flags that need no secret key, for [`prepare::prepare`].
+fn oms_ask(a: &PackArgs) -> OmsAsk {
+    OmsAsk {
+        signing_cert: a.oms_signing_cert.clone(),
+        signing_chain: a.oms_signing_chain.clone(),
+        trust: a.oms_trust.clone(),
+        cert_chain: a.oms_cert_chain.clone(),
+        signature: a.oms_signature.clone(),
     }
 }
 
-/// The OMS material the flags name, read and checked before any key is unlocked: the OMS
-/// signing key (not yet decrypted), the certificate chain that goes with it, and the
-/// publisher's trust material for a signature already in the model.
-struct OmsFlags {
-    key_file: Option<OmsKeyFile>,
-    chain: Vec<Vec<u8>>,
-    trust: Option<airlock::oms::TrustMaterial>,
-}
-
-fn oms_flags(a: &PackArgs) -> Result<OmsFlags> {
-    let key_file = match &a.oms_key {
+/// Packs in this order: options, then every check that needs no key (output path, key and
+/// password files, then [`prepare::prepare`]: the source and its model checks), then the key
+/// (the scrypt work and the password prompt), then the bundle. A typo is reported at once, not
+/// after a password. The value scan needs every value, so it runs in the bundle's one read of
+/// the model, after the key; the prompt says so.
+pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
+    let shape = shape(&a)?;
+    let spec = model_spec(&a)?;
+    let created = created_unix()?;
+    prepare::check_output(&a.output)?;
+    let key_file = secret::read(&a.key, a.password_file.as_deref())?;
+    let oms_key_file = match &a.oms_key {
         Some(k) => Some(read_oms_key(
             k,
             a.oms_password_file
@@ -339,113 +187,44 @@ fn oms_flags(a: &PackArgs) -> Result<OmsFlags> {
         )?),
         None => None,
     };
-    let chain = match &a.oms_signing_cert {
-        Some(cert) => {
-            let mut chain = airlock::oms::load_certificates(std::slice::from_ref(cert))?;
-            chain.truncate(1);
-            chain.extend(airlock::oms::load_certificates(&a.oms_signing_chain)?);
-            chain.into_iter().map(|c| c.der).collect()
-        }
-        None => Vec::new(),
-    };
-    let trust = match (&a.oms_trust, a.oms_cert_chain.is_empty()) {
-        (Some(k), _) => Some(airlock::oms::TrustMaterial::Key(
-            airlock::oms::load_public_key(k)?,
-        )),
-        (None, false) => Some(airlock::oms::TrustMaterial::Certificates(
-            airlock::oms::load_certificates(&a.oms_cert_chain)?,
-        )),
-        (None, true) => None,
-    };
-    if a.oms_signature.is_some() && trust.is_none() {
-        return Err(Error::Usage(
-            "--oms-signature names the publisher's OMS signature for --oms-trust or --oms-cert-chain; give one of them".into(),
-        ));
-    }
-    Ok(OmsFlags {
-        key_file,
-        chain,
-        trust,
-    })
-}
-
-/// Packs in this order: options, then every check that needs no key (output path, key and
-/// password files, the source and its model checks), then the key (the scrypt work and the
-/// password prompt), then the bundle. A typo is reported at once, not after a password. The
-/// value scan needs every value, so it runs in the bundle's one read of the model, after the
-/// key; the prompt says so.
-pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
-    let shape = shape(&a)?;
-    let spec = model_spec(&a)?;
-    let created = created_unix()?;
-    check_output(&a.output)?;
-    let key_file = secret::read(&a.key, a.password_file.as_deref())?;
-    let oms = oms_flags(&a)?;
     let mut out = Output::default();
-    let (mut model, dependencies) = open_model(&a, spec)?;
-    out.warnings.extend(model.notes.iter().cloned());
-    if !model.repos.is_empty() {
-        out.set("dependencies_added", &dependencies);
-        for d in &dependencies {
-            out.line(format!(
-                "added {d} from the cache: a packed model needs it (--with-dependencies)"
-            ));
-        }
-    }
-    if !model.repos.is_empty() && a.base.is_some() {
-        return Err(Error::Usage(
-            "--base: a bundle of several repositories is always a full bundle (a delta carries one model; FORMAT.md section 14.4): pack without --base, or pack each repository's delta on its own".into(),
-        ));
-    }
-    let base_manifest = a.base.as_deref().map(pack::base::precheck).transpose()?;
-    if let Some(bm) = &base_manifest
-        && !bm.repos.is_empty()
-    {
-        return Err(Error::Usage(format!(
-            "--base {}: that bundle carries several repositories, and a delta is of one model (FORMAT.md section 14.4): pack a full bundle",
-            a.base.as_deref().unwrap_or(Path::new("")).display()
-        )));
-    }
-    let name = bundle_name(&a, &model, base_manifest.as_ref(), &mut out);
-    manifest::check_name(&name).map_err(|why| Error::Usage(format!("--name {why}")))?;
-    if let Some(bm) = &base_manifest {
-        pack::base::check_same_model(bm, &name, a.bundle_version)?;
-    }
-    let warnings = match gate(&model, &a, &mut out)? {
-        Ok(w) => w,
+    let prepared = prepare::prepare(prepare::Request {
+        model: spec,
+        with_dependencies: a.with_dependencies,
+        base: a.base.clone(),
+        name: a.name.clone(),
+        version: a.bundle_version,
+        no_model_checks: a.no_model_checks,
+        value_scan: !a.no_value_scan,
+        compress: compression(&a),
+        oms: oms_ask(&a),
+        trust_update: a.trust_update.clone(),
+    })?;
+    render_prepared(&a, &prepared, &mut out);
+    let Prepared {
+        mut model,
+        name,
+        ready,
+        ..
+    } = prepared;
+    let ready = match ready {
+        Ok(r) => r,
         Err(e) => {
             out.error = Some(e);
             return Ok(out);
         }
     };
-    let publisher = match &oms.trust {
-        Some(t) => {
-            let rel = a
-                .oms_signature
-                .as_deref()
-                .unwrap_or(manifest::OMS_SIGNATURE_NAME);
-            let p = airlock::oms::pack::check_publisher(&model.entries, &model.root, rel, t)?;
-            out.warnings.extend(p.verified.notes.iter().cloned());
-            Some(p)
-        }
-        None => None,
-    };
-    let compress = compression(&a, &model)?;
-    let trust_update_files = a
-        .trust_update
-        .iter()
-        .map(|p| airlock::trust::update::read_root(p).map(|(_, bytes)| (p.clone(), bytes)))
-        .collect::<Result<Vec<_>>>()?;
-    let ahead = (!a.no_value_scan)
-        .then(|| value_scan_ahead(&model))
-        .flatten();
+    if let Some(p) = &ready.publisher {
+        out.warnings.extend(p.verified.notes.iter().cloned());
+    }
+    let ahead = ready.value_scan.and_then(value_scan_ahead);
     let key = secret::unlock_saying(key_file, ui, ahead.as_deref())?;
-    let oms_emit = match oms.key_file {
-        Some(f) => Some(unlock_oms_key(f, ui, &oms.chain)?),
+    let oms_emit = match oms_key_file {
+        Some(f) => Some(unlock_oms_key(f, ui, &ready.oms_chain)?),
         None => None,
     };
     let trust_update = airlock::trust::update::check_for_pack(
-        &trust_update_files,
+        &ready.trust_update,
         &key.public_key(),
         airlock::trust::Clock::system(),
     )?;
@@ -466,11 +245,11 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
             key: &key,
             name,
             version: a.bundle_version,
-            compress,
+            compress: ready.compress,
             volume_size: shape.volume_size,
             chunk_size: shape.chunk_size,
             created_unix: created,
-            warnings,
+            warnings: ready.warnings,
             parity: shape.parity,
             base,
             trust_update,
@@ -481,9 +260,9 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
             oms: airlock::oms::pack::Sealing {
                 emit: oms_emit.map(|key| airlock::oms::pack::Emit {
                     key,
-                    chain: oms.chain,
+                    chain: ready.oms_chain,
                 }),
-                publisher,
+                publisher: ready.publisher,
             },
         },
         ui,
@@ -518,30 +297,11 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
     Ok(out)
 }
 
-/// What the password prompt says is still to come, when the model has weight files: the value
-/// scan reads every value, so it runs in the pack's one read of the model, after the key is
-/// unlocked; a second read before the prompt would double the time of every pack (issue 33
-/// item 11: NaN and Inf were reported only after the password and the whole read, unannounced).
-fn value_scan_ahead(model: &Model) -> Option<String> {
-    let (files, bytes) = model
-        .entries
-        .iter()
-        .filter_map(|e| match e {
-            airlock::scan::ScanEntry::File {
-                path,
-                size,
-                has_values,
-                ..
-            } if has_values.unwrap_or_else(|| {
-                airlock::inspect::format::by_name(path)
-                    .is_some_and(airlock::inspect::Format::has_values)
-            }) =>
-            {
-                Some(*size)
-            }
-            _ => None,
-        })
-        .fold((0u64, 0u64), |(n, total), size| (n + 1, total + size));
+/// What the password prompt says is still to come, when the model has weight files (`files`
+/// of them, `bytes` in all): the value scan reads every value, so it runs in the pack's one
+/// read of the model, after the key is unlocked (issue 33 item 11: NaN and Inf were reported
+/// only after the password and the whole read, unannounced).
+fn value_scan_ahead((files, bytes): (u64, u64)) -> Option<String> {
     (files > 0).then(|| {
         format!(
             "after the password, the pack reads the model once; the value scan of its {files} weight file{} ({}: NaN, Inf, zero-filled regions) runs in that read and reports at its end",

@@ -145,9 +145,13 @@ pub fn cosign_file(a: CosignArgs, ui: &Ui) -> Result<Output> {
             sig_path.display()
         )));
     }
-    let cosig_name = open::cosignature_name_of(std::ffi::OsStr::new(&name), &id)
-        .into_string()
-        .expect("UTF-8 name and hex id");
+    let cosig_name = open::cosignature_name_of(
+        std::ffi::OsStr::new(&name),
+        &id,
+        airlock::scheme::minisign::EXTENSION,
+    )
+    .into_string()
+    .expect("UTF-8 name and hex id");
     let cosig_path = signed_file::beside(file, std::ffi::OsStr::new(&cosig_name));
     let slot = CosignatureSlot::beside_file(file, &cosig_name, &cosig_path, &id)?;
     let trusted_comment = default_trusted_comment(file)?;

@@ -31,7 +31,7 @@ use crate::progress::Progress;
 const PIECE: usize = 1 << 20;
 
 /// The `xor` map a file's `from` names.
-pub fn map_of(from: &manifest::From) -> Map {
+pub(crate) fn map_of(from: &manifest::From) -> Map {
     match from.map.as_deref() {
         Some("safetensors") => Map::Safetensors,
         _ => Map::Bytes,

@@ -21,7 +21,7 @@ use crate::zstd_frame;
 const PIECE: usize = 1 << 20;
 
 /// The reference safetensors reader's limit on the header length.
-pub const MAX_SAFETENSORS_HEADER: u64 = 100_000_000;
+pub(crate) const MAX_SAFETENSORS_HEADER: u64 = 100_000_000;
 
 /// zstd window limit shared with the bundle reader (docs/FORMAT.md section 5).
 const WINDOW_LOG_MAX: u32 = 27;

@@ -28,7 +28,7 @@ use rustix::fs::{Advice, OFlags};
 use super::{Follow, Result, open_regular};
 
 /// The alignment of direct reads: buffer address, file offset and length.
-pub const DIRECT_ALIGN: usize = 4096;
+pub(crate) const DIRECT_ALIGN: usize = 4096;
 
 /// The largest single read [`MediumFile::read_range`] makes.
 pub const MEDIUM_READ_SIZE: usize = 4 << 20;
@@ -116,7 +116,7 @@ impl AlignedBuf {
     }
 
     /// The aligned bytes.
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
         &mut self.raw[self.start..self.start + self.len]
     }
 
@@ -489,7 +489,7 @@ impl io::Read for MediumReader {
 }
 
 /// `len` of the file as a non-zero length for `fadvise`, `None` for the rest of the file.
-pub fn advice_len(len: u64) -> Option<NonZeroU64> {
+pub(crate) fn advice_len(len: u64) -> Option<NonZeroU64> {
     NonZeroU64::new(len)
 }
 

@@ -17,11 +17,11 @@ use crate::scan::{self, ScanEntry};
 
 /// The most a ref file may hold: a commit id is 40 bytes; more than this is reported without
 /// reading further.
-pub const REF_MAX_BYTES: u64 = 128;
+pub(crate) const REF_MAX_BYTES: u64 = 128;
 
 /// The largest `trees/<commit>.json` read (a listing of about 200 000 files); a larger one is
 /// ignored with a note, as an unreadable one is.
-pub const LISTING_MAX_BYTES: u64 = 64 * 1024 * 1024;
+pub(crate) const LISTING_MAX_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Resolves `revision` in `repo_folder` as huggingface_hub does offline: a 40-hex commit is
 /// taken as it is; anything else is read from `refs/<revision>`, which must hold exactly a

@@ -163,7 +163,7 @@ pub const TENSOR_ALL_ZERO: &str = "tensor-all-zero";
 pub const TENSOR_CONSTANT: &str = "tensor-constant";
 
 /// The codes whose findings are warnings; every other code is an error.
-pub const WARNINGS: &[&str] = &[
+pub(crate) const WARNINGS: &[&str] = &[
     SHARD_TOTAL_SIZE_MISMATCH,
     GGUF_BIG_ENDIAN,
     TORCH_UNRECOGNIZED_FORMAT,

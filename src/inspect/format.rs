@@ -19,7 +19,7 @@ use std::io;
 use super::{gguf, read, safetensors};
 
 /// The most bytes from a file's start that [`identify`] looks at.
-pub const HEAD_BYTES: usize = 16;
+pub(crate) const HEAD_BYTES: usize = 16;
 
 /// What a file is checked as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

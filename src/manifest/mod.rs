@@ -18,7 +18,7 @@ pub const FORMAT_ID: &str = "airlock-bundle";
 /// The format version this build writes. It reads this one and every earlier one.
 pub const FORMAT_VERSION: u32 = 2;
 /// The oldest format version this build reads.
-pub const OLDEST_FORMAT_VERSION: u32 = 1;
+pub(crate) const OLDEST_FORMAT_VERSION: u32 = 1;
 /// Largest manifest accepted, in bytes, by readers and by the packer alike (FORMAT.md,
 /// section 2): the packer refuses a model whose manifest would be larger, so airlock never
 /// writes a bundle it would refuse to read.
@@ -265,7 +265,7 @@ pub struct FileValues {
 }
 
 /// The `format` names of [`FileValues`].
-pub const VALUES_FORMATS: &[&str] = &["safetensors", "gguf"];
+pub(crate) const VALUES_FORMATS: &[&str] = &["safetensors", "gguf"];
 
 /// The `trust_update` object (FORMAT.md section 18): the root files `N.root.json` the bundle
 /// carries, so the signature over the manifest covers them too.
@@ -291,7 +291,7 @@ pub struct CarriedRoot {
 /// Most roots one bundle carries.
 pub const MAX_CARRIED_ROOTS: usize = 64;
 /// Largest root file a bundle carries (as a trust root file read anywhere).
-pub const MAX_ROOT_FILE_BYTES: u64 = 1 << 20;
+pub(crate) const MAX_ROOT_FILE_BYTES: u64 = 1 << 20;
 
 /// The `parity` object (FORMAT.md section 17.1): the stripe geometry and the parity volumes.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -521,7 +521,7 @@ pub struct Repo {
 }
 
 /// The most repositories one bundle carries.
-pub const MAX_REPOS: usize = 256;
+pub(crate) const MAX_REPOS: usize = 256;
 
 /// The base of a delta bundle (docs/FORMAT.md section 16.1): the installed version it builds on.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

@@ -32,7 +32,7 @@ use crate::fsio::{self, Cause, Follow, read_capped};
 
 /// The longest a credential helper may take to answer (one waiting for a passphrase prompt
 /// that nobody sees must not hang a push).
-pub const HELPER_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const HELPER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The most bytes read from a credential helper's stdout (and from its stderr).
 pub const HELPER_OUTPUT_CAP: u64 = 64 << 10;
@@ -71,7 +71,7 @@ impl Credentials {
 }
 
 /// The docker config file this process would read.
-pub fn config_path() -> Option<PathBuf> {
+pub(crate) fn config_path() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os("DOCKER_CONFIG").filter(|d| !d.is_empty()) {
         return Some(PathBuf::from(dir).join("config.json"));
     }
@@ -540,7 +540,7 @@ fn helper_error(helper: &Helper, config: &Path, registry: &str, failure: HelperF
 }
 
 /// The credentials for `registry` in a docker config file's bytes.
-pub fn parse_config(
+pub(crate) fn parse_config(
     bytes: &[u8],
     registry: &str,
 ) -> std::result::Result<Option<Credentials>, String> {

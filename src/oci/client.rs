@@ -79,14 +79,14 @@ pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const MAX_CA_FILE_BYTES: u64 = 4 << 20;
 
 /// The variable that sets the stall deadline, `BYTES/SECONDS` ([`Stall`]).
-pub const STALL_ENV: &str = "AIRLOCK_REGISTRY_STALL";
+pub(crate) const STALL_ENV: &str = "AIRLOCK_REGISTRY_STALL";
 
 /// The stall deadline: a transfer that brings fewer than `min_bytes` in `interval` spent
 /// waiting on the registry is ended, however often single bytes arrive (the per-read timeout
 /// only ends a transfer that stops outright). Time airlock spends elsewhere (writing a staged
 /// file, hashing) does not count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Stall {
+pub(crate) struct Stall {
     /// Bytes a transfer must move per `interval`.
     pub min_bytes: u64,
     /// The window.
@@ -200,7 +200,7 @@ impl Stall {
 
     /// The deadline `AIRLOCK_REGISTRY_STALL` sets, else the default; a malformed value is a
     /// usage error.
-    pub fn from_env() -> Result<Stall> {
+    pub(crate) fn from_env() -> Result<Stall> {
         match std::env::var(STALL_ENV) {
             Err(std::env::VarError::NotPresent) => Ok(Stall::default()),
             Ok(v) => {

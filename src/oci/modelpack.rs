@@ -22,29 +22,29 @@ use crate::paths::RECEIPT_DIR;
 /// The manifest's `artifactType`.
 pub const ARTIFACT_TYPE: &str = "application/vnd.cncf.model.manifest.v1+json";
 /// The config's media type.
-pub const CONFIG: &str = "application/vnd.cncf.model.config.v1+json";
+pub(crate) const CONFIG: &str = "application/vnd.cncf.model.config.v1+json";
 /// Raw weights.
-pub const WEIGHT_RAW: &str = "application/vnd.cncf.model.weight.v1.raw";
+pub(crate) const WEIGHT_RAW: &str = "application/vnd.cncf.model.weight.v1.raw";
 /// Raw weight configuration (config.json, tokenizer files).
-pub const WEIGHT_CONFIG_RAW: &str = "application/vnd.cncf.model.weight.config.v1.raw";
+pub(crate) const WEIGHT_CONFIG_RAW: &str = "application/vnd.cncf.model.weight.config.v1.raw";
 /// Raw documentation (README, LICENSE).
-pub const DOC_RAW: &str = "application/vnd.cncf.model.doc.v1.raw";
+pub(crate) const DOC_RAW: &str = "application/vnd.cncf.model.doc.v1.raw";
 /// Raw code (scripts, modelling code).
-pub const CODE_RAW: &str = "application/vnd.cncf.model.code.v1.raw";
+pub(crate) const CODE_RAW: &str = "application/vnd.cncf.model.code.v1.raw";
 /// airlock's signed manifest.
-pub const AIRLOCK_MANIFEST: &str = "application/vnd.airlock.manifest.v1+json";
+pub(crate) const AIRLOCK_MANIFEST: &str = "application/vnd.airlock.manifest.v1+json";
 /// Its minisign signature.
-pub const AIRLOCK_SIGNATURE: &str = "application/vnd.airlock.signature.v1";
+pub(crate) const AIRLOCK_SIGNATURE: &str = "application/vnd.airlock.signature.v1";
 /// A co-signature of the manifest (FORMAT.md section 18), one layer per co-signer.
-pub const AIRLOCK_COSIGNATURE: &str = "application/vnd.airlock.cosignature.v1";
+pub(crate) const AIRLOCK_COSIGNATURE: &str = "application/vnd.airlock.cosignature.v1";
 /// A TUF root version the bundle carries (FORMAT.md section 18).
-pub const AIRLOCK_TRUST_ROOT: &str = "application/vnd.airlock.trust-root.v1+json";
+pub(crate) const AIRLOCK_TRUST_ROOT: &str = "application/vnd.airlock.trust-root.v1+json";
 /// The OMS signature (a Sigstore bundle, FORMAT.md section 19), at its path in the model.
-pub const OMS_SIGNATURE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
+pub(crate) const OMS_SIGNATURE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
 /// The layer annotation naming a file's path.
-pub const FILEPATH: &str = "org.cncf.model.filepath";
+pub(crate) const FILEPATH: &str = "org.cncf.model.filepath";
 /// The OCI title annotation (what ORAS names a file by).
-pub const TITLE: &str = "org.opencontainers.image.title";
+pub(crate) const TITLE: &str = "org.opencontainers.image.title";
 
 /// The receipt path of the signed manifest layer.
 pub fn manifest_layer_path() -> String {
@@ -91,7 +91,7 @@ pub fn media_type(path: &str) -> &'static str {
 }
 
 /// The model format, from the weight files' names.
-pub fn format_of(m: &Manifest) -> Option<&'static str> {
+pub(crate) fn format_of(m: &Manifest) -> Option<&'static str> {
     let mut found = None;
     for f in &m.files {
         let fmt = match ext(&f.path).as_str() {
@@ -147,7 +147,7 @@ pub struct Layer {
 
 impl Layer {
     /// The layer of a model file.
-    pub fn of_file(f: &FileEntry) -> Layer {
+    pub(crate) fn of_file(f: &FileEntry) -> Layer {
         Layer {
             media_type: media_type(&f.path),
             digest: format!("sha256:{}", f.sha256),
@@ -187,7 +187,7 @@ pub fn layers(m: &Manifest, manifest_bytes: &[u8], signature_text: &str) -> Vec<
 /// The small airlock layers with their bytes, in the artifact's order: the manifest, its
 /// signature, then each co-signature (`(file name, text)`) and each carried root, all at their
 /// receipt paths.
-pub fn signed_blobs(
+pub(crate) fn signed_blobs(
     manifest_bytes: &[u8],
     signature_text: &str,
     cosignatures: &[(String, String)],
@@ -394,7 +394,7 @@ pub fn config(
 }
 
 /// The OCI image manifest of the artifact.
-pub fn image_manifest(
+pub(crate) fn image_manifest(
     m: &Manifest,
     config: &[u8],
     layers: &[Layer],

@@ -4,7 +4,7 @@ use crate::error::{Error, Result};
 use crate::hexdigest;
 
 /// The scheme prefix that marks a registry reference on the command line.
-pub const SCHEME: &str = "oci://";
+pub(crate) const SCHEME: &str = "oci://";
 
 /// A parsed `oci://` reference.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -118,7 +118,7 @@ impl Reference {
 
     /// The version a tag names, when it is one: `N` or `vN` (decimal digits, as `push` tags a
     /// bundle by default). `None` for a digest and any other tag (`latest`, `3.1`, `v3-rc`).
-    pub fn tag_version(&self) -> Option<u64> {
+    pub(crate) fn tag_version(&self) -> Option<u64> {
         if self.is_digest() {
             return None;
         }

@@ -21,12 +21,12 @@ use super::x509::{self, Cert};
 use crate::scheme::{Refusal, Verified as Scheme};
 
 /// The bundle's media type.
-pub const MEDIA_TYPE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
+pub(crate) const MEDIA_TYPE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
 /// The DSSE payload type.
-pub const PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
+pub(crate) const PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
 
 /// DSSE v1 pre-authentication encoding of an in-toto payload.
-pub fn pae(payload: &[u8]) -> Vec<u8> {
+pub(crate) fn pae(payload: &[u8]) -> Vec<u8> {
     let mut out = format!(
         "DSSEv1 {} {PAYLOAD_TYPE} {} ",
         PAYLOAD_TYPE.len(),

@@ -133,7 +133,7 @@ impl VerifyingKey {
     }
 
     /// The key of an encoded curve point.
-    pub fn from_sec1_point(curve: Curve, point: &[u8]) -> Result<VerifyingKey, String> {
+    pub(crate) fn from_sec1_point(curve: Curve, point: &[u8]) -> Result<VerifyingKey, String> {
         let bad = |_| format!("holds a point that is not on {}", curve.name());
         Ok(match curve {
             Curve::P256 => {
@@ -164,7 +164,7 @@ impl VerifyingKey {
     }
 
     /// The SubjectPublicKeyInfo PEM as Python's `cryptography` writes it.
-    pub fn to_pem(&self) -> String {
+    pub(crate) fn to_pem(&self) -> String {
         let doc = match self {
             VerifyingKey::P256(k) => p256::PublicKey::from(k).to_public_key_der(),
             VerifyingKey::P384(k) => p384::PublicKey::from(k).to_public_key_der(),
@@ -391,7 +391,7 @@ impl SigningKey {
 /// The DER of the first PEM block labelled `label` in `text`, if there is one. Text before and
 /// after it is allowed (`certtool` prints a description first); a block that is there but does
 /// not decode is an error.
-pub fn find_block(text: &str, label: &str) -> Result<Option<Zeroizing<Vec<u8>>>, String> {
+pub(crate) fn find_block(text: &str, label: &str) -> Result<Option<Zeroizing<Vec<u8>>>, String> {
     let begin = format!("-----BEGIN {label}-----");
     let end = format!("-----END {label}-----");
     let Some(start) = text.find(&begin) else {
@@ -410,7 +410,7 @@ pub fn find_block(text: &str, label: &str) -> Result<Option<Zeroizing<Vec<u8>>>,
 }
 
 /// The DER of the PEM block `label` that `text` must hold.
-pub fn pem_block(text: &str, label: &str) -> Result<Vec<u8>, String> {
+pub(crate) fn pem_block(text: &str, label: &str) -> Result<Vec<u8>, String> {
     match find_block(text, label)? {
         Some(b) => Ok(b.to_vec()),
         None if text.contains("-----BEGIN CERTIFICATE-----") => Err(format!(

@@ -49,9 +49,9 @@ pub use bundle::{Signer, Trust, Verified};
 pub use keys::{SigningKey, VerifyingKey};
 
 /// The paths the reference ignores by default (`--ignore-git-paths`).
-pub const GIT_PATHS: [&str; 4] = [".git", ".gitattributes", ".github", ".gitignore"];
+pub(crate) const GIT_PATHS: [&str; 4] = [".git", ".gitattributes", ".github", ".gitignore"];
 /// Largest key, certificate or trust file read.
-pub const MAX_KEY_FILE_BYTES: u64 = 1 << 20;
+pub(crate) const MAX_KEY_FILE_BYTES: u64 = 1 << 20;
 
 /// Paths left out of a signature or a comparison (relative, `/`-separated, canonical).
 #[derive(Clone, Debug, Default)]
@@ -64,7 +64,7 @@ impl Ignore {
     }
 
     /// Adds a path (as the reference resolves it: one outside the model ignores nothing).
-    pub fn add(&mut self, p: &str) {
+    pub(crate) fn add(&mut self, p: &str) {
         if let Some(c) = statement::canonical_ignore(p)
             && !c.is_empty()
             && !self.0.contains(&c)
@@ -109,7 +109,7 @@ pub fn site_signature_name<'a>(files: impl IntoIterator<Item = &'a str>) -> Resu
 }
 
 /// What airlock's own signature leaves out: itself, the receipt directory, the git paths.
-pub fn site_ignore(name: &str) -> Ignore {
+pub(crate) fn site_ignore(name: &str) -> Ignore {
     let mut ig = Ignore::default();
     ig.add(name);
     ig.add(RECEIPT_DIR);
@@ -333,7 +333,7 @@ impl TrustMaterial {
 }
 
 /// Reads and verifies the signature file `path` against `trust`; errors name the file.
-pub fn read_and_verify(path: &Path, trust: &TrustMaterial) -> Result<Verified> {
+pub(crate) fn read_and_verify(path: &Path, trust: &TrustMaterial) -> Result<Verified> {
     let bytes = fsio::read_capped(path, MAX_OMS_SIGNATURE_BYTES, fsio::Follow::Final).map_err(
         |e| match e.into_cause() {
             Cause::Io(e) => Error::io(path, e),

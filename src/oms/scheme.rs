@@ -19,6 +19,11 @@ impl Scheme for Oms {
         "OMS"
     }
 
+    /// As `model.sig` (FORMAT.md section 19); OMS signatures are not co-signatures.
+    fn extension(&self) -> &'static str {
+        "sig"
+    }
+
     fn signer_of(&self, signature: &[u8]) -> Result<String, Refusal> {
         bundle::signer_named(signature).map_err(Refusal::Malformed)
     }
@@ -46,6 +51,10 @@ pub struct OmsSigner<'a>(pub &'a OmsKey<'a>);
 impl Signer for OmsSigner<'_> {
     fn scheme(&self) -> &'static str {
         "OMS"
+    }
+
+    fn extension(&self) -> &'static str {
+        "sig"
     }
 
     fn key_id(&self) -> String {

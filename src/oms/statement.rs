@@ -32,11 +32,11 @@ use sha2::{Digest, Sha256};
 use crate::hexdigest;
 
 /// The in-toto statement type.
-pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
+pub(crate) const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
 /// The OMS v1.0 predicate type.
-pub const PREDICATE_TYPE: &str = "https://model_signing/signature/v1.0";
+pub(crate) const PREDICATE_TYPE: &str = "https://model_signing/signature/v1.0";
 /// The pre-1.0 predicate type (refused).
-pub const PREDICATE_TYPE_V01: &str = "https://model_signing/Digests/v0.1";
+pub(crate) const PREDICATE_TYPE_V01: &str = "https://model_signing/Digests/v0.1";
 
 /// One signed file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,7 +78,7 @@ pub fn root_of(resources: &[Resource]) -> [u8; 32] {
 
 /// A JSON string as Python's `json.dumps(..., ensure_ascii=True)` writes it (the writer TUF's
 /// canonical form uses too).
-pub fn py_json_string(s: &str) -> String {
+pub(crate) fn py_json_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     crate::trust::json::ascii_string(s, &mut out);
     out

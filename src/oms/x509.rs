@@ -25,7 +25,7 @@ use x509_cert::ext::pkix::{BasicConstraints, ExtendedKeyUsage, KeyUsage};
 use super::keys::VerifyingKey;
 
 /// Most certificates in a path, the signing certificate and the trusted root included.
-pub const MAX_DEPTH: usize = 10;
+pub(crate) const MAX_DEPTH: usize = 10;
 /// Most certificates a signature may carry, or the operator may trust.
 pub const MAX_CERTIFICATES: usize = 64;
 

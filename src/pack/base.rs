@@ -29,7 +29,7 @@ use crate::progress::Progress;
 use crate::receipt;
 
 /// Bytes of each of the three pieces [`BaseSource::sample_differs`] compares.
-pub const SAMPLE_PIECE: u64 = 64 << 10;
+pub(crate) const SAMPLE_PIECE: u64 = 64 << 10;
 
 /// Where the base files' contents are on this host.
 #[derive(Debug)]
@@ -202,7 +202,7 @@ impl BaseSource {
     }
 
     /// Whether the base files' contents can be read here (to make patches).
-    pub fn has_content(&self) -> bool {
+    pub(crate) fn has_content(&self) -> bool {
         !matches!(self.content, Content::None)
     }
 

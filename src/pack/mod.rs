@@ -11,6 +11,7 @@
 pub mod base;
 pub mod parity;
 pub mod plan;
+pub mod prepare;
 pub mod seal;
 pub mod source;
 pub mod write;
@@ -27,13 +28,12 @@ use crate::delta::Counts;
 use crate::error::{Error, Result};
 use crate::fsio;
 use crate::inspect::{Finding, values};
-use crate::keys::SecretKey;
 use crate::manifest::{
     self, Compression, FileEntry, HfSource, Manifest, Stream, Totals, Volume, Warning,
 };
 use crate::progress::Progress;
 use crate::scan::ScanEntry;
-use crate::scheme::Scheme;
+use crate::scheme::{Scheme, Signer};
 use crate::staging::{self, Staging};
 use crate::tar;
 
@@ -41,8 +41,9 @@ use crate::tar;
 pub struct PackOptions<'a> {
     /// The bundle directory to create.
     pub out: PathBuf,
-    /// Signing key.
-    pub key: &'a SecretKey,
+    /// What signs the manifest (`manifest.json.minisig`): any scheme's [`Signer`] (airlock's
+    /// minisign key is [`crate::scheme::MinisignSigner`]).
+    pub key: &'a dyn Signer,
     /// Bundle name.
     pub name: String,
     /// Bundle version.
@@ -339,7 +340,7 @@ pub fn file_values(path: &str, s: &values::Summary) -> manifest::FileValues {
 
 impl PackOptions<'_> {
     /// The chunk size for a stream of about `stream` bytes ([`parity::chunk_size`]).
-    pub fn chunk_size_for(&self, stream: u64) -> u64 {
+    pub(crate) fn chunk_size_for(&self, stream: u64) -> u64 {
         parity::chunk_size(
             self.chunk_size,
             self.parity.is_some(),
@@ -388,7 +389,7 @@ impl Write for Counter {
 /// its own path's and size's lengths. The bytes counted are the bytes a manifest built with
 /// every entry serializes to (a test holds the two to each other); at a million files the
 /// whole-manifest estimate took a second and a quarter of a gigabyte.
-pub fn manifest_size_estimate(model: &Model, opts: &PackOptions<'_>) -> u64 {
+pub(crate) fn manifest_size_estimate(model: &Model, opts: &PackOptions<'_>) -> u64 {
     // The files the value scan may read (its records and findings are bounded per file).
     let mut scanned = Vec::new();
     let mut stream: u64 = 2 * tar::BLOCK as u64;
@@ -736,6 +737,7 @@ fn is_complete_bundle(dir: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keys::SecretKey;
 
     fn options<'a>(out: PathBuf, key: &'a SecretKey, compress: Compress) -> PackOptions<'a> {
         PackOptions {

@@ -31,7 +31,7 @@ use crate::progress::Progress;
 
 /// How many recovery units go into each parity volume: as many whole units as fit in the
 /// volume size (at least one), so parity volumes are no larger than data volumes.
-pub fn units_per_parity_volume(volume_size: u64, chunk_size: u64) -> u64 {
+pub(crate) fn units_per_parity_volume(volume_size: u64, chunk_size: u64) -> u64 {
     (volume_size / chunk_size).max(1)
 }
 

@@ -8,11 +8,10 @@ use blake2::Blake2b512;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
-use crate::keys::SecretKey;
 use crate::manifest::{
     self, Base, Compression, FileEntry, HfSource, Manifest, Parity, Stream, Totals, Volume, Warning,
 };
-use crate::scheme::MinisignSigner;
+use crate::scheme::Signer;
 
 /// Everything the manifest is made of.
 pub struct Parts {
@@ -61,8 +60,8 @@ pub struct Sealed {
 }
 
 /// Builds the manifest from `parts`, checks it with the reader's own `validate` and size limit,
-/// signs it with `key` and writes `manifest.json` and its `.minisig` (synced) into `dir`.
-pub fn seal(parts: Parts, key: &SecretKey, dir: &Path) -> Result<Sealed> {
+/// signs it with `key` (any scheme's [`Signer`]) and writes `manifest.json` and its `.minisig` (synced) into `dir`.
+pub fn seal(parts: Parts, key: &dyn Signer, dir: &Path) -> Result<Sealed> {
     let totals = Totals {
         files: parts.files.len() as u64,
         directories: parts.directories.len() as u64,
@@ -146,16 +145,12 @@ pub fn seal(parts: Parts, key: &SecretKey, dir: &Path) -> Result<Sealed> {
     let manifest::Signed {
         signature: sig,
         manifest_sha256,
-    } = manifest::sign_hashed(
-        &MinisignSigner(key),
-        &manifest,
-        hex::encode(sha256.finalize()),
-        &prehash,
-    )
-    .map_err(|e| Error::Key {
-        path: dir.join(manifest::SIGNATURE_NAME),
-        source: e,
-    })?;
+    } = manifest::sign_hashed(key, &manifest, hex::encode(sha256.finalize()), &prehash).map_err(
+        |e| Error::Key {
+            path: dir.join(manifest::SIGNATURE_NAME),
+            source: e,
+        },
+    )?;
     crate::durable::write_synced(&dir.join(manifest::SIGNATURE_NAME), &sig, 0o644)?;
     Ok(Sealed {
         manifest,

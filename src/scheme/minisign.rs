@@ -16,6 +16,10 @@ use crate::keys::{self, KeyError, PublicKey, SecretKey, Signature};
 /// file's), like minisign's "signature from minisign secret key".
 pub const UNTRUSTED_COMMENT: &str = "signature from airlock secret key";
 
+/// The extension of minisign's signature files: `manifest.json.minisig`, a co-signature
+/// `manifest.json.KEYID.minisig`.
+pub const EXTENSION: &str = "minisig";
+
 /// A key whose signatures count (the trust policy's `PolicyKey`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TrustedKey {
@@ -53,6 +57,10 @@ impl Scheme for Minisign {
 
     fn name(&self) -> &'static str {
         "minisign"
+    }
+
+    fn extension(&self) -> &'static str {
+        EXTENSION
     }
 
     fn signer_of(&self, signature: &[u8]) -> Result<String, Refusal> {
@@ -138,6 +146,10 @@ impl Signer for MinisignSigner<'_> {
         "minisign"
     }
 
+    fn extension(&self) -> &'static str {
+        EXTENSION
+    }
+
     fn key_id(&self) -> String {
         self.0.public_key().key_id_hex()
     }
@@ -147,5 +159,24 @@ impl Signer for MinisignSigner<'_> {
             .signature(message, comment)?
             .to_file_text()
             .into_bytes())
+    }
+}
+
+/// A minisign secret key signs as [`MinisignSigner`] does, so `&SecretKey` is a `&dyn Signer`.
+impl Signer for SecretKey {
+    fn scheme(&self) -> &'static str {
+        MinisignSigner(self).scheme()
+    }
+
+    fn extension(&self) -> &'static str {
+        EXTENSION
+    }
+
+    fn key_id(&self) -> String {
+        MinisignSigner(self).key_id()
+    }
+
+    fn sign(&self, message: Message<'_>, comment: &str) -> Result<Vec<u8>, KeyError> {
+        MinisignSigner(self).sign(message, comment)
     }
 }

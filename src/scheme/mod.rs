@@ -122,6 +122,11 @@ pub trait Scheme: Debug + Send + Sync {
     /// Its name, for messages ("not a minisign signature").
     fn name(&self) -> &'static str;
 
+    /// The extension of its signature files (`minisig`): a co-signature by the key KEYID is
+    /// `SIGNED.KEYID.EXTENSION` (FORMAT.md section 18.3), so each scheme's co-signatures have a
+    /// name of their own; 1 to 16 characters of `a-z0-9` ([`is_extension`]).
+    fn extension(&self) -> &'static str;
+
     /// Whom `signature` names as its signer, without verifying it: [`Refusal::Malformed`] when
     /// it is not a signature of this scheme.
     fn signer_of(&self, signature: &[u8]) -> Result<String, Refusal>;
@@ -146,10 +151,22 @@ pub fn policy_schemes() -> Vec<PolicyScheme> {
     vec![Arc::new(Minisign)]
 }
 
+/// Whether `ext` can be a scheme's signature file extension ([`Scheme::extension`]): 1 to 16
+/// characters of `a-z0-9`.
+pub fn is_extension(ext: &[u8]) -> bool {
+    (1..=16).contains(&ext.len())
+        && ext
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+}
+
 /// One signing key of a scheme.
 pub trait Signer {
     /// The scheme's name.
     fn scheme(&self) -> &'static str;
+
+    /// The extension of its signature files ([`Scheme::extension`]).
+    fn extension(&self) -> &'static str;
 
     /// How its signatures name it ([`Verified::key_id`]).
     fn key_id(&self) -> String;

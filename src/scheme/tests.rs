@@ -55,6 +55,10 @@ impl Scheme for Token {
         "token"
     }
 
+    fn extension(&self) -> &'static str {
+        "token"
+    }
+
     fn signer_of(&self, signature: &[u8]) -> Result<String, Refusal> {
         parse(signature).map(|(id, _)| id)
     }
@@ -98,6 +102,9 @@ struct TokenSigner<'a>(&'a SecretKey);
 
 impl Signer for TokenSigner<'_> {
     fn scheme(&self) -> &'static str {
+        "token"
+    }
+    fn extension(&self) -> &'static str {
         "token"
     }
     fn key_id(&self) -> String {
@@ -160,7 +167,10 @@ fn a_registered_scheme_counts_at_bundle_open_and_an_unregistered_one_does_not() 
     let sig = TokenSigner(&token)
         .sign(Message::Manifest(&bytes), "")
         .unwrap();
-    let cosig = b.join(open::cosignature_name(&id));
+    // The token's co-signature has a name of its own: manifest.json.KEYID.token.
+    let signer = TokenSigner(&token);
+    let cosig = b.join(open::cosignature_name(&id, signer.extension()));
+    assert!(cosig.ends_with(format!("manifest.json.{id}.token")));
     std::fs::write(&cosig, &sig).unwrap();
 
     // Only the token's key is trusted: the minisign primary is by another key, the token's
@@ -203,14 +213,43 @@ fn a_registered_scheme_counts_at_bundle_open_and_an_unregistered_one_does_not() 
         ),
         other => panic!("{other:?}"),
     }
-    // Without the scheme registered, the file is not a minisign signature.
+    // Without the scheme registered, no scheme of the policy reads a .token file.
     both.schemes = policy_schemes();
+    match open::open_with(&b, &both) {
+        Err(Error::SignatureThreshold { detail, .. }) => assert!(
+            detail.contains("no signature scheme of the trust policy reads .token files"),
+            "{detail}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    // A file named for the token is offered to the token only: a minisign co-signature
+    // under that name does not count, though minisign would verify it.
+    let minisign_cosig = MinisignSigner(&token)
+        .sign(Message::Manifest(&bytes), "")
+        .unwrap();
+    std::fs::write(&cosig, &minisign_cosig).unwrap();
+    match open::open_with(&b, &with_token(both.clone())) {
+        Err(Error::SignatureThreshold { detail, .. }) => {
+            assert!(detail.contains("does not start with"), "{detail}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // Bundles written before each scheme had its name: a token co-signature named .minisig
+    // is still offered to every scheme in turn and counts; unregistered, it is not a
+    // minisign signature.
+    std::fs::remove_file(&cosig).unwrap();
+    let old_name = b.join(open::cosignature_name(&id, minisign::EXTENSION));
+    std::fs::write(&old_name, &sig).unwrap();
+    let o = open::open_with(&b, &with_token(both.clone())).unwrap();
+    assert_eq!(o.trust.signers.len(), 2);
+    assert_eq!(o.trust.signers[1].file, old_name);
     match open::open_with(&b, &both) {
         Err(Error::SignatureThreshold { detail, .. }) => {
             assert!(detail.contains("not a minisign signature"), "{detail}")
         }
         other => panic!("{other:?}"),
     }
+    std::fs::rename(&old_name, &cosig).unwrap();
 
     // The primary slot too: the token's signature as manifest.json.minisig.
     std::fs::remove_file(&cosig).unwrap();

@@ -38,7 +38,7 @@ use crate::keys::{KeyError, PublicKey};
 /// The environment variable that names a trust path when no `--trust` is given.
 pub const TRUST_ENV: &str = "AIRLOCK_TRUST";
 /// Largest public key file read (a minisign `.pub` is two lines, well under 1.2 KiB).
-pub const MAX_PUBLIC_KEY_BYTES: u64 = 4096;
+pub(crate) const MAX_PUBLIC_KEY_BYTES: u64 = 4096;
 
 /// Where the trust set comes from, resolved once from the flags and the environment.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,12 +105,12 @@ impl TrustSource {
 }
 
 /// Whether a trust path names a TUF root: a file (not a directory) whose name ends in `.json`.
-pub fn is_root_path(path: &Path) -> bool {
+pub(crate) fn is_root_path(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "json") && !path.is_dir()
 }
 
 /// Loads the policy of the trust paths: one TUF root, or any number of keys and directories.
-pub fn load_policy(paths: &[PathBuf], clock: Clock) -> Result<Policy> {
+pub(crate) fn load_policy(paths: &[PathBuf], clock: Clock) -> Result<Policy> {
     match paths.iter().find(|p| is_root_path(p)) {
         None => Ok(Policy::any_of(&load_paths(paths)?)),
         Some(root) if paths.len() == 1 => Ok(Policy::from_root(update::load_root(root)?, clock)),

@@ -223,7 +223,7 @@ impl Policy {
         };
         let mut counted_keys: Vec<VerifyingKey> = Vec::new();
         for f in files {
-            match self.verify_one(message, &f.text) {
+            match self.verify_file(message, f) {
                 Ok(v) => {
                     let key = &self.keys[v.key];
                     if counted_keys.contains(&key.public) {
@@ -405,13 +405,23 @@ impl Policy {
 
     /// The first of the policy's schemes that reads `text` verifies it over `message` with the
     /// policy's keys; [`Refusal::Malformed`] (the first scheme's) when none reads it.
-    pub fn verify_with(
+    pub(crate) fn verify_with(
         &self,
         message: Message<'_>,
         text: &str,
     ) -> std::result::Result<Verified, Refusal> {
+        self.verify_by(self.schemes.iter(), message, text)
+    }
+
+    /// [`Policy::verify_with`] offering `text` to `schemes` only.
+    fn verify_by<'s>(
+        &self,
+        schemes: impl Iterator<Item = &'s PolicyScheme>,
+        message: Message<'_>,
+        text: &str,
+    ) -> std::result::Result<Verified, Refusal> {
         let mut first = None;
-        for s in &self.schemes {
+        for s in schemes {
             match s.verify(message, text.as_bytes(), &self.keys) {
                 Err(Refusal::Malformed(why)) => {
                     first.get_or_insert(Refusal::Malformed(format!(
@@ -425,14 +435,50 @@ impl Policy {
         Err(first.unwrap_or_else(|| Refusal::Malformed("no signature scheme is registered".into())))
     }
 
+    /// [`Policy::verify_one`] for a signature file: a file named with a scheme's own extension
+    /// (a co-signature `manifest.json.KEYID.EXT`, FORMAT.md section 18.3) is offered to that
+    /// scheme only, and to none when the policy registers none with it; a `.minisig` file (the
+    /// primary signature's name, and the name every co-signature had before each scheme had
+    /// its own) to each scheme in turn, as [`Policy::verify_with`] does.
+    pub fn verify_file(
+        &self,
+        message: Message<'_>,
+        f: &SigFile,
+    ) -> std::result::Result<Verified, String> {
+        let ext = f
+            .path
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or(crate::scheme::minisign::EXTENSION);
+        if ext == crate::scheme::minisign::EXTENSION {
+            return self.verify_one(message, &f.text);
+        }
+        if !self.schemes.iter().any(|s| s.extension() == ext) {
+            return Err(format!(
+                "a .{ext} signature, and no signature scheme of the trust policy reads .{ext} files"
+            ));
+        }
+        let named = self.schemes.iter().filter(|s| s.extension() == ext);
+        self.worded(message, self.verify_by(named, message, &f.text))
+    }
+
     /// The policy key that verifies the signature `text` over `message` (which key:
     /// [`Verified::key`]), or why none does, for the operator.
-    pub fn verify_one(
+    pub(crate) fn verify_one(
         &self,
         message: Message<'_>,
         text: &str,
     ) -> std::result::Result<Verified, String> {
-        self.verify_with(message, text).map_err(|r| match r {
+        self.worded(message, self.verify_with(message, text))
+    }
+
+    /// A scheme's answer, a refusal in the policy's words.
+    fn worded(
+        &self,
+        message: Message<'_>,
+        answer: std::result::Result<Verified, Refusal>,
+    ) -> std::result::Result<Verified, String> {
+        answer.map_err(|r| match r {
             Refusal::Malformed(why) => why,
             Refusal::Unsupported { key_id, reason } => {
                 format!("the signature by key {key_id}: {reason}")

@@ -39,13 +39,13 @@ pub const ROOT: &str = "root";
 /// The four top-level roles every TUF root has (airlock reads `root` and `targets` only).
 pub const ROLES: [&str; 4] = ["root", "snapshot", "targets", "timestamp"];
 /// The `spec_version` airlock writes: the TUF specification python-tuf implements.
-pub const SPEC_VERSION: &str = "1.0.31";
+pub(crate) const SPEC_VERSION: &str = "1.0.31";
 /// Largest root file read, in bytes.
 pub const MAX_ROOT_BYTES: u64 = 1 << 20;
 /// Most keys, role members or signatures one root may hold.
-pub const MAX_KEYS: usize = 64;
+pub(crate) const MAX_KEYS: usize = 64;
 /// The key field that records the minisign key id of an Ed25519 key.
-pub const MINISIGN_KEYID: &str = "x-airlock-minisign-keyid";
+pub(crate) const MINISIGN_KEYID: &str = "x-airlock-minisign-keyid";
 const ED25519: &str = "ed25519";
 
 /// One key of a root.

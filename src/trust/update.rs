@@ -104,7 +104,7 @@ pub fn read_root(path: &Path) -> Result<(Root, Vec<u8>)> {
 }
 
 /// The history directory of a root file: `NAME.history/` beside `NAME.json`.
-pub fn history_dir(root_path: &Path) -> PathBuf {
+pub(crate) fn history_dir(root_path: &Path) -> PathBuf {
     let name = root_path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

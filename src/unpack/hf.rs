@@ -148,12 +148,12 @@ pub struct HfInstalled {
 
 /// The commit id a bundle without a `source` is installed under: the first 40 hex digits of
 /// the SHA-256 of its exact `manifest.json` bytes.
-pub fn derived_commit(manifest_bytes: &[u8]) -> String {
+pub(crate) fn derived_commit(manifest_bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(manifest_bytes))[..40].to_string()
 }
 
 /// The relative symlink target huggingface_hub writes for a snapshot file at `path`.
-pub fn blob_link(path: &str, etag: &str) -> String {
+pub(crate) fn blob_link(path: &str, etag: &str) -> String {
     let depth = path.matches('/').count();
     format!("{}blobs/{etag}", "../".repeat(depth + 2))
 }

@@ -116,7 +116,7 @@ pub fn space_needed(m: &Manifest, receipt_bytes: u64) -> u64 {
 }
 
 /// Bytes available to an unprivileged writer on the filesystem holding `dir`.
-pub fn space_available(dir: &Path) -> Result<u64> {
+pub(crate) fn space_available(dir: &Path) -> Result<u64> {
     let st = rustix::fs::statvfs(dir).map_err(|e| Error::io(dir, e.into()))?;
     Ok(st.f_bavail.saturating_mul(st.f_frsize))
 }

@@ -52,7 +52,7 @@ const MAX_INDEX_BYTES: u64 = 16 << 20;
 /// Serializes writers of one layout's `index.json`.
 const LOCK: &str = ".airlock-lock";
 /// The annotation naming a tag in `index.json`.
-pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
+pub(crate) const REF_NAME: &str = "org.opencontainers.image.ref.name";
 /// The OCI image index media type.
 const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 

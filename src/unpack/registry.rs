@@ -219,7 +219,7 @@ fn config_from_registry(opened: &Opened, registry: &Registry) -> Result<Option<V
 }
 
 /// Publishes into a registry (module documentation).
-pub struct RegistryTarget<'scope, 'env> {
+pub(crate) struct RegistryTarget<'scope, 'env> {
     scope: &'scope Scope<'scope, 'env>,
     registry: &'env Registry,
     /// Run before the first upload, when there is something to upload (the volume check).

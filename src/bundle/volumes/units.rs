@@ -52,7 +52,7 @@ impl<'a> UnitReader<'a> {
     }
 
     /// Reads part of recovery unit `n` from the media, unchecked.
-    pub fn read_recovery(&self, n: u64, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+    pub(crate) fn read_recovery(&self, n: u64, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let (j, start) = self.layout.recovery_unit(n);
         self.source
             .read_at(&self.parity_volumes()[j].name, start + offset, buf)

@@ -53,11 +53,11 @@ pub enum Compress {
 }
 
 /// Bytes `--compress auto` samples from each large file.
-pub const AUTO_SAMPLE_BYTES: u64 = 4 << 20;
+pub(crate) const AUTO_SAMPLE_BYTES: u64 = 4 << 20;
 /// Files smaller than this are not sampled.
-pub const AUTO_SAMPLE_MIN_FILE: u64 = 1 << 20;
+pub(crate) const AUTO_SAMPLE_MIN_FILE: u64 = 1 << 20;
 /// At most this many files are sampled (spread over the file list).
-pub const AUTO_SAMPLE_FILES: usize = 32;
+pub(crate) const AUTO_SAMPLE_FILES: usize = 32;
 /// The estimated saving below which `--compress auto` stores instead of compressing.
 pub const AUTO_MIN_SAVING: f64 = 0.03;
 

@@ -1,0 +1,458 @@
+//! The half of `pack` that needs no key (issue 34 item 3): the output's place, where the model
+//! is, the model with the repositories it needs, a delta's base, the bundle's name, the model
+//! checks, the publisher's OMS signature, the compression and the trust roots to carry, each
+//! checked before the key is unlocked, so a typo is reported at once and not after the
+//! password and its seconds of scrypt. [`prepare`] returns what it found as a [`Prepared`] the
+//! command renders; [`Ready`] is what [`super::pack`] then takes with the key.
+
+use std::path::{Path, PathBuf};
+
+use super::source::{self, RepoAsk};
+use super::{Compress, Model, ModelSpec, write};
+use crate::error::{Error, Result};
+use crate::hfcache;
+use crate::inspect::Finding;
+use crate::manifest::{self, Manifest, Warning};
+use crate::oms::{self, TrustMaterial};
+use crate::scan::ScanEntry;
+
+/// The bundle directory must not exist yet, and the directory it goes in must.
+pub fn check_output(output: &Path) -> Result<()> {
+    if std::fs::symlink_metadata(output).is_ok() {
+        return Err(Error::Usage(format!(
+            "{} already exists; choose a new bundle directory",
+            output.display()
+        )));
+    }
+    let parent = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    match std::fs::metadata(parent) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(Error::io(
+            parent,
+            std::io::Error::from(std::io::ErrorKind::NotADirectory),
+        )),
+        Err(e) => Err(Error::io(parent, e)),
+    }
+}
+
+/// The repositories `--hf-repo` names (repeatable; `ORG/NAME@REV` names a revision, `revision`
+/// is `--revision`, for one repository only), each of `repo_type`.
+pub fn repo_asks(
+    given: &[String],
+    revision: Option<&str>,
+    repo_type: &str,
+) -> Result<Vec<RepoAsk>> {
+    let mut asks = Vec::with_capacity(given.len());
+    for one in given {
+        let (repo_id, at) = match one.split_once('@') {
+            Some((id, rev)) => (id, Some(rev)),
+            None => (one.as_str(), None),
+        };
+        let revision = match (at, revision) {
+            (Some(_), Some(_)) => {
+                return Err(Error::Usage(format!(
+                    "--hf-repo {one} names a revision and --revision names another: give one"
+                )));
+            }
+            (Some(""), None) => {
+                return Err(Error::Usage(format!(
+                    "--hf-repo {one}: nothing after @ (ORG/NAME@REV names a branch, tag or commit)"
+                )));
+            }
+            (Some(rev), None) => rev.to_string(),
+            (None, Some(rev)) if given.len() == 1 => rev.to_string(),
+            (None, Some(_)) => {
+                return Err(Error::Usage(
+                    "--revision applies to one --hf-repo: with several, give each its revision as ORG/NAME@REV".into(),
+                ));
+            }
+            (None, None) => hfcache::DEFAULT_REVISION.to_string(),
+        };
+        hfcache::validate_repo_id(repo_id)
+            .map_err(|why| Error::Usage(format!("--hf-repo {one}: {why}")))?;
+        asks.push(RepoAsk {
+            repo_id: repo_id.to_string(),
+            repo_type: repo_type.to_string(),
+            revision,
+        });
+    }
+    Ok(asks)
+}
+
+impl ModelSpec {
+    /// The model a pack reads: the directory `dir` when `asks` is empty, else the one snapshot
+    /// or the several of the cache `cache`.
+    pub fn of(dir: Option<PathBuf>, cache: Option<PathBuf>, mut asks: Vec<RepoAsk>) -> ModelSpec {
+        match asks.len() {
+            0 => ModelSpec::Dir(dir.expect("a model directory when no repository is named")),
+            1 => {
+                let ask = asks.pop().expect("one");
+                ModelSpec::HfSnapshot {
+                    cache,
+                    repo_id: ask.repo_id,
+                    repo_type: ask.repo_type,
+                    revision: ask.revision,
+                }
+            }
+            _ => ModelSpec::HfSnapshots { cache, repos: asks },
+        }
+    }
+}
+
+/// How to compress (`--compress`, `--level`, `--threads`).
+#[derive(Clone, Copy, Debug)]
+pub enum CompressAsk {
+    /// Store the stream.
+    None,
+    /// zstd at `level` on `workers` threads.
+    Zstd {
+        /// The level.
+        level: i32,
+        /// Worker threads.
+        workers: u32,
+    },
+    /// zstd, unless a sample of the model's large files says it would save too little.
+    Auto {
+        /// The level.
+        level: i32,
+        /// Worker threads.
+        workers: u32,
+    },
+}
+
+/// The OMS material the flags name that needs no secret key: the signing certificate and its
+/// chain (`--oms-signing-cert`, `--oms-signing-chain`) and the publisher's trust
+/// (`--oms-trust` or `--oms-cert-chain`) for the signature `--oms-signature` names.
+#[derive(Clone, Debug, Default)]
+pub struct OmsAsk {
+    /// `--oms-signing-cert`.
+    pub signing_cert: Option<PathBuf>,
+    /// `--oms-signing-chain`.
+    pub signing_chain: Vec<PathBuf>,
+    /// `--oms-trust`.
+    pub trust: Option<PathBuf>,
+    /// `--oms-cert-chain`.
+    pub cert_chain: Vec<PathBuf>,
+    /// `--oms-signature`.
+    pub signature: Option<String>,
+}
+
+/// What `pack` asks for, besides the key.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// Where the model is.
+    pub model: ModelSpec,
+    /// `--with-dependencies`: add every repository the models need from the same cache.
+    pub with_dependencies: bool,
+    /// `--base`: a delta over this bundle or installed directory.
+    pub base: Option<PathBuf>,
+    /// `--name`.
+    pub name: Option<String>,
+    /// `--version`.
+    pub version: u64,
+    /// `--no-model-checks`: error findings are recorded as warnings.
+    pub no_model_checks: bool,
+    /// The value scan runs in the pack's read pass (not `--no-value-scan`).
+    pub value_scan: bool,
+    /// The compression.
+    pub compress: CompressAsk,
+    /// OMS.
+    pub oms: OmsAsk,
+    /// `--trust-update`: the TUF root files to carry.
+    pub trust_update: Vec<PathBuf>,
+}
+
+/// Where the bundle's name came from when it is not the model's own: a delta's base.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NameFromBase {
+    /// The base's version.
+    pub version: u64,
+    /// The model's own name.
+    pub own: String,
+    /// Whether the model's own name is its repository id (else its directory's name).
+    pub repository: bool,
+}
+
+/// What [`prepare`] found: the model and everything checked about it before the key.
+pub struct Prepared {
+    /// The model, with the repositories `--with-dependencies` added.
+    pub model: Model,
+    /// The repositories added (`id@revision`), in the order they were.
+    pub dependencies_added: Vec<String>,
+    /// The base's manifest (`--base`), read but not yet verified.
+    pub base: Option<Manifest>,
+    /// The bundle's name.
+    pub name: String,
+    /// Set when the name is the base's, not the model's own.
+    pub name_from_base: Option<NameFromBase>,
+    /// Files the model checks did not check (their path is too long).
+    pub unchecked: Vec<String>,
+    /// What the model checks found.
+    pub findings: Vec<Finding>,
+    /// What the pack takes once the key is unlocked, or the error the model checks' findings
+    /// stop it with (they are the detail behind it).
+    pub ready: std::result::Result<Ready, Error>,
+}
+
+/// What the part after the key takes from [`prepare`].
+pub struct Ready {
+    /// The model checks' findings to record.
+    pub warnings: Vec<Warning>,
+    /// The publisher's OMS signature, verified and compared with the model.
+    pub publisher: Option<oms::pack::Publisher>,
+    /// The signing certificate and its chain (DER, signing certificate first) for `--oms-key`.
+    pub oms_chain: Vec<Vec<u8>>,
+    /// The compression chosen.
+    pub compress: Compress,
+    /// The trust root files to carry, read (checked against the key once it is unlocked).
+    pub trust_update: Vec<(PathBuf, Vec<u8>)>,
+    /// The weight files the value scan will read in the pack's one read (count, bytes): what
+    /// the password prompt announces. `None` without the value scan.
+    pub value_scan: Option<(u64, u64)>,
+}
+
+/// The OMS material of `ask`: the signing chain and the publisher's trust.
+fn oms_material(ask: &OmsAsk) -> Result<(Vec<Vec<u8>>, Option<TrustMaterial>)> {
+    let chain = match &ask.signing_cert {
+        Some(cert) => {
+            let mut chain = oms::load_certificates(std::slice::from_ref(cert))?;
+            chain.truncate(1);
+            chain.extend(oms::load_certificates(&ask.signing_chain)?);
+            chain.into_iter().map(|c| c.der).collect()
+        }
+        None => Vec::new(),
+    };
+    let trust = match (&ask.trust, ask.cert_chain.is_empty()) {
+        (Some(k), _) => Some(TrustMaterial::Key(oms::load_public_key(k)?)),
+        (None, false) => Some(TrustMaterial::Certificates(oms::load_certificates(
+            &ask.cert_chain,
+        )?)),
+        (None, true) => None,
+    };
+    if ask.signature.is_some() && trust.is_none() {
+        return Err(Error::Usage(
+            "--oms-signature names the publisher's OMS signature for --oms-trust or --oms-cert-chain; give one of them".into(),
+        ));
+    }
+    Ok((chain, trust))
+}
+
+/// Everything of a pack that needs no key, in this order: the OMS material, the model (with
+/// the repositories it needs), the base, the name, the model checks; then, unless the model
+/// checks refused, the publisher's OMS signature, the compression and the trust roots to carry.
+/// The output's place ([`check_output`]) and the key files are checked before, by the caller.
+pub fn prepare(req: Request) -> Result<Prepared> {
+    let (oms_chain, oms_trust) = oms_material(&req.oms)?;
+    let (model, dependencies_added) = open_model(req.with_dependencies, req.model)?;
+    if !model.repos.is_empty() && req.base.is_some() {
+        return Err(Error::Usage(
+            "--base: a bundle of several repositories is always a full bundle (a delta carries one model; FORMAT.md section 14.4): pack without --base, or pack each repository's delta on its own".into(),
+        ));
+    }
+    let base = req.base.as_deref().map(super::base::precheck).transpose()?;
+    if let Some(bm) = &base
+        && !bm.repos.is_empty()
+    {
+        return Err(Error::Usage(format!(
+            "--base {}: that bundle carries several repositories, and a delta is of one model (FORMAT.md section 14.4): pack a full bundle",
+            req.base.as_deref().unwrap_or(Path::new("")).display()
+        )));
+    }
+    let (name, name_from_base) = bundle_name(req.name.as_deref(), &model, base.as_ref());
+    manifest::check_name(&name).map_err(|why| Error::Usage(format!("--name {why}")))?;
+    if let Some(bm) = &base {
+        super::base::check_same_model(bm, &name, req.version)?;
+    }
+    let (findings, unchecked) = model.check()?;
+    let warnings = match source::gate(&findings, req.no_model_checks) {
+        Ok(w) => w,
+        Err(e) => {
+            return Ok(Prepared {
+                model,
+                dependencies_added,
+                base,
+                name,
+                name_from_base,
+                unchecked,
+                findings,
+                ready: Err(e),
+            });
+        }
+    };
+    let publisher = match &oms_trust {
+        Some(t) => {
+            let rel = req
+                .oms
+                .signature
+                .as_deref()
+                .unwrap_or(manifest::OMS_SIGNATURE_NAME);
+            Some(oms::pack::check_publisher(
+                &model.entries,
+                &model.root,
+                rel,
+                t,
+            )?)
+        }
+        None => None,
+    };
+    let compress = compression(req.compress, &model)?;
+    let trust_update = req
+        .trust_update
+        .iter()
+        .map(|p| crate::trust::update::read_root(p).map(|(_, bytes)| (p.clone(), bytes)))
+        .collect::<Result<Vec<_>>>()?;
+    let value_scan = req.value_scan.then(|| value_scan_ahead(&model));
+    Ok(Prepared {
+        model,
+        dependencies_added,
+        base,
+        name,
+        name_from_base,
+        unchecked,
+        findings,
+        ready: Ok(Ready {
+            warnings,
+            publisher,
+            oms_chain,
+            compress,
+            trust_update,
+            value_scan,
+        }),
+    })
+}
+
+/// Opens the model `spec` names; with `with_dependencies`, adds to it every repository its
+/// models need that it lacks, from the same cache (never the network), until nothing more is
+/// needed. Returns the model and the repositories added (id@revision).
+fn open_model(with_dependencies: bool, spec: ModelSpec) -> Result<(Model, Vec<String>)> {
+    let mut model = Model::open(&spec)?;
+    let mut added = Vec::new();
+    if !with_dependencies {
+        return Ok((model, added));
+    }
+    let (cache, mut asks) = match spec {
+        ModelSpec::HfSnapshot {
+            cache,
+            repo_id,
+            repo_type,
+            revision,
+        } => (
+            cache,
+            vec![RepoAsk {
+                repo_id,
+                repo_type,
+                revision,
+            }],
+        ),
+        ModelSpec::HfSnapshots { cache, repos } => (cache, repos),
+        ModelSpec::Dir(_) => return Ok((model, added)),
+    };
+    // Each round adds what the models packed so far need; a repository is added once, so the
+    // rounds end.
+    loop {
+        let needed = model.needed_repos()?;
+        if needed.is_empty() {
+            return Ok((model, added));
+        }
+        for (repo_id, revision) in needed {
+            let cache_dir = model
+                .hf
+                .as_ref()
+                .or(model.repos.first())
+                .map(|h| h.cache.clone())
+                .unwrap_or_default();
+            if let Err(e) = hfcache::validate_repo_id(&repo_id) {
+                return Err(Error::Usage(format!(
+                    "--with-dependencies: a packed model needs {:?}, which is not a repository id ({e}); pack without --with-dependencies, or fix the model's reference",
+                    crate::display::escape(&repo_id)
+                )));
+            }
+            // Only what this cache holds, at a revision that resolves with no network.
+            if let Err(e) = hfcache::open_snapshot(&cache_dir, "model", &repo_id, &revision) {
+                return Err(Error::NotCached {
+                    path: cache_dir.join(hfcache::repo_folder_name("model", &repo_id)),
+                    reason: format!(
+                        "{repo_id}@{revision} is needed by a packed model (--with-dependencies) and cannot be taken from this cache, which airlock reads without network: {e}"
+                    ),
+                });
+            }
+            added.push(format!("{repo_id}@{revision}"));
+            asks.push(RepoAsk {
+                repo_id,
+                repo_type: "model".into(),
+                revision,
+            });
+        }
+        model = Model::open(&ModelSpec::HfSnapshots {
+            cache: cache.clone(),
+            repos: asks.clone(),
+        })?;
+    }
+}
+
+/// The bundle's name: `name` (`--name`), else a delta's base's name (a delta keeps the name of
+/// the model it updates, and the directory of a new version is often named differently, such
+/// as `Llama-3-8B-v4`), else the model's own (its directory or repository).
+fn bundle_name(
+    name: Option<&str>,
+    model: &Model,
+    base: Option<&Manifest>,
+) -> (String, Option<NameFromBase>) {
+    if let Some(name) = name {
+        return (name.to_string(), None);
+    }
+    let own = model.default_name();
+    match base {
+        Some(bm) if bm.name != own => (
+            bm.name.clone(),
+            Some(NameFromBase {
+                version: bm.version,
+                own,
+                repository: model.hf.is_some(),
+            }),
+        ),
+        _ => (own, None),
+    }
+}
+
+/// The compression `ask` names (`Auto` samples the model's large files).
+fn compression(ask: CompressAsk, model: &Model) -> Result<Compress> {
+    Ok(match ask {
+        CompressAsk::None => Compress::None,
+        CompressAsk::Zstd { level, workers } => Compress::Zstd { level, workers },
+        CompressAsk::Auto { level, workers } => {
+            match write::estimate_saving(&model.entries, &model.root)? {
+                Some(saving) if saving < write::AUTO_MIN_SAVING => Compress::None,
+                _ => Compress::Zstd { level, workers },
+            }
+        }
+    })
+}
+
+/// The weight files the value scan reads (count, bytes): it reads every value, so it runs in
+/// the pack's one read of the model, after the key is unlocked; a second read before the
+/// password prompt would double the time of every pack (issue 33 item 11).
+fn value_scan_ahead(model: &Model) -> (u64, u64) {
+    model
+        .entries
+        .iter()
+        .filter_map(|e| match e {
+            ScanEntry::File {
+                path,
+                size,
+                has_values,
+                ..
+            } if has_values.unwrap_or_else(|| {
+                crate::inspect::format::by_name(path)
+                    .is_some_and(crate::inspect::Format::has_values)
+            }) =>
+            {
+                Some(*size)
+            }
+            _ => None,
+        })
+        .fold((0u64, 0u64), |(n, total), size| (n + 1, total + size))
+}
