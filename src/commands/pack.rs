@@ -392,17 +392,31 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
             ));
         }
     }
-    if !model.repos.is_empty() && a.base.is_some() {
-        return Err(Error::Usage(
-            "--base: a bundle of several repositories is always a full bundle (a delta carries one model; FORMAT.md section 14.4): pack without --base, or pack each repository's delta on its own".into(),
-        ));
-    }
     let base_manifest = a.base.as_deref().map(pack::base::precheck).transpose()?;
     if let Some(bm) = &base_manifest
-        && !bm.repos.is_empty()
+        && bm.repos.is_empty() != model.repos.is_empty()
+    {
+        // Each repository of a delta of several is a delta of the same repository of the
+        // base (FORMAT.md section 14.4): a base of one model has no repositories to match.
+        let (this, that) = if model.repos.is_empty() {
+            ("one model", "several repositories")
+        } else {
+            ("several repositories", "one model")
+        };
+        return Err(Error::Usage(format!(
+            "--base {}: that bundle carries {that} and this one {this}; a delta keeps the shape of its base (FORMAT.md section 14.4): pack a full bundle",
+            a.base.as_deref().unwrap_or(Path::new("")).display()
+        )));
+    }
+    if let Some(bm) = &base_manifest
+        && !model.repos.is_empty()
+        && !model.repos.iter().any(|r| {
+            let folder = hfcache::repo_folder_name(&r.repo_type, &r.repo_id);
+            bm.repos.iter().any(|b| b.path == folder)
+        })
     {
         return Err(Error::Usage(format!(
-            "--base {}: that bundle carries several repositories, and a delta is of one model (FORMAT.md section 14.4): pack a full bundle",
+            "--base {}: that bundle has none of these repositories, so there is nothing to make a delta of (FORMAT.md section 14.4): pack a full bundle",
             a.base.as_deref().unwrap_or(Path::new("")).display()
         )));
     }
