@@ -725,10 +725,15 @@ values_bench
 # `--many-ops` picks the pairs to time (default all three; without `pack` the first run still
 # packs, and without `unpack` the bundle is unpacked once, untimed, for `check`). Wall seconds
 # are medians; "ratio" is the ratio of the medians, "pairwise" the median of each run's
-# airlock / peer. Peak RSS of pack from /usr/bin/time.
+# airlock / peer; the same for CPU seconds (user + system, /usr/bin/time), the figure to compare
+# on a loaded machine, and airlock's CPU a file (linearity across counts). Peak RSS of pack
+# from /usr/bin/time. A million files (issue 37 item 2):
+# `scripts/bench.sh --many-files --many-counts "100000 1000000" --many-ops pack --runs 2`.
+# As root, the run raises its own CPU group (the kernel groups CPU by session).
 many_bench() {
     [ "${MANY_SECTION:-0}" = 1 ] || return 0
     set -euo pipefail
+    [ "$(id -u)" != 0 ] || echo -10 > /proc/self/autogroup 2>/dev/null || true
     local d=$DIR/many bin=${BIN:-} runs=${RUNS:-3} ops=${MANY_OPS:-pack check unpack}
     for t in tar sha256sum python3 /usr/bin/time; do
         command -v "$t" >/dev/null || { echo "bench.sh --many-files: $t is missing (scripts/setup.sh)" >&2; exit 2; }
@@ -741,9 +746,9 @@ many_bench() {
     op() { case " $ops " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
     mkdir -p "$d"
     [ -f "$d/k.key" ] || "$bin" -q keygen --out "$d/k" --unencrypted
-    t() { /usr/bin/time -f "%e %M" -o "$d/t" "$@" >/dev/null && cat "$d/t"; }
-    echo "| files | op | airlock s | peer s | ratio | pairwise | pack peak RSS MiB |"
-    echo "|---|---|---|---|---|---|---|"
+    t() { /usr/bin/time -f "%e %M %U %S" -o "$d/t" "$@" >/dev/null && cat "$d/t"; }
+    echo "| files | op | airlock s | peer s | ratio | pairwise | airlock CPU s | peer CPU s | CPU ratio (pairwise) | airlock CPU us a file | pack peak RSS MiB |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
     local n r m
     for n in $MANY_COUNTS; do
         m=$d/m$n
@@ -787,17 +792,19 @@ PY
 import sys, statistics as st
 runs = {}
 for line in open(sys.argv[1]):
-    k, r, wall, rss = line.split()
-    runs.setdefault(k, {})[r] = (float(wall), int(rss))
+    k, r, wall, rss, user, sys_ = line.split()
+    runs.setdefault(k, {})[r] = (float(wall), int(rss), float(user) + float(sys_))
 n, ops = int(sys.argv[2]), sys.argv[3].split()
-rss = max(x for _, x in runs["pack"].values()) / 1024
+rss = max(x for _, x, _ in runs["pack"].values()) / 1024
 for op, peer in (("pack", "tarc"), ("check", "sha"), ("unpack", "tarx")):
     if op not in ops:
         continue
     a, p = runs[op], runs[peer]
-    ma, mp = st.median(w for w, _ in a.values()), st.median(w for w, _ in p.values())
+    ma, mp = st.median(w for w, _, _ in a.values()), st.median(w for w, _, _ in p.values())
     pair = st.median(a[r][0] / p[r][0] for r in a if r in p)
-    print(f"| {n:,} | {op} | {ma:.2f} | {mp:.2f} | {ma / mp:.2f} | {pair:.2f} | {rss:.0f} |")
+    ca, cp = st.median(c for _, _, c in a.values()), st.median(c for _, _, c in p.values())
+    cpair = st.median(a[r][2] / p[r][2] for r in a if r in p)
+    print(f"| {n:,} | {op} | {ma:.2f} | {mp:.2f} | {ma / mp:.2f} | {pair:.2f} | {ca:.2f} | {cp:.2f} | {ca / cp:.2f} ({cpair:.2f}) | {ca / n * 1e6:.1f} | {rss:.0f} |")
 PY
     done
     echo "runs: $runs each; load average: $(cut -d' ' -f1-3 /proc/loadavg)"

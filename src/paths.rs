@@ -165,10 +165,10 @@ pub struct CollisionSet {
     folded: String,
 }
 
-/// One name of a [`CollisionSet`]: offsets into its `names`.
+/// One name of a [`CollisionSet`]: offsets into its `names` (its hash is made again from the
+/// name when the table grows: 16 bytes a name, not 24).
 #[derive(Clone, Copy)]
 struct Seen {
-    hash: u64,
     start: usize,
     folded_len: u32,
     original_len: u32,
@@ -190,6 +190,16 @@ impl Default for CollisionSet {
 }
 
 impl CollisionSet {
+    /// A set with room for `count` paths of `bytes` bytes in all, so that it does not grow
+    /// (a table and a string of a million names held twice while they are copied).
+    pub fn with_capacity(count: usize, bytes: usize) -> Self {
+        let mut set = CollisionSet::default();
+        set.names.reserve_exact(bytes);
+        set.table
+            .reserve(count, |_| unreachable!("an empty table moves nothing"));
+        set
+    }
+
     /// Adds `path`; returns the earlier path it collides with, if any.
     pub fn insert(&mut self, path: &str) -> Option<String> {
         let folded = &mut self.folded;
@@ -198,10 +208,7 @@ impl CollisionSet {
         let hash = xxhash_rust::xxh3::xxh3_64_with_seed(folded.as_bytes(), self.seed);
         let names = &self.names;
         let name = |s: &Seen| &names[s.start..s.start + s.folded_len as usize];
-        if let Some(s) = self
-            .table
-            .find(hash, |s| s.hash == hash && name(s) == folded)
-        {
+        if let Some(s) = self.table.find(hash, |s| name(s) == folded) {
             let start = s.start + s.folded_len as usize;
             return Some(match s.original_len {
                 0 => name(s).to_string(),
@@ -217,12 +224,15 @@ impl CollisionSet {
             path.len() as u32
         };
         let seen = Seen {
-            hash,
             start,
             folded_len: folded.len() as u32,
             original_len,
         };
-        self.table.insert_unique(hash, seen, |s| s.hash);
+        let (names, seed) = (&self.names, self.seed);
+        self.table.insert_unique(hash, seen, |s| {
+            let name = &names.as_bytes()[s.start..s.start + s.folded_len as usize];
+            xxhash_rust::xxh3::xxh3_64_with_seed(name, seed)
+        });
         None
     }
 }

@@ -101,9 +101,10 @@ pub trait Source {
     /// Feeds every entry, each checked by a verifier, into `sink`, in bundle order.
     fn feed(&self, sink: &mut dyn EntrySink, progress: &dyn Progress) -> Result<Fed>;
 
-    /// The entry (an index into the manifest's entries in bundle order) from which this source
-    /// can start when the target already holds every one before `wanted`: at most `wanted`.
-    /// The default: 0, the source cannot start part way.
+    /// The entry (an index into the stream's entries in bundle order,
+    /// [`crate::manifest::Manifest::stream_entries`]: for a delta, its carried files and
+    /// patches) from which this source can start when the target already holds every one
+    /// before `wanted`: at most `wanted`. The default: 0, the source cannot start part way.
     fn start_at(&self, wanted: usize) -> usize {
         let _ = wanted;
         0
@@ -199,17 +200,31 @@ fn feed<T: Target>(
     let opened = source.opened();
     let m = &opened.manifest;
     let fed = if let Some(mut base) = base {
-        if let Some(kept) = target.kept() {
-            note_resuming(
-                kept,
-                ", reading the delta's stream from its start (the copies and patches of the kept files are skipped)",
-                progress,
-            );
-        }
+        // The delta's stream holds its carried files and its patches (FORMAT.md section
+        // 16.2): a rerun starts it at the first of those whose file the target does not hold
+        // yet. Its directories are all made by the stage before the stream (its own
+        // `.airlock-delta` is not installed), so none of them is needed from the stream.
+        let patches = m.patch_entries();
+        let entries = m.stream_entries(&patches);
+        let start = match target.kept() {
+            Some(kept) => {
+                let wanted = entries
+                    .iter()
+                    .position(|e| !delta_entry_held(m, kept, e))
+                    .unwrap_or(entries.len());
+                let start = source.start_at(wanted);
+                note_resuming(kept, &delta_reads_from(source, start), progress);
+                start
+            }
+            None => 0,
+        };
         let mut tally = Tally::new(m, target.sink());
         let mut stage = DeltaStage::new(m, &mut base, &mut tally)?;
         stage.prepare(progress)?;
-        let fed = source.feed(&mut stage, progress)?;
+        for e in &entries[..start] {
+            stage.already_held(e)?;
+        }
+        let fed = source.feed_from(&mut stage, progress, start)?;
         stage.finish()?;
         drop(stage);
         tally.finish()?;
@@ -237,6 +252,28 @@ fn feed<T: Target>(
         fed
     };
     Ok(fed)
+}
+
+/// Whether the delta stream's entry `e` needs nothing from the stream for a target holding
+/// `kept`: a directory (the stage makes every directory before the stream), a carried file the
+/// target holds, a patch of a file it holds.
+fn delta_entry_held(m: &crate::manifest::Manifest, kept: &Kept, e: &Expected<'_>) -> bool {
+    match e {
+        Expected::Dir(_) => true,
+        Expected::File(f) => match crate::delta::apply::patch_index(&f.path) {
+            Some(i) => m.files.get(i).is_some_and(|t| kept.files.contains(&t.path)),
+            None => kept.files.contains(&f.path),
+        },
+    }
+}
+
+/// Where a delta's source reads from when it starts at stream entry `start`.
+fn delta_reads_from(source: &dyn Source, start: usize) -> String {
+    if start == 0 {
+        ", reading the delta's stream from its start (the copies and patches of the kept files are skipped)".to_string()
+    } else {
+        source.reads_from(start)
+    }
 }
 
 /// Tells the operator what a resumed install holds and where the source reads from.

@@ -5,6 +5,7 @@
 //! files); everything else that is not a plain file or directory is refused with its path, as is
 //! any name that [`paths::check_relative`] would refuse on the other side.
 
+use std::borrow::Cow;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
@@ -32,8 +33,11 @@ pub enum ScanEntry {
     File {
         /// Relative path in the bundle.
         path: String,
-        /// Where to read it (the link target for symlinks).
-        source: PathBuf,
+        /// Where to read it when that is not the scanned directory joined with `path` (a
+        /// link's target, a blob of a Hugging Face cache); `None` for a file found in the tree
+        /// itself, whose place follows from the root and its path ([`ScanEntry::source`]): a
+        /// million-file model does not hold a million full paths beside its relative ones.
+        link: Option<PathBuf>,
         /// Size seen when scanning.
         size: u64,
         /// Whether any executable bit is set.
@@ -82,6 +86,10 @@ impl std::fmt::Debug for Prefetched {
 /// second open costs little beside the read itself.
 pub const PREFETCH_FILE_MAX: u64 = 64 << 10;
 
+/// The largest file the scan reads whole for the model checks when it does not keep its bytes
+/// (past [`PREFETCH_TOTAL_MAX`]): one read of a page instead of two of its first bytes.
+const SNIFF_WHOLE_MAX: u64 = 4096;
+
 /// The most file content one scan keeps ([`Prefetched`]), each file counted with a cache line
 /// of allocator overhead: the files past it are read in the read pass.
 pub const PREFETCH_TOTAL_MAX: u64 = 64 << 20;
@@ -120,6 +128,16 @@ impl ScanEntry {
     pub fn path(&self) -> &str {
         match self {
             ScanEntry::Dir { path } | ScanEntry::File { path, .. } => path,
+        }
+    }
+
+    /// Where a file's bytes are, for a model scanned from `root`: its link's target, or `root`
+    /// joined with its path; `None` for a directory.
+    pub fn source(&self, root: &Path) -> Option<Cow<'_, Path>> {
+        match self {
+            ScanEntry::File { link: Some(l), .. } => Some(Cow::Borrowed(l)),
+            ScanEntry::File { path, .. } => Some(Cow::Owned(root.join(path))),
+            ScanEntry::Dir { .. } => None,
         }
     }
 }
@@ -216,10 +234,10 @@ fn scan_inner(
     Ok(out)
 }
 
-/// A regular file (or a link to one) as the scan found it: where to read it, its size and
-/// mode, its bytes when the scan kept them, and whether the value scan reads it when the scan
-/// opened it.
-type Regular = (PathBuf, u64, u32, Option<Prefetched>, Option<bool>);
+/// A regular file (or a link to one) as the scan found it: where to read it when it is a link
+/// (its target), its size and mode, its bytes when the scan kept them, and whether the value
+/// scan reads it when the scan opened it.
+type Regular = (Option<PathBuf>, u64, u32, Option<Prefetched>, Option<bool>);
 
 /// What one directory entry is, found while its directory was open.
 enum Found {
@@ -295,10 +313,10 @@ impl Walk<'_> {
                     self.dir(&rel)?;
                 }
                 Found::File(f) => {
-                    let (source, size, mode, prefetched, has_values) = f?;
+                    let (link, size, mode, prefetched, has_values) = f?;
                     self.out.push(ScanEntry::File {
                         path: rel,
-                        source,
+                        link,
                         size,
                         executable: mode & 0o111 != 0,
                         prefetched,
@@ -357,7 +375,7 @@ impl Walk<'_> {
                 }
                 Found::File(
                     self.link(dir, name, &full)
-                        .map(|(source, size, mode)| (source, size, mode, None, None)),
+                        .map(|(target, size, mode)| (Some(target), size, mode, None, None)),
                 )
             }
             _ => Found::Other,
@@ -412,7 +430,14 @@ fn regular(
             Ok((file, st)) => {
                 let len = st.st_size as u64;
                 let taken = len <= PREFETCH_FILE_MAX && budget.take(len);
-                let content = if taken { read_whole(&file, len) } else { None };
+                // A file of a page or less is read whole even past the budget: one read feeds
+                // the model checks and the value scan's sniff (two reads of its first bytes
+                // otherwise), and the bytes are let go of after.
+                let content = if taken || len <= SNIFF_WHOLE_MAX {
+                    read_whole(&file, len)
+                } else {
+                    None
+                };
                 checks.opened_read(&rel, full, &file, len, content.as_deref());
                 // What the value scan will read is known now, from the bytes at hand or the
                 // first few read on this handle: pack bounds its manifest by it.
@@ -420,25 +445,19 @@ fn regular(
                     Some(bytes) => Some(crate::inspect::format::has_values_in(&rel, bytes, len)),
                     None => crate::inspect::format::has_values(&rel, &file, len).ok(),
                 };
-                let prefetched = content.filter(|_| unchanged(&file, &st)).map(Prefetched);
+                let prefetched = content
+                    .filter(|_| taken && unchanged(&file, &st))
+                    .map(Prefetched);
                 if taken && prefetched.is_none() {
                     budget.give_back(len);
                 }
-                return Ok((full.to_path_buf(), len, st.st_mode, prefetched, has_values));
+                return Ok((None, len, st.st_mode, prefetched, has_values));
             }
             Err(_) => checks.by_path(&rel, true),
         }
     }
     rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
-        .map(|st| {
-            (
-                full.to_path_buf(),
-                st.st_size as u64,
-                st.st_mode,
-                None,
-                None,
-            )
-        })
+        .map(|st| (None, st.st_size as u64, st.st_mode, None, None))
         .map_err(|e| Error::io(full, e.into()))
 }
 
@@ -662,9 +681,9 @@ mod tests {
         let names: Vec<_> = got.iter().map(|e| e.path()).collect();
         assert_eq!(names, ["a", "a/b", "a/b/w.bin", "a.txt", "link.bin"]);
         match &got[4] {
-            ScanEntry::File { size, source, .. } => {
+            ScanEntry::File { size, link, .. } => {
                 assert_eq!(*size, 4);
-                assert!(source.ends_with("a/b/w.bin"));
+                assert!(link.as_ref().unwrap().ends_with("a/b/w.bin"));
             }
             other => panic!("{other:?}"),
         }
@@ -703,7 +722,12 @@ mod tests {
         std::fs::create_dir_all(m.join("a")).unwrap();
         std::fs::write(m.join("a/f"), b"model").unwrap();
         let entries = scan(&m, &m).unwrap();
-        let ScanEntry::File { source, path, .. } = &entries[1] else {
+        let source = entries[1].source(&m).unwrap();
+        let source = &*source;
+        let ScanEntry::File {
+            path, link: None, ..
+        } = &entries[1]
+        else {
             panic!("{entries:?}")
         };
         let mut got = Vec::new();
@@ -856,13 +880,13 @@ mod tests {
         match e {
             ScanEntry::File {
                 path,
-                source,
+                link,
                 size,
                 executable,
                 ..
             } => ScanEntry::File {
                 path,
-                source,
+                link,
                 size,
                 executable,
                 prefetched: None,

@@ -138,8 +138,9 @@ pub fn stream(
 
 /// [`stream`] from the `start`-th entry of the manifest (bundle order) on, for an install that
 /// already holds every entry before it: the volumes are read from the chunk holding that
-/// entry's header, and the entries before it are neither read nor fed. `start` above 0 needs a
-/// stored (uncompressed) payload of a full bundle.
+/// entry's header, and the entries before it are neither read nor fed. `start` counts the
+/// stream's entries ([`Manifest::stream_entries`]: for a delta, its carried files and
+/// patches) and above 0 needs a stored (uncompressed) payload.
 pub fn stream_from(
     opened: &BundleDir,
     mode: Mode,
@@ -251,12 +252,13 @@ fn resume_point(m: &Manifest, start: usize) -> Result<Resume> {
         volume: "tar stream".into(),
         reason: reason.to_string(),
     };
-    if m.compression.algorithm != "none" || m.base.is_some() {
-        return Err(bad(
-            "a compressed or delta stream cannot be resumed part way",
-        ));
+    if m.compression.algorithm != "none" {
+        return Err(bad("a compressed stream cannot be resumed part way"));
     }
-    let entries = m.expected_entries();
+    // The stream's own entries: for a delta, its carried files and patches (FORMAT.md
+    // section 16.2), whose sizes are what the tar holds.
+    let patches = m.patch_entries();
+    let entries = m.stream_entries(&patches);
     let mut offset = 0u64;
     let mut skipped_file_bytes = 0u64;
     for e in entries.iter().take(start) {
@@ -316,16 +318,19 @@ pub fn stream_volumes_from(
     // bytes read: the operator thinks in the size of the model being installed or checked.
     progress.start(
         Phase::Stream,
-        m.totals.file_bytes - resume.as_ref().map_or(0, |r| r.skipped_file_bytes),
+        m.totals
+            .file_bytes
+            .saturating_sub(resume.as_ref().map_or(0, |r| r.skipped_file_bytes)),
     );
     let mut volumes = VolumeReader::new(m, source, mode);
     let mut report = StreamReport::default();
     if let Some(r) = &resume {
         volumes = volumes.starting_at(r.volume, r.at);
+        let patches = m.patch_entries();
         report.started_at = Some(StartedAt {
             // Every file kept: only the end-of-archive marker is read.
             entry: m
-                .expected_entries()
+                .stream_entries(&patches)
                 .get(start)
                 .map_or_else(|| "(end of archive)".to_string(), |e| e.path().to_string()),
             volume: Some(m.volumes[r.volume].name.clone()),

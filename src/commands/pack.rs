@@ -246,7 +246,7 @@ fn compression(a: &PackArgs, model: &Model) -> Result<Compress> {
     Ok(match a.compress {
         CompressArg::None => Compress::None,
         CompressArg::Zstd => zstd,
-        CompressArg::Auto => match write::estimate_saving(&model.entries)? {
+        CompressArg::Auto => match write::estimate_saving(&model.entries, &model.root)? {
             Some(saving) if saving < write::AUTO_MIN_SAVING => Compress::None,
             _ => zstd,
         },
@@ -382,7 +382,7 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
     let key_file = secret::read(&a.key, a.password_file.as_deref())?;
     let oms = oms_flags(&a)?;
     let mut out = Output::default();
-    let (model, dependencies) = open_model(&a, spec)?;
+    let (mut model, dependencies) = open_model(&a, spec)?;
     out.warnings.extend(model.notes.iter().cloned());
     if !model.repos.is_empty() {
         out.set("dependencies_added", &dependencies);
@@ -474,7 +474,7 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
     };
     let mut value_findings = Vec::new();
     let packed = pack::pack(
-        &model,
+        &mut model,
         PackOptions {
             out: a.output.clone(),
             key: &key,

@@ -130,6 +130,30 @@ impl<'a> DeltaStage<'a> {
         Ok(())
     }
 
+    /// The stream's entry `e` (a carried file or a patch) is not fed because its file is
+    /// already held by the sink (a resumed install starts the stream after it): the file counts
+    /// as delivered. A directory needs nothing (made by [`DeltaStage::prepare`]). A file the
+    /// sink does not hold is an error: the stream cannot start after it.
+    pub fn already_held(&mut self, e: &manifest::Expected<'_>) -> Result<()> {
+        let manifest::Expected::File(f) = e else {
+            return Ok(());
+        };
+        let target = match patch_index(&f.path) {
+            Some(i) => &self.m.files[i],
+            None => *f,
+        };
+        if self.inner.holds(target)? {
+            return Ok(());
+        }
+        Err(Error::BadStream {
+            volume: "source".into(),
+            reason: format!(
+                "a resumed install skipped {:?} in the stream, but {:?} is not held",
+                f.path, target.path
+            ),
+        })
+    }
+
     /// The stream ended: no patch may be left half applied.
     pub fn finish(&self) -> Result<()> {
         match self.current {

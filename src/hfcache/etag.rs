@@ -1,7 +1,7 @@
 //! Etag hashing: the git blob id and the SHA-256 that name a blob, computed as bytes go by.
 //! Which kind a name is lives with the other name rules ([`super::names::EtagKind`]).
 
-use std::io::{self, Read};
+use std::io;
 use std::path::Path;
 
 use sha1::Sha1;
@@ -73,12 +73,19 @@ pub fn hash_and_scan(
     let mut git = GitBlobSha1::new(len);
     let mut buf = vec![0u8; 1 << 20];
     let mut total = 0u64;
-    let mut reader = f.take(len.saturating_add(1));
-    loop {
-        let n = reader.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
+    // A blob read cold leaves the page cache as it found it, a warm one stays cached
+    // ([`crate::writeback::ReadBehind`]).
+    let mut behind = crate::writeback::ReadBehind::new();
+    // At most one byte past the size the open file reported (to notice growth).
+    let limit = len.saturating_add(1);
+    while total < limit {
+        let want = (limit - total).min(buf.len() as u64) as usize;
+        let n = match behind.read_at(&f, &mut buf[..want], total) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
         match kind {
             EtagKind::GitSha1 => git.update(&buf[..n]),
             EtagKind::Sha256 => sha256.update(&buf[..n]),
@@ -89,6 +96,7 @@ pub fn hash_and_scan(
         total += n as u64;
         progress.advance(n as u64);
     }
+    behind.finish(&f, total);
     if total != len {
         return Err(io::Error::other(format!(
             "changed size while being read ({len} then {} bytes)",

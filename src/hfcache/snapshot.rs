@@ -458,7 +458,7 @@ fn walk_snapshot(
         etag_of.insert(rel.clone(), etag);
         entries.push(ScanEntry::File {
             path: rel,
-            source,
+            link: Some(source),
             size,
             executable: false,
             prefetched: None,

@@ -853,7 +853,11 @@ impl Manifest {
     /// digests well formed, a delta's rules; returns the files' total size and the tar stream's
     /// size their entries make.
     fn validate_entries(&self) -> Result<(u64, u64), String> {
-        let mut collisions = CollisionSet::default();
+        // Sized for every path at once, folded and (when folding changes it) as written.
+        let count = self.files.len() + self.directories.len() + 1;
+        let bytes = self.files.iter().map(|f| f.path.len()).sum::<usize>()
+            + self.directories.iter().map(String::len).sum::<usize>();
+        let mut collisions = CollisionSet::with_capacity(count, bytes);
         let mut previous: Option<&str> = None;
         let mut dirs = paths::NameSet::with_capacity(self.directories.len());
         for d in &self.directories {

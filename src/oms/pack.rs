@@ -61,16 +61,17 @@ pub fn check_publisher(
     trust: &TrustMaterial,
 ) -> Result<Publisher> {
     let shown = model_root.join(rel);
-    let Some(ScanEntry::File { source, .. }) = entries
+    let Some(source) = entries
         .iter()
         .find(|e| matches!(e, ScanEntry::File { path, .. } if path == rel))
+        .and_then(|e| e.source(model_root))
     else {
         return Err(Error::OmsSignature {
             path: shown,
             reason: "is not in the model: --oms-trust checks the publisher's OMS signature the model carries (name it with --oms-signature if it is not model.sig)".into(),
         });
     };
-    let file = crate::scan::open_source(source, rel).map_err(|e| Error::io(&shown, e))?;
+    let file = crate::scan::open_source(&source, rel).map_err(|e| Error::io(&shown, e))?;
     let mut bytes = Vec::new();
     file.take(MAX_OMS_SIGNATURE_BYTES + 1)
         .read_to_end(&mut bytes)

@@ -99,7 +99,15 @@ pub struct Packed {
 /// The work happens in `BUNDLE.partial/`, a [`Staging`] directory (private, locked from
 /// birth, removed on failure and on SIGINT/SIGTERM); once the signature is on disk it becomes
 /// `BUNDLE` in one rename.
-pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -> Result<Packed> {
+///
+/// The model's entries are taken (`model.entries` is empty afterwards, whatever the outcome
+/// once the volumes are written): each file's path moves into its manifest entry, so a model of
+/// a million files does not hold its paths twice.
+pub fn pack(
+    model: &mut Model,
+    mut opts: PackOptions<'_>,
+    progress: &dyn Progress,
+) -> Result<Packed> {
     let out = &opts.out;
     if std::fs::symlink_metadata(out).is_ok() {
         return Err(Error::Usage(format!(
@@ -148,7 +156,7 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
         Compress::None => 3,
     };
     let scan_values = opts.values.is_some();
-    let mut plan = plan::plan(
+    let (stream, plan) = plan::plan(
         model,
         opts.base.as_mut(),
         &opts.name,
@@ -158,9 +166,7 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
         scan_values,
         progress,
     )?;
-    let chunk_size = opts.chunk_size_for(stream_estimate(&plan.stream));
-    // The stream's list (a copy of every path) is not needed once written.
-    let stream = std::mem::take(&mut plan.stream);
+    let chunk_size = opts.chunk_size_for(stream_estimate(&stream));
     let mut written = write::write(
         &stream,
         &dir,
@@ -178,7 +184,10 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
     let stream_size = written.stream_size;
     let volumes = written.volumes.clone();
     let chunk_checks = std::mem::take(&mut written.chunk_checks);
-    let completed = plan.finish(model, written)?;
+    // What the seal needs of the model's entries, before they are taken.
+    let repo_files = repo_file_counts(model);
+    let hf = model.hf.is_some() || !model.repos.is_empty();
+    let completed = plan.finish(std::mem::take(&mut model.entries), hf, written)?;
     // The value findings exist only now, at the end of the read pass: refuse before sealing
     // (the work directory goes with the error), or record them with the other findings.
     let mut warnings = opts.warnings.clone();
@@ -234,7 +243,11 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
                 etags: completed.etags.clone().unwrap_or_default(),
                 ..hf.source()
             }),
-            repos: repos_record(model, completed.etags.as_deref().unwrap_or_default()),
+            repos: repos_record(
+                model,
+                &repo_files,
+                completed.etags.as_deref().unwrap_or_default(),
+            ),
             parity,
             base: plan.base().cloned(),
             trust_update: crate::trust::update::carry(&dir, &opts.trust_update)?,
@@ -255,21 +268,33 @@ pub fn pack(model: &Model, mut opts: PackOptions<'_>, progress: &dyn Progress) -
     })
 }
 
+/// How many files of `model.entries` each repository of a model of several snapshots
+/// ([`Model::repos`]) holds, in order.
+fn repo_file_counts(model: &Model) -> Vec<usize> {
+    model
+        .repos
+        .iter()
+        .map(|hf| {
+            let prefix = format!("{}/", hf.folder());
+            model
+                .entries
+                .iter()
+                .filter(|e| matches!(e, ScanEntry::File { path, .. } if path.starts_with(&prefix)))
+                .count()
+        })
+        .collect()
+}
+
 /// The manifest's `repos` for a model of several snapshots ([`Model::repos`]): each
-/// repository's folder and source, with the etags of its files, taken in order from `etags`
-/// (one per file of the model, in bundle order). A repository whose files `etags` does not
-/// reach gets fewer (the manifest size estimate, which calibrates on short lists).
-fn repos_record(model: &Model, etags: &[String]) -> Vec<manifest::Repo> {
+/// repository's folder and source, with the etags of its files (`counts` of them, from
+/// [`repo_file_counts`]), taken in order from `etags` (one per file of the model, in bundle
+/// order). A repository whose files `etags` does not reach gets fewer (the manifest size
+/// estimate, which calibrates on short lists).
+fn repos_record(model: &Model, counts: &[usize], etags: &[String]) -> Vec<manifest::Repo> {
     let mut out = Vec::with_capacity(model.repos.len());
     let mut at = 0;
-    for hf in &model.repos {
+    for (hf, &count) in model.repos.iter().zip(counts) {
         let folder = hf.folder();
-        let prefix = format!("{folder}/");
-        let count = model
-            .entries
-            .iter()
-            .filter(|e| matches!(e, ScanEntry::File { path, .. } if path.starts_with(&prefix)))
-            .count();
         let end = (at + count).min(etags.len());
         out.push(manifest::Repo {
             path: folder,
@@ -326,13 +351,13 @@ impl PackOptions<'_> {
 
 /// The uncompressed size of a stream of `entries` (an upper bound of its payload but for
 /// zstd's few bytes of framing), to choose the parity unit before it is written.
-fn stream_estimate(entries: &[write::StreamEntry]) -> u64 {
-    entries
+fn stream_estimate(stream: &write::Stream<'_>) -> u64 {
+    stream
         .iter()
         .map(|e| match e {
-            write::StreamEntry::Dir(p) => manifest::entry_stream_size(p, true, 0),
+            write::StreamEntry::Dir(p) => manifest::entry_stream_size(&p, true, 0),
             write::StreamEntry::File { path, size, .. } => {
-                manifest::entry_stream_size(path, false, *size)
+                manifest::entry_stream_size(&path, false, size)
             }
         })
         .map(|s| s.unwrap_or(u64::MAX))
@@ -370,7 +395,7 @@ pub fn manifest_size_estimate(model: &Model, opts: &PackOptions<'_>) -> u64 {
     // The variable parts of the lists: the JSON strings' lengths and the sizes' digits.
     let (mut files, mut dirs, mut file_text, mut dir_text) = (0u64, 0u64, 0u64, 0u64);
     for e in &model.entries {
-        if opts.values.is_some() && may_have_values(e) {
+        if opts.values.is_some() && may_have_values(e, &model.root) {
             scanned.push(e.path());
         }
         match e {
@@ -513,7 +538,11 @@ fn estimate_manifest(
             ..hf.source()
         }),
         // The etags of every file, whichever repository it is in, counted once.
-        repos: repos_record(model, &vec![digest.clone(); files.len()]),
+        repos: repos_record(
+            model,
+            &repo_file_counts(model),
+            &vec![digest.clone(); files.len()],
+        ),
         parity,
         base: None,
         trust_update: crate::trust::update::manifest_entry(&opts.trust_update),
@@ -568,11 +597,10 @@ fn value_warnings_bound(opts: &PackOptions<'_>, scanned: &[&str]) -> Vec<Warning
 /// ([`crate::inspect::format::identify`]), from what the scan found when it opened the file,
 /// else from the bytes it kept, else from the first bytes read now; a file that cannot be read
 /// now may be (the read pass decides, and refuses a file that changed).
-fn may_have_values(e: &ScanEntry) -> bool {
+fn may_have_values(e: &ScanEntry, root: &Path) -> bool {
     use crate::inspect::format;
     let ScanEntry::File {
         path,
-        source,
         size,
         prefetched,
         has_values,
@@ -586,7 +614,7 @@ fn may_have_values(e: &ScanEntry) -> bool {
     }
     match prefetched {
         Some(p) => format::has_values_in(path, p.bytes(), *size),
-        None => crate::scan::open_source(source, path)
+        None => crate::scan::open_source(&e.source(root).expect("a file"), path)
             .and_then(|f| format::has_values(path, &f, *size))
             .unwrap_or(true),
     }
@@ -818,11 +846,11 @@ mod tests {
         std::fs::write(root.join("small.txt"), b"as scanned").unwrap();
         std::fs::write(root.join("large.bin"), vec![1u8; 100 << 10]).unwrap();
         let key = SecretKey::generate().unwrap();
-        let model = Model::open(&ModelSpec::Dir(root.clone())).unwrap();
+        let mut model = Model::open(&ModelSpec::Dir(root.clone())).unwrap();
         std::fs::write(root.join("small.txt"), b"rewritten!").unwrap();
         let out = dir.path().join("b");
         let packed = pack(
-            &model,
+            &mut model,
             options(out.clone(), &key, Compress::None),
             &crate::progress::Silent,
         )
@@ -840,10 +868,10 @@ mod tests {
         assert!(!stream.windows(10).any(|w| w == b"rewritten!"));
 
         std::fs::write(root.join("large.bin"), vec![2u8; 99 << 10]).unwrap();
-        let model = Model::open(&ModelSpec::Dir(root.clone())).unwrap();
+        let mut model = Model::open(&ModelSpec::Dir(root.clone())).unwrap();
         std::fs::write(root.join("large.bin"), vec![2u8; 98 << 10]).unwrap();
         let err = pack(
-            &model,
+            &mut model,
             options(dir.path().join("b2"), &key, Compress::None),
             &crate::progress::Silent,
         )
@@ -872,7 +900,7 @@ mod tests {
         std::fs::write(root.join("weights"), fixture("nan-f16.safetensors")).unwrap();
         std::fs::write(root.join("notes.txt"), b"a text file").unwrap();
         let key = SecretKey::generate().unwrap();
-        let model = Model::open(&ModelSpec::Dir(root.clone())).unwrap();
+        let mut model = Model::open(&ModelSpec::Dir(root.clone())).unwrap();
         let mut blind = Model::open(&ModelSpec::Dir(root)).unwrap();
         for e in &mut blind.entries {
             if let ScanEntry::File {
@@ -893,7 +921,7 @@ mod tests {
         });
         let estimate = manifest_size_estimate(&model, &opts);
         assert_eq!(manifest_size_estimate(&blind, &opts), estimate);
-        let packed = pack(&model, opts, &crate::progress::Silent).unwrap();
+        let packed = pack(&mut model, opts, &crate::progress::Silent).unwrap();
         let actual = packed.manifest.to_bytes().len() as u64;
         assert!(estimate >= actual, "estimate {estimate} < actual {actual}");
         let scanned: Vec<(&str, &str)> = packed
@@ -941,10 +969,10 @@ mod tests {
         .into_iter()
         .enumerate()
         {
-            let model = Model::open(&ModelSpec::Dir(root.clone())).unwrap();
+            let mut model = Model::open(&ModelSpec::Dir(root.clone())).unwrap();
             let opts = options(dir.path().join(format!("b{i}")), &key, compress);
             let estimate = manifest_size_estimate(&model, &opts);
-            let packed = pack(&model, opts, &crate::progress::Silent).unwrap();
+            let packed = pack(&mut model, opts, &crate::progress::Silent).unwrap();
             let actual = packed.manifest.to_bytes().len() as u64;
             assert!(estimate >= actual, "estimate {estimate} < actual {actual}");
             // Uncompressed, the payload is known exactly: only the digits of the totals and

@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 
 use super::base::{self, BaseSource};
 use super::source::Model;
-use super::write::{self, StreamEntry, Written};
+use super::write::{self, Source, Stream, StreamEntry, Written};
 use crate::delta::Counts;
 use crate::delta::patch::{self, Map};
 use crate::error::{Error, Result};
@@ -53,16 +53,15 @@ enum Decision {
 struct DeltaPlan {
     base: Base,
     decisions: Vec<Decision>,
+    /// The paths of the files its stream holds, in stream order (carried files and patches).
+    streamed: Vec<String>,
     /// Where the patches were written; removed by [`Plan::finish`].
     patch_dir: PathBuf,
     counts: Counts,
 }
 
-/// What [`plan`] decided: the entries to stream and how to complete the manifest after.
-pub struct Plan<'m> {
-    /// The stream's entries: the model's, or for a delta its directories, carried files,
-    /// `.airlock-delta` and the patches.
-    pub stream: Vec<StreamEntry<'m>>,
+/// What [`plan`] decided besides the stream: how to complete the manifest after it is written.
+pub struct Plan {
     delta: Option<DeltaPlan>,
 }
 
@@ -78,7 +77,7 @@ pub struct Completed {
     pub values: Vec<(String, FileScan)>,
 }
 
-impl Plan<'_> {
+impl Plan {
     /// The `base` object of a delta.
     pub fn base(&self) -> Option<&Base> {
         self.delta.as_ref().map(|d| &d.base)
@@ -89,34 +88,53 @@ impl Plan<'_> {
         self.delta.as_ref().map(|d| d.counts)
     }
 
-    /// The manifest's directories, files and etags from what was written (the digests read
-    /// while streaming); removes the patch files.
-    pub fn finish(&self, model: &Model, written: Written) -> Result<Completed> {
-        let hf = model.hf.is_some() || !model.repos.is_empty();
+    /// The manifest's directories, files and etags from the model's `entries` (taken: each
+    /// file's path moves into its manifest entry, so a million paths are not held twice) and
+    /// what was written (the digests read while streaming); `hf` when the model is from a
+    /// Hugging Face cache (the etags are recorded). Removes the patch files.
+    pub fn finish(&self, entries: Vec<ScanEntry>, hf: bool, written: Written) -> Result<Completed> {
         let Some(delta) = &self.delta else {
-            let etags = hf.then(|| {
-                written
-                    .files
-                    .iter()
-                    .map(|f| f.etag.clone().unwrap_or_default())
-                    .collect()
-            });
-            let values = written
-                .files
-                .iter()
-                .filter_map(|f| Some((f.path.clone(), f.values.as_deref()?.clone())))
-                .collect();
-            let files = written
-                .files
-                .into_iter()
-                .map(|f| FileEntry {
-                    path: f.path,
-                    size: f.size,
-                    sha256: f.sha256,
-                    executable: f.executable,
+            let write::WrittenFiles {
+                sha256: digests,
+                etags: etags_of,
+                values: values_of,
+            } = written.files;
+            let count = digests.len();
+            // Both lists are let go of as they are read: the model's entries and the digests
+            // shrink while the manifest's list grows (a million files).
+            let mut digests = Shrinking::new(digests);
+            let mut etags_of = etags_of.into_iter().peekable();
+            let mut values_of = values_of.into_iter().peekable();
+            let mut files = Vec::with_capacity(count);
+            let mut etags = hf.then(|| Vec::with_capacity(count));
+            let mut values = Vec::new();
+            for e in Shrinking::new(entries) {
+                let ScanEntry::File {
+                    path,
+                    size,
+                    executable,
+                    ..
+                } = e
+                else {
+                    continue;
+                };
+                let index = files.len();
+                let sha256 = digests.next().ok_or_else(|| internal(&path))?;
+                if let Some((_, v)) = values_of.next_if(|(i, _)| *i == index) {
+                    values.push((path.clone(), *v));
+                }
+                let etag = etags_of.next_if(|(i, _)| *i == index).map(|(_, e)| e);
+                if let Some(etags) = &mut etags {
+                    etags.push(etag.unwrap_or_default());
+                }
+                files.push(FileEntry {
+                    path,
+                    size,
+                    sha256: hex::encode(sha256),
+                    executable,
                     from: None,
-                })
-                .collect();
+                });
+            }
             return Ok(Completed {
                 directories: written.directories,
                 files,
@@ -124,21 +142,22 @@ impl Plan<'_> {
                 values,
             });
         };
-        let mut by_path: HashMap<String, write::WrittenFile> = written
-            .files
-            .into_iter()
-            .map(|f| (f.path.clone(), f))
+        let mut by_path: HashMap<&str, write::WrittenFile> = delta
+            .streamed
+            .iter()
+            .map(String::as_str)
+            .zip(written.files.into_files())
             .collect();
         let mut files = Vec::with_capacity(delta.decisions.len());
         let mut etags = Vec::with_capacity(delta.decisions.len());
         let mut scans = Vec::new();
-        let model_files = model.entries.iter().filter_map(|e| match e {
+        let model_files = entries.into_iter().filter_map(|e| match e {
             ScanEntry::File {
                 path,
                 size,
                 executable,
                 ..
-            } => Some((path, *size, *executable)),
+            } => Some((path, size, executable)),
             ScanEntry::Dir { .. } => None,
         });
         for (index, ((path, size, executable), d)) in model_files.zip(&delta.decisions).enumerate()
@@ -147,8 +166,8 @@ impl Plan<'_> {
                 Decision::Carry => {
                     let f = by_path
                         .remove(path.as_str())
-                        .ok_or_else(|| internal(path))?;
-                    (f.sha256, f.etag, None, f.values.map(|v| *v))
+                        .ok_or_else(|| internal(&path))?;
+                    (hex::encode(f.sha256), f.etag, None, f.values.map(|v| *v))
                 }
                 Decision::Copy {
                     sha256,
@@ -174,8 +193,8 @@ impl Plan<'_> {
                     values,
                 } => {
                     let p = manifest::patch_path(index);
-                    let f = by_path.remove(&p).ok_or_else(|| internal(&p))?;
-                    if Some(&f.sha256) != from.patch_sha256.as_ref() {
+                    let f = by_path.remove(p.as_str()).ok_or_else(|| internal(&p))?;
+                    if Some(hex::encode(f.sha256)) != from.patch_sha256 {
                         return Err(Error::SourceChanged {
                             path: delta.patch_dir.join(index.to_string()),
                             what: "the patch changed between its encoding and the stream".into(),
@@ -194,7 +213,7 @@ impl Plan<'_> {
             }
             etags.push(etag.unwrap_or_default());
             files.push(FileEntry {
-                path: path.clone(),
+                path,
                 size,
                 sha256,
                 executable,
@@ -217,35 +236,40 @@ impl Plan<'_> {
     }
 }
 
-/// The model's entries as the writer takes them, each file with its etag check.
-fn model_stream(model: &Model) -> Vec<StreamEntry<'_>> {
-    let mut file_index = 0;
-    model
-        .entries
-        .iter()
-        .map(|e| match e {
-            ScanEntry::Dir { path } => StreamEntry::Dir(path.as_str().into()),
-            ScanEntry::File {
-                path,
-                source,
-                size,
-                executable,
-                prefetched,
-                ..
-            } => {
-                let etag = model.etag(file_index).cloned();
-                file_index += 1;
-                StreamEntry::File {
-                    path: path.as_str().into(),
-                    source: source.as_path().into(),
-                    size: *size,
-                    executable: *executable,
-                    etag,
-                    prefetched: prefetched.clone(),
-                }
-            }
-        })
-        .collect()
+/// The items of a list, in order, its memory given back as they are taken (every
+/// [`Shrinking::EVERY`] items): a list of a million entries is not held whole until the list
+/// made from it is complete.
+struct Shrinking<T>(Vec<T>);
+
+impl<T> Shrinking<T> {
+    const EVERY: usize = 1 << 16;
+
+    fn new(mut list: Vec<T>) -> Self {
+        list.reverse();
+        Shrinking(list)
+    }
+}
+
+impl<T> Iterator for Shrinking<T> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        let item = self.0.pop()?;
+        if self.0.len().is_multiple_of(Self::EVERY) {
+            self.0.shrink_to_fit();
+        }
+        Some(item)
+    }
+}
+
+/// The model's entries as the writer takes them, each file with its etag check, read as they
+/// are streamed (not copied into a list).
+fn model_stream(model: &Model) -> Stream<'_> {
+    Stream::Model {
+        entries: &model.entries,
+        etags: &model.etags,
+        root: &model.root,
+    }
 }
 
 /// Counts and hashes what passes through.
@@ -279,12 +303,9 @@ pub fn plan<'m>(
     level: i32,
     scan_values: bool,
     progress: &dyn Progress,
-) -> Result<Plan<'m>> {
+) -> Result<(Stream<'m>, Plan)> {
     let Some(base) = base else {
-        return Ok(Plan {
-            stream: model_stream(model),
-            delta: None,
-        });
+        return Ok((model_stream(model), Plan { delta: None }));
     };
     base::check_same_model(&base.manifest, name, version)?;
     let patch_dir = work.join("delta-patches");
@@ -306,12 +327,10 @@ pub fn plan<'m>(
     let mut decisions = decisions;
     let mut patches = Vec::new();
     for (index, e) in candidates {
-        let ScanEntry::File {
-            path, source, size, ..
-        } = e
-        else {
+        let ScanEntry::File { path, size, .. } = e else {
             continue;
         };
+        let source = &*e.source(&model.root).expect("a file");
         let Some(old) = base_content.remove(path.as_str()) else {
             // Not hashed in pass 1 and nothing to patch from after all: it may still be a
             // copy of another base file.
@@ -364,7 +383,7 @@ pub fn plan<'m>(
         counts.patch_bytes += enc.patch_size;
         patches.push(StreamEntry::File {
             path: manifest::patch_path(index).into(),
-            source: out_path.into(),
+            source: Source::At(out_path.into()),
             size: enc.patch_size,
             executable: false,
             etag: None,
@@ -377,20 +396,30 @@ pub fn plan<'m>(
     }
     progress.finish();
     let stream = delta_stream(model, &decisions, patches, &mut counts);
+    let streamed = stream
+        .iter()
+        .filter_map(|e| match e {
+            StreamEntry::File { path, .. } => Some(path.to_string()),
+            StreamEntry::Dir(_) => None,
+        })
+        .collect();
     let bm = &base.manifest;
-    Ok(Plan {
-        stream,
-        delta: Some(DeltaPlan {
-            base: Base {
-                name: bm.name.clone(),
-                version: bm.version,
-                manifest_sha256: base.manifest_sha256.clone(),
-            },
-            decisions,
-            patch_dir,
-            counts,
-        }),
-    })
+    Ok((
+        Stream::Listed(stream),
+        Plan {
+            delta: Some(DeltaPlan {
+                streamed,
+                base: Base {
+                    name: bm.name.clone(),
+                    version: bm.version,
+                    manifest_sha256: base.manifest_sha256.clone(),
+                },
+                decisions,
+                patch_dir,
+                counts,
+            }),
+        },
+    ))
 }
 
 /// The model file `e` (the `index`-th), hashed now: a copy of the base file of the same size
@@ -402,12 +431,10 @@ fn copy_of_another(
     by_content: &ContentIndex<'_>,
     scan_values: bool,
 ) -> Result<Option<Decision>> {
-    let ScanEntry::File {
-        path, source, size, ..
-    } = e
-    else {
+    let ScanEntry::File { path, size, .. } = e else {
         return Ok(None);
     };
+    let source = &*e.source(&model.root).expect("a file");
     let (sha256, etag, values) = digest(source, path, *size, model.etag(index), scan_values)?;
     Ok(
         copy_from(by_content, path, *size, &sha256).map(|from| Decision::Copy {
@@ -519,7 +546,7 @@ fn delta_stream<'m>(
 ) -> Vec<StreamEntry<'m>> {
     let mut stream = Vec::new();
     let mut index = 0;
-    for e in model_stream(model) {
+    for e in write::model_entries(&model.entries, &model.etags, &model.root) {
         match &e {
             StreamEntry::Dir(_) => stream.push(e),
             StreamEntry::File { size, .. } => {
@@ -644,12 +671,10 @@ fn copies<'m>(
     let mut unhashed = std::collections::HashSet::new();
     let mut counts = Counts::default();
     for e in &model.entries {
-        let ScanEntry::File {
-            path, source, size, ..
-        } = e
-        else {
+        let ScanEntry::File { path, size, .. } = e else {
             continue;
         };
+        let source = &*e.source(&model.root).expect("a file");
         progress.item(path);
         if sizes.contains(size) {
             if by_path.get(path.as_str()).is_some_and(|b| b.size == *size)
@@ -734,6 +759,43 @@ fn internal(path: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The lists `finish` reads give their items in order, whatever their length against the
+    /// shrinking step, and give their memory back as they go.
+    #[test]
+    fn shrinking_lists_give_their_items_in_order() {
+        for n in [
+            0,
+            1,
+            Shrinking::<u32>::EVERY - 1,
+            Shrinking::<u32>::EVERY * 2 + 3,
+        ] {
+            let list: Vec<u32> = (0..n as u32).collect();
+            let mut it = Shrinking::new(list.clone());
+            let got: Vec<u32> = it.by_ref().take(n / 2 + 1).collect();
+            if n > Shrinking::<u32>::EVERY {
+                assert!(it.0.capacity() < n, "{n}: not shrunk");
+            }
+            let rest: Vec<u32> = it.collect();
+            assert_eq!([got, rest].concat(), list, "{n}");
+        }
+    }
+
+    /// The writer's etags, kept by index beside one digest a file, go back to their files.
+    #[test]
+    fn written_etags_go_back_to_their_files() {
+        let written = write::WrittenFiles {
+            sha256: vec![[1; 32], [2; 32], [3; 32]],
+            etags: vec![(0, "a".into()), (2, "c".into())],
+            values: Vec::new(),
+        };
+        let files = written.into_files();
+        let got: Vec<(u8, Option<&str>)> = files
+            .iter()
+            .map(|f| (f.sha256[0], f.etag.as_deref()))
+            .collect();
+        assert_eq!(got, [(1, Some("a")), (2, None), (3, Some("c"))]);
+    }
     use crate::keys::SecretKey;
     use crate::pack::{Compress, ModelSpec, PackOptions};
 
@@ -758,10 +820,10 @@ mod tests {
         for (name, content) in files {
             std::fs::write(dir.join(name), content).unwrap();
         }
-        let model = Model::open(&ModelSpec::Dir(dir.to_path_buf())).unwrap();
+        let mut model = Model::open(&ModelSpec::Dir(dir.to_path_buf())).unwrap();
         let out = dir.with_extension("bundle");
         crate::pack::pack(
-            &model,
+            &mut model,
             PackOptions {
                 out: out.clone(),
                 key,
@@ -842,7 +904,7 @@ mod tests {
             2,
             "changed files hashed before patching"
         );
-        let d = &plan.delta.as_ref().unwrap().decisions;
+        let d = &plan.1.delta.as_ref().unwrap().decisions;
         let sha = |v: &[u8]| hex::encode(Sha256::digest(v));
         match &d[0] {
             Decision::Xor { sha256, from, .. } => {
@@ -900,7 +962,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(HASHED.with(|n| n.get()), 0);
-        let d = &plan.delta.as_ref().unwrap().decisions;
+        let d = &plan.1.delta.as_ref().unwrap().decisions;
         assert!(
             matches!(&d[0], Decision::Copy { from, .. } if from == "b.bin"),
             "{:?}",

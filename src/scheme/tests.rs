@@ -121,7 +121,7 @@ fn packed(dir: &Path) -> SecretKey {
     std::fs::write(model.join("config.json"), b"{\"a\": 1}\n").unwrap();
     let key = SecretKey::generate().unwrap();
     crate::pack::pack(
-        &crate::pack::Model::open(&crate::pack::ModelSpec::Dir(model)).unwrap(),
+        &mut crate::pack::Model::open(&crate::pack::ModelSpec::Dir(model)).unwrap(),
         crate::pack::PackOptions {
             out: dir.join("b"),
             key: &key,

@@ -25,6 +25,7 @@ mod parity_units;
 mod receipt_links;
 mod repair_safety;
 mod repodelta;
+mod residency;
 mod resume;
 mod roundtrip;
 mod safety_mem;

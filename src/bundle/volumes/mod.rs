@@ -56,7 +56,7 @@ mod tests {
         std::fs::write(model.join("w.bin"), bytes).unwrap();
         let key = crate::keys::SecretKey::generate().unwrap();
         let packed = pack::pack(
-            &Model::open(&ModelSpec::Dir(model.clone())).unwrap(),
+            &mut Model::open(&ModelSpec::Dir(model.clone())).unwrap(),
             PackOptions {
                 out: dir.join("b"),
                 key: &key,

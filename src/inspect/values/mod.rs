@@ -856,9 +856,17 @@ pub fn scan_file(
     let mut scanner = Scanner::new(layout);
     let mut buf = vec![0u8; 1 << 20];
     let mut pos = 0u64;
+    // A model read cold leaves the page cache as it found it, a warm one stays cached
+    // ([`crate::writeback::ReadBehind`]).
+    let mut behind = crate::writeback::ReadBehind::new();
     while pos < len {
         let want = (len - pos).min(buf.len() as u64) as usize;
-        let n = super::read::read_at(file, pos, &mut buf[..want])?;
+        let n = loop {
+            match behind.read_at(file, &mut buf[..want], pos) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => break other?,
+            }
+        };
         if n == 0 {
             break;
         }
@@ -866,6 +874,7 @@ pub fn scan_file(
         advance(n as u64);
         pos += n as u64;
     }
+    behind.finish(file, pos);
     Ok(scanner.finish())
 }
 

@@ -5,7 +5,6 @@
 use std::collections::HashSet;
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use rayon::prelude::*;
@@ -16,6 +15,7 @@ use crate::fsio;
 use crate::inspect::format;
 use crate::paths::RECEIPT_DIR;
 use crate::progress::Progress;
+use crate::writeback::ReadBehind;
 
 /// Bytes read per step.
 const PIECE: usize = 1 << 20;
@@ -59,12 +59,16 @@ pub fn hash_and_scan(
     let mut decide = scan;
     let mut h = Sha256::new();
     let mut pos = 0u64;
+    // An install read cold leaves the page cache as it found it: without this, hashing a
+    // model of gigabytes spent more system time taking fresh page cache than the single-stream
+    // peer spent reading (docs/PERFORMANCE.md, 16 GiB cold); a warm install stays cached.
+    let mut behind = ReadBehind::new();
     PIECE_BUFFER.with_borrow_mut(|buf| {
         // One buffer per thread, reused: zeroing a fresh 1 MiB for every file was a third of
         // the time `check` spent on a tree of 100,000 small files.
         buf.resize(PIECE, 0);
         loop {
-            let n = match f.read_at(buf, pos) {
+            let n = match behind.read_at(f, buf, pos) {
                 Ok(0) => break,
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -82,6 +86,7 @@ pub fn hash_and_scan(
         }
         Ok(())
     })?;
+    behind.finish(f, pos);
     Ok((
         hex::encode(h.finalize()),
         pos,

@@ -29,7 +29,10 @@ use crate::progress::Progress;
 use crate::scan::ScanEntry;
 
 pub use self::batch::BUFFER_SIZE;
-pub use self::reader::{StreamEntry, WrittenFile, digest_and_scan, digest_file};
+pub use self::reader::{
+    Source, Stream, StreamEntry, WrittenFile, WrittenFiles, digest_and_scan, digest_file,
+    model_entries,
+};
 
 const BUFFERS: usize = 8;
 /// Bytes of input per zstd worker job.
@@ -64,14 +67,14 @@ pub const AUTO_MIN_SAVING: f64 = 0.03;
 /// are weighted by file size. Weights (quantized, or already compressed) gain next to nothing
 /// and cost a compression pass; bf16 weights gain about a fifth, and level 1 gains as much as
 /// higher levels on them. `None` when no file is large enough to sample.
-pub fn estimate_saving(entries: &[ScanEntry]) -> Result<Option<f64>> {
+pub fn estimate_saving(entries: &[ScanEntry], root: &Path) -> Result<Option<f64>> {
     use std::os::unix::fs::FileExt;
-    let large: Vec<(&Path, &str, u64)> = entries
+    let large: Vec<(&ScanEntry, &str, u64)> = entries
         .iter()
         .filter_map(|e| match e {
-            ScanEntry::File {
-                source, size, path, ..
-            } if *size >= AUTO_SAMPLE_MIN_FILE => Some((source.as_path(), path.as_str(), *size)),
+            ScanEntry::File { size, path, .. } if *size >= AUTO_SAMPLE_MIN_FILE => {
+                Some((e, path.as_str(), *size))
+            }
             _ => None,
         })
         .collect();
@@ -81,7 +84,8 @@ pub fn estimate_saving(entries: &[ScanEntry]) -> Result<Option<f64>> {
     let step = large.len().div_ceil(AUTO_SAMPLE_FILES);
     let (mut saved, mut total) = (0.0f64, 0.0f64);
     let mut buf = Vec::new();
-    for &(path, rel, size) in large.iter().step_by(step) {
+    for &(e, rel, size) in large.iter().step_by(step) {
+        let path = &*e.source(root).expect("a file");
         let n = size.min(AUTO_SAMPLE_BYTES);
         let offset = (size - n) / 2 / 4096 * 4096;
         buf.resize(n as usize, 0);
@@ -123,14 +127,14 @@ pub struct Written {
     /// The uncompressed stream's size.
     pub stream_size: u64,
     /// Every file, in stream order.
-    pub files: Vec<WrittenFile>,
+    pub files: WrittenFiles,
     /// Every directory, in stream order.
     pub directories: Vec<String>,
 }
 
-/// Writes `entries` as the bundle's stream into volumes in `dir` (a work directory).
+/// Writes `stream` as the bundle's stream into volumes in `dir` (a work directory).
 pub fn write(
-    entries: &[StreamEntry<'_>],
+    stream: &Stream<'_>,
     dir: &Path,
     opts: &WriteOptions,
     progress: &dyn Progress,
@@ -153,10 +157,10 @@ pub fn write(
             Sink::Zstd(enc)
         }
     };
-    let total: u64 = entries
+    let total: u64 = stream
         .iter()
         .map(|e| match e {
-            StreamEntry::File { size, .. } => *size,
+            StreamEntry::File { size, .. } => size,
             StreamEntry::Dir(_) => 0,
         })
         .sum();
@@ -166,7 +170,7 @@ pub fn write(
     for _ in 0..BUFFERS {
         let _ = recycle_tx.send(vec![0u8; BUFFER_SIZE]);
     }
-    let mut files = Vec::new();
+    let mut files = WrittenFiles::default();
     let mut directories = Vec::new();
     let (read_result, write_result) = std::thread::scope(|s| {
         let writer = s.spawn(move || write_stream(rx, recycle_tx, sink));
@@ -175,7 +179,7 @@ pub fn write(
             (0..LOADERS)
                 .map(|part| {
                     let (load_tx, load_rx) = bounded(LOAD_BATCHES);
-                    s.spawn(move || load_ahead(entries, scan_values, part, load_tx));
+                    s.spawn(move || load_ahead(stream, scan_values, part, load_tx));
                     load_rx
                 })
                 .collect(),
@@ -183,7 +187,7 @@ pub fn write(
         let read_result = {
             let mut out = Outbox::new(&tx, &pool);
             reader::read_entries(
-                entries,
+                stream,
                 scan_values,
                 &mut out,
                 &mut loaded,
@@ -295,7 +299,7 @@ mod tests {
             .iter()
             .map(|(path, bytes)| StreamEntry::File {
                 path: path.into(),
-                source: m.join(path).into(),
+                source: Source::Below(&m),
                 size: bytes.len() as u64,
                 executable: false,
                 etag: None,
@@ -313,6 +317,7 @@ mod tests {
         };
         let out = t.path().join("out");
         std::fs::create_dir(&out).unwrap();
+        let entries = Stream::Listed(entries);
         let written = write(&entries, &out, &opts, &crate::progress::Silent).unwrap();
         let stream = std::fs::read(out.join(&written.volumes[0].name)).unwrap();
         let mut archive = ::tar::Archive::new(&stream[..]);
@@ -331,11 +336,8 @@ mod tests {
             assert_eq!((gp, gb.len()), (wp, wb.len()));
             assert!(gb == wb, "{gp}: other bytes");
         }
-        for (f, (path, bytes)) in written.files.iter().zip(&want) {
-            assert_eq!(
-                (&f.path, &f.sha256),
-                (path, &hex::encode(Sha256::digest(bytes)))
-            );
+        for (f, (path, bytes)) in written.files.sha256.iter().zip(&want) {
+            assert_eq!(hex::encode(f), hex::encode(Sha256::digest(bytes)), "{path}");
         }
 
         // A small file no longer of its scanned size: named in the refusal.
@@ -429,7 +431,7 @@ mod tests {
             )
             .unwrap()
             .unwrap();
-            assert_eq!(got.sha256, hex::encode(Sha256::digest(bytes)));
+            assert_eq!(got.sha256, <[u8; 32]>::from(Sha256::digest(bytes)));
             out.push(Item::End).ok().unwrap();
         }
         out.send().ok().unwrap();

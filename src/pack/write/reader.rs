@@ -18,11 +18,11 @@ use crate::hfcache::{EtagKind, GitBlobSha1};
 use crate::inspect::format;
 use crate::inspect::values::{self, FileScan, Layout, Scanner};
 use crate::progress::Progress;
-use crate::scan::Prefetched;
+use crate::scan::{Prefetched, ScanEntry};
 
 /// What [`read_file`] computed.
 pub(super) struct FileDigests {
-    pub(super) sha256: String,
+    pub(super) sha256: [u8; 32],
     /// The verified or computed etag, when one was asked for.
     pub(super) etag: Option<String>,
     /// The value scan, when one was asked for and the file has a layout.
@@ -77,14 +77,17 @@ impl Digester {
     /// The digests, the etag checked or computed as `etag` asks (`path` in the bundle, read
     /// from `source`).
     fn finish(self, etag: Option<&EtagCheck>, path: &str, source: &Path) -> Result<FileDigests> {
-        let sha256 = hex::encode(self.sha256.finalize());
-        let etag = settle_etag(
-            etag,
-            self.git.map(GitBlobSha1::finish),
-            &sha256,
-            path,
-            source,
-        )?;
+        let sha256: [u8; 32] = self.sha256.finalize().into();
+        let etag = match etag {
+            None => None,
+            Some(_) => settle_etag(
+                etag,
+                self.git.map(GitBlobSha1::finish),
+                &hex::encode(sha256),
+                path,
+                source,
+            )?,
+        };
         Ok(FileDigests {
             sha256,
             etag,
@@ -177,7 +180,7 @@ pub fn digest_and_scan(
         pos += n as u64;
     }
     let d = digester.finish(etag, path, source)?;
-    Ok((d.sha256, d.etag, d.values))
+    Ok((hex::encode(d.sha256), d.etag, d.values))
 }
 
 /// Reads one source file once: hashes it, sends its buffers, and checks it did not change. With
@@ -321,14 +324,14 @@ fn loads_ahead(e: &StreamEntry<'_>, scan_values: bool) -> bool {
 /// reading thread reads it itself and reports what is wrong. Stops when the reading thread
 /// stops taking batches; holds at most [`LOAD_BATCHES`] batches, so memory stays flat.
 pub(super) fn load_ahead(
-    entries: &[StreamEntry<'_>],
+    stream: &Stream<'_>,
     scan_values: bool,
     part: usize,
     tx: Sender<LoadBatch>,
 ) {
     let mut opener = crate::scan::SourceOpener::default();
     let mut batch = Vec::with_capacity(LOAD_BATCH);
-    let mine = entries
+    let mine = stream
         .iter()
         .filter(|e| loads_ahead(e, scan_values))
         .enumerate()
@@ -337,11 +340,12 @@ pub(super) fn load_ahead(
     for e in mine {
         let StreamEntry::File {
             source, path, size, ..
-        } = e
+        } = &e
         else {
             continue;
         };
-        let loaded = opener.open_stat(source, path).ok().and_then(|(file, st)| {
+        let source = source.path(path);
+        let loaded = opener.open_stat(&source, path).ok().and_then(|(file, st)| {
             let bytes = (st.st_size as u64 == *size)
                 .then(|| crate::scan::read_whole(&file, *size))
                 .flatten()?;
@@ -405,13 +409,13 @@ pub enum StreamEntry<'a> {
         /// The path in the bundle (borrowed from the model's list when it is the model's).
         path: Cow<'a, str>,
         /// Where its bytes are.
-        source: Cow<'a, Path>,
+        source: Source<'a>,
         /// Its size, from the scan (the read is held to it).
         size: u64,
         /// Its executable bit.
         executable: bool,
         /// Its etag check.
-        etag: Option<EtagCheck>,
+        etag: Option<&'a EtagCheck>,
         /// Its bytes, when the scan read them ([`Prefetched`]): the file is not opened again.
         prefetched: Option<Prefetched>,
     },
@@ -425,19 +429,154 @@ impl StreamEntry<'_> {
             StreamEntry::File { path, .. } => path,
         }
     }
+
+    /// The entry, borrowing what it owns.
+    fn borrowed(&self) -> StreamEntry<'_> {
+        match self {
+            StreamEntry::Dir(p) => StreamEntry::Dir(Cow::Borrowed(p)),
+            StreamEntry::File {
+                path,
+                source,
+                size,
+                executable,
+                etag,
+                prefetched,
+            } => StreamEntry::File {
+                path: Cow::Borrowed(path),
+                source: match source {
+                    Source::At(p) => Source::At(Cow::Borrowed(p)),
+                    Source::Below(root) => Source::Below(root),
+                },
+                size: *size,
+                executable: *executable,
+                etag: *etag,
+                prefetched: prefetched.clone(),
+            },
+        }
+    }
 }
 
-/// One file as written.
+/// Where a stream file's bytes are on this host.
+#[derive(Clone, Debug)]
+pub enum Source<'a> {
+    /// At this path (a link's target, a blob of a Hugging Face cache, a delta's patch).
+    At(Cow<'a, Path>),
+    /// Below this model directory, at the entry's path in the bundle: the path is made when
+    /// the file is opened, not held for every file of the model.
+    Below(&'a Path),
+}
+
+impl Source<'_> {
+    /// The path of the file `rel` (its path in the bundle).
+    pub fn path(&self, rel: &str) -> Cow<'_, Path> {
+        match self {
+            Source::At(p) => Cow::Borrowed(p),
+            Source::Below(root) => Cow::Owned(root.join(rel)),
+        }
+    }
+}
+
+/// The entries a volume writer streams, in bundle order.
+pub enum Stream<'a> {
+    /// Listed one by one (a delta's: carried files and patches).
+    Listed(Vec<StreamEntry<'a>>),
+    /// A model's own entries ([`model_entries`]), seen as stream entries as they are read: a
+    /// model of a million files is not copied into a second list.
+    Model {
+        /// The model's entries.
+        entries: &'a [ScanEntry],
+        /// The etag check of each file, in order (empty: none).
+        etags: &'a [EtagCheck],
+        /// The model directory, below which a file that is not a link is read.
+        root: &'a Path,
+    },
+}
+
+impl Stream<'_> {
+    /// The entries, in order.
+    pub fn iter(&self) -> Box<dyn Iterator<Item = StreamEntry<'_>> + Send + '_> {
+        match self {
+            Stream::Listed(list) => Box::new(list.iter().map(StreamEntry::borrowed)),
+            Stream::Model {
+                entries,
+                etags,
+                root,
+            } => Box::new(model_entries(entries, etags, root)),
+        }
+    }
+}
+
+/// A model's entries (`entries`, scanned below `root`, with one etag check a file in `etags`
+/// or none) as the writer takes them.
+pub fn model_entries<'m>(
+    entries: &'m [ScanEntry],
+    etags: &'m [EtagCheck],
+    root: &'m Path,
+) -> impl Iterator<Item = StreamEntry<'m>> + Send + 'm {
+    let mut file_index = 0;
+    entries.iter().map(move |e| match e {
+        ScanEntry::Dir { path } => StreamEntry::Dir(Cow::Borrowed(path)),
+        ScanEntry::File {
+            path,
+            link,
+            size,
+            executable,
+            prefetched,
+            ..
+        } => {
+            let etag = etags.get(file_index);
+            file_index += 1;
+            StreamEntry::File {
+                path: Cow::Borrowed(path),
+                source: match link {
+                    Some(l) => Source::At(Cow::Borrowed(l)),
+                    None => Source::Below(root),
+                },
+                size: *size,
+                executable: *executable,
+                etag,
+                prefetched: prefetched.clone(),
+            }
+        }
+    })
+}
+
+/// What the reading thread found of the files it read, in stream order: a SHA-256 a file, and
+/// the etags and value scans of the files that have them, by their index among the files. A
+/// model of a million files holds 32 bytes a file here (their paths, sizes and modes are the
+/// stream's: not copied again).
+#[derive(Debug, Default)]
+pub struct WrittenFiles {
+    /// SHA-256 of each file's bytes as read.
+    pub sha256: Vec<[u8; 32]>,
+    /// The etag of each file one was asked for (checked or computed), by index.
+    pub etags: Vec<(usize, String)>,
+    /// The value scan of each model file that had one, by index.
+    pub values: Vec<(usize, Box<FileScan>)>,
+}
+
+impl WrittenFiles {
+    /// One [`WrittenFile`] a file, in order.
+    pub fn into_files(self) -> Vec<WrittenFile> {
+        let mut etags = self.etags.into_iter().peekable();
+        let mut values = self.values.into_iter().peekable();
+        self.sha256
+            .into_iter()
+            .enumerate()
+            .map(|(i, sha256)| WrittenFile {
+                sha256,
+                etag: etags.next_if(|(at, _)| *at == i).map(|(_, e)| e),
+                values: values.next_if(|(at, _)| *at == i).map(|(_, v)| v),
+            })
+            .collect()
+    }
+}
+
+/// One file as written (its path, size and mode are the stream entry's).
 #[derive(Clone, Debug)]
 pub struct WrittenFile {
-    /// Its path in the bundle.
-    pub path: String,
-    /// Its size.
-    pub size: u64,
-    /// Its executable bit.
-    pub executable: bool,
     /// SHA-256 of its bytes as read.
-    pub sha256: String,
+    pub sha256: [u8; 32],
     /// Its etag, checked or computed, when one was asked for.
     pub etag: Option<String>,
     /// Its value scan, when one was asked for and it is a model file (boxed: most files have
@@ -450,17 +589,17 @@ pub struct WrittenFile {
 /// `out`; what was read is added to `files` and `directories`. Returns early, `Ok`, when the
 /// writer thread stopped (the caller reports its error).
 pub(super) fn read_entries(
-    entries: &[StreamEntry<'_>],
+    stream: &Stream<'_>,
     scan_values: bool,
     out: &mut Outbox<'_>,
     loaded: &mut Loaded,
-    files: &mut Vec<WrittenFile>,
+    files: &mut WrittenFiles,
     directories: &mut Vec<String>,
     progress: &dyn Progress,
 ) -> Result<()> {
     let mut opener = crate::scan::SourceOpener::default();
-    for entry in entries {
-        match entry {
+    for entry in stream.iter() {
+        match &entry {
             StreamEntry::Dir(path) => {
                 directories.push(path.to_string());
                 if out.push(Item::Dir(path.to_string())).is_err() {
@@ -489,22 +628,21 @@ pub(super) fn read_entries(
                     .as_ref()
                     .map(|p| p.bytes())
                     .filter(|b| b.len() as u64 == *size);
-                let ahead = match loads_ahead(entry, scan_values) {
+                let ahead = match loads_ahead(&entry, scan_values) {
                     true => loaded.next(),
                     false => None,
                 };
                 let at_hand = kept
                     .or(ahead.as_deref())
                     .filter(|b| !value_scanned(scan_values, path, b));
+                let source = source.path(path);
                 let digests = match at_hand {
-                    Some(bytes) => {
-                        send_prefetched(bytes, source, path, etag.as_ref(), out, progress)?
-                    }
+                    Some(bytes) => send_prefetched(bytes, &source, path, *etag, out, progress)?,
                     None => read_file(
-                        source,
+                        &source,
                         path,
                         *size,
-                        etag.as_ref(),
+                        *etag,
                         scan_values,
                         &mut opener,
                         out,
@@ -517,14 +655,14 @@ pub(super) fn read_entries(
                 if out.push(Item::End).is_err() {
                     return Ok(());
                 }
-                files.push(WrittenFile {
-                    path: path.to_string(),
-                    size: *size,
-                    executable: *executable,
-                    sha256: digests.sha256,
-                    etag: digests.etag,
-                    values: digests.values.map(Box::new),
-                });
+                let index = files.sha256.len();
+                files.sha256.push(digests.sha256);
+                if let Some(etag) = digests.etag {
+                    files.etags.push((index, etag));
+                }
+                if let Some(values) = digests.values {
+                    files.values.push((index, Box::new(values)));
+                }
             }
         }
     }
