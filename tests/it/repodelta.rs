@@ -250,7 +250,15 @@ fn a_delta_of_several_repositories_installs_each_onto_its_base_or_none() {
 
     // Into a directory: the whole tree of version 2 over version 1's install, byte for byte
     // the full bundle's; the dropped repository's folder goes with version 1.
-    env.ok(&["unpack", "v2", "--trust", "k.pub", "--dest", "d"]);
+    env.ok(&[
+        "unpack",
+        "v2",
+        "--trust",
+        "k.pub",
+        "--dest",
+        "d",
+        "--replace",
+    ]);
     env.ok(&["unpack", "v2full", "--trust", "k.pub", "--dest", "dfull"]);
     assert_eq!(contents(&env.path("d")), contents(&env.path("dfull")));
     assert!(!env.path(&format!("d/{}", folder(DROPPED))).exists());
@@ -261,7 +269,18 @@ fn a_delta_of_several_repositories_installs_each_onto_its_base_or_none() {
     bytes[7] ^= 1;
     std::fs::write(&w, &bytes).unwrap();
     let before = contents(&env.path("d-bad"));
-    env.fails(3, &["unpack", "v2", "--trust", "k.pub", "--dest", "d-bad"]);
+    env.fails(
+        3,
+        &[
+            "unpack",
+            "v2",
+            "--trust",
+            "k.pub",
+            "--dest",
+            "d-bad",
+            "--replace",
+        ],
+    );
     assert_eq!(contents(&env.path("d-bad")), before);
     assert_eq!(t1["extra/weights.bin"]["size"], 300000);
 }
