@@ -919,7 +919,8 @@ impl Model<'_> {
             for top in absolute_imports(&text) {
                 let sibling = join(dir, &format!("{top}.py"));
                 let cached = top == "transformers_modules";
-                if !cached && !(inside(&sibling) && self.exists(&sibling)?) {
+                let sibling_there = inside(&sibling) && self.exists(&sibling)?;
+                if !(cached || sibling_there) {
                     continue; // A package the target's environment provides, or not.
                 }
                 out.push(Finding::error(
