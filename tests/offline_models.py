@@ -345,6 +345,21 @@ def build(out):
     remote_code_model(d, local)
     write_code(d)
     rm(d, "modeling_x.py")
+    # Imports transformers' check_imports requires to be installed packages: a sibling by its
+    # plain name (never fetched), and transformers' own module cache (empty on a fresh target);
+    # and a plain import inside a try block, which get_imports skips (loads).
+    for name, line in [
+        ("remote-code-plain-sibling-import", "from helpers import width"),
+        ("remote-code-transformers-modules-import",
+         "from transformers_modules.airlock_test.gone.helpers import width"),
+        ("remote-code-guarded-import",
+         "from .helpers import width\ntry:\n    import helpers\nexcept ImportError:\n    pass"),
+    ]:
+        d = case(name, "remote")
+        remote_code_model(d, local)
+        write_code(d)
+        with open(os.path.join(d, "modeling_x.py"), "w") as f:
+            f.write(REMOTE_MODEL.replace("from .helpers import width", line))
     code = f"{ORG}/x-code"
     d = case("x-code", "none")
     os.makedirs(d)

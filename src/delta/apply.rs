@@ -84,6 +84,8 @@ impl<'a> DeltaStage<'a> {
             .iter()
             .map(|f| (f.path.clone(), f.clone()))
             .collect();
+        m.check_repos_base(base.manifest())
+            .map_err(|why| base.refuse(format!("the delta {why}")))?;
         for f in &m.files {
             let Some(from) = &f.from else { continue };
             let Some(b) = base_files.get(&from.path) else {

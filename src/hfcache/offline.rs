@@ -57,8 +57,9 @@ const QUOTE: usize = 200;
 /// repository) are looked for.
 #[derive(Clone, Copy, Debug)]
 pub enum Deps<'a> {
-    /// The Hugging Face cache the model loads from: a repository it lacks is an error.
-    Cache(&'a Path),
+    /// The Hugging Face cache the model loads from: a repository it lacks is an error. Every
+    /// repository needed is recorded in the [`Needs`] too, so [`check_cached`] follows them.
+    Cache(&'a Path, &'a Needs),
     /// Not known here (a directory, or a pack whose target cache is on the other side): each
     /// repository needed is a warning naming it.
     Elsewhere,
@@ -125,11 +126,16 @@ pub fn check_cached(
 ) -> io::Result<Vec<Finding>> {
     let folder = hfnames::repo_folder_name(repo_type, repo_id);
     match resolve_offline(cache, &folder, revision) {
-        Ok(commit) => check(
-            cache,
-            &format!("{folder}/snapshots/{commit}"),
-            Deps::Cache(cache),
-        ),
+        Ok(commit) => {
+            let needs = Needs::default();
+            let mut out = check(
+                cache,
+                &format!("{folder}/snapshots/{commit}"),
+                Deps::Cache(cache, &needs),
+            )?;
+            follow_needs(cache, repo_id, revision, needs, &mut out)?;
+            Ok(out)
+        }
         Err(why) => Ok(vec![Finding::error(
             codes::OFFLINE_REVISION_UNRESOLVED,
             &format!("refs/{}", escape_bounded(revision, QUOTE)),
@@ -144,6 +150,69 @@ pub fn check_cached(
              revision), then check again",
         )]),
     }
+}
+
+/// How many needed repositories [`follow_needs`] checks before stopping.
+const MAX_NEEDED: usize = 64;
+
+/// The repositories a checked model needs, followed transitively as the loaders would load
+/// them (a PEFT adapter's base, and that base's own `auto_map` code in a third repository, as
+/// `pack --with-dependencies` adds them): each one that resolves offline in `cache` is checked
+/// like the model itself, its findings added to `out` under its snapshot's path in the cache
+/// (`models--ORG--NAME/snapshots/COMMIT/FILE`) and its problem saying which repository needs
+/// it. One that does not resolve already has its `offline-repo-missing` error.
+fn follow_needs(
+    cache: &Path,
+    repo_id: &str,
+    revision: &str,
+    needs: Needs,
+    out: &mut Vec<Finding>,
+) -> io::Result<()> {
+    let mut seen = BTreeSet::from([(repo_id.to_string(), revision.to_string())]);
+    let mut queue: Vec<((String, String), String)> = needs
+        .found
+        .into_inner()
+        .into_iter()
+        .map(|n| (n, repo_id.to_string()))
+        .collect();
+    queue.reverse();
+    while let Some(((id, rev), by)) = queue.pop() {
+        if !seen.insert((id.clone(), rev.clone())) || seen.len() > MAX_NEEDED {
+            continue;
+        }
+        if hfnames::validate_repo_id(&id).is_err() {
+            continue;
+        }
+        let folder = hfnames::repo_folder_name("model", &id);
+        let Ok(commit) = resolve_offline(cache, &folder, &rev) else {
+            continue;
+        };
+        let at = format!("{folder}/snapshots/{commit}");
+        let inner = Needs::default();
+        for f in check(cache, &at, Deps::Cache(cache, &inner))? {
+            out.push(Finding {
+                path: format!("{at}/{}", f.path),
+                problem: format!(
+                    "{} (this is {} at revision {}, which {} needs)",
+                    f.problem,
+                    quote(&id),
+                    quote(&rev),
+                    quote(&by)
+                ),
+                ..f
+            });
+        }
+        let mut more: Vec<_> = inner
+            .found
+            .into_inner()
+            .into_iter()
+            .map(|n| (n, id.clone()))
+            .collect();
+        more.reverse();
+        // Depth-first keeps each chain's findings together; `seen` stops cycles.
+        queue.extend(more);
+    }
+    Ok(())
 }
 
 /// The commit `revision` resolves to in `CACHE/folder` with no network, as huggingface_hub
@@ -847,6 +916,43 @@ impl Model<'_> {
                 continue; // The format check reports a missing auto_map module.
             };
             let text = String::from_utf8_lossy(&bytes);
+            for top in absolute_imports(&text) {
+                let sibling = join(dir, &format!("{top}.py"));
+                let cached = top == "transformers_modules";
+                let sibling_there = inside(&sibling) && self.exists(&sibling)?;
+                if !(cached || sibling_there) {
+                    continue; // A package the target's environment provides, or not.
+                }
+                out.push(Finding::error(
+                    codes::OFFLINE_REMOTE_CODE_ABSOLUTE_IMPORT,
+                    &module,
+                    if cached {
+                        "imports from `transformers_modules`, transformers' cache of code it \
+                         loaded before: a fresh target has nothing there, so the import fails"
+                            .to_string()
+                    } else {
+                        format!(
+                            "imports {} by its plain name, not relatively: transformers \
+                             (trust_remote_code=True) checks for an installed package {} \
+                             (check_imports) and never loads {}, so the load fails with \
+                             \"requires the following packages that were not found\"",
+                            quote(&top),
+                            quote(&top),
+                            quote(&sibling)
+                        )
+                    },
+                    if cached {
+                        "import the code from its own repository relatively (`from .x import`), \
+                         or name the other repository in auto_map (`ORG/REPO--module.Class`)"
+                            .to_string()
+                    } else {
+                        format!(
+                            "import it relatively (`from .{} import ...`) in the repository's code",
+                            escape_bounded(&top, QUOTE)
+                        )
+                    },
+                ));
+            }
             for imported in relative_imports(&text) {
                 let file = join(dir, &format!("{imported}.py"));
                 if !inside(&file) || !seen.insert(file.clone()) {
@@ -880,7 +986,10 @@ impl Model<'_> {
                 needs.need(repo, hfnames::DEFAULT_REVISION);
             }
         }
-        if let Deps::Cache(cache) = self.deps {
+        if let Deps::Cache(cache, needs) = self.deps {
+            for repo in remote.keys() {
+                needs.need(repo, hfnames::DEFAULT_REVISION);
+            }
             for (repo, modules) in remote {
                 for module in modules {
                     self.need_repo(
@@ -1018,15 +1127,18 @@ impl Model<'_> {
             return Ok(());
         }
         match self.deps {
-            Deps::Cache(cache) => self.need_repo(
-                cache,
-                rel,
-                "peft (AutoPeftModel*.from_pretrained)",
-                base,
-                revision,
-                "config.json",
-                out,
-            ),
+            Deps::Cache(cache, needs) => {
+                needs.need(base, revision);
+                self.need_repo(
+                    cache,
+                    rel,
+                    "peft (AutoPeftModel*.from_pretrained)",
+                    base,
+                    revision,
+                    "config.json",
+                    out,
+                )
+            }
             Deps::Pack(needs) if needs.need(base, revision) => {}
             Deps::Elsewhere | Deps::Pack(_) => out.push(Finding::warning(
                 codes::OFFLINE_REPO_NEEDED,
@@ -1364,6 +1476,101 @@ fn relative_imports(text: &str) -> BTreeSet<String> {
     found
 }
 
+/// The top-level modules a Python file imports by absolute name, as transformers'
+/// `dynamic_module_utils.get_imports` finds them (the modules `check_imports` requires to be
+/// installed): `import a.b, c as d` and `from a.b import x` anywhere, except in a `try` block
+/// (with its handlers) and in an `if` whose condition calls an `is_...` function
+/// (`if is_flash_attn_2_available():`, with its `elif`/`else`), and not in a triple-quoted
+/// string. `get_imports` reads the syntax tree; this reads lines and indentation, which agree
+/// for code written one statement per line.
+fn absolute_imports(text: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    // Skipping the block opened at this indentation (a `try` or a guarded `if`).
+    let mut skip: Option<(usize, &[&str])> = None;
+    let mut in_string: Option<&str> = None;
+    for raw in text.lines() {
+        if let Some(q) = in_string {
+            if raw.matches(q).count() % 2 == 1 {
+                in_string = None;
+            }
+            continue;
+        }
+        let line = raw.trim_start();
+        let indent = raw.len() - line.len();
+        for q in ["\"\"\"", "'''"] {
+            if line.matches(q).count() % 2 == 1 {
+                in_string = Some(q);
+            }
+        }
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some((at, continues)) = skip {
+            let word = line
+                .split(|c: char| !c.is_alphanumeric() && c != '_')
+                .next();
+            if indent > at || (indent == at && word.is_some_and(|w| continues.contains(&w))) {
+                continue;
+            }
+            skip = None;
+        }
+        let keyword = |k: &str| {
+            line.strip_prefix(k)
+                .is_some_and(|r| r.starts_with([' ', '\t', ':', '(']))
+        };
+        if keyword("try") {
+            skip = Some((indent, &["except", "else", "finally"][..]));
+            continue;
+        }
+        if keyword("if") && calls_is_function(line) {
+            skip = Some((indent, &["elif", "else"][..]));
+            continue;
+        }
+        for statement in line.split(';') {
+            let statement = statement.trim();
+            if let Some(rest) = statement.strip_prefix("import ") {
+                for part in rest.split(',') {
+                    let name = part.split_whitespace().next().unwrap_or("");
+                    insert_top(&mut found, name);
+                }
+            } else if let Some(rest) = statement.strip_prefix("from ") {
+                let rest = rest.trim_start();
+                let name = rest.split_whitespace().next().unwrap_or("");
+                if rest[name.len()..].trim_start().starts_with("import") {
+                    insert_top(&mut found, name);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Records the top module of `name` (`a` of `a.b`), unless it is relative or not a name.
+fn insert_top(found: &mut BTreeSet<String>, name: &str) {
+    let top = name.split('.').next().unwrap_or("");
+    if !top.is_empty() && top.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        found.insert(top.to_string());
+    }
+}
+
+/// Whether an `if` line calls a bare function whose name begins `is_` (transformers skips
+/// such blocks: `is_flash_attn_2_available()`, `is_torch_available()`, the
+/// `transformers.utils.import_utils` checks).
+fn calls_is_function(line: &str) -> bool {
+    let bytes = line.as_bytes();
+    line.match_indices("is_").any(|(at, _)| {
+        let bare = at == 0
+            || !(bytes[at - 1].is_ascii_alphanumeric()
+                || bytes[at - 1] == b'_'
+                || bytes[at - 1] == b'.');
+        let rest = &line[at..];
+        let name_len = rest
+            .find(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .unwrap_or(rest.len());
+        bare && rest[name_len..].trim_start().starts_with('(')
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1694,6 +1901,137 @@ mod tests {
             ("helpers.py", b"from .modeling_x import XModel\n"),
         ]);
         assert!(f.is_empty(), "{f:#?}");
+    }
+
+    #[test]
+    fn absolute_imports_as_get_imports_reads_them() {
+        let text = "import os, torch.nn as nn\nfrom helpers import h\nfrom .rel import r\n\
+            from . import y\nimport transformers_modules.org.x\ndef f():\n    import inner\n\
+            try:\n    import optional_a\nexcept ImportError:\n    import optional_b\n\
+            else:\n    import optional_c\nimport after_try\n\
+            if is_flash_attn_2_available():\n    import flash_attn\nelif x:\n    import other\n\
+            else:\n    import other2\nif torch.cuda.is_available():\n    import cuda_only\n\
+            \"\"\"\nimport in_docstring\n\"\"\"\nx = 1; import semi\nimportant = 1\n";
+        let got: Vec<String> = absolute_imports(text).into_iter().collect();
+        // `torch.cuda.is_available()` is an attribute call, which transformers does not skip.
+        assert_eq!(
+            got,
+            [
+                "after_try",
+                "cuda_only",
+                "helpers",
+                "inner",
+                "os",
+                "semi",
+                "torch",
+                "transformers_modules"
+            ]
+        );
+    }
+
+    #[test]
+    fn remote_code_imports_of_siblings_by_plain_name_are_errors() {
+        let config = br#"{"auto_map":{"AutoModel":"modeling_x.XModel"}}"#;
+        let f = run(&[
+            ("config.json", config),
+            (
+                "modeling_x.py",
+                b"import torch\nimport helpers\nfrom .rel import r\n",
+            ),
+            (
+                "rel.py",
+                b"from transformers_modules.org.other.abc.mod import M\ntry:\n    import helpers\nexcept ImportError:\n    pass\n",
+            ),
+            ("helpers.py", b"x = 1\n"),
+        ]);
+        assert_eq!(
+            codes_paths(&f),
+            [
+                (
+                    codes::OFFLINE_REMOTE_CODE_ABSOLUTE_IMPORT,
+                    "modeling_x.py",
+                    Severity::Error
+                ),
+                (
+                    codes::OFFLINE_REMOTE_CODE_ABSOLUTE_IMPORT,
+                    "rel.py",
+                    Severity::Error
+                ),
+            ]
+        );
+        assert!(f[0].problem.contains("`helpers.py`"), "{}", f[0].problem);
+        assert!(
+            f[1].problem.contains("transformers_modules"),
+            "{}",
+            f[1].problem
+        );
+        // A plain import of a package that is not a file of the repository is the target
+        // environment's business, not reported.
+        let f = run(&[
+            ("config.json", config),
+            ("modeling_x.py", b"import torch\nimport einops\n"),
+        ]);
+        assert!(f.is_empty(), "{f:#?}");
+    }
+
+    /// `check --hf-cache --offline-ready` follows what each needed repository needs in turn:
+    /// an adapter's base whose `auto_map` code is in a third repository.
+    #[test]
+    fn needs_are_followed_transitively_in_a_cache() {
+        let adapter = br#"{"base_model_name_or_path":"org/base","peft_type":"LORA"}"#;
+        let base_config = br#"{"auto_map":{"AutoModel":"org/code--modeling_x.XModel"}}"#;
+        let (a, b, c) = ("a".repeat(40), "b".repeat(40), "c".repeat(40));
+        let files = [
+            (
+                format!("models--org--lora/snapshots/{a}/adapter_config.json"),
+                adapter.to_vec(),
+            ),
+            (
+                format!("models--org--lora/snapshots/{a}/adapter_model.safetensors"),
+                b"x".to_vec(),
+            ),
+            ("models--org--lora/refs/main".into(), a.clone().into_bytes()),
+            (
+                format!("models--org--base/snapshots/{b}/config.json"),
+                base_config.to_vec(),
+            ),
+            ("models--org--base/refs/main".into(), b.clone().into_bytes()),
+        ];
+        let refs: Vec<(&str, &[u8])> = files
+            .iter()
+            .map(|(p, b)| (p.as_str(), b.as_slice()))
+            .collect();
+        let dir = tree(&refs);
+        let f = without_hub_offline(check_cached(dir.path(), "model", "org/lora", "main").unwrap());
+        let want = format!("models--org--base/snapshots/{b}/config.json");
+        assert_eq!(
+            codes_paths(&f),
+            [(codes::OFFLINE_REPO_MISSING, want.as_str(), Severity::Error)]
+        );
+        assert!(
+            f[0].problem.contains("the cache has no models--org--code")
+                && f[0].problem.contains("which `org/lora` needs"),
+            "{}",
+            f[0].problem
+        );
+        // The third repository in the cache, with a module whose sibling import is missing.
+        let code = dir.path().join(format!("models--org--code/snapshots/{c}"));
+        std::fs::create_dir_all(&code).unwrap();
+        std::fs::create_dir_all(dir.path().join("models--org--code/refs")).unwrap();
+        std::fs::write(dir.path().join("models--org--code/refs/main"), &c).unwrap();
+        std::fs::write(code.join("modeling_x.py"), b"x = 1\n").unwrap();
+        let f = without_hub_offline(check_cached(dir.path(), "model", "org/lora", "main").unwrap());
+        assert!(f.is_empty(), "{f:#?}");
+        // A cycle (the code repository's own config naming the adapter) ends.
+        std::fs::write(
+            code.join("config.json"),
+            br#"{"auto_map":{"AutoModel":"org/lora--m.M"}}"#,
+        )
+        .unwrap();
+        let f = without_hub_offline(check_cached(dir.path(), "model", "org/lora", "main").unwrap());
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].code, codes::OFFLINE_REPO_MISSING);
+        assert!(f[0].problem.contains("has no `m.py`"), "{}", f[0].problem);
     }
 
     #[test]

@@ -127,6 +127,11 @@ pub const OFFLINE_TOKENIZER_NEEDS_CONVERSION: &str = "offline-tokenizer-needs-co
 pub const OFFLINE_CHAT_TEMPLATE_MISSING: &str = "offline-chat-template-missing";
 /// Error: `auto_map` code imports a module of its repository that is not there.
 pub const OFFLINE_REMOTE_CODE_IMPORT_MISSING: &str = "offline-remote-code-import-missing";
+/// Error: `auto_map` code imports a module of its repository by its plain name (`import x`,
+/// `from x import ...`, with `x.py` beside it) or from transformers' module cache
+/// (`transformers_modules...`): transformers' `check_imports` looks for an installed package
+/// of that name and never fetches the file.
+pub const OFFLINE_REMOTE_CODE_ABSOLUTE_IMPORT: &str = "offline-remote-code-absolute-import";
 /// Warning: another repository is needed (a PEFT base model), and the cache it will load
 /// from is not known here.
 pub const OFFLINE_REPO_NEEDED: &str = "offline-repo-needed";

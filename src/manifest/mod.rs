@@ -1115,11 +1115,6 @@ impl Manifest {
         if self.source.is_some() {
             return Err("has both source and repos".into());
         }
-        if self.base.is_some() {
-            return Err(
-                "has both repos and a base: a delta of several repositories does not exist".into(),
-            );
-        }
         let mut previous: Option<&str> = None;
         for (i, r) in self.repos.iter().enumerate() {
             names::validate_repo_id(&r.source.repo_id)
@@ -1175,7 +1170,41 @@ impl Manifest {
             let what = format!("repos[{i}].source");
             validate_source(&r.source, &what, files.iter().map(|f| (&f.path, &f.sha256)))?;
         }
+        // A delta of several repositories: each repository is a delta of the same repository
+        // of the base, so a file takes its bytes only from a file below its own directory.
+        for f in &self.files {
+            let Some(from) = &f.from else { continue };
+            let own = f.path.split('/').next().unwrap_or_default();
+            if from.path.split('/').next() != Some(own) || !from.path.contains('/') {
+                return Err(format!(
+                    "takes {:?} from the base file {:?}, which is not in the same repository {own:?}",
+                    f.path, from.path
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// For a delta of several repositories (FORMAT.md section 14.4), the rules that need its
+    /// base's manifest `base`: the base is a bundle of several repositories too. A repository
+    /// of the delta that the base does not have is new (its files are carried); one of the
+    /// base that the delta does not have is dropped (section 14.4 says what each target does).
+    pub fn check_repos_base(&self, base: &Manifest) -> Result<(), String> {
+        if self.repos.is_empty() != base.repos.is_empty() {
+            return Err(if self.repos.is_empty() {
+                "is a delta of one model against a base of several repositories: a delta keeps the shape of its base".into()
+            } else {
+                "is a delta of several repositories against a base of one model: a delta keeps the shape of its base".into()
+            });
+        }
+        Ok(())
+    }
+
+    /// For a delta of several repositories: the index in the base's `repos` of the repository
+    /// `index` of this bundle (same directory), `None` for a repository new in this bundle.
+    pub fn base_repo(&self, index: usize, base: &Manifest) -> Option<usize> {
+        let r = self.repos.get(index)?;
+        base.repos.iter().position(|b| b.path == r.path)
     }
 
     /// The index in `repos` of the repository `path` (a path of the bundle) belongs to: the

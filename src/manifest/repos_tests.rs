@@ -99,8 +99,40 @@ fn fix(m: &mut Manifest) {
             .sum::<u64>()
         + m.files
             .iter()
-            .map(|f| entry_stream_size(&f.path, false, f.size).unwrap())
-            .sum::<u64>();
+            .enumerate()
+            .map(|(i, f)| match (&f.from, f.patch()) {
+                (None, _) => entry_stream_size(&f.path, false, f.size).unwrap(),
+                (Some(_), None) => 0,
+                (Some(_), Some((size, _))) => {
+                    entry_stream_size(&patch_path(i), false, size).unwrap()
+                }
+            })
+            .sum::<u64>()
+        + if m.files.iter().any(|f| f.patch().is_some()) {
+            entry_stream_size(DELTA_DIR, true, 0).unwrap()
+        } else {
+            0
+        };
+}
+
+/// Makes `m` a delta of its version 1 (every file carried).
+fn delta(m: &mut Manifest) {
+    m.version = 2;
+    m.base = Some(Base {
+        name: m.name.clone(),
+        version: 1,
+        manifest_sha256: "0".repeat(64),
+    });
+}
+
+fn copy(path: &str) -> From {
+    From {
+        path: path.into(),
+        op: OP_COPY.into(),
+        map: None,
+        patch_size: None,
+        patch_sha256: None,
+    }
 }
 
 fn refused(m: &Manifest) -> String {
@@ -128,6 +160,45 @@ fn a_bundle_of_two_repositories_validates_and_gives_each_its_view() {
     assert!(m.repo_view(2).is_none());
 }
 
+/// A delta of several repositories (FORMAT.md section 14.4): each file is carried or taken
+/// from the same repository of the base, at any path of it; the base must be of several
+/// repositories too; a repository is matched to the base's by its directory.
+#[test]
+fn a_delta_of_several_repositories_takes_each_file_from_its_own_repository() {
+    let mut m = two();
+    delta(&mut m);
+    m.files[1].from = Some(Box::new(copy("models--org--base/old-config.json")));
+    m.files[2].from = Some(Box::new(From {
+        path: "models--org--base/sub/model.safetensors".into(),
+        op: "xor".into(),
+        map: Some("safetensors".into()),
+        patch_size: Some(7),
+        patch_sha256: Some("6".repeat(64)),
+    }));
+    fix(&mut m);
+    let parsed = Manifest::parse(&m.to_bytes()).expect("a delta of two repositories is valid");
+    assert_eq!(parsed, m);
+    // The base: the same two repositories, or a third one dropped, or one of them new.
+    let base = two();
+    assert!(m.check_repos_base(&base).is_ok());
+    assert_eq!(m.base_repo(0, &base), Some(0));
+    assert_eq!(m.base_repo(1, &base), Some(1));
+    let mut other = two();
+    other.repos[0].path = "models--org--other".into();
+    assert_eq!(m.base_repo(0, &other), None);
+    assert_eq!(m.base_repo(1, &other), Some(1));
+    // A base of one model is not the base of a delta of several, nor the reverse.
+    let mut single = two();
+    single.repos.clear();
+    let err = m.check_repos_base(&single).unwrap_err();
+    assert!(err.contains("against a base of one model"), "{err}");
+    let err = single.check_repos_base(&base).unwrap_err();
+    assert!(
+        err.contains("against a base of several repositories"),
+        "{err}"
+    );
+}
+
 #[test]
 fn repos_are_refused_when_they_break_a_rule() {
     type Edit = Box<dyn Fn(&mut Manifest)>;
@@ -151,15 +222,19 @@ fn repos_are_refused_when_they_break_a_rule() {
             "both source and repos",
             Box::new(|m| m.source = Some(source("org/x", vec![]))),
         ),
+        // A delta of several repositories takes a file only from its own repository.
         (
-            "both repos and a base",
+            "which is not in the same repository \"models--org--base\"",
             Box::new(|m| {
-                m.version = 2;
-                m.base = Some(Base {
-                    name: m.name.clone(),
-                    version: 1,
-                    manifest_sha256: "0".repeat(64),
-                });
+                delta(m);
+                m.files[1].from = Some(Box::new(copy("models--org--adapter/adapter_config.json")));
+            }),
+        ),
+        (
+            "which is not in the same repository \"models--org--base\"",
+            Box::new(|m| {
+                delta(m);
+                m.files[1].from = Some(Box::new(copy("models--org--base")));
             }),
         ),
         // Two entries for one repository: the same directory twice.

@@ -38,10 +38,33 @@ enum Content {
     Installed { dir: PathBuf, root: OwnedFd },
     /// A bundle signed by the pack's key: the files are extracted from its verified stream.
     Bundle { dir: PathBuf, key: PublicKey },
-    /// A snapshot of a Hugging Face cache holding the base's commit.
-    Snapshot { repo: PathBuf, commit: String },
+    /// Snapshots of a Hugging Face cache holding the base's commits: one for a base of one
+    /// repository (prefix empty), one per repository the cache holds for a base of several
+    /// (prefix its directory and `/`).
+    Snapshot(Vec<Part>),
     /// Nowhere: files are taken from the base only where unchanged (copy).
     None,
+}
+
+/// One repository's snapshot in a Hugging Face cache serving as base content: the base files
+/// whose paths begin with `prefix` are its files.
+#[derive(Debug)]
+struct Part {
+    prefix: String,
+    repo: PathBuf,
+    commit: String,
+}
+
+impl Content {
+    /// The snapshot holding base file `path`, and the file's path in it.
+    fn snapshot_of<'p>(&self, path: &'p str) -> Option<(&Part, &'p str)> {
+        let Content::Snapshot(parts) = self else {
+            return None;
+        };
+        parts
+            .iter()
+            .find_map(|p| Some((p, path.strip_prefix(p.prefix.as_str())?)))
+    }
 }
 
 /// The base of a delta on the staging host (module documentation).
@@ -181,22 +204,44 @@ impl BaseSource {
     /// For a pack from a Hugging Face cache: where the base has no contents of its own (a
     /// bundle signed by another key, a bare manifest), the snapshot of the base's commit in
     /// the same cache repository serves, when the cache holds it.
+    ///
+    /// For a base of several repositories (FORMAT.md section 14.4), each repository the pack
+    /// carries too serves from its own snapshot of the base's commit, when the cache holds it.
     pub fn with_snapshot_of(mut self, model: &Model) -> BaseSource {
-        if let (Content::None, Some(hf), Some(src)) =
-            (&self.content, &model.hf, &self.manifest.source)
-            && src.repo_id == hf.repo_id
-            && src.repo_type == hf.repo_type
-            && hf
-                .snapshot
-                .repo_folder
-                .join("snapshots")
-                .join(&src.commit)
-                .is_dir()
+        if !matches!(self.content, Content::None) {
+            return self;
+        }
+        let held = |hf: &super::source::HfOrigin, src: &manifest::HfSource| {
+            src.repo_id == hf.repo_id
+                && src.repo_type == hf.repo_type
+                && hf
+                    .snapshot
+                    .repo_folder
+                    .join("snapshots")
+                    .join(&src.commit)
+                    .is_dir()
+        };
+        let mut parts = Vec::new();
+        if let (Some(hf), Some(src)) = (&model.hf, &self.manifest.source)
+            && held(hf, src)
         {
-            self.content = Content::Snapshot {
+            parts.push(Part {
+                prefix: String::new(),
                 repo: hf.snapshot.repo_folder.clone(),
                 commit: src.commit.clone(),
-            };
+            });
+        }
+        for r in &self.manifest.repos {
+            if let Some(hf) = model.repos.iter().find(|hf| held(hf, &r.source)) {
+                parts.push(Part {
+                    prefix: format!("{}/", r.path),
+                    repo: hf.snapshot.repo_folder.clone(),
+                    commit: r.source.commit.clone(),
+                });
+            }
+        }
+        if !parts.is_empty() {
+            self.content = Content::Snapshot(parts);
         }
         self
     }
@@ -227,8 +272,11 @@ impl BaseSource {
                 Ok((f, len)) if len == size => f,
                 _ => return false,
             },
-            Content::Snapshot { repo, commit } => {
-                match crate::hfcache::open_snapshot_file(repo, commit, path) {
+            Content::Snapshot(_) => {
+                let Some((part, rel)) = self.content.snapshot_of(path) else {
+                    return false;
+                };
+                match crate::hfcache::open_snapshot_file(&part.repo, &part.commit, rel) {
                     Ok(f) if f.metadata().is_ok_and(|m| m.len() == size) => f,
                     _ => return false,
                 }
@@ -283,11 +331,15 @@ impl BaseSource {
                     }
                 }
             }
-            Content::Snapshot { repo, commit } => {
+            Content::Snapshot(_) => {
                 for path in wanted {
                     let Some(b) = by_path.get(path) else { continue };
-                    let full = repo.join("snapshots").join(commit).join(path);
-                    match crate::hfcache::open_snapshot_file(repo, commit, path) {
+                    let Some((Part { repo, commit, .. }, rel)) = self.content.snapshot_of(path)
+                    else {
+                        continue;
+                    };
+                    let full = repo.join("snapshots").join(commit).join(rel);
+                    match crate::hfcache::open_snapshot_file(repo, commit, rel) {
                         Ok(f) => {
                             let len = f.metadata().map_err(|e| Error::io(&full, e))?.len();
                             match check(&f, len, b) {

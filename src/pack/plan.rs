@@ -568,24 +568,41 @@ fn delta_stream<'m>(
 }
 
 /// The base files by size and SHA-256.
-type ContentIndex<'b> = HashMap<(u64, &'b str), Vec<&'b FileEntry>>;
+struct ContentIndex<'b> {
+    files: HashMap<(u64, &'b str), Vec<&'b FileEntry>>,
+    /// A base of several repositories (FORMAT.md section 14.4): a file is a copy only of a
+    /// file of its own repository (the same top-level directory).
+    per_repo: bool,
+}
 
 fn content_index(bm: &manifest::Manifest) -> ContentIndex<'_> {
-    let mut by_content: ContentIndex<'_> = HashMap::new();
+    let mut files: HashMap<(u64, &str), Vec<&FileEntry>> = HashMap::new();
     for f in &bm.files {
-        by_content
+        files
             .entry((f.size, f.sha256.as_str()))
             .or_default()
             .push(f);
     }
-    by_content
+    ContentIndex {
+        files,
+        per_repo: !bm.repos.is_empty(),
+    }
+}
+
+/// The top-level directory of a path with at least two components.
+fn top(path: &str) -> Option<&str> {
+    path.split_once('/').map(|(first, _)| first)
 }
 
 /// The base file the new file `path` (`size` bytes, `sha256`) is a copy of, if any: the one
-/// at the same path first.
+/// at the same path first; for a base of several repositories, one of the same repository.
 fn copy_from(by_content: &ContentIndex<'_>, path: &str, size: u64, sha256: &str) -> Option<String> {
-    let same = by_content.get(&(size, sha256))?;
-    let from = same.iter().find(|b| b.path == path).unwrap_or(&same[0]);
+    let same = by_content.files.get(&(size, sha256))?;
+    let mut allowed = same
+        .iter()
+        .filter(|b| !by_content.per_repo || (top(&b.path).is_some() && top(&b.path) == top(path)));
+    let first = allowed.clone().next()?;
+    let from = allowed.find(|b| b.path == path).unwrap_or(first);
     Some(from.path.clone())
 }
 

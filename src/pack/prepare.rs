@@ -247,17 +247,31 @@ fn oms_material(ask: &OmsAsk) -> Result<(Vec<Vec<u8>>, Option<TrustMaterial>)> {
 pub fn prepare(req: Request) -> Result<Prepared> {
     let (oms_chain, oms_trust) = oms_material(&req.oms)?;
     let (model, dependencies_added) = open_model(req.with_dependencies, req.model)?;
-    if !model.repos.is_empty() && req.base.is_some() {
-        return Err(Error::Usage(
-            "--base: a bundle of several repositories is always a full bundle (a delta carries one model; FORMAT.md section 14.4): pack without --base, or pack each repository's delta on its own".into(),
-        ));
-    }
     let base = req.base.as_deref().map(super::base::precheck).transpose()?;
     if let Some(bm) = &base
-        && !bm.repos.is_empty()
+        && bm.repos.is_empty() != model.repos.is_empty()
+    {
+        // Each repository of a delta of several is a delta of the same repository of the
+        // base (FORMAT.md section 14.4): a base of one model has no repositories to match.
+        let (this, that) = if model.repos.is_empty() {
+            ("one model", "several repositories")
+        } else {
+            ("several repositories", "one model")
+        };
+        return Err(Error::Usage(format!(
+            "--base {}: that bundle carries {that} and this one {this}; a delta keeps the shape of its base (FORMAT.md section 14.4): pack a full bundle",
+            req.base.as_deref().unwrap_or(Path::new("")).display()
+        )));
+    }
+    if let Some(bm) = &base
+        && !model.repos.is_empty()
+        && !model.repos.iter().any(|r| {
+            let folder = hfcache::repo_folder_name(&r.repo_type, &r.repo_id);
+            bm.repos.iter().any(|b| b.path == folder)
+        })
     {
         return Err(Error::Usage(format!(
-            "--base {}: that bundle carries several repositories, and a delta is of one model (FORMAT.md section 14.4): pack a full bundle",
+            "--base {}: that bundle has none of these repositories, so there is nothing to make a delta of (FORMAT.md section 14.4): pack a full bundle",
             req.base.as_deref().unwrap_or(Path::new("")).display()
         )));
     }

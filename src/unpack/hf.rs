@@ -1478,6 +1478,9 @@ impl Target for HfTarget {
     type Base = CacheBase;
 
     fn base(&mut self, opened: &Opened) -> Result<CacheBase> {
+        if !opened.manifest.repos.is_empty() {
+            return CacheBase::open_several(&self.opts.cache, &self.opts.trust, opened);
+        }
         let plan = plan(opened, &self.opts)?;
         let repo = self
             .opts
@@ -1744,9 +1747,14 @@ fn receipt_files(opened: &Opened) -> Vec<(String, Vec<u8>)> {
 /// bundle, proven by the receipt it left beside its trace (`REPO/.airlock/receipts/<commit>/`): verified against the trust set, and hashing to the delta's
 /// `base.manifest_sha256`. Its files are read through the snapshot's links to `blobs/`, by the
 /// cache's link rules ([`hfcache`]), and each is checked against the base manifest before use.
+///
+/// For a delta of several repositories (FORMAT.md section 14.4) the base is one snapshot per
+/// repository the delta shares with its base, each proven by its own receipt of the base
+/// bundle; a base file `FOLDER/PATH` is file `PATH` of repository `FOLDER`'s snapshot.
 pub struct CacheBase {
-    repo: PathBuf,
-    commit: String,
+    /// The snapshots, each with what its base files' paths begin with (empty for a base of
+    /// one repository, `FOLDER/` for one of several).
+    parts: Vec<CachePart>,
     manifest: Manifest,
     name: String,
     version: u64,
@@ -1777,14 +1785,121 @@ impl CacheBase {
             )));
         }
         Ok(CacheBase {
-            repo: repo.to_path_buf(),
-            commit,
+            parts: vec![CachePart {
+                prefix: String::new(),
+                repo: repo.to_path_buf(),
+                commit,
+            }],
             manifest: signed.manifest,
             name: m.name.clone(),
             version: m.version,
             base_version: base.version,
         })
     }
+}
+
+impl CacheBase {
+    /// Finds, in `cache`, the base of `opened`, a delta of several repositories: for each
+    /// repository of the delta that its base has too, the snapshot of that repository proven
+    /// by a receipt of the base bundle. A repository the base does not have is new (carried
+    /// whole, installed as in a full bundle); one of the base the delta does not have (dropped)
+    /// is not read and stays in the cache as it is.
+    pub fn open_several(cache: &Path, trust: &Policy, opened: &Opened) -> Result<CacheBase> {
+        let m = &opened.manifest;
+        let base = m.base.as_ref().expect("a delta");
+        let mut found = Vec::new();
+        for r in &m.repos {
+            let repo = cache.join(&r.path);
+            if let Some((commit, signed)) = find_receipt(&repo, &base.manifest_sha256, trust)? {
+                found.push((r.path.clone(), repo, commit, signed.manifest));
+            }
+        }
+        let Some((_, first_repo, _, bm)) = found.first() else {
+            let folders: Vec<&str> = m.repos.iter().map(|r| r.path.as_str()).collect();
+            return Err(Error::DeltaBase {
+                path: cache.to_path_buf(),
+                reason: format!(
+                    "needs {} version {} installed by airlock in this cache: none of its repositories ({}) has a receipt of airlock's naming the manifest sha256 {}",
+                    m.name,
+                    base.version,
+                    folders.join(", "),
+                    base.manifest_sha256
+                ),
+                todo: cache_needs(&m.name, base.version),
+            });
+        };
+        let refuse = |path: &Path, reason: String| Error::DeltaBase {
+            path: path.to_path_buf(),
+            reason,
+            todo: cache_needs(&m.name, base.version),
+        };
+        if bm.name != m.name {
+            return Err(refuse(
+                first_repo,
+                format!(
+                    "the receipt of the base is of {:?}, not of {:?}",
+                    bm.name, m.name
+                ),
+            ));
+        }
+        m.check_repos_base(bm)
+            .map_err(|why| refuse(first_repo, format!("the delta {why}")))?;
+        let mut parts = Vec::new();
+        for (i, r) in m.repos.iter().enumerate() {
+            let Some(j) = m.base_repo(i, bm) else {
+                continue;
+            };
+            let want = &bm.repos[j].source.commit;
+            let repo = cache.join(&r.path);
+            match found.iter().find(|(p, ..)| *p == r.path) {
+                Some((_, _, commit, _)) if commit == want => parts.push(CachePart {
+                    prefix: format!("{}/", r.path),
+                    repo,
+                    commit: commit.clone(),
+                }),
+                Some((_, _, commit, _)) => {
+                    return Err(refuse(
+                        &repo,
+                        format!(
+                            "the receipt of the base in this repository is for commit {commit}, but the base installs {} as commit {want}",
+                            r.source.repo_id
+                        ),
+                    ));
+                }
+                None => {
+                    return Err(refuse(
+                        &repo,
+                        format!(
+                            "needs {} version {} installed by airlock in this cache repository too ({} is in the base, and this delta installs onto it): no receipt of airlock's there names the manifest sha256 {}",
+                            m.name, base.version, r.source.repo_id, base.manifest_sha256
+                        ),
+                    ));
+                }
+            }
+        }
+        let manifest = found.swap_remove(0).3;
+        Ok(CacheBase {
+            parts,
+            manifest,
+            name: m.name.clone(),
+            version: m.version,
+            base_version: base.version,
+        })
+    }
+
+    /// The snapshot holding base file `path`, and the file's path in that snapshot.
+    fn part_of<'p>(&self, path: &'p str) -> Option<(&CachePart, &'p str)> {
+        self.parts
+            .iter()
+            .find_map(|p| Some((p, path.strip_prefix(p.prefix.as_str())?)))
+    }
+}
+
+/// One snapshot of a [`CacheBase`].
+struct CachePart {
+    prefix: String,
+    repo: PathBuf,
+    commit: String,
 }
 
 /// The receipt in `repo`'s trace folder whose manifest hashes to `manifest_sha256`, verified
@@ -1828,21 +1943,35 @@ impl Base for CacheBase {
     }
 
     fn open(&mut self, b: &FileEntry) -> Result<File> {
-        hfcache::open_snapshot_file(&self.repo, &self.commit, &b.path)
+        let Some((part, rel)) = self.part_of(&b.path) else {
+            return Err(self.refuse(format!(
+                "the delta takes the base file {:?}, of a repository this cache's base does not hold",
+                b.path
+            )));
+        };
+        hfcache::open_snapshot_file(&part.repo, &part.commit, rel)
             .map_err(|e| self.rotten(b, format!("cannot open it ({e})")))
     }
 
     fn refuse(&self, reason: String) -> Error {
         Error::DeltaBase {
-            path: self.repo.clone(),
+            path: self
+                .parts
+                .first()
+                .map(|p| p.repo.clone())
+                .unwrap_or_default(),
             reason,
             todo: cache_needs(&self.name, self.base_version),
         }
     }
 
     fn rotten(&self, b: &FileEntry, what: String) -> Error {
+        let path = match self.part_of(&b.path) {
+            Some((part, rel)) => part.repo.join("snapshots").join(&part.commit).join(rel),
+            None => PathBuf::from(&b.path),
+        };
         Error::DeltaBase {
-            path: self.repo.join("snapshots").join(&self.commit).join(&b.path),
+            path,
             reason: format!(
                 "the base file {:?} no longer matches the receipt airlock left in the cache: {what}",
                 b.path

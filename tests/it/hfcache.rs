@@ -211,11 +211,23 @@ fn spec_files() -> Value {
 /// Builds `REPO` at `commit` in `cache` (relative to the env) with `files`; returns the per-file
 /// `{etag, sha256, size}` huggingface_hub's functions produced.
 pub(crate) fn build(env: &Env, cache: &str, commit: &str, files: Value, listing: bool) -> Value {
+    build_repo(env, cache, REPO, commit, files, listing)
+}
+
+/// [`build`] for repository `repo_id`.
+pub(crate) fn build_repo(
+    env: &Env,
+    cache: &str,
+    repo_id: &str,
+    commit: &str,
+    files: Value,
+    listing: bool,
+) -> Value {
     python(
         BUILD,
         &json!({
             "cache": env.path(cache),
-            "repo_id": REPO,
+            "repo_id": repo_id,
             "commit": commit,
             "revision": "main",
             "listing": listing,

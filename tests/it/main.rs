@@ -24,6 +24,7 @@ mod parity;
 mod parity_units;
 mod receipt_links;
 mod repair_safety;
+mod repodelta;
 mod residency;
 mod resume;
 mod roundtrip;
