@@ -185,7 +185,7 @@ pub fn write(
 /// `DIR/.airlock/part.json`: which repositories of a bundle of several (FORMAT.md section
 /// 14.4) an install of part of it holds (`unpack --dest D --repo R`). Not signed: it says
 /// which part of the signed manifest the tree is, never what a file holds.
-pub const PART_NAME: &str = "part.json";
+pub(crate) const PART_NAME: &str = "part.json";
 
 /// Largest `part.json` read.
 const MAX_PART_BYTES: u64 = 1 << 16;

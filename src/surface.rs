@@ -14,6 +14,26 @@ use std::path::Path;
 /// `pub` items used by no other file that stay `pub`, each with its reason.
 const ALLOWED: &[(&str, &str)] = &[
     (
+        "src/oci/client.rs: enum ClientError",
+        "named in the signature of a pub item other files use (private_interfaces)",
+    ),
+    (
+        "src/oci/modelpack.rs: enum LayerError",
+        "named in the signature of a pub item other files use (private_interfaces)",
+    ),
+    (
+        "src/trust/root.rs: enum RootError",
+        "named in the signature of a pub item other files use (private_interfaces)",
+    ),
+    (
+        "src/trust/root.rs: enum RotationError",
+        "named in the signature of a pub item other files use (private_interfaces)",
+    ),
+    (
+        "src/manifest/mod.rs: enum ChooseError",
+        "named in the signature of a pub item other files use (private_interfaces)",
+    ),
+    (
         "src/bundle/open.rs: fn verify_signed_bytes",
         "used only by its own file's tests (dead code outside them if narrowed)",
     ),
@@ -128,10 +148,6 @@ const ALLOWED: &[(&str, &str)] = &[
     (
         "src/trust/root.rs: fn key_for",
         "used only by its own file's tests (dead code outside them if narrowed)",
-    ),
-    (
-        "src/trust/time.rs: enum DateError",
-        "named in the signature of a pub item other files use (private_interfaces)",
     ),
     (
         "src/trust/update.rs: struct Applied",

@@ -50,7 +50,7 @@ pub enum Op {
 
 impl Op {
     /// The operation as a verb ("open", "create").
-    pub fn verb(self) -> &'static str {
+    pub(crate) fn verb(self) -> &'static str {
         match self {
             Op::Open => "open",
             Op::Read => "read",

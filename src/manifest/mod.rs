@@ -6,6 +6,8 @@
 //! [`Manifest::validate`] checks every internal consistency rule before anything trusts a
 //! number in it: a valid signature only says who wrote the manifest, not that they were honest.
 
+use std::fmt;
+
 use serde::{Deserialize, Serialize};
 
 use crate::hexdigest::is_sha256;
@@ -1189,15 +1191,12 @@ impl Manifest {
     /// base's manifest `base`: the base is a bundle of several repositories too. A repository
     /// of the delta that the base does not have is new (its files are carried); one of the
     /// base that the delta does not have is dropped (section 14.4 says what each target does).
-    pub fn check_repos_base(&self, base: &Manifest) -> Result<(), String> {
-        if self.repos.is_empty() != base.repos.is_empty() {
-            return Err(if self.repos.is_empty() {
-                "is a delta of one model against a base of several repositories: a delta keeps the shape of its base".into()
-            } else {
-                "is a delta of several repositories against a base of one model: a delta keeps the shape of its base".into()
-            });
+    pub fn check_repos_base(&self, base: &Manifest) -> std::result::Result<(), ShapeMismatch> {
+        match (self.repos.is_empty(), base.repos.is_empty()) {
+            (true, false) => Err(ShapeMismatch::OneAgainstSeveral),
+            (false, true) => Err(ShapeMismatch::SeveralAgainstOne),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     /// For a delta of several repositories: the index in the base's `repos` of the repository
@@ -1304,7 +1303,7 @@ impl Manifest {
     /// id and different types need the type), `TYPE:ORG/NAME`, or the repository's folder
     /// (`models--ORG--NAME`). `Err` says which name is not there and lists the bundle's
     /// repositories (a usage error: the operator asked for a part the bundle does not have).
-    pub fn choose_repos(&self, asked: &[String]) -> std::result::Result<Vec<usize>, String> {
+    pub fn choose_repos(&self, asked: &[String]) -> std::result::Result<Vec<usize>, ChooseError> {
         let listed = || {
             self.repos
                 .iter()
@@ -1313,9 +1312,7 @@ impl Manifest {
                 .join(", ")
         };
         if self.repos.is_empty() {
-            return Err(
-                "--repo picks repositories of a bundle of several (FORMAT.md section 14.4); this bundle carries one model: leave --repo out".to_string(),
-            );
+            return Err(ChooseError::OneModel);
         }
         let mut chosen = Vec::new();
         for name in asked {
@@ -1336,17 +1333,17 @@ impl Manifest {
                     }
                 }
                 [] => {
-                    return Err(format!(
-                        "--repo {name:?}: the bundle carries no such repository; it carries {}",
-                        listed()
-                    ));
+                    return Err(ChooseError::NoSuch {
+                        name: name.clone(),
+                        carried: listed(),
+                    });
                 }
                 _ => {
-                    return Err(format!(
-                        "--repo {name:?} names {} repositories of the bundle; name one as TYPE:ORG/NAME: {}",
-                        hits.len(),
-                        listed()
-                    ));
+                    return Err(ChooseError::Ambiguous {
+                        name: name.clone(),
+                        count: hits.len(),
+                        carried: listed(),
+                    });
                 }
             }
         }
@@ -1487,6 +1484,67 @@ fn validate_source<'a>(
 /// The stream path of the patch of file `index` (docs/FORMAT.md section 16.2).
 pub fn patch_path(index: usize) -> String {
     format!("{DELTA_DIR}/{index}")
+}
+
+/// Why a delta's shape does not match its base's ([`Manifest::check_repos_base`], FORMAT.md
+/// section 14.4: a delta keeps the shape of its base).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShapeMismatch {
+    /// A delta of one model against a base of several repositories.
+    OneAgainstSeveral,
+    /// A delta of several repositories against a base of one model.
+    SeveralAgainstOne,
+}
+
+impl fmt::Display for ShapeMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::OneAgainstSeveral => {
+                "is a delta of one model against a base of several repositories: a delta keeps the shape of its base"
+            }
+            Self::SeveralAgainstOne => {
+                "is a delta of several repositories against a base of one model: a delta keeps the shape of its base"
+            }
+        })
+    }
+}
+
+/// Why `unpack --repo` names no part of the bundle ([`Manifest::choose_repos`]): a usage
+/// error, the operator asked for a part the bundle does not have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChooseError {
+    /// The bundle carries one model, not several repositories.
+    OneModel,
+    /// No repository of the bundle has that name; `carried` lists them.
+    NoSuch { name: String, carried: String },
+    /// The name fits `count` repositories (one id, several types).
+    Ambiguous {
+        name: String,
+        count: usize,
+        carried: String,
+    },
+}
+
+impl fmt::Display for ChooseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::OneModel => f.write_str(
+                "--repo picks repositories of a bundle of several (FORMAT.md section 14.4); this bundle carries one model: leave --repo out",
+            ),
+            Self::NoSuch { name, carried } => write!(
+                f,
+                "--repo {name:?}: the bundle carries no such repository; it carries {carried}"
+            ),
+            Self::Ambiguous {
+                name,
+                count,
+                carried,
+            } => write!(
+                f,
+                "--repo {name:?} names {count} repositories of the bundle; name one as TYPE:ORG/NAME: {carried}"
+            ),
+        }
+    }
 }
 
 /// Checks a bundle name: printable, 1 to 200 bytes of UTF-8.

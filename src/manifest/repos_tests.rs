@@ -191,10 +191,16 @@ fn a_delta_of_several_repositories_takes_each_file_from_its_own_repository() {
     let mut single = two();
     single.repos.clear();
     let err = m.check_repos_base(&single).unwrap_err();
-    assert!(err.contains("against a base of one model"), "{err}");
-    let err = single.check_repos_base(&base).unwrap_err();
+    assert_eq!(err, ShapeMismatch::SeveralAgainstOne);
     assert!(
-        err.contains("against a base of several repositories"),
+        err.to_string().contains("against a base of one model"),
+        "{err}"
+    );
+    let err = single.check_repos_base(&base).unwrap_err();
+    assert_eq!(err, ShapeMismatch::OneAgainstSeveral);
+    assert!(
+        err.to_string()
+            .contains("against a base of several repositories"),
         "{err}"
     );
 }

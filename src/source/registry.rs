@@ -232,8 +232,7 @@ fn fill(
     progress: &dyn Progress,
     held: &HashSet<String>,
 ) -> Result<()> {
-    let mut skipped: std::collections::HashSet<&str> =
-        held.iter().map(String::as_str).collect();
+    let mut skipped: std::collections::HashSet<&str> = held.iter().map(String::as_str).collect();
     for f in &m.files {
         if !skipped.contains(f.path.as_str()) && sink.holds(f)? {
             skipped.insert(f.path.as_str());

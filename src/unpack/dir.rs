@@ -133,7 +133,9 @@ impl Target for DirTarget {
             None
         } else {
             let m = &opened.manifest;
-            let chosen = m.choose_repos(&opts.repos).map_err(Error::Usage)?;
+            let chosen = m
+                .choose_repos(&opts.repos)
+                .map_err(|e| Error::Usage(e.to_string()))?;
             let folders: Vec<String> = chosen.iter().map(|&i| m.repos[i].path.clone()).collect();
             let view = m.select_repos(&chosen).expect("chosen from the manifest");
             Some((folders, view))

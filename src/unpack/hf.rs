@@ -1223,7 +1223,8 @@ fn views(opened: &Opened, opts: &HfUnpackOptions) -> Result<Vec<(Option<Manifest
     let chosen: Vec<usize> = if opts.repos.is_empty() {
         (0..m.repos.len()).collect()
     } else {
-        m.choose_repos(&opts.repos).map_err(Error::Usage)?
+        m.choose_repos(&opts.repos)
+            .map_err(|e| Error::Usage(e.to_string()))?
     };
     Ok(chosen
         .into_iter()
@@ -1804,7 +1805,7 @@ impl CacheBase {
     /// by a receipt of the base bundle. A repository the base does not have is new (carried
     /// whole, installed as in a full bundle); one of the base the delta does not have (dropped)
     /// is not read and stays in the cache as it is.
-    pub fn open_several(cache: &Path, trust: &Policy, opened: &Opened) -> Result<CacheBase> {
+    pub(crate) fn open_several(cache: &Path, trust: &Policy, opened: &Opened) -> Result<CacheBase> {
         let m = &opened.manifest;
         let base = m.base.as_ref().expect("a delta");
         let mut found = Vec::new();
