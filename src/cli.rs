@@ -265,8 +265,10 @@ pub struct PackArgs {
     /// file is checked against its blob name (the hash the hub published; for a commit airlock
     /// installed there, the name its install wrote) as it is read. Repeat it to pack several
     /// repositories (an adapter and its base) into one bundle under one signature, each in a
-    /// folder of its own; ORG/NAME@REV packs that repository at REV.
-    #[arg(long, value_name = "ORG/NAME[@REV]")]
+    /// folder of its own; ORG/NAME@REV packs that repository at REV, and TYPE:ORG/NAME (TYPE
+    /// one of model, dataset, space, kernel) one of that type, so a model and a dataset go
+    /// into one bundle.
+    #[arg(long, value_name = "[TYPE:]ORG/NAME[@REV]")]
     pub hf_repo: Vec<String>,
     /// With --hf-repo: also pack, from the same local cache and never from the network, every
     /// repository the packed models need that the bundle lacks (a PEFT adapter's base model,
@@ -282,7 +284,8 @@ pub struct PackArgs {
     /// ~/.cache/huggingface/hub).
     #[arg(long, value_name = "DIR", requires = "hf_repo")]
     pub hf_cache: Option<PathBuf>,
-    /// With --hf-repo: the repository type [default: model].
+    /// With --hf-repo: the repository type of each --hf-repo without a TYPE: prefix [default:
+    /// model].
     #[arg(long, value_enum, requires = "hf_repo")]
     pub repo_type: Option<RepoTypeArg>,
     /// Add Reed-Solomon parity volumes (parity.000, ...) of PCT of the data, e.g. 10%: damaged

@@ -75,7 +75,7 @@ fn python(script: &str, input: &Value) -> Value {
 }
 
 /// Writes a repository into a cache the way a huggingface_hub download does, using its own
-/// functions. Input: `{cache, repo_id, commit, revision, listing, files: [{path, lfs, shared?,
+/// functions. Input: `{cache, repo_type?, repo_id, commit, revision, listing, files: [{path, lfs, shared?,
 /// text | random | safetensors}]}`. Output: `{path: {etag, sha256, size}}`.
 const BUILD: &str = r#"
 import hashlib, json, os, random, sys
@@ -88,7 +88,7 @@ from huggingface_hub.utils.sha import git_hash
 from huggingface_hub.utils._shared_blobs import publish_blob_to_shared_store
 
 spec = json.load(sys.stdin)
-storage = os.path.join(spec["cache"], fd.repo_folder_name(repo_id=spec["repo_id"], repo_type="model"))
+storage = os.path.join(spec["cache"], fd.repo_folder_name(repo_id=spec["repo_id"], repo_type=spec.get("repo_type", "model")))
 entries, out = {}, {}
 for f in spec["files"]:
     if "text" in f:
@@ -223,10 +223,24 @@ pub(crate) fn build_repo(
     files: Value,
     listing: bool,
 ) -> Value {
+    build_typed(env, cache, ("model", repo_id), commit, files, listing)
+}
+
+/// [`build`] for repository `repo = (repo_type, repo_id)`.
+pub(crate) fn build_typed(
+    env: &Env,
+    cache: &str,
+    repo: (&str, &str),
+    commit: &str,
+    files: Value,
+    listing: bool,
+) -> Value {
+    let (repo_type, repo_id) = repo;
     python(
         BUILD,
         &json!({
             "cache": env.path(cache),
+            "repo_type": repo_type,
             "repo_id": repo_id,
             "commit": commit,
             "revision": "main",
@@ -262,8 +276,18 @@ pub(crate) fn assert_client_resolves(
     repo_id: &str,
     built: &Value,
 ) -> Value {
+    assert_client_resolves_typed(env, cache, ("model", repo_id), built)
+}
+
+/// [`assert_client_resolves`] for `repo = (repo_type, repo_id)`.
+pub(crate) fn assert_client_resolves_typed(
+    env: &Env,
+    cache: &str,
+    repo: (&str, &str),
+    built: &Value,
+) -> Value {
     let paths: Vec<String> = built.as_object().unwrap().keys().cloned().collect();
-    let v = verify(env, cache, repo_id, &paths);
+    let v = verify_at(env, cache, (repo.0, repo.1, "main"), &paths);
     assert_eq!(v["scan_warnings"], json!([]), "{v:#}");
     assert_eq!(v["errors"], json!({}), "{v:#}");
     assert_eq!(v["logged"], json!([]), "{v:#}");
