@@ -533,6 +533,10 @@ pub struct CheckArgs {
     /// With --hf-repo: the repository type [default: model].
     #[arg(long, value_enum, requires = "hf_repo")]
     pub repo_type: Option<RepoTypeArg>,
+    /// With --hf-repo: check only this revision (a branch, tag or 40-hex commit): its snapshot,
+    /// its ref and the blobs its files link to [default: every snapshot].
+    #[arg(long, value_name = "REV", requires = "hf_repo")]
+    pub revision: Option<String>,
     /// Verify DIR against its OpenSSF Model Signing (OMS v1.0) signature with this public key
     /// (PEM), offline, with the reference tool's rules: every file signed, none changed, no
     /// unsigned file (any model directory, not only airlock installs).

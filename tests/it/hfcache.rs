@@ -1701,3 +1701,97 @@ fn a_cache_airlock_built_is_not_said_to_hold_the_hubs_hashes() {
     ]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("(the hash the hub published)"));
 }
+
+/// `check --hf-cache C --hf-repo R --revision REV` checks that one snapshot and only the blobs
+/// its files link to; damage in another snapshot's blob is not read, and a revision the cache
+/// lacks is `not-cached` naming the path looked for.
+#[test]
+fn check_hf_cache_with_a_revision_checks_only_that_snapshot_and_its_blobs() {
+    let env = Env::new();
+    let old = build(&env, "src", COMMIT_A, spec_files(), true);
+    // A second commit: main moves to it; it shares the config, not the weights.
+    let new = build(
+        &env,
+        "src",
+        COMMIT_B,
+        json!([
+            {"path": "config.json", "lfs": false, "text": "{\"model_type\": \"tiny\", \"hidden_size\": 32}\n"},
+            {"path": "model.safetensors", "lfs": true, "safetensors": 8},
+        ]),
+        true,
+    );
+    assert_eq!(old["config.json"]["etag"], new["config.json"]["etag"]);
+    let rotten = repo_folder(&env, "src")
+        .join("blobs")
+        .join(old["extra/weights.bin"]["etag"].as_str().unwrap());
+    flip_bit(&rotten, 1000);
+    // The whole repository: the damage is found.
+    env.fails(3, &["check", "--hf-cache", "src", "--hf-repo", REPO]);
+    // main (COMMIT_B), by its ref name and by its commit: clean, two blobs.
+    for rev in ["main", COMMIT_B] {
+        let (code, j) = env.json(&[
+            "check",
+            "--hf-cache",
+            "src",
+            "--hf-repo",
+            REPO,
+            "--revision",
+            rev,
+        ]);
+        assert_eq!(code, 0, "{rev}: {j:#}");
+        assert_eq!(j["blobs_checked"], 2, "{rev}: {j:#}");
+        assert_eq!(j["repos"][0]["snapshots"], json!([COMMIT_B]), "{j:#}");
+        let refs = if rev == "main" {
+            json!({"main": COMMIT_B})
+        } else {
+            json!({})
+        };
+        assert_eq!(j["repos"][0]["refs"], refs, "{j:#}");
+    }
+    // The old commit holds the damaged blob.
+    let (code, j) = env.json(&[
+        "check",
+        "--hf-cache",
+        "src",
+        "--hf-repo",
+        REPO,
+        "--revision",
+        COMMIT_A,
+    ]);
+    assert_eq!(code, 3, "{j:#}");
+    assert_eq!(j["problems"][0]["path"], json!(rotten), "{j:#}");
+    assert_eq!(j["problems"].as_array().unwrap().len(), 1, "{j:#}");
+    // Revisions the cache does not hold: exit 1, the path looked for named.
+    let (code, j) = env.json(&[
+        "check",
+        "--hf-cache",
+        "src",
+        "--hf-repo",
+        REPO,
+        "--revision",
+        "v2",
+    ]);
+    assert_eq!(code, 1, "{j:#}");
+    assert_eq!(j["error"]["kind"], "not-cached", "{j:#}");
+    let msg = j["error"]["message"].as_str().unwrap();
+    let refs = repo_folder(&env, "src").join("refs/v2");
+    assert!(msg.contains(&refs.display().to_string()), "{msg}");
+    assert!(msg.contains("its refs: main"), "{msg}");
+    let absent = "c1b2c3d4e5f60718293a4b5c6d7e8f9012345678";
+    let text = env.fails(
+        1,
+        &[
+            "check",
+            "--hf-cache",
+            "src",
+            "--hf-repo",
+            REPO,
+            "--revision",
+            absent,
+        ],
+    );
+    let snap = repo_folder(&env, "src").join("snapshots").join(absent);
+    assert!(text.contains(&snap.display().to_string()), "{text}");
+    // --revision names a revision of one repository.
+    env.fails(2, &["check", "--hf-cache", "src", "--revision", "main"]);
+}
