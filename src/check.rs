@@ -438,6 +438,8 @@ pub(crate) fn values_changed(recorded: &Values, scans: &[(String, FileScan)]) ->
 pub struct CacheOptions<'a> {
     /// Only this repository (`(type, ORG/NAME)`), else every one.
     pub only: Option<(&'a str, &'a str)>,
+    /// Only this revision of `only` (a commit or a ref name), else every snapshot.
+    pub revision: Option<&'a str>,
     /// Scan the weights' values.
     pub scan_values: bool,
     /// Also say whether the repository `only` names loads offline.
@@ -479,10 +481,11 @@ pub fn check_cache(
             "--offline-ready with --hf-cache needs --hf-repo ORG/NAME: the repository whose loading to check".into(),
         ));
     }
-    let report = hfcache::check_cache_scanning(cache, o.only, o.scan_values, progress)?;
+    let report = hfcache::check_cache_scanning(cache, o.only, o.revision, o.scan_values, progress)?;
     let offline = match (o.only, o.offline_ready) {
         (Some((repo_type, id)), true) => {
-            let found = offline::check_cached(cache, repo_type, id, hfcache::DEFAULT_REVISION)
+            let revision = o.revision.unwrap_or(hfcache::DEFAULT_REVISION);
+            let found = offline::check_cached(cache, repo_type, id, revision)
                 .map_err(|e| Error::io(cache, e))?;
             Some(Offline::new(found, report.problems.len()))
         }

@@ -265,8 +265,10 @@ pub struct PackArgs {
     /// file is checked against its blob name (the hash the hub published; for a commit airlock
     /// installed there, the name its install wrote) as it is read. Repeat it to pack several
     /// repositories (an adapter and its base) into one bundle under one signature, each in a
-    /// folder of its own; ORG/NAME@REV packs that repository at REV.
-    #[arg(long, value_name = "ORG/NAME[@REV]")]
+    /// folder of its own; ORG/NAME@REV packs that repository at REV, and TYPE:ORG/NAME (TYPE
+    /// one of model, dataset, space, kernel) one of that type, so a model and a dataset go
+    /// into one bundle.
+    #[arg(long, value_name = "[TYPE:]ORG/NAME[@REV]")]
     pub hf_repo: Vec<String>,
     /// With --hf-repo: also pack, from the same local cache and never from the network, every
     /// repository the packed models need that the bundle lacks (a PEFT adapter's base model,
@@ -282,7 +284,8 @@ pub struct PackArgs {
     /// ~/.cache/huggingface/hub).
     #[arg(long, value_name = "DIR", requires = "hf_repo")]
     pub hf_cache: Option<PathBuf>,
-    /// With --hf-repo: the repository type [default: model].
+    /// With --hf-repo: the repository type of each --hf-repo without a TYPE: prefix [default:
+    /// model].
     #[arg(long, value_enum, requires = "hf_repo")]
     pub repo_type: Option<RepoTypeArg>,
     /// Add Reed-Solomon parity volumes (parity.000, ...) of PCT of the data, e.g. 10%: damaged
@@ -530,6 +533,10 @@ pub struct CheckArgs {
     /// With --hf-repo: the repository type [default: model].
     #[arg(long, value_enum, requires = "hf_repo")]
     pub repo_type: Option<RepoTypeArg>,
+    /// With --hf-repo: check only this revision (a branch, tag or 40-hex commit): its snapshot,
+    /// its ref and the blobs its files link to [default: every snapshot].
+    #[arg(long, value_name = "REV", requires = "hf_repo")]
+    pub revision: Option<String>,
     /// Verify DIR against its OpenSSF Model Signing (OMS v1.0) signature with this public key
     /// (PEM), offline, with the reference tool's rules: every file signed, none changed, no
     /// unsigned file (any model directory, not only airlock installs).

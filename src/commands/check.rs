@@ -79,6 +79,7 @@ fn run_hf(cache: &Path, a: &CheckArgs, ui: &dyn Progress) -> Result<Output> {
         cache,
         &check::CacheOptions {
             only: a.hf_repo.as_deref().map(|id| (repo_type, id)),
+            revision: a.revision.as_deref(),
             scan_values: !a.no_value_scan,
             offline_ready: a.offline_ready,
         },
@@ -208,6 +209,7 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
         &[
             ("--hf-repo", a.hf_repo.is_some()),
             ("--repo-type", a.repo_type.is_some()),
+            ("--revision", a.revision.is_some()),
         ],
     )?;
     if let Some(cache) = &a.hf_cache {

@@ -4,7 +4,7 @@
 //! index lists is reported too. Reads only; nothing is followed that
 //! [`super::layout`] does not allow, and nothing is read past the size its file reports.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -17,7 +17,7 @@ use super::names::{
     EtagKind, NOT_REPOSITORIES, parse_repo_folder, repo_folder_name, validate_repo_id,
     validate_repo_type,
 };
-use super::snapshot::{RefState, list_refs, read_ref};
+use super::snapshot::{RefState, list_refs, locate_snapshot, read_ref};
 use crate::error::{Error, Result};
 use crate::inspect::values::{self, FileScan};
 use crate::inspect::{self, Severity};
@@ -139,14 +139,18 @@ pub fn check_cache(
     only: Option<(&str, &str)>,
     progress: &dyn Progress,
 ) -> Result<CacheReport> {
-    check_cache_scanning(cache, only, false, progress)
+    check_cache_scanning(cache, only, None, false, progress)
 }
 
 /// [`check_cache`], and with `scan_values` the value scan ([`crate::inspect::values`]) of
-/// every blob a snapshot names as a model file, in the read that hashes it.
+/// every blob a snapshot names as a model file, in the read that hashes it. With `revision`
+/// (a 40-hex commit, or a ref name resolved through `refs/`; only with `only`), only that one
+/// snapshot of the repository, its ref and the blobs its files link to: a revision the cache
+/// does not hold is [`Error::NotCached`] naming the ref file or snapshot folder looked for.
 pub fn check_cache_scanning(
     cache: &Path,
     only: Option<(&str, &str)>,
+    revision: Option<&str>,
     scan_values: bool,
     progress: &dyn Progress,
 ) -> Result<CacheReport> {
@@ -159,10 +163,30 @@ pub fn check_cache_scanning(
     }
     let mut report = CacheReport::default();
     let folders = repository_folders(cache, only, &mut report)?;
+    let one = match (only, revision) {
+        (Some((repo_type, repo_id)), Some(rev)) => {
+            let (_, commit, _) = locate_snapshot(cache, repo_type, repo_id, rev)?;
+            Some(OneRevision {
+                commit,
+                ref_name: (!super::names::is_commit(rev)).then(|| rev.to_string()),
+            })
+        }
+        (None, Some(_)) => {
+            return Err(Error::Usage(
+                "--revision with --hf-cache needs --hf-repo ORG/NAME: the repository whose revision to check".into(),
+            ));
+        }
+        (_, None) => None,
+    };
 
     let mut jobs = Vec::new();
     for (index, (repo_type, repo_id, folder)) in folders.into_iter().enumerate() {
-        let (repo, mut repo_jobs) = survey_repo(index, repo_type, repo_id, folder, &mut report)?;
+        let (repo, mut repo_jobs) = survey_repo(
+            index,
+            (repo_type, repo_id, folder),
+            one.as_ref(),
+            &mut report,
+        )?;
         report.repos.push(repo);
         jobs.append(&mut repo_jobs);
     }
@@ -421,19 +445,42 @@ fn dir_or_problem(path: &Path, report: &mut CacheReport) -> bool {
     }
 }
 
+/// The one snapshot `check --hf-cache --hf-repo R --revision REV` checks.
+struct OneRevision {
+    /// The commit REV resolved to (its snapshot folder exists).
+    commit: String,
+    /// REV when it is a ref name (`refs/REV`), not a commit.
+    ref_name: Option<String>,
+}
+
+/// The blobs (by file name) the links of snapshot folder `dir` point to.
+fn linked_blobs(dir: &Path) -> HashSet<String> {
+    walkdir::WalkDir::new(dir)
+        .min_depth(1)
+        .into_iter()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path_is_symlink())
+        .filter_map(|e| fs::read_link(e.path()).ok())
+        .filter_map(|t| t.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect()
+}
+
 /// Reads one repository's refs, snapshots and blob list, runs the model checks on each
-/// snapshot, and returns the blobs to hash.
+/// snapshot, and returns the blobs to hash. With `one`, only that snapshot, its ref and the
+/// blobs it links to.
 fn survey_repo(
     index: usize,
-    repo_type: String,
-    repo_id: String,
-    folder: PathBuf,
+    (repo_type, repo_id, folder): (String, String, PathBuf),
+    one: Option<&OneRevision>,
     report: &mut CacheReport,
 ) -> Result<(CachedRepo, Vec<BlobJob>)> {
     let snapshots_dir = folder.join("snapshots");
     let mut snapshots = Vec::new();
     let snapshots_readable = dir_or_problem(&snapshots_dir, report);
-    if snapshots_readable {
+    if let Some(one) = one {
+        // locate_snapshot found it a real directory.
+        snapshots.push(one.commit.clone());
+    } else if snapshots_readable {
         let rd = crate::fsio::list_dir(&snapshots_dir, crate::fsio::Follow::Never)
             .map_err(|e| Error::io(&snapshots_dir, e.into()))?;
         for (name, ft) in rd {
@@ -451,6 +498,9 @@ fn survey_repo(
     let mut refs = BTreeMap::new();
     if dir_or_problem(&folder.join("refs"), report) {
         for (name, path) in list_refs(&folder) {
+            if one.is_some_and(|o| o.ref_name.as_deref() != Some(name.as_str())) {
+                continue;
+            }
             let bad = |problem: String| CacheProblem {
                 path: path.clone(),
                 kind: "bad-ref",
@@ -482,6 +532,7 @@ fn survey_repo(
     }
     let mut jobs = Vec::new();
     let blobs = folder.join("blobs");
+    let wanted = one.map(|o| linked_blobs(&snapshots_dir.join(&o.commit)));
     if dir_or_problem(&blobs, report) {
         let rd = crate::fsio::list_dir(&blobs, crate::fsio::Follow::Never)
             .map_err(|e| Error::io(&blobs, e.into()))?;
@@ -490,6 +541,9 @@ fn survey_repo(
             .map(|(n, _)| (n.to_string_lossy().into_owned(), blobs.join(&n)))
             .collect();
         names.sort();
+        if let Some(wanted) = &wanted {
+            names.retain(|(name, _)| wanted.contains(name));
+        }
         for (name, path) in names {
             if let Some(kind) = EtagKind::of(&name) {
                 match layout::blob_source(&folder, &path) {

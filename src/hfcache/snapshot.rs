@@ -307,7 +307,7 @@ pub fn open_snapshot(
 
 /// The repository folder, the commit `revision` resolves to and its snapshot folder, every
 /// folder on the way checked to be a real directory.
-fn locate_snapshot(
+pub(super) fn locate_snapshot(
     cache: &Path,
     repo_type: &str,
     repo_id: &str,

@@ -39,7 +39,8 @@ pub fn check_output(output: &Path) -> Result<()> {
 }
 
 /// The repositories `--hf-repo` names (repeatable; `ORG/NAME@REV` names a revision, `revision`
-/// is `--revision`, for one repository only), each of `repo_type`.
+/// is `--revision`, for one repository only; `TYPE:ORG/NAME` names the repository type, the
+/// prefix `unpack --repo` takes), each of `repo_type` (`--repo-type`) when it has no prefix.
 pub fn repo_asks(
     given: &[String],
     revision: Option<&str>,
@@ -47,9 +48,20 @@ pub fn repo_asks(
 ) -> Result<Vec<RepoAsk>> {
     let mut asks = Vec::with_capacity(given.len());
     for one in given {
-        let (repo_id, at) = match one.split_once('@') {
+        let (name, at) = match one.split_once('@') {
             Some((id, rev)) => (id, Some(rev)),
             None => (one.as_str(), None),
+        };
+        let (typ, repo_id) = match name.split_once(':') {
+            Some((typ, id)) => {
+                hfcache::validate_repo_type(typ).map_err(|why| {
+                    Error::Usage(format!(
+                        "--hf-repo {one}: {why}, the prefix of TYPE:ORG/NAME"
+                    ))
+                })?;
+                (typ, id)
+            }
+            None => (repo_type, name),
         };
         let revision = match (at, revision) {
             (Some(_), Some(_)) => {
@@ -75,7 +87,7 @@ pub fn repo_asks(
             .map_err(|why| Error::Usage(format!("--hf-repo {one}: {why}")))?;
         asks.push(RepoAsk {
             repo_id: repo_id.to_string(),
-            repo_type: repo_type.to_string(),
+            repo_type: typ.to_string(),
             revision,
         });
     }

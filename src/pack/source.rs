@@ -365,8 +365,12 @@ fn open_snapshots(cache: Option<&Path>, asks: &[RepoAsk]) -> Result<Model> {
     for pair in asks.windows(2) {
         if crate::paths::fold(&pair[0].0) == crate::paths::fold(&pair[1].0) {
             return Err(Error::Usage(format!(
-                "--hf-repo {} and --hf-repo {} name the same repository ({}): a bundle carries one revision of each repository",
-                pair[0].1.repo_id, pair[1].1.repo_id, pair[0].0
+                "--hf-repo {}:{} and --hf-repo {}:{} name the same repository ({}): a bundle carries one revision of each repository",
+                pair[0].1.repo_type,
+                pair[0].1.repo_id,
+                pair[1].1.repo_type,
+                pair[1].1.repo_id,
+                pair[0].0
             )));
         }
     }

@@ -75,7 +75,7 @@ fn python(script: &str, input: &Value) -> Value {
 }
 
 /// Writes a repository into a cache the way a huggingface_hub download does, using its own
-/// functions. Input: `{cache, repo_id, commit, revision, listing, files: [{path, lfs, shared?,
+/// functions. Input: `{cache, repo_type?, repo_id, commit, revision, listing, files: [{path, lfs, shared?,
 /// text | random | safetensors}]}`. Output: `{path: {etag, sha256, size}}`.
 const BUILD: &str = r#"
 import hashlib, json, os, random, sys
@@ -88,7 +88,7 @@ from huggingface_hub.utils.sha import git_hash
 from huggingface_hub.utils._shared_blobs import publish_blob_to_shared_store
 
 spec = json.load(sys.stdin)
-storage = os.path.join(spec["cache"], fd.repo_folder_name(repo_id=spec["repo_id"], repo_type="model"))
+storage = os.path.join(spec["cache"], fd.repo_folder_name(repo_id=spec["repo_id"], repo_type=spec.get("repo_type", "model")))
 entries, out = {}, {}
 for f in spec["files"]:
     if "text" in f:
@@ -223,10 +223,24 @@ pub(crate) fn build_repo(
     files: Value,
     listing: bool,
 ) -> Value {
+    build_typed(env, cache, ("model", repo_id), commit, files, listing)
+}
+
+/// [`build`] for repository `repo = (repo_type, repo_id)`.
+pub(crate) fn build_typed(
+    env: &Env,
+    cache: &str,
+    repo: (&str, &str),
+    commit: &str,
+    files: Value,
+    listing: bool,
+) -> Value {
+    let (repo_type, repo_id) = repo;
     python(
         BUILD,
         &json!({
             "cache": env.path(cache),
+            "repo_type": repo_type,
             "repo_id": repo_id,
             "commit": commit,
             "revision": "main",
@@ -262,8 +276,18 @@ pub(crate) fn assert_client_resolves(
     repo_id: &str,
     built: &Value,
 ) -> Value {
+    assert_client_resolves_typed(env, cache, ("model", repo_id), built)
+}
+
+/// [`assert_client_resolves`] for `repo = (repo_type, repo_id)`.
+pub(crate) fn assert_client_resolves_typed(
+    env: &Env,
+    cache: &str,
+    repo: (&str, &str),
+    built: &Value,
+) -> Value {
     let paths: Vec<String> = built.as_object().unwrap().keys().cloned().collect();
-    let v = verify(env, cache, repo_id, &paths);
+    let v = verify_at(env, cache, (repo.0, repo.1, "main"), &paths);
     assert_eq!(v["scan_warnings"], json!([]), "{v:#}");
     assert_eq!(v["errors"], json!({}), "{v:#}");
     assert_eq!(v["logged"], json!([]), "{v:#}");
@@ -1676,4 +1700,98 @@ fn a_cache_airlock_built_is_not_said_to_hold_the_hubs_hashes() {
         "k.key",
     ]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("(the hash the hub published)"));
+}
+
+/// `check --hf-cache C --hf-repo R --revision REV` checks that one snapshot and only the blobs
+/// its files link to; damage in another snapshot's blob is not read, and a revision the cache
+/// lacks is `not-cached` naming the path looked for.
+#[test]
+fn check_hf_cache_with_a_revision_checks_only_that_snapshot_and_its_blobs() {
+    let env = Env::new();
+    let old = build(&env, "src", COMMIT_A, spec_files(), true);
+    // A second commit: main moves to it; it shares the config, not the weights.
+    let new = build(
+        &env,
+        "src",
+        COMMIT_B,
+        json!([
+            {"path": "config.json", "lfs": false, "text": "{\"model_type\": \"tiny\", \"hidden_size\": 32}\n"},
+            {"path": "model.safetensors", "lfs": true, "safetensors": 8},
+        ]),
+        true,
+    );
+    assert_eq!(old["config.json"]["etag"], new["config.json"]["etag"]);
+    let rotten = repo_folder(&env, "src")
+        .join("blobs")
+        .join(old["extra/weights.bin"]["etag"].as_str().unwrap());
+    flip_bit(&rotten, 1000);
+    // The whole repository: the damage is found.
+    env.fails(3, &["check", "--hf-cache", "src", "--hf-repo", REPO]);
+    // main (COMMIT_B), by its ref name and by its commit: clean, two blobs.
+    for rev in ["main", COMMIT_B] {
+        let (code, j) = env.json(&[
+            "check",
+            "--hf-cache",
+            "src",
+            "--hf-repo",
+            REPO,
+            "--revision",
+            rev,
+        ]);
+        assert_eq!(code, 0, "{rev}: {j:#}");
+        assert_eq!(j["blobs_checked"], 2, "{rev}: {j:#}");
+        assert_eq!(j["repos"][0]["snapshots"], json!([COMMIT_B]), "{j:#}");
+        let refs = if rev == "main" {
+            json!({"main": COMMIT_B})
+        } else {
+            json!({})
+        };
+        assert_eq!(j["repos"][0]["refs"], refs, "{j:#}");
+    }
+    // The old commit holds the damaged blob.
+    let (code, j) = env.json(&[
+        "check",
+        "--hf-cache",
+        "src",
+        "--hf-repo",
+        REPO,
+        "--revision",
+        COMMIT_A,
+    ]);
+    assert_eq!(code, 3, "{j:#}");
+    assert_eq!(j["problems"][0]["path"], json!(rotten), "{j:#}");
+    assert_eq!(j["problems"].as_array().unwrap().len(), 1, "{j:#}");
+    // Revisions the cache does not hold: exit 1, the path looked for named.
+    let (code, j) = env.json(&[
+        "check",
+        "--hf-cache",
+        "src",
+        "--hf-repo",
+        REPO,
+        "--revision",
+        "v2",
+    ]);
+    assert_eq!(code, 1, "{j:#}");
+    assert_eq!(j["error"]["kind"], "not-cached", "{j:#}");
+    let msg = j["error"]["message"].as_str().unwrap();
+    let refs = repo_folder(&env, "src").join("refs/v2");
+    assert!(msg.contains(&refs.display().to_string()), "{msg}");
+    assert!(msg.contains("its refs: main"), "{msg}");
+    let absent = "c1b2c3d4e5f60718293a4b5c6d7e8f9012345678";
+    let text = env.fails(
+        1,
+        &[
+            "check",
+            "--hf-cache",
+            "src",
+            "--hf-repo",
+            REPO,
+            "--revision",
+            absent,
+        ],
+    );
+    let snap = repo_folder(&env, "src").join("snapshots").join(absent);
+    assert!(text.contains(&snap.display().to_string()), "{text}");
+    // --revision names a revision of one repository.
+    env.fails(2, &["check", "--hf-cache", "src", "--revision", "main"]);
 }

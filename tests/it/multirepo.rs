@@ -709,3 +709,177 @@ fn a_bundle_of_several_is_pushed_as_one_artifact_and_installs_whole_or_in_part()
     assert!(!env.path("d-base").exists());
     assert!(staging_leftovers(env.dir.path()).is_empty());
 }
+
+/// `pack --hf-repo TYPE:ORG/NAME`: a model and a dataset of a real huggingface_hub cache layout
+/// cross in one bundle, each with its type in the manifest, and install into a fresh cache
+/// where huggingface_hub finds each under its type.
+#[test]
+fn a_model_and_a_dataset_cross_in_one_bundle_each_with_its_type() {
+    use crate::hfcache::{COMMIT_A, COMMIT_B, assert_client_resolves_typed, build_typed};
+    let env = Env::new();
+    let model = build_typed(
+        &env,
+        "src",
+        ("model", "acme/tiny-model"),
+        COMMIT_A,
+        serde_json::json!([
+            {"path": "config.json", "lfs": false, "text": "{\"model_type\": \"tiny\"}\n"},
+            {"path": "model.safetensors", "lfs": true, "safetensors": 5},
+        ]),
+        true,
+    );
+    // The dataset shares the model's name: only the type tells them apart.
+    let data = build_typed(
+        &env,
+        "src",
+        ("dataset", "acme/tiny-model"),
+        COMMIT_B,
+        serde_json::json!([
+            {"path": "README.md", "lfs": false, "text": "# data\n"},
+            {"path": "train/part-0.bin", "lfs": true, "random": 200000, "seed": 9},
+        ]),
+        true,
+    );
+    let (code, j) = env.json(&[
+        "pack",
+        "--hf-cache",
+        "src",
+        "--hf-repo",
+        "acme/tiny-model",
+        "--hf-repo",
+        "dataset:acme/tiny-model@main",
+        "--with-dependencies",
+        "-o",
+        "both",
+        "--key",
+        "k.key",
+    ]);
+    assert_eq!(code, 0, "{j}");
+    assert_eq!(j["dependencies_added"], serde_json::json!([]), "{j}");
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(env.path("both/manifest.json")).unwrap()).unwrap();
+    let repos: Vec<(String, String, String, String)> = m["repos"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let s = &r["source"];
+            (
+                r["path"].as_str().unwrap().to_string(),
+                s["repo_type"].as_str().unwrap().to_string(),
+                s["repo_id"].as_str().unwrap().to_string(),
+                s["commit"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want = |p: &str, t: &str, c: &str| (p.into(), t.into(), "acme/tiny-model".into(), c.into());
+    assert_eq!(
+        repos,
+        vec![
+            want("datasets--acme--tiny-model", "dataset", COMMIT_B),
+            want("models--acme--tiny-model", "model", COMMIT_A),
+        ]
+    );
+    // A fresh cache on the target: one unpack installs both, each under its type.
+    env.ok(&["unpack", "both", "--trust", "k.pub", "--hf-cache", "dst"]);
+    let v = assert_client_resolves_typed(&env, "dst", ("model", "acme/tiny-model"), &model);
+    let types: Vec<&str> = v["repos"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["repo_type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types.len(), 2, "{v:#}");
+    assert!(
+        types.contains(&"model") && types.contains(&"dataset"),
+        "{v:#}"
+    );
+    assert_client_resolves_typed(&env, "dst", ("dataset", "acme/tiny-model"), &data);
+    // Each checks on its own by its type.
+    env.ok(&[
+        "check",
+        "--hf-cache",
+        "dst",
+        "--hf-repo",
+        "acme/tiny-model",
+        "--repo-type",
+        "dataset",
+    ]);
+    // And one of them alone by its typed name.
+    env.ok(&[
+        "unpack",
+        "both",
+        "--trust",
+        "k.pub",
+        "--hf-cache",
+        "one",
+        "--repo",
+        "dataset:acme/tiny-model",
+    ]);
+    assert_client_resolves_typed(&env, "one", ("dataset", "acme/tiny-model"), &data);
+    assert!(!env.path("one/models--acme--tiny-model").exists());
+}
+
+#[test]
+fn a_repository_type_prefix_is_checked_and_one_repository_twice_is_refused() {
+    let env = Env::new();
+    staging_cache(&env);
+    let pack = |repos: &[&str]| {
+        let mut args = vec!["pack", "--hf-cache", "src"];
+        for r in repos {
+            args.extend(["--hf-repo", r]);
+        }
+        args.extend(["-o", "x", "--key", "k.key"]);
+        let text = env.fails(2, &args);
+        env.assert_nothing_packed("x");
+        text
+    };
+    // An unknown type, named.
+    let text = pack(&["weights:org/base", "org/adapter"]);
+    assert!(
+        text.contains("\"weights\" is not a Hugging Face repository type"),
+        "{text}"
+    );
+    assert!(text.contains("--hf-repo weights:org/base"), "{text}");
+    // The same repository, once with its type and once by the default.
+    let text = pack(&["model:org/base", "org/base@main"]);
+    assert!(text.contains("name the same repository"), "{text}");
+    assert!(text.contains("models--org--base"), "{text}");
+    // --repo-type is the default for the names without a prefix.
+    let text = env.fails(
+        1,
+        &[
+            "pack",
+            "--hf-cache",
+            "src",
+            "--repo-type",
+            "dataset",
+            "--hf-repo",
+            "org/base",
+            "--hf-repo",
+            "model:org/adapter",
+            "-o",
+            "x",
+            "--key",
+            "k.key",
+        ],
+    );
+    assert!(text.contains("datasets--org--base"), "{text}");
+    env.assert_nothing_packed("x");
+    // And a prefix overrides it: both models pack.
+    env.ok(&[
+        "pack",
+        "--hf-cache",
+        "src",
+        "--repo-type",
+        "dataset",
+        "--hf-repo",
+        "model:org/base",
+        "--hf-repo",
+        "model:org/adapter",
+        "-o",
+        "ok",
+        "--key",
+        "k.key",
+    ]);
+}
