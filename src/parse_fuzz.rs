@@ -555,12 +555,12 @@ fn oms_child() {
                     );
                     tally.borrow_mut().saw(&bytes, Ok(()))?;
                 }
-                Err(e) => tally.borrow_mut().saw(&bytes, Err(&e))?,
+                Err(e) => tally.borrow_mut().saw(&bytes, Err(&e.to_string()))?,
             }
         }
         match bundle::read_statement(&bytes) {
             Ok(_) => tally.borrow_mut().saw(&bytes, Ok(())),
-            Err(e) => tally.borrow_mut().saw(&bytes, Err(&e)),
+            Err(e) => tally.borrow_mut().saw(&bytes, Err(&e.to_string())),
         }
     }));
     tally.borrow().report("oms bundle", started);
@@ -575,7 +575,7 @@ fn oms_child() {
                 }
                 tally.borrow_mut().saw(&bytes, Ok(()))
             }
-            Err(e) => tally.borrow_mut().saw(&bytes, Err(&e)),
+            Err(e) => tally.borrow_mut().saw(&bytes, Err(&e.to_string())),
         }
     }));
     tally.borrow().report("oms statement", started);

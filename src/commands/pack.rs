@@ -625,7 +625,7 @@ fn unlock_oms_key(f: OmsKeyFile, ui: &Ui, chain: &[Vec<u8>]) -> Result<airlock::
     )?;
     if let Some(cert) = chain.first() {
         let c = airlock::oms::x509::Cert::from_der(cert)
-            .map_err(|why| oms_key_error(&f.path, KeyLoadError::Invalid(why)))?;
+            .map_err(|why| oms_key_error(&f.path, KeyLoadError::Invalid(why.to_string())))?;
         if c.ecdsa_key().ok().as_ref() != Some(&key.verifying_key()) {
             return Err(Error::OmsKey {
                 path: f.path.clone(),

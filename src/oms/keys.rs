@@ -28,9 +28,58 @@ const P384_OID: der::asn1::ObjectIdentifier =
 const P521_OID: der::asn1::ObjectIdentifier =
     der::asn1::ObjectIdentifier::new_unwrap("1.3.132.0.35");
 
+/// Why a public key or a PEM block is refused (issue 34 item 6: typed). `Display` is the
+/// reason after the file's name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// Not a DER SubjectPublicKeyInfo; the parser's reason.
+    #[error("is not a DER SubjectPublicKeyInfo: {0}")]
+    Spki(String),
+    /// A key of a kind OMS does not sign with: its algorithm OID and curve OID.
+    #[error("{}", describe_unsupported(.algorithm, .curve.as_deref()))]
+    Unsupported {
+        /// The algorithm OID.
+        algorithm: String,
+        /// The curve OID, if any.
+        curve: Option<String>,
+    },
+    /// The key's bit string is not whole bytes.
+    #[error("has a public key that is not a whole number of bytes")]
+    PartialBytes,
+    /// The point is not on the curve.
+    #[error("holds a point that is not on {}", .0.name())]
+    NotOnCurve(Curve),
+    /// The private scalar is not valid on the curve.
+    #[error("holds a private scalar that is not valid on {}", .0.name())]
+    BadScalar(Curve),
+    /// A BEGIN line without its END line.
+    #[error("has a -----BEGIN {0}----- line without its -----END {0}----- line")]
+    Unterminated(&'static str),
+    /// A block that does not decode (label, the decoder's reason).
+    #[error("has a {0} block that does not decode: {1}")]
+    Undecodable(&'static str, String),
+    /// A block whose label is not the one asked for.
+    #[error("has a malformed {0} block")]
+    Malformed(&'static str),
+    /// A certificate where a key was expected.
+    #[error(
+        "holds a certificate, not a {0}: for the certificate method pass it with --oms-cert-chain"
+    )]
+    Certificate(&'static str),
+    /// A private key where a public key was expected.
+    #[error("holds a private key, not a {0}: give the public key (openssl ec -in KEY.pem -pubout)")]
+    PrivateKey(&'static str),
+    /// A minisign key.
+    #[error("is a minisign key, not a PEM {0} of an ECDSA key on P-256, P-384 or P-521")]
+    Minisign(&'static str),
+    /// No block of the label.
+    #[error("holds no PEM {0} block")]
+    NoBlock(&'static str),
+}
+
 /// What a key of an unsupported kind is, by the OIDs of its algorithm identifier.
-fn describe_unsupported(alg: &der::asn1::ObjectIdentifier, param: Option<&str>) -> String {
-    let what = match (alg.to_string().as_str(), param) {
+fn describe_unsupported(alg: &str, param: Option<&str>) -> String {
+    let what = match (alg, param) {
         ("1.2.840.10045.2.1", Some("1.3.132.0.10")) => "an ECDSA key on secp256k1".to_string(),
         ("1.2.840.10045.2.1", Some(p)) => format!("an ECDSA key on the curve {p}"),
         ("1.2.840.10045.2.1", None) => "an ECDSA key without a named curve".to_string(),
@@ -108,9 +157,9 @@ impl Eq for VerifyingKey {}
 impl VerifyingKey {
     /// The key of a DER SubjectPublicKeyInfo; `Err` says what the key is when it is not one of
     /// the supported kinds.
-    pub fn from_spki_der(der_bytes: &[u8]) -> Result<VerifyingKey, String> {
+    pub fn from_spki_der(der_bytes: &[u8]) -> Result<VerifyingKey, KeyError> {
         let spki = spki::SubjectPublicKeyInfoRef::from_der(der_bytes)
-            .map_err(|e| format!("is not a DER SubjectPublicKeyInfo: {e}"))?;
+            .map_err(|e| KeyError::Spki(e.to_string()))?;
         let param = spki
             .algorithm
             .parameters
@@ -119,22 +168,20 @@ impl VerifyingKey {
         let curve = (spki.algorithm.oid == EC_PUBLIC_KEY)
             .then(|| param.as_ref().and_then(Curve::from_oid))
             .flatten()
-            .ok_or_else(|| {
-                describe_unsupported(
-                    &spki.algorithm.oid,
-                    param.as_ref().map(|p| p.to_string()).as_deref(),
-                )
+            .ok_or_else(|| KeyError::Unsupported {
+                algorithm: spki.algorithm.oid.to_string(),
+                curve: param.as_ref().map(|p| p.to_string()),
             })?;
         let point = spki
             .subject_public_key
             .as_bytes()
-            .ok_or("has a public key that is not a whole number of bytes")?;
+            .ok_or(KeyError::PartialBytes)?;
         Self::from_sec1_point(curve, point)
     }
 
     /// The key of an encoded curve point.
-    pub(crate) fn from_sec1_point(curve: Curve, point: &[u8]) -> Result<VerifyingKey, String> {
-        let bad = |_| format!("holds a point that is not on {}", curve.name());
+    pub(crate) fn from_sec1_point(curve: Curve, point: &[u8]) -> Result<VerifyingKey, KeyError> {
+        let bad = |_| KeyError::NotOnCurve(curve);
         Ok(match curve {
             Curve::P256 => {
                 VerifyingKey::P256(p256::ecdsa::VerifyingKey::from_sec1_bytes(point).map_err(bad)?)
@@ -149,7 +196,7 @@ impl VerifyingKey {
     }
 
     /// Parses a PEM `PUBLIC KEY` (text around the block, as `certtool` writes, is allowed).
-    pub fn from_pem(text: &str) -> Result<VerifyingKey, String> {
+    pub fn from_pem(text: &str) -> Result<VerifyingKey, KeyError> {
         let der_bytes = pem_block(text, "PUBLIC KEY")?;
         Self::from_spki_der(&der_bytes)
     }
@@ -256,7 +303,9 @@ impl SigningKey {
                 "is a key in OpenSSL's legacy encrypted PEM form (Proc-Type: 4,ENCRYPTED), which airlock does not read; convert it to encrypted PKCS#8: openssl pkcs8 -topk8 -in KEY.pem -out KEY.p8.pem".into(),
             ));
         }
-        if let Some(der_bytes) = find_block(text, "ENCRYPTED PRIVATE KEY").map_err(invalid)? {
+        if let Some(der_bytes) =
+            find_block(text, "ENCRYPTED PRIVATE KEY").map_err(|e| invalid(e.to_string()))?
+        {
             let Some(password) = password else {
                 return Err(KeyLoadError::NeedsPassword);
             };
@@ -278,24 +327,36 @@ impl SigningKey {
                 e => e,
             });
         }
-        if let Some(der_bytes) = find_block(text, "PRIVATE KEY").map_err(invalid)? {
+        if let Some(der_bytes) =
+            find_block(text, "PRIVATE KEY").map_err(|e| invalid(e.to_string()))?
+        {
             return Self::from_pkcs8_der(&der_bytes);
         }
-        if let Some(der_bytes) = find_block(text, "EC PRIVATE KEY").map_err(invalid)? {
+        if let Some(der_bytes) =
+            find_block(text, "EC PRIVATE KEY").map_err(|e| invalid(e.to_string()))?
+        {
             let k = sec1::EcPrivateKey::from_der(&der_bytes)
                 .map_err(|e| invalid(format!("is not a SEC1 EC private key: {e}")))?;
             let curve = match k.parameters.and_then(|p| p.named_curve()) {
                 Some(oid) => Curve::from_oid(&oid).ok_or_else(|| {
-                    invalid(describe_unsupported(&EC_PUBLIC_KEY, Some(&oid.to_string())))
+                    invalid(describe_unsupported(
+                        &EC_PUBLIC_KEY.to_string(),
+                        Some(&oid.to_string()),
+                    ))
                 })?,
                 None => match k.private_key.len() {
                     32 => Curve::P256,
                     48 => Curve::P384,
                     66 => Curve::P521,
-                    _ => return Err(invalid(describe_unsupported(&EC_PUBLIC_KEY, None))),
+                    _ => {
+                        return Err(invalid(describe_unsupported(
+                            &EC_PUBLIC_KEY.to_string(),
+                            None,
+                        )));
+                    }
                 },
             };
-            return Self::from_scalar(curve, k.private_key).map_err(invalid);
+            return Self::from_scalar(curve, k.private_key).map_err(|e| invalid(e.to_string()));
         }
         for other in [
             "OPENSSH PRIVATE KEY",
@@ -330,22 +391,17 @@ impl SigningKey {
             .flatten()
             .ok_or_else(|| {
                 invalid(describe_unsupported(
-                    &info.algorithm.oid,
+                    &info.algorithm.oid.to_string(),
                     param.as_ref().map(|p| p.to_string()).as_deref(),
                 ))
             })?;
         let k = sec1::EcPrivateKey::from_der(info.private_key)
             .map_err(|e| invalid(format!("holds an EC key that does not parse: {e}")))?;
-        Self::from_scalar(curve, k.private_key).map_err(invalid)
+        Self::from_scalar(curve, k.private_key).map_err(|e| invalid(e.to_string()))
     }
 
-    fn from_scalar(curve: Curve, scalar: &[u8]) -> Result<SigningKey, String> {
-        let bad = |_| {
-            format!(
-                "holds a private scalar that is not valid on {}",
-                curve.name()
-            )
-        };
+    fn from_scalar(curve: Curve, scalar: &[u8]) -> Result<SigningKey, KeyError> {
+        let bad = |_| KeyError::BadScalar(curve);
         Ok(match curve {
             Curve::P256 => {
                 SigningKey::P256(p256::ecdsa::SigningKey::from_slice(scalar).map_err(bad)?)
@@ -391,43 +447,40 @@ impl SigningKey {
 /// The DER of the first PEM block labelled `label` in `text`, if there is one. Text before and
 /// after it is allowed (`certtool` prints a description first); a block that is there but does
 /// not decode is an error.
-pub(crate) fn find_block(text: &str, label: &str) -> Result<Option<Zeroizing<Vec<u8>>>, String> {
+pub(crate) fn find_block(
+    text: &str,
+    label: &'static str,
+) -> Result<Option<Zeroizing<Vec<u8>>>, KeyError> {
     let begin = format!("-----BEGIN {label}-----");
     let end = format!("-----END {label}-----");
     let Some(start) = text.find(&begin) else {
         return Ok(None);
     };
     let Some(stop) = text[start..].find(&end) else {
-        return Err(format!("has a {begin} line without its {end} line"));
+        return Err(KeyError::Unterminated(label));
     };
     let block = &text[start..start + stop + end.len()];
     let (found, bytes) = pem_rfc7468::decode_vec(block.as_bytes())
-        .map_err(|e| format!("has a {label} block that does not decode: {e}"))?;
+        .map_err(|e| KeyError::Undecodable(label, e.to_string()))?;
     if found != label {
-        return Err(format!("has a malformed {label} block"));
+        return Err(KeyError::Malformed(label));
     }
     Ok(Some(Zeroizing::new(bytes)))
 }
 
 /// The DER of the PEM block `label` that `text` must hold.
-pub(crate) fn pem_block(text: &str, label: &str) -> Result<Vec<u8>, String> {
+pub(crate) fn pem_block(text: &str, label: &'static str) -> Result<Vec<u8>, KeyError> {
     match find_block(text, label)? {
         Some(b) => Ok(b.to_vec()),
-        None if text.contains("-----BEGIN CERTIFICATE-----") => Err(format!(
-            "holds a certificate, not a {label}: for the certificate method pass it with --oms-cert-chain"
-        )),
-        None if text.contains("PRIVATE KEY-----") => Err(format!(
-            "holds a private key, not a {label}: give the public key (openssl ec -in KEY.pem -pubout)"
-        )),
-        None if text.starts_with("untrusted comment:") => Err(format!(
-            "is a minisign key, not a PEM {label} of an ECDSA key on P-256, P-384 or P-521"
-        )),
-        None => Err(format!("holds no PEM {label} block")),
+        None if text.contains("-----BEGIN CERTIFICATE-----") => Err(KeyError::Certificate(label)),
+        None if text.contains("PRIVATE KEY-----") => Err(KeyError::PrivateKey(label)),
+        None if text.starts_with("untrusted comment:") => Err(KeyError::Minisign(label)),
+        None => Err(KeyError::NoBlock(label)),
     }
 }
 
 /// Every `CERTIFICATE` block of a PEM text, as DER, in order.
-pub fn certificate_blocks(text: &str) -> Result<Vec<Vec<u8>>, String> {
+pub fn certificate_blocks(text: &str) -> Result<Vec<Vec<u8>>, KeyError> {
     let mut out = Vec::new();
     let mut rest = text;
     while let Some(b) = find_block(rest, "CERTIFICATE")? {

@@ -201,7 +201,7 @@ fn check_consistent(m: &Manifest, path: &Path, name: &str, bytes: &[u8]) -> Resu
         path: path.to_path_buf(),
         reason,
     };
-    let st = bundle::read_statement(bytes).map_err(bad)?;
+    let st = bundle::read_statement(bytes).map_err(|e| bad(e.to_string()))?;
     let ignore = site_ignore(name);
     let actual: BTreeMap<String, [u8; 32]> = m
         .files
@@ -294,7 +294,7 @@ pub fn read_text(path: &Path) -> Result<String> {
 
 /// Loads a public key the operator trusts (`--oms-trust`).
 pub fn load_public_key(path: &Path) -> Result<VerifyingKey> {
-    VerifyingKey::from_pem(&read_text(path)?).map_err(|why| key_error(path, why))
+    VerifyingKey::from_pem(&read_text(path)?).map_err(|why| key_error(path, why.to_string()))
 }
 
 /// Loads the certificates the operator trusts (`--oms-cert-chain`, each file one or more PEM
@@ -302,7 +302,7 @@ pub fn load_public_key(path: &Path) -> Result<VerifyingKey> {
 pub fn load_certificates(paths: &[PathBuf]) -> Result<Vec<x509::Cert>> {
     let mut out = Vec::new();
     for p in paths {
-        out.extend(x509::parse_pem(&read_text(p)?).map_err(|why| key_error(p, why))?);
+        out.extend(x509::parse_pem(&read_text(p)?).map_err(|why| key_error(p, why.to_string()))?);
     }
     if out.len() > x509::MAX_CERTIFICATES {
         return Err(Error::Usage(format!(
@@ -357,7 +357,7 @@ pub fn verify_bytes(path: &Path, bytes: &[u8], trust: &TrustMaterial) -> Result<
     scheme::Oms
         .verify(crate::scheme::Message::Enclosed(&[]), bytes, trust)
         .map_err(|r| r.reason())
-        .and_then(bundle::verified)
+        .and_then(|v| bundle::verified(v).map_err(|e| e.to_string()))
         .map_err(|reason| Error::OmsSignature {
             path: path.to_path_buf(),
             reason,

@@ -25,7 +25,7 @@ impl Scheme for Oms {
     }
 
     fn signer_of(&self, signature: &[u8]) -> Result<String, Refusal> {
-        bundle::signer_named(signature).map_err(Refusal::Malformed)
+        bundle::signer_named(signature).map_err(|e| Refusal::Malformed(e.to_string()))
     }
 
     /// Only [`Message::Enclosed`]: the statement is the signature's own payload (any, when the

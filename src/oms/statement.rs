@@ -181,39 +181,133 @@ struct RawResource {
     digest: String,
 }
 
+/// Why a name cannot be a resource's (issue 34 item 6: typed). `Display` is the reason after
+/// "lists the resource " (or "--name ").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    /// The name is empty.
+    #[error("an empty name")]
+    Empty,
+    /// The name starts with `/`.
+    #[error("{}, an absolute path", crate::display::quote(.0))]
+    Absolute(String),
+    /// The name holds a NUL.
+    #[error("{}, which holds a NUL", crate::display::quote(.0))]
+    Nul(String),
+    /// A component is empty.
+    #[error("{}, which has an empty component", crate::display::quote(.0))]
+    EmptyComponent(String),
+    /// A component is `.`.
+    #[error("{}, which has a '.' component", crate::display::quote(.0))]
+    Dot(String),
+    /// A component is `..`.
+    #[error("{}, which has a '..' component (a path out of the model)", crate::display::quote(.0))]
+    DotDot(String),
+}
+
+/// Why a statement is refused (issue 34 item 6: typed). `Display` is the reason as the user
+/// reads it after the signature's name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StatementError {
+    /// Not the in-toto JSON expected; the parser's reason.
+    #[error("holds a statement that is not the in-toto JSON expected: {0}")]
+    Json(String),
+    /// Another statement type.
+    #[error("holds a statement of type {}, not {STATEMENT_TYPE:?}", crate::display::quote(.0))]
+    Type(String),
+    /// The pre-1.0 predicate.
+    #[error(
+        "is a pre-1.0 model signature (predicate {PREDICATE_TYPE_V01:?}), which does not bind the list of files; airlock verifies OMS v1.0 signatures only: sign the model again with model_signing 1.0 or later"
+    )]
+    PreV1,
+    /// Another predicate type.
+    #[error("has the predicate type {}, not {PREDICATE_TYPE:?}", crate::display::quote(.0))]
+    PredicateType(String),
+    /// Not exactly one subject (how many).
+    #[error("has {0} subjects, not one")]
+    Subjects(usize),
+    /// The subject digest is not 64 hex digits.
+    #[error("has a subject digest that is not 64 hex digits")]
+    SubjectDigest,
+    /// No predicate.
+    #[error("has no predicate")]
+    NoPredicate,
+    /// The `shards` serialization.
+    #[error(
+        "was made with the `shards` serialization, which airlock does not verify (it verifies `files`)"
+    )]
+    Shards,
+    /// Another serialization method.
+    #[error("names the serialization method {}, not \"files\"", crate::display::quote(.0))]
+    Method(String),
+    /// Another hash.
+    #[error("hashes with {}; airlock verifies sha256 signatures only", crate::display::quote(.0))]
+    HashType(String),
+    /// An ignore path that covers the whole model.
+    #[error(
+        "lists the ignore path {}, which would leave every file of the model unsigned",
+        crate::display::quote(.0)
+    )]
+    IgnoresAll(String),
+    /// No resource.
+    #[error("signs no file (its resource list is empty)")]
+    NoResource,
+    /// A resource's name is refused.
+    #[error("lists the resource {0}")]
+    ResourceName(NameError),
+    /// A resource hashed with another algorithm (name, algorithm).
+    #[error(
+        "lists {} with the algorithm {}, not sha256",
+        crate::display::quote(.name),
+        crate::display::quote(.algorithm)
+    )]
+    ResourceAlgorithm {
+        /// The resource.
+        name: String,
+        /// Its algorithm.
+        algorithm: String,
+    },
+    /// A resource digest that is not 64 hex digits.
+    #[error("lists {} with a digest that is not 64 hex digits", crate::display::quote(.0))]
+    ResourceDigest(String),
+    /// A resource listed twice.
+    #[error("lists {} twice", crate::display::quote(.0))]
+    Twice(String),
+    /// The subject digest is not the resources' root (subject, computed).
+    #[error(
+        "is inconsistent: its subject digest is {}, its resources hash to {}",
+        hex::encode(.subject),
+        hex::encode(.computed)
+    )]
+    Inconsistent {
+        /// The subject digest.
+        subject: [u8; 32],
+        /// What the resources hash to.
+        computed: [u8; 32],
+    },
+}
+
 /// Why a name cannot be a resource's (or a plain relative path's).
-pub fn check_name(name: &str) -> Result<(), String> {
+pub fn check_name(name: &str) -> Result<(), NameError> {
     if name.is_empty() {
-        return Err("an empty name".into());
+        return Err(NameError::Empty);
     }
     if name.starts_with('/') {
-        return Err(format!("{}, an absolute path", crate::display::quote(name)));
+        return Err(NameError::Absolute(name.into()));
     }
     if name.contains('\0') {
-        return Err(format!(
-            "{}, which holds a NUL",
-            crate::display::quote(name)
-        ));
+        return Err(NameError::Nul(name.into()));
     }
     for c in name.split('/') {
         match c {
             "" => {
-                return Err(format!(
-                    "{}, which has an empty component",
-                    crate::display::quote(name)
-                ));
+                return Err(NameError::EmptyComponent(name.into()));
             }
             "." => {
-                return Err(format!(
-                    "{}, which has a '.' component",
-                    crate::display::quote(name)
-                ));
+                return Err(NameError::Dot(name.into()));
             }
             ".." => {
-                return Err(format!(
-                    "{}, which has a '..' component (a path out of the model)",
-                    crate::display::quote(name)
-                ));
+                return Err(NameError::DotDot(name.into()));
             }
             _ => {}
         }
@@ -231,85 +325,55 @@ fn hex32(s: &str) -> Option<[u8; 32]> {
 }
 
 /// Parses and checks a statement (module documentation). `Err` says what is wrong.
-pub fn parse(payload: &[u8]) -> Result<Statement, String> {
-    let raw: RawStatement = serde_json::from_slice(payload).map_err(|e| {
-        format!(
-            "holds a statement that is not the in-toto JSON expected: {}",
-            crate::display::json_error(&e)
-        )
-    })?;
+pub fn parse(payload: &[u8]) -> Result<Statement, StatementError> {
+    let raw: RawStatement = serde_json::from_slice(payload)
+        .map_err(|e| StatementError::Json(crate::display::json_error(&e)))?;
     if raw.kind != STATEMENT_TYPE {
-        return Err(format!(
-            "holds a statement of type {}, not {STATEMENT_TYPE:?}",
-            crate::display::quote(&raw.kind)
-        ));
+        return Err(StatementError::Type(raw.kind));
     }
     if raw.predicate_type == PREDICATE_TYPE_V01 {
-        return Err(format!(
-            "is a pre-1.0 model signature (predicate {PREDICATE_TYPE_V01:?}), which does not bind the list of files; airlock verifies OMS v1.0 signatures only: sign the model again with model_signing 1.0 or later"
-        ));
+        return Err(StatementError::PreV1);
     }
     if raw.predicate_type != PREDICATE_TYPE {
-        return Err(format!(
-            "has the predicate type {}, not {PREDICATE_TYPE:?}",
-            crate::display::quote(&raw.predicate_type)
-        ));
+        return Err(StatementError::PredicateType(raw.predicate_type));
     }
-    let [subject] = <[RawSubject; 1]>::try_from(raw.subject)
-        .map_err(|s| format!("has {} subjects, not one", s.len()))?;
-    let root =
-        hex32(&subject.digest.sha256).ok_or("has a subject digest that is not 64 hex digits")?;
-    let predicate = raw.predicate.ok_or("has no predicate")?;
+    let [subject] =
+        <[RawSubject; 1]>::try_from(raw.subject).map_err(|s| StatementError::Subjects(s.len()))?;
+    let root = hex32(&subject.digest.sha256).ok_or(StatementError::SubjectDigest)?;
+    let predicate = raw.predicate.ok_or(StatementError::NoPredicate)?;
     let ser = predicate.serialization;
     if ser.method == "shards" || ser.shard_size.is_some() {
-        return Err(
-            "was made with the `shards` serialization, which airlock does not verify (it verifies `files`)"
-                .into(),
-        );
+        return Err(StatementError::Shards);
     }
     if ser.method != "files" {
-        return Err(format!(
-            "names the serialization method {}, not \"files\"",
-            crate::display::quote(&ser.method)
-        ));
+        return Err(StatementError::Method(ser.method));
     }
     if ser.hash_type != "sha256" {
-        return Err(format!(
-            "hashes with {}; airlock verifies sha256 signatures only",
-            crate::display::quote(&ser.hash_type)
-        ));
+        return Err(StatementError::HashType(ser.hash_type));
     }
     for p in &ser.ignore_paths {
         let canon = canonical_ignore(p);
         if canon.as_deref() == Some("") {
-            return Err(format!(
-                "lists the ignore path {}, which would leave every file of the model unsigned",
-                crate::display::quote(p)
-            ));
+            return Err(StatementError::IgnoresAll(p.clone()));
         }
     }
     if predicate.resources.is_empty() {
-        return Err("signs no file (its resource list is empty)".into());
+        return Err(StatementError::NoResource);
     }
     let mut resources = Vec::with_capacity(predicate.resources.len());
     let mut seen = std::collections::HashSet::new();
     for r in predicate.resources {
-        check_name(&r.name).map_err(|why| format!("lists the resource {why}"))?;
+        check_name(&r.name).map_err(StatementError::ResourceName)?;
         if r.algorithm != "sha256" {
-            return Err(format!(
-                "lists {} with the algorithm {}, not sha256",
-                crate::display::quote(&r.name),
-                crate::display::quote(&r.algorithm)
-            ));
+            return Err(StatementError::ResourceAlgorithm {
+                name: r.name,
+                algorithm: r.algorithm,
+            });
         }
-        let sha256 = hex32(&r.digest).ok_or_else(|| {
-            format!(
-                "lists {} with a digest that is not 64 hex digits",
-                crate::display::quote(&r.name)
-            )
-        })?;
+        let sha256 =
+            hex32(&r.digest).ok_or_else(|| StatementError::ResourceDigest(r.name.clone()))?;
         if !seen.insert(r.name.clone()) {
-            return Err(format!("lists {} twice", crate::display::quote(&r.name)));
+            return Err(StatementError::Twice(r.name));
         }
         resources.push(Resource {
             name: r.name,
@@ -318,11 +382,10 @@ pub fn parse(payload: &[u8]) -> Result<Statement, String> {
     }
     let computed = root_of(&resources);
     if computed != root {
-        return Err(format!(
-            "is inconsistent: its subject digest is {}, its resources hash to {}",
-            hex::encode(root),
-            hex::encode(computed)
-        ));
+        return Err(StatementError::Inconsistent {
+            subject: root,
+            computed,
+        });
     }
     Ok(Statement {
         model_name: subject.name,
@@ -403,7 +466,7 @@ mod tests {
             ("{".to_string(), "not the in-toto JSON"),
         ];
         for (text, want) in cases {
-            let err = parse(text.as_bytes()).unwrap_err();
+            let err = parse(text.as_bytes()).unwrap_err().to_string();
             assert!(err.contains(want), "{want}: {err}");
         }
     }

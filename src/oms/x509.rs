@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256, Sha384, Sha512};
 use x509_cert::Certificate;
 use x509_cert::ext::pkix::{BasicConstraints, ExtendedKeyUsage, KeyUsage};
 
-use super::keys::VerifyingKey;
+use super::keys::{KeyError, VerifyingKey};
 
 /// Most certificates in a path, the signing certificate and the trusted root included.
 pub(crate) const MAX_DEPTH: usize = 10;
@@ -44,6 +44,104 @@ const KNOWN_CRITICAL: [&str; 6] = [
     "2.5.29.14", // subjectKeyIdentifier
 ];
 
+/// Why a certificate, or a chain of them, is refused (issue 34 item 6: typed). `Display` is
+/// the reason after the file's name. A subject is the certificate's, as [`Cert::subject`] gives it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CertError {
+    /// Not a certificate; the parser's reason.
+    #[error("holds a certificate that does not parse: {0}")]
+    Parse(String),
+    /// basicConstraints that do not parse.
+    #[error("has basicConstraints that do not parse: {0}")]
+    BasicConstraints(String),
+    /// A keyUsage that does not parse.
+    #[error("has a keyUsage that does not parse: {0}")]
+    KeyUsage(String),
+    /// An extendedKeyUsage that does not parse.
+    #[error("has an extendedKeyUsage that does not parse: {0}")]
+    ExtKeyUsage(String),
+    /// A part that does not encode back to DER; the encoder's reason.
+    #[error("{0}")]
+    Der(String),
+    /// The PEM text or a certificate's key.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// The signature's bit string is not whole bytes.
+    #[error("has a signature that is not a whole number of bytes")]
+    PartialSignature,
+    /// A signature algorithm airlock does not verify (its OID).
+    #[error(
+        "is signed with the algorithm {0}, which airlock does not verify (ECDSA, RSA PKCS#1 v1.5 or Ed25519 with SHA-256/384/512)"
+    )]
+    Algorithm(String),
+    /// An RSA key that is not whole bytes.
+    #[error("has a malformed RSA key")]
+    RsaMalformed,
+    /// An RSA key that does not parse; the parser's reason.
+    #[error("has an RSA key that does not parse: {0}")]
+    RsaParse(String),
+    /// An RSA key too short (its bits).
+    #[error("has an RSA key of {0} bits (2048 or more needed)")]
+    RsaShort(usize),
+    /// An Ed25519 key that is not whole bytes.
+    #[error("has a malformed Ed25519 key")]
+    Ed25519Malformed,
+    /// PEM text without a certificate.
+    #[error("holds no PEM CERTIFICATE block")]
+    NoCertificate,
+    /// An empty chain.
+    #[error("carries an empty certificate chain")]
+    EmptyChain,
+    /// Too many certificates to consider.
+    #[error("has more than {MAX_CERTIFICATES} certificates to consider")]
+    TooMany,
+    /// No path to a trusted root (the signing certificate's subject).
+    #[error(
+        "has no path of at most {MAX_DEPTH} certificates from the signing certificate ({0}) to a trusted root"
+    )]
+    NoPath(String),
+    /// No trusted issuer for a certificate (its subject, its issuer).
+    #[error(
+        "has no trusted issuer for the certificate {subject:?} (issuer {issuer:?}): the chain does not lead to a certificate in --oms-cert-chain"
+    )]
+    NoIssuer {
+        /// The certificate's subject.
+        subject: String,
+        /// Its issuer.
+        issuer: String,
+    },
+    /// A critical extension airlock does not evaluate (subject, OID).
+    #[error(
+        "has a certificate ({subject:?}) with the critical extension {oid}, which airlock does not evaluate"
+    )]
+    Critical {
+        /// The certificate's subject.
+        subject: String,
+        /// The extension's OID.
+        oid: String,
+    },
+    /// A certificate not valid at the signing time.
+    #[error("has a certificate ({0:?}) that was not valid when the signing certificate was issued")]
+    NotValid(String),
+    /// An issuer that is not a CA.
+    #[error("has an issuer ({0:?}) that is not a certificate authority (basicConstraints CA)")]
+    NotCa(String),
+    /// An issuer whose path length constraint is exceeded (subject, the constraint).
+    #[error("has an issuer ({0:?}) whose path length constraint {1} is exceeded")]
+    PathLength(String, u8),
+    /// An issuer whose keyUsage does not allow keyCertSign.
+    #[error("has an issuer ({0:?}) whose keyUsage does not allow signing certificates")]
+    NoCertSign(String),
+    /// A signing certificate not usable for signing.
+    #[error(
+        "has a signing certificate ({0:?}) that cannot be used for signing (no keyUsage digitalSignature, no code-signing extended key usage)"
+    )]
+    NotForSigning(String),
+    /// The signing certificate's key is not one OMS signs with.
+    #[error("has a signing certificate whose key {0}")]
+    LeafKey(Box<CertError>),
+}
+
 /// A parsed certificate with its DER.
 #[derive(Clone, Debug)]
 pub struct Cert {
@@ -55,9 +153,8 @@ pub struct Cert {
 
 impl Cert {
     /// Parses DER.
-    pub fn from_der(der: &[u8]) -> Result<Cert, String> {
-        let cert = Certificate::from_der(der)
-            .map_err(|e| format!("holds a certificate that does not parse: {e}"))?;
+    pub fn from_der(der: &[u8]) -> Result<Cert, CertError> {
+        let cert = Certificate::from_der(der).map_err(|e| CertError::Parse(e.to_string()))?;
         Ok(Cert {
             cert,
             der: der.to_vec(),
@@ -93,30 +190,30 @@ impl Cert {
             .map(|e| (e.critical, e.extn_value.as_bytes()))
     }
 
-    fn basic_constraints(&self) -> Result<Option<BasicConstraints>, String> {
+    fn basic_constraints(&self) -> Result<Option<BasicConstraints>, CertError> {
         match self.extension(BASIC_CONSTRAINTS) {
             None => Ok(None),
             Some((_, v)) => BasicConstraints::from_der(v)
                 .map(Some)
-                .map_err(|e| format!("has basicConstraints that do not parse: {e}")),
+                .map_err(|e| CertError::BasicConstraints(e.to_string())),
         }
     }
 
-    fn key_usage(&self) -> Result<Option<KeyUsage>, String> {
+    fn key_usage(&self) -> Result<Option<KeyUsage>, CertError> {
         match self.extension(KEY_USAGE) {
             None => Ok(None),
             Some((_, v)) => KeyUsage::from_der(v)
                 .map(Some)
-                .map_err(|e| format!("has a keyUsage that does not parse: {e}")),
+                .map_err(|e| CertError::KeyUsage(e.to_string())),
         }
     }
 
-    fn ext_key_usage(&self) -> Result<Option<ExtendedKeyUsage>, String> {
+    fn ext_key_usage(&self) -> Result<Option<ExtendedKeyUsage>, CertError> {
         match self.extension(EXT_KEY_USAGE) {
             None => Ok(None),
             Some((_, v)) => ExtendedKeyUsage::from_der(v)
                 .map(Some)
-                .map_err(|e| format!("has an extendedKeyUsage that does not parse: {e}")),
+                .map_err(|e| CertError::ExtKeyUsage(e.to_string())),
         }
     }
 
@@ -138,28 +235,28 @@ impl Cert {
     }
 
     /// The ECDSA key of the certificate, if it is one OMS signs with.
-    pub fn ecdsa_key(&self) -> Result<VerifyingKey, String> {
+    pub fn ecdsa_key(&self) -> Result<VerifyingKey, CertError> {
         let spki = self
             .cert
             .tbs_certificate
             .subject_public_key_info
             .to_der()
-            .map_err(|e| e.to_string())?;
-        VerifyingKey::from_spki_der(&spki)
+            .map_err(|e| CertError::Der(e.to_string()))?;
+        Ok(VerifyingKey::from_spki_der(&spki)?)
     }
 
     /// Whether `self` signed `child`.
-    fn signed(&self, child: &Cert) -> Result<bool, String> {
+    fn signed(&self, child: &Cert) -> Result<bool, CertError> {
         let tbs = child
             .cert
             .tbs_certificate
             .to_der()
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| CertError::Der(e.to_string()))?;
         let sig = child
             .cert
             .signature
             .as_bytes()
-            .ok_or("has a signature that is not a whole number of bytes")?;
+            .ok_or(CertError::PartialSignature)?;
         let alg = child.cert.signature_algorithm.oid.to_string();
         let spki = &self.cert.tbs_certificate.subject_public_key_info;
         let key_alg = spki.algorithm.oid.to_string();
@@ -176,11 +273,7 @@ impl Cert {
             "1.2.840.10045.4.3.3" | "1.2.840.113549.1.1.12" => "sha384",
             "1.2.840.10045.4.3.4" | "1.2.840.113549.1.1.13" => "sha512",
             "1.3.101.112" => "ed25519",
-            other => {
-                return Err(format!(
-                    "is signed with the algorithm {other}, which airlock does not verify (ECDSA, RSA PKCS#1 v1.5 or Ed25519 with SHA-256/384/512)"
-                ));
-            }
+            other => return Err(CertError::Algorithm(other.to_string())),
         };
         match (alg.starts_with("1.2.840.10045.4.3"), key_alg.as_str()) {
             (true, "1.2.840.10045.2.1") => {
@@ -193,14 +286,11 @@ impl Cert {
                 let bits = spki
                     .subject_public_key
                     .as_bytes()
-                    .ok_or("has a malformed RSA key")?;
+                    .ok_or(CertError::RsaMalformed)?;
                 let key = rsa::RsaPublicKey::from_pkcs1_der(bits)
-                    .map_err(|e| format!("has an RSA key that does not parse: {e}"))?;
+                    .map_err(|e| CertError::RsaParse(e.to_string()))?;
                 if key.size() < 256 {
-                    return Err(format!(
-                        "has an RSA key of {} bits (2048 or more needed)",
-                        key.size() * 8
-                    ));
+                    return Err(CertError::RsaShort(key.size() * 8));
                 }
                 let scheme = match hash {
                     "sha256" => rsa::Pkcs1v15Sign::new::<Sha256>(),
@@ -215,7 +305,7 @@ impl Cert {
                 let bits = spki
                     .subject_public_key
                     .as_bytes()
-                    .ok_or("has a malformed Ed25519 key")?;
+                    .ok_or(CertError::Ed25519Malformed)?;
                 let Ok(key_bytes) = <[u8; 32]>::try_from(bits) else {
                     return Ok(false);
                 };
@@ -233,22 +323,23 @@ impl Cert {
 }
 
 /// Parses the certificates of PEM text (`--oms-cert-chain`).
-pub fn parse_pem(text: &str) -> Result<Vec<Cert>, String> {
+pub fn parse_pem(text: &str) -> Result<Vec<Cert>, CertError> {
     let blocks = super::keys::certificate_blocks(text)?;
     if blocks.is_empty() {
-        return Err("holds no PEM CERTIFICATE block".into());
+        return Err(CertError::NoCertificate);
     }
     blocks.iter().map(|b| Cert::from_der(b)).collect()
 }
 
 /// Verifies the carried `chain` (the signing certificate first) against `trusted`; returns the
 /// signing certificate's key and the path found, signing certificate first.
-pub fn verify_chain(chain: &[Cert], trusted: &[Cert]) -> Result<(VerifyingKey, Vec<Cert>), String> {
-    let leaf = chain.first().ok_or("carries an empty certificate chain")?;
+pub fn verify_chain(
+    chain: &[Cert],
+    trusted: &[Cert],
+) -> Result<(VerifyingKey, Vec<Cert>), CertError> {
+    let leaf = chain.first().ok_or(CertError::EmptyChain)?;
     if chain.len() > MAX_CERTIFICATES || trusted.len() > MAX_CERTIFICATES {
-        return Err(format!(
-            "has more than {MAX_CERTIFICATES} certificates to consider"
-        ));
+        return Err(CertError::TooMany);
     }
     let at = leaf
         .cert
@@ -265,10 +356,7 @@ pub fn verify_chain(chain: &[Cert], trusted: &[Cert]) -> Result<(VerifyingKey, V
             break;
         }
         if path.len() >= MAX_DEPTH {
-            return Err(format!(
-                "has no path of at most {MAX_DEPTH} certificates from the signing certificate ({}) to a trusted root",
-                leaf.subject()
-            ));
+            return Err(CertError::NoPath(leaf.subject()));
         }
         let issuer_name = Cert::name_bytes(&current.cert.tbs_certificate.issuer);
         let mut found = None;
@@ -289,53 +377,40 @@ pub fn verify_chain(chain: &[Cert], trusted: &[Cert]) -> Result<(VerifyingKey, V
         match found {
             Some(c) => path.push(c),
             None => {
-                return Err(format!(
-                    "has no trusted issuer for the certificate {:?} (issuer {:?}): the chain does not lead to a certificate in --oms-cert-chain",
-                    current.subject(),
-                    current.cert.tbs_certificate.issuer.to_string()
-                ));
+                return Err(CertError::NoIssuer {
+                    subject: current.subject(),
+                    issuer: current.cert.tbs_certificate.issuer.to_string(),
+                });
             }
         }
     }
     for (i, c) in path.iter().enumerate() {
         if let Some(oid) = c.unknown_critical() {
-            return Err(format!(
-                "has a certificate ({:?}) with the critical extension {oid}, which airlock does not evaluate",
-                c.subject()
-            ));
+            return Err(CertError::Critical {
+                subject: c.subject(),
+                oid,
+            });
         }
         if !c.valid_at(at) {
-            return Err(format!(
-                "has a certificate ({:?}) that was not valid when the signing certificate was issued",
-                c.subject()
-            ));
+            return Err(CertError::NotValid(c.subject()));
         }
         if i == 0 {
             continue;
         }
         let bc = c.basic_constraints()?;
         if !bc.as_ref().is_some_and(|b| b.ca) {
-            return Err(format!(
-                "has an issuer ({:?}) that is not a certificate authority (basicConstraints CA)",
-                c.subject()
-            ));
+            return Err(CertError::NotCa(c.subject()));
         }
         if let Some(len) = bc.and_then(|b| b.path_len_constraint) {
             let below = path[1..i].iter().filter(|p| !p.self_issued()).count();
             if below > len as usize {
-                return Err(format!(
-                    "has an issuer ({:?}) whose path length constraint {len} is exceeded",
-                    c.subject()
-                ));
+                return Err(CertError::PathLength(c.subject(), len));
             }
         }
         if let Some(ku) = c.key_usage()?
             && !ku.key_cert_sign()
         {
-            return Err(format!(
-                "has an issuer ({:?}) whose keyUsage does not allow signing certificates",
-                c.subject()
-            ));
+            return Err(CertError::NoCertSign(c.subject()));
         }
     }
     let usable = match leaf.key_usage()? {
@@ -345,13 +420,10 @@ pub fn verify_chain(chain: &[Cert], trusted: &[Cert]) -> Result<(VerifyingKey, V
             .is_some_and(|e| e.0.iter().any(|o| o.to_string() == CODE_SIGNING)),
     };
     if !usable {
-        return Err(format!(
-            "has a signing certificate ({:?}) that cannot be used for signing (no keyUsage digitalSignature, no code-signing extended key usage)",
-            leaf.subject()
-        ));
+        return Err(CertError::NotForSigning(leaf.subject()));
     }
     let key = leaf
         .ecdsa_key()
-        .map_err(|why| format!("has a signing certificate whose key {why}"))?;
+        .map_err(|why| CertError::LeafKey(Box::new(why)))?;
     Ok((key, path))
 }
