@@ -988,7 +988,7 @@ fn existing_ancestor(path: &Path) -> &Path {
 
 /// Formats a byte count the way people read disk sizes: [`crate::display::human`], re-exported
 /// at its old path for the callers of branches written before it moved.
-pub use crate::display::human;
+use crate::display::human;
 
 /// Result with the library error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -49,8 +49,6 @@ pub fn signature_path(dir: &Path) -> PathBuf {
     dir.join(RECEIPT_DIR).join(manifest::SIGNATURE_NAME)
 }
 
-pub use crate::paths::is_receipt_file;
-
 /// Whether `dir` holds a receipt manifest: `.airlock` a directory and `manifest.json` in it a
 /// regular file, neither a link (a linked `.airlock` would lend another install's receipt to
 /// whatever directory holds the link).

@@ -44,9 +44,9 @@ pub(super) fn run(
     let mut out = Output::default();
     let mut opened = open::open_media(&bundles, &trust)?;
     opened.media.set_read(if cached {
-        airlock::verify::MediumRead::Cached
+        airlock::fsio::MediumRead::Cached
     } else {
-        airlock::verify::MediumRead::Device
+        airlock::fsio::MediumRead::Device
     });
     report_trust(&mut out, &trust, &opened.trust);
     if let Some(u) = &opened.trust.update {

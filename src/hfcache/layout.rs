@@ -25,9 +25,10 @@ use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::Mode;
 
-use super::names::{EtagKind, is_hex};
+use super::names::EtagKind;
 use crate::error::{Error, Result};
 use crate::fsio::{self, Cause};
+use crate::hexdigest::is_lower_hex as is_hex;
 
 /// The sentence every refusal of a link ends with.
 pub(crate) const LINK_RULE: &str = "airlock follows only a snapshot file's link to ../../blobs/<etag> in the same repository (and a blob's link into the cache's shared blobs/ store)";

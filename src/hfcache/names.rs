@@ -27,7 +27,7 @@ pub(crate) const NOT_REPOSITORIES: &[&str] = &[
 ];
 
 /// Whether `s` is `len` lowercase hex digits (the one rule, [`crate::hexdigest`]).
-pub use crate::hexdigest::is_lower_hex as is_hex;
+use crate::hexdigest::is_lower_hex as is_hex;
 
 /// Whether `s` is a full commit id (40 lowercase hex), as `REGEX_COMMIT_HASH` matches it.
 pub fn is_commit(s: &str) -> bool {

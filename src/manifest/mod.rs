@@ -1653,7 +1653,7 @@ pub fn rfc3339(secs: i64) -> String {
 pub mod units;
 
 mod sign;
-pub use sign::{Signed, UNTRUSTED_COMMENT, sign, sign_hashed};
+pub use sign::{Signed, sign, sign_hashed};
 
 #[cfg(test)]
 mod tests;

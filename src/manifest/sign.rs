@@ -10,8 +10,6 @@ use super::{Manifest, trusted_comment};
 use crate::keys::{KeyError, SecretKey};
 use crate::scheme::{Message, MinisignSigner, Signer};
 
-pub use crate::scheme::minisign::UNTRUSTED_COMMENT;
-
 /// A manifest's signature and the SHA-256 hex of the bytes it signs.
 pub struct Signed {
     /// The signature file's bytes, as `manifest.json.minisig` or a co-signature holds them.

@@ -13,7 +13,7 @@
 use serde_json::{Value, json};
 
 use super::client::MAX_OCI_MANIFEST_BYTES;
-pub use super::client::OCI_MANIFEST;
+use super::client::OCI_MANIFEST;
 use crate::bundle::open::MAX_SIGNATURE_BYTES;
 use crate::hexdigest;
 use crate::manifest::{FileEntry, MAX_MANIFEST_BYTES, Manifest};

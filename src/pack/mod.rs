@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 pub use base::BaseSource;
 pub use source::{Model, ModelSpec};
-pub use write::{Compress, EtagCheck};
+pub use write::Compress;
 
 use crate::delta::Counts;
 use crate::error::{Error, Result};

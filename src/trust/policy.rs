@@ -15,11 +15,11 @@ use super::root::{self, Root, RootKey};
 use super::time::{self, Clock};
 use crate::error::{Error, Result};
 use crate::keys::PublicKey;
-pub use crate::scheme::Message;
+use crate::scheme::Message;
 use crate::scheme::{PolicyScheme, Refusal, Verified};
 
 /// A key whose signatures count.
-pub use crate::scheme::TrustedKey as PolicyKey;
+use crate::scheme::TrustedKey as PolicyKey;
 
 impl PolicyKey {
     fn from_public(pk: &PublicKey) -> PolicyKey {

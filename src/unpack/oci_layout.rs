@@ -489,7 +489,7 @@ impl Target for LayoutTarget {
             &mut index,
             &tag,
             json!({
-                "mediaType": modelpack::OCI_MANIFEST,
+                "mediaType": crate::oci::client::OCI_MANIFEST,
                 "artifactType": modelpack::ARTIFACT_TYPE,
                 "digest": image_digest,
                 "size": artifact.image.len(),

@@ -19,10 +19,9 @@ mod reader;
 mod source;
 mod units;
 
-pub use crate::manifest::units::UnitLayout;
 pub use assess::*;
 pub use at_rest::*;
-pub use reader::*;
+pub(in crate::bundle) use reader::*;
 pub use source::*;
 pub use units::*;
 
@@ -35,7 +34,7 @@ mod tests {
 
     use super::*;
     use crate::bundle::stream::stream_volumes;
-    use crate::entries::NullSink;
+    use crate::entries::{Mode, NullSink};
     use crate::manifest::Manifest;
     use crate::pack::{self, Compress, Model, ModelSpec, PackOptions};
     use crate::parity;

@@ -13,7 +13,7 @@ use super::units::*;
 use crate::manifest::Manifest;
 use crate::parity::{ParityError, Shard};
 
-pub use crate::entries::Mode;
+use crate::entries::Mode;
 
 /// A read error on a volume (a failing medium), carried up the io::Error chain so the
 /// message names the volume and the exit code says "operational", not "bad bundle".

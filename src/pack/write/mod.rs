@@ -23,7 +23,6 @@ use self::batch::{Batch, Outbox};
 use self::reader::{LOAD_BATCHES, LOADERS, Loaded, load_ahead};
 use self::writer::{Sink, VolumeWriter, write_stream};
 use crate::error::{Error, Result};
-pub use crate::hfcache::EtagCheck;
 use crate::manifest::Volume;
 use crate::progress::Progress;
 use crate::scan::ScanEntry;
