@@ -220,8 +220,9 @@ pub struct TrustArgs {
 /// `airlock pack`.
 #[derive(Args, Debug)]
 pub struct PackArgs {
-    /// The model directory to pack (or use --hf-repo).
-    #[arg(required_unless_present = "hf_repo", conflicts_with = "hf_repo")]
+    /// The model directory to pack (or use --hf-repo; with both, the directory goes beside
+    /// the repositories, in a folder of its name).
+    #[arg(required_unless_present = "hf_repo")]
     pub model_dir: Option<PathBuf>,
     /// The bundle directory to create (must not exist).
     #[arg(long, short)]

@@ -40,7 +40,7 @@ pub struct Fed {
     pub started_at: Option<StartedAt>,
 }
 
-use crate::bundle::stream::StartedAt;
+pub use crate::bundle::stream::StartedAt;
 
 /// What a target already holds from an interrupted install of the same signed manifest,
 /// each file proven against it (size and SHA-256, re-read once) before it counts: the

@@ -21,6 +21,7 @@ use crate::progress::Progress;
 
 /// How the volumes are read: from the device, past the page cache, or through it
 /// (`verify --cached`); re-exported so a caller of [`verify`] needs no `fsio`.
+pub use crate::fsio::MediumRead;
 
 /// How much of the bundle to read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]

@@ -44,9 +44,9 @@ pub(super) fn run(
     let mut out = Output::default();
     let mut opened = open::open_media(&bundles, &trust)?;
     opened.media.set_read(if cached {
-        airlock::fsio::MediumRead::Cached
+        airlock::verify::MediumRead::Cached
     } else {
-        airlock::fsio::MediumRead::Device
+        airlock::verify::MediumRead::Device
     });
     report_trust(&mut out, &trust, &opened.trust);
     if let Some(u) = &opened.trust.update {

@@ -77,6 +77,7 @@ fn delta() -> Manifest {
         warnings: vec![],
         source: None,
         repos: Vec::new(),
+        dir: None,
         parity: None,
         trust_update: None,
         values: None,

@@ -80,6 +80,14 @@ pub struct Manifest {
     /// 14.4), each under a top-level directory of its own; absent (empty) for one model.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub repos: Vec<Repo>,
+    /// Beside `repos`, the model directory packed with them (FORMAT.md section 14.4): the
+    /// top-level directory holding its files.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub dir: Option<DirPart>,
     /// The version this bundle is a delta of (docs/FORMAT.md section 16).
     #[serde(
         default,
@@ -522,6 +530,15 @@ pub struct Repo {
     pub source: HfSource,
 }
 
+/// The model directory of a bundle of repositories and a directory (FORMAT.md section 14.4):
+/// the top-level directory holding its files.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct DirPart {
+    /// One path component, not of a cache folder's form (`models--`, `datasets--`, ...).
+    pub path: String,
+}
+
 /// The most repositories one bundle carries.
 pub(crate) const MAX_REPOS: usize = 256;
 
@@ -718,7 +735,7 @@ impl Manifest {
                 self.stream.size
             ));
         }
-        if !self.repos.is_empty() {
+        if !self.repos.is_empty() || self.dir.is_some() {
             self.validate_repos()?;
         }
         if let Some(src) = &self.source {
@@ -1108,11 +1125,45 @@ impl Manifest {
         if self.format_version < 2 {
             return Err("has repos, which need format version 2".into());
         }
-        if self.repos.len() < 2 || self.repos.len() > MAX_REPOS {
+        // With the directory `dir` beside them, one repository is enough.
+        let least = if self.dir.is_some() { 1 } else { 2 };
+        if self.repos.len() < least || self.repos.len() > MAX_REPOS {
             return Err(format!(
-                "lists {} repos (2 to {MAX_REPOS} allowed; a bundle of one repository has source)",
+                "lists {} repos ({least} to {MAX_REPOS} allowed; a bundle of one repository has source)",
                 self.repos.len()
             ));
+        }
+        if let Some(d) = &self.dir {
+            if self.base.is_some() {
+                return Err(
+                    "has dir and a base: a delta of a directory and repositories does not exist"
+                        .into(),
+                );
+            }
+            let p = d.path.as_str();
+            if p.is_empty()
+                || p.contains('/')
+                || p == "."
+                || p == ".."
+                || ["models--", "datasets--", "spaces--", "kernels--"]
+                    .iter()
+                    .any(|f| p.starts_with(f))
+            {
+                return Err(format!(
+                    "has a dir.path {p:?} that is not one path component outside the cache folders' forms"
+                ));
+            }
+            if self
+                .directories
+                .binary_search_by(|x| paths::bundle_order(x, p))
+                .is_err()
+            {
+                return Err(format!("lists the dir {p:?} but not its directory"));
+            }
+            let prefix = format!("{p}/");
+            if !self.files.iter().any(|f| f.path.starts_with(&prefix)) {
+                return Err(format!("lists the dir {p:?} with no file under it"));
+            }
         }
         if self.source.is_some() {
             return Err("has both source and repos".into());
@@ -1155,9 +1206,9 @@ impl Manifest {
             .iter()
             .chain(self.files.iter().map(|f| &f.path))
         {
-            if self.repo_of(p).is_none() {
+            if self.repo_of(p).is_none() && !self.in_dir(p) {
                 return Err(format!(
-                    "lists {p:?}, which is in none of its repositories' directories"
+                    "lists {p:?}, which is in none of its repositories' directories nor its dir"
                 ));
             }
         }
@@ -1204,6 +1255,14 @@ impl Manifest {
     pub fn base_repo(&self, index: usize, base: &Manifest) -> Option<usize> {
         let r = self.repos.get(index)?;
         base.repos.iter().position(|b| b.path == r.path)
+    }
+
+    /// Whether the bundle path `path` is the directory `dir` or below it (FORMAT.md section
+    /// 14.4).
+    pub fn in_dir(&self, path: &str) -> bool {
+        self.dir
+            .as_ref()
+            .is_some_and(|d| path.split('/').next() == Some(d.path.as_str()))
     }
 
     /// The index in `repos` of the repository `path` (a path of the bundle) belongs to: the
@@ -1428,6 +1487,7 @@ impl Manifest {
             warnings: Vec::new(),
             source: None,
             repos: Vec::new(),
+            dir: None,
             base: None,
             parity: None,
             trust_update: None,

@@ -79,6 +79,7 @@ fn two() -> Manifest {
         ],
         parity: None,
         base: None,
+        dir: None,
         trust_update: None,
         values: None,
         oms: None,
@@ -351,5 +352,128 @@ fn an_older_reader_refuses_repos_as_an_unknown_field() {
     // The same manifest without `repos` is one an older reader takes.
     let mut v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
     v.as_object_mut().unwrap().remove("repos");
+    assert!(serde_json::from_value::<Older>(v).is_ok());
+}
+
+/// A model directory beside one repository (FORMAT.md section 14.4, `dir`): `NAME/` among the
+/// repositories' folders in bundle order.
+fn with_dir() -> Manifest {
+    let mut m = two();
+    m.repos.remove(0);
+    m.directories = vec![
+        "models--org--base".into(),
+        "models--org--base/sub".into(),
+        "mydir".into(),
+    ];
+    m.files = vec![
+        file("models--org--base/config.json", 20, '2'),
+        file("models--org--base/sub/model.safetensors", 30, '4'),
+        file("mydir/adapter_config.json", 10, '1'),
+    ];
+    m.dir = Some(DirPart {
+        path: "mydir".into(),
+    });
+    fix(&mut m);
+    m
+}
+
+#[test]
+fn a_directory_beside_repositories_validates_and_a_view_leaves_it_out() {
+    let m = with_dir();
+    assert_eq!(Manifest::parse(&m.to_bytes()).unwrap(), m);
+    assert!(m.in_dir("mydir/adapter_config.json"));
+    assert!(!m.in_dir("models--org--base/config.json"));
+    assert_eq!(m.repo_of("mydir/adapter_config.json"), None);
+    assert_eq!(m.repo_files(0).len(), 2);
+    let v = m.select_repos(&[0]).unwrap();
+    assert!(v.dir.is_none());
+    assert!(v.files.iter().all(|f| !f.path.starts_with("mydir")));
+    // Without `dir`, one repository is not a bundle of several.
+    let mut one = with_dir();
+    one.dir = None;
+    assert!(refused(&one).contains("lists 1 repos"), "{}", refused(&one));
+}
+
+#[test]
+fn a_directory_beside_repositories_is_refused_when_it_breaks_a_rule() {
+    let cases: Vec<(&str, Box<dyn Fn(&mut Manifest)>)> = vec![
+        ("has dir and a base", Box::new(delta)),
+        (
+            "not one path component",
+            Box::new(|m| m.dir.as_mut().unwrap().path = "models--org--x".into()),
+        ),
+        (
+            "not one path component",
+            Box::new(|m| m.dir.as_mut().unwrap().path = "mydir/sub".into()),
+        ),
+        (
+            "but not its directory",
+            Box::new(|m| m.dir.as_mut().unwrap().path = "other".into()),
+        ),
+        (
+            "with no file under it",
+            Box::new(|m| {
+                m.files.pop();
+            }),
+        ),
+        (
+            "nor its dir",
+            Box::new(|m| m.files.push(file("zz.txt", 1, '5'))),
+        ),
+    ];
+    for (want, break_it) in cases {
+        let mut m = with_dir();
+        break_it(&mut m);
+        fix(&mut m);
+        let why = refused(&m);
+        assert!(why.contains(want), "{want}: {why}");
+    }
+}
+
+/// A reader of before `dir` (its manifest's fields, each one known, as of 73ae09e) refuses a
+/// manifest with `dir` as an unknown field, and takes the same manifest without it.
+#[test]
+fn an_older_reader_refuses_dir_as_an_unknown_field() {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Older {
+        format: String,
+        format_version: u32,
+        name: String,
+        version: u64,
+        created: String,
+        tool: String,
+        compression: serde_json::Value,
+        stream: serde_json::Value,
+        chunk_size: u64,
+        volumes: serde_json::Value,
+        directories: serde_json::Value,
+        files: serde_json::Value,
+        totals: serde_json::Value,
+        #[serde(default)]
+        warnings: serde_json::Value,
+        #[serde(default)]
+        source: serde_json::Value,
+        #[serde(default)]
+        repos: serde_json::Value,
+        #[serde(default)]
+        base: serde_json::Value,
+        #[serde(default)]
+        parity: serde_json::Value,
+        #[serde(default)]
+        trust_update: serde_json::Value,
+        #[serde(default)]
+        values: serde_json::Value,
+        #[serde(default)]
+        oms: serde_json::Value,
+    }
+    let bytes = with_dir().to_bytes();
+    let err = serde_json::from_slice::<Older>(&bytes)
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("unknown field `dir`"), "{err}");
+    let mut v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    v.as_object_mut().unwrap().remove("dir");
     assert!(serde_json::from_value::<Older>(v).is_ok());
 }

@@ -54,6 +54,7 @@ fn sample() -> Manifest {
         warnings: vec![],
         source: None,
         repos: Vec::new(),
+        dir: None,
         parity: None,
         base: None,
         trust_update: None,

@@ -228,6 +228,17 @@ pub fn pack(
             level: Some(level),
         },
     };
+    // The etags of the repositories' files: a directory beside them records none.
+    let repo_etags: Vec<String> = match (&model.dir, &completed.etags) {
+        (Some((name, _)), Some(etags)) => completed
+            .files
+            .iter()
+            .zip(etags)
+            .filter(|(f, _)| f.path.split('/').next() != Some(name.as_str()))
+            .map(|(_, e)| e.clone())
+            .collect(),
+        (_, etags) => etags.clone().unwrap_or_default(),
+    };
     let sealed = seal::seal(
         seal::Parts {
             name: opts.name.clone(),
@@ -244,11 +255,11 @@ pub fn pack(
                 etags: completed.etags.clone().unwrap_or_default(),
                 ..hf.source()
             }),
-            repos: repos_record(
-                model,
-                &repo_files,
-                completed.etags.as_deref().unwrap_or_default(),
-            ),
+            repos: repos_record(model, &repo_files, &repo_etags),
+            dir: model
+                .dir
+                .as_ref()
+                .map(|(name, _)| manifest::DirPart { path: name.clone() }),
             parity,
             base: plan.base().cloned(),
             trust_update: crate::trust::update::carry(&dir, &opts.trust_update)?,
@@ -544,6 +555,10 @@ fn estimate_manifest(
             &repo_file_counts(model),
             &vec![digest.clone(); files.len()],
         ),
+        dir: model
+            .dir
+            .as_ref()
+            .map(|(name, _)| manifest::DirPart { path: name.clone() }),
         parity,
         base: None,
         trust_update: crate::trust::update::manifest_entry(&opts.trust_update),

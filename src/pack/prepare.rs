@@ -100,6 +100,11 @@ impl ModelSpec {
     pub fn of(dir: Option<PathBuf>, cache: Option<PathBuf>, mut asks: Vec<RepoAsk>) -> ModelSpec {
         match asks.len() {
             0 => ModelSpec::Dir(dir.expect("a model directory when no repository is named")),
+            _ if dir.is_some() => ModelSpec::HfSnapshots {
+                cache,
+                repos: asks,
+                dir,
+            },
             1 => {
                 let ask = asks.pop().expect("one");
                 ModelSpec::HfSnapshot {
@@ -109,7 +114,11 @@ impl ModelSpec {
                     revision: ask.revision,
                 }
             }
-            _ => ModelSpec::HfSnapshots { cache, repos: asks },
+            _ => ModelSpec::HfSnapshots {
+                cache,
+                repos: asks,
+                dir: None,
+            },
         }
     }
 }
@@ -259,6 +268,11 @@ fn oms_material(ask: &OmsAsk) -> Result<(Vec<Vec<u8>>, Option<TrustMaterial>)> {
 pub fn prepare(req: Request) -> Result<Prepared> {
     let (oms_chain, oms_trust) = oms_material(&req.oms)?;
     let (model, dependencies_added) = open_model(req.with_dependencies, req.model)?;
+    if model.dir.is_some() && req.base.is_some() {
+        return Err(Error::Usage(
+            "--base with a model directory and --hf-repo: a delta of a directory and repositories does not exist (FORMAT.md section 14.4): pack a full bundle".into(),
+        ));
+    }
     let base = req.base.as_deref().map(super::base::precheck).transpose()?;
     if let Some(bm) = &base
         && bm.repos.is_empty() != model.repos.is_empty()
@@ -359,7 +373,7 @@ fn open_model(with_dependencies: bool, spec: ModelSpec) -> Result<(Model, Vec<St
     if !with_dependencies {
         return Ok((model, added));
     }
-    let (cache, mut asks) = match spec {
+    let (cache, mut asks, dir) = match spec {
         ModelSpec::HfSnapshot {
             cache,
             repo_id,
@@ -372,8 +386,9 @@ fn open_model(with_dependencies: bool, spec: ModelSpec) -> Result<(Model, Vec<St
                 repo_type,
                 revision,
             }],
+            None,
         ),
-        ModelSpec::HfSnapshots { cache, repos } => (cache, repos),
+        ModelSpec::HfSnapshots { cache, repos, dir } => (cache, repos, dir),
         ModelSpec::Dir(_) => return Ok((model, added)),
     };
     // Each round adds what the models packed so far need; a repository is added once, so the
@@ -415,6 +430,7 @@ fn open_model(with_dependencies: bool, spec: ModelSpec) -> Result<(Model, Vec<St
         model = Model::open(&ModelSpec::HfSnapshots {
             cache: cache.clone(),
             repos: asks.clone(),
+            dir: dir.clone(),
         })?;
     }
 }

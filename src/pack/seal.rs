@@ -39,6 +39,8 @@ pub struct Parts {
     pub source: Option<HfSource>,
     /// The repositories of a bundle of several, their etags filled in.
     pub repos: Vec<manifest::Repo>,
+    /// Beside `repos`, the model directory's folder (FORMAT.md section 14.4).
+    pub dir: Option<manifest::DirPart>,
     /// Parity.
     pub parity: Option<Parity>,
     /// A delta's base.
@@ -90,6 +92,7 @@ pub fn seal(parts: Parts, key: &dyn Signer, dir: &Path) -> Result<Sealed> {
         warnings: parts.warnings,
         source: parts.source,
         repos: parts.repos,
+        dir: parts.dir,
         parity: parts.parity,
         base: parts.base,
         trust_update: parts.trust_update,

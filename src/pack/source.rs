@@ -31,8 +31,11 @@ pub enum ModelSpec {
     HfSnapshots {
         /// The cache (default: where huggingface_hub would look, from the environment).
         cache: Option<PathBuf>,
-        /// The repositories, at least two, each at most once.
+        /// The repositories, at least two (one with `dir`), each at most once.
         repos: Vec<RepoAsk>,
+        /// A model directory packed beside them, under its own name (FORMAT.md section
+        /// 14.4, `dir`).
+        dir: Option<PathBuf>,
     },
 }
 
@@ -87,8 +90,12 @@ pub struct Model {
     /// For several snapshots (FORMAT.md section 14.4): where each came from, in bundle order
     /// of their folder names; `entries` holds each one's files below its folder name.
     pub repos: Vec<HfOrigin>,
-    /// The model directory (for a snapshot: its folder).
+    /// The model directory (for a snapshot: its folder; for a directory beside repositories:
+    /// the directory's parent, its files' paths starting with its name).
     pub root: PathBuf,
+    /// For a directory beside repositories (FORMAT.md section 14.4): its folder name in the
+    /// bundle and the directory.
+    pub dir: Option<(String, PathBuf)>,
     /// What the operator should know that does not stop the pack.
     pub notes: Vec<String>,
     /// For a directory: the model checks, run by the scan as it opened each file
@@ -132,6 +139,7 @@ impl Model {
                     notes: snapshot.notes.clone(),
                     checked: None,
                     repos: Vec::new(),
+                    dir: None,
                     hf: Some(HfOrigin {
                         cache,
                         repo_id: repo_id.clone(),
@@ -141,7 +149,9 @@ impl Model {
                     }),
                 })
             }
-            ModelSpec::HfSnapshots { cache, repos } => open_snapshots(cache.as_deref(), repos),
+            ModelSpec::HfSnapshots { cache, repos, dir } => {
+                open_snapshots(cache.as_deref(), repos, dir.as_deref())
+            }
         }
     }
 
@@ -170,6 +180,9 @@ impl Model {
                     hfcache::offline::check(root, &snapshot, deps)
                         .map_err(|e| Error::io(root, e))?;
                 }
+                if let Some((_, dir)) = &self.dir {
+                    hfcache::offline::check(dir, "", deps).map_err(|e| Error::io(dir, e))?;
+                }
             }
         }
         let carried = needs.carried;
@@ -194,7 +207,12 @@ impl Model {
     /// The bundle name when none is given: the repository id, or the directory's name.
     pub fn default_name(&self) -> String {
         if !self.repos.is_empty() {
-            let ids: Vec<&str> = self.repos.iter().map(|r| r.repo_id.as_str()).collect();
+            let ids: Vec<&str> = self
+                .dir
+                .iter()
+                .map(|(name, _)| name.as_str())
+                .chain(self.repos.iter().map(|r| r.repo_id.as_str()))
+                .collect();
             let name = ids.join("+");
             return if name.len() <= 200 {
                 name
@@ -250,6 +268,17 @@ impl Model {
                             }),
                     );
                 }
+                if let Some((name, dir)) = &self.dir {
+                    all.extend(
+                        hfcache::offline::check(dir, "", deps)
+                            .map_err(|e| Error::io(dir, e))?
+                            .into_iter()
+                            .map(|mut f| {
+                                f.path = format!("{name}/{}", f.path);
+                                f
+                            }),
+                    );
+                }
                 all
             }
             Some(hf) => {
@@ -269,6 +298,21 @@ impl Model {
     fn format_checks(&self) -> Result<(Vec<Finding>, Vec<String>)> {
         if !self.repos.is_empty() {
             let mut findings = Vec::new();
+            let mut unchecked = Vec::new();
+            if let Some((name, dir)) = &self.dir {
+                let (found, too_long) = match &self.checked {
+                    Some(Ok(checked)) => checked.clone(),
+                    Some(Err((kind, text))) => {
+                        return Err(Error::io(dir, std::io::Error::new(*kind, text.clone())));
+                    }
+                    None => inspect::check_tree_reaching(dir).map_err(|e| Error::io(dir, e))?,
+                };
+                findings.extend(found.into_iter().map(|mut f| {
+                    f.path = format!("{name}/{}", f.path);
+                    f
+                }));
+                unchecked.extend(too_long.into_iter().map(|p| format!("{name}/{p}")));
+            }
             for hf in &self.repos {
                 let folder = hf.folder();
                 let prefix = format!("{folder}/");
@@ -282,7 +326,7 @@ impl Model {
                 }));
             }
             findings.sort_by(|a, b| (&a.path, a.code).cmp(&(&b.path, b.code)));
-            return Ok((findings, Vec::new()));
+            return Ok((findings, unchecked));
         }
         let Some(hf) = &self.hf else {
             return match &self.checked {
@@ -352,10 +396,16 @@ fn snapshot_checks<'a>(
 
 /// Opens several snapshots of one cache as one model: each under its cache folder name, in
 /// bundle order of those names, its entries and etags in order below it.
-fn open_snapshots(cache: Option<&Path>, asks: &[RepoAsk]) -> Result<Model> {
+fn open_snapshots(cache: Option<&Path>, asks: &[RepoAsk], dir: Option<&Path>) -> Result<Model> {
     let cache = match cache {
         Some(dir) => std::path::absolute(dir).map_err(|e| Error::io(dir, e))?,
         None => hfcache::cache_dir_from_env()?,
+    };
+    // The directory beside them goes under its own name, among the repositories' folders in
+    // bundle order; its files are read below its parent by that name (no link followed).
+    let mut beside = match dir {
+        Some(d) => Some(open_dir_beside(d)?),
+        None => None,
     };
     let mut asks: Vec<(String, &RepoAsk)> = asks
         .iter()
@@ -380,10 +430,17 @@ fn open_snapshots(cache: Option<&Path>, asks: &[RepoAsk]) -> Result<Model> {
         hf: None,
         repos: Vec::new(),
         root: cache.clone(),
+        dir: None,
         notes: Vec::new(),
         checked: None,
     };
     for (folder, ask) in asks {
+        if let Some((name, _, _)) = &beside
+            && crate::paths::bundle_order(name, &folder).is_lt()
+        {
+            let (name, parent, dm) = beside.take().expect("beside");
+            model.add_dir(name, parent, dm);
+        }
         let mut snapshot =
             hfcache::open_snapshot(&cache, &ask.repo_type, &ask.repo_id, &ask.revision)?;
         model.entries.push(ScanEntry::Dir {
@@ -410,7 +467,58 @@ fn open_snapshots(cache: Option<&Path>, asks: &[RepoAsk]) -> Result<Model> {
             snapshot,
         });
     }
+    if let Some((name, parent, dm)) = beside.take() {
+        model.add_dir(name, parent, dm);
+    }
     Ok(model)
+}
+
+impl Model {
+    /// Adds the directory model `dm` (its entries below `parent`/`name`) under the folder
+    /// `name`, after what this model holds: its files read below `parent`, so `root` becomes
+    /// `parent` (every file of a snapshot has its blob as its source, never the root).
+    fn add_dir(&mut self, name: String, parent: PathBuf, dm: Model) {
+        self.entries.push(ScanEntry::Dir { path: name.clone() });
+        for mut e in dm.entries {
+            if matches!(e, ScanEntry::File { .. }) {
+                // The writer computes one, which the manifest does not record for it.
+                self.etags.push(EtagCheck::Compute);
+            }
+            match &mut e {
+                ScanEntry::Dir { path } | ScanEntry::File { path, .. } => {
+                    *path = format!("{name}/{path}");
+                }
+            }
+            self.entries.push(e);
+        }
+        self.notes.extend(dm.notes);
+        self.checked = dm.checked;
+        self.dir = Some((name, dm.root));
+        self.root = parent;
+    }
+}
+
+/// The directory `dir` packed beside repositories: its folder name in the bundle (its own
+/// name), its parent, and its model.
+fn open_dir_beside(dir: &Path) -> Result<(String, PathBuf, Model)> {
+    let canon = std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?;
+    let name = canon.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if name.is_empty()
+        || ["models--", "datasets--", "spaces--", "kernels--"]
+            .iter()
+            .any(|f| name.starts_with(f))
+        || crate::paths::check_relative(name).is_err()
+    {
+        return Err(Error::Usage(format!(
+            "{}: its name {:?} cannot be its folder in a bundle beside repositories (a UTF-8 name, not of a cache folder's form such as models--ORG--NAME): rename it, or pack it on its own",
+            dir.display(),
+            crate::display::escape(name)
+        )));
+    }
+    let name = name.to_string();
+    let parent = canon.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let model = open_dir(&canon)?;
+    Ok((name, parent, model))
 }
 
 /// Scans a model directory. `hf download --local-dir` bookkeeping describes this host's
@@ -447,6 +555,7 @@ fn open_dir(dir: &Path) -> Result<Model> {
         etags: Vec::new(),
         hf: None,
         repos: Vec::new(),
+        dir: None,
         root: dir.to_path_buf(),
         notes,
         checked: Some(checked),

@@ -1208,6 +1208,15 @@ impl HfTarget {
 /// its view and path prefix.
 fn views(opened: &Opened, opts: &HfUnpackOptions) -> Result<Vec<(Option<Manifest>, String)>> {
     let m = &opened.manifest;
+    if let Some(d) = &m.dir
+        && opts.repos.is_empty()
+    {
+        // FORMAT.md section 14.4: the directory has no repository id nor commit to install as.
+        return Err(Error::Usage(format!(
+            "{} carries the model directory {:?} beside its repositories, which has no repository id to install it as in a Hugging Face cache: install the bundle with --dest DIR (the directory lands in DIR/ under that name), or only its repositories with --repo",
+            opened.origin, d.path
+        )));
+    }
     if m.repos.is_empty() {
         return Ok(vec![(None, String::new())]);
     }

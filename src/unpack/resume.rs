@@ -189,7 +189,7 @@ pub(super) fn remove(
 /// The report of an install that adopted `kept` and whose source started at `started_at`.
 pub fn report(
     kept: Option<&Kept>,
-    started_at: Option<crate::bundle::stream::StartedAt>,
+    started_at: Option<crate::pipeline::StartedAt>,
 ) -> Option<Resumed> {
     let kept = kept?;
     Some(Resumed {

@@ -1055,7 +1055,7 @@ fn usage_errors_for_the_cache_flags() {
     let env = Env::new();
     env.model("m");
     for args in [
-        &["pack", "m", "--hf-repo", REPO, "-o", "b", "--key", "k.key"][..],
+        // (A directory with --hf-repo packs it beside the repository: tests/it/dirrepos.rs.)
         &[
             "pack",
             "m",
@@ -1065,7 +1065,7 @@ fn usage_errors_for_the_cache_flags() {
             "b",
             "--key",
             "k.key",
-        ],
+        ][..],
         &[
             "pack",
             "m",

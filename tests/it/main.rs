@@ -6,6 +6,7 @@ mod crash;
 mod credential_helper_safety;
 mod damage_map;
 mod delta;
+mod dirrepos;
 mod format_exact;
 mod hfcache;
 mod hostile;
