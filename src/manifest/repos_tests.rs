@@ -394,9 +394,12 @@ fn a_directory_beside_repositories_validates_and_a_view_leaves_it_out() {
     assert!(refused(&one).contains("lists 1 repos"), "{}", refused(&one));
 }
 
+/// One way to break a rule of a directory beside repositories, and the reason it must give.
+type Breakage = (&'static str, Box<dyn Fn(&mut Manifest)>);
+
 #[test]
 fn a_directory_beside_repositories_is_refused_when_it_breaks_a_rule() {
-    let cases: Vec<(&str, Box<dyn Fn(&mut Manifest)>)> = vec![
+    let cases: Vec<Breakage> = vec![
         ("has dir and a base", Box::new(delta)),
         (
             "not one path component",
