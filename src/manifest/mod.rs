@@ -489,6 +489,19 @@ pub struct Totals {
     pub volume_bytes: u64,
 }
 
+impl Totals {
+    /// The totals of a part of a bundle (a repository's view, a chosen part): its own files
+    /// and directories counted, the bundle's volumes unchanged.
+    fn of(files: &[FileEntry], directories: usize, volume_bytes: u64) -> Totals {
+        Totals {
+            files: files.len() as u64,
+            directories: directories as u64,
+            file_bytes: files.iter().map(|f| f.size).sum(),
+            volume_bytes,
+        }
+    }
+}
+
 /// A model-check warning recorded at pack time.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -1337,12 +1350,7 @@ impl Manifest {
             })
         });
         Some(Manifest {
-            totals: Totals {
-                files: files.len() as u64,
-                directories: directories.len() as u64,
-                file_bytes: files.iter().map(|f| f.size).sum(),
-                volume_bytes: self.totals.volume_bytes,
-            },
+            totals: Totals::of(&files, directories.len(), self.totals.volume_bytes),
             source: Some(r.source.clone()),
             repos: Vec::new(),
             warnings,
@@ -1448,12 +1456,7 @@ impl Manifest {
             })
         });
         Some(Manifest {
-            totals: Totals {
-                files: files.len() as u64,
-                directories: directories.len() as u64,
-                file_bytes: files.iter().map(|f| f.size).sum(),
-                volume_bytes: self.totals.volume_bytes,
-            },
+            totals: Totals::of(&files, directories.len(), self.totals.volume_bytes),
             repos: chosen.iter().map(|&i| self.repos[i].clone()).collect(),
             warnings: self
                 .warnings
