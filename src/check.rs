@@ -4,19 +4,76 @@
 //! verdict ([`DirReport::verdict`], [`CacheReport::verdict`]); the command only renders it.
 
 use std::collections::HashSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::hfcache::{self, offline};
 use crate::inspect::values::{self, FileScan, RULES, Summary};
 use crate::inspect::{self, Finding, Severity};
 use crate::manifest::{FileValues, Manifest, Values, Warning};
+use crate::oms::{self, TrustMaterial};
 use crate::pack::file_values;
 use crate::paths::{RECEIPT_DIR, bundle_order};
 use crate::progress::Progress;
 use crate::receipt::{self, Drift};
 use crate::trust::Policy;
 use crate::trust::policy::Signer;
+
+/// Whether `dir` holds nothing named `.airlock` (of any type): airlock never installed it.
+/// Anything else (present, a link, unreadable) counts as an install.
+pub fn never_installed(dir: &Path) -> bool {
+    matches!(
+        std::fs::symlink_metadata(dir.join(RECEIPT_DIR)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound
+    )
+}
+
+/// What `check --oms-trust`/`--oms-cert-chain` checks a directory against.
+pub struct OmsOptions<'a> {
+    /// The publisher's trust ([`TrustMaterial::load`]).
+    pub trust: &'a TrustMaterial,
+    /// `--oms-signature` (default: the signature file's place in the model).
+    pub signature: Option<PathBuf>,
+    /// `--oms-ignore`.
+    pub ignore: Vec<String>,
+    /// `--oms-ignore-unsigned`.
+    pub ignore_unsigned: bool,
+    /// Whether the directory is an airlock install ([`receipt::exists`]).
+    pub has_receipt: bool,
+}
+
+/// [`check_oms`]'s report: the signature file checked and what it found.
+pub struct OmsChecked {
+    /// The signature file.
+    pub signature: PathBuf,
+    /// The signature, verified, and the files that match it.
+    pub report: oms::DirReport,
+}
+
+/// `dir` against its OMS signature, before anything else. In an airlock install the receipt
+/// directory and airlock's own signature beside a publisher's are left out (`check --trust`
+/// covers them against the receipt).
+pub fn check_oms(dir: &Path, o: OmsOptions<'_>, progress: &dyn Progress) -> Result<OmsChecked> {
+    let signature = o
+        .signature
+        .unwrap_or_else(|| dir.join(crate::manifest::OMS_SIGNATURE_NAME));
+    let mut ignore = o.ignore;
+    if o.has_receipt {
+        ignore.push(RECEIPT_DIR.to_string());
+        ignore.push(crate::manifest::OMS_SIGNATURE_NAME_BESIDE_PUBLISHER.to_string());
+    }
+    let report = oms::verify_dir(
+        dir,
+        &oms::DirOptions {
+            signature: &signature,
+            trust: o.trust,
+            ignore,
+            ignore_unsigned: o.ignore_unsigned,
+        },
+        progress,
+    )?;
+    Ok(OmsChecked { signature, report })
+}
 
 /// What [`check_dir`] does.
 pub struct DirOptions<'a> {

@@ -45,4 +45,22 @@ mod tests {
         assert!(fault_of(&io::Error::other("disk on fire")).is_none());
         assert!(fault_of(&io::ErrorKind::NotFound.into()).is_none());
     }
+
+    /// ARCHITECTURE.md, "Errors and exit codes": a bug is 101, kind `internal`, as docs/CLI.md's
+    /// table of exit codes says.
+    #[test]
+    fn a_fault_is_a_bug_exit_101_as_the_cli_reference_says() {
+        let e = crate::error::Error::io("/x", fault("the writer thread stopped"));
+        assert_eq!((e.exit_code(), e.kind()), (101, "internal"));
+        assert!(e.to_string().starts_with("internal error:"), "{e}");
+        let cli = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/CLI.md"),
+        )
+        .unwrap();
+        assert!(
+            cli.lines()
+                .any(|l| l.starts_with("| 101 |") && l.ends_with("| `internal` |")),
+            "docs/CLI.md's exit code table has no row 101 for `internal`"
+        );
+    }
 }

@@ -10,6 +10,8 @@
 #![forbid(unsafe_code)]
 
 pub mod bundle;
+#[cfg(test)]
+mod capped_child;
 pub mod check;
 pub mod copy;
 pub mod delta;

@@ -1,5 +1,8 @@
 //! The `airlock` binary: parse, run one command, print, exit with the documented code.
 
+// As the library: no `unsafe` (signals go through signal-hook's iterator thread).
+#![forbid(unsafe_code)]
+
 mod cli;
 mod commands;
 

@@ -8,6 +8,7 @@ use std::path::Path;
 const TEST_ONLY_FILES: &[&str] = &[
     "src/source_rules.rs",
     "src/parse_fuzz.rs",
+    "src/capped_child.rs",
     "src/layering.rs",
     "src/inspect/fuzz.rs",
     "src/inspect/values/tests.rs",

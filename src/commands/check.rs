@@ -10,6 +10,7 @@ use airlock::error::{Error, Result};
 use airlock::hfcache;
 use airlock::inspect::values;
 use airlock::inspect::{Finding, Severity};
+use airlock::oms::TrustMaterial;
 use airlock::paths::RECEIPT_DIR;
 use airlock::progress::Progress;
 use airlock::receipt;
@@ -61,15 +62,6 @@ fn summary(drift: Option<usize>, errors: usize, warnings: usize) -> String {
             d + errors
         ),
     }
-}
-
-/// Whether `dir` holds nothing named `.airlock` (of any type): airlock never installed it.
-/// Anything else (present, a link, unreadable) counts as an install.
-fn never_installed(dir: &Path) -> bool {
-    matches!(
-        std::fs::symlink_metadata(dir.join(RECEIPT_DIR)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound
-    )
 }
 
 /// `airlock check --hf-cache DIR [--hf-repo ORG/NAME]`.
@@ -131,9 +123,8 @@ fn run_hf(cache: &Path, a: &CheckArgs, ui: &dyn Progress) -> Result<Output> {
     Ok(out)
 }
 
-/// `--oms-trust` / `--oms-cert-chain`: DIR against its OMS signature, before anything else.
-/// In an airlock install the receipt directory and airlock's own signature beside a
-/// publisher's are left out (`check --trust` covers them against the receipt).
+/// `--oms-trust` / `--oms-cert-chain`: DIR against its OMS signature ([`check::check_oms`]),
+/// before anything else.
 fn oms_check(
     dir: &Path,
     a: &CheckArgs,
@@ -141,35 +132,22 @@ fn oms_check(
     ui: &dyn Progress,
     out: &mut Output,
 ) -> Result<()> {
-    use airlock::oms::{self, TrustMaterial};
-    let trust = match (&a.oms_trust, a.oms_cert_chain.is_empty()) {
-        (Some(k), _) => TrustMaterial::Key(oms::load_public_key(k)?),
-        (None, false) => TrustMaterial::Certificates(oms::load_certificates(&a.oms_cert_chain)?),
-        (None, true) => {
-            if a.oms_signature.is_some() || !a.oms_ignore.is_empty() || a.oms_ignore_unsigned {
-                return Err(Error::Usage(
-                    "--oms-signature, --oms-ignore and --oms-ignore-unsigned go with --oms-trust or --oms-cert-chain".into(),
-                ));
-            }
-            return Ok(());
+    let Some(trust) = TrustMaterial::load(a.oms_trust.as_deref(), &a.oms_cert_chain)? else {
+        if a.oms_signature.is_some() || !a.oms_ignore.is_empty() || a.oms_ignore_unsigned {
+            return Err(Error::Usage(
+                "--oms-signature, --oms-ignore and --oms-ignore-unsigned go with --oms-trust or --oms-cert-chain".into(),
+            ));
         }
+        return Ok(());
     };
-    let signature = a
-        .oms_signature
-        .clone()
-        .unwrap_or_else(|| dir.join(airlock::manifest::OMS_SIGNATURE_NAME));
-    let mut ignore = a.oms_ignore.clone();
-    if has_receipt {
-        ignore.push(RECEIPT_DIR.to_string());
-        ignore.push(airlock::manifest::OMS_SIGNATURE_NAME_BESIDE_PUBLISHER.to_string());
-    }
-    let report = oms::verify_dir(
+    let check::OmsChecked { signature, report } = check::check_oms(
         dir,
-        &oms::DirOptions {
-            signature: &signature,
+        check::OmsOptions {
             trust: &trust,
-            ignore,
+            signature: a.oms_signature.clone(),
+            ignore: a.oms_ignore.clone(),
             ignore_unsigned: a.oms_ignore_unsigned,
+            has_receipt,
         },
         ui,
     )?;
@@ -230,7 +208,7 @@ pub fn run(a: CheckArgs, ui: &dyn Progress) -> Result<Output> {
         trust: a.trust.clone(),
         assume_now: None,
     })?;
-    let lint_only = matches!(source, TrustSource::Env(_)) && never_installed(dir);
+    let lint_only = matches!(source, TrustSource::Env(_)) && check::never_installed(dir);
     let trust = if lint_only {
         None
     } else {

@@ -4,7 +4,36 @@
 
 use clap::CommandFactory;
 
+use airlock::error::Error;
+
+use super::Output;
 use crate::cli::{Cli, MAN_PAGES};
+
+/// `airlock completions SHELL`: the completion script clap writes for the command line.
+pub(super) fn completions(shell: clap_complete::Shell) -> Vec<u8> {
+    let mut cmd = Cli::command();
+    let mut text = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "airlock", &mut text);
+    text
+}
+
+/// `completions` and `man` under `--json`: refused. Their output is a script or a roff page;
+/// wrapping it in JSON would serve no one, and printing it unwrapped would break the
+/// one-document promise of --json.
+pub(super) fn not_json(name: &str) -> Output {
+    let error = Error::Usage(format!(
+        "{name} prints {}, not JSON: run it without --json",
+        if name == "man" {
+            "a roff man page"
+        } else {
+            "a shell script"
+        }
+    ));
+    Output {
+        error: Some(error),
+        ..Output::default()
+    }
+}
 
 /// One variable of the ENVIRONMENT section and the commands it matters to.
 struct EnvVar {

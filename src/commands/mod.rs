@@ -114,35 +114,10 @@ pub fn run(cli: Cli) -> u8 {
         Command::Cosign(a) => trust::cosign(a, &ui),
         Command::Trust(a) => trust::run(a, &ui),
         Command::Completions { .. } | Command::Man { .. } if json => {
-            // Their output is a script or a roff page; wrapping it in JSON would serve no one,
-            // and printing it unwrapped would break the one-document promise of --json.
-            let error = Error::Usage(format!(
-                "{name} prints {}, not JSON: run it without --json",
-                if name == "man" {
-                    "a roff man page"
-                } else {
-                    "a shell script"
-                }
-            ));
-            return render(
-                name,
-                Output {
-                    error: Some(error),
-                    ..Output::default()
-                },
-                true,
-                quiet,
-            );
+            return render(name, man::not_json(name), true, quiet);
         }
-        Command::Completions { shell } => {
-            let mut cmd = <Cli as clap::CommandFactory>::command();
-            let mut text = Vec::new();
-            clap_complete::generate(shell, &mut cmd, "airlock", &mut text);
-            return print_text(&text);
-        }
-        Command::Man { command } => {
-            return print_text(&man::page(command.as_deref()));
-        }
+        Command::Completions { shell } => return print_text(&man::completions(shell)),
+        Command::Man { command } => return print_text(&man::page(command.as_deref())),
     };
     let mut out = result.unwrap_or_else(|e| Output {
         error: Some(e),

@@ -7,7 +7,7 @@ use airlock::display::human;
 use airlock::error::{Error, Result};
 use airlock::manifest;
 use airlock::pack::prepare::{self, CompressAsk, OmsAsk, Prepared};
-use airlock::pack::{self, BaseSource, Model, ModelSpec, PackOptions, ValueScan};
+use airlock::pack::{self, Model, ModelSpec, PackOptions, ValueScan};
 use airlock::parity::Ask;
 use airlock::size::parse_size;
 
@@ -223,20 +223,8 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
         Some(f) => Some(unlock_oms_key(f, ui, &ready.oms_chain)?),
         None => None,
     };
-    let trust_update = airlock::trust::update::check_for_pack(
-        &ready.trust_update,
-        &key.public_key(),
-        airlock::trust::Clock::system(),
-    )?;
-    let base = match &a.base {
-        Some(path) => {
-            let b = BaseSource::open(path, &key.public_key())?.with_snapshot_of(&model);
-            out.warnings.extend(b.notes.iter().cloned());
-            out.warnings.extend(b.no_content_note());
-            Some(b)
-        }
-        None => None,
-    };
+    let keyed = ready.with_key(&model, &key.public_key())?;
+    out.warnings.extend(keyed.notes.iter().cloned());
     let mut value_findings = Vec::new();
     let packed = pack::pack(
         &mut model,
@@ -251,8 +239,8 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
             created_unix: created,
             warnings: ready.warnings,
             parity: shape.parity,
-            base,
-            trust_update,
+            base: keyed.base,
+            trust_update: keyed.trust_update,
             values: (!a.no_value_scan).then_some(ValueScan {
                 skip_errors: a.no_model_checks,
                 findings: &mut value_findings,
@@ -408,11 +396,7 @@ fn render_provenance(out: &mut Output, model: &Model, m: &airlock::manifest::Man
         // A commit airlock installed into this cache (it left a receipt for it) has blob names
         // that airlock's install wrote from its bundle's signed manifest, not a download's
         // (issue 33 item 9).
-        let receipt = airlock::hfcache::receipts(&hf.snapshot.repo_folder)
-            .unwrap_or_default()
-            .into_iter()
-            .find(|(commit, _)| *commit == src.commit)
-            .map(|(_, dir)| dir);
+        let receipt = prepare::installed_receipt(hf, &src.commit);
         out.set(
             "blob_names_from",
             if receipt.is_some() {

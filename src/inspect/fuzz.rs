@@ -16,7 +16,7 @@ use proptest::test_runner::{Config, TestRunner};
 
 use super::check_file;
 use super::testutil::{fixtures, tree};
-use crate::parse_fuzz::{cap_address_space, run_capped_child};
+use crate::capped_child::{cap_address_space, run_capped_child};
 
 /// Address space for the child: the test binary and its threads fit easily; a header
 /// allocated from a hostile length (safetensors allows up to 100 MB, gguf strings 1 GiB) does

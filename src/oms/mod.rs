@@ -323,6 +323,17 @@ pub enum TrustMaterial {
 }
 
 impl TrustMaterial {
+    /// The publisher's trust the flags name: the public key `key` (`--oms-trust`), else the
+    /// certificates of `cert_chain` (`--oms-cert-chain`), else none. The one rule of `pack`
+    /// and `check`.
+    pub fn load(key: Option<&Path>, cert_chain: &[PathBuf]) -> Result<Option<TrustMaterial>> {
+        Ok(match (key, cert_chain.is_empty()) {
+            (Some(k), _) => Some(TrustMaterial::Key(load_public_key(k)?)),
+            (None, false) => Some(TrustMaterial::Certificates(load_certificates(cert_chain)?)),
+            (None, true) => None,
+        })
+    }
+
     /// As [`Trust`].
     pub fn as_trust(&self) -> Trust<'_> {
         match self {

@@ -7,14 +7,17 @@
 
 use std::path::{Path, PathBuf};
 
-use super::source::{self, RepoAsk};
+use super::base::BaseSource;
+use super::source::{self, HfOrigin, RepoAsk};
 use super::{Compress, Model, ModelSpec, write};
 use crate::error::{Error, Result};
 use crate::hfcache;
+use crate::keys::PublicKey;
 use crate::inspect::Finding;
 use crate::manifest::{self, Manifest, Warning};
 use crate::oms::{self, TrustMaterial};
 use crate::scan::ScanEntry;
+use crate::trust::update::RootFile;
 
 /// The bundle directory must not exist yet, and the directory it goes in must.
 pub fn check_output(output: &Path) -> Result<()> {
@@ -233,6 +236,8 @@ pub struct Ready {
     /// The weight files the value scan will read in the pack's one read (count, bytes): what
     /// the password prompt announces. `None` without the value scan.
     pub value_scan: Option<(u64, u64)>,
+    /// `--base`, checked against the key by [`Ready::with_key`].
+    pub base: Option<PathBuf>,
 }
 
 /// The OMS material of `ask`: the signing chain and the publisher's trust.
@@ -246,13 +251,7 @@ fn oms_material(ask: &OmsAsk) -> Result<(Vec<Vec<u8>>, Option<TrustMaterial>)> {
         }
         None => Vec::new(),
     };
-    let trust = match (&ask.trust, ask.cert_chain.is_empty()) {
-        (Some(k), _) => Some(TrustMaterial::Key(oms::load_public_key(k)?)),
-        (None, false) => Some(TrustMaterial::Certificates(oms::load_certificates(
-            &ask.cert_chain,
-        )?)),
-        (None, true) => None,
-    };
+    let trust = TrustMaterial::load(ask.trust.as_deref(), &ask.cert_chain)?;
     if ask.signature.is_some() && trust.is_none() {
         return Err(Error::Usage(
             "--oms-signature names the publisher's OMS signature for --oms-trust or --oms-cert-chain; give one of them".into(),
@@ -267,7 +266,7 @@ fn oms_material(ask: &OmsAsk) -> Result<(Vec<Vec<u8>>, Option<TrustMaterial>)> {
 /// The output's place ([`check_output`]) and the key files are checked before, by the caller.
 pub fn prepare(req: Request) -> Result<Prepared> {
     let (oms_chain, oms_trust) = oms_material(&req.oms)?;
-    let (model, dependencies_added) = open_model(req.with_dependencies, req.model)?;
+    let (model, dependencies_added) = open_model(req.with_dependencies, req.model.clone())?;
     if model.dir.is_some() && req.base.is_some() {
         return Err(Error::Usage(
             "--base with a model directory and --hf-repo: a delta of a directory and repositories does not exist (FORMAT.md section 14.4): pack a full bundle".into(),
@@ -307,22 +306,32 @@ pub fn prepare(req: Request) -> Result<Prepared> {
         super::base::check_same_model(bm, &name, req.version)?;
     }
     let (findings, unchecked) = model.check()?;
-    let warnings = match source::gate(&findings, req.no_model_checks) {
-        Ok(w) => w,
-        Err(e) => {
-            return Ok(Prepared {
-                model,
-                dependencies_added,
-                base,
-                name,
-                name_from_base,
-                unchecked,
-                findings,
-                ready: Err(e),
-            });
-        }
+    let ready = match source::gate(&findings, req.no_model_checks) {
+        Ok(warnings) => Ok(ready(&req, warnings, oms_chain, oms_trust.as_ref(), &model)?),
+        Err(e) => Err(e),
     };
-    let publisher = match &oms_trust {
+    Ok(Prepared {
+        model,
+        dependencies_added,
+        base,
+        name,
+        name_from_base,
+        unchecked,
+        findings,
+        ready,
+    })
+}
+
+/// The rest of [`prepare`] once the model checks let the pack go on: the publisher's OMS
+/// signature, the compression, the trust roots to carry, what the value scan will read.
+fn ready(
+    req: &Request,
+    warnings: Vec<Warning>,
+    oms_chain: Vec<Vec<u8>>,
+    oms_trust: Option<&TrustMaterial>,
+    model: &Model,
+) -> Result<Ready> {
+    let publisher = match oms_trust {
         Some(t) => {
             let rel = req
                 .oms
@@ -338,30 +347,74 @@ pub fn prepare(req: Request) -> Result<Prepared> {
         }
         None => None,
     };
-    let compress = compression(req.compress, &model)?;
+    let compress = compression(req.compress, model)?;
     let trust_update = req
         .trust_update
         .iter()
         .map(|p| crate::trust::update::read_root(p).map(|(_, bytes)| (p.clone(), bytes)))
         .collect::<Result<Vec<_>>>()?;
-    let value_scan = req.value_scan.then(|| value_scan_ahead(&model));
-    Ok(Prepared {
-        model,
-        dependencies_added,
-        base,
-        name,
-        name_from_base,
-        unchecked,
-        findings,
-        ready: Ok(Ready {
-            warnings,
-            publisher,
-            oms_chain,
-            compress,
-            trust_update,
-            value_scan,
-        }),
+    let value_scan = req.value_scan.then(|| value_scan_ahead(model));
+    Ok(Ready {
+        warnings,
+        publisher,
+        oms_chain,
+        compress,
+        trust_update,
+        value_scan,
+        base: req.base.clone(),
     })
+}
+
+/// What the half after the key checks with the signer's public key before anything is
+/// written: the trust roots to carry, and a delta's base, verified against the signer.
+pub struct Keyed {
+    /// The trust roots to carry, each checked: signed by its own root keys, the versions
+    /// following one another, the last naming the signer.
+    pub trust_update: Vec<RootFile>,
+    /// A delta's base (`--base`), opened and verified against the signer, with the snapshot of
+    /// the model that holds its content where it has none of its own.
+    pub base: Option<BaseSource>,
+    /// What the operator should know about the base (signed by another key, no content).
+    pub notes: Vec<String>,
+}
+
+impl Ready {
+    /// The checks that need the signer's public key, in this order: the trust roots to carry
+    /// ([`crate::trust::update::check_for_pack`]), then the base ([`BaseSource::open`]).
+    pub fn with_key(&self, model: &Model, signer: &PublicKey) -> Result<Keyed> {
+        let trust_update = crate::trust::update::check_for_pack(
+            &self.trust_update,
+            signer,
+            crate::trust::Clock::system(),
+        )?;
+        let mut notes = Vec::new();
+        let base = match &self.base {
+            Some(path) => {
+                let b = BaseSource::open(path, signer)?.with_snapshot_of(model);
+                notes.extend(b.notes.iter().cloned());
+                notes.extend(b.no_content_note());
+                Some(b)
+            }
+            None => None,
+        };
+        Ok(Keyed {
+            trust_update,
+            base,
+            notes,
+        })
+    }
+}
+
+/// The receipt airlock left in the cache when it installed `commit` of the snapshot `hf`
+/// (issue 33 item 9): that commit's blob names were written by airlock's install from its
+/// bundle's signed manifest, not by a download. `None` when airlock did not install it (or the
+/// trace cannot be read: the names are then the hub's, as far as airlock knows).
+pub fn installed_receipt(hf: &HfOrigin, commit: &str) -> Option<PathBuf> {
+    hfcache::receipts(&hf.snapshot.repo_folder)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|(c, _)| c == commit)
+        .map(|(_, dir)| dir)
 }
 
 /// Opens the model `spec` names; with `with_dependencies`, adds to it every repository its
