@@ -363,11 +363,7 @@ fn file_imports(rel: &str, code: &str, files: &BTreeSet<String>) -> BTreeSet<Str
     for path in paths_after(code, "airlock::") {
         targets.push(file_of(files, "src/", &path));
     }
-    targets
-        .into_iter()
-        .flatten()
-        .filter(|f| f != rel)
-        .collect()
+    targets.into_iter().flatten().filter(|f| f != rel).collect()
 }
 
 /// Rooms kept apart inside what the module map allows (its rows are whole modules; these are
@@ -391,7 +387,12 @@ const APART: &[(&str, &[&str], &str)] = &[
     ),
     (
         "src/oci/",
-        &["src/unpack/", "src/source/", "src/pipeline.rs", "src/staging.rs"],
+        &[
+            "src/unpack/",
+            "src/source/",
+            "src/pipeline.rs",
+            "src/staging.rs",
+        ],
         "the registry client knows nothing of installing",
     ),
 ];
@@ -416,7 +417,12 @@ fn apart_faults(sources: &[(String, String)], apart: &[(&str, &[&str], &str)]) -
 
 /// Files of a room that name a crate it must not use, but for the listed exceptions: `(files
 /// under, the crate's path, the rule, [(file, why it may)])`.
-type Unnamed = (&'static str, &'static str, &'static str, &'static [(&'static str, &'static str)]);
+type Unnamed = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
 
 /// The verifier is the one content check: no source and no target hashes a streamed file
 /// against the manifest itself. What a target hashes on its own is listed here with the reason.
@@ -551,7 +557,11 @@ fn faults(rows: &[Row], sources: &[(String, String)]) -> Vec<String> {
         }
     }
     for row in rows {
-        for u in row.uses.iter().filter(|u| !used.contains(&(row.floor, (*u).clone()))) {
+        for u in row
+            .uses
+            .iter()
+            .filter(|u| !used.contains(&(row.floor, (*u).clone())))
+        {
             faults.push(format!(
                 "the Uses cell of `{}` names `{u}`, which none of its files imports: take it off",
                 row.modules.join("`, `")
@@ -939,8 +949,10 @@ fn a_planted_rename_outside_durable_fails() {
     ];
     assert_eq!(
         rename_faults(&sources, &[]),
-        ["src/signing.rs moves a file into place by a rename: write a small file with \
-          durable::Staged, or list the file in RENAMES with the reason"]
+        [
+            "src/signing.rs moves a file into place by a rename: write a small file with \
+          durable::Staged, or list the file in RENAMES with the reason"
+        ]
     );
 }
 
@@ -948,10 +960,16 @@ fn a_planted_rename_outside_durable_fails() {
 /// (ARCHITECTURE.md: every variant that concerns a file names it; `Error::io(path, e)` is the
 /// one way).
 fn io_error_without_path(error_rs: &str) -> bool {
-    let code = code_only(error_rs).split_whitespace().collect::<Vec<_>>().join(" ");
-    ["From<io::Error> for Error", "From<std::io::Error> for Error"]
-        .iter()
-        .any(|i| code.contains(i))
+    let code = code_only(error_rs)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    [
+        "From<io::Error> for Error",
+        "From<std::io::Error> for Error",
+    ]
+    .iter()
+    .any(|i| code.contains(i))
 }
 
 #[test]

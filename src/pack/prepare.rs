@@ -12,8 +12,8 @@ use super::source::{self, HfOrigin, RepoAsk};
 use super::{Compress, Model, ModelSpec, write};
 use crate::error::{Error, Result};
 use crate::hfcache;
-use crate::keys::PublicKey;
 use crate::inspect::Finding;
+use crate::keys::PublicKey;
 use crate::manifest::{self, Manifest, Warning};
 use crate::oms::{self, TrustMaterial};
 use crate::scan::ScanEntry;
@@ -307,7 +307,13 @@ pub fn prepare(req: Request) -> Result<Prepared> {
     }
     let (findings, unchecked) = model.check()?;
     let ready = match source::gate(&findings, req.no_model_checks) {
-        Ok(warnings) => Ok(ready(&req, warnings, oms_chain, oms_trust.as_ref(), &model)?),
+        Ok(warnings) => Ok(ready(
+            &req,
+            warnings,
+            oms_chain,
+            oms_trust.as_ref(),
+            &model,
+        )?),
         Err(e) => Err(e),
     };
     Ok(Prepared {
