@@ -229,7 +229,8 @@ pub struct Snapshot {
     pub entries: Vec<ScanEntry>,
     /// For each file of `entries`, in order: the etag its content must hash to (the name of the
     /// blob its link points at, or the hub listing's etag for a real file), or `None` when
-    /// nothing names it and the packer computes one.
+    /// nothing names it and the packer computes one. The packer moves them out, as it does
+    /// `entries`.
     pub etags: Vec<Option<String>>,
     /// Whether `trees/<commit>.json` was there to compare against.
     pub listed: bool,

@@ -123,14 +123,7 @@ impl Model {
                     None => hfcache::cache_dir_from_env()?,
                 };
                 let mut snapshot = hfcache::open_snapshot(&cache, repo_type, repo_id, revision)?;
-                let etags = snapshot
-                    .etags
-                    .iter()
-                    .map(|e| match e {
-                        Some(e) => EtagCheck::Expect(e.clone()),
-                        None => EtagCheck::Compute,
-                    })
-                    .collect();
+                let etags = etag_checks(&mut snapshot).collect();
                 // The model's list is the snapshot's (moved, not copied: one entry a file).
                 Ok(Model {
                     entries: std::mem::take(&mut snapshot.entries),
@@ -380,6 +373,17 @@ fn snapshot_checks(hf: &HfOrigin) -> Result<(Vec<Finding>, Vec<String>)> {
     Ok((findings, unchecked))
 }
 
+/// The etag check of each file of `snapshot`, its etags moved out (not copied: a dataset of
+/// a million files holds a million of them).
+fn etag_checks(snapshot: &mut Snapshot) -> impl Iterator<Item = EtagCheck> + use<> {
+    std::mem::take(&mut snapshot.etags)
+        .into_iter()
+        .map(|e| match e {
+            Some(e) => EtagCheck::Expect(e),
+            None => EtagCheck::Compute,
+        })
+}
+
 /// Opens several snapshots of one cache as one model: each under its cache folder name, in
 /// bundle order of those names, its entries and etags in order below it.
 fn open_snapshots(cache: Option<&Path>, asks: &[RepoAsk], dir: Option<&Path>) -> Result<Model> {
@@ -440,10 +444,7 @@ fn open_snapshots(cache: Option<&Path>, asks: &[RepoAsk], dir: Option<&Path>) ->
             }
             model.entries.push(e);
         }
-        model.etags.extend(snapshot.etags.iter().map(|e| match e {
-            Some(e) => EtagCheck::Expect(e.clone()),
-            None => EtagCheck::Compute,
-        }));
+        model.etags.extend(etag_checks(&mut snapshot));
         model.notes.extend(snapshot.notes.iter().cloned());
         model.repos.push(HfOrigin {
             cache: cache.clone(),
