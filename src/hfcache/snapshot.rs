@@ -269,9 +269,13 @@ pub fn open_snapshot(
     let blobs = repo_folder.join("blobs");
     let has_blobs = layout::real_dir(&blobs)?;
     let blobs_fd = match has_blobs {
-        true => Some(fsio::open_dir_path(&blobs, fsio::Follow::Never).map_err(|e| {
-            layout::real_dir(&blobs).err().unwrap_or_else(|| Error::io(&blobs, e.into()))
-        })?),
+        true => Some(
+            fsio::open_dir_path(&blobs, fsio::Follow::Never).map_err(|e| {
+                layout::real_dir(&blobs)
+                    .err()
+                    .unwrap_or_else(|| Error::io(&blobs, e.into()))
+            })?,
+        ),
         false => None,
     };
     let (listing, listing_note) = read_listing(&repo_folder, &commit);
@@ -283,7 +287,9 @@ pub fn open_snapshot(
         .unwrap_or("")
         .to_string();
     let root_fd = fsio::open_dir_path(&dir, fsio::Follow::Never).map_err(|e| {
-        layout::real_dir(&dir).err().unwrap_or_else(|| Error::io(&dir, e.into()))
+        layout::real_dir(&dir)
+            .err()
+            .unwrap_or_else(|| Error::io(&dir, e.into()))
     })?;
     let mut walk = Walk {
         repo_folder: &repo_folder,
@@ -498,7 +504,9 @@ enum Found {
     /// A file: where its bytes are, or why it is refused.
     File(Result<FoundFile>),
     /// A link to a blob that is not there.
-    MissingBlob { etag: String },
+    MissingBlob {
+        etag: String,
+    },
 }
 
 /// A file of the snapshot, found and (when it could be) opened once.
@@ -647,13 +655,9 @@ impl Walk<'_> {
         let found = match kind {
             FileType::Directory => Found::Dir,
             FileType::Symlink => self.link(dir, name, &full, file_rel.as_deref(), checks),
-            FileType::RegularFile => Found::File(self.real_file(
-                dir,
-                name,
-                &full,
-                file_rel.as_deref(),
-                checks,
-            )),
+            FileType::RegularFile => {
+                Found::File(self.real_file(dir, name, &full, file_rel.as_deref(), checks))
+            }
             other => Found::File(Err(Error::HfCache {
                 path: full.clone(),
                 reason: format!(
@@ -1036,7 +1040,10 @@ mod tests {
         let (findings, unchecked) = s.checked.as_ref().unwrap();
         assert!(unchecked.is_empty());
         let found: Vec<(&str, &str)> = findings.iter().map(|f| (f.path.as_str(), f.code)).collect();
-        assert_eq!(found, [("sub/model.bin", crate::inspect::codes::LFS_POINTER)]);
+        assert_eq!(
+            found,
+            [("sub/model.bin", crate::inspect::codes::LFS_POINTER)]
+        );
 
         // A FIFO where the blob was: refused by its name, not opened for reading forever.
         fs::remove_file(repo.join("blobs").join(&a)).unwrap();
@@ -1047,8 +1054,10 @@ mod tests {
         assert!(made.success());
         let err = open_snapshot(t.path(), "model", "acme/tiny", "main").unwrap_err();
         assert!(
-            err.to_string()
-                .starts_with(&format!("{}: is a FIFO, not a regular file", repo.join("blobs").join(&a).display())),
+            err.to_string().starts_with(&format!(
+                "{}: is a FIFO, not a regular file",
+                repo.join("blobs").join(&a).display()
+            )),
             "{err}"
         );
         // A missing blob: named, with the file that links to it.
