@@ -729,6 +729,11 @@ values_bench
 # on a loaded machine, and airlock's CPU a file (linearity across counts). Peak RSS of pack
 # from /usr/bin/time. A million files (issue 37 item 2):
 # `scripts/bench.sh --many-files --many-counts "100000 1000000" --many-ops pack --runs 2`.
+# `--many-ops pack-hf` (not in the default) times the same files packed from a Hugging Face
+# cache: a dataset repository `bench/many` written as a download leaves it (each file a blob
+# named by its git blob id, the snapshot's files relative links `../../../blobs/<etag>`,
+# `refs/main`), `airlock pack --hf-cache C --hf-repo bench/many --repo-type dataset` against
+# `tar -chf` of the snapshot folder (which follows the links as pack does) `&& sync`.
 # As root, the run raises its own CPU group (the kernel groups CPU by session).
 many_bench() {
     [ "${MANY_SECTION:-0}" = 1 ] || return 0
@@ -752,7 +757,8 @@ many_bench() {
     local n r m
     for n in $MANY_COUNTS; do
         m=$d/m$n
-        if [ ! -d "$m" ]; then
+        # The directory tree, unless only the cache row runs.
+        if [ "$ops" != pack-hf ] && [ ! -d "$m" ]; then
             python3 - "$m" "$n" <<'PY'
 import os, sys
 root, n = sys.argv[1], int(sys.argv[2])
@@ -765,13 +771,41 @@ for i in range(n):
         f.write(data[:256] + i.to_bytes(8, "little") + data[264:])
 PY
         fi
+        if op pack-hf && [ ! -d "$d/hf$n" ]; then
+            python3 - "$d/hf$n" "$n" <<'PY'
+import hashlib, os, sys
+cache, n = sys.argv[1], int(sys.argv[2])
+repo = os.path.join(cache, "datasets--bench--many")
+commit = "0123456789abcdef0123456789abcdef01234567"
+blobs, snap = os.path.join(repo, "blobs"), os.path.join(repo, "snapshots", commit)
+os.makedirs(blobs)
+os.makedirs(os.path.join(repo, "refs"))
+data = os.urandom(512)
+for i in range(n):
+    d = os.path.join(snap, f"d{i // 1000:04d}")
+    if i % 1000 == 0:
+        os.makedirs(d)
+    body = data[:256] + i.to_bytes(8, "little") + data[264:]
+    etag = hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest()
+    with open(os.path.join(blobs, etag), "wb") as f:
+        f.write(body)
+    os.symlink(f"../../../blobs/{etag}", os.path.join(d, f"f{i % 1000:04d}.bin"))
+with open(os.path.join(repo, "refs", "main"), "w") as f:
+    f.write(commit)
+PY
+        fi
         : > "$d/res"
         rm -rf "$d/b" "$d/x.tar" "$d/i" "$d/x"
         for r in $(seq "$runs"); do
-            if op pack || [ "$r" = 1 ]; then
+            if op pack || { [ "$r" = 1 ] && [ "$ops" != pack-hf ]; }; then
                 rm -rf "$d/b" "$d/x.tar"; sync
                 echo "pack $r $(t $al pack "$m" -o "$d/b" --key "$d/k.key")" >> "$d/res"
                 echo "tarc $r $(t sh -c "tar -cf '$d/x.tar' -C '$m' . && sync")" >> "$d/res"
+            fi
+            if op pack-hf; then
+                rm -rf "$d/b" "$d/x.tar"; sync
+                echo "pack-hf $r $(t $al pack --hf-cache "$d/hf$n" --hf-repo bench/many --repo-type dataset -o "$d/b" --key "$d/k.key")" >> "$d/res"
+                echo "tarh $r $(t sh -c "tar -chf '$d/x.tar' -C '$d/hf$n/datasets--bench--many/snapshots/0123456789abcdef0123456789abcdef01234567' . && sync")" >> "$d/res"
             fi
             sync
             if op unpack; then
@@ -795,10 +829,11 @@ for line in open(sys.argv[1]):
     k, r, wall, rss, user, sys_ = line.split()
     runs.setdefault(k, {})[r] = (float(wall), int(rss), float(user) + float(sys_))
 n, ops = int(sys.argv[2]), sys.argv[3].split()
-rss = max(x for _, x, _ in runs["pack"].values()) / 1024
-for op, peer in (("pack", "tarc"), ("check", "sha"), ("unpack", "tarx")):
+for op, peer in (("pack", "tarc"), ("pack-hf", "tarh"), ("check", "sha"), ("unpack", "tarx")):
     if op not in ops:
         continue
+    packed = "pack-hf" if op == "pack-hf" else "pack"
+    rss = max(x for _, x, _ in runs[packed].values()) / 1024 if packed in runs else 0
     a, p = runs[op], runs[peer]
     ma, mp = st.median(w for w, _, _ in a.values()), st.median(w for w, _, _ in p.values())
     pair = st.median(a[r][0] / p[r][0] for r in a if r in p)

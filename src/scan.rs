@@ -69,6 +69,12 @@ impl Prefetched {
         &self.0
     }
 
+    /// Bytes read whole on the handle the model checks saw, kept under a [`PrefetchBudget`]
+    /// (a Hugging Face snapshot's blobs, [`crate::hfcache::open_snapshot`]).
+    pub(crate) fn kept(bytes: std::sync::Arc<[u8]>) -> Self {
+        Prefetched(bytes)
+    }
+
     /// Bytes kept as if a scan had read them.
     #[cfg(test)]
     pub(crate) fn for_test(bytes: &[u8]) -> Self {
@@ -88,17 +94,17 @@ pub const PREFETCH_FILE_MAX: u64 = 64 << 10;
 
 /// The largest file the scan reads whole for the model checks when it does not keep its bytes
 /// (past [`PREFETCH_TOTAL_MAX`]): one read of a page instead of two of its first bytes.
-const SNIFF_WHOLE_MAX: u64 = 4096;
+pub(crate) const SNIFF_WHOLE_MAX: u64 = 4096;
 
 /// The most file content one scan keeps ([`Prefetched`]), each file counted with a cache line
 /// of allocator overhead: the files past it are read in the read pass.
 pub(crate) const PREFETCH_TOTAL_MAX: u64 = 64 << 20;
 
 /// What is left of [`PREFETCH_TOTAL_MAX`] in one scan, shared by its threads.
-struct PrefetchBudget(std::sync::atomic::AtomicU64);
+pub(crate) struct PrefetchBudget(std::sync::atomic::AtomicU64);
 
 impl PrefetchBudget {
-    fn new(total: u64) -> Self {
+    pub(crate) fn new(total: u64) -> Self {
         PrefetchBudget(std::sync::atomic::AtomicU64::new(total))
     }
 
@@ -109,7 +115,7 @@ impl PrefetchBudget {
     }
 
     /// Takes room for a file of `len` bytes; false when too little is left.
-    fn take(&self, len: u64) -> bool {
+    pub(crate) fn take(&self, len: u64) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
         self.0
             .fetch_update(Relaxed, Relaxed, |left| left.checked_sub(Self::cost(len)))
@@ -117,7 +123,7 @@ impl PrefetchBudget {
     }
 
     /// Gives back the room taken for a file whose content was not kept.
-    fn give_back(&self, len: u64) {
+    pub(crate) fn give_back(&self, len: u64) {
         self.0
             .fetch_add(Self::cost(len), std::sync::atomic::Ordering::Relaxed);
     }

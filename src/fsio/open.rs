@@ -429,12 +429,21 @@ pub fn hash_exact(f: &File, len: u64) -> io::Result<String> {
 /// The entries of an open directory (without `.` and `..`) with their types, a type the
 /// directory listing leaves unknown being read with `fstatat` (never following a link).
 pub fn dir_entries(dir: &OwnedFd) -> io::Result<Vec<(std::ffi::OsString, FileType)>> {
-    use std::os::unix::ffi::OsStringExt;
+    dir_entries_named(dir, |_| true)
+}
+
+/// [`dir_entries`], keeping only the entries whose name `keep` accepts (the others are not
+/// held, nor their type read): a folder of a million entries listed for a few of them.
+pub fn dir_entries_named(
+    dir: &OwnedFd,
+    keep: impl Fn(&std::ffi::OsStr) -> bool,
+) -> io::Result<Vec<(std::ffi::OsString, FileType)>> {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
     let mut out = Vec::new();
     for e in rustix::fs::Dir::read_from(dir)? {
         let e = e?;
         let name = e.file_name().to_bytes();
-        if name == b"." || name == b".." {
+        if name == b"." || name == b".." || !keep(std::ffi::OsStr::from_bytes(name)) {
             continue;
         }
         let name = std::ffi::OsString::from_vec(name.to_vec());

@@ -143,15 +143,11 @@ pub(crate) enum Content {
     /// A real file in the snapshot (symlinks were off when it was downloaded).
     File,
     /// A link to `repo/blobs/<etag>`, whose content is at `source` (the blob, or its entry in
-    /// the shared store), a regular file of `len` bytes.
-    Blob {
-        etag: String,
-        source: PathBuf,
-        len: u64,
-    },
-    /// A link to `repo/blobs/<etag>`, which does not exist (or whose shared-store entry does
-    /// not).
-    MissingBlob { etag: String, blob: PathBuf },
+    /// the shared store), a regular file.
+    Blob { source: PathBuf },
+    /// A link to `repo/blobs/<etag>` (`blob`), which does not exist (or whose shared-store
+    /// entry does not).
+    MissingBlob { blob: PathBuf },
 }
 
 /// Checks the snapshot entry `full` (of type `ft`, not followed) in `repo`: a real file, or a
@@ -170,8 +166,26 @@ pub(crate) fn snapshot_content(repo: &Path, full: &Path, ft: &fs::FileType) -> R
         });
     }
     let target = fs::read_link(full).map_err(|e| Error::io(full, e))?;
+    let etag = link_etag(repo, full, &target)?;
     let blobs = repo.join("blobs");
-    let resolved = lexical_join(full.parent().expect("inside the snapshot"), &target);
+    let blob = blobs.join(&etag);
+    // `blobs/` itself must not be a link (one lstat per file: no cache of a check's result
+    // that a swap could outdate).
+    if !real_dir(&blobs)? {
+        return Ok(Content::MissingBlob { blob });
+    }
+    match blob_source(repo, &blob)? {
+        Some((source, _)) => Ok(Content::Blob { source }),
+        None => Ok(Content::MissingBlob { blob }),
+    }
+}
+
+/// The etag of the blob the snapshot entry `full` of `repo`, a link whose text is `target`,
+/// points at: the text resolved lexically must be `repo/blobs/<etag>` (no directory on the
+/// way is a link, so that is where it leads). Anything else is refused, naming `full`.
+pub(crate) fn link_etag(repo: &Path, full: &Path, target: &Path) -> Result<String> {
+    let blobs = repo.join("blobs");
+    let resolved = lexical_join(full.parent().expect("inside the snapshot"), target);
     let etag = match &resolved {
         Some(r) if r.parent() == Some(blobs.as_path()) => r
             .file_name()
@@ -180,25 +194,56 @@ pub(crate) fn snapshot_content(repo: &Path, full: &Path, ft: &fs::FileType) -> R
             .map(str::to_string),
         _ => None,
     };
-    let Some(etag) = etag else {
-        return Err(Error::HfCache {
-            path: full.to_path_buf(),
-            reason: format!(
-                "is a symlink to {}, which is not a blob of this repository: {LINK_RULE}",
-                target.display()
-            ),
-        });
-    };
-    let blob = blobs.join(&etag);
-    // `blobs/` itself must not be a link (one lstat per file: no cache of a check's result
-    // that a swap could outdate).
-    if !real_dir(&blobs)? {
-        return Ok(Content::MissingBlob { etag, blob });
+    etag.ok_or_else(|| Error::HfCache {
+        path: full.to_path_buf(),
+        reason: format!(
+            "is a symlink to {}, which is not a blob of this repository: {LINK_RULE}",
+            target.display()
+        ),
+    })
+}
+
+/// A blob of a repository, found through the repository's `blobs/` handle.
+#[derive(Debug)]
+pub(crate) enum BlobFile {
+    /// The blob itself, a regular file, open (no link followed, no blocking) with the `fstat`
+    /// that checked it.
+    Open(File, rustix::fs::Stat),
+    /// A link into the cache's shared store, checked by [`blob_source`]: the entry it leads to
+    /// and its size (read by path, as a link's target is).
+    Shared(PathBuf, u64),
+    /// Not there (nor its shared-store entry).
+    Missing,
+}
+
+/// Opens blob `etag` of `repo` below `blobs`, the repository's `blobs/` folder opened without
+/// following a link: one `openat` and one `fstat` a blob, nothing looked up again by path. A
+/// blob that is a link goes through [`blob_source`]'s rule (only into the shared store); one
+/// that is not a regular file is refused, naming it.
+pub(crate) fn open_blob(repo: &Path, blobs: &OwnedFd, etag: &str) -> Result<BlobFile> {
+    let blob = || repo.join("blobs").join(etag);
+    match fsio::open_file_at(blobs, std::ffi::OsStr::new(etag)).map_err(fsio::Error::into_cause) {
+        Ok((file, st)) => Ok(BlobFile::Open(file, st)),
+        Err(Cause::NotFound) => Ok(BlobFile::Missing),
+        Err(Cause::Link) => Ok(match blob_source(repo, &blob())? {
+            Some((source, len)) => BlobFile::Shared(source, len),
+            None => BlobFile::Missing,
+        }),
+        Err(Cause::NotRegular(what)) => Err(Error::HfCache {
+            path: blob(),
+            reason: format!("is {}, not a regular file", cache_words(what)),
+        }),
+        Err(e) => Err(Error::io(blob(), e.into())),
     }
-    match blob_source(repo, &blob)? {
-        Some((source, len)) => Ok(Content::Blob { etag, source, len }),
-        None => Ok(Content::MissingBlob { etag, blob }),
-    }
+}
+
+/// The target text of the link `name` in the directory `dir`, read through the handle.
+pub(crate) fn read_link_at(dir: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    let target = rustix::fs::readlinkat(dir, name, Vec::new())?;
+    Ok(PathBuf::from(std::ffi::OsString::from_vec(
+        target.into_bytes(),
+    )))
 }
 
 /// The regular file holding blob `blob` of `repo` and its size: the blob itself, or the entry

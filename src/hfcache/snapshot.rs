@@ -2,16 +2,23 @@
 //! snapshot's files with the blobs they link to, checked against the layout's rules
 //! ([`super::layout`]) and the listing before anything is packed.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::fs;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
-use super::layout::{self, Content};
+use rayon::prelude::*;
+use rustix::fs::FileType;
+
+use super::layout::{self, BlobFile};
 use super::names::{
     EtagKind, is_commit, repo_folder_name, validate_repo_id, validate_repo_type, validate_revision,
 };
 use crate::error::{Error, Result};
+use crate::fsio;
+use crate::inspect::{Finding, TreeChecks, format};
 use crate::paths::{self, CollisionSet};
 use crate::scan::{self, ScanEntry};
 
@@ -222,7 +229,8 @@ pub struct Snapshot {
     pub entries: Vec<ScanEntry>,
     /// For each file of `entries`, in order: the etag its content must hash to (the name of the
     /// blob its link points at, or the hub listing's etag for a real file), or `None` when
-    /// nothing names it and the packer computes one.
+    /// nothing names it and the packer computes one. The packer moves them out, as it does
+    /// `entries`.
     pub etags: Vec<Option<String>>,
     /// Whether `trees/<commit>.json` was there to compare against.
     pub listed: bool,
@@ -231,7 +239,14 @@ pub struct Snapshot {
     pub missing: Vec<String>,
     /// Things worth telling the operator that do not stop the pack.
     pub notes: Vec<String>,
+    /// The model checks of the snapshot's files (paths in the snapshot), run as the walk
+    /// opened each blob ([`crate::inspect::TreeChecks`]): the findings sorted, and the paths
+    /// too long for the path-based checks; or the error that stopped them (its kind and text).
+    pub checked: Checked,
 }
+
+/// The model checks' findings and the paths too long for them, or the error that stopped them.
+pub type Checked = std::result::Result<(Vec<Finding>, Vec<String>), (io::ErrorKind, String)>;
 
 /// Reads snapshot `revision` of `repo_type` repository `repo_id` in `cache` for packing.
 ///
@@ -239,6 +254,11 @@ pub struct Snapshot {
 /// not point at a blob of this repository, a blob whose size or name disagrees with the hub's
 /// cached listing, and any `*.incomplete` download in the repository's `blobs/`. The blobs'
 /// contents are checked against their names later, while the packer hashes them.
+///
+/// The snapshot is walked through directory handles and each blob opened once, by its name
+/// below the repository's `blobs/` folder held open (no path looked up again a file): the
+/// model checks run on that handle, and the bytes of a small blob are kept for the writer
+/// ([`scan::Prefetched`], within the scan's budget), as the directory scan does.
 pub fn open_snapshot(
     cache: &Path,
     repo_type: &str,
@@ -248,31 +268,95 @@ pub fn open_snapshot(
     let (repo_folder, commit, dir) = locate_snapshot(cache, repo_type, repo_id, revision)?;
     let blobs = repo_folder.join("blobs");
     let has_blobs = layout::real_dir(&blobs)?;
+    let blobs_fd = match has_blobs {
+        true => Some(
+            fsio::open_dir_path(&blobs, fsio::Follow::Never).map_err(|e| {
+                layout::real_dir(&blobs)
+                    .err()
+                    .unwrap_or_else(|| Error::io(&blobs, e.into()))
+            })?,
+        ),
+        false => None,
+    };
     let (listing, listing_note) = read_listing(&repo_folder, &commit);
     let mut notes: Vec<String> = listing_note.into_iter().collect();
-
-    let Walked {
-        mut entries,
-        mut etag_of,
-        linked,
+    let cache_root = repo_folder.parent().unwrap_or(&repo_folder).to_path_buf();
+    let folder = repo_folder
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("")
+        .to_string();
+    let root_fd = fsio::open_dir_path(&dir, fsio::Follow::Never).map_err(|e| {
+        layout::real_dir(&dir)
+            .err()
+            .unwrap_or_else(|| Error::io(&dir, e.into()))
+    })?;
+    let mut walk = Walk {
+        repo_folder: &repo_folder,
+        dir: &dir,
+        root_fd: &root_fd,
+        blobs: blobs_fd.as_ref(),
+        blobs_path: &blobs,
+        commit: &commit,
+        has_blobs,
+        listing: listing.as_ref(),
+        check_prefix: format!("{folder}/snapshots/{commit}/"),
+        budget: scan::PrefetchBudget::new(scan::PREFETCH_TOTAL_MAX),
+        collisions: CollisionSet::default(),
+        found: Vec::new(),
+        missing_links: Vec::new(),
+        missing_blob: None,
+        checks: TreeChecks::default(),
+    };
+    walk.dir("")?;
+    let Walk {
+        found: mut files,
+        missing_links,
         missing_blob,
-    } = walk_snapshot(&repo_folder, &dir, &commit, has_blobs, listing.as_ref())?;
+        checks,
+        check_prefix,
+        ..
+    } = walk;
+    drop(root_fd);
 
     // An interrupted download comes first: it explains a missing blob or file.
-    if let Some((path, reason)) = incomplete_downloads(&blobs, &linked, listing.as_ref())
-        .into_iter()
-        .next()
-    {
-        return Err(Error::HfCache { path, reason });
+    if let Some(blobs_fd) = &blobs_fd {
+        // The file that links to blob `etag`: the last one the walk met, as a map would keep.
+        let linked = |etag: &str| {
+            missing_links
+                .iter()
+                .rev()
+                .find(|(e, _)| e == etag)
+                .map(|(_, rel)| rel.clone())
+                .or_else(|| {
+                    files
+                        .iter()
+                        .rev()
+                        .find(|(_, e, from_link)| *from_link && e.as_deref() == Some(etag))
+                        .map(|(entry, _, _)| entry.path().to_string())
+                })
+        };
+        if let Some((path, reason)) =
+            incomplete_downloads(blobs_fd, &blobs, linked, listing.as_ref())
+                .into_iter()
+                .next()
+        {
+            return Err(Error::HfCache { path, reason });
+        }
     }
     if let Some(e) = missing_blob {
         return Err(e);
     }
-    entries.sort_by(|a, b| paths::bundle_order(a.path(), b.path()));
-    let etags: Vec<Option<String>> = entries
-        .iter()
-        .filter(|e| matches!(e, ScanEntry::File { .. }))
-        .map(|e| etag_of.remove(e.path()).flatten())
+    files.sort_by(|a, b| paths::bundle_order(a.0.path(), b.0.path()));
+    let mut etags: Vec<Option<String>> = Vec::new();
+    let entries: Vec<ScanEntry> = files
+        .into_iter()
+        .map(|(entry, etag, _)| {
+            if matches!(entry, ScanEntry::File { .. }) {
+                etags.push(etag);
+            }
+            entry
+        })
         .collect();
     let missing: Vec<String> = match &listing {
         Some(l) => {
@@ -293,6 +377,25 @@ pub fn open_snapshot(
             "no hub listing (trees/{commit}.json) is cached for this commit, so the snapshot's completeness cannot be checked; its files are checked against their blob names"
         ));
     }
+    // The checks left for the end (a shard index, a config: they read other files) resolve
+    // from the cache root: a blob may be a link into the cache-wide shared store.
+    let checked = checks
+        .finish(&cache_root)
+        .map(|(findings, unchecked)| {
+            let strip = |p: String| match p.strip_prefix(&check_prefix) {
+                Some(rel) => rel.to_string(),
+                None => p,
+            };
+            let findings = findings
+                .into_iter()
+                .map(|mut f| {
+                    f.path = strip(std::mem::take(&mut f.path));
+                    f
+                })
+                .collect();
+            (findings, unchecked.into_iter().map(strip).collect())
+        })
+        .map_err(|e| (e.kind(), e.to_string()));
     Ok(Snapshot {
         repo_folder,
         commit,
@@ -302,6 +405,7 @@ pub fn open_snapshot(
         listed: listing.is_some(),
         missing,
         notes,
+        checked,
     })
 }
 
@@ -358,70 +462,137 @@ pub(super) fn locate_snapshot(
     Ok((repo_folder, commit, dir))
 }
 
-/// What [`walk_snapshot`] found.
-struct Walked {
-    entries: Vec<ScanEntry>,
-    etag_of: HashMap<String, Option<String>>,
-    /// Every blob a snapshot file links to, with the file.
-    linked: HashMap<String, String>,
+/// Entries of one snapshot directory examined together by one thread.
+const RUN: usize = 64;
+
+/// A file of the snapshot as the walk found it, with its etag (from its link, or the hub's
+/// listing for a real file) and whether that etag is its link's blob name.
+type WalkedFile = (ScanEntry, Option<String>, bool);
+
+/// The walk of a snapshot folder through directory handles: every entry checked by the
+/// packer's name rules and the cache's link rules, each file's content located (its blob)
+/// and opened once, its size and etag held to the hub's listing when there is one.
+struct Walk<'a> {
+    repo_folder: &'a Path,
+    /// The snapshot folder.
+    dir: &'a Path,
+    root_fd: &'a OwnedFd,
+    /// The repository's `blobs/`, opened without following a link; `None` when it has none.
+    blobs: Option<&'a OwnedFd>,
+    blobs_path: &'a Path,
+    commit: &'a str,
+    has_blobs: bool,
+    listing: Option<&'a BTreeMap<String, ListedFile>>,
+    /// `models--ORG--NAME/snapshots/COMMIT/`: a file's name for the model checks, which run
+    /// from the cache root.
+    check_prefix: String,
+    /// Room left for the bytes of small blobs ([`scan::Prefetched`]).
+    budget: scan::PrefetchBudget,
+    collisions: CollisionSet,
+    /// Directories and files in walk order.
+    found: Vec<WalkedFile>,
+    /// Each link to a missing blob: (etag, file), in walk order.
+    missing_links: Vec<(String, String)>,
     /// The first link to a missing blob.
     missing_blob: Option<Error>,
+    checks: TreeChecks,
 }
 
-/// Walks the snapshot folder `dir`: every entry checked by the packer's name rules and the
-/// cache's link rules, each file's content located (its blob), its size and etag held to the
-/// hub's listing when there is one.
-fn walk_snapshot(
-    repo_folder: &Path,
-    dir: &Path,
-    commit: &str,
-    has_blobs: bool,
-    listing: Option<&BTreeMap<String, ListedFile>>,
-) -> Result<Walked> {
-    let mut entries = Vec::new();
-    let mut etag_of: HashMap<String, Option<String>> = HashMap::new();
-    let mut collisions = CollisionSet::default();
-    let mut missing_blob: Option<Error> = None;
-    let mut linked: HashMap<String, String> = HashMap::new();
-    let walker = walkdir::WalkDir::new(dir)
-        .min_depth(1)
-        .follow_links(false)
-        .sort_by_file_name();
-    for item in walker {
-        let item = item.map_err(|e| {
-            let path = e.path().unwrap_or(dir).to_path_buf();
-            let source = e
-                .into_io_error()
-                .unwrap_or_else(|| io::Error::other("filesystem loop"));
-            Error::io(path, source)
-        })?;
-        let full = item.path();
-        let rel = scan::check_name(dir, full, &mut collisions)?;
-        let ft = item.file_type();
-        if ft.is_dir() {
-            entries.push(ScanEntry::Dir { path: rel });
-            continue;
+/// What one snapshot entry is, found while its directory was open.
+enum Found {
+    Dir,
+    /// A file: where its bytes are, or why it is refused.
+    File(Result<FoundFile>),
+    /// A link to a blob that is not there.
+    MissingBlob {
+        etag: String,
+    },
+}
+
+/// A file of the snapshot, found and (when it could be) opened once.
+struct FoundFile {
+    /// For a link: its blob's etag and the file holding the blob's bytes.
+    blob: Option<(String, PathBuf)>,
+    size: u64,
+    prefetched: Option<scan::Prefetched>,
+    has_values: Option<bool>,
+}
+
+impl Walk<'_> {
+    /// Visits the directory `rel` ("" for the snapshot folder) and everything below it, in
+    /// name order, each directory before its contents (the order errors are reported in).
+    fn dir(&mut self, rel: &str) -> Result<()> {
+        let dir_path = if rel.is_empty() {
+            self.dir.to_path_buf()
+        } else {
+            self.dir.join(rel)
+        };
+        let fd = open_dir_below(self.root_fd, rel).map_err(|e| Error::io(&dir_path, e.into()))?;
+        let mut entries = fsio::dir_entries(&fd).map_err(|e| Error::io(&dir_path, e))?;
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        // The opens and reads of the blobs are most of the time: runs of a directory's
+        // entries are examined in parallel, each feeding checks of its own, merged in order.
+        let this = &*self;
+        let parts: Vec<(Vec<(PathBuf, Found)>, TreeChecks)> = entries
+            .par_chunks(RUN)
+            .map(|run| {
+                let mut checks = TreeChecks::default();
+                let found = run
+                    .iter()
+                    .map(|(name, kind)| this.examine(&fd, rel, &dir_path, name, *kind, &mut checks))
+                    .collect();
+                (found, checks)
+            })
+            .collect();
+        drop(fd);
+        let mut found = Vec::with_capacity(entries.len());
+        for (part, part_checks) in parts {
+            found.extend(part);
+            self.checks.merge(part_checks);
         }
-        let listed = listing.as_ref().and_then(|l| l.get(&rel));
-        let (source, size, etag) = match layout::snapshot_content(repo_folder, full, &ft)? {
-            Content::MissingBlob { etag, blob } => {
-                linked.insert(etag.clone(), rel.clone());
-                missing_blob.get_or_insert(Error::HfCache {
-                    path: if has_blobs { blob } else { full.to_path_buf() },
-                    reason: if has_blobs {
-                        format!(
-                            "is missing: {rel:?} in snapshot {commit} links to it, so the file is not in the cache (deleted, or never downloaded completely)"
-                        )
-                    } else {
-                        format!(
-                            "{rel:?} links to blob {etag}, but the repository has no blobs/ folder: the file was never downloaded completely"
-                        )
-                    },
-                });
-                continue;
+        drop(entries);
+        for (full, what) in found {
+            let rel = scan::check_name(self.dir, &full, &mut self.collisions)?;
+            match what {
+                Found::Dir => {
+                    self.found
+                        .push((ScanEntry::Dir { path: rel.clone() }, None, false));
+                    self.dir(&rel)?;
+                }
+                Found::MissingBlob { etag } => {
+                    let has_blobs = self.has_blobs;
+                    let commit = self.commit;
+                    let blob = self.blobs_path.join(&etag);
+                    self.missing_blob.get_or_insert(Error::HfCache {
+                        path: if has_blobs { blob } else { full.clone() },
+                        reason: if has_blobs {
+                            format!(
+                                "is missing: {rel:?} in snapshot {commit} links to it, so the file is not in the cache (deleted, or never downloaded completely)"
+                            )
+                        } else {
+                            format!(
+                                "{rel:?} links to blob {etag}, but the repository has no blobs/ folder: the file was never downloaded completely"
+                            )
+                        },
+                    });
+                    self.missing_links.push((etag, rel));
+                }
+                Found::File(f) => {
+                    let f = f?;
+                    let entry = self.file(rel, &full, f)?;
+                    self.found.push(entry);
+                }
             }
-            Content::Blob { etag, source, len } => {
-                linked.insert(etag.clone(), rel.clone());
+        }
+        Ok(())
+    }
+
+    /// The file `rel` (at `full`) as found, held to the hub's listing.
+    fn file(&self, rel: String, full: &Path, f: FoundFile) -> Result<WalkedFile> {
+        let commit = self.commit;
+        let listed = self.listing.and_then(|l| l.get(&rel));
+        let (source, etag, from_link) = match f.blob {
+            Some((etag, source)) => {
                 if let Some(l) = listed
                     && l.etag != etag
                 {
@@ -433,58 +604,238 @@ fn walk_snapshot(
                         ),
                     });
                 }
-                (source, len, Some(etag))
+                (source, Some(etag), true)
             }
-            Content::File => {
-                let meta = item.metadata().map_err(|e| Error::io(full, e.into()))?;
-                (
-                    full.to_path_buf(),
-                    meta.len(),
-                    listed.map(|l| l.etag.clone()),
-                )
-            }
+            None => (full.to_path_buf(), listed.map(|l| l.etag.clone()), false),
         };
         if let Some(l) = listed
-            && l.size != size
+            && l.size != f.size
         {
             return Err(Error::HfCache {
                 path: source,
                 reason: format!(
-                    "is {size} bytes, but the hub's listing of commit {commit} gives {rel:?} {} bytes: the file is truncated or not the published one",
-                    l.size
+                    "is {} bytes, but the hub's listing of commit {commit} gives {rel:?} {} bytes: the file is truncated or not the published one",
+                    f.size, l.size
                 ),
             });
         }
-        etag_of.insert(rel.clone(), etag);
-        entries.push(ScanEntry::File {
-            path: rel,
-            link: Some(source),
-            size,
-            executable: false,
-            prefetched: None,
-            has_values: None,
-        });
+        Ok((
+            ScanEntry::File {
+                path: rel,
+                link: Some(source),
+                size: f.size,
+                executable: false,
+                prefetched: f.prefetched,
+                has_values: f.has_values,
+            },
+            etag,
+            from_link,
+        ))
     }
 
-    Ok(Walked {
-        entries,
-        etag_of,
-        linked,
-        missing_blob,
-    })
+    /// What the entry `name` (of type `kind`) of the directory `dir` (`rel` in the snapshot, at
+    /// `dir_path`) is: a link is read and its blob opened below `blobs/`, a real file opened
+    /// below its directory, and either checked on its handle (`checks`).
+    fn examine(
+        &self,
+        dir: &OwnedFd,
+        rel: &str,
+        dir_path: &Path,
+        name: &OsStr,
+        kind: FileType,
+        checks: &mut TreeChecks,
+    ) -> (PathBuf, Found) {
+        let full = dir_path.join(name);
+        // The file's name in the snapshot (one that is not UTF-8 is refused before anything
+        // is packed or checked).
+        let file_rel = name.to_str().map(|n| match rel.is_empty() {
+            true => n.to_string(),
+            false => format!("{rel}/{n}"),
+        });
+        let found = match kind {
+            FileType::Directory => Found::Dir,
+            FileType::Symlink => self.link(dir, name, &full, file_rel.as_deref(), checks),
+            FileType::RegularFile => {
+                Found::File(self.real_file(dir, name, &full, file_rel.as_deref(), checks))
+            }
+            other => Found::File(Err(Error::HfCache {
+                path: full.clone(),
+                reason: format!(
+                    "is {} inside a snapshot folder; a snapshot holds files and links to blobs only",
+                    type_words(other)
+                ),
+            })),
+        };
+        (full, found)
+    }
+
+    /// The snapshot link `name` in `dir` (at `full`): its text read through the handle and
+    /// held to the link rule, its blob opened below `blobs/`.
+    fn link(
+        &self,
+        dir: &OwnedFd,
+        name: &OsStr,
+        full: &Path,
+        rel: Option<&str>,
+        checks: &mut TreeChecks,
+    ) -> Found {
+        let target = match layout::read_link_at(dir, name) {
+            Ok(t) => t,
+            Err(e) => return Found::File(Err(Error::io(full, e))),
+        };
+        let etag = match layout::link_etag(self.repo_folder, full, &target) {
+            Ok(etag) => etag,
+            Err(e) => return Found::File(Err(e)),
+        };
+        let Some(blobs) = self.blobs else {
+            return Found::MissingBlob { etag };
+        };
+        match layout::open_blob(self.repo_folder, blobs, &etag) {
+            Err(e) => Found::File(Err(e)),
+            Ok(BlobFile::Missing) => Found::MissingBlob { etag },
+            Ok(BlobFile::Shared(source, size)) => {
+                // Read by path, as a link's target is: the checks resolve it at the end.
+                if let Some(rel) = rel {
+                    checks.by_path(&format!("{}{rel}", self.check_prefix), false);
+                }
+                Found::File(Ok(FoundFile {
+                    blob: Some((etag, source)),
+                    size,
+                    prefetched: None,
+                    has_values: None,
+                }))
+            }
+            Ok(BlobFile::Open(file, st)) => {
+                let source = self.blobs_path.join(&etag);
+                let (prefetched, has_values) = self.opened(&file, &st, rel, &source, true, checks);
+                Found::File(Ok(FoundFile {
+                    blob: Some((etag, source)),
+                    size: st.st_size as u64,
+                    prefetched,
+                    has_values,
+                }))
+            }
+        }
+    }
+
+    /// A real file of the snapshot (symlinks were off when it was downloaded), opened below its
+    /// directory; one that cannot be opened now is left to the checks' by-path end.
+    fn real_file(
+        &self,
+        dir: &OwnedFd,
+        name: &OsStr,
+        full: &Path,
+        rel: Option<&str>,
+        checks: &mut TreeChecks,
+    ) -> Result<FoundFile> {
+        match fsio::open_file_at(dir, name) {
+            Ok((file, st)) => {
+                let (prefetched, has_values) = self.opened(&file, &st, rel, full, false, checks);
+                Ok(FoundFile {
+                    blob: None,
+                    size: st.st_size as u64,
+                    prefetched,
+                    has_values,
+                })
+            }
+            Err(_) => {
+                if let Some(rel) = rel {
+                    checks.by_path(&format!("{}{rel}", self.check_prefix), true);
+                }
+                let st = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                    .map_err(|e| Error::io(full, e.into()))?;
+                Ok(FoundFile {
+                    blob: None,
+                    size: st.st_size as u64,
+                    prefetched: None,
+                    has_values: None,
+                })
+            }
+        }
+    }
+
+    /// The open file `rel` (its bytes at `path`, reached through its link when `through_link`)
+    /// checked on its handle: a small one read whole once, for the checks and the value scan's
+    /// sniff, and kept within the budget when it did not change meanwhile; and whether the
+    /// value scan reads it.
+    fn opened(
+        &self,
+        file: &std::fs::File,
+        st: &rustix::fs::Stat,
+        rel: Option<&str>,
+        path: &Path,
+        through_link: bool,
+        checks: &mut TreeChecks,
+    ) -> (Option<scan::Prefetched>, Option<bool>) {
+        let len = st.st_size as u64;
+        let taken = len <= scan::PREFETCH_FILE_MAX && self.budget.take(len);
+        let content = if taken || len <= scan::SNIFF_WHOLE_MAX {
+            scan::read_whole(file, len)
+        } else {
+            None
+        };
+        let Some(rel) = rel else {
+            if taken {
+                self.budget.give_back(len);
+            }
+            return (None, None);
+        };
+        let checked = format!("{}{rel}", self.check_prefix);
+        match through_link {
+            true => checks.opened_through_link(&checked, path, file, len, content.as_deref()),
+            false => checks.opened_read(&checked, path, file, len, content.as_deref()),
+        }
+        let has_values = match &content {
+            Some(bytes) => Some(format::has_values_in(rel, bytes, len)),
+            None => format::has_values(rel, file, len).ok(),
+        };
+        let prefetched = content
+            .filter(|_| taken && scan::unchanged(file, st))
+            .map(scan::Prefetched::kept);
+        if taken && prefetched.is_none() {
+            self.budget.give_back(len);
+        }
+        (prefetched, has_values)
+    }
 }
 
-/// The `*.incomplete` files in `blobs`, sorted, each with a sentence naming the repository file
-/// it was for when the snapshot's links (`linked`: etag → path) or the hub's listing say.
+/// A file type in the cache's words ([`layout::describe`]).
+fn type_words(kind: FileType) -> &'static str {
+    match kind {
+        FileType::Fifo => "a FIFO",
+        FileType::CharacterDevice | FileType::BlockDevice => "a device",
+        FileType::Socket => "a socket",
+        FileType::Directory => "a directory",
+        FileType::Symlink => "a symlink",
+        _ => "a regular file",
+    }
+}
+
+/// Opens the directory `rel` ("" for `root` itself) below `root`, one component at a time,
+/// never following a link.
+fn open_dir_below(root: &OwnedFd, rel: &str) -> fsio::Result<OwnedFd> {
+    let mut fd = fsio::open_dir_at(root, ".")?;
+    if !rel.is_empty() {
+        for c in rel.split('/') {
+            fd = fsio::open_dir_at(&fd, c)?;
+        }
+    }
+    Ok(fd)
+}
+
+/// The `*.incomplete` files in `blobs` (open as `blobs_fd`), sorted, each with a sentence
+/// naming the repository file it was for when the snapshot's links (`linked`: the file that
+/// links to an etag) or the hub's listing say. The folder is listed without keeping the
+/// names of the blobs (a million of them in a dataset).
 fn incomplete_downloads(
+    blobs_fd: &OwnedFd,
     blobs: &Path,
-    linked: &HashMap<String, String>,
+    linked: impl Fn(&str) -> Option<String>,
     listing: Option<&BTreeMap<String, ListedFile>>,
 ) -> Vec<(PathBuf, String)> {
-    let Ok(fd) = crate::fsio::open_dir_path(blobs, crate::fsio::Follow::Final) else {
-        return Vec::new();
-    };
-    let Ok(rd) = crate::fsio::dir_entries(&fd) else {
+    let Ok(rd) = fsio::dir_entries_named(blobs_fd, |name| {
+        name.as_encoded_bytes().ends_with(b".incomplete")
+    }) else {
         return Vec::new();
     };
     let mut out: Vec<(PathBuf, String)> = rd
@@ -496,10 +847,10 @@ fn incomplete_downloads(
             }
             // `<etag>.incomplete` (older huggingface_hub) or `<etag>.<8 hex>.incomplete`.
             let etag = name.split('.').next().unwrap_or("");
-            let size = crate::fsio::stat_at(&fd, name.as_str())
+            let size = fsio::stat_at(blobs_fd, name.as_str())
                 .map(|s| s.st_size as u64)
                 .unwrap_or(0);
-            let file = linked.get(etag).cloned().or_else(|| {
+            let file = linked(etag).or_else(|| {
                 listing.and_then(|l| {
                     l.iter()
                         .find(|(_, f)| f.etag == etag)
@@ -637,6 +988,82 @@ mod tests {
         }
         let names: Vec<String> = list_refs(repo).into_iter().map(|(n, _)| n).collect();
         assert_eq!(names, ["link", "long", "zero"]);
+    }
+
+    /// Issue 37 item 2: a snapshot's blobs are opened once, below the held `blobs/` handle;
+    /// the model checks run on that handle (an LFS pointer standing for a file is found), a
+    /// small blob's bytes are kept for the writer, and a blob that is not a regular file is
+    /// still refused by name.
+    #[test]
+    fn blobs_are_opened_once_checked_on_their_handle_and_small_ones_kept() {
+        let t = tempfile::tempdir().unwrap();
+        let c = "0123456789abcdef0123456789abcdef01234567";
+        let repo = t.path().join("models--acme--tiny");
+        let snap = repo.join("snapshots").join(c);
+        fs::create_dir_all(snap.join("sub")).unwrap();
+        fs::create_dir_all(repo.join("blobs")).unwrap();
+        fs::create_dir_all(repo.join("refs")).unwrap();
+        fs::write(repo.join("refs/main"), c).unwrap();
+        let etag = |bytes: &[u8]| {
+            let mut h = super::super::GitBlobSha1::new(bytes.len() as u64);
+            h.update(bytes);
+            h.finish()
+        };
+        let text = b"hello, cache\n";
+        let pointer = b"version https://git-lfs.github.com/spec/v1\n\
+            oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n\
+            size 4943852032\n";
+        let (a, p) = (etag(text), etag(pointer));
+        fs::write(repo.join("blobs").join(&a), text).unwrap();
+        fs::write(repo.join("blobs").join(&p), pointer).unwrap();
+        symlink(format!("../../blobs/{a}"), snap.join("a.txt")).unwrap();
+        symlink(format!("../../../blobs/{p}"), snap.join("sub/model.bin")).unwrap();
+
+        let s = open_snapshot(t.path(), "model", "acme/tiny", "main").unwrap();
+        let paths: Vec<&str> = s.entries.iter().map(ScanEntry::path).collect();
+        assert_eq!(paths, ["a.txt", "sub", "sub/model.bin"]);
+        assert_eq!(s.etags, [Some(a.clone()), Some(p.clone())]);
+        let ScanEntry::File {
+            link,
+            size,
+            prefetched,
+            has_values,
+            ..
+        } = &s.entries[0]
+        else {
+            panic!("a file: {:?}", s.entries[0]);
+        };
+        assert_eq!(link.as_deref(), Some(repo.join("blobs").join(&a).as_path()));
+        assert_eq!(*size, text.len() as u64);
+        assert_eq!(prefetched.as_ref().map(|p| p.bytes()), Some(&text[..]));
+        assert_eq!(*has_values, Some(false));
+        let (findings, unchecked) = s.checked.as_ref().unwrap();
+        assert!(unchecked.is_empty());
+        let found: Vec<(&str, &str)> = findings.iter().map(|f| (f.path.as_str(), f.code)).collect();
+        assert_eq!(
+            found,
+            [("sub/model.bin", crate::inspect::codes::LFS_POINTER)]
+        );
+
+        // A FIFO where the blob was: refused by its name, not opened for reading forever.
+        fs::remove_file(repo.join("blobs").join(&a)).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(repo.join("blobs").join(&a))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let err = open_snapshot(t.path(), "model", "acme/tiny", "main").unwrap_err();
+        assert!(
+            err.to_string().starts_with(&format!(
+                "{}: is a FIFO, not a regular file",
+                repo.join("blobs").join(&a).display()
+            )),
+            "{err}"
+        );
+        // A missing blob: named, with the file that links to it.
+        fs::remove_file(repo.join("blobs").join(&a)).unwrap();
+        let err = open_snapshot(t.path(), "model", "acme/tiny", "main").unwrap_err();
+        assert!(err.to_string().contains("is missing: \"a.txt\""), "{err}");
     }
 
     #[test]

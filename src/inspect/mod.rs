@@ -218,6 +218,32 @@ impl TreeChecks {
         len: u64,
         head: Option<&[u8]>,
     ) {
+        self.opened_at(rel, path, file, len, head, true);
+    }
+
+    /// [`TreeChecks::opened_read`] for a file reached through the link `rel` (a Hugging Face
+    /// snapshot's file, open as its blob at `path`): a check that needs the tree resolves the
+    /// link at the end, as [`TreeChecks::by_path`] with `regular` false.
+    pub(crate) fn opened_through_link(
+        &mut self,
+        rel: &str,
+        path: &Path,
+        file: &File,
+        len: u64,
+        head: Option<&[u8]>,
+    ) {
+        self.opened_at(rel, path, file, len, head, false);
+    }
+
+    fn opened_at(
+        &mut self,
+        rel: &str,
+        path: &Path,
+        file: &File,
+        len: u64,
+        head: Option<&[u8]>,
+        regular: bool,
+    ) {
         if skipped(rel) {
             return;
         }
@@ -231,7 +257,7 @@ impl TreeChecks {
         };
         match found {
             Ok(Some(found)) => self.findings.extend(found),
-            Ok(None) => self.by_path.push((rel.to_string(), true)),
+            Ok(None) => self.by_path.push((rel.to_string(), regular)),
             Err(e) => self.errors.push((rel.to_string(), e)),
         }
     }
@@ -345,26 +371,6 @@ pub fn check_file(root: &Path, rel: &str) -> io::Result<Vec<Finding>> {
     let mut findings = tree.check(rel)?;
     sort_findings(&mut findings);
     Ok(findings)
-}
-
-/// [`check_file`] of each of `rels` under one `root`, the root resolved once (not once a
-/// file): the findings of each file in turn, each file's sorted as [`check_file`] sorts them.
-///
-/// # Errors
-///
-/// As [`check_file`], for the first file that fails.
-pub fn check_files<'a>(
-    root: &Path,
-    rels: impl IntoIterator<Item = &'a str>,
-) -> io::Result<Vec<Vec<Finding>>> {
-    let tree = Tree::new(root)?;
-    rels.into_iter()
-        .map(|rel| {
-            let mut findings = tree.check(rel)?;
-            sort_findings(&mut findings);
-            Ok(findings)
-        })
-        .collect()
 }
 
 fn sort_findings(findings: &mut [Finding]) {

@@ -844,6 +844,7 @@ mod tests {
                 listed: false,
                 missing: vec![],
                 notes: vec![],
+                checked: Ok((vec![], vec![])),
             },
         });
         let opts = options(dir.path().join("b"), &key, Compress::None);

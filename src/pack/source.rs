@@ -123,14 +123,7 @@ impl Model {
                     None => hfcache::cache_dir_from_env()?,
                 };
                 let mut snapshot = hfcache::open_snapshot(&cache, repo_type, repo_id, revision)?;
-                let etags = snapshot
-                    .etags
-                    .iter()
-                    .map(|e| match e {
-                        Some(e) => EtagCheck::Expect(e.clone()),
-                        None => EtagCheck::Compute,
-                    })
-                    .collect();
+                let etags = etag_checks(&mut snapshot).collect();
                 // The model's list is the snapshot's (moved, not copied: one entry a file).
                 Ok(Model {
                     entries: std::mem::take(&mut snapshot.entries),
@@ -315,15 +308,12 @@ impl Model {
             }
             for hf in &self.repos {
                 let folder = hf.folder();
-                let prefix = format!("{folder}/");
-                let files = self.entries.iter().filter_map(|e| match e {
-                    ScanEntry::File { path, .. } => path.strip_prefix(&prefix),
-                    ScanEntry::Dir { .. } => None,
-                });
-                findings.extend(snapshot_checks(hf, files)?.into_iter().map(|mut f| {
-                    f.path = format!("{prefix}{}", f.path);
+                let (found, too_long) = snapshot_checks(hf)?;
+                findings.extend(found.into_iter().map(|mut f| {
+                    f.path = format!("{folder}/{}", f.path);
                     f
                 }));
+                unchecked.extend(too_long.into_iter().map(|p| format!("{folder}/{p}")));
             }
             findings.sort_by(|a, b| (&a.path, a.code).cmp(&(&b.path, b.code)));
             return Ok((findings, unchecked));
@@ -340,13 +330,9 @@ impl Model {
                 }
             };
         };
-        let files = self.entries.iter().filter_map(|e| match e {
-            ScanEntry::File { path, .. } => Some(path.as_str()),
-            ScanEntry::Dir { .. } => None,
-        });
-        let mut findings = snapshot_checks(hf, files)?;
+        let (mut findings, unchecked) = snapshot_checks(hf)?;
         findings.sort_by(|a, b| (&a.path, a.code).cmp(&(&b.path, b.code)));
-        Ok((findings, Vec::new()))
+        Ok((findings, unchecked))
     }
 }
 
@@ -358,27 +344,20 @@ impl HfOrigin {
     }
 }
 
-/// The format checks of the snapshot `hf` over its files `files` (paths in the snapshot), and
-/// one error per file the hub's cached listing names that the snapshot lacks.
-fn snapshot_checks<'a>(
-    hf: &HfOrigin,
-    files: impl Iterator<Item = &'a str>,
-) -> Result<Vec<Finding>> {
+/// The format checks of the snapshot `hf` (run as it was read, [`hfcache::open_snapshot`]),
+/// one error per file the hub's cached listing names that the snapshot lacks, and the files
+/// too deep for the path-based checks.
+fn snapshot_checks(hf: &HfOrigin) -> Result<(Vec<Finding>, Vec<String>)> {
     let snap = &hf.snapshot;
-    // Checked from the cache root: a blob may be a link into the cache-wide shared store
-    // (`CACHE/blobs/<xx>/<xet hash>`), outside the repository folder.
-    let (root, snapshot) = snapshot_from_cache_root(hf);
-    let prefix = format!("{snapshot}/");
-    let mut findings: Vec<Finding> = Vec::new();
-    let rels: Vec<String> = files.map(|p| format!("{prefix}{p}")).collect();
-    let checked = inspect::check_files(root, rels.iter().map(String::as_str))
-        .map_err(|e| Error::io(root, e))?;
-    for mut f in checked.into_iter().flatten() {
-        if let Some(p) = f.path.strip_prefix(&prefix) {
-            f.path = p.to_string();
+    let (mut findings, unchecked) = match &snap.checked {
+        Ok(checked) => checked.clone(),
+        Err((kind, text)) => {
+            // Checked from the cache root: a blob may be a link into the cache-wide shared
+            // store (`CACHE/blobs/<xx>/<xet hash>`), outside the repository folder.
+            let (root, _) = snapshot_from_cache_root(hf);
+            return Err(Error::io(root, std::io::Error::new(*kind, text.clone())));
         }
-        findings.push(f);
-    }
+    };
     for path in &snap.missing {
         findings.push(Finding {
             severity: Severity::Error,
@@ -391,7 +370,18 @@ fn snapshot_checks<'a>(
             fix: "finish the download with huggingface_hub (`hf download ORG/NAME --revision REV`); if it was limited on purpose, pack with --no-model-checks".into(),
         });
     }
-    Ok(findings)
+    Ok((findings, unchecked))
+}
+
+/// The etag check of each file of `snapshot`, its etags moved out (not copied: a dataset of
+/// a million files holds a million of them).
+fn etag_checks(snapshot: &mut Snapshot) -> impl Iterator<Item = EtagCheck> + use<> {
+    std::mem::take(&mut snapshot.etags)
+        .into_iter()
+        .map(|e| match e {
+            Some(e) => EtagCheck::Expect(e),
+            None => EtagCheck::Compute,
+        })
 }
 
 /// Opens several snapshots of one cache as one model: each under its cache folder name, in
@@ -454,10 +444,7 @@ fn open_snapshots(cache: Option<&Path>, asks: &[RepoAsk], dir: Option<&Path>) ->
             }
             model.entries.push(e);
         }
-        model.etags.extend(snapshot.etags.iter().map(|e| match e {
-            Some(e) => EtagCheck::Expect(e.clone()),
-            None => EtagCheck::Compute,
-        }));
+        model.etags.extend(etag_checks(&mut snapshot));
         model.notes.extend(snapshot.notes.iter().cloned());
         model.repos.push(HfOrigin {
             cache: cache.clone(),
