@@ -143,9 +143,8 @@ impl<D: AsFd> Staged<D> {
             ) {
                 // A filesystem without `RENAME_NOREPLACE`: a hard link fails as well when the
                 // name is taken.
-                Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => (
-                    fsio::hard_link_at(self.tmp_dir(), &tmp, &self.dir, &self.name)
-                        .map_err(std::io::Error::from),
+                Err(e) if e.errno() == Some(rustix::io::Errno::INVAL) => (
+                    fsio::hard_link_at(self.tmp_dir(), &tmp, &self.dir, &self.name),
                     true,
                 ),
                 r => (r, false),
@@ -155,7 +154,7 @@ impl<D: AsFd> Staged<D> {
             let _ =
                 rustix::fs::unlinkat(self.tmp_dir(), tmp.as_str(), rustix::fs::AtFlags::empty());
         }
-        placed.map_err(|e| Error::io(self.dest(), e))?;
+        placed.map_err(|e| Error::io(self.dest(), e.into()))?;
         sync_dir_fd(&self.dir, &self.dir_path)
     }
 }

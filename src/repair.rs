@@ -610,7 +610,7 @@ fn replace_volume(work: &Staging, bundle_fd: &OwnedFd, dir: &Path, name: &str) -
     {
         let _commit = staging::commit_guard();
         fsio::rename_at(work.fd(), name, bundle_fd, name, RenameFlags::empty())
-            .map_err(|e| Error::io(dir.join(name), e))?;
+            .map_err(|e| Error::io(dir.join(name), e.into()))?;
     }
     crate::durable::sync_dir_fd(bundle_fd, dir)
 }

@@ -284,7 +284,7 @@ impl Staging {
             let _ = rustix::fs::unlinkat(&dir, LOCK_NAME, AtFlags::empty());
             let _ = rustix::fs::unlinkat(&parent_fd, &birth, AtFlags::REMOVEDIR);
             unregister(&mut guard, token);
-            return Err(Error::io(parent.join(name), e));
+            return Err(Error::io(parent.join(name), e.into()));
         }
         if let Some(entry) = guard.iter_mut().find(|(t, _)| *t == token) {
             entry.1 = parent.join(name);
@@ -471,7 +471,7 @@ impl Staging {
         {
             let _commit = commit_guard();
             fsio::rename_at(&self.dir, from, &to_dir, to_name, flags)
-                .map_err(|e| Error::io(to, e))?;
+                .map_err(|e| Error::io(to, e.into()))?;
         }
         crate::durable::sync_dir_fd(&to_dir, &to_parent)
     }
@@ -497,7 +497,7 @@ impl Staging {
                 &to_name,
                 RenameFlags::NOREPLACE,
             )
-            .map_err(|e| Error::io(to, e))?;
+            .map_err(|e| Error::io(to, e.into()))?;
             unregister(&mut guard, self.token);
             self.keep = true;
         }

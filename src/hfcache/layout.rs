@@ -519,7 +519,7 @@ pub fn leave_receipt(repo: &Path, commit: &str, files: &[(String, Vec<u8>)]) -> 
         ),
         Err(e) => Err(e),
     };
-    placed.map_err(|e| Error::io(receipts.join(commit), e))?;
+    placed.map_err(|e| Error::io(receipts.join(commit), e.into()))?;
     // After an exchange the old receipt sits at the temporary name: remove its files.
     if let Ok(old) = fsio::open_dir_at(&receipts_fd, tmp.as_str()) {
         for (name, _) in fsio::dir_entries(&old).unwrap_or_default() {

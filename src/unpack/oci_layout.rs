@@ -636,12 +636,12 @@ impl BlobSink {
                     return Ok(());
                 }
                 fsio::rename_at(&self.work, tmp, &self.blobs, sha256, RenameFlags::empty())
-                    .map_err(|e| Error::io(&dest, e))?;
+                    .map_err(|e| Error::io(&dest, e.into()))?;
                 let _ = self.syncer.send((file, dest.clone()));
                 self.repaired.push(dest);
                 Ok(())
             }
-            Err(e) => Err(Error::io(&dest, e)),
+            Err(e) => Err(Error::io(&dest, e.into())),
         }
     }
 
