@@ -95,11 +95,17 @@ impl VolumeSource for Merged<'_> {
         let c = (offset / self.chunk_size) as usize;
         let dir = match self.good.get(name).and_then(|v| v.get(c)) {
             Some(Some(d)) => *d,
-            _ => return Err(io::Error::other("no intact copy of this chunk")),
+            _ => return Err(io::Error::new(io::ErrorKind::InvalidData, NoIntactCopy)),
         };
         volumes::DirVolumes::new(&self.dirs[dir]).read_at(name, offset, buf)
     }
 }
+
+/// Why [`Merged`] cannot read a chunk (typed inside the `io::Error` the volume reader takes, as
+/// an erased unit): every copy of it failed its digest or is missing.
+#[derive(Debug, thiserror::Error)]
+#[error("no intact copy of this chunk")]
+struct NoIntactCopy;
 
 fn all_volumes(m: &Manifest) -> impl Iterator<Item = (bool, &Volume)> {
     m.volumes.iter().map(|v| (false, v)).chain(
@@ -568,7 +574,7 @@ impl Writer<'_> {
                 }
                 Ok(())
             })
-            .map_err(|e| Error::io(out.path, io::Error::other(e.to_string())))?;
+            .map_err(|e| Error::io(out.path, e.into()))?;
             if let Some(e) = io_err {
                 return Err(Error::io(out.path, e));
             }

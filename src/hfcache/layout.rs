@@ -470,10 +470,10 @@ pub fn leave_trace(repo: &Path, commit: &str, text: &str) -> Result<()> {
         Ok(()) | Err(rustix::io::Errno::EXIST) => {}
         Err(e) => return Err(Error::io(&trace, e.into())),
     }
-    let dir = fsio::open_dir_at(&dirs.repo, TRACE_DIR).map_err(|_| {
-        real_dir(&trace).err().unwrap_or_else(|| {
-            Error::io(&trace, io::Error::other("cannot be opened as a directory"))
-        })
+    let dir = fsio::open_dir_at(&dirs.repo, TRACE_DIR).map_err(|e| {
+        real_dir(&trace)
+            .err()
+            .unwrap_or_else(|| NotADirectory(e).at(&trace))
     })?;
     crate::durable::replace_at(&dir, &trace, commit, format!("{text}\n").as_bytes(), 0o644)
 }
@@ -537,11 +537,22 @@ fn ensure_dir(dir: &OwnedFd, path: &Path, name: &str) -> Result<OwnedFd> {
         Ok(()) | Err(rustix::io::Errno::EXIST) => {}
         Err(e) => return Err(Error::io(path, e.into())),
     }
-    fsio::open_dir_at(dir, name).map_err(|_| {
-        real_dir(path)
-            .err()
-            .unwrap_or_else(|| Error::io(path, io::Error::other("cannot be opened as a directory")))
-    })
+    fsio::open_dir_at(dir, name)
+        .map_err(|e| real_dir(path).err().unwrap_or_else(|| NotADirectory(e).at(path)))
+}
+
+/// A folder of the trace that `real_dir` finds a real directory but that cannot be opened as
+/// one (typed inside the `io::Error` of the error naming it; why is its source).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot be opened as a directory")]
+struct NotADirectory(#[source] fsio::Error);
+
+impl NotADirectory {
+    /// The error naming `path` (kind `Other`: it is a directory, and why it cannot be opened
+    /// is the source's, so it draws no hint of its own). The module's one `io::Error::other`.
+    fn at(self, path: &Path) -> Error {
+        Error::io(path, io::Error::other(self))
+    }
 }
 
 /// The receipts airlock left in `repo`'s trace folder: each installed commit and its receipt
