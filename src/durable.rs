@@ -165,10 +165,22 @@ impl Staged<OwnedFd> {
     pub fn write_path(path: &Path, bytes: &[u8], mode: u32) -> Result<Staged<OwnedFd>> {
         let name = path
             .file_name()
-            .ok_or_else(|| Error::io(path, std::io::Error::other("does not name a file")))?;
+            .ok_or_else(|| Error::io(path, NoFileName.into()))?;
         let dir_path = fsio::parent_dir(path);
         let dir = open_dir_following(&dir_path)?;
         Staged::write(dir, &dir_path, name, bytes, mode)
+    }
+}
+
+/// A path that ends in no file name (`/`, `..`), given where a file is to be written (typed
+/// inside the `io::Error` of the error naming the path, kind `InvalidInput`).
+#[derive(Debug, thiserror::Error)]
+#[error("does not name a file")]
+struct NoFileName;
+
+impl From<NoFileName> for std::io::Error {
+    fn from(e: NoFileName) -> std::io::Error {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, e)
     }
 }
 

@@ -549,7 +549,7 @@ struct NotADirectory(#[source] fsio::Error);
 
 impl NotADirectory {
     /// The error naming `path` (kind `Other`: it is a directory, and why it cannot be opened
-    /// is the source's, so it draws no hint of its own). The module's one `io::Error::other`.
+    /// is the source's, so it draws no hint of its own). The module's one such conversion.
     fn at(self, path: &Path) -> Error {
         Error::io(path, io::Error::other(self))
     }
