@@ -1267,7 +1267,9 @@ mod tests {
             &sources
                 .iter()
                 .find(|(p, _)| p == path)
-                .unwrap_or_else(|| panic!("{path} is gone: update STRING_RESULTS_ALLOWED or IO_OTHER_ALLOWED"))
+                .unwrap_or_else(|| {
+                    panic!("{path} is gone: update STRING_RESULTS_ALLOWED or IO_OTHER_ALLOWED")
+                })
                 .1
         };
         let mut faults = Vec::new();

@@ -113,7 +113,6 @@ pub fn hash_and_scan(
     Ok((etag, scanner.and_then(Scanner::finish)))
 }
 
-
 /// A file whose size changed while [`hash_and_scan`] read it (typed inside its `io::Error`):
 /// its size when opened, and the bytes read (at most one past that size).
 #[derive(Debug)]
@@ -126,9 +125,16 @@ impl std::fmt::Display for SizeChanged {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let before = self.before;
         if self.read > before {
-            write!(f, "changed size while being read ({before} then more than {before} bytes)")
+            write!(
+                f,
+                "changed size while being read ({before} then more than {before} bytes)"
+            )
         } else {
-            write!(f, "changed size while being read ({before} then {} bytes)", self.read)
+            write!(
+                f,
+                "changed size while being read ({before} then {} bytes)",
+                self.read
+            )
         }
     }
 }

@@ -537,8 +537,11 @@ fn ensure_dir(dir: &OwnedFd, path: &Path, name: &str) -> Result<OwnedFd> {
         Ok(()) | Err(rustix::io::Errno::EXIST) => {}
         Err(e) => return Err(Error::io(path, e.into())),
     }
-    fsio::open_dir_at(dir, name)
-        .map_err(|e| real_dir(path).err().unwrap_or_else(|| NotADirectory(e).at(path)))
+    fsio::open_dir_at(dir, name).map_err(|e| {
+        real_dir(path)
+            .err()
+            .unwrap_or_else(|| NotADirectory(e).at(path))
+    })
 }
 
 /// A folder of the trace that `real_dir` finds a real directory but that cannot be opened as

@@ -391,9 +391,9 @@ fn walk_snapshot(
         let item = item.map_err(|e| {
             let path = e.path().unwrap_or(dir).to_path_buf();
             // walkdir reports a loop only when it follows links, which it is told not to.
-            let source = e
-                .into_io_error()
-                .unwrap_or_else(|| crate::fault::fault("a filesystem loop with links not followed"));
+            let source = e.into_io_error().unwrap_or_else(|| {
+                crate::fault::fault("a filesystem loop with links not followed")
+            });
             Error::io(path, source)
         })?;
         let full = item.path();
