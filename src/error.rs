@@ -1198,7 +1198,7 @@ mod tests {
     ];
 
     /// What [`IO_OTHER_ALLOWED`] counts, spelled in two pieces so that this file's tests are not
-    /// among the `grep -rn 'io::Error::other' src` hits they count.
+    /// among the hits of the grep (for the constructor named above) that they count.
     const IO_OTHER: &str = concat!("io::Error::", "other(");
 
     /// Every module that still makes an [`IO_OTHER`] outside its tests, how many, and why
