@@ -732,13 +732,13 @@ fn refuse_output_inside(out: &Path, bundle: &Path) -> Result<()> {
 }
 
 fn read_only(dir: &Path, e: io::Error) -> Error {
-    Error::io(
-        dir,
-        io::Error::new(
-            e.kind(),
-            format!(
-                "{e}: the bundle cannot be repaired in place (read-only media?); pass -o NEW_BUNDLE to write a repaired copy elsewhere"
-            ),
-        ),
-    )
+    Error::io(dir, io::Error::new(e.kind(), NotInPlace(e)))
 }
+
+/// The bundle's directory cannot be written, so it cannot be repaired in place (typed inside
+/// the `io::Error` of the error naming it, with the system's error's kind and as its source).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{0}: the bundle cannot be repaired in place (read-only media?); pass -o NEW_BUNDLE to write a repaired copy elsewhere"
+)]
+struct NotInPlace(#[source] io::Error);
