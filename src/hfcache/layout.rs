@@ -42,13 +42,28 @@ pub(crate) fn open_regular(path: &Path, follow: bool) -> io::Result<(File, u64)>
         fsio::Follow::Never
     };
     fsio::open_regular(path, follow).map_err(|e| match e.into_cause() {
-        Cause::Link => io::Error::new(io::ErrorKind::InvalidInput, "is a symlink"),
-        Cause::NotRegular(what) => io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("is {}, not a regular file", cache_words(what)),
-        ),
+        Cause::Link => NotAFile::Symlink.into(),
+        Cause::NotRegular(what) => NotAFile::Other(cache_words(what)).into(),
         e => e.into(),
     })
+}
+
+/// A cache entry that is not a regular file where one is read (typed inside the `io::Error`
+/// of [`open_regular`], kind `InvalidInput` as fsio's refusals have; in the cache's words).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NotAFile {
+    /// A symbolic link, not followed.
+    #[error("is a symlink")]
+    Symlink,
+    /// Something else: the words say what ("a FIFO", "a device").
+    #[error("is {0}, not a regular file")]
+    Other(&'static str),
+}
+
+impl From<NotAFile> for io::Error {
+    fn from(e: NotAFile) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidInput, e)
+    }
 }
 
 /// [`fsio::describe_type`]'s words as the cache's messages say them.
