@@ -70,13 +70,22 @@ pub enum AskError {
     Neither(String),
 }
 
-/// Why the parity volumes could not be written, besides the system's errors: carried in the
-/// `io::Error` reported against the volume (kind `InvalidData`: the medium gave other bytes).
+/// Why the parity volumes could not be written, carried in an `io::Error`: a chunk read back
+/// differently (kind `InvalidData`: the medium gave other bytes), or a data volume's read.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ParityWriteError {
     /// A data chunk read back to compute parity hashes differently from when it was written.
     #[error("chunk {0} read back for parity differs from what was written")]
     ReadBackDiffers(usize),
+    /// Reading a data volume failed (carried with the system's error's kind through the
+    /// codec, whose read callback passes only `io::Error`).
+    #[error("{name}: {source}")]
+    Read {
+        /// The data volume's name.
+        name: String,
+        /// The system's error.
+        source: io::Error,
+    },
 }
 
 /// The chunk size of a bundle: the one given (`--chunk-size`, for tests), else with parity the
@@ -274,7 +283,8 @@ pub fn write_parity(
                     &mut |unit, offset, buf| {
                         let (i, start, len) = layout.data_unit(unit);
                         read_padded(&inputs[i], start, len, offset, buf).map_err(|e| {
-                            io::Error::new(e.kind(), format!("{}: {e}", data[i].name))
+                            let name = data[i].name.clone();
+                            io::Error::new(e.kind(), ParityWriteError::Read { name, source: e })
                         })?;
                         let (_, d) = g.locate(unit);
                         // Only the unit's real bytes count for its chunk digest.
