@@ -143,9 +143,8 @@ impl<D: AsFd> Staged<D> {
             ) {
                 // A filesystem without `RENAME_NOREPLACE`: a hard link fails as well when the
                 // name is taken.
-                Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => (
-                    fsio::hard_link_at(self.tmp_dir(), &tmp, &self.dir, &self.name)
-                        .map_err(std::io::Error::from),
+                Err(e) if e.errno() == Some(rustix::io::Errno::INVAL) => (
+                    fsio::hard_link_at(self.tmp_dir(), &tmp, &self.dir, &self.name),
                     true,
                 ),
                 r => (r, false),
@@ -155,7 +154,7 @@ impl<D: AsFd> Staged<D> {
             let _ =
                 rustix::fs::unlinkat(self.tmp_dir(), tmp.as_str(), rustix::fs::AtFlags::empty());
         }
-        placed.map_err(|e| Error::io(self.dest(), e))?;
+        placed.map_err(|e| Error::io(self.dest(), e.into()))?;
         sync_dir_fd(&self.dir, &self.dir_path)
     }
 }
@@ -166,10 +165,22 @@ impl Staged<OwnedFd> {
     pub fn write_path(path: &Path, bytes: &[u8], mode: u32) -> Result<Staged<OwnedFd>> {
         let name = path
             .file_name()
-            .ok_or_else(|| Error::io(path, std::io::Error::other("does not name a file")))?;
+            .ok_or_else(|| Error::io(path, NoFileName.into()))?;
         let dir_path = fsio::parent_dir(path);
         let dir = open_dir_following(&dir_path)?;
         Staged::write(dir, &dir_path, name, bytes, mode)
+    }
+}
+
+/// A path that ends in no file name (`/`, `..`), given where a file is to be written (typed
+/// inside the `io::Error` of the error naming the path, kind `InvalidInput`).
+#[derive(Debug, thiserror::Error)]
+#[error("does not name a file")]
+struct NoFileName;
+
+impl From<NoFileName> for std::io::Error {
+    fn from(e: NoFileName) -> std::io::Error {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, e)
     }
 }
 

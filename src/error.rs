@@ -1192,6 +1192,76 @@ mod tests {
         ("src/fsio/at.rs", 0),
         ("src/fsio/error.rs", 0),
         ("src/fsio/medium.rs", 0),
+        ("src/staging.rs", 0),
+        ("src/pack/parity.rs", 0),
+        ("src/unpack/oci_layout.rs", 0),
+    ];
+
+    /// The constructor [`IO_OTHER_ALLOWED`] counts, spelled in two pieces so that this test's
+    /// own text is not a hit of the grep for it (issue 34 item 6 measures with that grep).
+    const IO_OTHER: &str = concat!("io::Error::", "other(");
+
+    /// Every module that still makes an [`IO_OTHER`] outside its tests, how many, and why
+    /// (issue 34 item 6): the count may only shrink (lower it when you type one; a module not
+    /// listed must make none). A typed error carried through plumbing that passes only
+    /// `io::Error` is the legitimate use, made in one conversion per module; a reason that is
+    /// a string is to be typed.
+    const IO_OTHER_ALLOWED: &[(&str, usize, &str)] = &[
+        (
+            "src/bundle/volumes/reader.rs",
+            1,
+            "`carried`: a typed ReadStop through the zstd decoder, which passes only io::Error",
+        ),
+        (
+            "src/delta/apply.rs",
+            1,
+            "EmitStop's conversion: a patch decoder's emit callback can return only io::Error",
+        ),
+        (
+            "src/fault.rs",
+            1,
+            "`fault`: a typed Fault through io plumbing, which Error::io makes Error::Internal",
+        ),
+        (
+            "src/parity.rs",
+            1,
+            "ParityError carried whole where a parity failure is reported against a file",
+        ),
+        (
+            "src/hfcache/layout.rs",
+            1,
+            "NotADirectory carried, kind Other: why the directory cannot be opened is its source",
+        ),
+        (
+            "src/hfcache/etag.rs",
+            1,
+            "SizeChanged carried out of hash_and_scan's io::Result, kind Other as before",
+        ),
+        (
+            "src/pack/plan.rs",
+            1,
+            "PatchNotMade carried, kind Other, the codec's PatchError its source",
+        ),
+        (
+            "src/oci/auth.rs",
+            1,
+            "to type: a string reason (a config file over its limit; fsio's Cause::TooLarge)",
+        ),
+        (
+            "src/unpack/registry.rs",
+            1,
+            "to type: a string reason (the upload was aborted) in an io::Read adapter",
+        ),
+        (
+            "src/unpack/resume.rs",
+            1,
+            "to type: a string reason (not a usable name; staging::TreeRefusal::UnusableName)",
+        ),
+        (
+            "src/unpack/hf.rs",
+            1,
+            "to type: a string reason (a walkdir loop with links not followed, a fault)",
+        ),
     ];
 
     #[test]
@@ -1201,7 +1271,9 @@ mod tests {
             &sources
                 .iter()
                 .find(|(p, _)| p == path)
-                .unwrap_or_else(|| panic!("{path} is gone: update STRING_RESULTS_ALLOWED"))
+                .unwrap_or_else(|| {
+                    panic!("{path} is gone: update STRING_RESULTS_ALLOWED or IO_OTHER_ALLOWED")
+                })
                 .1
         };
         let mut faults = Vec::new();
@@ -1214,12 +1286,29 @@ mod tests {
                 ));
             }
         }
+        for (path, text) in &sources {
+            let n = text.matches(IO_OTHER).count();
+            let allowed = IO_OTHER_ALLOWED
+                .iter()
+                .find(|(p, ..)| p == path)
+                .map_or(0, |(_, n, _)| *n);
+            if n != allowed {
+                faults.push(format!(
+                    "{path}: {n} `{IO_OTHER}..)`, IO_OTHER_ALLOWED says {allowed} (it may only \
+                     shrink: give the reason a type, carried inside the io::Error where the \
+                     plumbing passes only io::Error, then lower the number)"
+                ));
+            }
+        }
+        for (path, ..) in IO_OTHER_ALLOWED {
+            code(path);
+        }
         // The volume reader makes an io::Error in one place only, from its typed `ReadStop`.
         let reader = code("src/bundle/volumes/reader.rs");
-        let made = reader.matches("io::Error::other(").count();
+        let made = reader.matches(IO_OTHER).count();
         if made != 1 || !reader.contains("fn carried(") {
             faults.push(format!(
-                "src/bundle/volumes/reader.rs: {made} `io::Error::other`; its one conversion is \
+                "src/bundle/volumes/reader.rs: {made} `{IO_OTHER}..)`; its one conversion is \
                  `carried`, from a typed `ReadStop`"
             ));
         }

@@ -42,7 +42,9 @@ mod tests {
             fault_of(&e).map(|f| f.0.as_str()),
             Some("the writeback thread panicked")
         );
-        assert!(fault_of(&io::Error::other("disk on fire")).is_none());
+        // Another error with words inside, and the system's error: neither is a fault.
+        assert!(fault_of(&io::Error::new(io::ErrorKind::InvalidData, "disk on fire")).is_none());
+        assert!(fault_of(&io::Error::from_raw_os_error(5)).is_none());
         assert!(fault_of(&io::ErrorKind::NotFound.into()).is_none());
     }
 

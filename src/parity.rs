@@ -83,6 +83,15 @@ pub enum ParityError {
     Memory(u64),
 }
 
+/// A parity failure reported against a file (`Error::io`): the error itself inside (kind
+/// `Other`, so it draws no hint of the file's own), its words the message. The one place a
+/// parity error becomes an `io::Error`.
+impl From<ParityError> for io::Error {
+    fn from(e: ParityError) -> io::Error {
+        io::Error::other(e)
+    }
+}
+
 /// A zeroed buffer of `len` bytes, or [`ParityError::Memory`] if it cannot be had.
 fn zeroed(len: usize) -> Result<Vec<u8>, ParityError> {
     let mut v = Vec::new();

@@ -95,11 +95,17 @@ impl VolumeSource for Merged<'_> {
         let c = (offset / self.chunk_size) as usize;
         let dir = match self.good.get(name).and_then(|v| v.get(c)) {
             Some(Some(d)) => *d,
-            _ => return Err(io::Error::other("no intact copy of this chunk")),
+            _ => return Err(io::Error::new(io::ErrorKind::InvalidData, NoIntactCopy)),
         };
         volumes::DirVolumes::new(&self.dirs[dir]).read_at(name, offset, buf)
     }
 }
+
+/// Why [`Merged`] cannot read a chunk (typed inside the `io::Error` the volume reader takes, as
+/// an erased unit): every copy of it failed its digest or is missing.
+#[derive(Debug, thiserror::Error)]
+#[error("no intact copy of this chunk")]
+struct NoIntactCopy;
 
 fn all_volumes(m: &Manifest) -> impl Iterator<Item = (bool, &Volume)> {
     m.volumes.iter().map(|v| (false, v)).chain(
@@ -568,7 +574,7 @@ impl Writer<'_> {
                 }
                 Ok(())
             })
-            .map_err(|e| Error::io(out.path, io::Error::other(e.to_string())))?;
+            .map_err(|e| Error::io(out.path, e.into()))?;
             if let Some(e) = io_err {
                 return Err(Error::io(out.path, e));
             }
@@ -610,7 +616,7 @@ fn replace_volume(work: &Staging, bundle_fd: &OwnedFd, dir: &Path, name: &str) -
     {
         let _commit = staging::commit_guard();
         fsio::rename_at(work.fd(), name, bundle_fd, name, RenameFlags::empty())
-            .map_err(|e| Error::io(dir.join(name), e))?;
+            .map_err(|e| Error::io(dir.join(name), e.into()))?;
     }
     crate::durable::sync_dir_fd(bundle_fd, dir)
 }
@@ -726,13 +732,13 @@ fn refuse_output_inside(out: &Path, bundle: &Path) -> Result<()> {
 }
 
 fn read_only(dir: &Path, e: io::Error) -> Error {
-    Error::io(
-        dir,
-        io::Error::new(
-            e.kind(),
-            format!(
-                "{e}: the bundle cannot be repaired in place (read-only media?); pass -o NEW_BUNDLE to write a repaired copy elsewhere"
-            ),
-        ),
-    )
+    Error::io(dir, io::Error::new(e.kind(), NotInPlace(e)))
 }
+
+/// The bundle's directory cannot be written, so it cannot be repaired in place (typed inside
+/// the `io::Error` of the error naming it, with the system's error's kind and as its source).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{0}: the bundle cannot be repaired in place (read-only media?); pass -o NEW_BUNDLE to write a repaired copy elsewhere"
+)]
+struct NotInPlace(#[source] io::Error);

@@ -284,7 +284,7 @@ impl Staging {
             let _ = rustix::fs::unlinkat(&dir, LOCK_NAME, AtFlags::empty());
             let _ = rustix::fs::unlinkat(&parent_fd, &birth, AtFlags::REMOVEDIR);
             unregister(&mut guard, token);
-            return Err(Error::io(parent.join(name), e));
+            return Err(Error::io(parent.join(name), e.into()));
         }
         if let Some(entry) = guard.iter_mut().find(|(t, _)| *t == token) {
             entry.1 = parent.join(name);
@@ -471,7 +471,7 @@ impl Staging {
         {
             let _commit = commit_guard();
             fsio::rename_at(&self.dir, from, &to_dir, to_name, flags)
-                .map_err(|e| Error::io(to, e))?;
+                .map_err(|e| Error::io(to, e.into()))?;
         }
         crate::durable::sync_dir_fd(&to_dir, &to_parent)
     }
@@ -497,7 +497,7 @@ impl Staging {
                 &to_name,
                 RenameFlags::NOREPLACE,
             )
-            .map_err(|e| Error::io(to, e))?;
+            .map_err(|e| Error::io(to, e.into()))?;
             unregister(&mut guard, self.token);
             self.keep = true;
         }
@@ -592,7 +592,8 @@ fn new_lock(dir: &OwnedFd, dir_path: &Path) -> Result<File> {
 pub struct Cleanup {
     /// Stale work directories removed.
     pub removed: Vec<PathBuf>,
-    /// Work directories that look abandoned but were left alone, and why.
+    /// Work directories that look abandoned but were left alone, and why (a [`LeftAlone`]'s
+    /// words: the reports that carry them are rendered, and matched by nobody).
     pub skipped: Vec<(PathBuf, String)>,
 }
 
@@ -662,21 +663,52 @@ fn sweep_for(
         match remove_if_stale(parent_fd, name, &path, birth) {
             Ok(true) => out.removed.push(path),
             Ok(false) => {}
-            Err(why) => out.skipped.push((path, why)),
+            Err(why) => out.skipped.push((path, why.to_string())),
         }
     }
     Ok(out)
 }
 
+/// Why a work directory that looks abandoned was left alone by [`remove_if_stale`] (issue 34
+/// item 6: typed; its words are what `unpack` and `repair` report for it).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LeftAlone {
+    /// It cannot be opened (and is not simply gone, a link or not a directory).
+    #[error("cannot be opened ({0})")]
+    CannotOpen(io::Error),
+    /// Its status cannot be read.
+    #[error("{0}")]
+    CannotStat(io::Error),
+    /// Another user's, whose lock this user may not open.
+    #[error(
+        "belongs to user {uid}: its lock cannot be checked; left alone (its owner or an administrator can remove it)"
+    )]
+    LockNotReadable {
+        /// Its owner.
+        uid: u32,
+    },
+    /// Another user's, its lock free: not this user's to remove.
+    #[error(
+        "belongs to user {uid}, not to this user: left alone (its owner or an administrator can remove it)"
+    )]
+    NotOurs {
+        /// Its owner.
+        uid: u32,
+    },
+    /// Removing it failed (a mount point inside, or the system's error).
+    #[error("cannot be removed: {0}")]
+    CannotRemove(io::Error),
+}
+
 /// Removes the work directory `name` in `parent` if its process is gone: `Ok(true)` when it
 /// did, `Ok(false)` when the directory is live or not airlock's, `Err(why)` when it looks
 /// abandoned but cannot or must not be removed by this user.
-pub fn remove_if_stale(
+pub(crate) fn remove_if_stale(
     parent: &impl AsFd,
     name: &str,
     path: &Path,
     birth: bool,
-) -> std::result::Result<bool, String> {
+) -> std::result::Result<bool, LeftAlone> {
     let dir = match fsio::open_dir_at(parent, name) {
         Ok(d) => d,
         Err(e)
@@ -689,9 +721,9 @@ pub fn remove_if_stale(
         }
         // A link or something else with our name: not ours.
         Err(e) if matches!(e.errno(), Some(rustix::io::Errno::LOOP)) => return Ok(false),
-        Err(e) => return Err(format!("cannot be opened ({})", io::Error::from(e))),
+        Err(e) => return Err(LeftAlone::CannotOpen(e.into())),
     };
-    let st = rustix::fs::fstat(&dir).map_err(|e| io::Error::from(e).to_string())?;
+    let st = rustix::fs::fstat(&dir).map_err(|e| LeftAlone::CannotStat(e.into()))?;
     let me = rustix::process::geteuid().as_raw();
     let old_enough = || {
         let age = std::time::SystemTime::now()
@@ -713,10 +745,7 @@ pub fn remove_if_stale(
         Err(fsio::Cause::Io(e))
             if e.kind() == io::ErrorKind::PermissionDenied && st.st_uid != me =>
         {
-            return Err(format!(
-                "belongs to user {}: its lock cannot be checked; left alone (its owner or an administrator can remove it)",
-                st.st_uid
-            ));
+            return Err(LeftAlone::LockNotReadable { uid: st.st_uid });
         }
         Err(_) => return Ok(false),
     };
@@ -727,16 +756,49 @@ pub fn remove_if_stale(
         return Ok(false);
     }
     if st.st_uid != me {
-        return Err(format!(
-            "belongs to user {}, not to this user: left alone (its owner or an administrator can remove it)",
-            st.st_uid
-        ));
+        return Err(LeftAlone::NotOurs { uid: st.st_uid });
     }
     drop(dir);
     match remove_tree_at(parent, name, path) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(format!("cannot be removed: {e}")),
+        Err(e) => Err(LeftAlone::CannotRemove(e)),
+    }
+}
+
+/// Why airlock will not remove (or walk) a tree, carried inside the `io::Error` of
+/// [`remove_tree`], [`remove_tree_at`] and [`find_mount_inside`] (issue 34 item 6: typed, found
+/// again with [`TreeRefusal::of`]; its words are the message).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TreeRefusal {
+    /// The path ends in no name (or one that is not UTF-8).
+    #[error("not a usable name")]
+    UnusableName,
+    /// A mount point (or another device) at or inside the tree.
+    #[error("{} is a mount point: airlock never removes anything across one", .0.display())]
+    MountPoint(PathBuf),
+    /// The tree's top cannot be opened as a directory (why is the source).
+    #[error("cannot open")]
+    CannotOpen(#[source] fsio::Error),
+}
+
+impl TreeRefusal {
+    /// The refusal `e` carries, if it is one.
+    pub(crate) fn of(e: &io::Error) -> Option<&TreeRefusal> {
+        e.get_ref().and_then(|inner| inner.downcast_ref())
+    }
+}
+
+/// A refusal as an `io::Error` whose kind draws no hint a system error would (a name is
+/// invalid input, a mount point is busy as `rmdir` says, an unopened top is other).
+impl From<TreeRefusal> for io::Error {
+    fn from(r: TreeRefusal) -> io::Error {
+        let kind = match r {
+            TreeRefusal::UnusableName => io::ErrorKind::InvalidInput,
+            TreeRefusal::MountPoint(_) => io::ErrorKind::ResourceBusy,
+            TreeRefusal::CannotOpen(_) => io::ErrorKind::Other,
+        };
+        io::Error::new(kind, r)
     }
 }
 
@@ -746,7 +808,7 @@ pub fn remove_tree(path: &Path) -> io::Result<()> {
     let name = path
         .file_name()
         .and_then(|n| n.to_str())
-        .ok_or_else(|| io::Error::other("not a usable name"))?;
+        .ok_or(TreeRefusal::UnusableName)?;
     let parent_fd = fsio::open_dir_path(&parent, fsio::Follow::Final)?;
     remove_tree_at(&parent_fd, name, path)
 }
@@ -767,10 +829,7 @@ pub fn remove_tree_at(parent: &impl AsFd, name: &str, path: &Path) -> io::Result
 }
 
 fn mount_error(path: &Path) -> io::Error {
-    io::Error::other(format!(
-        "{} is a mount point: airlock never removes anything across one",
-        path.display()
-    ))
+    TreeRefusal::MountPoint(path.to_path_buf()).into()
 }
 
 fn empty_dir(dir: &OwnedFd, dev: u64, path: &Path) -> io::Result<()> {
@@ -826,7 +885,7 @@ pub fn find_mount_inside(dir: &Path) -> io::Result<Option<PathBuf>> {
     if let Some(m) = crate::fsinfo::mounts_below(dir).into_iter().next() {
         return Ok(Some(m));
     }
-    let fd = crate::durable::open_dir(dir).map_err(|_| io::Error::other("cannot open"))?;
+    let fd = fsio::open_dir_path(dir, fsio::Follow::Never).map_err(TreeRefusal::CannotOpen)?;
     let dev = rustix::fs::fstat(&fd)?.st_dev;
     walk_for_mount(&fd, dev, dir)
 }
@@ -844,7 +903,9 @@ fn walk_for_mount(dir: &OwnedFd, dev: u64, path: &Path) -> io::Result<Option<Pat
                 }
             }
             Ok(None) => {}
-            Err(e) if e.kind() == io::ErrorKind::Other => return Ok(Some(sub_path)),
+            Err(e) if matches!(TreeRefusal::of(&e), Some(TreeRefusal::MountPoint(_))) => {
+                return Ok(Some(sub_path));
+            }
             Err(e) => return Err(e),
         }
     }

@@ -1653,7 +1653,8 @@ mod tests {
         struct Broken;
         impl Read for Broken {
             fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
-                Err(io::Error::other("medium error"))
+                // EIO, what a failing medium gives.
+                Err(io::Error::from_raw_os_error(5))
             }
         }
         assert!(matches!(

@@ -41,9 +41,7 @@ impl<R: Read> Read for Capped<R> {
             let mut probe = [0u8; 1];
             return match self.inner.read(&mut probe)? {
                 0 => Ok(0),
-                _ => Err(io::Error::other(
-                    "the stream goes on past the size the manifest declares (trailing data after the end-of-archive marker, or a decompression bomb); reading stopped there",
-                )),
+                _ => Err(io::Error::new(io::ErrorKind::InvalidData, PastDeclaredSize)),
             };
         }
         let want = (buf.len() as u64).min(self.left) as usize;
@@ -52,6 +50,14 @@ impl<R: Read> Read for Capped<R> {
         Ok(n)
     }
 }
+
+/// A decompressed stream longer than the manifest declares (typed inside [`Capped`]'s
+/// `io::Error`, kind `InvalidData`; its words are the reason `unpack` and `verify` give).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the stream goes on past the size the manifest declares (trailing data after the end-of-archive marker, or a decompression bomb); reading stopped there"
+)]
+pub(crate) struct PastDeclaredSize;
 
 /// Where a resumed source started reading.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -545,11 +551,8 @@ mod tests {
         let mut c = Capped::new(&b"abcd"[..], 3);
         let mut buf = [0u8; 8];
         assert_eq!(c.read(&mut buf).unwrap(), 3);
-        assert!(
-            c.read(&mut buf)
-                .unwrap_err()
-                .to_string()
-                .contains("goes on past")
-        );
+        let e = c.read(&mut buf).unwrap_err();
+        assert!(e.to_string().contains("goes on past"), "{e}");
+        assert!(e.get_ref().is_some_and(|i| i.is::<PastDeclaredSize>()));
     }
 }

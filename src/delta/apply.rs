@@ -172,9 +172,7 @@ impl<'a> DeltaStage<'a> {
         if let Some(clone) = self.inner.clone_from(f, &src)? {
             let mut check = FileCheck::new(f);
             read_pieces(&clone, &mut |piece| {
-                check
-                    .update(piece)
-                    .map_err(|m| io::Error::other(m.to_string()))
+                check.update(piece).map_err(PieceStop::Mismatch)
             })
             .map_err(|e| {
                 self.base
@@ -187,24 +185,20 @@ impl<'a> DeltaStage<'a> {
         }
         self.inner.begin_file(f)?;
         let mut check = FileCheck::new(f);
-        let mut sink_error = None;
         let inner = &mut *self.inner;
         let read = read_pieces(&src, &mut |piece| {
-            check
-                .update(piece)
-                .map_err(|m| io::Error::other(m.to_string()))?;
-            inner.data(piece).map_err(|e| {
-                sink_error = Some(e);
-                io::Error::other("sink")
-            })
+            check.update(piece).map_err(PieceStop::Mismatch)?;
+            inner.data(piece).map_err(PieceStop::Sink)
         });
-        if let Some(e) = sink_error {
-            return Err(e);
+        match read {
+            Ok(()) => {}
+            Err(PieceStop::Sink(e)) => return Err(e),
+            Err(e) => {
+                return Err(self
+                    .base
+                    .rotten(b, format!("it cannot be read as listed ({e})")));
+            }
         }
-        read.map_err(|e| {
-            self.base
-                .rotten(b, format!("it cannot be read as listed ({e})"))
-        })?;
         if let Err(why) = check.finish() {
             return Err(self.base.rotten(b, mismatch_words(&why, f)));
         }
@@ -222,8 +216,45 @@ impl<'a> DeltaStage<'a> {
     }
 }
 
+/// Why reading a base file piece by piece stopped (typed, issue 34 item 6: the sink's own
+/// error comes back as it was, the rest reads as the base file's rot).
+#[derive(Debug, thiserror::Error)]
+enum PieceStop {
+    /// The file cannot be read.
+    #[error("{0}")]
+    Read(#[from] io::Error),
+    /// What was read fails the signed size or digest.
+    #[error("{0}")]
+    Mismatch(Mismatch),
+    /// The sink refused a piece.
+    #[error("{0}")]
+    Sink(Error),
+}
+
+/// Why the emit callback stops a patch's decoder, carried inside the `io::Error` the decoder
+/// passes on (its callback can return nothing else); the sink's own error is kept beside it.
+#[derive(Debug, thiserror::Error)]
+enum EmitStop {
+    /// The rebuilt bytes fail the signed size or digest.
+    #[error("the rebuilt file {0}")]
+    Mismatch(Mismatch),
+    /// The sink refused the bytes (its error is returned instead of this one).
+    #[error("the sink refused the rebuilt bytes")]
+    Sink,
+}
+
+/// The one conversion of an [`EmitStop`] into the decoder's `io::Error` (kind `Other`).
+impl From<EmitStop> for io::Error {
+    fn from(s: EmitStop) -> io::Error {
+        io::Error::other(s)
+    }
+}
+
 /// Reads all of `f` in pieces, from its start.
-fn read_pieces(f: &File, each: &mut dyn FnMut(&[u8]) -> io::Result<()>) -> io::Result<()> {
+fn read_pieces<E: From<io::Error>>(
+    f: &File,
+    each: &mut dyn FnMut(&[u8]) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
     let mut buf = vec![0u8; PIECE];
     let mut pos = 0u64;
     loop {
@@ -231,7 +262,7 @@ fn read_pieces(f: &File, each: &mut dyn FnMut(&[u8]) -> io::Result<()>) -> io::R
             Ok(0) => return Ok(()),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         each(&buf[..n])?;
         pos += n as u64;
@@ -255,12 +286,10 @@ fn with_emit<T>(
     let mut failed: Option<Error> = None;
     let r = {
         let mut emit = |b: &[u8]| -> io::Result<()> {
-            check
-                .update(b)
-                .map_err(|m| io::Error::other(format!("the rebuilt file {m}")))?;
+            check.update(b).map_err(EmitStop::Mismatch)?;
             inner.data(b).map_err(|e| {
                 failed = Some(e);
-                io::Error::other("sink")
+                EmitStop::Sink.into()
             })
         };
         f(&mut emit)

@@ -46,6 +46,8 @@ pub enum Op {
     Stat,
     /// Making a link.
     Link,
+    /// Renaming an entry (the path is the name it was to take).
+    Rename,
 }
 
 impl Op {
@@ -61,6 +63,7 @@ impl Op {
             Op::Lock => "lock",
             Op::Stat => "stat",
             Op::Link => "link",
+            Op::Rename => "rename onto",
         }
     }
 }

@@ -613,8 +613,10 @@ fn check_snapshot(folder: &Path, commit: &str, report: &mut CacheReport) -> Resu
             let path = e.path().unwrap_or(&dir).to_path_buf();
             Error::io(
                 path,
-                e.into_io_error()
-                    .unwrap_or_else(|| io::Error::other("loop")),
+                // walkdir reports a loop only when it follows links, which it is told not to.
+                e.into_io_error().unwrap_or_else(|| {
+                    crate::fault::fault("a filesystem loop with links not followed")
+                }),
             )
         })?;
         let ft = e.file_type();

@@ -58,6 +58,9 @@ pub fn hash_file(path: &Path, kind: EtagKind, progress: &dyn Progress) -> io::Re
 
 /// [`hash_file`], and when `scan_as` names the blob as a model file (its path in a snapshot)
 /// the value scan ([`crate::inspect::values`]) in the same read.
+///
+/// A file whose size changes while it is read fails with a [`SizeChanged`] inside the
+/// `io::Error` (kind `Other`).
 pub fn hash_and_scan(
     path: &Path,
     kind: EtagKind,
@@ -98,14 +101,10 @@ pub fn hash_and_scan(
     }
     behind.finish(&f, total);
     if total != len {
-        return Err(io::Error::other(format!(
-            "changed size while being read ({len} then {} bytes)",
-            if total > len {
-                format!("more than {len}")
-            } else {
-                total.to_string()
-            }
-        )));
+        return Err(io::Error::other(SizeChanged {
+            before: len,
+            read: total,
+        }));
     }
     let etag = match kind {
         EtagKind::GitSha1 => git.finish(),
@@ -113,6 +112,34 @@ pub fn hash_and_scan(
     };
     Ok((etag, scanner.and_then(Scanner::finish)))
 }
+
+/// A file whose size changed while [`hash_and_scan`] read it (typed inside its `io::Error`):
+/// its size when opened, and the bytes read (at most one past that size).
+#[derive(Debug)]
+pub(crate) struct SizeChanged {
+    before: u64,
+    read: u64,
+}
+
+impl std::fmt::Display for SizeChanged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let before = self.before;
+        if self.read > before {
+            write!(
+                f,
+                "changed size while being read ({before} then more than {before} bytes)"
+            )
+        } else {
+            write!(
+                f,
+                "changed size while being read ({before} then {} bytes)",
+                self.read
+            )
+        }
+    }
+}
+
+impl std::error::Error for SizeChanged {}
 
 #[cfg(test)]
 mod tests {

@@ -42,13 +42,28 @@ pub(crate) fn open_regular(path: &Path, follow: bool) -> io::Result<(File, u64)>
         fsio::Follow::Never
     };
     fsio::open_regular(path, follow).map_err(|e| match e.into_cause() {
-        Cause::Link => io::Error::new(io::ErrorKind::InvalidInput, "is a symlink"),
-        Cause::NotRegular(what) => io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("is {}, not a regular file", cache_words(what)),
-        ),
+        Cause::Link => NotAFile::Symlink.into(),
+        Cause::NotRegular(what) => NotAFile::Other(cache_words(what)).into(),
         e => e.into(),
     })
+}
+
+/// A cache entry that is not a regular file where one is read (typed inside the `io::Error`
+/// of [`open_regular`], kind `InvalidInput` as fsio's refusals have; in the cache's words).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NotAFile {
+    /// A symbolic link, not followed.
+    #[error("is a symlink")]
+    Symlink,
+    /// Something else: the words say what ("a FIFO", "a device").
+    #[error("is {0}, not a regular file")]
+    Other(&'static str),
+}
+
+impl From<NotAFile> for io::Error {
+    fn from(e: NotAFile) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidInput, e)
+    }
 }
 
 /// [`fsio::describe_type`]'s words as the cache's messages say them.
@@ -515,10 +530,10 @@ pub fn leave_trace(repo: &Path, commit: &str, text: &str) -> Result<()> {
         Ok(()) | Err(rustix::io::Errno::EXIST) => {}
         Err(e) => return Err(Error::io(&trace, e.into())),
     }
-    let dir = fsio::open_dir_at(&dirs.repo, TRACE_DIR).map_err(|_| {
-        real_dir(&trace).err().unwrap_or_else(|| {
-            Error::io(&trace, io::Error::other("cannot be opened as a directory"))
-        })
+    let dir = fsio::open_dir_at(&dirs.repo, TRACE_DIR).map_err(|e| {
+        real_dir(&trace)
+            .err()
+            .unwrap_or_else(|| NotADirectory(e).at(&trace))
     })?;
     crate::durable::replace_at(&dir, &trace, commit, format!("{text}\n").as_bytes(), 0o644)
 }
@@ -564,7 +579,7 @@ pub fn leave_receipt(repo: &Path, commit: &str, files: &[(String, Vec<u8>)]) -> 
         ),
         Err(e) => Err(e),
     };
-    placed.map_err(|e| Error::io(receipts.join(commit), e))?;
+    placed.map_err(|e| Error::io(receipts.join(commit), e.into()))?;
     // After an exchange the old receipt sits at the temporary name: remove its files.
     if let Ok(old) = fsio::open_dir_at(&receipts_fd, tmp.as_str()) {
         for (name, _) in fsio::dir_entries(&old).unwrap_or_default() {
@@ -582,11 +597,25 @@ fn ensure_dir(dir: &OwnedFd, path: &Path, name: &str) -> Result<OwnedFd> {
         Ok(()) | Err(rustix::io::Errno::EXIST) => {}
         Err(e) => return Err(Error::io(path, e.into())),
     }
-    fsio::open_dir_at(dir, name).map_err(|_| {
+    fsio::open_dir_at(dir, name).map_err(|e| {
         real_dir(path)
             .err()
-            .unwrap_or_else(|| Error::io(path, io::Error::other("cannot be opened as a directory")))
+            .unwrap_or_else(|| NotADirectory(e).at(path))
     })
+}
+
+/// A folder of the trace that `real_dir` finds a real directory but that cannot be opened as
+/// one (typed inside the `io::Error` of the error naming it; why is its source).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot be opened as a directory")]
+struct NotADirectory(#[source] fsio::Error);
+
+impl NotADirectory {
+    /// The error naming `path` (kind `Other`: it is a directory, and why it cannot be opened
+    /// is the source's, so it draws no hint of its own). The module's one such conversion.
+    fn at(self, path: &Path) -> Error {
+        Error::io(path, io::Error::other(self))
+    }
 }
 
 /// The receipts airlock left in `repo`'s trace folder: each installed commit and its receipt

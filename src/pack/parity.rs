@@ -38,7 +38,7 @@ pub(crate) fn units_per_parity_volume(volume_size: u64, chunk_size: u64) -> u64 
 /// Parses `--parity`: a percentage such as `10%` or `12.5%` (the `%` may be left out), more
 /// than 0 and at most 100; or `Nvol` (`1vol`, `2vol`): the least parity that rebuilds any `N`
 /// lost data volumes.
-pub fn parse_ask(s: &str) -> std::result::Result<Ask, String> {
+pub fn parse_ask(s: &str) -> std::result::Result<Ask, AskError> {
     let t = s.trim();
     let lower = t.to_ascii_lowercase();
     if let Some(n) = lower
@@ -47,18 +47,45 @@ pub fn parse_ask(s: &str) -> std::result::Result<Ask, String> {
     {
         return match n.parse::<u32>() {
             Ok(n) if n >= 1 => Ok(Ask::Volumes(n)),
-            _ => Err(format!(
-                "{s:?} is not a number of volumes of at least 1 (e.g. 1vol)"
-            )),
+            _ => Err(AskError::NotVolumes(s.to_string())),
         };
     }
     let t = t.strip_suffix('%').unwrap_or(t);
     match t.parse::<f64>() {
         Ok(p) if p > 0.0 && p <= 100.0 && p.is_finite() => Ok(Ask::Percent(p)),
-        _ => Err(format!(
-            "{s:?} is neither a percentage between 0 and 100 (e.g. 10%) nor a number of volumes (e.g. 1vol)"
-        )),
+        _ => Err(AskError::Neither(s.to_string())),
     }
+}
+
+/// Why a `--parity` value was refused (the command prefixes `--parity`).
+#[derive(Debug, thiserror::Error)]
+pub enum AskError {
+    /// `Nvol` with N not a whole number of at least 1.
+    #[error("{0:?} is not a number of volumes of at least 1 (e.g. 1vol)")]
+    NotVolumes(String),
+    /// Neither a percentage in (0, 100] nor `Nvol`.
+    #[error(
+        "{0:?} is neither a percentage between 0 and 100 (e.g. 10%) nor a number of volumes (e.g. 1vol)"
+    )]
+    Neither(String),
+}
+
+/// Why the parity volumes could not be written, carried in an `io::Error`: a chunk read back
+/// differently (kind `InvalidData`: the medium gave other bytes), or a data volume's read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ParityWriteError {
+    /// A data chunk read back to compute parity hashes differently from when it was written.
+    #[error("chunk {0} read back for parity differs from what was written")]
+    ReadBackDiffers(usize),
+    /// Reading a data volume failed (carried with the system's error's kind through the
+    /// codec, whose read callback passes only `io::Error`).
+    #[error("{name}: {source}")]
+    Read {
+        /// The data volume's name.
+        name: String,
+        /// The system's error.
+        source: io::Error,
+    },
 }
 
 /// The chunk size of a bundle: the one given (`--chunk-size`, for tests), else with parity the
@@ -87,14 +114,14 @@ pub fn plan(
     chunk_size: u64,
     volume_size: u64,
     ask: Ask,
-) -> std::result::Result<(Geometry, Vec<Volume>), String> {
+) -> std::result::Result<(Geometry, Vec<Volume>), parity::ParityError> {
     let (volume_units, bytes) = shape_of(data, chunk_size);
     let shape = DataShape {
         unit_size: chunk_size,
         volume_units: &volume_units,
         bytes,
     };
-    let g = Geometry::choose_for(&shape, ask).map_err(|e| e.to_string())?;
+    let g = Geometry::choose_for(&shape, ask)?;
     let total = g.recovery_units();
     let per = units_per_parity_volume(volume_size, chunk_size);
     let count = total.div_ceil(per) as usize;
@@ -237,13 +264,17 @@ pub fn write_parity(
         })
         .collect::<Result<_>>()?;
     progress.start(crate::progress::Phase::Parity, g.units * chunk_size);
-    let codec_error = |e: &parity::ParityError| Error::io(dir, io::Error::other(e.to_string()));
+    let codec_error = |e: parity::ParityError| Error::io(dir, e.into());
     let digests: Vec<(u64, Vec<String>)> = (0..g.stripes())
         .into_par_iter()
         .map_init(
-            || parity::StripeEncoder::new(&g),
+            // Each thread's work area, made at its first stripe (a failure is owned, typed).
+            || None,
             |encoder, k| -> Result<(u64, Vec<String>)> {
-                let encoder = encoder.as_mut().map_err(|e| codec_error(e))?;
+                if encoder.is_none() {
+                    *encoder = Some(parity::StripeEncoder::new(&g).map_err(codec_error)?);
+                }
+                let encoder = encoder.as_mut().expect("made above");
                 let mut data_hash: Vec<Xxh3> = vec![Xxh3::new(); g.data as usize];
                 let mut rec_hash: Vec<Sha256> = vec![Sha256::new(); g.recovery as usize];
                 let r = encoder.encode(
@@ -252,7 +283,8 @@ pub fn write_parity(
                     &mut |unit, offset, buf| {
                         let (i, start, len) = layout.data_unit(unit);
                         read_padded(&inputs[i], start, len, offset, buf).map_err(|e| {
-                            io::Error::new(e.kind(), format!("{}: {e}", data[i].name))
+                            let name = data[i].name.clone();
+                            io::Error::new(e.kind(), ParityWriteError::Read { name, source: e })
                         })?;
                         let (_, d) = g.locate(unit);
                         // Only the unit's real bytes count for its chunk digest.
@@ -267,7 +299,7 @@ pub fn write_parity(
                         outputs[j].write_all_at(bytes, start + offset)
                     },
                 );
-                r.map_err(|e| codec_error(&e))?;
+                r.map_err(codec_error)?;
                 for (d, h) in data_hash.iter().enumerate() {
                     if let Some(unit) = g.data_unit(k, d as u32) {
                         let (i, start, _) = layout.data_unit(unit);
@@ -275,9 +307,10 @@ pub fn write_parity(
                         if checks.get(i).and_then(|v| v.get(c)) != Some(&h.digest()) {
                             return Err(Error::io(
                                 dir.join(&data[i].name),
-                                io::Error::other(format!(
-                                    "chunk {c} read back for parity differs from what was written"
-                                )),
+                                io::Error::new(
+                                    io::ErrorKind::InvalidData,
+                                    ParityWriteError::ReadBackDiffers(c),
+                                ),
                             ));
                         }
                     }

@@ -510,12 +510,7 @@ fn encode_patch(
         }
     };
     let (writer, enc) = patch::encode_observed(&new, old, map, level, writer, &mut observe)
-        .map_err(|e| {
-            Error::io(
-                source,
-                io::Error::other(format!("cannot make the patch against its base: {e}")),
-            )
-        })?;
+        .map_err(|e| Error::io(source, io::Error::other(PatchNotMade(e))))?;
     let patch_sha256 = hex::encode(writer.hash.finalize());
     writer
         .inner
@@ -605,6 +600,12 @@ fn copy_from(by_content: &ContentIndex<'_>, path: &str, size: u64, sha256: &str)
     let from = allowed.find(|b| b.path == path).unwrap_or(first);
     Some(from.path.clone())
 }
+
+/// Why a file's patch against its base could not be made (typed inside the `io::Error` of the
+/// error naming the file, kind `Other`; the patch codec's error is its source).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot make the patch against its base: {0}")]
+struct PatchNotMade(#[source] patch::PatchError);
 
 #[cfg(test)]
 thread_local! {

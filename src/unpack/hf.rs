@@ -347,6 +347,7 @@ impl Drop for Txn {
                     }
                     Undo::Exchange(a, a_name, b, b_name) => {
                         fsio::rename_at(&*a, &a_name, &*b, &b_name, RenameFlags::EXCHANGE)
+                            .map_err(io::Error::from)
                     }
                 };
             }
@@ -566,7 +567,7 @@ impl EntrySink for BlobSink {
             None => {
                 let blob = r.blobs_path.join(&etag);
                 fsio::rename_at(&r.blobs, &tmp, &r.blobs, &etag, RenameFlags::NOREPLACE)
-                    .map_err(|e| Error::io(&blob, e))?;
+                    .map_err(|e| Error::io(&blob, e.into()))?;
                 r.staged.insert(etag.clone(), file.sha256.clone());
                 let _ = self.syncer.send((f, blob));
             }
@@ -796,7 +797,7 @@ fn publish_new_repo(
         folder,
         RenameFlags::NOREPLACE,
     )
-    .map_err(|e| Error::io(repo, e))?;
+    .map_err(|e| Error::io(repo, e.into()))?;
     txn.undo.push(Undo::RemoveTree(
         cache.clone(),
         folder.to_string(),
@@ -851,7 +852,7 @@ fn place_blobs(
                     }
                     // Another writer got there first: check theirs like any existing blob.
                     Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                    Err(e) => return Err(Error::io(&dest, e)),
+                    Err(e) => return Err(Error::io(&dest, e.into())),
                 }
             }
             Err(e) => return Err(Error::io(&dest, e.into())),
@@ -866,7 +867,7 @@ fn place_blobs(
         let kind = EtagKind::of(etag).expect("etags are checked");
         let replace = || {
             fsio::rename_at(staged_blobs, etag, &**blobs, etag, RenameFlags::empty())
-                .map_err(|e| Error::io(&dest, e))
+                .map_err(|e| Error::io(&dest, e.into()))
         };
         match hfcache::hash_file(&dest, kind, progress) {
             Ok(h) if h == *etag => tally.reused += 1,
@@ -2064,7 +2065,7 @@ fn update_repo(
                 commit,
                 RenameFlags::NOREPLACE,
             )
-            .map_err(|e| Error::io(&snapshot, e))?;
+            .map_err(|e| Error::io(&snapshot, e.into()))?;
             txn.undo.push(Undo::RemoveTree(
                 snapshots.clone(),
                 commit.to_string(),
@@ -2084,7 +2085,7 @@ fn update_repo(
                 commit,
                 RenameFlags::EXCHANGE,
             )
-            .map_err(|e| Error::io(&snapshot, e))?;
+            .map_err(|e| Error::io(&snapshot, e.into()))?;
             txn.undo.push(Undo::Exchange(
                 staged.snapshots.clone(),
                 commit.to_string(),

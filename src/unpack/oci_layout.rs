@@ -286,7 +286,7 @@ fn only_blobs(dir: &OwnedFd) -> bool {
         })
 }
 
-fn layout_error(dir: &Path, name: &str, reason: String) -> Error {
+fn layout_error(dir: &Path, name: &str, reason: impl std::fmt::Display) -> Error {
     Error::Usage(format!("{}: {reason}", dir.join(name).display()))
 }
 
@@ -528,17 +528,22 @@ impl Target for LayoutTarget {
     }
 }
 
+/// An `index.json` without its `manifests` list (typed; the words follow the file's path).
+#[derive(Debug, thiserror::Error)]
+#[error("has no manifests list")]
+struct NoManifestsList;
+
 /// Points `tag` at `descriptor` in the image index `index`, keeping every other entry; returns
 /// the digest the tag named before.
 fn set_tag(
     index: &mut Value,
     tag: &str,
     descriptor: Value,
-) -> std::result::Result<Option<String>, String> {
+) -> std::result::Result<Option<String>, NoManifestsList> {
     let manifests = index
         .get_mut("manifests")
         .and_then(Value::as_array_mut)
-        .ok_or("has no manifests list")?;
+        .ok_or(NoManifestsList)?;
     let mut previous = None;
     manifests.retain(|d| {
         let named = d
@@ -636,12 +641,12 @@ impl BlobSink {
                     return Ok(());
                 }
                 fsio::rename_at(&self.work, tmp, &self.blobs, sha256, RenameFlags::empty())
-                    .map_err(|e| Error::io(&dest, e))?;
+                    .map_err(|e| Error::io(&dest, e.into()))?;
                 let _ = self.syncer.send((file, dest.clone()));
                 self.repaired.push(dest);
                 Ok(())
             }
-            Err(e) => Err(Error::io(&dest, e)),
+            Err(e) => Err(Error::io(&dest, e.into())),
         }
     }
 
@@ -903,7 +908,10 @@ mod tests {
             .map(|d| d["digest"].as_str().unwrap())
             .collect();
         assert_eq!(digests, ["sha256:a", "sha256:c"]);
-        assert!(set_tag(&mut json!({}), "x", json!({})).is_err());
+        assert!(matches!(
+            set_tag(&mut json!({}), "x", json!({})),
+            Err(NoManifestsList)
+        ));
     }
 
     /// FORMAT.md 14.3 (issue 36 item 9): an entry of the existing `index.json` that is not a
