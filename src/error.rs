@@ -1179,7 +1179,11 @@ mod tests {
     /// The modules issue 34 item 6 names for typed reasons, with their `Result<_, String>`
     /// count: it may only shrink (lower the number here when you type one).
     const STRING_RESULTS_ALLOWED: &[(&str, usize)] = &[
-        ("src/manifest/mod.rs", 14),
+        ("src/manifest/mod.rs", 0),
+        ("src/manifest/error.rs", 0),
+        ("src/paths.rs", 0),
+        ("src/hfcache/names.rs", 3),
+        ("src/hfcache/offline.rs", 0),
         ("src/trust/root.rs", 0),
         ("src/oms/x509.rs", 0),
         ("src/oms/keys.rs", 0),

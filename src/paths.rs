@@ -137,7 +137,7 @@ pub enum PathError {
     TrailingSpaceOrDot(String),
     /// The first component folds to [`RECEIPT_DIR`].
     #[error("uses the name {RECEIPT_DIR:?}, reserved for airlock's receipt")]
-    Receipt,
+    ReceiptDir,
 }
 
 /// Checks that `path` is a safe, portable, relative `/`-separated path.
@@ -183,7 +183,7 @@ pub fn check_relative(path: &str) -> Result<(), PathError> {
     }
     let first = path.split('/').next().unwrap_or("");
     if fold(first) == RECEIPT_DIR {
-        return Err(PathError::Receipt);
+        return Err(PathError::ReceiptDir);
     }
     Ok(())
 }

@@ -121,7 +121,7 @@ pub fn precheck(path: &Path) -> Result<Manifest> {
         .map_err(|e| Error::io(&manifest_path, e))?;
     let m = Manifest::parse(&bytes).map_err(|reason| Error::BadManifest {
         path: manifest_path.clone(),
-        reason,
+        reason: reason.to_string(),
     })?;
     if !sig_path.is_file() {
         return Err(Error::MissingSignature { path: sig_path });
@@ -171,7 +171,7 @@ impl BaseSource {
                         .map_err(|e| Error::io(&manifest_path, e))?;
                 let m = Manifest::parse(&bytes).map_err(|reason| Error::BadManifest {
                     path: manifest_path.clone(),
-                    reason,
+                    reason: reason.to_string(),
                 })?;
                 notes.push(format!(
                         "the base {} is signed by key {key_id}, not by the key signing this delta: its signature was not verified here (the target verifies the installed base against its trust set before applying the delta)",
