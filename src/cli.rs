@@ -576,7 +576,9 @@ pub struct CheckArgs {
 
 /// Parses `--version N`, saying what a bundle version is when N is not one.
 fn bundle_version(text: &str) -> Result<u64, NotAVersion> {
-    text.trim().parse().map_err(|_| NotAVersion(text.to_string()))
+    text.trim()
+        .parse()
+        .map_err(|_| NotAVersion(text.to_string()))
 }
 
 /// A `--version` that is not a bundle version (the text given).

@@ -238,7 +238,11 @@ impl std::fmt::Display for Unresolved {
         let shown = |revision: &str| escape_bounded(revision, QUOTE);
         match self {
             Self::NotARef { revision } => {
-                write!(f, "the revision `{}` cannot name a ref file", shown(revision))
+                write!(
+                    f,
+                    "the revision `{}` cannot name a ref file",
+                    shown(revision)
+                )
             }
             Self::NoRef { folder, revision } => {
                 write!(f, "the cache has {folder} but no refs/{}", shown(revision))

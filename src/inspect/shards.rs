@@ -201,7 +201,10 @@ impl fmt::Display for IndexError {
                 "lists more than {MAX_INDEX_TENSORS} tensors in `weight_map`, over what airlock checks (the largest real models have about 150,000)"
             ),
             Self::NotAFileName { tensor } => {
-                write!(f, "maps tensor `{tensor}` to something that is not a file name")
+                write!(
+                    f,
+                    "maps tensor `{tensor}` to something that is not a file name"
+                )
             }
             Self::Json(e) => write!(f, "is not valid JSON ({e})"),
         }

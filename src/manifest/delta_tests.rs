@@ -1,9 +1,8 @@
 //! The delta rules of docs/FORMAT.md section 16.1-16.2 as `Manifest::validate` applies them.
 
 use crate::manifest::{
-    ManifestError,
-    Base, Compression, DELTA_DIR, Expected, FileEntry, From, Manifest, Stream, Totals, Volume,
-    entry_stream_size, patch_path,
+    Base, Compression, DELTA_DIR, Expected, FileEntry, From, Manifest, ManifestError, Stream,
+    Totals, Volume, entry_stream_size, patch_path,
 };
 
 fn file(path: &str, size: u64, from: Option<From>) -> FileEntry {
@@ -173,11 +172,15 @@ fn null_and_unknown_delta_fields_are_refused() {
     let m = delta();
     let mut v: serde_json::Value = serde_json::from_slice(&m.to_bytes()).unwrap();
     v["files"][0]["from"]["extra"] = serde_json::json!(1);
-    let err = Manifest::parse(&serde_json::to_vec(&v).unwrap()).unwrap_err().to_string();
+    let err = Manifest::parse(&serde_json::to_vec(&v).unwrap())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("unknown field"), "{err}");
     let mut v: serde_json::Value = serde_json::from_slice(&m.to_bytes()).unwrap();
     v["files"][1]["from"] = serde_json::Value::Null;
-    let err = Manifest::parse(&serde_json::to_vec(&v).unwrap()).unwrap_err().to_string();
+    let err = Manifest::parse(&serde_json::to_vec(&v).unwrap())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("null"), "{err}");
 }
 

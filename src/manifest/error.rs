@@ -235,7 +235,9 @@ pub enum ManifestError {
         name: String,
     },
     /// The base is not an earlier version.
-    #[error("is version {version} but a delta of version {base}: a base must be an earlier version")]
+    #[error(
+        "is version {version} but a delta of version {base}: a base must be an earlier version"
+    )]
     BaseVersion {
         /// `version`.
         version: u64,
@@ -298,9 +300,7 @@ pub enum ManifestError {
     #[error("has dir and a base: a delta of a directory and repositories does not exist")]
     DirWithBase,
     /// A `dir.path` that is not one component outside the cache folders' forms.
-    #[error(
-        "has a dir.path {0:?} that is not one path component outside the cache folders' forms"
-    )]
+    #[error("has a dir.path {0:?} that is not one path component outside the cache folders' forms")]
     DirPath(String),
     /// A `dir` whose directory is not listed.
     #[error("lists the dir {0:?} but not its directory")]
@@ -489,9 +489,7 @@ pub enum ManifestError {
     #[error("has an OMS signature of {0} bytes (1 to {MAX_OMS_SIGNATURE_BYTES} allowed)")]
     OmsSignatureSize(u64),
     /// The publisher's signature is not a file of the bundle.
-    #[error(
-        "says the publisher's OMS signature is {0:?}, which is not a file of the bundle"
-    )]
+    #[error("says the publisher's OMS signature is {0:?}, which is not a file of the bundle")]
     PublisherSignatureMissing(String),
     /// An OMS method other than `key` and `certificate`.
     #[error("names the OMS method {0:?} (key or certificate)")]

@@ -1480,13 +1480,7 @@ fn validate_source<'a>(
     part: Part,
     files: impl ExactSizeIterator<Item = (&'a String, &'a String)>,
 ) -> Result<(), ManifestError> {
-    let name = |field| {
-        move |why| ManifestError::SourceName {
-            part,
-            field,
-            why,
-        }
-    };
+    let name = |field| move |why| ManifestError::SourceName { part, field, why };
     names::check_repo_id(&src.repo_id).map_err(name("repo_id"))?;
     names::check_repo_type(&src.repo_type).map_err(name("repo_type"))?;
     if !names::is_commit(&src.commit) {

@@ -305,7 +305,10 @@ fn manifest_size_cap_is_exact() {
     let bytes = vec![b'x'; cap + 1];
     let why = Manifest::parse(&bytes[..cap]).unwrap_err();
     assert!(matches!(why, ManifestError::Json(_)), "{why}");
-    assert!(why.to_string().starts_with("is not a valid manifest"), "{why}");
+    assert!(
+        why.to_string().starts_with("is not a valid manifest"),
+        "{why}"
+    );
     let why = Manifest::parse(&bytes).unwrap_err();
     assert!(matches!(why, ManifestError::TooLarge), "{why}");
     assert_eq!(why.to_string(), "is larger than 268435456 bytes");
@@ -524,12 +527,21 @@ fn a_hostile_manifest_is_refused_with_a_matchable_reason() {
 
     let why = parsed_refusal(|m| m.directories[0] = ".airlock".into());
     assert!(
-        matches!(&why, ManifestError::UnsafePath { why: PathError::ReceiptDir, .. }),
+        matches!(
+            &why,
+            ManifestError::UnsafePath {
+                why: PathError::ReceiptDir,
+                ..
+            }
+        ),
         "{why:?}"
     );
 
     let why = parsed_refusal(|m| m.files[1].path = "A/X.BIN".into());
-    assert!(matches!(&why, ManifestError::FileOrder(p) if p == "A/X.BIN"), "{why:?}");
+    assert!(
+        matches!(&why, ManifestError::FileOrder(p) if p == "A/X.BIN"),
+        "{why:?}"
+    );
 
     let why = parsed_refusal(|m| {
         m.directories = vec!["A".into(), "a".into()];
@@ -549,7 +561,10 @@ fn a_hostile_manifest_is_refused_with_a_matchable_reason() {
     );
 
     let why = parsed_refusal(|m| m.name = "\u{1b}]0;owned\u{7}".into());
-    assert!(matches!(&why, ManifestError::Name(n) if n.starts_with('\u{1b}')), "{why:?}");
+    assert!(
+        matches!(&why, ManifestError::Name(n) if n.starts_with('\u{1b}')),
+        "{why:?}"
+    );
 
     let why = parsed_refusal(|m| m.tool = "x\u{9b}2J".into());
     assert!(matches!(why, ManifestError::Text("tool")), "{why:?}");
@@ -572,7 +587,10 @@ fn a_hostile_manifest_is_refused_with_a_matchable_reason() {
             ManifestError::SourceName {
                 part: Part::Source,
                 field: "repo_id",
-                why: CacheNameError::RepoId { rule: RepoIdRule::Parts, .. },
+                why: CacheNameError::RepoId {
+                    rule: RepoIdRule::Parts,
+                    ..
+                },
             }
         ),
         "{why:?}"

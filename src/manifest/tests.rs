@@ -157,7 +157,9 @@ fn null_is_refused_for_every_optional_field() {
             .as_object_mut()
             .unwrap()
             .insert(key.to_string(), serde_json::Value::Null);
-        let err = Manifest::parse(&serde_json::to_vec(&v).unwrap()).unwrap_err().to_string();
+        let err = Manifest::parse(&serde_json::to_vec(&v).unwrap())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("null"), "{pointer}: {err}");
     }
 }
@@ -254,7 +256,9 @@ fn reserved_extension_names_are_refused_until_a_reader_knows_them() {
     for (key, first) in [("base", "name"), ("parity", "algorithm")] {
         let mut v: serde_json::Value = serde_json::from_slice(&sample().to_bytes()).unwrap();
         v[key] = serde_json::json!({});
-        let err = Manifest::parse(&serde_json::to_vec(&v).unwrap()).unwrap_err().to_string();
+        let err = Manifest::parse(&serde_json::to_vec(&v).unwrap())
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains(&format!("missing field `{first}`")),
             "{key}: {err}"

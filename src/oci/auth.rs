@@ -683,10 +683,7 @@ mod tests {
         assert_eq!(c.username, "u");
         assert!(parse_config(doc.as_bytes(), "reg.site").unwrap().is_none());
         assert!(parse_config(b"{}", "x").unwrap().is_none());
-        assert!(matches!(
-            parse_config(b"{", "x"),
-            Err(ConfigError::Json(_))
-        ));
+        assert!(matches!(parse_config(b"{", "x"), Err(ConfigError::Json(_))));
         assert!(matches!(
             parse_config(br#"{"auths":{"x":{"auth":"!!"}}}"#, "x"),
             Err(ConfigError::AuthNotBase64(k)) if k == "x"
@@ -694,7 +691,10 @@ mod tests {
         let no_colon = base64::engine::general_purpose::STANDARD.encode("user");
         let doc = format!(r#"{{"auths":{{"x":{{"auth":"{no_colon}"}}}}}}"#);
         let why = parse_config(doc.as_bytes(), "x").unwrap_err();
-        assert_eq!(why.to_string(), "auths entry \"x\": `auth` is not USER:PASSWORD");
+        assert_eq!(
+            why.to_string(),
+            "auths entry \"x\": `auth` is not USER:PASSWORD"
+        );
     }
 
     #[test]

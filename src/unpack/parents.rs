@@ -276,7 +276,10 @@ mod tests {
         assert_eq!(check_mode(0o755), Ok(0o755));
         assert_eq!(check_mode(0o700), Ok(0o700));
         assert_eq!(check_mode(0o555), Err(ModeError::OwnerNeedsRwx(0o555)));
-        assert_eq!(check_mode(0o2755), Err(ModeError::NotPermissionBits(0o2755)));
+        assert_eq!(
+            check_mode(0o2755),
+            Err(ModeError::NotPermissionBits(0o2755))
+        );
         assert_eq!(
             ModeError::NotPermissionBits(0o2755).to_string(),
             "2755: permission bits only, at most 0777 (no set-id or sticky bit)"
