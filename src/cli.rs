@@ -575,29 +575,44 @@ pub struct CheckArgs {
 }
 
 /// Parses `--version N`, saying what a bundle version is when N is not one.
-fn bundle_version(text: &str) -> Result<u64, String> {
-    text.trim().parse().map_err(|_| {
-        format!(
-            "{text:?} is not a bundle version: a bundle version is a whole number (1, 2, 3, ...) \
-             that goes up with each release of the model; unpack refuses to install a lower one over \
-             a higher one (for a release name such as v2, use --name)"
-        )
-    })
+fn bundle_version(text: &str) -> Result<u64, NotAVersion> {
+    text.trim()
+        .parse()
+        .map_err(|_| NotAVersion(text.to_string()))
 }
+
+/// A `--version` that is not a bundle version (the text given).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{0:?} is not a bundle version: a bundle version is a whole number (1, 2, 3, ...) that goes up with each release of the model; unpack refuses to install a lower one over a higher one (for a release name such as v2, use --name)"
+)]
+struct NotAVersion(String);
 
 /// Parses `--parent-mode MODE`: octal permission bits (`0755`, `755`, `0o750`) that leave the
 /// owner read, write and search.
-fn parse_parent_mode(text: &str) -> Result<u32, String> {
+fn parse_parent_mode(text: &str) -> Result<u32, ParentModeError> {
     let t = text.trim();
     let digits = t.strip_prefix("0o").unwrap_or(t);
+    let not_octal = || ParentModeError::NotOctal(text.to_string());
     if digits.is_empty() || digits.len() > 4 || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b))
     {
-        return Err(format!(
-            "{text:?} is not an octal mode: give permission bits such as 0755 (anyone may read and enter) or 0750 (the group may)"
-        ));
+        return Err(not_octal());
     }
-    let mode = u32::from_str_radix(digits, 8).map_err(|e| e.to_string())?;
-    airlock::unpack::parents::check_mode(mode)
+    let mode = u32::from_str_radix(digits, 8).map_err(|_| not_octal())?;
+    Ok(airlock::unpack::parents::check_mode(mode)?)
+}
+
+/// Why a `--parent-mode` is refused.
+#[derive(Debug, thiserror::Error)]
+enum ParentModeError {
+    /// Not octal permission digits (the text given).
+    #[error(
+        "{0:?} is not an octal mode: give permission bits such as 0755 (anyone may read and enter) or 0750 (the group may)"
+    )]
+    NotOctal(String),
+    /// Octal, but not a mode airlock can stage in.
+    #[error(transparent)]
+    Mode(#[from] airlock::unpack::parents::ModeError),
 }
 
 /// `airlock push`.

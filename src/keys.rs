@@ -135,7 +135,10 @@ pub enum KeyError {
     BadGlobalSignature,
     /// A comment cannot be put in a signature minisign would accept.
     #[error("invalid {which} comment: {reason}")]
-    InvalidComment { which: &'static str, reason: String },
+    InvalidComment {
+        which: &'static str,
+        reason: CommentError,
+    },
     /// The operating system's random number generator failed.
     #[error("random number generator failed: {reason}")]
     Random { reason: String },
@@ -775,7 +778,7 @@ impl Signature {
             }
         };
         let trusted = strip_prefix_checked(lines[2], TRUSTED_COMMENT_PREFIX, w, 3)?;
-        check_trusted_comment(trusted).map_err(|reason| malformed(w, 3, reason))?;
+        check_trusted_comment(trusted).map_err(|reason| malformed(w, 3, reason.to_string()))?;
         let mut global_signature = [0u8; 64];
         decode_exact(lines[3], &mut global_signature, w, 4)?;
         let mut key_id = [0u8; 8];
@@ -820,28 +823,41 @@ impl Signature {
     }
 }
 
+/// Why a comment cannot be put in a signature minisign would accept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CommentError {
+    /// A trusted comment over [`TRUSTED_COMMENT_MAX_BYTES`].
+    #[error("trusted comment longer than {TRUSTED_COMMENT_MAX_BYTES} bytes")]
+    TrustedTooLong,
+    /// A trusted comment with a control character other than TAB.
+    #[error("trusted comment contains a control character")]
+    TrustedControl,
+    /// An untrusted comment over [`UNTRUSTED_COMMENT_MAX_BYTES`].
+    #[error("untrusted comment longer than {UNTRUSTED_COMMENT_MAX_BYTES} bytes")]
+    UntrustedTooLong,
+    /// An untrusted comment with a line break or NUL.
+    #[error("untrusted comment contains CR, LF or NUL")]
+    UntrustedLineBreak,
+}
+
 /// A trusted comment must fit minisign's buffer and pass minisign 0.12's
 /// `is_printable` (no control characters except TAB).
-fn check_trusted_comment(c: &str) -> Result<(), String> {
+fn check_trusted_comment(c: &str) -> Result<(), CommentError> {
     if c.len() > TRUSTED_COMMENT_MAX_BYTES {
-        return Err(format!(
-            "trusted comment longer than {TRUSTED_COMMENT_MAX_BYTES} bytes"
-        ));
+        return Err(CommentError::TrustedTooLong);
     }
     if c.chars().any(|ch| ch != '\t' && ch.is_control()) {
-        return Err("trusted comment contains a control character".to_string());
+        return Err(CommentError::TrustedControl);
     }
     Ok(())
 }
 
-fn check_untrusted_comment(c: &str) -> Result<(), String> {
+fn check_untrusted_comment(c: &str) -> Result<(), CommentError> {
     if c.len() > UNTRUSTED_COMMENT_MAX_BYTES {
-        return Err(format!(
-            "untrusted comment longer than {UNTRUSTED_COMMENT_MAX_BYTES} bytes"
-        ));
+        return Err(CommentError::UntrustedTooLong);
     }
     if c.contains(['\r', '\n', '\0']) {
-        return Err("untrusted comment contains CR, LF or NUL".to_string());
+        return Err(CommentError::UntrustedLineBreak);
     }
     Ok(())
 }

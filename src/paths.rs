@@ -95,54 +95,95 @@ fn fold_into(path: &str, out: &mut String) {
     out.extend(path.nfd().default_case_fold().nfd());
 }
 
+/// Why a path is not safe, portable and relative ([`check_relative`]): its `Display` is phrased
+/// to follow the path in a message (`"../x" has a '..' component`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    /// The path is empty.
+    #[error("is an empty name")]
+    Empty,
+    /// The path is longer than [`MAX_PATH`] bytes.
+    #[error("is longer than {MAX_PATH} bytes")]
+    TooLong,
+    /// The path starts with `/`.
+    #[error("is an absolute path")]
+    Absolute,
+    /// The path holds this control character.
+    #[error("contains the control character {0:?}")]
+    Control(char),
+    /// The path holds a backslash.
+    #[error("contains a backslash (a Windows path separator)")]
+    Backslash,
+    /// The path holds a colon.
+    #[error("contains ':' (a drive letter or alternate data stream on Windows)")]
+    Colon,
+    /// A component is empty (`//` or a trailing `/`).
+    #[error("has an empty component ('//' or a trailing '/')")]
+    EmptyComponent,
+    /// A component is `.`.
+    #[error("has a '.' component")]
+    Dot,
+    /// A component is `..`.
+    #[error("has a '..' component")]
+    DotDot,
+    /// A component is longer than [`MAX_COMPONENT`] bytes.
+    #[error("has a component longer than {MAX_COMPONENT} bytes")]
+    LongComponent,
+    /// A component is a Windows device name (the component, quoted).
+    #[error("has the Windows device name {0:?}")]
+    WindowsDevice(String),
+    /// A component ends in a space or a dot (the component, quoted).
+    #[error("has the component {0:?} ending in a space or dot, which Windows strips")]
+    TrailingSpaceOrDot(String),
+    /// The first component folds to [`RECEIPT_DIR`].
+    #[error("uses the name {RECEIPT_DIR:?}, reserved for airlock's receipt")]
+    ReceiptDir,
+}
+
 /// Checks that `path` is a safe, portable, relative `/`-separated path.
 ///
 /// Returns the reason it is not, phrased to follow the path in an error message.
-pub fn check_relative(path: &str) -> Result<(), String> {
+pub fn check_relative(path: &str) -> Result<(), PathError> {
     if path.is_empty() {
-        return Err("is an empty name".into());
+        return Err(PathError::Empty);
     }
     if path.len() > MAX_PATH {
-        return Err(format!("is longer than {MAX_PATH} bytes"));
+        return Err(PathError::TooLong);
     }
     if path.starts_with('/') {
-        return Err("is an absolute path".into());
+        return Err(PathError::Absolute);
     }
     if let Some(c) = path.chars().find(|c| c.is_control()) {
-        return Err(format!("contains the control character {:?}", c));
+        return Err(PathError::Control(c));
     }
     if path.contains('\\') {
-        return Err("contains a backslash (a Windows path separator)".into());
+        return Err(PathError::Backslash);
     }
     if path.contains(':') {
-        return Err("contains ':' (a drive letter or alternate data stream on Windows)".into());
+        return Err(PathError::Colon);
     }
     for component in path.split('/') {
         match component {
-            "" => return Err("has an empty component ('//' or a trailing '/')".into()),
-            "." => return Err("has a '.' component".into()),
-            ".." => return Err("has a '..' component".into()),
+            "" => return Err(PathError::EmptyComponent),
+            "." => return Err(PathError::Dot),
+            ".." => return Err(PathError::DotDot),
             _ => {}
         }
         if component.len() > MAX_COMPONENT {
-            return Err(format!("has a component longer than {MAX_COMPONENT} bytes"));
+            return Err(PathError::LongComponent);
         }
         let stem = component.split('.').next().unwrap_or("");
         let stem = stem.trim_end_matches(' ');
         if WINDOWS_DEVICES.iter().any(|d| d.eq_ignore_ascii_case(stem)) {
-            return Err(format!("has the Windows device name {component:?}"));
+            return Err(PathError::WindowsDevice(component.to_string()));
         }
         if component.ends_with(' ') || component.ends_with('.') {
-            return Err(format!(
-                "has the component {component:?} ending in a space or dot, which Windows strips"
-            ));
+            return Err(PathError::TrailingSpaceOrDot(component.to_string()));
         }
     }
     let first = path.split('/').next().unwrap_or("");
     if fold(first) == RECEIPT_DIR {
-        return Err(format!(
-            "uses the name {RECEIPT_DIR:?}, reserved for airlock's receipt"
-        ));
+        return Err(PathError::ReceiptDir);
     }
     Ok(())
 }
@@ -379,7 +420,7 @@ mod tests {
             (".airlock", "reserved for airlock's receipt"),
             (".airlock/manifest.json", "reserved for airlock's receipt"),
         ] {
-            let got = check_relative(p).expect_err(p);
+            let got = check_relative(p).expect_err(p).to_string();
             assert!(got.contains(why), "{p:?}: expected {why:?}, got {got:?}");
         }
         // Near misses are accepted.
@@ -411,9 +452,11 @@ mod tests {
             check_relative(&format!("d/{}", "é".repeat(127) + "a")),
             Ok(())
         );
-        let why = check_relative(&"a".repeat(256)).unwrap_err();
+        let why = check_relative(&"a".repeat(256)).unwrap_err().to_string();
         assert!(why.contains("component longer than 255 bytes"), "{why}");
-        let why = check_relative(&format!("d/{}/e", "é".repeat(128))).unwrap_err();
+        let why = check_relative(&format!("d/{}/e", "é".repeat(128)))
+            .unwrap_err()
+            .to_string();
         assert!(why.contains("component longer than 255 bytes"), "{why}");
         // 15 components of 255 bytes, one of 253 and one of 2: exactly 4096 bytes.
         let exact = format!(
@@ -425,7 +468,7 @@ mod tests {
         assert_eq!(check_relative(&exact), Ok(()));
         let over = format!("{exact}x");
         assert_eq!(over.len(), 4097);
-        let why = check_relative(&over).unwrap_err();
+        let why = check_relative(&over).unwrap_err().to_string();
         assert!(why.contains("is longer than 4096 bytes"), "{why}");
     }
 

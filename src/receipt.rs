@@ -338,7 +338,7 @@ pub fn open(dir: &Path, trust: Option<&Policy>) -> Result<Receipt> {
             let (bytes, _) = read_pair(dir)?;
             let manifest = Manifest::parse(&bytes).map_err(|reason| Error::BadManifest {
                 path: manifest_path.clone(),
-                reason,
+                reason: reason.to_string(),
             })?;
             let (part, manifest) = match part_of(dir, &manifest)? {
                 Some(p) => p,

@@ -73,7 +73,7 @@ pub fn verify(file: &Path, trust: &Policy) -> Result<Verified> {
     trust.check_current()?;
     trust.identify(&text).map_err(|e| Error::BadSignature {
         path: sig_path.clone(),
-        reason: e,
+        reason: e.to_string(),
     })?;
     let mut notes = Vec::new();
     let mut cosigs =

@@ -67,8 +67,12 @@ pub(crate) fn disc_volume_size(capacity: u64) -> u64 {
 /// disc of [`PRESETS`] ([`disc_volume_size`]). K/M/G/T and KiB/MiB/GiB/TiB are powers of
 /// 1024, KB/MB/GB/TB powers of 1000 (as coreutils `split -b` reads them). A decimal fraction is
 /// allowed with a unit and rounded down to whole bytes.
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     let t = text.trim();
+    let bad = |why| SizeError {
+        text: text.to_string(),
+        why,
+    };
     if t.eq_ignore_ascii_case("fat32") {
         return Ok(FAT32_MAX);
     }
@@ -84,7 +88,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     let (number, unit) = t.split_at(number_end);
     let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
     if whole.is_empty() || (number.contains('.') && fraction.is_empty()) || fraction.contains('.') {
-        return Err(format!("{text:?} is not a size: {FORMS}"));
+        return Err(bad(SizeRule::NotASize));
     }
     let mult: u64 = match unit.trim_start().to_ascii_uppercase().as_str() {
         "" | "B" => 1,
@@ -97,13 +101,13 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "GB" => 1_000_000_000,
         "TB" => 1_000_000_000_000,
         _ => {
-            return Err(format!("{text:?} has an unknown unit {unit:?}: {FORMS}"));
+            return Err(bad(SizeRule::UnknownUnit(unit.to_string())));
         }
     };
     if mult == 1 && !fraction.is_empty() {
-        return Err(format!("{text:?} is not a whole number of bytes: {FORMS}"));
+        return Err(bad(SizeRule::NotWholeBytes));
     }
-    let too_large = || format!("{text:?} is too large: {FORMS}");
+    let too_large = || bad(SizeRule::TooLarge);
     let whole: u64 = whole.parse().map_err(|_| too_large())?;
     let mut bytes = whole.checked_mul(mult).ok_or_else(too_large)?;
     // The fraction in integers, so that 4.5G is exact and no float rounding creeps in.
@@ -116,6 +120,34 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
             .ok_or_else(too_large)?;
     }
     Ok(bytes)
+}
+
+/// Why [`parse_size`] refuses a text: the text (quoted in the message), the rule, and the
+/// forms it takes.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} {why}: {FORMS}")]
+pub struct SizeError {
+    /// The text as given.
+    pub text: String,
+    /// What is wrong with it.
+    pub why: SizeRule,
+}
+
+/// The rule a size text breaks ([`SizeError`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SizeRule {
+    /// No number, or a malformed one.
+    #[error("is not a size")]
+    NotASize,
+    /// A unit this parser does not know (quoted).
+    #[error("has an unknown unit {0:?}")]
+    UnknownUnit(String),
+    /// A fraction of a byte.
+    #[error("is not a whole number of bytes")]
+    NotWholeBytes,
+    /// More bytes than a u64 holds.
+    #[error("is too large")]
+    TooLarge,
 }
 
 #[cfg(test)]
@@ -180,8 +212,21 @@ mod tests {
     #[test]
     fn every_error_names_fat32() {
         for bad in ["M", "4X", "4.5", "99999999999999999999T", "-1", ""] {
-            let e = parse_size(bad).unwrap_err();
+            let e = parse_size(bad).unwrap_err().to_string();
             assert!(e.contains("fat32"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn each_refusal_names_its_rule() {
+        let why = |t: &str| parse_size(t).unwrap_err().why;
+        assert_eq!(why("M"), SizeRule::NotASize);
+        assert_eq!(why("4X"), SizeRule::UnknownUnit("X".into()));
+        assert_eq!(why("1.5"), SizeRule::NotWholeBytes);
+        assert_eq!(why("99999999999999999999T"), SizeRule::TooLarge);
+        assert_eq!(
+            parse_size("4X").unwrap_err().to_string(),
+            format!("\"4X\" has an unknown unit \"X\": {FORMS}")
+        );
     }
 }

@@ -29,19 +29,19 @@ pub struct FrameHeader {
 /// Reads the header at the start of `bytes`. `Ok(None)`: more bytes are needed (`bytes` is a
 /// prefix of a header). An error names what is wrong: not a zstd frame (a skippable frame is
 /// not one either), a reserved bit set.
-pub fn parse(bytes: &[u8]) -> Result<Option<FrameHeader>, String> {
+pub fn parse(bytes: &[u8]) -> Result<Option<FrameHeader>, FrameError> {
     if bytes.len() < 5 {
         if !MAGIC.starts_with(&bytes[..bytes.len().min(4)]) {
-            return Err("does not start with the zstd frame magic number".into());
+            return Err(FrameError::NoMagic);
         }
         return Ok(None);
     }
     if bytes[..4] != MAGIC {
-        return Err("does not start with the zstd frame magic number".into());
+        return Err(FrameError::NoMagic);
     }
     let fhd = bytes[4];
     if fhd & 0x08 != 0 {
-        return Err("sets the reserved bit of its frame header descriptor".into());
+        return Err(FrameError::ReservedBit);
     }
     let single_segment = fhd & 0x20 != 0;
     let dict_len = [0usize, 1, 2, 4][usize::from(fhd & 0x03)];
@@ -80,22 +80,34 @@ pub fn parse(bytes: &[u8]) -> Result<Option<FrameHeader>, String> {
 }
 
 /// [`parse`], then the section 5 limit: a window over [`MAX_WINDOW`] is an error.
-pub fn check(bytes: &[u8]) -> Result<Option<FrameHeader>, String> {
+pub fn check(bytes: &[u8]) -> Result<Option<FrameHeader>, FrameError> {
     match parse(bytes)? {
-        Some(h) if h.window > MAX_WINDOW => Err(format!(
-            "declares a window of {} bytes, over the {MAX_WINDOW}-byte limit of \
-             docs/FORMAT.md section 5 (too much memory for decoding)",
-            h.window
-        )),
+        Some(h) if h.window > MAX_WINDOW => Err(FrameError::Window(h.window)),
         other => Ok(other),
     }
+}
+
+/// Why a frame header is refused ([`parse`], [`check`]); `Display` follows "the zstd frame".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    /// Not a zstd frame (a skippable frame is not one either).
+    #[error("does not start with the zstd frame magic number")]
+    NoMagic,
+    /// The reserved bit of the frame header descriptor is set.
+    #[error("sets the reserved bit of its frame header descriptor")]
+    ReservedBit,
+    /// The window (bytes) is over [`MAX_WINDOW`].
+    #[error(
+        "declares a window of {0} bytes, over the {MAX_WINDOW}-byte limit of docs/FORMAT.md section 5 (too much memory for decoding)"
+    )]
+    Window(u64),
 }
 
 /// The error a [`Checked`] reader returns (inside an [`std::io::Error`]) for a frame header it
 /// refuses, so a caller can tell it from a failing read.
 #[derive(Debug, thiserror::Error)]
 #[error("the zstd frame {0}")]
-pub struct FrameRefused(pub String);
+pub struct FrameRefused(pub FrameError);
 
 /// A reader that checks the frame header at the start of `inner` ([`check`]) before handing
 /// any byte on, so a decoder reading from it never sees a frame over the window limit.
@@ -220,18 +232,23 @@ pub(crate) mod tests {
         assert!(check(&at_limit).unwrap().is_some());
         let over = with_window(&f, (17 << 3) | 1);
         assert_eq!(parse(&over).unwrap().unwrap().window, (1 << 27) + (1 << 24));
-        assert!(check(&over).is_err());
+        assert_eq!(check(&over), Err(FrameError::Window((1 << 27) + (1 << 24))));
+        assert_eq!(
+            FrameRefused(check(&over).unwrap_err()).to_string(),
+            "the zstd frame declares a window of 150994944 bytes, over the 134217728-byte limit of \
+             docs/FORMAT.md section 5 (too much memory for decoding)"
+        );
         let huge = with_window(&f, 21 << 3);
         assert_eq!(parse(&huge).unwrap().unwrap().window, 1 << 31);
         // Every prefix of a header asks for more bytes; a wrong magic is refused at once.
         for n in 0..parse(&huge).unwrap().unwrap().len {
             assert_eq!(parse(&huge[..n]), Ok(None), "{n}");
         }
-        assert!(parse(b"\x28\xb5\x2f\xfc").is_err());
+        assert_eq!(parse(b"\x28\xb5\x2f\xfc"), Err(FrameError::NoMagic));
         assert!(parse(b"\x50\x2a\x4d\x18\x00\x00\x00\x00").is_err());
         let mut reserved = f.clone();
         reserved[4] |= 0x08;
-        assert!(parse(&reserved).is_err());
+        assert_eq!(parse(&reserved), Err(FrameError::ReservedBit));
     }
 
     /// The reason this module exists: libzstd, told `window_log_max(27)`, still decodes a

@@ -187,7 +187,7 @@ pub fn read_unverified(dir: &Path) -> Result<(Manifest, Vec<u8>, Option<Signatur
     let bytes = read_manifest_bytes(&mpath)?;
     let m = Manifest::parse(&bytes).map_err(|reason| Error::BadManifest {
         path: mpath.clone(),
-        reason,
+        reason: reason.to_string(),
     })?;
     let spath = dir.join(manifest::SIGNATURE_NAME);
     let sig = match read_signature_text(&spath)? {
@@ -410,7 +410,7 @@ pub(crate) fn verify_parts(
     let counted = policy.require_manifest(&bytes, manifest_path, &files)?;
     let manifest = Manifest::parse(&bytes).map_err(|reason| Error::BadManifest {
         path: manifest_path.to_path_buf(),
-        reason,
+        reason: reason.to_string(),
     })?;
     let sha = hex::encode(Sha256::digest(&bytes));
     let mut warnings = Vec::new();

@@ -34,14 +34,63 @@ pub fn is_commit(s: &str) -> bool {
     is_hex(s, 40)
 }
 
+/// Why a name is not one the Hugging Face cache can hold ([`check_repo_id`],
+/// [`check_repo_type`], [`check_revision`]); its `Display` quotes the name.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CacheNameError {
+    /// `id` is not a repository id, for the reason `rule`.
+    #[error("{id:?} is not a Hugging Face repository id: {rule}")]
+    RepoId {
+        /// The id, as given.
+        id: String,
+        /// The rule it breaks.
+        rule: RepoIdRule,
+    },
+    /// Not one of [`REPO_TYPES`].
+    #[error("{0:?} is not a Hugging Face repository type (one of {types})", types = REPO_TYPES.join(", "))]
+    RepoType(String),
+    /// The revision is not a safe relative path, so it cannot name a file under `refs/`.
+    #[error("the revision {revision:?} cannot name a ref file: it {why}")]
+    Revision {
+        /// The revision, as given.
+        revision: String,
+        /// Why it is not a safe path.
+        why: paths::PathError,
+    },
+}
+
+/// The rule of huggingface_hub's `validate_repo_id` a repository id breaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RepoIdRule {
+    /// More than two `/`-separated parts.
+    #[error("use ORG/NAME or NAME")]
+    Parts,
+    /// A part of the wrong length or characters.
+    #[error(
+        "each part is 1 to 96 letters, digits, '-', '_' or '.', and cannot start or end with '-' or '.'"
+    )]
+    Part,
+    /// `--` or `..` inside.
+    #[error("it cannot contain '--' or '..'")]
+    DoubleDashOrDots,
+    /// Ends in `.git`.
+    #[error("it cannot end in '.git'")]
+    DotGit,
+}
+
 /// Checks a repository id the way huggingface_hub's `validate_repo_id` does: `name` or
 /// `namespace/name`, each 1 to 96 ASCII letters, digits, `-`, `_` or `.`, starting and ending
 /// with a letter, digit or `_`; no `--` or `..`; not ending in `.git`.
-pub fn validate_repo_id(id: &str) -> std::result::Result<(), String> {
-    let bad = |why: &str| Err(format!("{id:?} is not a Hugging Face repository id: {why}"));
+pub fn check_repo_id(id: &str) -> Result<(), CacheNameError> {
+    let bad = |rule| {
+        Err(CacheNameError::RepoId {
+            id: id.to_string(),
+            rule,
+        })
+    };
     let parts: Vec<&str> = id.split('/').collect();
     if parts.len() > 2 {
-        return bad("use ORG/NAME or NAME");
+        return bad(RepoIdRule::Parts);
     }
     for part in &parts {
         let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
@@ -50,37 +99,50 @@ pub fn validate_repo_id(id: &str) -> std::result::Result<(), String> {
             && word(part.as_bytes()[0])
             && word(part.as_bytes()[part.len() - 1]);
         if !ok {
-            return bad(
-                "each part is 1 to 96 letters, digits, '-', '_' or '.', and cannot start or end with '-' or '.'",
-            );
+            return bad(RepoIdRule::Part);
         }
     }
     if id.contains("--") || id.contains("..") {
-        return bad("it cannot contain '--' or '..'");
+        return bad(RepoIdRule::DoubleDashOrDots);
     }
     if id.ends_with(".git") {
-        return bad("it cannot end in '.git'");
+        return bad(RepoIdRule::DotGit);
     }
     Ok(())
 }
 
 /// Checks a repository type: one of [`REPO_TYPES`].
-pub fn validate_repo_type(repo_type: &str) -> std::result::Result<(), String> {
+pub fn check_repo_type(repo_type: &str) -> Result<(), CacheNameError> {
     if REPO_TYPES.contains(&repo_type) {
         Ok(())
     } else {
-        Err(format!(
-            "{repo_type:?} is not a Hugging Face repository type (one of {})",
-            REPO_TYPES.join(", ")
-        ))
+        Err(CacheNameError::RepoType(repo_type.to_string()))
     }
 }
 
 /// Checks a revision name, which becomes a path under `refs/`: a safe relative path
 /// (`refs/pr/1` is fine, `../x` is not).
+pub fn check_revision(revision: &str) -> Result<(), CacheNameError> {
+    paths::check_relative(revision).map_err(|why| CacheNameError::Revision {
+        revision: revision.to_string(),
+        why,
+    })
+}
+
+/// [`check_repo_id`] as text, for the callers that make it an `Error::Usage` as it is
+/// (`hfcache::snapshot`, `hfcache::check`, `unpack::hf`; to go when they call `check_*`).
+pub fn validate_repo_id(id: &str) -> std::result::Result<(), String> {
+    check_repo_id(id).map_err(|e| e.to_string())
+}
+
+/// [`check_repo_type`] as text (see [`validate_repo_id`]).
+pub fn validate_repo_type(repo_type: &str) -> std::result::Result<(), String> {
+    check_repo_type(repo_type).map_err(|e| e.to_string())
+}
+
+/// [`check_revision`] as text (see [`validate_repo_id`]).
 pub fn validate_revision(revision: &str) -> std::result::Result<(), String> {
-    paths::check_relative(revision)
-        .map_err(|why| format!("the revision {revision:?} cannot name a ref file: it {why}"))
+    check_revision(revision).map_err(|e| e.to_string())
 }
 
 /// The repository's folder name in the cache (`repo_folder_name`): `models--org--name`,
@@ -162,12 +224,12 @@ mod tests {
     #[test]
     fn repo_ids_and_folders() {
         for ok in ["gpt2", "org/name", "Org-1/na_me.v2", "a/b"] {
-            validate_repo_id(ok).unwrap();
+            check_repo_id(ok).unwrap();
         }
         for bad in [
             "", "a/b/c", "-a", "a-", "a/.b", "a--b", "a..b", "x.git", "café", "a b", "/a", "a/",
         ] {
-            assert!(validate_repo_id(bad).is_err(), "{bad}");
+            assert!(check_repo_id(bad).is_err(), "{bad}");
         }
         assert_eq!(
             repo_folder_name("model", "julien-c/EsperBERTo-small"),
@@ -179,8 +241,8 @@ mod tests {
             Some(("space".into(), "a/b".into()))
         );
         assert_eq!(parse_repo_folder("other--a"), None);
-        assert!(validate_revision("refs/pr/1").is_ok());
-        assert!(validate_revision("../main").is_err());
+        assert!(check_revision("refs/pr/1").is_ok());
+        assert!(check_revision("../main").is_err());
         assert!(is_local_dir_metadata(".cache/huggingface"));
         assert!(is_local_dir_metadata(
             ".cache/huggingface/download/a.metadata"
@@ -197,5 +259,37 @@ mod tests {
         assert_eq!(EtagKind::of("../x"), None);
         assert_eq!(EtagKind::for_size(LFS_THRESHOLD - 1), EtagKind::GitSha1);
         assert_eq!(EtagKind::for_size(LFS_THRESHOLD), EtagKind::Sha256);
+    }
+
+    /// Each refusal is a variant a caller can match, and its text is the one the user sees.
+    #[test]
+    fn refusals_are_typed() {
+        let rule = |id: &str| match check_repo_id(id) {
+            Err(CacheNameError::RepoId { rule, .. }) => Some(rule),
+            _ => None,
+        };
+        assert_eq!(rule("a/b/c"), Some(RepoIdRule::Parts));
+        assert_eq!(rule("-a"), Some(RepoIdRule::Part));
+        assert_eq!(rule("a--b"), Some(RepoIdRule::DoubleDashOrDots));
+        assert_eq!(rule("x.git"), Some(RepoIdRule::DotGit));
+        assert_eq!(
+            validate_repo_id("x.git").unwrap_err(),
+            "\"x.git\" is not a Hugging Face repository id: it cannot end in '.git'"
+        );
+        assert_eq!(
+            check_repo_type("modle").unwrap_err().to_string(),
+            "\"modle\" is not a Hugging Face repository type (one of model, dataset, space, kernel)"
+        );
+        assert_eq!(
+            check_revision("../main"),
+            Err(CacheNameError::Revision {
+                revision: "../main".into(),
+                why: paths::PathError::DotDot
+            })
+        );
+        assert_eq!(
+            validate_revision("../main").unwrap_err(),
+            "the revision \"../main\" cannot name a ref file: it has a '..' component"
+        );
     }
 }

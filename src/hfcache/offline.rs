@@ -180,7 +180,7 @@ fn follow_needs(
         if !seen.insert((id.clone(), rev.clone())) || seen.len() > MAX_NEEDED {
             continue;
         }
-        if hfnames::validate_repo_id(&id).is_err() {
+        if hfnames::check_repo_id(&id).is_err() {
             continue;
         }
         let folder = hfnames::repo_folder_name("model", &id);
@@ -215,42 +215,91 @@ fn follow_needs(
     Ok(())
 }
 
+/// Why a revision does not resolve offline ([`resolve_offline`]); its `Display` is the reason
+/// a finding gives, the names in it bounded and escaped.
+#[derive(Debug)]
+enum Unresolved {
+    /// The revision is not a safe path under `refs/`.
+    NotARef { revision: String },
+    /// The repository's folder is there, `refs/<revision>` is not.
+    NoRef { folder: String, revision: String },
+    /// The repository's folder is not there.
+    NoFolder { folder: String },
+    /// The ref file is not a commit id (the reason, from [`read_ref`]).
+    BadRef { revision: String, why: String },
+    /// Reading the ref file failed.
+    Read(crate::error::Error),
+    /// The commit has no snapshot folder.
+    NoSnapshot { folder: String, commit: String },
+}
+
+impl std::fmt::Display for Unresolved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = |revision: &str| escape_bounded(revision, QUOTE);
+        match self {
+            Self::NotARef { revision } => {
+                write!(
+                    f,
+                    "the revision `{}` cannot name a ref file",
+                    shown(revision)
+                )
+            }
+            Self::NoRef { folder, revision } => {
+                write!(f, "the cache has {folder} but no refs/{}", shown(revision))
+            }
+            Self::NoFolder { folder } => write!(f, "the cache has no {folder}"),
+            Self::BadRef { revision, why } => write!(f, "refs/{} {why}", shown(revision)),
+            Self::Read(e) => write!(f, "{e}"),
+            Self::NoSnapshot { folder, commit } => {
+                write!(f, "{folder} has no snapshots/{commit}/")
+            }
+        }
+    }
+}
+
 /// The commit `revision` resolves to in `CACHE/folder` with no network, as huggingface_hub
 /// does it offline: a 40-hex commit as it is, else `refs/<revision>` read unstripped; either
-/// way its `snapshots/<commit>/` must exist. The reason in words otherwise.
-fn resolve_offline(cache: &Path, folder: &str, revision: &str) -> Result<String, String> {
+/// way its `snapshots/<commit>/` must exist. Why not otherwise.
+fn resolve_offline(cache: &Path, folder: &str, revision: &str) -> Result<String, Unresolved> {
     let repo = cache.join(folder);
     let commit = if hfnames::is_commit(revision) {
         revision.to_string()
     } else {
-        if hfnames::validate_revision(revision).is_err() {
-            return Err(format!(
-                "the revision `{}` cannot name a ref file",
-                escape_bounded(revision, QUOTE)
-            ));
+        if hfnames::check_revision(revision).is_err() {
+            return Err(Unresolved::NotARef {
+                revision: revision.to_string(),
+            });
         }
         match read_ref(&repo.join("refs").join(revision)) {
             Ok(RefState::Commit(c)) => c,
             Ok(RefState::Missing) => {
                 return Err(if repo.is_dir() {
-                    format!(
-                        "the cache has {folder} but no refs/{}",
-                        escape_bounded(revision, QUOTE)
-                    )
+                    Unresolved::NoRef {
+                        folder: folder.to_string(),
+                        revision: revision.to_string(),
+                    }
                 } else {
-                    format!("the cache has no {folder}")
+                    Unresolved::NoFolder {
+                        folder: folder.to_string(),
+                    }
                 });
             }
             Ok(RefState::Bad(why)) => {
-                return Err(format!("refs/{} {why}", escape_bounded(revision, QUOTE)));
+                return Err(Unresolved::BadRef {
+                    revision: revision.to_string(),
+                    why,
+                });
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(Unresolved::Read(e)),
         }
     };
     let snapshot = repo.join("snapshots").join(&commit);
     match std::fs::symlink_metadata(&snapshot) {
         Ok(m) if m.is_dir() => Ok(commit),
-        _ => Err(format!("{folder} has no snapshots/{commit}/")),
+        _ => Err(Unresolved::NoSnapshot {
+            folder: folder.to_string(),
+            commit,
+        }),
     }
 }
 
@@ -1021,7 +1070,7 @@ impl Model<'_> {
         out: &mut Vec<Finding>,
     ) {
         let shown = quote(repo_id);
-        if hfnames::validate_repo_id(repo_id).is_err() {
+        if hfnames::check_repo_id(repo_id).is_err() {
             out.push(Finding::error(
                 codes::OFFLINE_REPO_MISSING,
                 rel,

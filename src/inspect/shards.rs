@@ -56,7 +56,7 @@ pub(crate) fn check_index(
     }
     let index = match read_index(file, len)? {
         Ok(index) => index,
-        Err(problem) => return invalid(problem),
+        Err(problem) => return invalid(problem.to_string()),
     };
     let Some(weight_map) = &index.weight_map else {
         return invalid("has no `weight_map` object".to_string());
@@ -182,8 +182,37 @@ struct Index {
     total_size: Option<u64>,
 }
 
+/// Why a shard index is not one airlock reads; `Display` follows the index's name in a finding.
+#[derive(Debug)]
+enum IndexError {
+    /// More than [`MAX_INDEX_TENSORS`] entries in `weight_map`.
+    TooManyTensors,
+    /// `weight_map` maps the tensor to something that is not a file name.
+    NotAFileName { tensor: String },
+    /// Not JSON.
+    Json(serde_json::Error),
+}
+
+impl fmt::Display for IndexError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TooManyTensors => write!(
+                f,
+                "lists more than {MAX_INDEX_TENSORS} tensors in `weight_map`, over what airlock checks (the largest real models have about 150,000)"
+            ),
+            Self::NotAFileName { tensor } => {
+                write!(
+                    f,
+                    "maps tensor `{tensor}` to something that is not a file name"
+                )
+            }
+            Self::Json(e) => write!(f, "is not valid JSON ({e})"),
+        }
+    }
+}
+
 /// Reads an index of `len` bytes (at most [`MAX_INDEX_SIZE`]), or says why it is not one.
-fn read_index(file: &File, len: u64) -> io::Result<Result<Index, String>> {
+fn read_index(file: &File, len: u64) -> io::Result<Result<Index, IndexError>> {
     let mut index = Index {
         weight_map: None,
         shards: Vec::new(),
@@ -202,14 +231,14 @@ fn read_index(file: &File, len: u64) -> io::Result<Result<Index, String>> {
         Ok(()) => Ok(index),
         Err(_) if problem.is_some() => Err(problem.expect("set")),
         Err(e) if e.is_io() => return Err(e.into()),
-        Err(e) => Err(format!("is not valid JSON ({e})")),
+        Err(e) => Err(IndexError::Json(e)),
     })
 }
 
 /// The index object: `weight_map` and `metadata` read, other members skipped.
 struct IndexSeed<'a> {
     index: &'a mut Index,
-    problem: &'a mut Option<String>,
+    problem: &'a mut Option<IndexError>,
 }
 
 impl<'de> DeserializeSeed<'de> for IndexSeed<'_> {
@@ -280,7 +309,7 @@ impl<'de> Visitor<'de> for IndexSeed<'_> {
 /// `weight_map`: tensor → shard file name, at most [`MAX_INDEX_TENSORS`] entries.
 struct WeightMap<'a> {
     index: &'a mut Index,
-    problem: &'a mut Option<String>,
+    problem: &'a mut Option<IndexError>,
 }
 
 impl<'de> DeserializeSeed<'de> for WeightMap<'_> {
@@ -302,16 +331,11 @@ impl<'de> Visitor<'de> for WeightMap<'_> {
         while let Some(tensor) = map.next_key::<String>()? {
             entries += 1;
             if entries > MAX_INDEX_TENSORS {
-                *self.problem = Some(format!(
-                    "lists more than {MAX_INDEX_TENSORS} tensors in `weight_map`, over what \
-                     airlock checks (the largest real models have about 150,000)"
-                ));
+                *self.problem = Some(IndexError::TooManyTensors);
                 return Err(de::Error::custom("too many tensors"));
             }
             let Some(shard) = map.next_value_seed(ShardName)? else {
-                *self.problem = Some(format!(
-                    "maps tensor `{tensor}` to something that is not a file name"
-                ));
+                *self.problem = Some(IndexError::NotAFileName { tensor });
                 return Err(de::Error::custom("not a file name"));
             };
             let id = match ids.get(&shard) {

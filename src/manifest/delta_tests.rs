@@ -1,8 +1,8 @@
 //! The delta rules of docs/FORMAT.md section 16.1-16.2 as `Manifest::validate` applies them.
 
 use crate::manifest::{
-    Base, Compression, DELTA_DIR, Expected, FileEntry, From, Manifest, Stream, Totals, Volume,
-    entry_stream_size, patch_path,
+    Base, Compression, DELTA_DIR, Expected, FileEntry, From, Manifest, ManifestError, Stream,
+    Totals, Volume, entry_stream_size, patch_path,
 };
 
 fn file(path: &str, size: u64, from: Option<From>) -> FileEntry {
@@ -151,7 +151,7 @@ fn delta_rules_are_enforced() {
     for (mutate, want) in cases {
         let mut m = delta();
         mutate(&mut m);
-        let err = m.validate().unwrap_err();
+        let err = m.validate().unwrap_err().to_string();
         assert!(err.contains(want), "want {want:?}, got {err}");
     }
 }
@@ -162,7 +162,7 @@ fn the_patch_directory_is_reserved_in_every_spelling() {
         let mut m = delta();
         m.directories.insert(0, name.into());
         m.totals.directories += 1;
-        let err = m.validate().unwrap_err();
+        let err = m.validate().unwrap_err().to_string();
         assert!(err.contains("reserved for the patches"), "{name}: {err}");
     }
 }
@@ -172,11 +172,15 @@ fn null_and_unknown_delta_fields_are_refused() {
     let m = delta();
     let mut v: serde_json::Value = serde_json::from_slice(&m.to_bytes()).unwrap();
     v["files"][0]["from"]["extra"] = serde_json::json!(1);
-    let err = Manifest::parse(&serde_json::to_vec(&v).unwrap()).unwrap_err();
+    let err = Manifest::parse(&serde_json::to_vec(&v).unwrap())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("unknown field"), "{err}");
     let mut v: serde_json::Value = serde_json::from_slice(&m.to_bytes()).unwrap();
     v["files"][1]["from"] = serde_json::Value::Null;
-    let err = Manifest::parse(&serde_json::to_vec(&v).unwrap()).unwrap_err();
+    let err = Manifest::parse(&serde_json::to_vec(&v).unwrap())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("null"), "{err}");
 }
 
@@ -190,6 +194,11 @@ fn a_base_path_in_the_patch_directory_is_refused() {
             let mut m = delta();
             m.files[i].from.as_mut().unwrap().path = path.into();
             let err = m.validate().unwrap_err();
+            assert!(
+                matches!(&err, ManifestError::ReservedBasePath { from, .. } if from == path),
+                "{path} ({i}): {err}"
+            );
+            let err = err.to_string();
             assert!(
                 err.contains(&format!("from the base path {path:?}"))
                     && err.contains("reserved for the patches"),
@@ -216,7 +225,7 @@ fn copy_forbids_and_xor_requires_each_patch_field() {
     for mutate in copy_cases {
         let mut m = delta();
         mutate(m.files[0].from.as_mut().unwrap());
-        let err = m.validate().unwrap_err();
+        let err = m.validate().unwrap_err().to_string();
         assert!(err.contains("also gives it a map or a patch"), "{err}");
     }
     let xor_cases: [(Mutation, &str); 4] = [
@@ -231,7 +240,7 @@ fn copy_forbids_and_xor_requires_each_patch_field() {
     for (mutate, want) in xor_cases {
         let mut m = delta();
         mutate(m.files[2].from.as_mut().unwrap());
-        let err = m.validate().unwrap_err();
+        let err = m.validate().unwrap_err().to_string();
         assert!(err.contains(want), "{want}: {err}");
     }
     // Both maps are accepted.

@@ -10,6 +10,9 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+mod error;
+pub use error::{Extension, ManifestError, Part};
+
 use crate::hexdigest::is_sha256;
 use crate::hfcache::names;
 use crate::paths::{self, CollisionSet};
@@ -183,19 +186,16 @@ pub const OMS_SIGNATURE_NAME_BESIDE_PUBLISHER: &str = "model.airlock.sig";
 pub const MAX_OMS_SIGNATURE_BYTES: u64 = MAX_MANIFEST_BYTES;
 
 /// The rules of FORMAT.md section 19.1 for `oms`.
-fn validate_oms(m: &Manifest, o: &Oms) -> Result<(), String> {
+fn validate_oms(m: &Manifest, o: &Oms) -> Result<(), ManifestError> {
     if m.format_version < 2 {
-        return Err("has oms, which needs format version 2".into());
+        return Err(ManifestError::NeedsVersion2(Extension::Oms));
     }
     if o.signature.is_none() && o.publisher.is_none() {
-        return Err("has an empty oms object".into());
+        return Err(ManifestError::EmptyOms);
     }
     if let Some(s) = &o.signature {
         if s.name != OMS_SIGNATURE_NAME && s.name != OMS_SIGNATURE_NAME_BESIDE_PUBLISHER {
-            return Err(format!(
-                "names the OMS signature {:?} (only {OMS_SIGNATURE_NAME:?} or {OMS_SIGNATURE_NAME_BESIDE_PUBLISHER:?})",
-                s.name
-            ));
+            return Err(ManifestError::OmsSignatureName(s.name.clone()));
         }
         let folded = paths::fold(&s.name);
         if let Some(p) = m
@@ -204,36 +204,29 @@ fn validate_oms(m: &Manifest, o: &Oms) -> Result<(), String> {
             .chain(m.files.iter().map(|f| &f.path))
             .find(|p| !p.contains('/') && paths::fold(p) == folded)
         {
-            return Err(format!(
-                "names the OMS signature {:?}, the name of the model's own {p:?}",
-                s.name
-            ));
+            return Err(ManifestError::OmsSignatureTaken {
+                name: s.name.clone(),
+                path: p.clone(),
+            });
         }
         if s.size == 0 || s.size > MAX_OMS_SIGNATURE_BYTES {
-            return Err(format!(
-                "has an OMS signature of {} bytes (1 to {MAX_OMS_SIGNATURE_BYTES} allowed)",
-                s.size
-            ));
+            return Err(ManifestError::OmsSignatureSize(s.size));
         }
         if !is_sha256(&s.sha256) {
-            return Err("has a malformed oms.signature.sha256".into());
+            return Err(ManifestError::Malformed("oms.signature.sha256"));
         }
     }
     if let Some(p) = &o.publisher {
         if !m.files.iter().any(|f| f.path == p.signature) {
-            return Err(format!(
-                "says the publisher's OMS signature is {:?}, which is not a file of the bundle",
-                p.signature
+            return Err(ManifestError::PublisherSignatureMissing(
+                p.signature.clone(),
             ));
         }
         if p.method != "key" && p.method != "certificate" {
-            return Err(format!(
-                "names the OMS method {:?} (key or certificate)",
-                p.method
-            ));
+            return Err(ManifestError::OmsMethod(p.method.clone()));
         }
         if !is_sha256(&p.signer) {
-            return Err("has a malformed oms.publisher.signer".into());
+            return Err(ManifestError::Malformed("oms.publisher.signer"));
         }
     }
     Ok(())
@@ -345,66 +338,61 @@ impl Manifest {
     }
 
     /// The section 17.1 and 17.2 rules for the `parity` object.
-    fn validate_parity(&self, p: &Parity) -> Result<(), String> {
+    fn validate_parity(&self, p: &Parity) -> Result<(), ManifestError> {
         if self.format_version < 2 {
-            return Err("has parity, which needs format version 2".into());
+            return Err(ManifestError::NeedsVersion2(Extension::Parity));
         }
         if p.algorithm != PARITY_ALGORITHM {
-            return Err(format!(
-                "names an unknown parity algorithm {:?}",
-                p.algorithm
-            ));
+            return Err(ManifestError::ParityAlgorithm(p.algorithm.clone()));
         }
         let g = self.parity_geometry().expect("parity is present");
-        g.validate().map_err(|e| format!("has {e}"))?;
+        g.validate().map_err(ManifestError::ParityGeometry)?;
         if p.stripes != g.stripes() {
-            return Err(format!(
-                "says parity has {} stripes, its geometry makes {}",
-                p.stripes,
-                g.stripes()
-            ));
+            return Err(ManifestError::ParityStripes {
+                declared: p.stripes,
+                made: g.stripes(),
+            });
         }
         if p.volumes.is_empty() {
-            return Err("has parity without parity volumes".into());
+            return Err(ManifestError::NoParityVolumes);
         }
         let count = p.volumes.len();
         let mut units: u64 = 0;
         for (i, v) in p.volumes.iter().enumerate() {
             let want = parity_volume_name(i, count);
             if v.name != want {
-                return Err(format!(
-                    "names parity volume {} {:?}, expected {want:?}",
-                    i + 1,
-                    v.name
-                ));
+                return Err(ManifestError::ParityVolumeName {
+                    number: i + 1,
+                    name: v.name.clone(),
+                    expected: want,
+                });
             }
             if v.size == 0 || v.size % self.chunk_size != 0 {
-                return Err(format!(
-                    "lists parity volume {} with size {}, not a positive multiple of the chunk size",
-                    v.name, v.size
-                ));
+                return Err(ManifestError::ParityVolumeSize {
+                    name: v.name.clone(),
+                    size: v.size,
+                });
             }
             if v.sha256.is_some() {
-                return Err(format!("lists parity volume {} with a sha256", v.name));
+                return Err(ManifestError::ParityVolumeWithSha256(v.name.clone()));
             }
             if !v.chunks.iter().all(|c| is_sha256(c)) {
-                return Err(format!("has a malformed sha256 for volume {}", v.name));
+                return Err(ManifestError::MalformedVolumeDigest(v.name.clone()));
             }
             if v.chunks.len() as u64 != v.size / self.chunk_size {
-                return Err(format!(
-                    "lists {} chunk digests for parity volume {}, its size needs {}",
-                    v.chunks.len(),
-                    v.name,
-                    v.size / self.chunk_size
-                ));
+                return Err(ManifestError::ParityChunkCount {
+                    name: v.name.clone(),
+                    listed: v.chunks.len(),
+                    needed: v.size / self.chunk_size,
+                });
             }
             units += v.chunks.len() as u64;
         }
         if units != g.recovery_units() {
-            return Err(format!(
-                "lists {units} recovery units in its parity volumes, its geometry makes {}",
-                g.recovery_units()
-            ));
+            return Err(ManifestError::RecoveryUnits {
+                listed: units,
+                made: g.recovery_units(),
+            });
         }
         Ok(())
     }
@@ -666,12 +654,11 @@ pub use crate::tar::entry_stream_size;
 
 impl Manifest {
     /// Parses manifest bytes strictly (unknown fields are an error) and validates them.
-    pub fn parse(bytes: &[u8]) -> Result<Manifest, String> {
+    pub fn parse(bytes: &[u8]) -> Result<Manifest, ManifestError> {
         if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-            return Err(format!("is larger than {MAX_MANIFEST_BYTES} bytes"));
+            return Err(ManifestError::TooLarge);
         }
-        let m: Manifest =
-            serde_json::from_slice(bytes).map_err(|e| format!("is not a valid manifest: {e}"))?;
+        let m: Manifest = serde_json::from_slice(bytes).map_err(ManifestError::Json)?;
         m.validate()?;
         Ok(m)
     }
@@ -713,20 +700,17 @@ impl Manifest {
     }
 
     /// Checks every rule of `docs/FORMAT.md` that the manifest alone can be held to.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ManifestError> {
         if self.format != FORMAT_ID {
-            return Err(format!("has format {:?}, not {FORMAT_ID:?}", self.format));
+            return Err(ManifestError::Format(self.format.clone()));
         }
         if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&self.format_version) {
-            return Err(format!(
-                "has format version {}, this airlock reads versions {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION}",
-                self.format_version
-            ));
+            return Err(ManifestError::FormatVersion(self.format_version));
         }
         self.validate_texts()?;
         match (self.compression.algorithm.as_str(), self.compression.level) {
             ("zstd", _) | ("none", None) => {}
-            (other, _) => return Err(format!("names an unknown compression {other:?}")),
+            (other, _) => return Err(ManifestError::Compression(other.to_string())),
         }
         let volume_bytes = self.validate_volumes()?;
         let (file_bytes, stream) = self.validate_entries()?;
@@ -734,19 +718,19 @@ impl Manifest {
             || self.totals.directories != self.directories.len() as u64
             || self.totals.file_bytes != file_bytes
         {
-            return Err("has totals that disagree with its lists".into());
+            return Err(ManifestError::Totals);
         }
         if self.stream.size != stream {
-            return Err(format!(
-                "declares a tar stream of {} bytes, its entries make {stream}",
-                self.stream.size
-            ));
+            return Err(ManifestError::StreamSize {
+                declared: self.stream.size,
+                made: stream,
+            });
         }
         if self.compression.algorithm == "none" && self.stream.size != volume_bytes {
-            return Err(format!(
-                "is uncompressed but its volumes hold {volume_bytes} bytes for a {}-byte stream",
-                self.stream.size
-            ));
+            return Err(ManifestError::UncompressedSize {
+                volume_bytes,
+                stream: self.stream.size,
+            });
         }
         if !self.repos.is_empty() || self.dir.is_some() {
             self.validate_repos()?;
@@ -754,7 +738,7 @@ impl Manifest {
         if let Some(src) = &self.source {
             validate_source(
                 src,
-                "source",
+                Part::Source,
                 self.files.iter().map(|f| (&f.path, &f.sha256)),
             )?;
         }
@@ -763,7 +747,7 @@ impl Manifest {
         }
         if let Some(t) = &self.trust_update {
             if self.format_version < 2 {
-                return Err("has trust_update, which needs format version 2".into());
+                return Err(ManifestError::NeedsVersion2(Extension::TrustUpdate));
             }
             validate_trust_update(t)?;
         }
@@ -777,7 +761,7 @@ impl Manifest {
     }
 
     /// The free texts: the name, `created`, `tool`, the warnings' and the source's strings.
-    fn validate_texts(&self) -> Result<(), String> {
+    fn validate_texts(&self) -> Result<(), ManifestError> {
         check_name(&self.name)?;
         let texts = [("created", &self.created), ("tool", &self.tool)];
         for (what, text) in texts {
@@ -820,63 +804,55 @@ impl Manifest {
 
     /// The chunk size and the volumes (names, sizes, digests per format version); returns
     /// their total size.
-    fn validate_volumes(&self) -> Result<u64, String> {
+    fn validate_volumes(&self) -> Result<u64, ManifestError> {
         if !(4096..=(1 << 30)).contains(&self.chunk_size) || !self.chunk_size.is_power_of_two() {
-            return Err(format!("has an invalid chunk_size {}", self.chunk_size));
+            return Err(ManifestError::ChunkSize(self.chunk_size));
         }
         if self.volumes.is_empty() {
-            return Err("lists no volumes".into());
+            return Err(ManifestError::NoVolumes);
         }
         let count = self.volumes.len();
         let mut volume_bytes: u64 = 0;
         for (i, v) in self.volumes.iter().enumerate() {
             if v.name != volume_name(i, count) {
-                return Err(format!(
-                    "names volume {} {:?}, expected {:?}",
-                    i + 1,
-                    v.name,
-                    volume_name(i, count)
-                ));
+                return Err(ManifestError::VolumeName {
+                    number: i + 1,
+                    name: v.name.clone(),
+                    expected: volume_name(i, count),
+                });
             }
             if v.size == 0 {
-                return Err(format!("lists volume {} with size 0", v.name));
+                return Err(ManifestError::VolumeEmpty(v.name.clone()));
             }
             match (self.format_version, &v.sha256) {
                 (1, None) => {
-                    return Err(format!(
-                        "lists volume {} without the sha256 format version 1 requires",
-                        v.name
-                    ));
+                    return Err(ManifestError::VolumeWithoutSha256(v.name.clone()));
                 }
                 (2.., Some(_)) => {
-                    return Err(format!(
-                        "lists volume {} with a sha256, which format version 2 does not have (the chunk digests are the authority)",
-                        v.name
-                    ));
+                    return Err(ManifestError::VolumeWithSha256(v.name.clone()));
                 }
                 _ => {}
             }
             if !v.sha256.as_deref().is_none_or(is_sha256) || !v.chunks.iter().all(|c| is_sha256(c))
             {
-                return Err(format!("has a malformed sha256 for volume {}", v.name));
+                return Err(ManifestError::MalformedVolumeDigest(v.name.clone()));
             }
             if v.chunks.len() as u64 != v.size.div_ceil(self.chunk_size) {
-                return Err(format!(
-                    "lists {} chunk digests for volume {}, its size needs {}",
-                    v.chunks.len(),
-                    v.name,
-                    v.size.div_ceil(self.chunk_size)
-                ));
+                return Err(ManifestError::ChunkCount {
+                    name: v.name.clone(),
+                    listed: v.chunks.len(),
+                    needed: v.size.div_ceil(self.chunk_size),
+                });
             }
             volume_bytes = volume_bytes
                 .checked_add(v.size)
-                .ok_or("has volume sizes that overflow")?;
+                .ok_or(ManifestError::VolumeSizesOverflow)?;
         }
         if volume_bytes != self.totals.volume_bytes {
-            return Err(format!(
-                "says the volumes total {} bytes but lists {volume_bytes}",
-                self.totals.volume_bytes
-            ));
+            return Err(ManifestError::VolumeTotal {
+                declared: self.totals.volume_bytes,
+                listed: volume_bytes,
+            });
         }
         Ok(volume_bytes)
     }
@@ -884,7 +860,7 @@ impl Manifest {
     /// The directories and files: safe paths in bundle order, no collisions, parents listed,
     /// digests well formed, a delta's rules; returns the files' total size and the tar stream's
     /// size their entries make.
-    fn validate_entries(&self) -> Result<(u64, u64), String> {
+    fn validate_entries(&self) -> Result<(u64, u64), ManifestError> {
         // Sized for every path at once, folded and (when folding changes it) as written.
         let count = self.files.len() + self.directories.len() + 1;
         let bytes = self.files.iter().map(|f| f.path.len()).sum::<usize>()
@@ -893,12 +869,14 @@ impl Manifest {
         let mut previous: Option<&str> = None;
         let mut dirs = paths::NameSet::with_capacity(self.directories.len());
         for d in &self.directories {
-            paths::check_relative(d)
-                .map_err(|why| format!("lists the unsafe path {d:?}: it {why}"))?;
+            paths::check_relative(d).map_err(|why| ManifestError::UnsafePath {
+                path: d.clone(),
+                why,
+            })?;
             if let Some(p) = previous
                 && !paths::bundle_order(p, d).is_lt()
             {
-                return Err(format!("lists directory {d:?} out of order or twice"));
+                return Err(ManifestError::DirectoryOrder(d.clone()));
             }
             previous = Some(d);
             dirs.insert(d);
@@ -908,89 +886,89 @@ impl Manifest {
         let mut previous: Option<&str> = None;
         for (i, f) in self.files.iter().enumerate() {
             let p = f.path.as_str();
-            paths::check_relative(p)
-                .map_err(|why| format!("lists the unsafe path {p:?}: it {why}"))?;
+            paths::check_relative(p).map_err(|why| ManifestError::UnsafePath {
+                path: p.to_string(),
+                why,
+            })?;
             if let Some(prev) = previous
                 && !paths::bundle_order(prev, p).is_lt()
             {
-                return Err(format!("lists file {p:?} out of order or twice"));
+                return Err(ManifestError::FileOrder(p.to_string()));
             }
             previous = Some(p);
             if dirs.contains(p) {
-                return Err(format!("lists {p:?} as both a file and a directory"));
+                return Err(ManifestError::FileAndDirectory(p.to_string()));
             }
             if !is_sha256(&f.sha256) {
-                return Err(format!("has a malformed sha256 for {p:?}"));
+                return Err(ManifestError::MalformedFileDigest(p.to_string()));
             }
             file_bytes = file_bytes
                 .checked_add(f.size)
-                .ok_or("has file sizes that overflow")?;
+                .ok_or(ManifestError::FileSizesOverflow)?;
             stream = match (&f.from, f.patch()) {
                 (None, _) => entry_stream_size(p, false, f.size),
                 (Some(_), None) => Some(0),
                 (Some(_), Some((size, _))) => entry_stream_size(&patch_path(i), false, size),
             }
             .and_then(|n| stream.checked_add(n))
-            .ok_or("has file sizes that overflow")?;
+            .ok_or(ManifestError::FileSizesOverflow)?;
         }
         if self.validate_delta()? {
             stream = entry_stream_size(DELTA_DIR, true, 0)
                 .and_then(|n| stream.checked_add(n))
-                .ok_or("has file sizes that overflow")?;
+                .ok_or(ManifestError::FileSizesOverflow)?;
         }
         for entry in self.expected_entries() {
             let p = entry.path();
             if let Some(earlier) = collisions.insert(p) {
-                return Err(format!(
-                    "lists {p:?} and {earlier:?}, which are the same name on a case-insensitive or normalising filesystem"
-                ));
+                return Err(ManifestError::Collision {
+                    path: p.to_string(),
+                    earlier: earlier.to_string(),
+                });
             }
             if let Some((parent, _)) = p.rsplit_once('/')
                 && !dirs.contains(parent)
             {
-                return Err(format!("lists {p:?} without its directory {parent:?}"));
+                return Err(ManifestError::MissingParent {
+                    path: p.to_string(),
+                    parent: parent.to_string(),
+                });
             }
         }
         for d in &self.directories {
             stream = entry_stream_size(d, true, 0)
                 .and_then(|n| stream.checked_add(n))
-                .ok_or("has directory entries that overflow")?;
+                .ok_or(ManifestError::DirectoryEntriesOverflow)?;
         }
         Ok((file_bytes, stream))
     }
 
     /// The rules of FORMAT.md section 20 for `values`.
-    fn validate_values(&self, v: &Values) -> Result<(), String> {
+    fn validate_values(&self, v: &Values) -> Result<(), ManifestError> {
         if self.format_version < 2 {
-            return Err("has values, which need format version 2".into());
+            return Err(ManifestError::NeedsVersion2(Extension::Values));
         }
         if v.rules == 0 {
-            return Err("has values made by rules 0".into());
+            return Err(ManifestError::ValuesRulesZero);
         }
         if v.files.is_empty() {
-            return Err("has values for no file".into());
+            return Err(ManifestError::ValuesEmpty);
         }
         let mut files = self.files.iter().map(|f| f.path.as_str());
         for e in &v.files {
             // Both lists are in bundle order: each entry is found after the previous one.
             if !files.any(|p| p == e.path) {
-                return Err(format!(
-                    "has values for {:?}, which is not a file it lists, or out of order or twice",
-                    e.path
-                ));
+                return Err(ManifestError::ValuesPath(e.path.clone()));
             }
             if !VALUES_FORMATS.contains(&e.format.as_str()) {
-                return Err(format!(
-                    "has values for {:?} in the unknown format {:?}",
-                    e.path, e.format
-                ));
+                return Err(ManifestError::ValuesFormat {
+                    path: e.path.clone(),
+                    format: e.format.clone(),
+                });
             }
             let flagged = e.zero_tensors.checked_add(e.constant_tensors);
             if e.checked > e.tensors || flagged.is_none_or(|n| n > e.checked) {
-                return Err(format!(
-                    "has values for {:?} that count more checked, all-zero or constant tensors than it has",
-                    e.path
-                ));
+                return Err(ManifestError::ValuesCounts(e.path.clone()));
             }
         }
         Ok(())
@@ -999,36 +977,34 @@ impl Manifest {
     /// The delta rules of docs/FORMAT.md section 16.1 (`base`, `files[].from`, version 2 only)
     /// and the reserved [`DELTA_DIR`] (section 4.1), in every model path and base path. Returns
     /// whether the stream holds patches.
-    fn validate_delta(&self) -> Result<bool, String> {
+    fn validate_delta(&self) -> Result<bool, ManifestError> {
         for p in self
             .directories
             .iter()
             .chain(self.files.iter().map(|f| &f.path))
         {
             if uses_delta_dir(p) {
-                return Err(format!(
-                    "lists the path {p:?}: the name {DELTA_DIR:?} is reserved for the patches of a delta bundle"
-                ));
+                return Err(ManifestError::ReservedPath(p.clone()));
             }
         }
         if let Some(base) = &self.base {
             if self.format_version < 2 {
-                return Err("has a base, which needs format version 2".into());
+                return Err(ManifestError::NeedsVersion2(Extension::Base));
             }
             if base.name != self.name {
-                return Err(format!(
-                    "is a delta of {:?}, not of its own name {:?}",
-                    base.name, self.name
-                ));
+                return Err(ManifestError::BaseName {
+                    base: base.name.clone(),
+                    name: self.name.clone(),
+                });
             }
             if base.version >= self.version {
-                return Err(format!(
-                    "is version {} but a delta of version {}: a base must be an earlier version",
-                    self.version, base.version
-                ));
+                return Err(ManifestError::BaseVersion {
+                    version: self.version,
+                    base: base.version,
+                });
             }
             if !is_sha256(&base.manifest_sha256) {
-                return Err("has a malformed base.manifest_sha256".into());
+                return Err(ManifestError::Malformed("base.manifest_sha256"));
             }
         }
         let mut patches = false;
@@ -1036,21 +1012,18 @@ impl Manifest {
             let Some(from) = &f.from else { continue };
             let p = &f.path;
             if self.base.is_none() {
-                return Err(format!(
-                    "says {p:?} comes from a base file, but names no base"
-                ));
+                return Err(ManifestError::FromWithoutBase(p.clone()));
             }
-            paths::check_relative(&from.path).map_err(|why| {
-                format!(
-                    "takes {p:?} from the unsafe base path {:?}: it {why}",
-                    from.path
-                )
+            paths::check_relative(&from.path).map_err(|why| ManifestError::UnsafeBasePath {
+                path: p.clone(),
+                from: from.path.clone(),
+                why,
             })?;
             if uses_delta_dir(&from.path) {
-                return Err(format!(
-                    "takes {p:?} from the base path {:?}: the name {DELTA_DIR:?} is reserved for the patches of a delta bundle",
-                    from.path
-                ));
+                return Err(ManifestError::ReservedBasePath {
+                    path: p.clone(),
+                    from: from.path.clone(),
+                });
             }
             match from.op.as_str() {
                 OP_COPY => {
@@ -1058,30 +1031,25 @@ impl Manifest {
                         || from.patch_size.is_some()
                         || from.patch_sha256.is_some()
                     {
-                        return Err(format!(
-                            "copies {p:?} from the base but also gives it a map or a patch"
-                        ));
+                        return Err(ManifestError::CopyWithPatch(p.clone()));
                     }
                 }
                 OP_XOR => {
                     if !matches!(from.map.as_deref(), Some("bytes" | "safetensors")) {
-                        return Err(format!(
-                            "patches {p:?} without a map of \"bytes\" or \"safetensors\""
-                        ));
+                        return Err(ManifestError::PatchMap(p.clone()));
                     }
                     if from.patch_size.is_none()
                         || !from.patch_sha256.as_deref().is_some_and(is_sha256)
                     {
-                        return Err(format!(
-                            "patches {p:?} without a patch_size and a well-formed patch_sha256"
-                        ));
+                        return Err(ManifestError::PatchDigest(p.clone()));
                     }
                     patches = true;
                 }
                 other => {
-                    return Err(format!(
-                        "takes {p:?} from the base with the unknown op {other:?}"
-                    ));
+                    return Err(ManifestError::UnknownOp {
+                        path: p.clone(),
+                        op: other.to_string(),
+                    });
                 }
             }
         }
@@ -1134,24 +1102,21 @@ impl Manifest {
     }
 
     /// The rules of FORMAT.md section 14.4 for `repos`.
-    fn validate_repos(&self) -> Result<(), String> {
+    fn validate_repos(&self) -> Result<(), ManifestError> {
         if self.format_version < 2 {
-            return Err("has repos, which need format version 2".into());
+            return Err(ManifestError::NeedsVersion2(Extension::Repos));
         }
         // With the directory `dir` beside them, one repository is enough.
         let least = if self.dir.is_some() { 1 } else { 2 };
         if self.repos.len() < least || self.repos.len() > MAX_REPOS {
-            return Err(format!(
-                "lists {} repos ({least} to {MAX_REPOS} allowed; a bundle of one repository has source)",
-                self.repos.len()
-            ));
+            return Err(ManifestError::RepoCount {
+                count: self.repos.len(),
+                least,
+            });
         }
         if let Some(d) = &self.dir {
             if self.base.is_some() {
-                return Err(
-                    "has dir and a base: a delta of a directory and repositories does not exist"
-                        .into(),
-                );
+                return Err(ManifestError::DirWithBase);
             }
             let p = d.path.as_str();
             if p.is_empty()
@@ -1162,45 +1127,50 @@ impl Manifest {
                     .iter()
                     .any(|f| p.starts_with(f))
             {
-                return Err(format!(
-                    "has a dir.path {p:?} that is not one path component outside the cache folders' forms"
-                ));
+                return Err(ManifestError::DirPath(p.to_string()));
             }
             if self
                 .directories
                 .binary_search_by(|x| paths::bundle_order(x, p))
                 .is_err()
             {
-                return Err(format!("lists the dir {p:?} but not its directory"));
+                return Err(ManifestError::DirWithoutDirectory(p.to_string()));
             }
             let prefix = format!("{p}/");
             if !self.files.iter().any(|f| f.path.starts_with(&prefix)) {
-                return Err(format!("lists the dir {p:?} with no file under it"));
+                return Err(ManifestError::DirEmpty(p.to_string()));
             }
         }
         if self.source.is_some() {
-            return Err("has both source and repos".into());
+            return Err(ManifestError::SourceAndRepos);
         }
         let mut previous: Option<&str> = None;
         for (i, r) in self.repos.iter().enumerate() {
-            names::validate_repo_id(&r.source.repo_id)
-                .map_err(|why| format!("has a repos[{i}].source.repo_id: {why}"))?;
-            names::validate_repo_type(&r.source.repo_type)
-                .map_err(|why| format!("has a repos[{i}].source.repo_type: {why}"))?;
+            names::check_repo_id(&r.source.repo_id).map_err(|why| ManifestError::SourceName {
+                part: Part::Repo(i),
+                field: "repo_id",
+                why,
+            })?;
+            names::check_repo_type(&r.source.repo_type).map_err(|why| {
+                ManifestError::SourceName {
+                    part: Part::Repo(i),
+                    field: "repo_type",
+                    why,
+                }
+            })?;
             let want = names::repo_folder_name(&r.source.repo_type, &r.source.repo_id);
             if r.path != want {
-                return Err(format!(
-                    "lists the repository {:?} of type {:?} under {:?}, not under its folder name {want:?}",
-                    r.source.repo_id, r.source.repo_type, r.path
-                ));
+                return Err(ManifestError::RepoFolder {
+                    repo_id: r.source.repo_id.clone(),
+                    repo_type: r.source.repo_type.clone(),
+                    path: r.path.clone(),
+                    expected: want,
+                });
             }
             if let Some(p) = previous
                 && !paths::bundle_order(p, &r.path).is_lt()
             {
-                return Err(format!(
-                    "lists repository {:?} out of order or twice",
-                    r.path
-                ));
+                return Err(ManifestError::RepoOrder(r.path.clone()));
             }
             previous = Some(&r.path);
             if self
@@ -1208,10 +1178,10 @@ impl Manifest {
                 .binary_search_by(|d| paths::bundle_order(d, &r.path))
                 .is_err()
             {
-                return Err(format!(
-                    "lists the repository {:?} but not its directory {:?}",
-                    r.source.repo_id, r.path
-                ));
+                return Err(ManifestError::RepoWithoutDirectory {
+                    repo_id: r.source.repo_id.clone(),
+                    path: r.path.clone(),
+                });
             }
         }
         for p in self
@@ -1220,21 +1190,22 @@ impl Manifest {
             .chain(self.files.iter().map(|f| &f.path))
         {
             if self.repo_of(p).is_none() && !self.in_dir(p) {
-                return Err(format!(
-                    "lists {p:?}, which is in none of its repositories' directories nor its dir"
-                ));
+                return Err(ManifestError::OutsideRepos(p.clone()));
             }
         }
         for (i, r) in self.repos.iter().enumerate() {
             let files = self.repo_files(i);
             if files.is_empty() {
-                return Err(format!(
-                    "lists the repository {:?} with no file under {:?}",
-                    r.source.repo_id, r.path
-                ));
+                return Err(ManifestError::RepoEmpty {
+                    repo_id: r.source.repo_id.clone(),
+                    path: r.path.clone(),
+                });
             }
-            let what = format!("repos[{i}].source");
-            validate_source(&r.source, &what, files.iter().map(|f| (&f.path, &f.sha256)))?;
+            validate_source(
+                &r.source,
+                Part::Repo(i),
+                files.iter().map(|f| (&f.path, &f.sha256)),
+            )?;
         }
         // A delta of several repositories: each repository is a delta of the same repository
         // of the base, so a file takes its bytes only from a file below its own directory.
@@ -1242,10 +1213,11 @@ impl Manifest {
             let Some(from) = &f.from else { continue };
             let own = f.path.split('/').next().unwrap_or_default();
             if from.path.split('/').next() != Some(own) || !from.path.contains('/') {
-                return Err(format!(
-                    "takes {:?} from the base file {:?}, which is not in the same repository {own:?}",
-                    f.path, from.path
-                ));
+                return Err(ManifestError::CrossRepoFrom {
+                    path: f.path.clone(),
+                    from: from.path.clone(),
+                    repo: own.to_string(),
+                });
             }
         }
         Ok(())
@@ -1505,38 +1477,34 @@ impl Manifest {
 /// Hugging Face cache on install, so each must be one huggingface_hub itself would write.
 fn validate_source<'a>(
     src: &HfSource,
-    what: &str,
+    part: Part,
     files: impl ExactSizeIterator<Item = (&'a String, &'a String)>,
-) -> Result<(), String> {
-    names::validate_repo_id(&src.repo_id).map_err(|why| format!("has a {what}.repo_id: {why}"))?;
-    names::validate_repo_type(&src.repo_type)
-        .map_err(|why| format!("has a {what}.repo_type: {why}"))?;
+) -> Result<(), ManifestError> {
+    let name = |field| move |why| ManifestError::SourceName { part, field, why };
+    names::check_repo_id(&src.repo_id).map_err(name("repo_id"))?;
+    names::check_repo_type(&src.repo_type).map_err(name("repo_type"))?;
     if !names::is_commit(&src.commit) {
-        return Err(format!(
-            "has a {what}.commit {:?} that is not 40 hex digits",
-            src.commit
-        ));
+        return Err(ManifestError::SourceCommit {
+            part,
+            commit: src.commit.clone(),
+        });
     }
     if !names::is_commit(&src.revision) {
-        names::validate_revision(&src.revision)
-            .map_err(|why| format!("has a {what}.revision: {why}"))?;
+        names::check_revision(&src.revision).map_err(name("revision"))?;
     }
     if src.etags.len() != files.len() {
-        return Err(format!(
-            "lists a different number of etags in {what} than files"
-        ));
+        return Err(ManifestError::EtagCount(part));
     }
     for (etag, (path, sha256)) in src.etags.iter().zip(files) {
         match names::EtagKind::of(etag) {
             None => {
-                return Err(format!(
-                    "has a malformed etag for {path:?} (40 or 64 lowercase hex digits expected)"
-                ));
+                return Err(ManifestError::MalformedEtag(path.clone()));
             }
             Some(names::EtagKind::Sha256) if etag != sha256 => {
-                return Err(format!(
-                    "gives {path:?} the sha256 etag {etag}, which is not its sha256"
-                ));
+                return Err(ManifestError::EtagNotSha256 {
+                    path: path.clone(),
+                    etag: etag.clone(),
+                });
             }
             Some(_) => {}
         }
@@ -1611,11 +1579,9 @@ impl fmt::Display for ChooseError {
 }
 
 /// Checks a bundle name: printable, 1 to 200 bytes of UTF-8.
-pub fn check_name(name: &str) -> Result<(), String> {
+pub fn check_name(name: &str) -> Result<(), ManifestError> {
     if name.is_empty() || name.len() > 200 || name.chars().any(|c| c.is_control()) {
-        return Err(format!(
-            "has the bundle name {name:?}; a name is 1 to 200 bytes of UTF-8 without control characters"
-        ));
+        return Err(ManifestError::Name(name.to_string()));
     }
     Ok(())
 }
@@ -1624,11 +1590,9 @@ pub fn check_name(name: &str) -> Result<(), String> {
 pub const MAX_FREE_TEXT: usize = 4096;
 
 /// Free text that reaches a terminal must not carry control characters (escape sequences).
-fn check_text(what: &str, text: &str) -> Result<(), String> {
+fn check_text(what: &'static str, text: &str) -> Result<(), ManifestError> {
     if text.len() > MAX_FREE_TEXT || text.chars().any(|c| c.is_control()) {
-        return Err(format!(
-            "has a {what} field with control characters or over 4096 bytes"
-        ));
+        return Err(ManifestError::Text(what));
     }
     Ok(())
 }
@@ -1661,35 +1625,29 @@ pub fn parse_trusted_comment(text: &str) -> Option<TrustedComment> {
     })
 }
 
-/// Formats seconds since the epoch as RFC 3339 UTC.
 /// The rules of FORMAT.md section 18.1 for `trust_update`.
-fn validate_trust_update(t: &TrustUpdate) -> Result<(), String> {
+fn validate_trust_update(t: &TrustUpdate) -> Result<(), ManifestError> {
     if t.roots.is_empty() || t.roots.len() > MAX_CARRIED_ROOTS {
-        return Err(format!(
-            "has a trust_update with {} roots (1 to {MAX_CARRIED_ROOTS} allowed)",
-            t.roots.len()
-        ));
+        return Err(ManifestError::CarriedRootCount(t.roots.len()));
     }
     for (i, r) in t.roots.iter().enumerate() {
         if r.version == 0 || r.version == u64::MAX {
-            return Err(format!("has a trust_update root of version {}", r.version));
+            return Err(ManifestError::CarriedRootVersion(r.version));
         }
         if i > 0 && r.version != t.roots[i - 1].version + 1 {
-            return Err("has trust_update roots whose versions do not follow one another".into());
+            return Err(ManifestError::CarriedRootsGap);
         }
         if r.size == 0 || r.size > MAX_ROOT_FILE_BYTES {
-            return Err(format!(
-                "has a trust_update root of {} bytes (1 to {MAX_ROOT_FILE_BYTES} allowed)",
-                r.size
-            ));
+            return Err(ManifestError::CarriedRootSize(r.size));
         }
         if !is_sha256(&r.sha256) {
-            return Err("has a malformed trust_update sha256".into());
+            return Err(ManifestError::Malformed("trust_update sha256"));
         }
     }
     Ok(())
 }
 
+/// Formats seconds since the epoch as RFC 3339 UTC.
 pub fn rfc3339(secs: i64) -> String {
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);

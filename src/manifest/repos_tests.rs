@@ -137,7 +137,9 @@ fn copy(path: &str) -> From {
 }
 
 fn refused(m: &Manifest) -> String {
-    Manifest::parse(&m.to_bytes()).expect_err("refused")
+    Manifest::parse(&m.to_bytes())
+        .expect_err("refused")
+        .to_string()
 }
 
 #[test]

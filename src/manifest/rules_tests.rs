@@ -65,7 +65,7 @@ fn refusal(base: fn() -> Manifest, mutate: impl FnOnce(&mut Manifest)) -> String
     mutate(&mut m);
     match m.validate() {
         Ok(()) => panic!("accepted: {m:?}"),
-        Err(why) => why,
+        Err(why) => why.to_string(),
     }
 }
 
@@ -211,7 +211,7 @@ fn rule_5_volume_names_follow_the_count() {
     m.validate().unwrap();
     assert_eq!(m.volumes[10].name, "data.010");
     m.volumes[3].name = "data.004".into();
-    let why = m.validate().unwrap_err();
+    let why = m.validate().unwrap_err().to_string();
     assert!(why.contains("names volume 4 \"data.004\""), "{why}");
     assert_eq!(volume_name(1000, 1001), "data.1000");
     assert_eq!(volume_name(7, 1000), "data.007");
@@ -304,9 +304,14 @@ fn manifest_size_cap_is_exact() {
     let cap = MAX_MANIFEST_BYTES as usize;
     let bytes = vec![b'x'; cap + 1];
     let why = Manifest::parse(&bytes[..cap]).unwrap_err();
-    assert!(why.starts_with("is not a valid manifest"), "{why}");
+    assert!(matches!(why, ManifestError::Json(_)), "{why}");
+    assert!(
+        why.to_string().starts_with("is not a valid manifest"),
+        "{why}"
+    );
     let why = Manifest::parse(&bytes).unwrap_err();
-    assert_eq!(why, "is larger than 268435456 bytes");
+    assert!(matches!(why, ManifestError::TooLarge), "{why}");
+    assert_eq!(why.to_string(), "is larger than 268435456 bytes");
 }
 
 /// Days since 1970-01-01 to a civil date, counted day by day: slow and plainly right.
@@ -489,4 +494,116 @@ fn a_version_1_manifest_cannot_carry_a_trust_update() {
         m.volumes[0].sha256 = None;
         m.trust_update = Some(update());
     });
+}
+
+/// Applies `mutate` to a valid manifest, writes it and parses it back: the refusal a reader
+/// gets for that hostile manifest, as the value it matches on.
+fn parsed_refusal(mutate: impl FnOnce(&mut Manifest)) -> ManifestError {
+    let mut m = sample();
+    mutate(&mut m);
+    match Manifest::parse(&m.to_bytes()) {
+        Ok(_) => panic!("accepted: {m:?}"),
+        Err(why) => why,
+    }
+}
+
+/// Issue 34 item 6: each rule a hostile manifest breaks is a variant a caller or a test
+/// matches (which a `String` reason could not offer), and its text is still the one the user
+/// has always read after the manifest's path.
+#[test]
+fn a_hostile_manifest_is_refused_with_a_matchable_reason() {
+    use crate::hfcache::names::{CacheNameError, RepoIdRule};
+    use crate::paths::PathError;
+
+    let why = parsed_refusal(|m| m.files[0].path = "a/../../etc/passwd".into());
+    assert!(
+        matches!(&why, ManifestError::UnsafePath { path, why: PathError::DotDot } if path == "a/../../etc/passwd"),
+        "{why:?}"
+    );
+    assert_eq!(
+        why.to_string(),
+        "lists the unsafe path \"a/../../etc/passwd\": it has a '..' component"
+    );
+
+    let why = parsed_refusal(|m| m.directories[0] = ".airlock".into());
+    assert!(
+        matches!(
+            &why,
+            ManifestError::UnsafePath {
+                why: PathError::ReceiptDir,
+                ..
+            }
+        ),
+        "{why:?}"
+    );
+
+    let why = parsed_refusal(|m| m.files[1].path = "A/X.BIN".into());
+    assert!(
+        matches!(&why, ManifestError::FileOrder(p) if p == "A/X.BIN"),
+        "{why:?}"
+    );
+
+    let why = parsed_refusal(|m| {
+        m.directories = vec!["A".into(), "a".into()];
+    });
+    assert!(
+        matches!(&why, ManifestError::Collision { path, earlier } if path == "a" && earlier == "A"),
+        "{why:?}"
+    );
+
+    let why = parsed_refusal(|m| m.files[1].size = u64::MAX);
+    assert!(matches!(why, ManifestError::FileSizesOverflow), "{why:?}");
+
+    let why = parsed_refusal(|m| m.totals.volume_bytes += 1);
+    assert!(
+        matches!(why, ManifestError::VolumeTotal { declared, listed } if declared == listed + 1),
+        "{why:?}"
+    );
+
+    let why = parsed_refusal(|m| m.name = "\u{1b}]0;owned\u{7}".into());
+    assert!(
+        matches!(&why, ManifestError::Name(n) if n.starts_with('\u{1b}')),
+        "{why:?}"
+    );
+
+    let why = parsed_refusal(|m| m.tool = "x\u{9b}2J".into());
+    assert!(matches!(why, ManifestError::Text("tool")), "{why:?}");
+
+    let why = parsed_refusal(|m| m.format_version = 7);
+    assert!(matches!(why, ManifestError::FormatVersion(7)), "{why:?}");
+
+    let why = parsed_refusal(|m| {
+        m.source = Some(HfSource {
+            repo_id: "org/name/../x".into(),
+            repo_type: "model".into(),
+            revision: "main".into(),
+            commit: "0".repeat(40),
+            etags: vec![H0.into(), "1".repeat(64)],
+        })
+    });
+    assert!(
+        matches!(
+            &why,
+            ManifestError::SourceName {
+                part: Part::Source,
+                field: "repo_id",
+                why: CacheNameError::RepoId {
+                    rule: RepoIdRule::Parts,
+                    ..
+                },
+            }
+        ),
+        "{why:?}"
+    );
+    assert_eq!(
+        why.to_string(),
+        "has a source.repo_id: \"org/name/../x\" is not a Hugging Face repository id: use ORG/NAME or NAME"
+    );
+
+    // A shape serde refuses is the JSON variant, its reason serde's.
+    let mut v: serde_json::Value = serde_json::from_slice(&sample().to_bytes()).unwrap();
+    v["volumes"][0]["size"] = json!(-1);
+    let why = Manifest::parse(&serde_json::to_vec(&v).unwrap()).unwrap_err();
+    assert!(matches!(why, ManifestError::Json(_)), "{why:?}");
+    assert!(std::error::Error::source(&why).is_some());
 }

@@ -121,7 +121,7 @@ fn refuses_unknown_fields_and_inconsistency() {
     for (want, mutate) in cases {
         let mut m = sample();
         mutate(&mut m);
-        let err = m.validate().unwrap_err();
+        let err = m.validate().unwrap_err().to_string();
         assert!(err.contains(want), "{want}: {err}");
     }
 }
@@ -157,7 +157,9 @@ fn null_is_refused_for_every_optional_field() {
             .as_object_mut()
             .unwrap()
             .insert(key.to_string(), serde_json::Value::Null);
-        let err = Manifest::parse(&serde_json::to_vec(&v).unwrap()).unwrap_err();
+        let err = Manifest::parse(&serde_json::to_vec(&v).unwrap())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("null"), "{pointer}: {err}");
     }
 }
@@ -242,7 +244,7 @@ fn the_parity_object_is_validated_as_documented() {
     for (mutate, want) in cases {
         let mut bad = m.clone();
         mutate(&mut bad);
-        let err = bad.validate().unwrap_err();
+        let err = bad.validate().unwrap_err().to_string();
         assert!(err.contains(want), "{want}: {err}");
     }
 }
@@ -254,7 +256,9 @@ fn reserved_extension_names_are_refused_until_a_reader_knows_them() {
     for (key, first) in [("base", "name"), ("parity", "algorithm")] {
         let mut v: serde_json::Value = serde_json::from_slice(&sample().to_bytes()).unwrap();
         v[key] = serde_json::json!({});
-        let err = Manifest::parse(&serde_json::to_vec(&v).unwrap()).unwrap_err();
+        let err = Manifest::parse(&serde_json::to_vec(&v).unwrap())
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains(&format!("missing field `{first}`")),
             "{key}: {err}"
@@ -282,6 +286,7 @@ fn free_text_fields_are_validated_as_documented() {
         assert!(
             m.validate()
                 .unwrap_err()
+                .to_string()
                 .contains("control characters or over 4096")
         );
     }
@@ -326,7 +331,7 @@ fn source_fields_must_be_names_a_cache_can_hold() {
     for (want, mutate) in cases {
         let mut m = with_source();
         mutate(m.source.as_mut().unwrap());
-        let err = m.validate().unwrap_err();
+        let err = m.validate().unwrap_err().to_string();
         assert!(err.contains(want), "{want}: {err}");
     }
     let mut m = with_source();
@@ -381,10 +386,14 @@ fn huge_sizes_are_refused_not_wrapped() {
     assert_eq!(entry_stream_size("f", false, u64::MAX), None);
     let mut m = sample();
     m.files[0].size = u64::MAX;
-    assert!(m.validate().unwrap_err().contains("overflow"));
+    let err = m.validate().unwrap_err();
+    assert!(matches!(err, ManifestError::FileSizesOverflow), "{err}");
+    assert_eq!(err.to_string(), "has file sizes that overflow");
     let mut m = sample();
     m.created = "\u{1b}[2J".into();
-    assert!(m.validate().unwrap_err().contains("control"));
+    let err = m.validate().unwrap_err();
+    assert!(matches!(err, ManifestError::Text("created")), "{err}");
+    assert!(err.to_string().contains("control"));
 }
 
 #[test]

@@ -129,7 +129,7 @@ impl Helper {
 fn helper_in(
     doc: &serde_json::Value,
     registry: &str,
-) -> std::result::Result<Option<Helper>, String> {
+) -> std::result::Result<Option<Helper>, ConfigError> {
     let per_registry = doc
         .get("credHelpers")
         .and_then(|h| h.as_object())
@@ -139,9 +139,7 @@ fn helper_in(
     let Some((value, key)) = per_registry.or(store) else {
         return Ok(None);
     };
-    let name = value
-        .as_str()
-        .ok_or_else(|| format!("`{key}` is not a string"))?;
+    let name = value.as_str().ok_or(ConfigError::HelperNotAString(key))?;
     if name.is_empty() {
         return Ok(None);
     }
@@ -149,9 +147,10 @@ fn helper_in(
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
     if !plain || name.starts_with('.') {
-        return Err(format!(
-            "`{key}` names {name:?}, which is not a credential helper name (docker-credential-NAME: letters, digits, '-', '_', '.')"
-        ));
+        return Err(ConfigError::HelperName {
+            key,
+            name: name.to_string(),
+        });
     }
     Ok(Some(Helper {
         name: name.to_string(),
@@ -180,7 +179,7 @@ fn read_config() -> Option<Result<(PathBuf, Vec<u8>)>> {
             }
             Err(Cause::TooLarge(_)) => Err(Error::io(
                 &path,
-                std::io::Error::other(format!("larger than {MAX_CONFIG_BYTES} bytes")),
+                std::io::Error::other(ConfigError::TooLarge),
             )),
         },
     )
@@ -195,7 +194,7 @@ pub fn credentials_for(registry: &str) -> Result<Option<Credentials>> {
         return Ok(None);
     };
     let (path, bytes) = read?;
-    let malformed = |why: String| {
+    let malformed = |why: ConfigError| {
         Error::io(
             &path,
             std::io::Error::new(std::io::ErrorKind::InvalidData, why),
@@ -539,13 +538,45 @@ fn helper_error(helper: &Helper, config: &Path, registry: &str, failure: HelperF
     }
 }
 
+/// Why the docker config is refused; `Display` follows the file's path.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConfigError {
+    /// Over [`MAX_CONFIG_BYTES`].
+    #[error("larger than {MAX_CONFIG_BYTES} bytes")]
+    TooLarge,
+    /// Not JSON.
+    #[error("is not valid JSON: {0}")]
+    Json(serde_json::Error),
+    /// An `auths` entry (its key) whose `auth` is not base64.
+    #[error("auths entry {0:?}: `auth` is not base64")]
+    AuthNotBase64(String),
+    /// An `auths` entry whose `auth` decodes to bytes that are not UTF-8.
+    #[error("auths entry {0:?}: `auth` is not UTF-8")]
+    AuthNotUtf8(String),
+    /// An `auths` entry whose `auth` has no `:`.
+    #[error("auths entry {0:?}: `auth` is not USER:PASSWORD")]
+    AuthNotUserPassword(String),
+    /// `credHelpers`' or `credsStore`'s (the key) value is not a string.
+    #[error("`{0}` is not a string")]
+    HelperNotAString(&'static str),
+    /// The helper name is not a plain program-name suffix.
+    #[error(
+        "`{key}` names {name:?}, which is not a credential helper name (docker-credential-NAME: letters, digits, '-', '_', '.')"
+    )]
+    HelperName {
+        /// `credHelpers` or `credsStore`.
+        key: &'static str,
+        /// The name.
+        name: String,
+    },
+}
+
 /// The credentials for `registry` in a docker config file's bytes.
 pub(crate) fn parse_config(
     bytes: &[u8],
     registry: &str,
-) -> std::result::Result<Option<Credentials>, String> {
-    let doc: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|e| format!("is not valid JSON: {e}"))?;
+) -> std::result::Result<Option<Credentials>, ConfigError> {
+    let doc: serde_json::Value = serde_json::from_slice(bytes).map_err(ConfigError::Json)?;
     let Some(auths) = doc.get("auths").and_then(|a| a.as_object()) else {
         return Ok(None);
     };
@@ -559,12 +590,11 @@ pub(crate) fn parse_config(
     {
         let raw = base64::engine::general_purpose::STANDARD
             .decode(auth.trim())
-            .map_err(|_| format!("auths entry {key:?}: `auth` is not base64"))?;
-        let text = String::from_utf8(raw)
-            .map_err(|_| format!("auths entry {key:?}: `auth` is not UTF-8"))?;
+            .map_err(|_| ConfigError::AuthNotBase64(key.clone()))?;
+        let text = String::from_utf8(raw).map_err(|_| ConfigError::AuthNotUtf8(key.clone()))?;
         let (user, pass) = text
             .split_once(':')
-            .ok_or_else(|| format!("auths entry {key:?}: `auth` is not USER:PASSWORD"))?;
+            .ok_or_else(|| ConfigError::AuthNotUserPassword(key.clone()))?;
         return Ok(Some(Credentials {
             username: user.to_string(),
             password: pass.to_string(),
@@ -653,8 +683,18 @@ mod tests {
         assert_eq!(c.username, "u");
         assert!(parse_config(doc.as_bytes(), "reg.site").unwrap().is_none());
         assert!(parse_config(b"{}", "x").unwrap().is_none());
-        assert!(parse_config(b"{", "x").is_err());
-        assert!(parse_config(br#"{"auths":{"x":{"auth":"!!"}}}"#, "x").is_err());
+        assert!(matches!(parse_config(b"{", "x"), Err(ConfigError::Json(_))));
+        assert!(matches!(
+            parse_config(br#"{"auths":{"x":{"auth":"!!"}}}"#, "x"),
+            Err(ConfigError::AuthNotBase64(k)) if k == "x"
+        ));
+        let no_colon = base64::engine::general_purpose::STANDARD.encode("user");
+        let doc = format!(r#"{{"auths":{{"x":{{"auth":"{no_colon}"}}}}}}"#);
+        let why = parse_config(doc.as_bytes(), "x").unwrap_err();
+        assert_eq!(
+            why.to_string(),
+            "auths entry \"x\": `auth` is not USER:PASSWORD"
+        );
     }
 
     #[test]
@@ -711,6 +751,11 @@ mod tests {
             let doc: serde_json::Value = serde_json::from_str(bad).unwrap();
             assert!(helper_in(&doc, "x").is_err(), "{bad}");
         }
+        let doc: serde_json::Value = serde_json::from_str(r#"{"credsStore":1}"#).unwrap();
+        assert!(matches!(
+            helper_in(&doc, "x"),
+            Err(ConfigError::HelperNotAString("credsStore"))
+        ));
     }
 
     /// A helper script in a temp dir, run by its path.

@@ -121,7 +121,7 @@ pub fn precheck(path: &Path) -> Result<Manifest> {
         .map_err(|e| Error::io(&manifest_path, e))?;
     let m = Manifest::parse(&bytes).map_err(|reason| Error::BadManifest {
         path: manifest_path.clone(),
-        reason,
+        reason: reason.to_string(),
     })?;
     if !sig_path.is_file() {
         return Err(Error::MissingSignature { path: sig_path });
@@ -171,7 +171,7 @@ impl BaseSource {
                         .map_err(|e| Error::io(&manifest_path, e))?;
                 let m = Manifest::parse(&bytes).map_err(|reason| Error::BadManifest {
                     path: manifest_path.clone(),
-                    reason,
+                    reason: reason.to_string(),
                 })?;
                 notes.push(format!(
                         "the base {} is signed by key {key_id}, not by the key signing this delta: its signature was not verified here (the target verifies the installed base against its trust set before applying the delta)",
@@ -319,7 +319,7 @@ impl BaseSource {
                             Ok(()) => {
                                 out.insert(path.to_string(), f);
                             }
-                            Err(why) => notes.push(unused(&dir.join(path), &why)),
+                            Err(why) => notes.push(unused(&dir.join(path), &why.to_string())),
                         },
                         Err(e @ (Cause::Link | Cause::NotRegular(_))) => {
                             notes.push(unused(&dir.join(path), &e.to_string()))
@@ -346,7 +346,7 @@ impl BaseSource {
                                 Ok(()) => {
                                     out.insert(path.to_string(), f);
                                 }
-                                Err(why) => notes.push(unused(&full, &why)),
+                                Err(why) => notes.push(unused(&full, &why.to_string())),
                             }
                         }
                         Err(e) => notes.push(unused(&full, &e.to_string())),
@@ -365,18 +365,36 @@ impl BaseSource {
 }
 
 /// Whether the open base file `f` (of `len` bytes) is exactly the base manifest's `b`.
-fn check(f: &File, len: u64, b: &FileEntry) -> std::result::Result<(), String> {
+fn check(f: &File, len: u64, b: &FileEntry) -> std::result::Result<(), Unlike> {
     if len != b.size {
-        return Err(format!("it has {len} bytes, its receipt says {}", b.size));
+        return Err(Unlike::Size {
+            len,
+            recorded: b.size,
+        });
     }
-    let got = fsio::hash_exact(f, len).map_err(|e| format!("it cannot be read ({e})"))?;
+    let got = fsio::hash_exact(f, len).map_err(Unlike::Read)?;
     if got != b.sha256 {
-        return Err(format!(
-            "its sha256 is {got}, its receipt says {}",
-            b.sha256
-        ));
+        return Err(Unlike::Digest {
+            got,
+            recorded: b.sha256.clone(),
+        });
     }
     Ok(())
+}
+
+/// Why a base file is not the one the base's receipt records ([`check`]): the delta then
+/// carries the new version of it whole. `Display` is the reason in the note.
+#[derive(Debug, thiserror::Error)]
+enum Unlike {
+    /// Another size.
+    #[error("it has {len} bytes, its receipt says {recorded}")]
+    Size { len: u64, recorded: u64 },
+    /// Reading it failed.
+    #[error("it cannot be read ({0})")]
+    Read(std::io::Error),
+    /// Other bytes.
+    #[error("its sha256 is {got}, its receipt says {recorded}")]
+    Digest { got: String, recorded: String },
 }
 
 fn unused(path: &Path, why: &str) -> String {

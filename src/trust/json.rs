@@ -128,9 +128,29 @@ impl<'de> Visitor<'de> for StrictVisitor {
 
 /// Parses one JSON document strictly: UTF-8 without a byte-order mark, nothing after the value,
 /// no duplicate keys, no floats.
-pub fn parse(bytes: &[u8]) -> Result<Value, String> {
-    serde_json::from_slice(bytes).map_err(|e| crate::display::json_error(&e))
+pub fn parse(bytes: &[u8]) -> Result<Value, JsonError> {
+    serde_json::from_slice(bytes).map_err(|e| JsonError {
+        category: e.classify(),
+        reason: crate::display::json_error(&e),
+    })
 }
+
+/// Why a document is not JSON as TUF writes it ([`parse`]): the kind of fault, and the
+/// parser's reason bounded for a message ([`crate::display::json_error`]), its `Display`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JsonError {
+    /// Syntax, data (a duplicate key, a float), an early end of file, or I/O.
+    pub category: serde_json::error::Category,
+    reason: String,
+}
+
+impl std::fmt::Display for JsonError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+impl std::error::Error for JsonError {}
 
 /// The OLPC canonical JSON of `v`, as securesystemslib's `encode_canonical` writes it (then
 /// encoded as UTF-8, as python-tuf does before signing).
@@ -294,11 +314,15 @@ mod tests {
 
     #[test]
     fn duplicate_keys_and_floats_are_refused() {
+        use serde_json::error::Category;
         let e = parse(br#"{"a": 1, "b": {"k": 1, "k": 2}}"#).unwrap_err();
-        assert!(e.contains("appears twice"), "{e}");
+        assert_eq!(e.category, Category::Data, "{e}");
+        assert!(e.to_string().contains("appears twice"), "{e}");
         let e = parse(br#"{"threshold": 1.0}"#).unwrap_err();
-        assert!(e.contains("not an integer"), "{e}");
+        assert_eq!(e.category, Category::Data, "{e}");
+        assert!(e.to_string().contains("not an integer"), "{e}");
         assert!(parse(br#"{"v": 18446744073709551616}"#).is_err());
+        assert_eq!(parse(b"{").unwrap_err().category, Category::Eof);
         assert!(parse(b"\xef\xbb\xbf{}").is_err());
         assert!(parse(b"{} {}").is_err());
         assert_eq!(

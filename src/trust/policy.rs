@@ -390,17 +390,17 @@ impl Policy {
 
     /// The scheme that reads the signature `text` and whom it names as the signer; otherwise
     /// why the first scheme (minisign) cannot read it.
-    pub fn identify(&self, text: &str) -> std::result::Result<(&'static str, String), String> {
+    pub fn identify(&self, text: &str) -> std::result::Result<(&'static str, String), NotCounted> {
         let mut first = None;
         for s in &self.schemes {
             match s.signer_of(text.as_bytes()) {
                 Ok(id) => return Ok((s.name(), id)),
                 Err(r) => {
-                    first.get_or_insert(r.reason());
+                    first.get_or_insert(r);
                 }
             }
         }
-        Err(first.unwrap_or_else(|| "no signature scheme is registered".into()))
+        Err(first.map_or(NotCounted::NoScheme, NotCounted::Unread))
     }
 
     /// The first of the policy's schemes that reads `text` verifies it over `message` with the
@@ -444,7 +444,7 @@ impl Policy {
         &self,
         message: Message<'_>,
         f: &SigFile,
-    ) -> std::result::Result<Verified, String> {
+    ) -> std::result::Result<Verified, NotCounted> {
         let ext = f
             .path
             .extension()
@@ -454,9 +454,7 @@ impl Policy {
             return self.verify_one(message, &f.text);
         }
         if !self.schemes.iter().any(|s| s.extension() == ext) {
-            return Err(format!(
-                "a .{ext} signature, and no signature scheme of the trust policy reads .{ext} files"
-            ));
+            return Err(NotCounted::NoSchemeFor(ext.to_string()));
         }
         let named = self.schemes.iter().filter(|s| s.extension() == ext);
         self.worded(message, self.verify_by(named, message, &f.text))
@@ -468,7 +466,7 @@ impl Policy {
         &self,
         message: Message<'_>,
         text: &str,
-    ) -> std::result::Result<Verified, String> {
+    ) -> std::result::Result<Verified, NotCounted> {
         self.worded(message, self.verify_with(message, text))
     }
 
@@ -477,23 +475,83 @@ impl Policy {
         &self,
         message: Message<'_>,
         answer: std::result::Result<Verified, Refusal>,
-    ) -> std::result::Result<Verified, String> {
+    ) -> std::result::Result<Verified, NotCounted> {
         answer.map_err(|r| match r {
-            Refusal::Malformed(why) => why,
-            Refusal::Unsupported { key_id, reason } => {
-                format!("the signature by key {key_id}: {reason}")
-            }
-            Refusal::Invalid { key_id, .. } => format!(
-                "the signature by key {key_id} does not verify ({} or the signature was changed)",
-                message.what()
-            ),
-            Refusal::UnknownKey { key_id } => format!(
-                "signed by key {key_id}, which is not one of {}",
-                self.describe()
-            ),
+            Refusal::Malformed(why) => NotCounted::Malformed(why),
+            Refusal::Unsupported { key_id, reason } => NotCounted::Unsupported { key_id, reason },
+            Refusal::Invalid { key_id, .. } => NotCounted::Invalid {
+                key_id,
+                what: message.what(),
+            },
+            Refusal::UnknownKey { key_id } => NotCounted::UnknownKey {
+                key_id,
+                trusted: self.describe(),
+            },
         })
     }
 }
+
+/// Why a signature does not count for the policy ([`Policy::identify`],
+/// [`Policy::verify_file`]): a scheme's [`Refusal`] in the policy's words, which name the
+/// policy's keys and what was signed. `Display` is the reason after the signature file's name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NotCounted {
+    /// No scheme of the policy reads it: the first scheme's refusal, in its own words.
+    Unread(Refusal),
+    /// The policy registers no scheme.
+    NoScheme,
+    /// A co-signature of this extension, which no scheme of the policy reads.
+    NoSchemeFor(String),
+    /// Not a well-formed signature of any scheme offered it.
+    Malformed(String),
+    /// Made with an algorithm this build does not verify.
+    Unsupported {
+        /// The key it names.
+        key_id: String,
+        /// The scheme's words.
+        reason: String,
+    },
+    /// Does not verify with the trusted key it names.
+    Invalid {
+        /// The key it names.
+        key_id: String,
+        /// What was signed ([`Message::what`]).
+        what: &'static str,
+    },
+    /// Names a key the policy does not hold.
+    UnknownKey {
+        /// The key it names.
+        key_id: String,
+        /// The policy ([`Policy::describe`]).
+        trusted: String,
+    },
+}
+
+impl std::fmt::Display for NotCounted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Unread(r) => f.write_str(&r.reason()),
+            Self::NoScheme => f.write_str("no signature scheme is registered"),
+            Self::NoSchemeFor(ext) => write!(
+                f,
+                "a .{ext} signature, and no signature scheme of the trust policy reads .{ext} files"
+            ),
+            Self::Malformed(why) => f.write_str(why),
+            Self::Unsupported { key_id, reason } => {
+                write!(f, "the signature by key {key_id}: {reason}")
+            }
+            Self::Invalid { key_id, what } => write!(
+                f,
+                "the signature by key {key_id} does not verify ({what} or the signature was changed)"
+            ),
+            Self::UnknownKey { key_id, trusted } => {
+                write!(f, "signed by key {key_id}, which is not one of {trusted}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for NotCounted {}
 
 /// The error for an expired root.
 pub fn expired(path: &std::path::Path, r: &Root, clock: Clock) -> Error {

@@ -190,7 +190,7 @@ impl Verification {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RootError {
     /// Not JSON as TUF writes it; the parser's reason.
-    Json(String),
+    Json(super::json::JsonError),
     /// The document is not a JSON object.
     NotAnObject,
     /// The document is not exactly `signed` and `signatures`.

@@ -41,18 +41,27 @@ pub struct ParentMode {
 /// # Errors
 ///
 /// What is wrong with it, for a usage error.
-pub fn check_mode(mode: u32) -> std::result::Result<u32, String> {
+pub fn check_mode(mode: u32) -> std::result::Result<u32, ModeError> {
     if mode > 0o777 {
-        return Err(format!(
-            "{mode:04o}: permission bits only, at most 0777 (no set-id or sticky bit)"
-        ));
+        return Err(ModeError::NotPermissionBits(mode));
     }
     if mode & 0o700 != 0o700 {
-        return Err(format!(
-            "{mode:04o}: the owner needs read, write and search (7 in the first digit): unpack stages the model inside the directory it makes"
-        ));
+        return Err(ModeError::OwnerNeedsRwx(mode));
     }
     Ok(mode)
+}
+
+/// Why a `--parent-mode` value is refused ([`check_mode`]); the mode is shown in octal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ModeError {
+    /// More than permission bits (a set-id or sticky bit).
+    #[error("{0:04o}: permission bits only, at most 0777 (no set-id or sticky bit)")]
+    NotPermissionBits(u32),
+    /// The owner lacks read, write or search.
+    #[error(
+        "{0:04o}: the owner needs read, write and search (7 in the first digit): unpack stages the model inside the directory it makes"
+    )]
+    OwnerNeedsRwx(u32),
 }
 
 /// The part of a destination's parent that does not exist yet.
@@ -266,8 +275,15 @@ mod tests {
     fn a_parent_mode_needs_the_owner_rwx_and_no_special_bits() {
         assert_eq!(check_mode(0o755), Ok(0o755));
         assert_eq!(check_mode(0o700), Ok(0o700));
-        assert!(check_mode(0o555).is_err());
-        assert!(check_mode(0o2755).is_err());
+        assert_eq!(check_mode(0o555), Err(ModeError::OwnerNeedsRwx(0o555)));
+        assert_eq!(
+            check_mode(0o2755),
+            Err(ModeError::NotPermissionBits(0o2755))
+        );
+        assert_eq!(
+            ModeError::NotPermissionBits(0o2755).to_string(),
+            "2755: permission bits only, at most 0777 (no set-id or sticky bit)"
+        );
     }
 
     #[test]

@@ -185,9 +185,6 @@ pub(super) enum Job {
 /// volume, whether the whole-volume digest matched.
 pub(super) type Hashed = io::Result<(Vec<(usize, bool)>, Option<bool>)>;
 
-/// A [`Hashed`] with the error as the text the report shows.
-pub(super) type JobResult = std::result::Result<(Vec<(usize, bool)>, Option<bool>), String>;
-
 /// Checks every listed volume's size and digests: its chunks all in parallel, or, where the
 /// manifest also has a whole-volume digest (format version 1), each such volume in one
 /// sequential pass that checks both. Reads only. Returns the problems of listed volumes in
@@ -314,7 +311,7 @@ pub(super) fn check_held(
     // Each worker keeps its buffer and the copy it has open: with small chunks (a bundle with
     // parity has units of 4 KiB to 16 MiB) a job is a few hundred kilobytes.
     type Worker = (Option<AlignedBuf>, Option<(usize, MediumFile)>);
-    let results: Vec<(usize, JobResult)> = jobs
+    let results: Vec<(usize, Hashed)> = jobs
         .par_iter()
         .map_init(
             || -> Worker { (None, None) },
@@ -333,7 +330,7 @@ pub(super) fn check_held(
                             *open = None;
                             match open_medium(path, Follow::Final, read) {
                                 Ok((f, _)) => *open = Some((k, f)),
-                                Err(e) => return (k, Err(io::Error::from(e).to_string())),
+                                Err(e) => return (k, Err(io::Error::from(e))),
                             }
                         }
                         let (_, f) = open.as_mut().expect("opened above");
@@ -344,11 +341,11 @@ pub(super) fn check_held(
                     }
                     Job::Whole(_) => hash_volume(path, m, v, buf, read, media, progress),
                 };
-                (k, r.map_err(|e| e.to_string()))
+                (k, r)
             },
         )
         .collect();
-    type Found = (Vec<(u64, u64)>, Option<String>, bool);
+    type Found = (Vec<(u64, u64)>, Option<io::Error>, bool);
     let mut per_copy: std::collections::BTreeMap<usize, Found> = Default::default();
     for (k, r) in results {
         let v = &list[copies[k].0];
