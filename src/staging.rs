@@ -182,6 +182,12 @@ pub struct Marker {
     /// absent for the other targets, so their markers are unchanged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
+    /// Of a bundle of several repositories (FORMAT.md section 14.4), the folders of the
+    /// repositories the install takes, in bundle order (`unpack --repo`, or every one into a
+    /// cache); absent for a bundle of one and for a whole bundle into a directory, so those
+    /// markers are unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repos: Option<Vec<String>>,
 }
 
 impl Marker {

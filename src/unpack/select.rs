@@ -113,6 +113,17 @@ impl<S: EntrySink> EntrySink for Select<S> {
         }
     }
 
+    fn holds_dir(&mut self, path: &str) -> Result<bool> {
+        match &self.part {
+            None => self.inner.holds_dir(path),
+            Some(p) => match p.map(path) {
+                Some(d) if !d.is_empty() => self.inner.holds_dir(&d),
+                // Not chosen, or the folder taken off: nothing to make.
+                _ => Ok(true),
+            },
+        }
+    }
+
     fn clone_from(
         &mut self,
         file: &FileEntry,
