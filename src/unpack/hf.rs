@@ -1017,13 +1017,8 @@ fn adopt_tree(
         let proven = prove_blobs(&blobs, &path.join("blobs"), r.m, &r.plan.etags, progress)?;
         kept.discarded += proven.kept.discarded;
         kept.bytes += proven.kept.bytes;
-        kept.files.extend(
-            proven
-                .kept
-                .files
-                .iter()
-                .map(|p| format!("{}{p}", r.prefix)),
-        );
+        kept.files
+            .extend(proven.kept.files.iter().map(|p| format!("{}{p}", r.prefix)));
         placed.extend(
             proven
                 .placed

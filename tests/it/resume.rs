@@ -1533,8 +1533,7 @@ fn kills_of_an_install_of_several_repositories_into_a_cache_then_reruns_read_it_
 /// The same bundle of several repositories into a directory: each repository in its folder,
 /// byte for byte (receipt included) a clean install's.
 #[test]
-fn kills_of_an_install_of_several_repositories_into_a_directory_then_reruns_read_it_about_once()
-{
+fn kills_of_an_install_of_several_repositories_into_a_directory_then_reruns_read_it_about_once() {
     let env = Env::new();
     multi_bundle(&env, 96);
     let (clean, want) = (
@@ -1618,7 +1617,14 @@ fn kills_of_an_install_of_part_of_a_bundle_then_reruns_with_the_same_part_resume
     assert!(ran.killed);
     assert_eq!(hf_work_dirs(&env, "c").len(), 1);
     let (code, v) = env.json(&[
-        "unpack", "multi", "--trust", "k.pub", "--hf-cache", "c", "--repo", "acme/b",
+        "unpack",
+        "multi",
+        "--trust",
+        "k.pub",
+        "--hf-cache",
+        "c",
+        "--repo",
+        "acme/b",
     ]);
     assert_eq!(code, 0, "{v}");
     assert!(v["resumed"].is_null(), "{v}");
@@ -1641,8 +1647,15 @@ fn kills_of_an_install_of_part_of_a_bundle_then_reruns_with_the_same_part_resume
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["resumed"]["files"].as_u64().unwrap() > 0, "{v}");
-    assert!(reads(&env) < clean, "the part's rerun read the whole bundle");
-    assert!(hf_work_dirs(&env, "c").is_empty(), "{:?}", hf_work_dirs(&env, "c"));
+    assert!(
+        reads(&env) < clean,
+        "the part's rerun read the whole bundle"
+    );
+    assert!(
+        hf_work_dirs(&env, "c").is_empty(),
+        "{:?}",
+        hf_work_dirs(&env, "c")
+    );
     env.ok(&["check", "--hf-cache", "c"]);
     crate::hfcache::assert_client_resolves(&env, "c", "acme/a", &hf_files(&env, "ma"));
     crate::hfcache::assert_client_resolves(&env, "c", "acme/b", &hf_files(&env, "mb"));
