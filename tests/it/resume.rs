@@ -1373,7 +1373,10 @@ fn a_registry_rerun_fetches_only_the_files_a_kept_staging_lacks() {
 
 /// Two repositories, `acme/a` then `acme/b`, each `files` files of 256 KiB (different
 /// contents), installed by airlock into the cache `src` and packed from there as one bundle
-/// `multi` of several repositories (stored, 128 KiB volumes; FORMAT.md section 14.4).
+/// `multi` of several repositories (stored, 128 KiB volumes; FORMAT.md section 14.4). With 128
+/// files each the bundle is 64 MiB: each kill loses at most about 1.4 MiB (the volume reader's
+/// 1 MiB buffer, the file being written, the start of the volume the rerun reads from), so 4
+/// kills stay well under the 10% the tests allow whatever the seed.
 fn multi_bundle(env: &Env, files: usize) {
     for (dir, repo, seed) in [("ma", "acme/a", 1), ("mb", "acme/b", 100_000)] {
         model(env, dir, files, 256 << 10, seed);
@@ -1502,7 +1505,7 @@ fn about_once(what: &str, total: u64, clean: u64) {
 #[test]
 fn kills_of_an_install_of_several_repositories_into_a_cache_then_reruns_read_it_about_once() {
     let env = Env::new();
-    multi_bundle(&env, 96);
+    multi_bundle(&env, 128);
     let clean = clean_hf(&env, "multi", "clean", &[]);
     let want: Vec<_> = ["models--acme--a", "models--acme--b"]
         .iter()
@@ -1512,7 +1515,7 @@ fn kills_of_an_install_of_several_repositories_into_a_cache_then_reruns_read_it_
         &env,
         "multi",
         &["--hf-cache", "c"],
-        &kill_gaps_of(5, clean),
+        &kill_gaps_of(4, clean),
         &["c/models--acme--a", "c/models--acme--b"],
         &|| hf_work_dirs(&env, "c"),
     );
@@ -1525,7 +1528,7 @@ fn kills_of_an_install_of_several_repositories_into_a_cache_then_reruns_read_it_
         );
     }
     env.ok(&["check", "--hf-cache", "c"]);
-    about_once("5 kills of two repositories into a cache", total, clean);
+    about_once("4 kills of two repositories into a cache", total, clean);
     crate::hfcache::assert_client_resolves(&env, "c", "acme/a", &hf_files(&env, "ma"));
     crate::hfcache::assert_client_resolves(&env, "c", "acme/b", &hf_files(&env, "mb"));
 }
@@ -1535,7 +1538,7 @@ fn kills_of_an_install_of_several_repositories_into_a_cache_then_reruns_read_it_
 #[test]
 fn kills_of_an_install_of_several_repositories_into_a_directory_then_reruns_read_it_about_once() {
     let env = Env::new();
-    multi_bundle(&env, 96);
+    multi_bundle(&env, 128);
     let (clean, want) = (
         {
             let (code, v) = env.json(&["unpack", "multi", "--trust", "k.pub", "--dest", "clean"]);
@@ -1548,25 +1551,27 @@ fn kills_of_an_install_of_several_repositories_into_a_directory_then_reruns_read
         &env,
         "multi",
         &["--dest", "out"],
-        &kill_gaps_of(5, clean),
+        &kill_gaps_of(4, clean),
         &["out"],
         &|| work_dirs(&env),
     );
     assert!(v["resumed"]["files"].as_u64().unwrap() > 0, "{v}");
     assert_eq!(hashed_tree(&env.path("out")), want, "not the clean install");
     env.ok(&["check", "out", "--trust", "k.pub"]);
-    about_once("5 kills of two repositories into a directory", total, clean);
+    about_once("4 kills of two repositories into a directory", total, clean);
 }
 
 /// Part of a bundle (`--repo acme/a`, the first repository in the stream) resumes when the
 /// rerun chooses the same part: the kills land while its files stream, the rerun starts after
-/// what it kept (the other repository's files are not the part's, so not needed), and the
-/// result (`.airlock/part.json` included) is byte for byte a clean install of that part.
+/// what it kept (the other repository's files are not the part's, so not needed; the rest of
+/// the stream after the part is still read, once, by the run that finishes, as a clean install
+/// of the part reads it), and the result (`.airlock/part.json` included) is byte for byte a
+/// clean install of that part.
 /// Another selection, into a directory or a cache, never reuses the kept work directory.
 #[test]
 fn kills_of_an_install_of_part_of_a_bundle_then_reruns_with_the_same_part_resume() {
     let env = Env::new();
-    multi_bundle(&env, 96);
+    multi_bundle(&env, 128);
     let part = ["--dest", "out", "--repo", "acme/a"];
     let (code, v) = env.json(&[
         "unpack", "multi", "--trust", "k.pub", "--dest", "clean", "--repo", "acme/a",
@@ -1580,14 +1585,14 @@ fn kills_of_an_install_of_part_of_a_bundle_then_reruns_with_the_same_part_resume
         &env,
         "multi",
         &part,
-        &kill_gaps_of(5, clean / 2),
+        &kill_gaps_of(4, clean / 2),
         &["out"],
         &|| work_dirs(&env),
     );
     assert!(v["resumed"]["files"].as_u64().unwrap() > 0, "{v}");
     assert_eq!(hashed_tree(&env.path("out")), want, "not the clean install");
     env.ok(&["check", "out", "--trust", "k.pub"]);
-    about_once("5 kills of part of a bundle into a directory", total, clean);
+    about_once("4 kills of part of a bundle into a directory", total, clean);
 
     // Another selection into the same destination: not adopted, the whole stream read, the
     // kept work directory removed.
