@@ -863,6 +863,40 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     #[test]
+    fn a_marker_is_the_line_format_md_section_22_gives() {
+        let mut m = Marker {
+            manifest_sha256: "ab".into(),
+            dest: "out".into(),
+            target: "dir".into(),
+            revision: None,
+            repos: None,
+        };
+        // Unchanged for a bundle of one (and a whole bundle into a directory).
+        assert_eq!(
+            m.bytes(),
+            b"{\"manifest_sha256\":\"ab\",\"dest\":\"out\",\"target\":\"dir\"}\n"
+        );
+        m.repos = Some(vec!["models--o--a".into(), "models--o--b".into()]);
+        assert_eq!(
+            m.bytes(),
+            b"{\"manifest_sha256\":\"ab\",\"dest\":\"out\",\"target\":\"dir\",\"repos\":[\"models--o--a\",\"models--o--b\"]}\n"
+        );
+        let back: Marker = serde_json::from_slice(&m.bytes()).unwrap();
+        assert_eq!(back, m);
+        // Another selection is another marker: never adopted for this one.
+        let mut other = m.clone();
+        other.repos = Some(vec!["models--o--a".into()]);
+        assert_ne!(other, m);
+        // An unknown key makes it not airlock's.
+        assert!(
+            serde_json::from_slice::<Marker>(
+                b"{\"manifest_sha256\":\"ab\",\"dest\":\"out\",\"target\":\"dir\",\"x\":1}"
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
     fn a_work_directory_is_private_and_locked_before_it_has_its_name() {
         let t = tempfile::tempdir().unwrap();
         let s = Staging::create(t.path(), "m").unwrap();
