@@ -618,11 +618,6 @@ pub fn clean_stale_for(parent: &Path, dest: Option<&str>) -> Result<Cleanup> {
     clean_stale_at_for(&parent_fd, parent, dest)
 }
 
-/// [`clean_stale`] in the directory open as `parent_fd` (shown as `parent`).
-pub fn clean_stale_at(parent_fd: &OwnedFd, parent: &Path) -> Result<Cleanup> {
-    clean_stale_at_for(parent_fd, parent, None)
-}
-
 /// [`clean_stale_for`] in the directory open as `parent_fd` (shown as `parent`).
 pub fn clean_stale_at_for(
     parent_fd: &OwnedFd,
