@@ -558,7 +558,10 @@ fn a_link_planted_in_the_staging_directory_is_refused() {
 #[test]
 fn an_oci_layout_resumes_from_the_first_missing_blob() {
     let env = Env::new();
-    model(&env, "m", 16, 256 << 10, 11);
+    // 8 MiB: a kill loses up to about 1.4 MiB (the volume reader's 1 MiB buffer, the file
+    // being written, a volume's start), under the quarter of the bundle allowed below; with
+    // 4 MiB it went over under load (1.37 MiB lost once).
+    model(&env, "m", 32, 256 << 10, 11);
     pack(&env, "m", "b", "none", "64K", "1");
     let (code, v) = env.json(&["unpack", "b", "--trust", "k.pub", "--oci-layout", "clean"]);
     assert_eq!(code, 0, "{v}");
@@ -592,7 +595,7 @@ fn an_oci_layout_resumes_from_the_first_missing_blob() {
     let (code, v) = env.json(&["unpack", "b", "--trust", "k.pub", "--oci-layout", "lay"]);
     assert_eq!(code, 0, "{v}");
     let files = v["resumed"]["files"].as_u64().unwrap();
-    assert!(files > 0 && files < 17, "{v}");
+    assert!(files > 0 && files < 33, "{v}");
     assert!(v["resumed"]["from_volume"].is_string(), "{v}");
     let second = v["volume_bytes_read"].as_u64().unwrap();
     assert!(
