@@ -80,11 +80,20 @@ pub trait EntrySink {
     fn data(&mut self, bytes: &[u8]) -> Result<()>;
     /// The file's content ended and matched its signed size and SHA-256.
     fn end_file(&mut self, file: &FileEntry) -> Result<()>;
-    /// Whether the sink already holds `file`'s content (a content-addressed store that has its
-    /// blob), so that a producer that would have to make the content (read it from elsewhere,
-    /// rebuild it) may skip it: the file then counts as delivered. Bytes that arrive anyway
-    /// (in a stream) are still sent. The default: no.
+    /// Whether the sink already holds `file`'s content, so that a producer that would have to
+    /// make the content (read it, fetch it, rebuild it) may leave it out: a content-addressed
+    /// store that has its blob, a file an interrupted install of this manifest staged and
+    /// proved, a file outside the part of the bundle being installed. The one way any source
+    /// learns what a target holds: a stream starts after the entries held before its first
+    /// one not held, a registry does not fetch them, a delta does not copy or patch them.
+    /// Asking changes nothing in the sink; asked through a [`Tally`], a yes counts the file
+    /// as delivered. Bytes that arrive anyway (in a stream) are still sent. The default: no.
     fn holds(&mut self, _file: &FileEntry) -> Result<bool> {
+        Ok(false)
+    }
+    /// Whether the sink already has directory `path` (or needs nothing for it), so that a
+    /// stream may start after it ([`EntrySink::holds`] for files). The default: no.
+    fn holds_dir(&mut self, _path: &str) -> Result<bool> {
         Ok(false)
     }
     /// Begins `file` as a clone of the local file `src` (a reflink: shared extents, no shared
@@ -482,6 +491,15 @@ impl<'m, 's> Tally<'m, 's> {
                 _ => Err(Self::extra("directory", d)),
             },
             Expected::File(f) => self.deliver_file(&f.path),
+        }
+    }
+
+    /// Whether the sink behind holds `e` ([`EntrySink::holds`], [`EntrySink::holds_dir`]),
+    /// without counting it as delivered: where a resumed stream may start.
+    pub fn sink_holds(&mut self, e: &Expected<'_>) -> Result<bool> {
+        match e {
+            Expected::Dir(d) => self.sink.holds_dir(d),
+            Expected::File(f) => self.sink.holds(f),
         }
     }
 

@@ -43,8 +43,9 @@ pub struct Fed {
 pub use crate::bundle::stream::StartedAt;
 
 /// What a target already holds from an interrupted install of the same signed manifest,
-/// each file proven against it (size and SHA-256, re-read once) before it counts: the
-/// entries a source may skip.
+/// each file proven against it (size and SHA-256, re-read once) before it counts. The target's
+/// sink answers [`EntrySink::holds`] from it (the one way a source learns what it may skip);
+/// the pipeline reads it only to tell the operator.
 #[derive(Debug, Default)]
 pub struct Kept {
     /// Directories of the manifest that exist in the staged tree.
@@ -57,16 +58,6 @@ pub struct Kept {
     pub discarded: u64,
     /// Where they are, for the operator: "staged", "in the layout".
     pub held_in: &'static str,
-}
-
-impl Kept {
-    /// Whether `e` is held.
-    pub fn holds(&self, e: &Expected<'_>) -> bool {
-        match e {
-            Expected::Dir(d) => self.dirs.contains(*d),
-            Expected::File(f) => self.files.contains(&f.path),
-        }
-    }
 }
 
 /// `bytes` for a person: GiB with two decimals, MiB below 1 GiB.
@@ -98,13 +89,17 @@ pub trait Source {
     /// always complete) rather than the bundle's stream, which for a delta holds patches.
     fn complete(&self) -> bool;
 
-    /// Feeds every entry, each checked by a verifier, into `sink`, in bundle order.
+    /// Feeds every entry, each checked by a verifier, into `sink`, in bundle order. A source
+    /// that can leave out any one file (a registry: each file is a blob of its own) asks
+    /// [`EntrySink::holds`] and does not fetch what the sink holds.
     fn feed(&self, sink: &mut dyn EntrySink, progress: &dyn Progress) -> Result<Fed>;
 
     /// The entry (an index into the stream's entries in bundle order,
     /// [`crate::manifest::Manifest::stream_entries`]: for a delta, its carried files and
-    /// patches) from which this source can start when the target already holds every one
-    /// before `wanted`: at most `wanted`. The default: 0, the source cannot start part way.
+    /// patches) from which this source can start when the target's sink holds every one
+    /// before `wanted` ([`EntrySink::holds`]): at most `wanted`. The default: 0, the source
+    /// cannot start part way (it may still leave out the files the sink holds, see
+    /// [`Source::feed`]).
     fn start_at(&self, wanted: usize) -> usize {
         let _ = wanted;
         0
@@ -115,24 +110,6 @@ pub trait Source {
     fn reads_from(&self, start: usize) -> String {
         let _ = start;
         ", reading from the start".to_string()
-    }
-
-    /// Whether [`Source::feed_skipping`] leaves out any file the target holds, wherever it is
-    /// in the stream (a registry: each file is a blob of its own). The default: no.
-    fn skips_held(&self) -> bool {
-        false
-    }
-
-    /// [`Source::feed`] without the files `held` names (the target holds them, proven); only
-    /// called when [`Source::skips_held`] says so.
-    fn feed_skipping(
-        &self,
-        sink: &mut dyn EntrySink,
-        progress: &dyn Progress,
-        held: &HashSet<String>,
-    ) -> Result<Fed> {
-        let _ = held;
-        self.feed(sink, progress)
     }
 
     /// [`Source::feed`] from entry `start` (a value [`Source::start_at`] returned) on.
@@ -170,7 +147,8 @@ pub trait Target {
     fn commit(self, opened: &Opened, fed: Fed, progress: &dyn Progress) -> Result<Self::Done>;
 
     /// What the target already holds from an interrupted install of this bundle (known after
-    /// [`Target::begin`]); its sink ignores the bytes of those files if they come anyway.
+    /// [`Target::begin`]), for the operator: its sink [`EntrySink::holds`] those files and
+    /// ignores their bytes if they come anyway.
     fn kept(&self) -> Option<&Kept> {
         None
     }
@@ -207,8 +185,8 @@ pub fn run<T: Target>(
     }
 }
 
-/// The entries of [`run`]: from the first one the target does not hold yet where the source
-/// can start there, through a delta onto `base` when there is one, then the tally.
+/// The entries of [`run`]: from the first one the target's sink does not hold yet where the
+/// source can start there, through a delta onto `base` when there is one, then the tally.
 fn feed<T: Target>(
     source: &dyn Source,
     target: &mut T,
@@ -217,6 +195,11 @@ fn feed<T: Target>(
 ) -> Result<Fed> {
     let opened = source.opened();
     let m = &opened.manifest;
+    // A resumed install: what the target kept, for the operator.
+    let kept = target
+        .kept()
+        .map(|k| (k.files.len(), k.bytes, k.discarded, k.held_in));
+    let mut tally = Tally::new(m, target.sink());
     let fed = if let Some(mut base) = base {
         // The delta's stream holds its carried files and its patches (FORMAT.md section
         // 16.2): a rerun starts it at the first of those whose file the target does not hold
@@ -224,19 +207,21 @@ fn feed<T: Target>(
         // `.airlock-delta` is not installed), so none of them is needed from the stream.
         let patches = m.patch_entries();
         let entries = m.stream_entries(&patches);
-        let start = match target.kept() {
-            Some(kept) => {
-                let wanted = entries
-                    .iter()
-                    .position(|e| !delta_entry_held(m, kept, e))
-                    .unwrap_or(entries.len());
+        let start = match kept {
+            Some(k) => {
+                let mut wanted = entries.len();
+                for (i, e) in entries.iter().enumerate() {
+                    if !delta_entry_held(m, &mut tally, e)? {
+                        wanted = i;
+                        break;
+                    }
+                }
                 let start = source.start_at(wanted);
-                note_resuming(kept, &delta_reads_from(source, start), progress);
+                note_resuming(k, &delta_reads_from(source, start), progress);
                 start
             }
             None => 0,
         };
-        let mut tally = Tally::new(m, target.sink());
         let mut stage = DeltaStage::new(m, &mut base, &mut tally)?;
         stage.prepare(progress)?;
         for e in &entries[..start] {
@@ -244,57 +229,49 @@ fn feed<T: Target>(
         }
         let fed = source.feed_from(&mut stage, progress, start)?;
         stage.finish()?;
-        drop(stage);
-        tally.finish()?;
-        fed
-    } else if let Some(held) = target.kept().filter(|_| source.skips_held()).map(|kept| {
-        note_resuming(kept, ", fetching only the files not held", progress);
-        kept.files.clone()
-    }) {
-        // Every file is fetched on its own: the held ones, wherever they are, are not.
-        let mut tally = Tally::new(m, target.sink());
-        for e in m.expected_entries() {
-            if matches!(e, Expected::File(f) if held.contains(&f.path)) {
-                tally.already_held(&e)?;
-            }
-        }
-        let fed = source.feed_skipping(&mut tally, progress, &held)?;
-        tally.finish()?;
         fed
     } else {
         let expected = m.expected_entries();
-        let start = match target.kept() {
-            Some(kept) => {
-                let wanted = expected
-                    .iter()
-                    .position(|e| !kept.holds(e))
-                    .unwrap_or(expected.len());
+        let start = match kept {
+            Some(k) => {
+                let mut wanted = expected.len();
+                for (i, e) in expected.iter().enumerate() {
+                    if !tally.sink_holds(e)? {
+                        wanted = i;
+                        break;
+                    }
+                }
                 let start = source.start_at(wanted);
-                note_resuming(kept, &source.reads_from(start), progress);
+                note_resuming(k, &source.reads_from(start), progress);
                 start
             }
             None => 0,
         };
-        let mut tally = Tally::new(m, target.sink());
         for e in &expected[..start] {
             tally.already_held(e)?;
         }
-        let fed = source.feed_from(&mut tally, progress, start)?;
-        tally.finish()?;
-        fed
+        source.feed_from(&mut tally, progress, start)?
     };
+    tally.finish()?;
     Ok(fed)
 }
 
-/// Whether the delta stream's entry `e` needs nothing from the stream for a target holding
-/// `kept`: a directory (the stage makes every directory before the stream), a carried file the
-/// target holds, a patch of a file it holds.
-fn delta_entry_held(m: &crate::manifest::Manifest, kept: &Kept, e: &Expected<'_>) -> bool {
+/// Whether the delta stream's entry `e` needs nothing from the stream for the sink behind
+/// `tally`: a directory (the stage makes every directory before the stream), a carried file
+/// the sink holds, a patch of a file it holds.
+fn delta_entry_held(
+    m: &crate::manifest::Manifest,
+    tally: &mut Tally<'_, '_>,
+    e: &Expected<'_>,
+) -> Result<bool> {
     match e {
-        Expected::Dir(_) => true,
+        Expected::Dir(_) => Ok(true),
         Expected::File(f) => match crate::delta::apply::patch_index(&f.path) {
-            Some(i) => m.files.get(i).is_some_and(|t| kept.files.contains(&t.path)),
-            None => kept.files.contains(&f.path),
+            Some(i) => match m.files.get(i) {
+                Some(t) => tally.sink_holds(&Expected::File(t)),
+                None => Ok(false),
+            },
+            None => tally.sink_holds(e),
         },
     }
 }
@@ -308,15 +285,18 @@ fn delta_reads_from(source: &dyn Source, start: usize) -> String {
     }
 }
 
-/// Tells the operator what a resumed install holds and where the source reads from.
-fn note_resuming(kept: &Kept, reads_from: &str, progress: &dyn Progress) {
+/// Tells the operator what a resumed install holds (`kept`: files, bytes, discarded, where)
+/// and where the source reads from.
+fn note_resuming(
+    (files, bytes, discarded, held_in): (usize, u64, u64, &str),
+    reads_from: &str,
+    progress: &dyn Progress,
+) {
     progress.note(&format!(
-        "resuming: {} files ({}) already {} and proven{}{reads_from}",
-        kept.files.len(),
-        gib(kept.bytes),
-        kept.held_in,
-        if kept.discarded > 0 {
-            format!(", {} staged entries discarded", kept.discarded)
+        "resuming: {files} files ({}) already {held_in} and proven{}{reads_from}",
+        gib(bytes),
+        if discarded > 0 {
+            format!(", {discarded} staged entries discarded")
         } else {
             String::new()
         },

@@ -182,6 +182,12 @@ pub struct Marker {
     /// absent for the other targets, so their markers are unchanged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
+    /// Of a bundle of several repositories (FORMAT.md section 14.4), the folders of the
+    /// repositories the install takes, in bundle order (`unpack --repo`, or every one into a
+    /// cache); absent for a bundle of one and for a whole bundle into a directory, so those
+    /// markers are unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repos: Option<Vec<String>>,
 }
 
 impl Marker {
@@ -613,11 +619,6 @@ pub fn clean_stale_for(parent: &Path, dest: Option<&str>) -> Result<Cleanup> {
     clean_stale_at_for(&parent_fd, parent, dest)
 }
 
-/// [`clean_stale`] in the directory open as `parent_fd` (shown as `parent`).
-pub fn clean_stale_at(parent_fd: &OwnedFd, parent: &Path) -> Result<Cleanup> {
-    clean_stale_at_for(parent_fd, parent, None)
-}
-
 /// [`clean_stale_for`] in the directory open as `parent_fd` (shown as `parent`).
 pub fn clean_stale_at_for(
     parent_fd: &OwnedFd,
@@ -916,6 +917,40 @@ fn walk_for_mount(dir: &OwnedFd, dev: u64, path: &Path) -> io::Result<Option<Pat
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_marker_is_the_line_format_md_section_22_gives() {
+        let mut m = Marker {
+            manifest_sha256: "ab".into(),
+            dest: "out".into(),
+            target: "dir".into(),
+            revision: None,
+            repos: None,
+        };
+        // Unchanged for a bundle of one (and a whole bundle into a directory).
+        assert_eq!(
+            m.bytes(),
+            b"{\"manifest_sha256\":\"ab\",\"dest\":\"out\",\"target\":\"dir\"}\n"
+        );
+        m.repos = Some(vec!["models--o--a".into(), "models--o--b".into()]);
+        assert_eq!(
+            m.bytes(),
+            b"{\"manifest_sha256\":\"ab\",\"dest\":\"out\",\"target\":\"dir\",\"repos\":[\"models--o--a\",\"models--o--b\"]}\n"
+        );
+        let back: Marker = serde_json::from_slice(&m.bytes()).unwrap();
+        assert_eq!(back, m);
+        // Another selection is another marker: never adopted for this one.
+        let mut other = m.clone();
+        other.repos = Some(vec!["models--o--a".into()]);
+        assert_ne!(other, m);
+        // An unknown key makes it not airlock's.
+        assert!(
+            serde_json::from_slice::<Marker>(
+                b"{\"manifest_sha256\":\"ab\",\"dest\":\"out\",\"target\":\"dir\",\"x\":1}"
+            )
+            .is_err()
+        );
+    }
 
     #[test]
     fn a_work_directory_is_private_and_locked_before_it_has_its_name() {

@@ -172,6 +172,17 @@ fn finish(
 ) -> Result<Output> {
     let opened = source.opened();
     let m = &opened.manifest;
+    // What is installed: the whole bundle, or the part `--repo` chose (its files and bytes).
+    let chosen: &[String] = match &to {
+        To::Dir(o) => &o.repos,
+        To::HfCache(o) => &o.repos,
+        To::Layout(_) => &[],
+    };
+    let part = (!chosen.is_empty())
+        .then(|| m.choose_repos(chosen).ok())
+        .flatten()
+        .and_then(|c| m.select_repos(&c));
+    let totals = part.as_ref().map_or(&m.totals, |p| &p.totals);
     let done = unpack::unpack(source, to, ui)?;
     report_install(
         &mut out,
@@ -183,8 +194,8 @@ fn finish(
     out.set("repaired_volumes", &done.notes().repaired_volumes);
     out.set("resumed", &done.notes().resumed);
     out.set("volume_bytes_read", done.notes().volume_bytes_read);
-    out.set("files", m.totals.files);
-    out.set("bytes", m.totals.file_bytes);
+    out.set("files", totals.files);
+    out.set("bytes", totals.file_bytes);
     // Volumes are read from the medium at no cost (their cached pages dropped at the open):
     // which were, and which could not be (a tmpfs, a network file system).
     let reads = disk.map(|d| d.media.reads()).unwrap_or_default();
@@ -209,7 +220,7 @@ fn finish(
         );
     }
     let what = format!("{} version {}{from}", m.name, m.version);
-    let size = format!("{} files, {}", m.totals.files, human(m.totals.file_bytes));
+    let size = format!("{} files, {}", totals.files, human(totals.file_bytes));
     let oms_at = airlock::oms::carried_name(m).and_then(|name| match &done {
         // Part of a bundle of several: the OMS signature covers the whole tree, not placed.
         Unpacked::Dir(i) if !i.part.is_empty() => None,
@@ -236,7 +247,7 @@ fn finish(
     match done {
         Unpacked::Dir(i) => render_dir(&mut out, &i, &what, &size),
         Unpacked::HfCache(i) => {
-            let size = format!("{} files ({})", m.totals.files, human(m.totals.file_bytes));
+            let size = format!("{} files ({})", totals.files, human(totals.file_bytes));
             render_hf(&mut out, &i, &what, &size)
         }
         Unpacked::Layout(l) => render_layout(&mut out, &l, &what, &size),

@@ -220,21 +220,20 @@ struct Queue {
 
 /// Feeds the whole tree, in bundle order, from the registry through a verifier into `sink`.
 /// Large files stream straight through; small ones (config, tokenizer, shards of a few MiB)
-/// are fetched ahead by a few workers into a bounded amount of memory. A file in `held` (the
-/// target holds it, proven: each file is a blob of its own) or one the sink already
-/// [`EntrySink::holds`] (not among the repositories `unpack --repo` chose, or staged by an
-/// interrupted install and proven) is not fetched: it counts as delivered.
+/// are fetched ahead by a few workers into a bounded amount of memory. A file the sink
+/// already [`EntrySink::holds`] (a blob the layout has, a file not among the repositories
+/// `unpack --repo` chose, one an interrupted install staged and proved) is not fetched: each
+/// file is a blob of its own, so any one can be left out, and it counts as delivered.
 fn fill(
     m: &Manifest,
     registry: &Registry,
     reference: &str,
     sink: &mut dyn EntrySink,
     progress: &dyn Progress,
-    held: &HashSet<String>,
 ) -> Result<()> {
-    let mut skipped: std::collections::HashSet<&str> = held.iter().map(String::as_str).collect();
+    let mut skipped: HashSet<&str> = HashSet::new();
     for f in &m.files {
-        if !skipped.contains(f.path.as_str()) && sink.holds(f)? {
+        if sink.holds(f)? {
             skipped.insert(f.path.as_str());
         }
     }
@@ -365,26 +364,17 @@ impl Source for RegistrySource<'_> {
         true
     }
     fn feed(&self, sink: &mut dyn EntrySink, progress: &dyn Progress) -> Result<Fed> {
-        self.feed_skipping(sink, progress, &HashSet::new())
-    }
-    fn skips_held(&self) -> bool {
-        true
-    }
-    fn feed_skipping(
-        &self,
-        sink: &mut dyn EntrySink,
-        progress: &dyn Progress,
-        held: &HashSet<String>,
-    ) -> Result<Fed> {
         fill(
             &self.opened.manifest,
             self.registry,
             &self.reference,
             sink,
             progress,
-            held,
         )?;
         Ok(Fed::default())
+    }
+    fn reads_from(&self, _start: usize) -> String {
+        ", fetching only the files not held".to_string()
     }
 }
 

@@ -172,18 +172,21 @@ impl Target for DirTarget {
             }
             keep = Some(kept);
         }
-        // Every install of a whole bundle can be resumed. A delta's marker names the delta's
-        // manifest, which names its base by digest: the files kept are the target's, proven
-        // the same way, and the delta stage skips the copies and patches of the files held.
-        // Part of a bundle of several (`--repo`) starts again from zero.
-        let marker = part.is_none().then(|| staging::Marker {
+        // Every install can be resumed. A delta's marker names the delta's manifest, which
+        // names its base by digest: the files kept are the target's, proven the same way, and
+        // the delta stage skips the copies and patches of the files held. Part of a bundle of
+        // several (`--repo`) is resumed only by a rerun that chooses the same repositories: the
+        // marker names them, and the files kept are proven against that part's manifest (its
+        // paths as the part lays them down).
+        let marker = staging::Marker {
             manifest_sha256: opened.manifest_sha256.clone(),
             dest: dest_name.to_string(),
             target: "dir".into(),
             revision: None,
-        });
-        let adopted = match (&missing, &marker) {
-            (None, Some(marker)) if opts.resume => Staging::adopt(&parent, marker)?,
+            repos: part.as_ref().map(|(folders, _)| folders.clone()),
+        };
+        let adopted = match &missing {
+            None if opts.resume => Staging::adopt(&parent, &marker)?,
             _ => None,
         };
         let cleanup = match &missing {
@@ -240,9 +243,7 @@ impl Target for DirTarget {
             (Some(s), Some(r)) => (s, r),
             _ => {
                 let staging = Staging::create(&parent, dest_name)?;
-                if let Some(marker) = &marker {
-                    staging.mark_resumable(marker)?;
-                }
+                staging.mark_resumable(&marker)?;
                 let root = staging.mkdir("tree", receipt::DIR_MODE)?;
                 (staging, root)
             }
@@ -497,8 +498,12 @@ impl EntrySink for StagingSink {
     }
 
     fn holds(&mut self, file: &FileEntry) -> Result<bool> {
-        // A delta's copy or patch of a file an adopted work directory holds, proven: skipped.
+        // A file an adopted work directory holds, proven: not read, fetched, copied or patched.
         Ok(self.held_files.contains(&file.path))
+    }
+
+    fn holds_dir(&mut self, path: &str) -> Result<bool> {
+        Ok(self.held_dirs.contains(path))
     }
 
     fn begin_file(&mut self, file: &FileEntry) -> Result<()> {

@@ -494,8 +494,13 @@ impl EntrySink for BlobSink {
     }
 
     fn holds(&mut self, file: &FileEntry) -> Result<bool> {
-        // A delta's copy or patch of a file whose blob an adopted work directory holds.
+        // A file whose blob an adopted work directory holds, proven.
         Ok(self.held.contains(&file.path))
+    }
+
+    fn holds_dir(&mut self, _path: &str) -> Result<bool> {
+        // Made in the snapshot from the manifest once the stream has passed.
+        Ok(true)
     }
 
     fn begin_file(&mut self, file: &FileEntry) -> Result<()> {
@@ -929,15 +934,16 @@ fn write_ref(
     Ok(old)
 }
 
-/// An adopted work directory, pruned to the blobs it proves, with a fresh (empty) snapshot
-/// folder.
+/// One repository of an adopted work directory, pruned to the blobs it proves, with a fresh
+/// (empty) snapshot folder.
 struct Adopted {
     path: PathBuf,
     repo: OwnedFd,
     blobs: OwnedFd,
     snapshots: OwnedFd,
     snapshot: OwnedFd,
-    proven: Proven,
+    /// Each kept blob's SHA-256, by etag.
+    staged: HashMap<String, String>,
 }
 
 /// What [`prove_blobs`] kept.
@@ -949,47 +955,90 @@ struct Proven {
     staged: HashMap<String, String>,
 }
 
+/// A repository to take over in an adopted work directory: the name of its staged folder
+/// there, its plan, the manifest its files are listed in (its view for a bundle of several),
+/// and what their bundle paths begin with.
+struct ToAdopt<'a> {
+    name: String,
+    plan: &'a Plan,
+    m: &'a Manifest,
+    prefix: &'a str,
+}
+
+/// The name of repository `i` of `count` in the work directory: `repo` for a bundle of one,
+/// `repo<i>` for several.
+fn staged_name(i: usize, count: usize) -> String {
+    if count > 1 {
+        format!("repo{i}")
+    } else {
+        "repo".to_string()
+    }
+}
+
 /// Takes over the work directory `work` an interrupted install of the same bundle into the
-/// same repository and revision left ([`Staging::adopt_at`] found it): its staged blobs are
-/// proven ([`prove_blobs`]); everything else (a snapshot folder built before the kill, refs, a
-/// partial blob, anything planted) is removed, never following a link.
+/// same repositories (and, for one, revision) left ([`Staging::adopt_at`] found it): each
+/// repository's staged blobs are proven ([`prove_blobs`]); everything else (a snapshot folder
+/// built before the kill, refs, a partial blob, anything planted) is removed, never following a
+/// link. Returns each repository's folder, in `repos` order, and what they hold together (the
+/// files by bundle path).
 fn adopt_tree(
     work: &Staging,
-    plan: &Plan,
+    repos: &[ToAdopt<'_>],
     m: &Manifest,
     progress: &dyn Progress,
-) -> Result<Adopted> {
+) -> Result<(Vec<Adopted>, Kept, HashMap<String, String>)> {
     let wpath = work.path();
     for (name, kind) in fsio::dir_entries(work.fd()).map_err(|e| Error::io(&wpath, e))? {
         let ours = name == staging::LOCK_NAME
             || name == staging::RESUME_NAME
-            || (name == "repo" && kind == rustix::fs::FileType::Directory);
+            || (kind == rustix::fs::FileType::Directory
+                && repos.iter().any(|r| name.to_str() == Some(r.name.as_str())));
         if !ours {
             super::resume::remove(work.fd(), &name, kind, &wpath)?;
         }
     }
-    let path = wpath.join("repo");
-    let repo = open_or_make(work.fd(), &path, "repo")?;
-    let mut discarded = 0;
-    for (name, kind) in fsio::dir_entries(&repo).map_err(|e| Error::io(&path, e))? {
-        if name != "blobs" || kind != rustix::fs::FileType::Directory {
-            super::resume::remove(&repo, &name, kind, &path)?;
-            discarded += u64::from(name != "snapshots");
+    let mut kept = Kept {
+        // The snapshots' directories are made from the manifest at the end.
+        dirs: m.directories.iter().cloned().collect(),
+        held_in: "staged",
+        ..Kept::default()
+    };
+    let mut placed = HashMap::new();
+    let mut adopted = Vec::with_capacity(repos.len());
+    for r in repos {
+        let path = wpath.join(&r.name);
+        let repo = open_or_make(work.fd(), &path, &r.name)?;
+        for (name, kind) in fsio::dir_entries(&repo).map_err(|e| Error::io(&path, e))? {
+            if name != "blobs" || kind != rustix::fs::FileType::Directory {
+                super::resume::remove(&repo, &name, kind, &path)?;
+                kept.discarded += u64::from(name != "snapshots");
+            }
         }
+        let blobs = open_or_make(&repo, &path.join("blobs"), "blobs")?;
+        let proven = prove_blobs(&blobs, &path.join("blobs"), r.m, &r.plan.etags, progress)?;
+        kept.discarded += proven.kept.discarded;
+        kept.bytes += proven.kept.bytes;
+        kept.files
+            .extend(proven.kept.files.iter().map(|p| format!("{}{p}", r.prefix)));
+        placed.extend(
+            proven
+                .placed
+                .into_iter()
+                .map(|(p, etag)| (format!("{}{p}", r.prefix), etag)),
+        );
+        let snapshots = durable::mkdir_at(&repo, &path, "snapshots", 0o755)?;
+        let snapshot =
+            durable::mkdir_at(&snapshots, &path.join("snapshots"), &r.plan.commit, 0o755)?;
+        adopted.push(Adopted {
+            path,
+            repo,
+            blobs,
+            snapshots,
+            snapshot,
+            staged: proven.staged,
+        });
     }
-    let blobs = open_or_make(&repo, &path.join("blobs"), "blobs")?;
-    let mut proven = prove_blobs(&blobs, &path.join("blobs"), m, &plan.etags, progress)?;
-    proven.kept.discarded += discarded;
-    let snapshots = durable::mkdir_at(&repo, &path, "snapshots", 0o755)?;
-    let snapshot = durable::mkdir_at(&snapshots, &path.join("snapshots"), &plan.commit, 0o755)?;
-    Ok(Adopted {
-        path,
-        repo,
-        blobs,
-        snapshots,
-        snapshot,
-        proven,
-    })
+    Ok((adopted, kept, placed))
 }
 
 /// Opens the directory `name` of `parent` (at `path`), no link followed, making it (0755) when
@@ -1272,33 +1321,48 @@ impl Target for HfTarget {
         };
         let locks = cache.join(hfcache::LOCKS_DIR);
         let existing_locks = hfcache::open_locks(&cache_fd, cache)?;
-        // An install of one repository can be resumed: its work directory is marked with the
-        // signed manifest's digest (a delta's names its base by digest), the repository folder
-        // and the revision. A bundle of several repositories (all, or the part `--repo`
-        // chose) starts again from zero.
-        let several = plans.len() > 1;
-        let marker = m.repos.is_empty().then(|| staging::Marker {
+        // Every install can be resumed: its work directory is marked with the signed
+        // manifest's digest (a delta's names its base by digest), the (first) repository folder
+        // and, for a bundle of one, the revision; for a bundle of several, the folders of the
+        // repositories it takes (all, or the part `--repo` chose), so only a rerun choosing
+        // the same ones adopts it.
+        let marker = staging::Marker {
             manifest_sha256: opened.manifest_sha256.clone(),
             dest: plans[0].1.clone(),
             target: "hf-cache".into(),
-            revision: Some(plans[0].0.revision.clone()),
-        });
-        let adopted = match (&existing_locks, &marker) {
-            (Some(fd), Some(marker)) if opts.resume => Staging::adopt_at(fd, &locks, marker)?,
+            revision: m.repos.is_empty().then(|| plans[0].0.revision.clone()),
+            repos: (!m.repos.is_empty()).then(|| {
+                plans
+                    .iter()
+                    .map(|p| p.3.trim_end_matches('/').to_string())
+                    .collect()
+            }),
+        };
+        let adopted = match &existing_locks {
+            Some(fd) if opts.resume => Staging::adopt_at(fd, &locks, &marker)?,
             _ => None,
         };
-        // Work directories of this repository left by another bundle, revision or a
-        // `--no-resume` run are removed here (the adopted one is locked); those of other
-        // repositories are left for their reruns.
+        // Work directories of this (first) repository left by another bundle, selection,
+        // revision or a `--no-resume` run are removed here (the adopted one is locked); those
+        // of other repositories are left for their reruns.
         let cleanup = match &existing_locks {
-            Some(fd) if !several => staging::clean_stale_at_for(fd, &locks, Some(&plans[0].1))?,
-            Some(fd) => staging::clean_stale_at(fd, &locks)?,
+            Some(fd) => staging::clean_stale_at_for(fd, &locks, Some(&plans[0].1))?,
             None => Cleanup::default(),
         };
         let mut resumed = None;
         if let Some(work) = adopted {
             txn.staging = Some(work);
-            match adopt_tree(txn.work(), &plans[0].0, m, progress) {
+            let to_adopt: Vec<ToAdopt<'_>> = plans
+                .iter()
+                .enumerate()
+                .map(|(i, (plan, _, view, prefix))| ToAdopt {
+                    name: staged_name(i, plans.len()),
+                    plan,
+                    m: view.as_ref().unwrap_or(m),
+                    prefix,
+                })
+                .collect();
+            match adopt_tree(txn.work(), &to_adopt, m, progress) {
                 Ok(r) => resumed = Some(r),
                 Err(e) => {
                     // What was staged stays for the next rerun (an interrupt while it is
@@ -1311,9 +1375,7 @@ impl Target for HfTarget {
             }
         }
         if opts.check_space {
-            let held = resumed
-                .as_ref()
-                .map_or(0, |r: &Adopted| r.proven.kept.bytes);
+            let held = resumed.as_ref().map_or(0, |(_, kept, _)| kept.bytes);
             // What is installed: the whole bundle, or the repositories chosen.
             let part = (!opts.repos.is_empty())
                 .then(|| {
@@ -1358,29 +1420,36 @@ impl Target for HfTarget {
                 });
             };
         let (kept, placed) = match resumed {
-            Some(a) => {
-                // A bundle of one repository, its work directory adopted.
-                let (plan, folder, view, prefix) = plans.pop().expect("one repository");
-                let staged = Staged {
-                    name: "repo".to_string(),
-                    path: a.path,
-                    repo: a.repo,
-                    snapshots: Arc::new(a.snapshots),
-                    snapshot: a.snapshot,
-                };
-                let sink_repo = SinkRepo {
-                    prefix: prefix.clone(),
-                    blobs_path: staged.path.join("blobs"),
-                    blobs: a.blobs,
-                    staged: a.proven.staged,
-                };
-                add_repo(
-                    cache.join(&folder),
-                    (plan, folder, view, prefix),
-                    staged,
-                    sink_repo,
-                );
-                (Some(a.proven.kept), a.proven.placed)
+            Some((adopted, kept, placed)) => {
+                // The work directory adopted: each repository's folder in it, proven.
+                for ((plan, folder, view, prefix), a) in plans.into_iter().zip(adopted) {
+                    let name = a
+                        .path
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .expect("named by staged_name")
+                        .to_string();
+                    let staged = Staged {
+                        name,
+                        path: a.path,
+                        repo: a.repo,
+                        snapshots: Arc::new(a.snapshots),
+                        snapshot: a.snapshot,
+                    };
+                    let sink_repo = SinkRepo {
+                        prefix: prefix.clone(),
+                        blobs_path: staged.path.join("blobs"),
+                        blobs: a.blobs,
+                        staged: a.staged,
+                    };
+                    add_repo(
+                        cache.join(&folder),
+                        (plan, folder, view, prefix),
+                        staged,
+                        sink_repo,
+                    );
+                }
+                (Some(kept), placed)
             }
             None => {
                 let locks_fd = match existing_locks {
@@ -1396,17 +1465,12 @@ impl Target for HfTarget {
                 };
                 txn.staging = Some(Staging::create_at(locks_fd, &locks, &plans[0].1)?);
                 let work = txn.work();
-                if let Some(marker) = &marker {
-                    work.mark_resumable(marker)?;
-                }
+                work.mark_resumable(&marker)?;
+                let count = plans.len();
                 for (i, (plan, folder, view, prefix)) in plans.into_iter().enumerate() {
                     // The staged tree, made and kept by handle: whatever another user does to
                     // names in `.locks`, every file goes into the directories made here.
-                    let name = if several {
-                        format!("repo{i}")
-                    } else {
-                        "repo".to_string()
-                    };
+                    let name = staged_name(i, count);
                     let path = work.path().join(&name);
                     let repo_fd = work.mkdir(&name, 0o755)?;
                     let blobs = durable::mkdir_at(&repo_fd, &path, "blobs", 0o755)?;

@@ -508,11 +508,14 @@ impl Target for LayoutTarget {
             ..InstallNotes::default()
         };
         notes.repaired_volumes = fed.repaired_volumes;
-        // The held blobs of the files the stream started after count as reused too.
+        // The files never delivered were left out because the layout holds their blobs
+        // (`holds`: the stream started after them, the registry or the delta skipped them):
+        // reused too.
         let reused = reused
-            + kept.as_ref().map_or(0, |k| {
-                k.files.iter().filter(|p| !delivered.contains(*p)).count() as u64
-            });
+            + m.files
+                .iter()
+                .filter(|f| !delivered.contains(&f.path))
+                .count() as u64;
         notes.resumed = super::resume::report(kept.as_ref(), fed.started_at);
         notes.volume_bytes_read = fsio::volume_bytes_read();
         Ok(LayoutWritten {
@@ -714,11 +717,13 @@ impl EntrySink for BlobSink {
     }
 
     fn holds(&mut self, file: &FileEntry) -> Result<bool> {
-        let held = self.held.contains(&file.sha256) || self.has_blob(&file.sha256, file.size)?;
-        if held {
-            self.reused += 1;
-        }
-        Ok(held)
+        // A file left out because of this counts as reused at commit (never delivered).
+        Ok(self.held.contains(&file.sha256) || self.has_blob(&file.sha256, file.size)?)
+    }
+
+    fn holds_dir(&mut self, _path: &str) -> Result<bool> {
+        // A layout holds blobs; directories are implied by the layers' paths.
+        Ok(true)
     }
 }
 

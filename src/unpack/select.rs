@@ -4,7 +4,8 @@
 //! repository goes into a directory of its own) and drops the others' bytes. It sits behind the
 //! verifier and the tally, so every byte that passes through is still hashed against the
 //! signed manifest and the whole manifest must still arrive; a source that can skip a file
-//! (a registry) asks [`EntrySink::holds`] and never fetches the others.
+//! asks [`EntrySink::holds`], which says yes for the others: a registry never fetches them,
+//! and a resumed stream starts after those before the first file of the part it still needs.
 
 use std::borrow::Cow;
 
@@ -110,6 +111,17 @@ impl<S: EntrySink> EntrySink for Select<S> {
             Some(f) => self.inner.holds(&f),
             // Not chosen: a source that can skip it need not fetch it.
             None => Ok(true),
+        }
+    }
+
+    fn holds_dir(&mut self, path: &str) -> Result<bool> {
+        match &self.part {
+            None => self.inner.holds_dir(path),
+            Some(p) => match p.map(path) {
+                Some(d) if !d.is_empty() => self.inner.holds_dir(&d),
+                // Not chosen, or the folder taken off: nothing to make.
+                _ => Ok(true),
+            },
         }
     }
 

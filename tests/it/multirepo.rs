@@ -498,6 +498,13 @@ fn one_repository_by_name_goes_into_the_directory_itself_and_the_rest_is_only_ha
     ]);
     assert_eq!(code, 0, "{j}");
     assert_eq!(j["part"], serde_json::json!(["models--org--base"]), "{j}");
+    // The files and bytes of that part, not of the bundle (CLI.md, unpack JSON).
+    assert_eq!(j["files"], 2, "{j}");
+    assert_eq!(
+        j["bytes"].as_u64(),
+        Some((12 << 20) + br#"{"model_type":"x"}"#.len() as u64),
+        "{j}"
+    );
     assert_eq!(
         tree_without_receipt(&env.path("d-base"))
             .into_iter()
@@ -542,8 +549,9 @@ fn one_repository_by_name_goes_into_the_directory_itself_and_the_rest_is_only_ha
     );
     env.ok(&["check", "two", "--trust", "k.pub"]);
 
-    // Into a cache: only the chosen repository appears, with its receipt.
-    env.ok(&[
+    // Into a cache: only the chosen repository appears, with its receipt; the success line
+    // counts its files.
+    let out = env.ok(&[
         "unpack",
         "multi",
         "--trust",
@@ -553,6 +561,8 @@ fn one_repository_by_name_goes_into_the_directory_itself_and_the_rest_is_only_ha
         "--repo",
         "org/adapter",
     ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(" 2 files ("), "{text}");
     assert_eq!(
         entries(&env.path("c1"))
             .iter()
