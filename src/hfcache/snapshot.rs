@@ -463,6 +463,7 @@ fn walk_snapshot(
             executable: false,
             prefetched: None,
             has_values: None,
+            checks_left: false,
         });
     }
 
