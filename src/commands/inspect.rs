@@ -165,7 +165,8 @@ pub(super) fn delta_summary(
 }
 
 /// The repositories of a bundle of several (FORMAT.md section 14.4): JSON `repos` (each one's
-/// directory, id, type, revision, commit and file count) and a line each.
+/// directory, id, type, revision, commit and file count) and a line each; the model directory
+/// beside them, if any, as JSON `dir` (its name, file count and bytes) and a line.
 pub(super) fn repos_summary(out: &mut Output, m: &airlock::manifest::Manifest) {
     if m.repos.is_empty() {
         return;
@@ -187,6 +188,23 @@ pub(super) fn repos_summary(out: &mut Output, m: &airlock::manifest::Manifest) {
         })
         .collect();
     out.set("repos", listed);
+    // The model directory beside them (`dir`): its files are the ones of no repository.
+    if let Some(d) = &m.dir {
+        let (files, bytes) = m
+            .files
+            .iter()
+            .filter(|f| m.in_dir(&f.path))
+            .fold((0u64, 0u64), |(n, b), f| (n + 1, b + f.size));
+        out.set(
+            "dir",
+            json!({"path": d.path, "files": files, "file_bytes": bytes}),
+        );
+        out.line(format!(
+            "directory:   {}/: {files} files ({})",
+            airlock::display::escape(&d.path),
+            human(bytes)
+        ));
+    }
     for (i, r) in m.repos.iter().enumerate() {
         let files = m.repo_files(i);
         out.line(format!(

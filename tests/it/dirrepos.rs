@@ -69,6 +69,23 @@ fn a_directory_beside_a_repository_packs_verifies_and_lands_beside_it() {
         2
     );
     assert!(m["source"].is_null());
+    // inspect names the directory beside the repository, with its files.
+    let dir_files = tree(&env.path("mydir"))
+        .into_iter()
+        .filter(|(_, _, c)| c.is_some())
+        .count() as u64;
+    let text = String::from_utf8_lossy(&env.ok(&["inspect", "b"]).stdout).into_owned();
+    assert!(
+        text.contains(&format!("directory:   mydir/: {dir_files} files")),
+        "{text}"
+    );
+    let (_, j) = env.json(&["inspect", "b"]);
+    assert_eq!(j["dir"]["path"], "mydir");
+    assert_eq!(j["dir"]["files"], dir_files);
+    assert_eq!(
+        j["dir"]["files"].as_u64().unwrap() + j["repos"][0]["files"].as_u64().unwrap(),
+        m["files"].as_array().unwrap().len() as u64
+    );
     env.ok(&["verify", "b", "--trust", "k.pub", "--deep"]);
     env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "d"]);
     // Both parts byte for byte, and nothing else beside them.
