@@ -266,6 +266,9 @@ type Regular = (
     bool,
 );
 
+/// A directory entry examined: its path, its relative path (`None`: not UTF-8) and what it is.
+type Examined = (PathBuf, Option<String>, Found);
+
 /// What one directory entry is, found while its directory was open.
 enum Found {
     Dir,
@@ -299,13 +302,13 @@ impl Walk<'_> {
         let fd = open_dir_below(self.root_fd, rel).map_err(|e| Error::io(&dir_path, e.into()))?;
         let mut entries = fsio::dir_entries(&fd).map_err(|e| Error::io(&dir_path, e))?;
         entries.sort_by(|a, b| a.0.cmp(&b.0));
-        let found: Vec<(PathBuf, Option<String>, Found)> = match self.checks.is_some() {
+        let found: Vec<Examined> = match self.checks.is_some() {
             // With the model checks, each file is opened, read and checked here: the runs of a
             // directory's entries are examined in parallel (the opens and reads of small files
             // are most of a pack's time), each feeding checks of its own, merged in order.
             true => {
                 let this = &*self;
-                let parts: Vec<(Vec<(PathBuf, Option<String>, Found)>, TreeChecks)> = entries
+                let parts: Vec<(Vec<Examined>, TreeChecks)> = entries
                     .par_chunks(CHECKED_RUN)
                     .map(|run| {
                         let mut checks = TreeChecks::default();
@@ -373,7 +376,7 @@ impl Walk<'_> {
         name: &OsStr,
         kind: FileType,
         checks: Option<&mut TreeChecks>,
-    ) -> Option<(PathBuf, Option<String>, Found)> {
+    ) -> Option<Examined> {
         // The name the entry has in the tree (a name that is not UTF-8 is refused later,
         // before anything is checked).
         let rel_name = match name.to_str() {
