@@ -49,9 +49,10 @@ pub enum ScanEntry {
         /// opened). What `pack` bounds the manifest by before it reads a byte.
         has_values: Option<bool>,
         /// The checking scan left this file's model checks to the pack's read pass
-        /// ([`scan_checking`]): a small file past the kept bytes whose name is no model
-        /// format's, found by its `fstatat` and not opened, so the read pass that reads its
-        /// bytes anyway is its one open (`has_values` is `None`).
+        /// ([`scan_checking`]): a small file past the kept bytes whose checks need only the
+        /// open file (no shard index, config, safetensors or GGUF name), found by its
+        /// `fstatat` and not opened, so the read pass that reads its bytes anyway is its one
+        /// open (`has_values` is `None`).
         checks_left: bool,
     },
 }
@@ -449,9 +450,9 @@ const CHECKED_RUN: usize = 64;
 /// handle, its `fstat` giving the size and mode, and a small one is read whole while it is
 /// open ([`Prefetched`], within `budget`); one that cannot be opened as a regular file now is
 /// looked at as without checks and left to the checks' by-path end, which reports what the
-/// path-based checks would. Past the budget, a small file whose name is no model format's is
-/// not opened: its `fstatat` gives its size and mode, and its checks are left to the pack's
-/// read pass, which opens it anyway ([`ScanEntry::File::checks_left`]).
+/// path-based checks would. Past the budget, a small file whose checks need only the open file
+/// ([`leaves_checks_of`]) is not opened: its `fstatat` gives its size and mode, and its checks
+/// are left to the pack's read pass, which opens it anyway ([`ScanEntry::File::checks_left`]).
 fn regular(
     dir: &OwnedFd,
     name: &OsStr,

@@ -652,9 +652,9 @@ fn value_warnings_bound(opts: &PackOptions<'_>, scanned: &[&str]) -> Vec<Warning
 /// now may be (the read pass decides, and refuses a file that changed).
 ///
 /// A file whose checks the scan left to the read pass ([`ScanEntry::File::checks_left`]: a
-/// small file past its kept bytes, of no model format's name) is not opened for this (it would
-/// be its second open, a third of the pack of a million small files): it is counted as not
-/// read. Should such files hold values after all, what their findings add to the manifest is
+/// small file past its kept bytes, with no shard index, config, safetensors or GGUF name) is
+/// not opened for this (it would be its second open, a third of the pack of a million small
+/// files): it is counted as not read. Should such files hold values after all, what their findings add to the manifest is
 /// held to the limit by the seal's own check, which refuses before anything is signed.
 fn may_have_values(e: &ScanEntry, root: &Path) -> bool {
     use crate::inspect::format;
