@@ -48,6 +48,12 @@ pub enum ScanEntry {
         /// ([`crate::inspect::format::identify`]), when the scan opened it (`None`: not
         /// opened). What `pack` bounds the manifest by before it reads a byte.
         has_values: Option<bool>,
+        /// The checking scan left this file's model checks to the pack's read pass
+        /// ([`scan_checking`]): a small file past the kept bytes whose checks need only the
+        /// open file (no shard index, config, safetensors or GGUF name), found by its
+        /// `fstatat` and not opened, so the read pass that reads its bytes anyway is its one
+        /// open (`has_values` is `None`).
+        checks_left: bool,
     },
 }
 
@@ -122,6 +128,11 @@ impl PrefetchBudget {
             .is_ok()
     }
 
+    /// Whether a file of `len` bytes would fit in what is left.
+    fn has_room(&self, len: u64) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed) >= Self::cost(len)
+    }
+
     /// Gives back the room taken for a file whose content was not kept.
     pub(crate) fn give_back(&self, len: u64) {
         self.0
@@ -160,19 +171,29 @@ fn refuse(path: &Path, reason: impl Into<String>) -> Error {
 /// Returns the `/`-separated relative path.
 pub fn check_name(root: &Path, full: &Path, collisions: &mut CollisionSet) -> Result<String> {
     let rel = full.strip_prefix(root).unwrap_or(full);
-    let Some(rel) = rel.to_str() else {
+    check_relative_name(rel.to_str().map(str::to_string), full, collisions)
+}
+
+/// [`check_name`] of the entry at `full` whose relative path the caller has made already
+/// (`None`: a name that is not UTF-8), so the walk parses no path back into components.
+fn check_relative_name(
+    rel: Option<String>,
+    full: &Path,
+    collisions: &mut CollisionSet,
+) -> Result<String> {
+    let Some(rel) = rel else {
         return Err(refuse(
             full,
             "has a name that is not valid UTF-8; rename it before packing",
         ));
     };
-    if let Err(why) = paths::check_relative(rel) {
+    if let Err(why) = paths::check_relative(&rel) {
         return Err(refuse(
             full,
             format!("cannot be carried in a bundle: its name {why}"),
         ));
     }
-    if let Some(earlier) = collisions.insert(rel) {
+    if let Some(earlier) = collisions.insert(&rel) {
         return Err(refuse(
             full,
             format!(
@@ -180,7 +201,7 @@ pub fn check_name(root: &Path, full: &Path, collisions: &mut CollisionSet) -> Re
             ),
         ));
     }
-    Ok(rel.to_string())
+    Ok(rel)
 }
 
 /// Scans `root`. Symlinks must resolve to regular files under `link_root` (usually `root`
@@ -241,9 +262,19 @@ fn scan_inner(
 }
 
 /// A regular file (or a link to one) as the scan found it: where to read it when it is a link
-/// (its target), its size and mode, its bytes when the scan kept them, and whether the value
-/// scan reads it when the scan opened it.
-type Regular = (Option<PathBuf>, u64, u32, Option<Prefetched>, Option<bool>);
+/// (its target), its size and mode, its bytes when the scan kept them, whether the value scan
+/// reads it when the scan opened it, and whether its model checks are left to the read pass.
+type Regular = (
+    Option<PathBuf>,
+    u64,
+    u32,
+    Option<Prefetched>,
+    Option<bool>,
+    bool,
+);
+
+/// A directory entry examined: its path, its relative path (`None`: not UTF-8) and what it is.
+type Examined = (PathBuf, Option<String>, Found);
 
 /// What one directory entry is, found while its directory was open.
 enum Found {
@@ -278,13 +309,13 @@ impl Walk<'_> {
         let fd = open_dir_below(self.root_fd, rel).map_err(|e| Error::io(&dir_path, e.into()))?;
         let mut entries = fsio::dir_entries(&fd).map_err(|e| Error::io(&dir_path, e))?;
         entries.sort_by(|a, b| a.0.cmp(&b.0));
-        let found: Vec<(PathBuf, Found)> = match self.checks.is_some() {
+        let found: Vec<Examined> = match self.checks.is_some() {
             // With the model checks, each file is opened, read and checked here: the runs of a
             // directory's entries are examined in parallel (the opens and reads of small files
             // are most of a pack's time), each feeding checks of its own, merged in order.
             true => {
                 let this = &*self;
-                let parts: Vec<(Vec<(PathBuf, Found)>, TreeChecks)> = entries
+                let parts: Vec<(Vec<Examined>, TreeChecks)> = entries
                     .par_chunks(CHECKED_RUN)
                     .map(|run| {
                         let mut checks = TreeChecks::default();
@@ -311,15 +342,15 @@ impl Walk<'_> {
                 .collect(),
         };
         drop(fd);
-        for (full, what) in found {
-            let rel = check_name(self.root, &full, &mut self.collisions)?;
+        for (full, rel, what) in found {
+            let rel = check_relative_name(rel, &full, &mut self.collisions)?;
             match what {
                 Found::Dir => {
                     self.out.push(ScanEntry::Dir { path: rel.clone() });
                     self.dir(&rel)?;
                 }
                 Found::File(f) => {
-                    let (link, size, mode, prefetched, has_values) = f?;
+                    let (link, size, mode, prefetched, has_values, checks_left) = f?;
                     self.out.push(ScanEntry::File {
                         path: rel,
                         link,
@@ -327,6 +358,7 @@ impl Walk<'_> {
                         executable: mode & 0o111 != 0,
                         prefetched,
                         has_values,
+                        checks_left,
                     });
                 }
                 Found::Other => {
@@ -341,8 +373,8 @@ impl Walk<'_> {
     }
 
     /// What the entry `name` (of type `kind`) of the directory `dir` (`rel` in the tree, at
-    /// `dir_path`) is, feeding `checks` when given; `None` for the receipt directory at the
-    /// top, which is not packed.
+    /// `dir_path`) is, with its path and its relative path (`None`: not UTF-8), feeding
+    /// `checks` when given; `None` for the receipt directory at the top, which is not packed.
     fn examine(
         &self,
         dir: &OwnedFd,
@@ -351,16 +383,17 @@ impl Walk<'_> {
         name: &OsStr,
         kind: FileType,
         checks: Option<&mut TreeChecks>,
-    ) -> Option<(PathBuf, Found)> {
-        // The name the entry has in the tree, for the model checks (a name that is not UTF-8
-        // is refused later, before anything is checked).
-        let checked_name = match (&checks, name.to_str()) {
-            (Some(_), Some(n)) if rel.is_empty() => Some(n.to_string()),
-            (Some(_), Some(n)) => Some(format!("{rel}/{n}")),
-            _ => None,
+    ) -> Option<Examined> {
+        // The name the entry has in the tree (a name that is not UTF-8 is refused later,
+        // before anything is checked).
+        let rel_name = match name.to_str() {
+            Some(n) if rel.is_empty() => Some(n.to_string()),
+            Some(n) => Some(format!("{rel}/{n}")),
+            None => None,
         };
+        let checked_name = rel_name.as_deref().filter(|_| checks.is_some());
         if rel.is_empty() && name == RECEIPT_DIR {
-            if let (Some(checks), Some(n)) = (checks, &checked_name) {
+            if let (Some(checks), Some(n)) = (checks, checked_name) {
                 checks.subtree(n);
             }
             return None;
@@ -376,17 +409,17 @@ impl Walk<'_> {
                 &self.budget,
             )),
             FileType::Symlink => {
-                if let (Some(checks), Some(n)) = (checks, &checked_name) {
+                if let (Some(checks), Some(n)) = (checks, checked_name) {
                     checks.by_path(n, false);
                 }
                 Found::File(
                     self.link(dir, name, &full)
-                        .map(|(target, size, mode)| (Some(target), size, mode, None, None)),
+                        .map(|(target, size, mode)| (Some(target), size, mode, None, None, false)),
                 )
             }
             _ => Found::Other,
         };
-        Some((full, what))
+        Some((full, rel_name, what))
     }
 
     /// The regular file the link `name` in `dir` (at `full`) stands for: it must resolve to a
@@ -423,48 +456,145 @@ const CHECKED_RUN: usize = 64;
 /// handle, its `fstat` giving the size and mode, and a small one is read whole while it is
 /// open ([`Prefetched`], within `budget`); one that cannot be opened as a regular file now is
 /// looked at as without checks and left to the checks' by-path end, which reports what the
-/// path-based checks would.
+/// path-based checks would. Past the budget, a small file whose checks need only the open file
+/// ([`leaves_checks_of`]) is not opened: its `fstatat` gives its size and mode, and its checks
+/// are left to the pack's read pass, which opens it anyway ([`ScanEntry::File::checks_left`]).
 fn regular(
     dir: &OwnedFd,
     name: &OsStr,
     full: &Path,
-    checks: Option<(&mut TreeChecks, String)>,
+    checks: Option<(&mut TreeChecks, &str)>,
     budget: &PrefetchBudget,
 ) -> Result<Regular> {
     if let Some((checks, rel)) = checks {
+        if may_leave_checks(rel, full, budget)
+            && let Ok(st) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+            && FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+            && st.st_size as u64 <= PREFETCH_FILE_MAX
+            && !budget.has_room(st.st_size as u64)
+        {
+            return Ok((None, st.st_size as u64, st.st_mode, None, None, true));
+        }
         match fsio::open_file_at(dir, name) {
             Ok((file, st)) => {
-                let len = st.st_size as u64;
-                let taken = len <= PREFETCH_FILE_MAX && budget.take(len);
-                // A file of a page or less is read whole even past the budget: one read feeds
-                // the model checks and the value scan's sniff (two reads of its first bytes
-                // otherwise), and the bytes are let go of after.
-                let content = if taken || len <= SNIFF_WHOLE_MAX {
-                    read_whole(&file, len)
-                } else {
-                    None
-                };
-                checks.opened_read(&rel, full, &file, len, content.as_deref());
-                // What the value scan will read is known now, from the bytes at hand or the
-                // first few read on this handle: pack bounds its manifest by it.
-                let has_values = match &content {
-                    Some(bytes) => Some(crate::inspect::format::has_values_in(&rel, bytes, len)),
-                    None => crate::inspect::format::has_values(&rel, &file, len).ok(),
-                };
-                let prefetched = content
-                    .filter(|_| taken && unchanged(&file, &st))
-                    .map(Prefetched);
-                if taken && prefetched.is_none() {
-                    budget.give_back(len);
-                }
-                return Ok((None, len, st.st_mode, prefetched, has_values));
+                let (prefetched, has_values) = check_open(rel, full, &file, &st, checks, budget);
+                return Ok((
+                    None,
+                    st.st_size as u64,
+                    st.st_mode,
+                    prefetched,
+                    has_values,
+                    false,
+                ));
             }
-            Err(_) => checks.by_path(&rel, true),
+            Err(_) => checks.by_path(rel, true),
         }
     }
     rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
-        .map(|st| (None, st.st_size as u64, st.st_mode, None, None))
+        .map(|st| (None, st.st_size as u64, st.st_mode, None, None, false))
         .map_err(|e| Error::io(full, e.into()))
+}
+
+/// Whether the checking scan may leave the model checks of the regular file `rel` (at `full`)
+/// to the read pass: its budget has no room left for a small file of any size, and the file's
+/// checks need nothing but the open file ([`leaves_checks_of`]) and a path short enough for the
+/// path-based checks.
+fn may_leave_checks(rel: &str, full: &Path, budget: &PrefetchBudget) -> bool {
+    !budget.has_room(PREFETCH_FILE_MAX)
+        && leaves_checks_of(rel)
+        && full.as_os_str().len() < crate::inspect::PATH_MAX
+}
+
+/// Whether the model checks of the file `rel` need nothing but the open file, by its name: no
+/// shard index or config (checked by path, with the files they name), no safetensors or GGUF
+/// name (the value scan reads those on the reading thread, not the read-ahead threads). A
+/// PyTorch name (`.bin`, `.pt`, ...) or none at all.
+fn leaves_checks_of(rel: &str) -> bool {
+    use crate::inspect::Format;
+    matches!(
+        crate::inspect::format::by_name(rel),
+        None | Some(Format::Torch)
+    )
+}
+
+/// The model checks of the regular file `rel` (at `full`) open as `file` with the status `st`,
+/// fed to `checks`: a file of a page or less is read whole for them, and its bytes are kept
+/// when `budget` has room ([`Prefetched`]). Returns the kept bytes and whether the value scan
+/// reads the file.
+fn check_open(
+    rel: &str,
+    full: &Path,
+    file: &File,
+    st: &rustix::fs::Stat,
+    checks: &mut TreeChecks,
+    budget: &PrefetchBudget,
+) -> (Option<Prefetched>, Option<bool>) {
+    let len = st.st_size as u64;
+    let taken = len <= PREFETCH_FILE_MAX && budget.take(len);
+    // A file of a page or less is read whole even past the budget: one read feeds the model
+    // checks and the value scan's sniff (two reads of its first bytes otherwise), and the
+    // bytes are let go of after.
+    let content = if taken || len <= SNIFF_WHOLE_MAX {
+        read_whole(file, len)
+    } else {
+        None
+    };
+    checks.opened_read(rel, full, file, len, content.as_deref());
+    // What the value scan will read is known now, from the bytes at hand or the first few read
+    // on this handle: pack bounds its manifest by it.
+    let has_values = match &content {
+        Some(bytes) => Some(crate::inspect::format::has_values_in(rel, bytes, len)),
+        None => crate::inspect::format::has_values(rel, file, len).ok(),
+    };
+    let prefetched = content
+        .filter(|_| taken && unchanged(file, st))
+        .map(Prefetched);
+    if taken && prefetched.is_none() {
+        budget.give_back(len);
+    }
+    (prefetched, has_values)
+}
+
+/// Runs now the model checks [`scan_checking`] left to the read pass
+/// ([`ScanEntry::File::checks_left`]) of `entries` (scanned below `root`), feeding `checks`: each
+/// such file opened below `root` as the packer opens it and checked as the scan checks what it
+/// opens. For a pack that will not read those files itself (a delta takes files from its base)
+/// or that refuses the model (its refusal counts every error). Afterwards no entry has its
+/// checks left.
+pub fn check_left(root: &Path, entries: &mut [ScanEntry], checks: &mut TreeChecks) {
+    let parts: Vec<TreeChecks> = entries
+        .par_chunks_mut(CHECKED_RUN)
+        .map(|run| {
+            let mut part = TreeChecks::default();
+            let mut opener = SourceOpener::default();
+            let no_room = PrefetchBudget::new(0);
+            for e in run {
+                let ScanEntry::File {
+                    path,
+                    has_values,
+                    checks_left,
+                    ..
+                } = e
+                else {
+                    continue;
+                };
+                if !std::mem::take(checks_left) {
+                    continue;
+                }
+                let full = root.join(path.as_str());
+                match opener.open_stat(&full, path) {
+                    Ok((file, st)) => {
+                        *has_values = check_open(path, &full, &file, &st, &mut part, &no_room).1;
+                    }
+                    Err(_) => part.by_path(path, true),
+                }
+            }
+            part
+        })
+        .collect();
+    for part in parts {
+        checks.merge(part);
+    }
 }
 
 /// The `len` bytes of the open regular `file`, read from its start by positioned reads (its
@@ -581,6 +711,11 @@ impl SourceOpener {
     /// [`SourceOpener::open`], with the file's status from the `fstat` that checked it is a
     /// regular file (so the reader needs no second one).
     pub fn open_stat(&mut self, source: &Path, rel: &str) -> io::Result<(File, rustix::fs::Stat)> {
+        if let Some((dir, below, fd)) = &self.last
+            && let Some(name) = in_held_dir(source, dir, rel, *below)
+        {
+            return open_in_stat(fd, name);
+        }
         let parent = source.parent().unwrap_or(Path::new(""));
         let below = below_model_dir(source, rel);
         if let Some((dir, b, fd)) = &self.last
@@ -595,6 +730,26 @@ impl SourceOpener {
         self.last = Some((parent.to_path_buf(), below, fd));
         Ok(opened)
     }
+}
+
+/// The name of `source` (the entry `rel`) in the directory `dir` an opener holds, reached below
+/// the model directory or not (`below`): when `source` is `dir` joined with one name, and ends
+/// with `rel` exactly when `dir` was reached below the model directory, as the checks of
+/// [`SourceOpener::open_stat`] that parse both paths into components would find. Compared as
+/// bytes (the files of a million-file model come one after the other from a few directories):
+/// a path these bytes do not match (a `.` or a doubled `/` in it) takes those checks instead.
+fn in_held_dir<'s>(source: &'s Path, dir: &Path, rel: &str, below: bool) -> Option<&'s OsStr> {
+    use std::os::unix::ffi::OsStrExt;
+    let (s, d) = (source.as_os_str().as_bytes(), dir.as_os_str().as_bytes());
+    let name = s.strip_prefix(d)?.strip_prefix(b"/")?;
+    if name.is_empty() || name.contains(&b'/') || name == b"." || name == b".." {
+        return None;
+    }
+    let ends_with_rel = !rel.is_empty()
+        && s.len() > rel.len()
+        && s.ends_with(rel.as_bytes())
+        && s[s.len() - rel.len() - 1] == b'/';
+    (ends_with_rel == below).then(|| OsStr::from_bytes(name))
 }
 
 /// Whether `source` is the model directory joined with `rel` (a file the scan found), rather
@@ -882,6 +1037,89 @@ mod tests {
         );
     }
 
+    /// Past its budget the checking scan does not open a small file whose name is no model
+    /// format's: it finds its size by `fstatat` and leaves its model checks to the read pass.
+    /// [`check_left`] runs them as the scan would have: the scan's checks and those find what
+    /// the tree's own walk finds, and tell the same files the value scan reads.
+    #[test]
+    fn past_its_budget_the_scan_leaves_the_checks_of_small_plain_files() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/fixtures");
+        let t = tempfile::tempdir().unwrap();
+        let m = t.path().join("m");
+        copy_tree(&fixtures.join("valid"), &m.join("valid"));
+        copy_tree(&fixtures.join("corrupt"), &m.join("corrupt"));
+        let pointer = b"version https://git-lfs.github.com/spec/v1\noid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 4943852032\n";
+        std::fs::write(m.join("notes.txt"), pointer).unwrap();
+        std::fs::create_dir_all(m.join("d")).unwrap();
+        std::fs::write(m.join("d/pointer"), pointer).unwrap();
+        std::fs::write(
+            m.join("d/big.dat"),
+            vec![1u8; PREFETCH_FILE_MAX as usize + 1],
+        )
+        .unwrap();
+        std::fs::write(m.join("d/page.bin"), b"<html>not found</html>").unwrap();
+        let values = fixtures.join("values");
+        std::fs::copy(values.join("nan-f16.safetensors"), m.join("d/weights")).unwrap();
+
+        let mut checks = TreeChecks::default();
+        let mut entries = scan_inner(&m, &m, Some(&mut checks), 0).unwrap();
+        let mut left = 0;
+        for e in &entries {
+            if let ScanEntry::File {
+                path,
+                size,
+                checks_left,
+                has_values,
+                prefetched,
+                ..
+            } = e
+            {
+                let plain = leaves_checks_of(path);
+                assert_eq!(*checks_left, plain && *size <= PREFETCH_FILE_MAX, "{path}");
+                assert!(prefetched.is_none(), "{path}");
+                if *checks_left {
+                    assert_eq!(*has_values, None, "{path}");
+                    left += 1;
+                }
+            }
+        }
+        assert!(left >= 3, "{entries:?}");
+        let plain: Vec<ScanEntry> = entries.iter().cloned().map(without_content).collect();
+        assert_eq!(plain, scan(&m, &m).unwrap());
+
+        let mut more = TreeChecks::default();
+        check_left(&m, &mut entries, &mut more);
+        checks.merge(more);
+        let (fed, fed_unchecked) = checks.finish(&m).unwrap();
+        let (walked, walked_unchecked) = crate::inspect::check_tree_reaching(&m).unwrap();
+        let json = |f: &[crate::inspect::Finding]| serde_json::to_value(f).unwrap();
+        assert_eq!(json(&fed), json(&walked));
+        assert_eq!(fed_unchecked, walked_unchecked);
+        let paths: Vec<&str> = fed.iter().map(|f| f.path.as_str()).collect();
+        for p in ["notes.txt", "d/pointer", "d/page.bin"] {
+            assert!(paths.contains(&p), "{p} not in {paths:?}");
+        }
+        // Every check done, and the value scan's files told as a scan within budget tells them.
+        let sniffed = |entries: &[ScanEntry]| -> Vec<(String, bool, Option<bool>)> {
+            entries
+                .iter()
+                .filter_map(|e| match e {
+                    ScanEntry::File {
+                        path,
+                        checks_left,
+                        has_values,
+                        ..
+                    } => Some((path.clone(), *checks_left, *has_values)),
+                    ScanEntry::Dir { .. } => None,
+                })
+                .collect()
+        };
+        let mut checks = TreeChecks::default();
+        let within = scan_inner(&m, &m, Some(&mut checks), PREFETCH_TOTAL_MAX).unwrap();
+        assert_eq!(sniffed(&entries), sniffed(&within));
+        assert!(sniffed(&entries).contains(&("d/weights".into(), false, Some(true))));
+    }
+
     fn without_content(e: ScanEntry) -> ScanEntry {
         match e {
             ScanEntry::File {
@@ -897,6 +1135,7 @@ mod tests {
                 executable,
                 prefetched: None,
                 has_values: None,
+                checks_left: false,
             },
             dir => dir,
         }

@@ -7,7 +7,7 @@ use airlock::display::human;
 use airlock::error::{Error, Result};
 use airlock::manifest;
 use airlock::pack::prepare::{self, CompressAsk, OmsAsk, Prepared};
-use airlock::pack::{self, Model, ModelSpec, PackOptions, ValueScan};
+use airlock::pack::{self, LeftChecks, Model, ModelSpec, PackOptions, ValueScan};
 use airlock::parity::Ask;
 use airlock::size::parse_size;
 
@@ -201,10 +201,18 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
         trust_update: a.trust_update.clone(),
     })?;
     render_prepared(&a, &prepared, &mut out);
+    // Where the model checks' findings are among the warnings (render_checks): the findings of
+    // the checks the scan left to the read pass join them there.
+    let checks_end = out.warnings.len();
+    let checks_start = match &prepared.ready {
+        Ok(_) => checks_end - prepared.findings.len(),
+        Err(_) => checks_end,
+    };
     let Prepared {
         mut model,
         name,
         ready,
+        findings: check_findings,
         ..
     } = prepared;
     let ready = match ready {
@@ -226,6 +234,7 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
     let keyed = ready.with_key(&model, &key.public_key())?;
     out.warnings.extend(keyed.notes.iter().cloned());
     let mut value_findings = Vec::new();
+    let mut left_findings = Vec::new();
     let packed = pack::pack(
         &mut model,
         PackOptions {
@@ -245,6 +254,10 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
                 skip_errors: a.no_model_checks,
                 findings: &mut value_findings,
             }),
+            left_checks: LeftChecks {
+                skip_errors: a.no_model_checks,
+                findings: Some(&mut left_findings),
+            },
             oms: airlock::oms::pack::Sealing {
                 emit: oms_emit.map(|key| airlock::oms::pack::Emit {
                     key,
@@ -255,8 +268,26 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
         },
         ui,
     );
+    // The model checks' findings, with those of the files the scan left to the read pass, in
+    // the order the model checks give them (as had the scan checked every file).
+    let mut all_checks = check_findings;
+    if !left_findings.is_empty() {
+        all_checks.extend(left_findings.iter().cloned());
+        all_checks.sort_by(|a, b| (&a.path, a.code).cmp(&(&b.path, b.code)));
+    }
     let packed = match packed {
         Ok(p) => p,
+        // The left checks' errors stop the pack at the end of its read pass, before the value
+        // scan's: rendered as a refusal of the model checks before the pack is.
+        Err(e @ Error::ModelChecks { .. }) if airlock::inspect::has_errors(&left_findings) => {
+            out.warnings.drain(checks_start..checks_end);
+            out.set("findings", &all_checks);
+            for f in &all_checks {
+                out.lines.extend(super::check::finding_lines(f));
+            }
+            out.error = Some(e);
+            return Ok(out);
+        }
         // The value scan's errors stop the pack at the end of its read pass: the findings are
         // the detail behind the error, as for the model checks before it.
         Err(e @ Error::ModelChecks { .. }) => {
@@ -269,6 +300,12 @@ pub fn run(a: PackArgs, ui: &Ui) -> Result<Output> {
         }
         Err(e) => return Err(e),
     };
+    if !left_findings.is_empty() {
+        let lines = all_checks
+            .iter()
+            .map(|f| format!("{}: {} ({})", f.path, f.problem, f.fix));
+        out.warnings.splice(checks_start..checks_end, lines);
+    }
     for f in &value_findings {
         out.warnings
             .push(format!("{}: {} ({})", f.path, f.problem, f.fix));

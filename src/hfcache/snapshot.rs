@@ -627,6 +627,7 @@ impl Walk<'_> {
                 executable: false,
                 prefetched: f.prefetched,
                 has_values: f.has_values,
+                checks_left: false,
             },
             etag,
             from_link,

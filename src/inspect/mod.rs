@@ -175,7 +175,7 @@ pub fn check_tree_reaching(root: &Path) -> io::Result<(Vec<Finding>, Vec<String>
 /// The kernel's limit on a path it is handed (`PATH_MAX`, the NUL included): a longer one is
 /// refused with `ENAMETOOLONG`, so the path-based walk of [`check_tree_reaching`] cannot reach
 /// what lies there.
-const PATH_MAX: usize = 4096;
+pub(crate) const PATH_MAX: usize = 4096;
 
 /// The model checks of a tree, fed by a pass that opens every file anyway (pack's scan of a
 /// model directory, `check`'s comparison with the receipt), so that no file is opened twice

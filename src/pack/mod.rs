@@ -69,6 +69,8 @@ pub struct PackOptions<'a> {
     pub trust_update: Vec<crate::trust::update::RootFile>,
     /// The value scan during the read pass (`None`: `pack --no-value-scan`).
     pub values: Option<ValueScan<'a>>,
+    /// The model checks the scan left to the read pass ([`Model::checks_left`]).
+    pub left_checks: LeftChecks<'a>,
     /// OpenSSF Model Signing: sign with this key, check the publisher's signature (FORMAT.md
     /// section 19).
     pub oms: crate::oms::pack::Sealing,
@@ -81,6 +83,20 @@ pub struct ValueScan<'a> {
     pub skip_errors: bool,
     /// Receives every finding of the scan, whether the pack then goes on or refuses.
     pub findings: &'a mut Vec<Finding>,
+}
+
+/// The model checks the scan left to the read pass ([`Model::checks_left`]: small files past
+/// its kept bytes, checked on the handle that reads their bytes, their one open): decided on at
+/// the end of that pass, before the value scan's findings and before anything is sealed, as
+/// [`Model::check`]'s are before the pack (a refusal names the same first error and count: the
+/// scan's checks found none, or the files were checked then, [`Model::check_left`]).
+#[derive(Default)]
+pub struct LeftChecks<'a> {
+    /// Record error findings as warnings and go on (`--no-model-checks`) instead of refusing.
+    pub skip_errors: bool,
+    /// Receives every finding of those checks, whether the pack then goes on or refuses
+    /// (`None`: not kept).
+    pub findings: Option<&'a mut Vec<Finding>>,
 }
 
 /// Result of a pack.
@@ -123,6 +139,12 @@ pub fn pack(
             out.display()
         )));
     };
+    let checks_left = model.checks_left();
+    let mut left = crate::inspect::TreeChecks::default();
+    if checks_left && opts.base.is_some() {
+        // A delta takes files from its base without reading them: their checks run now.
+        crate::scan::check_left(&model.root, &mut model.entries, &mut left);
+    }
     check_manifest_fits(model, &opts)?;
     if let Some(e) = model
         .entries
@@ -185,13 +207,27 @@ pub fn pack(
     let stream_size = written.stream_size;
     let volumes = written.volumes.clone();
     let chunk_checks = std::mem::take(&mut written.chunk_checks);
+    left.merge(std::mem::take(&mut written.files.checks));
     // What the seal needs of the model's entries, before they are taken.
     let repo_files = repo_file_counts(model);
     let hf = model.hf.is_some() || !model.repos.is_empty();
     let completed = plan.finish(std::mem::take(&mut model.entries), hf, written)?;
-    // The value findings exist only now, at the end of the read pass: refuse before sealing
-    // (the work directory goes with the error), or record them with the other findings.
     let mut warnings = opts.warnings.clone();
+    // The findings of the checks left to the read pass and the value findings exist only now:
+    // refuse before sealing (the work directory goes with the error), or record them with the
+    // other findings.
+    if checks_left {
+        let (findings, too_long) = left
+            .finish(&model.root)
+            .map_err(|e| Error::io(&model.root, e))?;
+        // The scan leaves no file whose path is too long for the checks.
+        debug_assert!(too_long.is_empty(), "{too_long:?}");
+        if let Some(kept) = opts.left_checks.findings.as_mut() {
+            kept.extend(findings.iter().cloned());
+        }
+        warnings.extend(source::gate(&findings, opts.left_checks.skip_errors)?);
+        warnings.sort_by(|a, b| (&a.path, &a.code).cmp(&(&b.path, &b.code)));
+    }
     let recorded_values = match opts.values.as_mut() {
         Some(scan) => {
             let findings: Vec<Finding> = completed
@@ -392,7 +428,8 @@ impl Write for Counter {
 /// The size `manifest.json` would have for `opts`, from the scan alone: every field but the
 /// digests is known before packing, the digests have fixed lengths, and the volume list is
 /// sized for the largest payload the stream can compress to. An upper bound within a few
-/// bytes per volume.
+/// bytes per volume (but for the value findings of the files the scan did not open:
+/// [`may_have_values`]).
 ///
 /// The per-file and per-directory lists are not built: the pretty JSON of an entry of a list
 /// is the same text wherever it stands but for its path and size, so a handful of small
@@ -613,6 +650,12 @@ fn value_warnings_bound(opts: &PackOptions<'_>, scanned: &[&str]) -> Vec<Warning
 /// ([`crate::inspect::format::identify`]), from what the scan found when it opened the file,
 /// else from the bytes it kept, else from the first bytes read now; a file that cannot be read
 /// now may be (the read pass decides, and refuses a file that changed).
+///
+/// A file whose checks the scan left to the read pass ([`ScanEntry::File::checks_left`]: a
+/// small file past its kept bytes, with no shard index, config, safetensors or GGUF name) is
+/// not opened for this (it would be its second open, a third of the pack of a million small
+/// files): it is counted as not read. Should such files hold values after all, what their findings add to the manifest is
+/// held to the limit by the seal's own check, which refuses before anything is signed.
 fn may_have_values(e: &ScanEntry, root: &Path) -> bool {
     use crate::inspect::format;
     let ScanEntry::File {
@@ -620,11 +663,15 @@ fn may_have_values(e: &ScanEntry, root: &Path) -> bool {
         size,
         prefetched,
         has_values,
+        checks_left,
         ..
     } = e
     else {
         return false;
     };
+    if *checks_left {
+        return false;
+    }
     if let Some(known) = has_values {
         return *known;
     }
@@ -769,6 +816,7 @@ mod tests {
             base: None,
             trust_update: vec![],
             values: None,
+            left_checks: Default::default(),
             oms: Default::default(),
         }
     }

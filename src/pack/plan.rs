@@ -98,6 +98,8 @@ impl Plan {
                 sha256: digests,
                 etags: etags_of,
                 values: values_of,
+                // Taken and decided on by `pack` before.
+                checks: _,
             } = written.files;
             let count = digests.len();
             // Both lists are let go of as they are read: the model's entries and the digests
@@ -388,6 +390,7 @@ pub fn plan<'m>(
             executable: false,
             etag: None,
             prefetched: None,
+            checks_left: false,
         });
     }
     let extracted = work.join("delta-base");
@@ -789,6 +792,7 @@ mod tests {
             sha256: vec![[1; 32], [2; 32], [3; 32]],
             etags: vec![(0, "a".into()), (2, "c".into())],
             values: Vec::new(),
+            checks: Default::default(),
         };
         let files = written.into_files();
         let got: Vec<(u8, Option<&str>)> = files
@@ -840,6 +844,7 @@ mod tests {
                 trust_update: vec![],
                 oms: Default::default(),
                 values: None,
+                left_checks: Default::default(),
             },
             &crate::progress::Silent,
         )

@@ -266,7 +266,7 @@ fn oms_material(ask: &OmsAsk) -> Result<(Vec<Vec<u8>>, Option<TrustMaterial>)> {
 /// The output's place ([`check_output`]) and the key files are checked before, by the caller.
 pub fn prepare(req: Request) -> Result<Prepared> {
     let (oms_chain, oms_trust) = oms_material(&req.oms)?;
-    let (model, dependencies_added) = open_model(req.with_dependencies, req.model.clone())?;
+    let (mut model, dependencies_added) = open_model(req.with_dependencies, req.model.clone())?;
     if model.dir.is_some() && req.base.is_some() {
         return Err(Error::Usage(
             "--base with a model directory and --hf-repo: a delta of a directory and repositories does not exist (FORMAT.md section 14.4): pack a full bundle".into(),
@@ -304,6 +304,12 @@ pub fn prepare(req: Request) -> Result<Prepared> {
     manifest::check_name(&name).map_err(|why| Error::Usage(format!("--name {why}")))?;
     if let Some(bm) = &base {
         super::base::check_same_model(bm, &name, req.version)?;
+    }
+    // The checks the scan left to the read pass (small files past its kept bytes) run now
+    // when the ones it ran refuse the model: the refusal counts and names every error, as it
+    // would had the scan checked every file.
+    if model.check_errors() {
+        model.check_left();
     }
     let (findings, unchecked) = model.check()?;
     let ready = match source::gate(&findings, req.no_model_checks) {

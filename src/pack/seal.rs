@@ -124,9 +124,10 @@ pub fn seal(parts: Parts, key: &dyn Signer, dir: &Path) -> Result<Sealed> {
         .into_inner()
         .map_err(|e| Error::io(&path, e.into_error()))?;
     if out.len > manifest::MAX_MANIFEST_BYTES {
-        // The estimate checked before packing is an upper bound, so this is not reached; kept
-        // so the rule never depends on the estimate being right (the work directory and the
-        // file in it go with the error).
+        // The estimate checked before packing is an upper bound but for the value findings of
+        // small files the scan did not open (`pack::may_have_values`), so this is reached only
+        // when such files hold values; kept so the rule never depends on the estimate being
+        // right (the work directory and the file in it go with the error).
         return Err(Error::ManifestTooLarge {
             path: dir.to_path_buf(),
             reason: format!(

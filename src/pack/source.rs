@@ -227,6 +227,47 @@ impl Model {
         self.etags.get(i)
     }
 
+    /// Whether the scan left the model checks of some files to the pack's read pass
+    /// ([`ScanEntry::File::checks_left`]: small files past its kept bytes, not opened by it):
+    /// [`Model::check`] does not cover them, and `pack` decides on them at the end of its read
+    /// pass, before anything is sealed.
+    pub fn checks_left(&self) -> bool {
+        self.entries.iter().any(|e| {
+            matches!(
+                e,
+                ScanEntry::File {
+                    checks_left: true,
+                    ..
+                }
+            )
+        })
+    }
+
+    /// Whether the model checks run so far found an error, or stopped on one.
+    pub fn check_errors(&self) -> bool {
+        match &self.checked {
+            Some(Ok((findings, _))) => inspect::has_errors(findings),
+            Some(Err(_)) => true,
+            None => false,
+        }
+    }
+
+    /// Runs now the model checks the scan left to the read pass ([`scan::check_left`]), each
+    /// file opened as the scan would have opened it, and adds what they find to the scan's:
+    /// for a model the pack refuses, whose refusal then counts and names every error as if
+    /// the scan had checked every file.
+    pub fn check_left(&mut self) {
+        if !self.checks_left() {
+            return;
+        }
+        let mut checks = inspect::TreeChecks::default();
+        scan::check_left(&self.root, &mut self.entries, &mut checks);
+        let left = checks
+            .finish(&self.root)
+            .map_err(|e| (e.kind(), e.to_string()));
+        self.checked = self.checked.take().map(|scanned| joined(scanned, left));
+    }
+
     /// The model checks (docs/CLI.md, model checks): for a directory, every file of the tree;
     /// for a snapshot, every file through its link, and one error per file the hub's cached
     /// listing names that the snapshot lacks. Also returns the files too deep for the
@@ -504,7 +545,10 @@ fn open_dir_beside(dir: &Path) -> Result<(String, PathBuf, Model)> {
     }
     let name = name.to_string();
     let parent = canon.parent().unwrap_or(Path::new("/")).to_path_buf();
-    let model = open_dir(&canon)?;
+    let mut model = open_dir(&canon)?;
+    // Its files are read below the parent, among the repositories' blobs: every check runs
+    // here, as for a model checked before the pack.
+    model.check_left();
     Ok((name, parent, model))
 }
 
@@ -547,6 +591,20 @@ fn open_dir(dir: &Path) -> Result<Model> {
         notes,
         checked: Some(checked),
     })
+}
+
+/// The model checks of the files the scan opened and of those it left (`left`), as one: the
+/// findings sorted by path and code and the paths too long for the checks in bundle order, as
+/// one [`inspect::TreeChecks::finish`] of them all gives; else the scan's error, else the
+/// other.
+fn joined(scanned: Checked, left: Checked) -> Checked {
+    let ((mut findings, mut too_long), (more, more_too_long)) = (scanned?, left?);
+    findings.extend(more);
+    findings.sort_by(|a, b| (&a.path, a.code).cmp(&(&b.path, b.code)));
+    too_long.extend(more_too_long);
+    too_long.sort_by(|a, b| crate::paths::bundle_order(a, b));
+    too_long.dedup();
+    Ok((findings, too_long))
 }
 
 /// Stops a pack on error findings unless `skip_errors`; otherwise returns every finding as a

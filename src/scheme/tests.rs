@@ -143,6 +143,7 @@ fn packed(dir: &Path) -> SecretKey {
             base: None,
             trust_update: vec![],
             values: None,
+            left_checks: Default::default(),
             oms: Default::default(),
         },
         &crate::progress::Silent,

@@ -227,3 +227,96 @@ fn the_install_checks_on_handles_find_what_the_tree_walk_finds() {
         );
     }
 }
+
+/// Writes into `m/a/` more small files than the scan keeps the bytes of (64 MiB of 64 KiB
+/// files), so that the small files after them are not opened by the scan: their model checks
+/// are left to the pack's read pass.
+fn fill_the_kept_bytes(env: &Env) {
+    let bytes = vec![b'a'; 64 << 10];
+    for i in 0..1100 {
+        env.write(&format!("m/a/f{i:04}"), &bytes);
+    }
+}
+
+/// Past the scan's kept bytes the small files are opened once, by the read pass, which runs
+/// their model checks (issue 37 item 2): an LFS pointer there refuses the pack at the end of
+/// that pass with the exit code, message and findings of the same pointer checked by the scan,
+/// and leaves nothing behind; with `--no-model-checks` its finding is recorded as the scan's
+/// are. Delta packs check such files before packing, with the same result.
+#[test]
+fn checks_left_to_the_read_pass_refuse_as_the_scans_do() {
+    let env = Env::new();
+    fill_the_kept_bytes(&env);
+    env.write("m/z/notes.txt", POINTER);
+    env.write("m/z/plain.txt", b"a plain text file\n");
+    // The same pointer in a model the scan keeps whole: checked by the scan.
+    env.write("small/z/notes.txt", POINTER);
+    env.write("small/z/plain.txt", b"a plain text file\n");
+
+    let scanned = env.run(&["pack", "small", "-o", "s", "--key", "k.key"]);
+    let left = env.run(&["pack", "m", "-o", "b", "--key", "k.key"]);
+    assert_ne!(scanned.status.code(), Some(0));
+    assert_eq!(left.status.code(), scanned.status.code());
+    assert_eq!(
+        String::from_utf8_lossy(&left.stderr),
+        String::from_utf8_lossy(&scanned.stderr)
+    );
+    env.assert_nothing_packed("b");
+    env.assert_nothing_packed("s");
+    let (code, json) = env.json(&["pack", "m", "-o", "b", "--key", "k.key"]);
+    let (small_code, small_json) = env.json(&["pack", "small", "-o", "s", "--key", "k.key"]);
+    assert_eq!(code, small_code);
+    assert_eq!(json["findings"], small_json["findings"]);
+    assert_eq!(json["error"], small_json["error"]);
+    assert_eq!(
+        codes_and_paths(&json["findings"]),
+        [("z/notes.txt".to_string(), "lfs-pointer".to_string())]
+    );
+    env.assert_nothing_packed("b");
+
+    // Recorded as a warning, where the scan's findings go.
+    let (code, json) = env.json(&[
+        "pack",
+        "m",
+        "-o",
+        "b",
+        "--key",
+        "k.key",
+        "--no-model-checks",
+    ]);
+    assert_eq!(code, 0, "{json}");
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(env.path("b/manifest.json")).unwrap()).unwrap();
+    assert_eq!(
+        codes_and_paths(&manifest["warnings"]),
+        [("z/notes.txt".to_string(), "lfs-pointer".to_string())]
+    );
+    let warned = json["warnings"].as_array().unwrap();
+    assert!(
+        warned
+            .iter()
+            .any(|w| w.as_str().unwrap().starts_with("z/notes.txt: ")),
+        "{json}"
+    );
+
+    // A delta of it (the pointer's file taken from the base) refuses the same way.
+    std::fs::write(env.path("m/z/plain.txt"), b"changed\n").unwrap();
+    let delta = env.run(&[
+        "pack",
+        "m",
+        "-o",
+        "d",
+        "--key",
+        "k.key",
+        "--base",
+        "b",
+        "--version",
+        "2",
+    ]);
+    assert_eq!(delta.status.code(), scanned.status.code());
+    assert_eq!(
+        String::from_utf8_lossy(&delta.stderr),
+        String::from_utf8_lossy(&scanned.stderr)
+    );
+    env.assert_nothing_packed("d");
+}

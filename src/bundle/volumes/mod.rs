@@ -70,6 +70,7 @@ mod tests {
                 base: None,
                 trust_update: vec![],
                 values: None,
+                left_checks: Default::default(),
                 oms: Default::default(),
             },
             &crate::progress::Silent,

@@ -3,16 +3,19 @@
 //! the writer thread ([`super::writer`]) frames them. One hand-over per MiB of data, not three
 //! per file.
 
+use std::borrow::Cow;
+
 use crossbeam_channel::{Receiver, Sender};
 
 /// Size of the buffers that carry file data between the threads.
 pub const BUFFER_SIZE: usize = 1 << 20;
 
-/// One entry event of a [`Batch`]; `Data(n)` is the next `n` bytes of the batch's buffer.
-pub(super) enum Item {
-    Dir(String),
+/// One entry event of a [`Batch`]; `Data(n)` is the next `n` bytes of the batch's buffer. A
+/// path is borrowed from the stream (`'s`), which outlives both threads: not copied a file.
+pub(super) enum Item<'s> {
+    Dir(Cow<'s, str>),
     Begin {
-        path: String,
+        path: Cow<'s, str>,
         size: u64,
         executable: bool,
     },
@@ -25,8 +28,8 @@ pub(super) enum Item {
 /// [`BATCH_ITEMS`] events are waiting, or at the end), so many small files travel in one
 /// message: one hand-over between the threads per MiB of data, not three per file (with 512-byte
 /// files the hand-overs, not the reads, were the pack's cost on a loaded machine).
-pub(super) struct Batch {
-    pub(super) items: Vec<Item>,
+pub(super) struct Batch<'s> {
+    pub(super) items: Vec<Item<'s>>,
     pub(super) buf: Vec<u8>,
     pub(super) len: usize,
 }
@@ -36,10 +39,10 @@ pub(super) const BATCH_ITEMS: usize = 4096;
 
 /// The reading thread's side of the hand-over: fills pooled buffers with file bytes and
 /// records the entry events that go with them.
-pub(super) struct Outbox<'a> {
-    tx: &'a Sender<Batch>,
+pub(super) struct Outbox<'a, 's> {
+    tx: &'a Sender<Batch<'s>>,
     pool: &'a Receiver<Vec<u8>>,
-    pub(super) items: Vec<Item>,
+    pub(super) items: Vec<Item<'s>>,
     /// The buffer being filled, taken from the pool only when there are bytes to put in it:
     /// every buffer taken must travel back.
     pub(super) buf: Option<Vec<u8>>,
@@ -49,8 +52,8 @@ pub(super) struct Outbox<'a> {
 /// The writer thread stopped (its error is reported by the caller).
 pub(super) struct WriterGone;
 
-impl<'a> Outbox<'a> {
-    pub(super) fn new(tx: &'a Sender<Batch>, pool: &'a Receiver<Vec<u8>>) -> Self {
+impl<'a, 's> Outbox<'a, 's> {
+    pub(super) fn new(tx: &'a Sender<Batch<'s>>, pool: &'a Receiver<Vec<u8>>) -> Self {
         Outbox {
             tx,
             pool,
@@ -61,7 +64,7 @@ impl<'a> Outbox<'a> {
     }
 
     /// Records an entry event without data.
-    pub(super) fn push(&mut self, item: Item) -> std::result::Result<(), WriterGone> {
+    pub(super) fn push(&mut self, item: Item<'s>) -> std::result::Result<(), WriterGone> {
         self.items.push(item);
         if self.items.len() >= BATCH_ITEMS {
             self.send()?;

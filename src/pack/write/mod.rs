@@ -174,15 +174,14 @@ pub fn write(
     let (read_result, write_result) = std::thread::scope(|s| {
         let writer = s.spawn(move || write_stream(rx, recycle_tx, sink));
         let scan_values = opts.scan_values;
-        let mut loaded = Loaded::new(
-            (0..LOADERS)
-                .map(|part| {
-                    let (load_tx, load_rx) = bounded(LOAD_BATCHES);
-                    s.spawn(move || load_ahead(stream, scan_values, part, load_tx));
-                    load_rx
-                })
-                .collect(),
-        );
+        let (loaders, load_rx): (Vec<_>, Vec<_>) = (0..LOADERS)
+            .map(|part| {
+                let (load_tx, load_rx) = bounded(LOAD_BATCHES);
+                let loader = s.spawn(move || load_ahead(stream, scan_values, part, load_tx));
+                (loader, load_rx)
+            })
+            .unzip();
+        let mut loaded = Loaded::new(load_rx);
         let read_result = {
             let mut out = Outbox::new(&tx, &pool);
             reader::read_entries(
@@ -196,6 +195,13 @@ pub fn write(
             )
         };
         drop(tx);
+        // A read-ahead thread waiting to hand over a batch stops once nothing takes them.
+        drop(loaded);
+        for loader in loaders {
+            files
+                .checks
+                .merge(loader.join().expect("read-ahead thread panicked"));
+        }
         let write_result = writer.join().expect("writer thread panicked");
         (read_result, write_result)
     });
@@ -304,6 +310,7 @@ mod tests {
                 etag: None,
                 // One file the scan kept: its kept bytes travel, not the file's.
                 prefetched: (path == "d2/f0200").then(|| crate::scan::Prefetched::for_test(bytes)),
+                checks_left: false,
             })
             .collect();
         std::fs::write(m.join("d2/f0200"), b"rewritten since the scan").unwrap();
@@ -412,7 +419,7 @@ mod tests {
         for (path, bytes) in &want {
             let size = bytes.len() as u64;
             out.push(Item::Begin {
-                path: path.clone(),
+                path: path.into(),
                 size,
                 executable: false,
             })
@@ -444,7 +451,7 @@ mod tests {
             let mut at = 0;
             for item in &b.items {
                 match item {
-                    Item::Begin { path, .. } => files.push((path.clone(), Vec::new())),
+                    Item::Begin { path, .. } => files.push((path.to_string(), Vec::new())),
                     Item::Data(n) => {
                         files.last_mut().unwrap().1.extend(&b.buf[at..at + n]);
                         at += n;

@@ -15,8 +15,8 @@ use super::batch::{BUFFER_SIZE, Item, Outbox};
 use crate::error::{Error, Result};
 use crate::hfcache::EtagCheck;
 use crate::hfcache::{EtagKind, GitBlobSha1};
-use crate::inspect::format;
 use crate::inspect::values::{self, FileScan, Layout, Scanner};
+use crate::inspect::{TreeChecks, format};
 use crate::progress::Progress;
 use crate::scan::{Prefetched, ScanEntry};
 
@@ -194,7 +194,7 @@ pub(super) fn read_file(
     etag: Option<&EtagCheck>,
     scan: bool,
     opener: &mut crate::scan::SourceOpener,
-    out: &mut Outbox<'_>,
+    out: &mut Outbox<'_, '_>,
     progress: &dyn Progress,
 ) -> Result<Option<FileDigests>> {
     // The `fstat` that checked the file is regular is the "before" of the change check.
@@ -276,7 +276,7 @@ fn send_prefetched(
     source: &Path,
     path: &str,
     etag: Option<&EtagCheck>,
-    out: &mut Outbox<'_>,
+    out: &mut Outbox<'_, '_>,
     progress: &dyn Progress,
 ) -> Result<Option<FileDigests>> {
     let mut digester = Digester::new(etag, bytes.len() as u64, None);
@@ -323,12 +323,18 @@ fn loads_ahead(e: &StreamEntry<'_>, scan_values: bool) -> bool {
 /// thread's hashing instead of before it. `None` for a file that could not be read so: the
 /// reading thread reads it itself and reports what is wrong. Stops when the reading thread
 /// stops taking batches; holds at most [`LOAD_BATCHES`] batches, so memory stays flat.
+///
+/// A file whose model checks the scan left to this pass ([`ScanEntry::File::checks_left`]) is
+/// checked here, on the handle that read it, with the bytes read (the scan only found its size):
+/// its one open. Returns those checks; a file it could not read so is left to the reading
+/// thread, which has it checked by path ([`read_entries`]).
 pub(super) fn load_ahead(
     stream: &Stream<'_>,
     scan_values: bool,
     part: usize,
     tx: Sender<LoadBatch>,
-) {
+) -> TreeChecks {
+    let mut checks = TreeChecks::default();
     let mut opener = crate::scan::SourceOpener::default();
     let mut batch = Vec::with_capacity(LOAD_BATCH);
     let mine = stream
@@ -339,7 +345,11 @@ pub(super) fn load_ahead(
         .map(|(_, e)| e);
     for e in mine {
         let StreamEntry::File {
-            source, path, size, ..
+            source,
+            path,
+            size,
+            checks_left,
+            ..
         } = &e
         else {
             continue;
@@ -349,7 +359,13 @@ pub(super) fn load_ahead(
             let bytes = (st.st_size as u64 == *size)
                 .then(|| crate::scan::read_whole(&file, *size))
                 .flatten()?;
-            crate::scan::unchanged(&file, &st).then_some(bytes)
+            if !crate::scan::unchanged(&file, &st) {
+                return None;
+            }
+            if *checks_left {
+                checks.opened_read(path, &source, &file, *size, Some(&bytes));
+            }
+            Some(bytes)
         });
         batch.push(loaded);
         if batch.len() == LOAD_BATCH
@@ -360,10 +376,11 @@ pub(super) fn load_ahead(
                 ))
                 .is_err()
         {
-            return;
+            return checks;
         }
     }
     let _ = tx.send(batch);
+    checks
 }
 
 /// The reading thread's side of [`load_ahead`]: the files its threads read, one at a time, in
@@ -418,6 +435,8 @@ pub enum StreamEntry<'a> {
         etag: Option<&'a EtagCheck>,
         /// Its bytes, when the scan read them ([`Prefetched`]): the file is not opened again.
         prefetched: Option<Prefetched>,
+        /// Its model checks are left to this pass ([`ScanEntry::File::checks_left`]).
+        checks_left: bool,
     },
 }
 
@@ -441,6 +460,7 @@ impl StreamEntry<'_> {
                 executable,
                 etag,
                 prefetched,
+                checks_left,
             } => StreamEntry::File {
                 path: Cow::Borrowed(path),
                 source: match source {
@@ -451,6 +471,7 @@ impl StreamEntry<'_> {
                 executable: *executable,
                 etag: *etag,
                 prefetched: prefetched.clone(),
+                checks_left: *checks_left,
             },
         }
     }
@@ -522,6 +543,7 @@ pub fn model_entries<'m>(
             size,
             executable,
             prefetched,
+            checks_left,
             ..
         } => {
             let etag = etags.get(file_index);
@@ -536,6 +558,7 @@ pub fn model_entries<'m>(
                 executable: *executable,
                 etag,
                 prefetched: prefetched.clone(),
+                checks_left: *checks_left,
             }
         }
     })
@@ -553,6 +576,9 @@ pub struct WrittenFiles {
     pub etags: Vec<(usize, String)>,
     /// The value scan of each model file that had one, by index.
     pub values: Vec<(usize, Box<FileScan>)>,
+    /// The model checks of the files the scan left to this pass
+    /// ([`ScanEntry::File::checks_left`]), decided on by the caller at its end.
+    pub checks: TreeChecks,
 }
 
 impl WrittenFiles {
@@ -588,10 +614,10 @@ pub struct WrittenFile {
 /// once (or taken from the scan or a read-ahead thread) and handed to the writer thread through
 /// `out`; what was read is added to `files` and `directories`. Returns early, `Ok`, when the
 /// writer thread stopped (the caller reports its error).
-pub(super) fn read_entries(
-    stream: &Stream<'_>,
+pub(super) fn read_entries<'s>(
+    stream: &'s Stream<'_>,
     scan_values: bool,
-    out: &mut Outbox<'_>,
+    out: &mut Outbox<'_, 's>,
     loaded: &mut Loaded,
     files: &mut WrittenFiles,
     directories: &mut Vec<String>,
@@ -602,7 +628,7 @@ pub(super) fn read_entries(
         match &entry {
             StreamEntry::Dir(path) => {
                 directories.push(path.to_string());
-                if out.push(Item::Dir(path.to_string())).is_err() {
+                if out.push(Item::Dir(path.clone())).is_err() {
                     return Ok(());
                 }
             }
@@ -613,10 +639,11 @@ pub(super) fn read_entries(
                 executable,
                 etag,
                 prefetched,
+                checks_left,
             } => {
                 progress.item(path);
                 let begin = Item::Begin {
-                    path: path.to_string(),
+                    path: path.clone(),
                     size: *size,
                     executable: *executable,
                 };
@@ -632,6 +659,12 @@ pub(super) fn read_entries(
                     true => loaded.next(),
                     false => None,
                 };
+                // A file whose checks were left to this pass and that no read-ahead thread
+                // read (and checked) is read below, or fails the pack: checked by path at the
+                // end.
+                if *checks_left && ahead.is_none() {
+                    files.checks.by_path(path, true);
+                }
                 let at_hand = kept
                     .or(ahead.as_deref())
                     .filter(|b| !value_scanned(scan_values, path, b));

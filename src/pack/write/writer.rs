@@ -319,7 +319,7 @@ impl Sink {
 /// The writer thread: tar framing, compression, volumes. Returns the volumes, their chunks'
 /// checksums and the stream size.
 pub(super) fn write_stream(
-    rx: Receiver<Batch>,
+    rx: Receiver<Batch<'_>>,
     recycle: Sender<Vec<u8>>,
     sink: Sink,
 ) -> io::Result<(Vec<Volume>, Vec<Vec<u64>>, u64)> {
