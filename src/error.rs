@@ -1182,7 +1182,7 @@ mod tests {
         ("src/manifest/mod.rs", 0),
         ("src/manifest/error.rs", 0),
         ("src/paths.rs", 0),
-        ("src/hfcache/names.rs", 3),
+        ("src/hfcache/names.rs", 0),
         ("src/hfcache/offline.rs", 0),
         ("src/trust/policy.rs", 0),
         ("src/trust/json.rs", 0),

@@ -14,8 +14,7 @@ use serde::Serialize;
 use super::etag::hash_and_scan;
 use super::layout::{self, Content};
 use super::names::{
-    EtagKind, NOT_REPOSITORIES, parse_repo_folder, repo_folder_name, validate_repo_id,
-    validate_repo_type,
+    EtagKind, NOT_REPOSITORIES, check_repo_id, check_repo_type, parse_repo_folder, repo_folder_name,
 };
 use super::snapshot::{RefState, list_refs, locate_snapshot, read_ref};
 use crate::error::{Error, Result};
@@ -246,8 +245,8 @@ fn repository_folders(
     let mut folders: Vec<(String, String, PathBuf)> = Vec::new();
     match only {
         Some((repo_type, repo_id)) => {
-            validate_repo_type(repo_type).map_err(Error::Usage)?;
-            validate_repo_id(repo_id).map_err(Error::Usage)?;
+            check_repo_type(repo_type).map_err(|e| Error::Usage(e.to_string()))?;
+            check_repo_id(repo_id).map_err(|e| Error::Usage(e.to_string()))?;
             let folder = cache.join(repo_folder_name(repo_type, repo_id));
             if !layout::real_dir(&folder)? {
                 return Err(Error::NotCached {

@@ -60,9 +60,9 @@ pub use layout::{
 };
 pub use locate::{cache_dir_from_env, resolve_cache_dir};
 pub use names::{
-    DEFAULT_REVISION, EtagKind, LFS_THRESHOLD, LOCAL_DIR_METADATA, REPO_TYPES, is_commit,
-    is_local_dir_metadata, parse_repo_folder, repo_folder_name, validate_repo_id,
-    validate_repo_type, validate_revision,
+    DEFAULT_REVISION, EtagKind, LFS_THRESHOLD, LOCAL_DIR_METADATA, REPO_TYPES, check_repo_id,
+    check_repo_type, check_revision, is_commit, is_local_dir_metadata, parse_repo_folder,
+    repo_folder_name,
 };
 pub use snapshot::{
     ListedFile, RefState, Snapshot, SnapshotPath, list_refs, open_snapshot, read_listing, read_ref,

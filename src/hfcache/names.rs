@@ -129,22 +129,6 @@ pub fn check_revision(revision: &str) -> Result<(), CacheNameError> {
     })
 }
 
-/// [`check_repo_id`] as text, for the callers that make it an `Error::Usage` as it is
-/// (`hfcache::snapshot`, `hfcache::check`, `unpack::hf`; to go when they call `check_*`).
-pub fn validate_repo_id(id: &str) -> std::result::Result<(), String> {
-    check_repo_id(id).map_err(|e| e.to_string())
-}
-
-/// [`check_repo_type`] as text (see [`validate_repo_id`]).
-pub fn validate_repo_type(repo_type: &str) -> std::result::Result<(), String> {
-    check_repo_type(repo_type).map_err(|e| e.to_string())
-}
-
-/// [`check_revision`] as text (see [`validate_repo_id`]).
-pub fn validate_revision(revision: &str) -> std::result::Result<(), String> {
-    check_revision(revision).map_err(|e| e.to_string())
-}
-
 /// The repository's folder name in the cache (`repo_folder_name`): `models--org--name`,
 /// `datasets--org--name`, `spaces--...`, `kernels--...`.
 pub fn repo_folder_name(repo_type: &str, repo_id: &str) -> String {
@@ -273,7 +257,7 @@ mod tests {
         assert_eq!(rule("a--b"), Some(RepoIdRule::DoubleDashOrDots));
         assert_eq!(rule("x.git"), Some(RepoIdRule::DotGit));
         assert_eq!(
-            validate_repo_id("x.git").unwrap_err(),
+            check_repo_id("x.git").unwrap_err().to_string(),
             "\"x.git\" is not a Hugging Face repository id: it cannot end in '.git'"
         );
         assert_eq!(
@@ -288,7 +272,7 @@ mod tests {
             })
         );
         assert_eq!(
-            validate_revision("../main").unwrap_err(),
+            check_revision("../main").unwrap_err().to_string(),
             "the revision \"../main\" cannot name a ref file: it has a '..' component"
         );
     }

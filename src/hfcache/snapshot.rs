@@ -14,7 +14,7 @@ use rustix::fs::FileType;
 
 use super::layout::{self, BlobFile};
 use super::names::{
-    EtagKind, is_commit, repo_folder_name, validate_repo_id, validate_repo_type, validate_revision,
+    EtagKind, check_repo_id, check_repo_type, check_revision, is_commit, repo_folder_name,
 };
 use crate::error::{Error, Result};
 use crate::fsio;
@@ -37,7 +37,7 @@ pub fn resolve_revision(repo_folder: &Path, revision: &str) -> Result<String> {
     if is_commit(revision) {
         return Ok(revision.to_string());
     }
-    validate_revision(revision).map_err(Error::Usage)?;
+    check_revision(revision).map_err(|e| Error::Usage(e.to_string()))?;
     let ref_path = repo_folder.join("refs").join(revision);
     match read_ref(&ref_path)? {
         RefState::Commit(c) => Ok(c),
@@ -417,8 +417,8 @@ pub(super) fn locate_snapshot(
     repo_id: &str,
     revision: &str,
 ) -> Result<(PathBuf, String, PathBuf)> {
-    validate_repo_type(repo_type).map_err(Error::Usage)?;
-    validate_repo_id(repo_id).map_err(Error::Usage)?;
+    check_repo_type(repo_type).map_err(|e| Error::Usage(e.to_string()))?;
+    check_repo_id(repo_id).map_err(|e| Error::Usage(e.to_string()))?;
     let repo_folder = cache.join(repo_folder_name(repo_type, repo_id));
     match fs::symlink_metadata(&repo_folder) {
         Ok(m) if m.is_dir() => {}
@@ -440,7 +440,7 @@ pub(super) fn locate_snapshot(
     // refs/, snapshots/, blobs/ and the folders on the way to the ref: real directories.
     let ref_name = (!is_commit(revision)).then_some(revision);
     if let Some(r) = ref_name {
-        validate_revision(r).map_err(Error::Usage)?;
+        check_revision(r).map_err(|e| Error::Usage(e.to_string()))?;
     }
     layout::open_repo_dirs_nofollow(&repo_folder, ref_name)?;
     let commit = resolve_revision(&repo_folder, revision)?;
@@ -921,7 +921,7 @@ pub fn snapshot_from_path(dir: &Path) -> Option<SnapshotPath> {
             let repo = parent.parent()?;
             let name = repo.file_name()?.to_str()?;
             if let Some((repo_type, repo_id)) = super::names::parse_repo_folder(name)
-                && validate_repo_id(&repo_id).is_ok()
+                && check_repo_id(&repo_id).is_ok()
                 && let Some(commit) = at.file_name().and_then(|c| c.to_str())
                 && is_commit(commit)
             {

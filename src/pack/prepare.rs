@@ -57,7 +57,7 @@ pub fn repo_asks(
         };
         let (typ, repo_id) = match name.split_once(':') {
             Some((typ, id)) => {
-                hfcache::validate_repo_type(typ).map_err(|why| {
+                hfcache::check_repo_type(typ).map_err(|why| {
                     Error::Usage(format!(
                         "--hf-repo {one}: {why}, the prefix of TYPE:ORG/NAME"
                     ))
@@ -86,7 +86,7 @@ pub fn repo_asks(
             }
             (None, None) => hfcache::DEFAULT_REVISION.to_string(),
         };
-        hfcache::validate_repo_id(repo_id)
+        hfcache::check_repo_id(repo_id)
             .map_err(|why| Error::Usage(format!("--hf-repo {one}: {why}")))?;
         asks.push(RepoAsk {
             repo_id: repo_id.to_string(),
@@ -470,7 +470,7 @@ fn open_model(with_dependencies: bool, spec: ModelSpec) -> Result<(Model, Vec<St
                 .or(model.repos.first())
                 .map(|h| h.cache.clone())
                 .unwrap_or_default();
-            if let Err(e) = hfcache::validate_repo_id(&repo_id) {
+            if let Err(e) = hfcache::check_repo_id(&repo_id) {
                 return Err(Error::Usage(format!(
                     "--with-dependencies: a packed model needs {:?}, which is not a repository id ({e}); pack without --with-dependencies, or fix the model's reference",
                     crate::display::escape(&repo_id)

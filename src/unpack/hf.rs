@@ -187,13 +187,13 @@ fn plan_of(m: &Manifest, opened: &Opened, opts: &HfUnpackOptions) -> Result<Plan
             )));
         }
     };
-    hfcache::validate_repo_id(&repo_id).map_err(Error::Usage)?;
+    hfcache::check_repo_id(&repo_id).map_err(|e| Error::Usage(e.to_string()))?;
     let repo_type = opts
         .repo_type
         .clone()
         .or_else(|| src.map(|s| s.repo_type.clone()))
         .unwrap_or_else(|| "model".into());
-    hfcache::validate_repo_type(&repo_type).map_err(Error::Usage)?;
+    hfcache::check_repo_type(&repo_type).map_err(|e| Error::Usage(e.to_string()))?;
     let (commit, commit_derived) = match src {
         Some(s) => (s.commit.clone(), false),
         None => (derived_commit(&opened.manifest_bytes), true),
@@ -210,7 +210,7 @@ fn plan_of(m: &Manifest, opened: &Opened, opts: &HfUnpackOptions) -> Result<Plan
             )));
         }
     } else {
-        hfcache::validate_revision(&revision).map_err(Error::Usage)?;
+        hfcache::check_revision(&revision).map_err(|e| Error::Usage(e.to_string()))?;
     }
     let etags = match src {
         Some(s) => m
