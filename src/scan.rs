@@ -301,14 +301,7 @@ impl Walk<'_> {
     /// Visits the directory `rel` ("" for the root) and everything below it, in name order,
     /// each directory before its contents.
     fn dir(&mut self, rel: &str) -> Result<()> {
-        let dir_path = if rel.is_empty() {
-            self.root.to_path_buf()
-        } else {
-            self.root.join(rel)
-        };
-        let fd = open_dir_below(self.root_fd, rel).map_err(|e| Error::io(&dir_path, e.into()))?;
-        let mut entries = fsio::dir_entries(&fd).map_err(|e| Error::io(&dir_path, e))?;
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        let (dir_path, fd, entries) = sorted_dir_below(self.root_fd, self.root, rel)?;
         let found: Vec<Examined> = match self.checks.is_some() {
             // With the model checks, each file is opened, read and checked here: the runs of a
             // directory's entries are examined in parallel (the opens and reads of small files
@@ -661,6 +654,29 @@ fn resolve_link(dir: &OwnedFd, name: &OsStr, full: &Path) -> Result<PathBuf> {
         }
         Err(_) => Err(dangling()),
     }
+}
+
+/// A directory entry as [`fsio::dir_entries`] lists it: its name and type.
+pub(crate) type DirEntry = (std::ffi::OsString, FileType);
+
+/// One directory of a walk through handles: the directory `rel` ("" for the walk's top `top`,
+/// open as `top_fd`) opened below the top one component at a time without following a link,
+/// and its entries sorted by name. Returns its path (for messages), its handle and its entries.
+/// The directory scan and a Hugging Face snapshot's walk both visit a directory this way.
+pub(crate) fn sorted_dir_below(
+    top_fd: &OwnedFd,
+    top: &Path,
+    rel: &str,
+) -> Result<(PathBuf, OwnedFd, Vec<DirEntry>)> {
+    let dir_path = if rel.is_empty() {
+        top.to_path_buf()
+    } else {
+        top.join(rel)
+    };
+    let fd = open_dir_below(top_fd, rel).map_err(|e| Error::io(&dir_path, e.into()))?;
+    let mut entries = fsio::dir_entries(&fd).map_err(|e| Error::io(&dir_path, e))?;
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok((dir_path, fd, entries))
 }
 
 /// Opens the directory `rel` ("" for `root` itself) below `root`, one component at a time,

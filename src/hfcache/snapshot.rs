@@ -522,14 +522,7 @@ impl Walk<'_> {
     /// Visits the directory `rel` ("" for the snapshot folder) and everything below it, in
     /// name order, each directory before its contents (the order errors are reported in).
     fn dir(&mut self, rel: &str) -> Result<()> {
-        let dir_path = if rel.is_empty() {
-            self.dir.to_path_buf()
-        } else {
-            self.dir.join(rel)
-        };
-        let fd = open_dir_below(self.root_fd, rel).map_err(|e| Error::io(&dir_path, e.into()))?;
-        let mut entries = fsio::dir_entries(&fd).map_err(|e| Error::io(&dir_path, e))?;
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        let (dir_path, fd, entries) = scan::sorted_dir_below(self.root_fd, self.dir, rel)?;
         // The opens and reads of the blobs are most of the time: runs of a directory's
         // entries are examined in parallel, each feeding checks of its own, merged in order.
         let this = &*self;
@@ -810,18 +803,6 @@ fn type_words(kind: FileType) -> &'static str {
         FileType::Symlink => "a symlink",
         _ => "a regular file",
     }
-}
-
-/// Opens the directory `rel` ("" for `root` itself) below `root`, one component at a time,
-/// never following a link.
-fn open_dir_below(root: &OwnedFd, rel: &str) -> fsio::Result<OwnedFd> {
-    let mut fd = fsio::open_dir_at(root, ".")?;
-    if !rel.is_empty() {
-        for c in rel.split('/') {
-            fd = fsio::open_dir_at(&fd, c)?;
-        }
-    }
-    Ok(fd)
 }
 
 /// The `*.incomplete` files in `blobs` (open as `blobs_fd`), sorted, each with a sentence
