@@ -75,12 +75,6 @@ impl Prefetched {
         &self.0
     }
 
-    /// Bytes read whole on the handle the model checks saw, kept under a [`PrefetchBudget`]
-    /// (a Hugging Face snapshot's blobs, [`crate::hfcache::open_snapshot`]).
-    pub(crate) fn kept(bytes: std::sync::Arc<[u8]>) -> Self {
-        Prefetched(bytes)
-    }
-
     /// Bytes kept as if a scan had read them.
     #[cfg(test)]
     pub(crate) fn for_test(bytes: &[u8]) -> Self {
@@ -100,7 +94,7 @@ pub const PREFETCH_FILE_MAX: u64 = 64 << 10;
 
 /// The largest file the scan reads whole for the model checks when it does not keep its bytes
 /// (past [`PREFETCH_TOTAL_MAX`]): one read of a page instead of two of its first bytes.
-pub(crate) const SNIFF_WHOLE_MAX: u64 = 4096;
+const SNIFF_WHOLE_MAX: u64 = 4096;
 
 /// The most file content one scan keeps ([`Prefetched`]), each file counted with a cache line
 /// of allocator overhead: the files past it are read in the read pass.
@@ -121,7 +115,7 @@ impl PrefetchBudget {
     }
 
     /// Takes room for a file of `len` bytes; false when too little is left.
-    pub(crate) fn take(&self, len: u64) -> bool {
+    fn take(&self, len: u64) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
         self.0
             .fetch_update(Relaxed, Relaxed, |left| left.checked_sub(Self::cost(len)))
@@ -134,7 +128,7 @@ impl PrefetchBudget {
     }
 
     /// Gives back the room taken for a file whose content was not kept.
-    pub(crate) fn give_back(&self, len: u64) {
+    fn give_back(&self, len: u64) {
         self.0
             .fetch_add(Self::cost(len), std::sync::atomic::Ordering::Relaxed);
     }
@@ -470,7 +464,8 @@ fn regular(
         }
         match fsio::open_file_at(dir, name) {
             Ok((file, st)) => {
-                let (prefetched, has_values) = check_open(rel, full, &file, &st, checks, budget);
+                let (prefetched, has_values) =
+                    check_open(rel, CheckedAs::Tree, full, &file, &st, checks, budget);
                 return Ok((
                     None,
                     st.st_size as u64,
@@ -510,12 +505,24 @@ fn leaves_checks_of(rel: &str) -> bool {
     )
 }
 
-/// The model checks of the regular file `rel` (at `full`) open as `file` with the status `st`,
-/// fed to `checks`: a file of a page or less is read whole for them, and its bytes are kept
-/// when `budget` has room ([`Prefetched`]). Returns the kept bytes and whether the value scan
-/// reads the file.
-fn check_open(
+/// The name the model checks know a file by, and how it was reached ([`check_open`]).
+#[derive(Clone, Copy)]
+pub(crate) enum CheckedAs<'a> {
+    /// A regular file of the tree, by its path in the tree.
+    Tree,
+    /// A Hugging Face snapshot's file, by `name` from the cache root; `through_link` when it is
+    /// open as the blob its link names (a check that needs the tree resolves the link).
+    Cache { name: &'a str, through_link: bool },
+}
+
+/// The model checks of the file `rel` (at `full`) open as `file` with the status `st`, fed to
+/// `checks` under the name `as_` gives: a file of a page or less is read whole for them, and
+/// its bytes are kept when `budget` has room ([`Prefetched`]). Returns the kept bytes and
+/// whether the value scan reads the file. The directory scan and a Hugging Face snapshot's
+/// walk both check what they open this way.
+pub(crate) fn check_open(
     rel: &str,
+    as_: CheckedAs<'_>,
     full: &Path,
     file: &File,
     st: &rustix::fs::Stat,
@@ -532,7 +539,17 @@ fn check_open(
     } else {
         None
     };
-    checks.opened_read(rel, full, file, len, content.as_deref());
+    match as_ {
+        CheckedAs::Tree => checks.opened_read(rel, full, file, len, content.as_deref()),
+        CheckedAs::Cache {
+            name,
+            through_link: false,
+        } => checks.opened_read(name, full, file, len, content.as_deref()),
+        CheckedAs::Cache {
+            name,
+            through_link: true,
+        } => checks.opened_through_link(name, full, file, len, content.as_deref()),
+    }
     // What the value scan will read is known now, from the bytes at hand or the first few read
     // on this handle: pack bounds its manifest by it.
     let has_values = match &content {
@@ -577,7 +594,16 @@ pub fn check_left(root: &Path, entries: &mut [ScanEntry], checks: &mut TreeCheck
                 let full = root.join(path.as_str());
                 match opener.open_stat(&full, path) {
                     Ok((file, st)) => {
-                        *has_values = check_open(path, &full, &file, &st, &mut part, &no_room).1;
+                        *has_values = check_open(
+                            path,
+                            CheckedAs::Tree,
+                            &full,
+                            &file,
+                            &st,
+                            &mut part,
+                            &no_room,
+                        )
+                        .1;
                     }
                     Err(_) => part.by_path(path, true),
                 }

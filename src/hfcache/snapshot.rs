@@ -18,7 +18,7 @@ use super::names::{
 };
 use crate::error::{Error, Result};
 use crate::fsio;
-use crate::inspect::{Finding, TreeChecks, format};
+use crate::inspect::{Finding, TreeChecks};
 use crate::paths::{self, CollisionSet};
 use crate::scan::{self, ScanEntry};
 
@@ -761,35 +761,16 @@ impl Walk<'_> {
         through_link: bool,
         checks: &mut TreeChecks,
     ) -> (Option<scan::Prefetched>, Option<bool>) {
-        let len = st.st_size as u64;
-        let taken = len <= scan::PREFETCH_FILE_MAX && self.budget.take(len);
-        let content = if taken || len <= scan::SNIFF_WHOLE_MAX {
-            scan::read_whole(file, len)
-        } else {
-            None
-        };
+        // A name that is not UTF-8 is refused before anything is packed or checked.
         let Some(rel) = rel else {
-            if taken {
-                self.budget.give_back(len);
-            }
             return (None, None);
         };
         let checked = format!("{}{rel}", self.check_prefix);
-        match through_link {
-            true => checks.opened_through_link(&checked, path, file, len, content.as_deref()),
-            false => checks.opened_read(&checked, path, file, len, content.as_deref()),
-        }
-        let has_values = match &content {
-            Some(bytes) => Some(format::has_values_in(rel, bytes, len)),
-            None => format::has_values(rel, file, len).ok(),
+        let as_ = scan::CheckedAs::Cache {
+            name: &checked,
+            through_link,
         };
-        let prefetched = content
-            .filter(|_| taken && scan::unchanged(file, st))
-            .map(scan::Prefetched::kept);
-        if taken && prefetched.is_none() {
-            self.budget.give_back(len);
-        }
-        (prefetched, has_values)
+        scan::check_open(rel, as_, path, file, st, checks, &self.budget)
     }
 }
 
