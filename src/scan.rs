@@ -454,12 +454,7 @@ fn regular(
     budget: &PrefetchBudget,
 ) -> Result<Regular> {
     if let Some((checks, rel)) = checks {
-        if may_leave_checks(rel, full, budget)
-            && let Ok(st) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
-            && FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
-            && st.st_size as u64 <= PREFETCH_FILE_MAX
-            && !budget.has_room(st.st_size as u64)
-        {
+        if let Some(st) = left_to_read_pass(dir, name, rel, full, budget) {
             return Ok((None, st.st_size as u64, st.st_mode, None, None, true));
         }
         match fsio::open_file_at(dir, name) {
@@ -481,6 +476,29 @@ fn regular(
     rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
         .map(|st| (None, st.st_size as u64, st.st_mode, None, None, false))
         .map_err(|e| Error::io(full, e.into()))
+}
+
+/// The status of the file `name` in `dir` (`rel` in the tree, at `full`) when a checking walk
+/// leaves its model checks to the pack's read pass instead of opening it
+/// ([`ScanEntry::File::checks_left`]): past the budget, a small regular file (by its `fstatat`,
+/// no link followed) whose checks need only the open file ([`may_leave_checks`]). `None`: the
+/// walk opens it. The directory scan and a Hugging Face snapshot's walk (for a blob, below
+/// `blobs/`) decide alike.
+pub(crate) fn left_to_read_pass(
+    dir: &OwnedFd,
+    name: &OsStr,
+    rel: &str,
+    full: &Path,
+    budget: &PrefetchBudget,
+) -> Option<rustix::fs::Stat> {
+    if !may_leave_checks(rel, full, budget) {
+        return None;
+    }
+    let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+    (FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+        && st.st_size as u64 <= PREFETCH_FILE_MAX
+        && !budget.has_room(st.st_size as u64))
+    .then_some(st)
 }
 
 /// Whether the checking scan may leave the model checks of the regular file `rel` (at `full`)
@@ -567,8 +585,8 @@ pub(crate) fn check_open(
 
 /// Runs now the model checks [`scan_checking`] left to the read pass
 /// ([`ScanEntry::File::checks_left`]) of `entries` (scanned below `root`), feeding `checks`: each
-/// such file opened below `root` as the packer opens it and checked as the scan checks what it
-/// opens. For a pack that will not read those files itself (a delta takes files from its base)
+/// such file opened below `root` (a Hugging Face snapshot's file: its blob) as the packer opens
+/// it and checked as the scan checks what it opens. For a pack that will not read those files itself (a delta takes files from its base)
 /// or that refuses the model (its refusal counts every error). Afterwards no entry has its
 /// checks left.
 pub fn check_left(root: &Path, entries: &mut [ScanEntry], checks: &mut TreeChecks) {
@@ -581,6 +599,7 @@ pub fn check_left(root: &Path, entries: &mut [ScanEntry], checks: &mut TreeCheck
             for e in run {
                 let ScanEntry::File {
                     path,
+                    link,
                     has_values,
                     checks_left,
                     ..
@@ -591,21 +610,24 @@ pub fn check_left(root: &Path, entries: &mut [ScanEntry], checks: &mut TreeCheck
                 if !std::mem::take(checks_left) {
                     continue;
                 }
-                let full = root.join(path.as_str());
+                // A Hugging Face snapshot's file is read as its blob, and checked as the walk
+                // checks a file it opened through its link.
+                let (full, as_) = match link {
+                    Some(blob) => (
+                        Cow::Borrowed(blob.as_path()),
+                        CheckedAs::Cache {
+                            name: path,
+                            through_link: true,
+                        },
+                    ),
+                    None => (Cow::Owned(root.join(path.as_str())), CheckedAs::Tree),
+                };
                 match opener.open_stat(&full, path) {
                     Ok((file, st)) => {
-                        *has_values = check_open(
-                            path,
-                            CheckedAs::Tree,
-                            &full,
-                            &file,
-                            &st,
-                            &mut part,
-                            &no_room,
-                        )
-                        .1;
+                        *has_values =
+                            check_open(path, as_, &full, &file, &st, &mut part, &no_room).1;
                     }
-                    Err(_) => part.by_path(path, true),
+                    Err(_) => part.by_path(path, link.is_none()),
                 }
             }
             part

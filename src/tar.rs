@@ -64,8 +64,13 @@ pub enum TarError {
 
 fn octal(field: &mut [u8], value: u64) {
     let digits = field.len() - 1;
-    let s = format!("{value:0digits$o}");
-    field[..digits].copy_from_slice(s.as_bytes());
+    let mut rest = value;
+    for b in field[..digits].iter_mut().rev() {
+        *b = b'0' + (rest & 7) as u8;
+        rest >>= 3;
+    }
+    // A value wider than its field goes in a PAX record, never here.
+    assert!(rest == 0, "{value} does not fit a {digits}-digit tar field");
     field[digits] = 0;
 }
 
@@ -106,12 +111,11 @@ pub fn pax_record_len(key: &str, value_len: usize) -> usize {
 }
 
 /// The name a header stores for an entry: its path, plus a trailing `/` for a directory.
-fn stored_name(path: &str, is_dir: bool) -> String {
-    let mut stored = path.to_string();
-    if is_dir {
-        stored.push('/');
+fn stored_name(path: &str, is_dir: bool) -> std::borrow::Cow<'_, str> {
+    match is_dir {
+        true => format!("{path}/").into(),
+        false => path.into(),
     }
-    stored
 }
 
 /// Bytes the writer emits for one entry: a PAX header and its records when the entry needs
@@ -159,8 +163,9 @@ fn header(name: &[u8], prefix: &[u8], mode: u32, size: u64, typeflag: u8) -> [u8
     h[345..345 + prefix.len()].copy_from_slice(prefix);
     h[148..156].fill(b' ');
     let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
-    let s = format!("{sum:06o}\0 ");
-    h[148..156].copy_from_slice(s.as_bytes());
+    // Six octal digits, a NUL and a space.
+    octal(&mut h[148..155], u64::from(sum));
+    h[155] = b' ';
     h
 }
 

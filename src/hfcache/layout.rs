@@ -199,6 +199,14 @@ pub(crate) fn snapshot_content(repo: &Path, full: &Path, ft: &fs::FileType) -> R
 /// points at: the text resolved lexically must be `repo/blobs/<etag>` (no directory on the
 /// way is a link, so that is where it leads). Anything else is refused, naming `full`.
 pub(crate) fn link_etag(repo: &Path, full: &Path, target: &Path) -> Result<String> {
+    match hub_link_etag(repo, full, target) {
+        Some(etag) => Ok(etag.to_string()),
+        None => resolved_link_etag(repo, full, target),
+    }
+}
+
+/// [`link_etag`] by resolving the link's text lexically.
+fn resolved_link_etag(repo: &Path, full: &Path, target: &Path) -> Result<String> {
     let blobs = repo.join("blobs");
     let resolved = lexical_join(full.parent().expect("inside the snapshot"), target);
     let etag = match &resolved {
@@ -216,6 +224,34 @@ pub(crate) fn link_etag(repo: &Path, full: &Path, target: &Path) -> Result<Strin
             target.display()
         ),
     })
+}
+
+/// The etag of the link `full` of `repo` whose text is `target` when that text has the form
+/// huggingface_hub writes, compared as bytes: one `../` for each folder between the link and
+/// the repository, then `blobs/<etag>`. The same answer [`link_etag`]'s lexical resolution
+/// gives for it, without parsing both paths into components (a dataset of a million links).
+/// `None`: any other form, which that resolution decides.
+fn hub_link_etag<'t>(repo: &Path, full: &Path, target: &'t Path) -> Option<&'t str> {
+    use std::os::unix::ffi::OsStrExt;
+    let below = full
+        .as_os_str()
+        .as_bytes()
+        .strip_prefix(repo.as_os_str().as_bytes())?
+        .strip_prefix(b"/")?;
+    // The walk joins plain names: a `.`, `..` or empty part leaves it to the resolution.
+    if below
+        .split(|&b| b == b'/')
+        .any(|part| part.is_empty() || part == b"." || part == b"..")
+    {
+        return None;
+    }
+    let ups = below.iter().filter(|&&b| b == b'/').count();
+    let mut rest = target.as_os_str().as_bytes();
+    for _ in 0..ups {
+        rest = rest.strip_prefix(b"../")?;
+    }
+    let etag = std::str::from_utf8(rest.strip_prefix(b"blobs/")?).ok()?;
+    EtagKind::of(etag).is_some().then_some(etag)
 }
 
 /// A blob of a repository, found through the repository's `blobs/` handle.
@@ -706,6 +742,44 @@ mod tests {
             Some(PathBuf::from("/c/r/blobs/e"))
         );
         assert_eq!(lexical_join(Path::new("/a"), Path::new("../../x")), None);
+    }
+
+    #[test]
+    fn the_hub_form_of_a_link_reads_as_its_resolution_does() {
+        let repo = Path::new("/c/models--a--b");
+        let e40 = "0123456789abcdef0123456789abcdef01234567";
+        let e64 = "ab".repeat(32);
+        let deep = repo.join("snapshots/c1/d/e/f.bin");
+        let top = repo.join("snapshots/c1/f.bin");
+        let cases: Vec<(&Path, String, bool)> = vec![
+            // The hub's own form, at two depths and for both kinds of etag.
+            (&top, format!("../../blobs/{e40}"), true),
+            (&deep, format!("../../../../blobs/{e64}"), true),
+            // One `../` short or too many, a detour, an absolute text, a bad etag: all left
+            // to the resolution, which refuses or accepts them itself.
+            (&top, format!("../blobs/{e40}"), false),
+            (&top, format!("../../../blobs/{e40}"), false),
+            (&top, format!("../../snapshots/../blobs/{e40}"), false),
+            (&top, format!("/c/models--a--b/blobs/{e40}"), false),
+            (&top, "../../blobs/xyz".into(), false),
+            (&top, format!("../../blobs/{e40}/x"), false),
+        ];
+        for (full, target, fast) in cases {
+            let target = Path::new(&target);
+            let quick = hub_link_etag(repo, full, target);
+            assert_eq!(quick.is_some(), fast, "{target:?}");
+            let resolved = resolved_link_etag(repo, full, target).ok();
+            if let Some(etag) = quick {
+                assert_eq!(resolved.as_deref(), Some(etag), "{target:?}");
+            }
+            assert_eq!(link_etag(repo, full, target).ok(), resolved, "{target:?}");
+        }
+        // A path the walk would not make (a `.` in it) is left to the resolution.
+        let dotted = repo.join("snapshots/./c1/f.bin");
+        assert_eq!(
+            hub_link_etag(repo, &dotted, Path::new(&format!("../../../blobs/{e40}"))),
+            None
+        );
     }
 
     #[test]

@@ -97,11 +97,37 @@ impl Needs {
 ///
 /// An I/O error other than a missing file or a broken link.
 pub fn check(root: &Path, base: &str, deps: Deps<'_>) -> io::Result<Vec<Finding>> {
+    check_model(root, base, deps, None)
+}
+
+/// [`check`] of a model whose `.gguf` files (relative to it) are known, `gguf`: a pack has
+/// just walked it, and its split-shard rule then walks no tree again (a dataset of a million
+/// files).
+///
+/// # Errors
+///
+/// As [`check`].
+pub fn check_listed(
+    root: &Path,
+    base: &str,
+    deps: Deps<'_>,
+    gguf: Vec<String>,
+) -> io::Result<Vec<Finding>> {
+    check_model(root, base, deps, Some(gguf))
+}
+
+fn check_model(
+    root: &Path,
+    base: &str,
+    deps: Deps<'_>,
+    gguf: Option<Vec<String>>,
+) -> io::Result<Vec<Finding>> {
     let model = Model {
         tree: Tree::new(root)?,
         root: root.to_path_buf(),
         base: base.trim_matches('/').to_string(),
         deps,
+        gguf,
     };
     let mut findings = Vec::new();
     model.check(&mut findings)?;
@@ -308,6 +334,8 @@ struct Model<'a> {
     root: PathBuf,
     base: String,
     deps: Deps<'a>,
+    /// The model's `.gguf` files, relative to it, when the caller knows them (`None`: walked).
+    gguf: Option<Vec<String>>,
 }
 
 /// A file of the model, by where it leads.
@@ -1408,22 +1436,32 @@ impl Model<'_> {
     }
 
     /// GGUF splits (`NAME-0000N-of-0000M.gguf`, anywhere in the model): every one from 1 to M.
-    fn gguf_splits(&self, out: &mut Vec<Finding>) -> io::Result<()> {
+    /// The model's files named `*.gguf`, relative to it: as the caller listed them, or found
+    /// by a walk that follows no link (at most eight folders deep, leaving out `.no_exist`
+    /// and `.airlock`), in name order.
+    fn gguf_files(&self) -> Vec<String> {
+        if let Some(listed) = &self.gguf {
+            return listed.clone();
+        }
         let start = self.root.join(&self.base);
-        let mut groups: BTreeMap<(String, u32), (BTreeSet<u32>, String)> = BTreeMap::new();
-        let walk = walkdir::WalkDir::new(&start)
+        walkdir::WalkDir::new(&start)
             .follow_links(false)
             .min_depth(1)
             .max_depth(8)
             .sort_by_file_name()
             .into_iter()
-            .filter_entry(|e| e.file_name() != ".no_exist" && e.file_name() != ".airlock");
-        for entry in walk {
-            let Ok(entry) = entry else { continue };
-            if entry.file_type().is_dir() {
-                continue;
-            }
-            let rel = crate::inspect::relative_name(&start, entry.path());
+            .filter_entry(|e| e.file_name() != ".no_exist" && e.file_name() != ".airlock")
+            .filter_map(|entry| entry.ok())
+            .filter(|e| {
+                !e.file_type().is_dir() && e.file_name().as_encoded_bytes().ends_with(b".gguf")
+            })
+            .map(|e| crate::inspect::relative_name(&start, e.path()))
+            .collect()
+    }
+
+    fn gguf_splits(&self, out: &mut Vec<Finding>) -> io::Result<()> {
+        let mut groups: BTreeMap<(String, u32), (BTreeSet<u32>, String)> = BTreeMap::new();
+        for rel in self.gguf_files() {
             let Some((prefix, n, m)) = split_name(&rel) else {
                 continue;
             };

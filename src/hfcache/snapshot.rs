@@ -348,16 +348,15 @@ pub fn open_snapshot(
         return Err(e);
     }
     files.sort_by(|a, b| paths::bundle_order(a.0.path(), b.0.path()));
-    let mut etags: Vec<Option<String>> = Vec::new();
-    let entries: Vec<ScanEntry> = files
-        .into_iter()
-        .map(|(entry, etag, _)| {
-            if matches!(entry, ScanEntry::File { .. }) {
-                etags.push(etag);
-            }
-            entry
-        })
-        .collect();
+    // Both lists made to size (a collect in place would keep the walk's wider buffer).
+    let mut etags: Vec<Option<String>> = Vec::with_capacity(files.len());
+    let mut entries: Vec<ScanEntry> = Vec::with_capacity(files.len());
+    for (entry, etag, _) in files {
+        if matches!(entry, ScanEntry::File { .. }) {
+            etags.push(etag);
+        }
+        entries.push(entry);
+    }
     let missing: Vec<String> = match &listing {
         Some(l) => {
             let have: std::collections::HashSet<&str> = entries
@@ -516,6 +515,8 @@ struct FoundFile {
     size: u64,
     prefetched: Option<scan::Prefetched>,
     has_values: Option<bool>,
+    /// Its model checks are left to the pack's read pass ([`ScanEntry::File::checks_left`]).
+    checks_left: bool,
 }
 
 impl Walk<'_> {
@@ -620,7 +621,7 @@ impl Walk<'_> {
                 executable: false,
                 prefetched: f.prefetched,
                 has_values: f.has_values,
-                checks_left: false,
+                checks_left: f.checks_left,
             },
             etag,
             from_link,
@@ -684,6 +685,22 @@ impl Walk<'_> {
         let Some(blobs) = self.blobs else {
             return Found::MissingBlob { etag };
         };
+        // Past the kept bytes, a small blob whose checks need only the open file is found by
+        // its `fstatat` below `blobs/` and not opened: the pack's read pass, which opens it
+        // anyway, checks it (its one open, as for a directory's file).
+        let source = joined_exactly(self.blobs_path, &etag);
+        if let Some(rel) = rel
+            && let Some(st) =
+                scan::left_to_read_pass(blobs, OsStr::new(&etag), rel, &source, &self.budget)
+        {
+            return Found::File(Ok(FoundFile {
+                blob: Some((etag, source)),
+                size: st.st_size as u64,
+                prefetched: None,
+                has_values: None,
+                checks_left: true,
+            }));
+        }
         match layout::open_blob(self.repo_folder, blobs, &etag) {
             Err(e) => Found::File(Err(e)),
             Ok(BlobFile::Missing) => Found::MissingBlob { etag },
@@ -697,16 +714,17 @@ impl Walk<'_> {
                     size,
                     prefetched: None,
                     has_values: None,
+                    checks_left: false,
                 }))
             }
             Ok(BlobFile::Open(file, st)) => {
-                let source = self.blobs_path.join(&etag);
                 let (prefetched, has_values) = self.opened(&file, &st, rel, &source, true, checks);
                 Found::File(Ok(FoundFile {
                     blob: Some((etag, source)),
                     size: st.st_size as u64,
                     prefetched,
                     has_values,
+                    checks_left: false,
                 }))
             }
         }
@@ -730,6 +748,7 @@ impl Walk<'_> {
                     size: st.st_size as u64,
                     prefetched,
                     has_values,
+                    checks_left: false,
                 })
             }
             Err(_) => {
@@ -743,6 +762,7 @@ impl Walk<'_> {
                     size: st.st_size as u64,
                     prefetched: None,
                     has_values: None,
+                    checks_left: false,
                 })
             }
         }
@@ -772,6 +792,15 @@ impl Walk<'_> {
         };
         scan::check_open(rel, as_, path, file, st, checks, &self.budget)
     }
+}
+
+/// `dir` joined with `name` in a path of exactly that length: `Path::join` grows its buffer by
+/// doubling, and a dataset's snapshot holds one such path a file (its blob's) until the pack.
+fn joined_exactly(dir: &Path, name: &str) -> PathBuf {
+    let mut path = PathBuf::with_capacity(dir.as_os_str().len() + 1 + name.len());
+    path.push(dir);
+    path.push(name);
+    path
 }
 
 /// A file type in the cache's words ([`layout::describe`]).
@@ -1027,6 +1056,81 @@ mod tests {
         fs::remove_file(repo.join("blobs").join(&a)).unwrap();
         let err = open_snapshot(t.path(), "model", "acme/tiny", "main").unwrap_err();
         assert!(err.to_string().contains("is missing: \"a.txt\""), "{err}");
+    }
+
+    /// Issue 37 item 2: past the kept bytes, a small blob whose checks need only the open file
+    /// is found by its `fstatat` below `blobs/` and not opened: its checks are left to the
+    /// pack's read pass. A shard index or config is still opened (its checks read other
+    /// files), and a blob that is not a regular file is still refused by name.
+    #[test]
+    fn past_the_kept_bytes_small_blobs_are_left_to_the_read_pass() {
+        let t = tempfile::tempdir().unwrap();
+        let c = "0123456789abcdef0123456789abcdef01234567";
+        let repo = t.path().join("models--acme--many");
+        let snap = repo.join("snapshots").join(c);
+        fs::create_dir_all(snap.join("a")).unwrap();
+        fs::create_dir_all(snap.join("z")).unwrap();
+        fs::create_dir_all(repo.join("blobs")).unwrap();
+        fs::create_dir_all(repo.join("refs")).unwrap();
+        fs::write(repo.join("refs/main"), c).unwrap();
+        let add = |rel: &str, bytes: &[u8]| {
+            let mut h = super::super::GitBlobSha1::new(bytes.len() as u64);
+            h.update(bytes);
+            let etag = h.finish();
+            fs::write(repo.join("blobs").join(&etag), bytes).unwrap();
+            symlink(format!("../../../blobs/{etag}"), snap.join(rel)).unwrap();
+            etag
+        };
+        // More 64 KiB blobs than the kept bytes hold, walked first.
+        let per = scan::PREFETCH_FILE_MAX as usize;
+        for i in 0..(scan::PREFETCH_TOTAL_MAX as usize / per + 8) {
+            let mut bytes = vec![b'a'; per];
+            bytes[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            add(&format!("a/f{i:04}"), &bytes);
+        }
+        add("z/config.json", br#"{"model_type":"x"}"#);
+        add("z/notes.txt", b"plain notes\n");
+        let fifo = add("z/queue.bin", b"will be a FIFO");
+
+        let s = open_snapshot(t.path(), "model", "acme/many", "main").unwrap();
+        let left = |rel: &str| {
+            s.entries
+                .iter()
+                .find_map(|e| match e {
+                    ScanEntry::File {
+                        path,
+                        checks_left,
+                        prefetched,
+                        has_values,
+                        ..
+                    } if path == rel => Some((*checks_left, prefetched.is_some(), *has_values)),
+                    _ => None,
+                })
+                .unwrap()
+        };
+        assert_eq!(left("a/f0000"), (false, true, Some(false)));
+        assert_eq!(left("z/notes.txt"), (true, false, None));
+        assert_eq!(left("z/queue.bin"), (true, false, None));
+        assert!(!left("z/config.json").0);
+        let (findings, _) = s.checked.as_ref().unwrap();
+        assert!(findings.is_empty(), "{findings:?}");
+
+        // A FIFO past the kept bytes: refused by its name, not left to a read that would block.
+        let blob = repo.join("blobs").join(&fifo);
+        fs::remove_file(&blob).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(&blob)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let err = open_snapshot(t.path(), "model", "acme/many", "main").unwrap_err();
+        assert!(
+            err.to_string().starts_with(&format!(
+                "{}: is a FIFO, not a regular file",
+                blob.display()
+            )),
+            "{err}"
+        );
     }
 
     #[test]

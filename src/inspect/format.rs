@@ -46,18 +46,26 @@ impl Format {
 /// What the name alone says: the safetensors and GGUF names first, then a shard index, a
 /// PyTorch checkpoint or a config. `name` may be a path (`/`-separated).
 pub fn by_name(name: &str) -> Option<Format> {
-    let name = name.rsplit('/').next().unwrap_or(name);
-    let lower = name.to_ascii_lowercase();
-    let ext = lower.rsplit_once('.').map_or("", |(_, e)| e);
-    if lower.ends_with(".index.json") {
+    // Compared without regard to ASCII case, with no lowercased copy made (a pack asks this
+    // of each of a million files).
+    let name = name.rsplit('/').next().unwrap_or(name).as_bytes();
+    let ext = name
+        .rsplit(|&b| b == b'.')
+        .next()
+        .filter(|e| e.len() < name.len());
+    let ext_is = |want: &str| ext.is_some_and(|e| e.eq_ignore_ascii_case(want.as_bytes()));
+    let index = b".index.json";
+    if name.len() >= index.len() && name[name.len() - index.len()..].eq_ignore_ascii_case(index) {
         Some(Format::ShardIndex)
-    } else if ext == "safetensors" {
+    } else if ext_is("safetensors") {
         Some(Format::Safetensors)
-    } else if ext == "gguf" {
+    } else if ext_is("gguf") {
         Some(Format::Gguf)
-    } else if matches!(ext, "bin" | "pt" | "pth" | "ckpt") {
+    } else if ["bin", "pt", "pth", "ckpt"].into_iter().any(ext_is) {
         Some(Format::Torch)
-    } else if lower == "config.json" || lower == "tokenizer_config.json" {
+    } else if name.eq_ignore_ascii_case(b"config.json")
+        || name.eq_ignore_ascii_case(b"tokenizer_config.json")
+    {
         Some(Format::Config)
     } else {
         None
@@ -127,6 +135,63 @@ pub fn has_values(name: &str, file: &File, len: u64) -> io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`by_name`] as it was written first, on a lowercased copy: the reference.
+    fn by_name_lowercased(name: &str) -> Option<Format> {
+        let name = name.rsplit('/').next().unwrap_or(name);
+        let lower = name.to_ascii_lowercase();
+        let ext = lower.rsplit_once('.').map_or("", |(_, e)| e);
+        if lower.ends_with(".index.json") {
+            Some(Format::ShardIndex)
+        } else if ext == "safetensors" {
+            Some(Format::Safetensors)
+        } else if ext == "gguf" {
+            Some(Format::Gguf)
+        } else if matches!(ext, "bin" | "pt" | "pth" | "ckpt") {
+            Some(Format::Torch)
+        } else if lower == "config.json" || lower == "tokenizer_config.json" {
+            Some(Format::Config)
+        } else {
+            None
+        }
+    }
+
+    #[test]
+    fn names_are_told_apart_as_the_lowercased_reference_does() {
+        let names = [
+            "",
+            ".",
+            "..",
+            "bin",
+            ".bin",
+            "a.BIN",
+            "d/x.Pt",
+            "x.pth",
+            "x.ckpt",
+            "x.ckpt.tmp",
+            "model.SafeTensors",
+            "m.gguf",
+            "m.GGUF",
+            "a/b/model.safetensors.index.json",
+            "x.INDEX.JSON",
+            ".index.json",
+            "index.json",
+            "config.json",
+            "d/CONFIG.json",
+            "Tokenizer_Config.json",
+            "tokenizer.json",
+            "x.json",
+            "é.bin",
+            "d.bin/x",
+            "x.",
+            "dir.safetensors/readme",
+            "q-00001-of-00002.gguf",
+            "weights.bin.1",
+        ];
+        for name in names {
+            assert_eq!(by_name(name), by_name_lowercased(name), "{name:?}");
+        }
+    }
 
     fn safetensors_head(n: u64) -> Vec<u8> {
         let mut h = n.to_le_bytes().to_vec();

@@ -211,7 +211,12 @@ pub fn pack(
     // What the seal needs of the model's entries, before they are taken.
     let repo_files = repo_file_counts(model);
     let hf = model.hf.is_some() || !model.repos.is_empty();
-    let completed = plan.finish(std::mem::take(&mut model.entries), hf, written)?;
+    let completed = plan.finish(
+        std::mem::take(&mut model.entries),
+        std::mem::take(&mut model.etags),
+        hf,
+        written,
+    )?;
     let mut warnings = opts.warnings.clone();
     // The findings of the checks left to the read pass and the value findings exist only now:
     // refuse before sealing (the work directory goes with the error), or record them with the
@@ -265,15 +270,18 @@ pub fn pack(
         },
     };
     // The etags of the repositories' files: a directory beside them records none.
-    let repo_etags: Vec<String> = match (&model.dir, &completed.etags) {
-        (Some((name, _)), Some(etags)) => completed
+    // Moved, not copied, to the one place that records them (a million of them).
+    let mut etags = completed.etags.unwrap_or_default();
+    let repo_etags: Vec<String> = match (&model.dir, model.repos.is_empty()) {
+        (_, true) => Vec::new(),
+        (Some((name, _)), false) => completed
             .files
             .iter()
-            .zip(etags)
+            .zip(std::mem::take(&mut etags))
             .filter(|(f, _)| f.path.split('/').next() != Some(name.as_str()))
-            .map(|(_, e)| e.clone())
+            .map(|(_, e)| e)
             .collect(),
-        (_, etags) => etags.clone().unwrap_or_default(),
+        (None, false) => std::mem::take(&mut etags),
     };
     let sealed = seal::seal(
         seal::Parts {
@@ -288,10 +296,10 @@ pub fn pack(
             files: completed.files,
             warnings,
             source: model.hf.as_ref().map(|hf| HfSource {
-                etags: completed.etags.clone().unwrap_or_default(),
+                etags,
                 ..hf.source()
             }),
-            repos: repos_record(model, &repo_files, &repo_etags),
+            repos: repos_record(model, &repo_files, repo_etags),
             dir: model
                 .dir
                 .as_ref()
@@ -338,20 +346,17 @@ fn repo_file_counts(model: &Model) -> Vec<usize> {
 /// [`repo_file_counts`]), taken in order from `etags` (one per file of the model, in bundle
 /// order). A repository whose files `etags` does not reach gets fewer (the manifest size
 /// estimate, which calibrates on short lists).
-fn repos_record(model: &Model, counts: &[usize], etags: &[String]) -> Vec<manifest::Repo> {
+fn repos_record(model: &Model, counts: &[usize], etags: Vec<String>) -> Vec<manifest::Repo> {
     let mut out = Vec::with_capacity(model.repos.len());
-    let mut at = 0;
+    let mut etags = etags.into_iter();
     for (hf, &count) in model.repos.iter().zip(counts) {
-        let folder = hf.folder();
-        let end = (at + count).min(etags.len());
         out.push(manifest::Repo {
-            path: folder,
+            path: hf.folder(),
             source: HfSource {
-                etags: etags[at.min(end)..end].to_vec(),
+                etags: etags.by_ref().take(count).collect(),
                 ..hf.source()
             },
         });
-        at = end;
     }
     out
 }
@@ -590,7 +595,7 @@ fn estimate_manifest(
         repos: repos_record(
             model,
             &repo_file_counts(model),
-            &vec![digest.clone(); files.len()],
+            vec![digest.clone(); files.len()],
         ),
         dir: model
             .dir

@@ -26,6 +26,7 @@ use crate::delta::Counts;
 use crate::delta::patch::{self, Map};
 use crate::error::{Error, Result};
 use crate::fsio;
+use crate::hfcache::EtagCheck;
 use crate::inspect::values::{FileScan, Layout, Scanner};
 use crate::manifest::{self, Base, FileEntry, From};
 use crate::progress::Progress;
@@ -91,8 +92,25 @@ impl Plan {
     /// The manifest's directories, files and etags from the model's `entries` (taken: each
     /// file's path moves into its manifest entry, so a million paths are not held twice) and
     /// what was written (the digests read while streaming); `hf` when the model is from a
-    /// Hugging Face cache (the etags are recorded). Removes the patch files.
-    pub fn finish(&self, entries: Vec<ScanEntry>, hf: bool, written: Written) -> Result<Completed> {
+    /// Hugging Face cache (the etags are recorded; `expected`, the model's etag checks, taken
+    /// too: a file whose etag the read pass checked equal to the expected one gets that one,
+    /// [`write::WrittenFiles::etags`]). Removes the patch files.
+    pub fn finish(
+        &self,
+        entries: Vec<ScanEntry>,
+        expected: Vec<EtagCheck>,
+        hf: bool,
+        written: Written,
+    ) -> Result<Completed> {
+        let mut expected = expected.into_iter();
+        // The etag of the next file: the one the read pass computed, else the one it checked.
+        let mut etag_of = move |computed: Option<String>| {
+            let want = expected.next();
+            computed.or(match want {
+                Some(EtagCheck::Expect(e)) => Some(e),
+                _ => None,
+            })
+        };
         let Some(delta) = &self.delta else {
             let write::WrittenFiles {
                 sha256: digests,
@@ -125,7 +143,7 @@ impl Plan {
                 if let Some((_, v)) = values_of.next_if(|(i, _)| *i == index) {
                     values.push((path.clone(), *v));
                 }
-                let etag = etags_of.next_if(|(i, _)| *i == index).map(|(_, e)| e);
+                let etag = etag_of(etags_of.next_if(|(i, _)| *i == index).map(|(_, e)| e));
                 if let Some(etags) = &mut etags {
                     etags.push(etag.unwrap_or_default());
                 }
@@ -213,7 +231,7 @@ impl Plan {
             if let Some(scan) = scan {
                 scans.push((path.clone(), scan));
             }
-            etags.push(etag.unwrap_or_default());
+            etags.push(etag_of(etag).unwrap_or_default());
             files.push(FileEntry {
                 path,
                 size,

@@ -101,6 +101,9 @@ pub struct Model {
     /// For a directory: the model checks, run by the scan as it opened each file
     /// ([`scan::scan_checking`]), kept for [`Model::check`] (an error as its kind and text).
     checked: Option<Checked>,
+    /// For snapshots: the model checks their walks left to the read pass, run before it
+    /// ([`Model::check_left`]), their files named by their paths in the bundle.
+    left: Option<Checked>,
 }
 
 /// The model checks' findings and the paths too long for them, or the error that stopped them.
@@ -131,6 +134,7 @@ impl Model {
                     root: snapshot.dir.clone(),
                     notes: snapshot.notes.clone(),
                     checked: None,
+                    left: None,
                     repos: Vec::new(),
                     dir: None,
                     hf: Some(HfOrigin {
@@ -161,20 +165,24 @@ impl Model {
         match &self.hf {
             Some(hf) => {
                 let (root, snapshot) = snapshot_from_cache_root(hf);
-                hfcache::offline::check(root, &snapshot, deps).map_err(|e| Error::io(root, e))?;
+                hfcache::offline::check_listed(root, &snapshot, deps, self.gguf_below(""))
+                    .map_err(|e| Error::io(root, e))?;
             }
             None if self.repos.is_empty() => {
-                hfcache::offline::check(&self.root, "", deps)
+                hfcache::offline::check_listed(&self.root, "", deps, self.gguf_below(""))
                     .map_err(|e| Error::io(&self.root, e))?;
             }
             None => {
                 for hf in &self.repos {
                     let (root, snapshot) = snapshot_from_cache_root(hf);
-                    hfcache::offline::check(root, &snapshot, deps)
+                    let gguf = self.gguf_below(&format!("{}/", hf.folder()));
+                    hfcache::offline::check_listed(root, &snapshot, deps, gguf)
                         .map_err(|e| Error::io(root, e))?;
                 }
-                if let Some((_, dir)) = &self.dir {
-                    hfcache::offline::check(dir, "", deps).map_err(|e| Error::io(dir, e))?;
+                if let Some((name, dir)) = &self.dir {
+                    let gguf = self.gguf_below(&format!("{name}/"));
+                    hfcache::offline::check_listed(dir, "", deps, gguf)
+                        .map_err(|e| Error::io(dir, e))?;
                 }
             }
         }
@@ -185,6 +193,21 @@ impl Model {
             .into_iter()
             .filter(|(id, _)| !carried.contains(id))
             .collect())
+    }
+
+    /// The files of the model named `*.gguf` below `prefix` (`""`, or a folder's name and a
+    /// `/`), relative to it: what the offline checks' split-shard rule looks at, known here
+    /// without a walk.
+    fn gguf_below(&self, prefix: &str) -> Vec<String> {
+        self.entries
+            .iter()
+            .filter_map(|e| match e {
+                ScanEntry::File { path, .. } => path.strip_prefix(prefix),
+                ScanEntry::Dir { .. } => None,
+            })
+            .filter(|rel| rel.ends_with(".gguf"))
+            .map(str::to_string)
+            .collect()
     }
 
     /// The repository ids of type model this pack carries.
@@ -245,10 +268,17 @@ impl Model {
 
     /// Whether the model checks run so far found an error, or stopped on one.
     pub fn check_errors(&self) -> bool {
-        match &self.checked {
-            Some(Ok((findings, _))) => inspect::has_errors(findings),
-            Some(Err(_)) => true,
-            None => false,
+        if self.hf.is_none() && self.repos.is_empty() {
+            return match &self.checked {
+                Some(Ok((findings, _))) => inspect::has_errors(findings),
+                Some(Err(_)) => true,
+                None => false,
+            };
+        }
+        // A snapshot's: its walk's checks and the files its listing names that it lacks.
+        match self.format_checks() {
+            Ok((findings, _)) => inspect::has_errors(&findings),
+            Err(_) => true,
         }
     }
 
@@ -265,7 +295,15 @@ impl Model {
         let left = checks
             .finish(&self.root)
             .map_err(|e| (e.kind(), e.to_string()));
-        self.checked = self.checked.take().map(|scanned| joined(scanned, left));
+        if self.hf.is_none() && self.repos.is_empty() {
+            self.checked = self.checked.take().map(|scanned| joined(scanned, left));
+        } else {
+            // A snapshot's files, named by their paths in the bundle.
+            self.left = Some(match self.left.take() {
+                Some(before) => joined(before, left),
+                None => left,
+            });
+        }
     }
 
     /// The model checks (docs/CLI.md, model checks): for a directory, every file of the tree;
@@ -285,15 +323,18 @@ impl Model {
         };
         let deps = hfcache::offline::Deps::Pack(&needs);
         let offline = match &self.hf {
-            None if self.repos.is_empty() => hfcache::offline::check(&self.root, "", deps)
-                .map_err(|e| Error::io(&self.root, e))?,
+            None if self.repos.is_empty() => {
+                hfcache::offline::check_listed(&self.root, "", deps, self.gguf_below(""))
+                    .map_err(|e| Error::io(&self.root, e))?
+            }
             None => {
                 let mut all = Vec::new();
                 for hf in &self.repos {
                     let (root, snapshot) = snapshot_from_cache_root(hf);
                     let folder = hf.folder();
+                    let gguf = self.gguf_below(&format!("{folder}/"));
                     all.extend(
-                        hfcache::offline::check(root, &snapshot, deps)
+                        hfcache::offline::check_listed(root, &snapshot, deps, gguf)
                             .map_err(|e| Error::io(root, e))?
                             .into_iter()
                             .map(|mut f| {
@@ -303,8 +344,9 @@ impl Model {
                     );
                 }
                 if let Some((name, dir)) = &self.dir {
+                    let gguf = self.gguf_below(&format!("{name}/"));
                     all.extend(
-                        hfcache::offline::check(dir, "", deps)
+                        hfcache::offline::check_listed(dir, "", deps, gguf)
                             .map_err(|e| Error::io(dir, e))?
                             .into_iter()
                             .map(|mut f| {
@@ -317,7 +359,8 @@ impl Model {
             }
             Some(hf) => {
                 let (root, snapshot) = snapshot_from_cache_root(hf);
-                hfcache::offline::check(root, &snapshot, deps).map_err(|e| Error::io(root, e))?
+                hfcache::offline::check_listed(root, &snapshot, deps, self.gguf_below(""))
+                    .map_err(|e| Error::io(root, e))?
             }
         };
         findings.extend(offline.into_iter().map(|mut f| {
@@ -356,6 +399,7 @@ impl Model {
                 }));
                 unchecked.extend(too_long.into_iter().map(|p| format!("{folder}/{p}")));
             }
+            self.add_left(&mut findings, &mut unchecked)?;
             findings.sort_by(|a, b| (&a.path, a.code).cmp(&(&b.path, b.code)));
             return Ok((findings, unchecked));
         }
@@ -371,9 +415,28 @@ impl Model {
                 }
             };
         };
-        let (mut findings, unchecked) = snapshot_checks(hf)?;
+        let (mut findings, mut unchecked) = snapshot_checks(hf)?;
+        self.add_left(&mut findings, &mut unchecked)?;
         findings.sort_by(|a, b| (&a.path, a.code).cmp(&(&b.path, b.code)));
         Ok((findings, unchecked))
+    }
+
+    /// Adds the snapshots' checks run before the read pass ([`Model::check_left`]).
+    fn add_left(&self, findings: &mut Vec<Finding>, unchecked: &mut Vec<String>) -> Result<()> {
+        match &self.left {
+            Some(Ok((found, too_long))) => {
+                findings.extend(found.iter().cloned());
+                unchecked.extend(too_long.iter().cloned());
+            }
+            Some(Err((kind, text))) => {
+                return Err(Error::io(
+                    &self.root,
+                    std::io::Error::new(*kind, text.clone()),
+                ));
+            }
+            None => {}
+        }
+        Ok(())
     }
 }
 
@@ -464,6 +527,7 @@ fn open_snapshots(cache: Option<&Path>, asks: &[RepoAsk], dir: Option<&Path>) ->
         dir: None,
         notes: Vec::new(),
         checked: None,
+        left: None,
     };
     for (folder, ask) in asks {
         if let Some((name, _, _)) = &beside
@@ -590,6 +654,7 @@ fn open_dir(dir: &Path) -> Result<Model> {
         root: dir.to_path_buf(),
         notes,
         checked: Some(checked),
+        left: None,
     })
 }
 

@@ -320,3 +320,114 @@ fn checks_left_to_the_read_pass_refuse_as_the_scans_do() {
     );
     env.assert_nothing_packed("d");
 }
+
+/// The same past a Hugging Face snapshot's kept bytes (issue 37 item 2, the cache half): the
+/// walk finds the small blobs after them by `fstatat` and leaves their model checks to the
+/// read pass, their one open. An LFS pointer there refuses the pack with the exit code, message
+/// and findings of the same pointer in a snapshot the walk checks whole, and leaves nothing;
+/// with `--no-model-checks` it is recorded as the walk's findings are; a bundle of two
+/// repositories counts and names both pointers; a delta (the pointer taken from its base)
+/// refuses as well.
+#[test]
+fn a_snapshots_checks_left_to_the_read_pass_refuse_as_the_walks_do() {
+    let env = Env::new();
+    fill_the_kept_bytes(&env);
+    for dir in ["m", "small"] {
+        env.write(&format!("{dir}/z/notes.txt"), POINTER);
+        env.write(&format!("{dir}/z/plain.txt"), b"a plain text file\n");
+    }
+    // Into a cache as huggingface_hub lays one out: each file a link to its blob.
+    for (dir, repo) in [("m", "org/m"), ("small", "org/small")] {
+        let b = format!("b-{dir}");
+        env.ok(&["pack", dir, "-o", &b, "--key", "k.key", "--no-model-checks"]);
+        env.ok(&[
+            "unpack",
+            &b,
+            "--trust",
+            "k.pub",
+            "--hf-cache",
+            "c",
+            "--hf-repo",
+            repo,
+        ]);
+    }
+    let pack = |repos: &[&str], out: &str, more: &[&str]| {
+        let mut args = vec!["pack", "--hf-cache", "c"];
+        for r in repos {
+            args.extend(["--hf-repo", r]);
+        }
+        args.extend(["-o", out, "--key", "k.key"]);
+        args.extend(more);
+        args.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let run = |args: Vec<String>| env.run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let json = |args: Vec<String>| env.json(&args.iter().map(String::as_str).collect::<Vec<_>>());
+
+    let walked = run(pack(&["org/small"], "s", &[]));
+    let left = run(pack(&["org/m"], "b", &[]));
+    assert_ne!(walked.status.code(), Some(0));
+    assert_eq!(left.status.code(), walked.status.code());
+    // The same refusal; the note on the missing hub listing names each snapshot's commit.
+    let refusal = |out: &std::process::Output| {
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .filter(|l| !l.contains("no hub listing"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(
+        refusal(&walked).contains("z/notes.txt"),
+        "{}",
+        refusal(&walked)
+    );
+    assert_eq!(refusal(&left), refusal(&walked));
+    let (code, found) = json(pack(&["org/m"], "b", &[]));
+    let (walked_code, walked_found) = json(pack(&["org/small"], "s", &[]));
+    assert_eq!(code, walked_code);
+    assert_eq!(found["findings"], walked_found["findings"]);
+    assert_eq!(found["error"], walked_found["error"]);
+    assert_eq!(
+        codes_and_paths(&found["findings"]),
+        [("z/notes.txt".to_string(), "lfs-pointer".to_string())]
+    );
+    env.assert_nothing_packed("b");
+    env.assert_nothing_packed("s");
+
+    // Recorded as a warning, where the walk's findings go.
+    let (code, out) = json(pack(&["org/m"], "b", &["--no-model-checks"]));
+    assert_eq!(code, 0, "{out}");
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(env.path("b/manifest.json")).unwrap()).unwrap();
+    assert_eq!(
+        codes_and_paths(&manifest["warnings"]),
+        [("z/notes.txt".to_string(), "lfs-pointer".to_string())]
+    );
+
+    // Both repositories in one bundle: the refusal counts and names both pointers, the one
+    // left to the read pass included.
+    let (code, both) = json(pack(&["org/m", "org/small"], "two", &[]));
+    assert_eq!(code, walked_code, "{both}");
+    assert_eq!(
+        codes_and_paths(&both["findings"]),
+        [
+            (
+                "models--org--m/z/notes.txt".to_string(),
+                "lfs-pointer".to_string()
+            ),
+            (
+                "models--org--small/z/notes.txt".to_string(),
+                "lfs-pointer".to_string()
+            ),
+        ]
+    );
+    env.assert_nothing_packed("two");
+
+    // A delta of it, the pointer's blob taken from the base: refused the same way.
+    let (code, delta) = json(pack(&["org/m"], "d", &["--base", "b", "--version", "2"]));
+    assert_eq!(code, walked_code, "{delta}");
+    assert_eq!(
+        codes_and_paths(&delta["findings"]),
+        [("z/notes.txt".to_string(), "lfs-pointer".to_string())]
+    );
+    env.assert_nothing_packed("d");
+}

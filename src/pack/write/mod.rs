@@ -169,7 +169,14 @@ pub fn write(
     for _ in 0..BUFFERS {
         let _ = recycle_tx.send(vec![0u8; BUFFER_SIZE]);
     }
+    // One digest a file: the list is made to size, not grown by doubling (a million files).
     let mut files = WrittenFiles::default();
+    files.sha256.reserve_exact(
+        stream
+            .iter()
+            .filter(|e| matches!(e, StreamEntry::File { .. }))
+            .count(),
+    );
     let mut directories = Vec::new();
     let (read_result, write_result) = std::thread::scope(|s| {
         let writer = s.spawn(move || write_stream(rx, recycle_tx, sink));

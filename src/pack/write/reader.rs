@@ -354,6 +354,7 @@ pub(super) fn load_ahead(
         else {
             continue;
         };
+        let through_link = matches!(source, Source::At(_));
         let source = source.path(path);
         let loaded = opener.open_stat(&source, path).ok().and_then(|(file, st)| {
             let bytes = (st.st_size as u64 == *size)
@@ -363,7 +364,11 @@ pub(super) fn load_ahead(
                 return None;
             }
             if *checks_left {
-                checks.opened_read(path, &source, &file, *size, Some(&bytes));
+                match through_link {
+                    // A Hugging Face snapshot's file, read as its blob.
+                    true => checks.opened_through_link(path, &source, &file, *size, Some(&bytes)),
+                    false => checks.opened_read(path, &source, &file, *size, Some(&bytes)),
+                }
             }
             Some(bytes)
         });
@@ -572,7 +577,9 @@ pub fn model_entries<'m>(
 pub struct WrittenFiles {
     /// SHA-256 of each file's bytes as read.
     pub sha256: Vec<[u8; 32]>,
-    /// The etag of each file one was asked for (checked or computed), by index.
+    /// The etag of each file one was computed for ([`EtagCheck::Compute`]), by index; a file
+    /// whose etag was checked equal to the one expected ([`EtagCheck::Expect`]) has that one,
+    /// not kept again here (a dataset of a million files).
     pub etags: Vec<(usize, String)>,
     /// The value scan of each model file that had one, by index.
     pub values: Vec<(usize, Box<FileScan>)>,
@@ -663,7 +670,9 @@ pub(super) fn read_entries<'s>(
                 // read (and checked) is read below, or fails the pack: checked by path at the
                 // end.
                 if *checks_left && ahead.is_none() {
-                    files.checks.by_path(path, true);
+                    files
+                        .checks
+                        .by_path(path, matches!(source, Source::Below(_)));
                 }
                 let at_hand = kept
                     .or(ahead.as_deref())
@@ -690,8 +699,12 @@ pub(super) fn read_entries<'s>(
                 }
                 let index = files.sha256.len();
                 files.sha256.push(digests.sha256);
-                if let Some(etag) = digests.etag {
-                    files.etags.push((index, etag));
+                // An etag that was checked equal to the expected one is not kept again: the
+                // manifest takes the expected one ([`WrittenFiles::etags`]).
+                if let Some(computed) = digests.etag
+                    && !matches!(etag, Some(EtagCheck::Expect(_)))
+                {
+                    files.etags.push((index, computed));
                 }
                 if let Some(values) = digests.values {
                     files.values.push((index, Box::new(values)));
