@@ -37,7 +37,7 @@ pub enum ScanEntry {
         /// link's target, a blob of a Hugging Face cache); `None` for a file found in the tree
         /// itself, whose place follows from the root and its path ([`ScanEntry::source`]): a
         /// million-file model does not hold a million full paths beside its relative ones.
-        link: Option<PathBuf>,
+        link: Option<Link>,
         /// Size seen when scanning.
         size: u64,
         /// Whether any executable bit is set.
@@ -55,6 +55,37 @@ pub enum ScanEntry {
         /// open (`has_values` is `None`).
         checks_left: bool,
     },
+}
+
+/// Where a file's bytes are when that is not below the scanned directory at its path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Link {
+    /// At this path: a link's target, a blob in a Hugging Face cache's shared store.
+    Path(PathBuf),
+    /// The blob `etag` in a Hugging Face repository's `blobs/` folder, `blobs` (one path for
+    /// all the snapshot's files; the etag shared with the file's etag check): the blob's path
+    /// is made when it is opened, not held for each of a dataset's million files.
+    Blob {
+        /// The repository's `blobs/` folder.
+        blobs: std::sync::Arc<Path>,
+        /// The blob's name, the etag its content must hash to.
+        etag: std::sync::Arc<str>,
+    },
+}
+
+impl Link {
+    /// The path of the file the link leads to.
+    pub fn path(&self) -> Cow<'_, Path> {
+        match self {
+            Link::Path(p) => Cow::Borrowed(p),
+            Link::Blob { blobs, etag } => {
+                let mut path = PathBuf::with_capacity(blobs.as_os_str().len() + 1 + etag.len());
+                path.push(blobs);
+                path.push(&**etag);
+                Cow::Owned(path)
+            }
+        }
+    }
 }
 
 /// The whole content of a small file, read by the scan on the handle it opened the file with
@@ -146,7 +177,7 @@ impl ScanEntry {
     /// joined with its path; `None` for a directory.
     pub fn source(&self, root: &Path) -> Option<Cow<'_, Path>> {
         match self {
-            ScanEntry::File { link: Some(l), .. } => Some(Cow::Borrowed(l)),
+            ScanEntry::File { link: Some(l), .. } => Some(l.path()),
             ScanEntry::File { path, .. } => Some(Cow::Owned(root.join(path))),
             ScanEntry::Dir { .. } => None,
         }
@@ -250,8 +281,17 @@ fn scan_inner(
         budget: PrefetchBudget::new(budget),
     };
     walk.dir("")?;
-    let mut out = walk.out;
-    out.sort_by(|a, b| paths::bundle_order(a.path(), b.path()));
+    let Walk {
+        mut out,
+        collisions,
+        ..
+    } = walk;
+    // The collision table's memory goes before the sort, not at the end of the function.
+    drop(collisions);
+    // No two paths are equal (a name is one directory entry), so an unstable sort gives the
+    // one order, and needs no scratch list beside a million entries (the walk gives them
+    // nearly in order).
+    out.sort_unstable_by(|a, b| paths::bundle_order(a.path(), b.path()));
     Ok(out)
 }
 
@@ -259,7 +299,7 @@ fn scan_inner(
 /// (its target), its size and mode, its bytes when the scan kept them, whether the value scan
 /// reads it when the scan opened it, and whether its model checks are left to the read pass.
 type Regular = (
-    Option<PathBuf>,
+    Option<Link>,
     u64,
     u32,
     Option<Prefetched>,
@@ -399,10 +439,9 @@ impl Walk<'_> {
                 if let (Some(checks), Some(n)) = (checks, checked_name) {
                     checks.by_path(n, false);
                 }
-                Found::File(
-                    self.link(dir, name, &full)
-                        .map(|(target, size, mode)| (Some(target), size, mode, None, None, false)),
-                )
+                Found::File(self.link(dir, name, &full).map(|(target, size, mode)| {
+                    (Some(Link::Path(target)), size, mode, None, None, false)
+                }))
             }
             _ => Found::Other,
         };
@@ -614,7 +653,7 @@ pub fn check_left(root: &Path, entries: &mut [ScanEntry], checks: &mut TreeCheck
                 // checks a file it opened through its link.
                 let (full, as_) = match link {
                     Some(blob) => (
-                        Cow::Borrowed(blob.as_path()),
+                        blob.path(),
                         CheckedAs::Cache {
                             name: path,
                             through_link: true,
@@ -908,7 +947,7 @@ mod tests {
         match &got[4] {
             ScanEntry::File { size, link, .. } => {
                 assert_eq!(*size, 4);
-                assert!(link.as_ref().unwrap().ends_with("a/b/w.bin"));
+                assert!(link.as_ref().unwrap().path().ends_with("a/b/w.bin"));
             }
             other => panic!("{other:?}"),
         }

@@ -18,7 +18,7 @@ use crate::progress::Progress;
 pub enum EtagCheck {
     /// The content must hash to this etag (SHA-256 for 64 hex digits, the git blob id for 40);
     /// otherwise the pack fails with [`crate::error::Error::BlobMismatch`].
-    Expect(String),
+    Expect(std::sync::Arc<str>),
     /// Nothing names the file: compute its etag by [`EtagKind::for_size`].
     Compute,
 }

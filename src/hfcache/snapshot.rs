@@ -8,6 +8,7 @@ use std::fs;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rayon::prelude::*;
 use rustix::fs::FileType;
@@ -231,7 +232,7 @@ pub struct Snapshot {
     /// blob its link points at, or the hub listing's etag for a real file), or `None` when
     /// nothing names it and the packer computes one. The packer moves them out, as it does
     /// `entries`.
-    pub etags: Vec<Option<String>>,
+    pub etags: Vec<Option<Arc<str>>>,
     /// Whether `trees/<commit>.json` was there to compare against.
     pub listed: bool,
     /// Files the hub's listing names that the snapshot lacks (a partial or interrupted
@@ -297,6 +298,7 @@ pub fn open_snapshot(
         root_fd: &root_fd,
         blobs: blobs_fd.as_ref(),
         blobs_path: &blobs,
+        blobs_shared: Arc::from(blobs.as_path()),
         commit: &commit,
         has_blobs,
         listing: listing.as_ref(),
@@ -315,9 +317,12 @@ pub fn open_snapshot(
         missing_blob,
         checks,
         check_prefix,
+        collisions,
         ..
     } = walk;
     drop(root_fd);
+    // The collision table's memory goes now, before the lists below are made.
+    drop(collisions);
 
     // An interrupted download comes first: it explains a missing blob or file.
     if let Some(blobs_fd) = &blobs_fd {
@@ -347,16 +352,22 @@ pub fn open_snapshot(
     if let Some(e) = missing_blob {
         return Err(e);
     }
-    files.sort_by(|a, b| paths::bundle_order(a.0.path(), b.0.path()));
-    // Both lists made to size (a collect in place would keep the walk's wider buffer).
-    let mut etags: Vec<Option<String>> = Vec::with_capacity(files.len());
-    let mut entries: Vec<ScanEntry> = Vec::with_capacity(files.len());
-    for (entry, etag, _) in files {
-        if matches!(entry, ScanEntry::File { .. }) {
-            etags.push(etag);
-        }
-        entries.push(entry);
-    }
+    // No two paths are equal, so an unstable sort gives the one order, and needs no scratch
+    // list beside a million entries.
+    files.sort_unstable_by(|a, b| paths::bundle_order(a.0.path(), b.0.path()));
+    let mut etags: Vec<Option<Arc<str>>> = Vec::with_capacity(files.len());
+    let mut entries: Vec<ScanEntry> = files
+        .into_iter()
+        .map(|(entry, etag, _)| {
+            if matches!(entry, ScanEntry::File { .. }) {
+                etags.push(etag);
+            }
+            entry
+        })
+        .collect();
+    // Collected in place, in the walk's wider buffer: its tail is given back (no second list
+    // of a million entries beside the first).
+    entries.shrink_to_fit();
     let missing: Vec<String> = match &listing {
         Some(l) => {
             let have: std::collections::HashSet<&str> = entries
@@ -466,7 +477,7 @@ const RUN: usize = 64;
 
 /// A file of the snapshot as the walk found it, with its etag (from its link, or the hub's
 /// listing for a real file) and whether that etag is its link's blob name.
-type WalkedFile = (ScanEntry, Option<String>, bool);
+type WalkedFile = (ScanEntry, Option<Arc<str>>, bool);
 
 /// The walk of a snapshot folder through directory handles: every entry checked by the
 /// packer's name rules and the cache's link rules, each file's content located (its blob)
@@ -479,6 +490,8 @@ struct Walk<'a> {
     /// The repository's `blobs/`, opened without following a link; `None` when it has none.
     blobs: Option<&'a OwnedFd>,
     blobs_path: &'a Path,
+    /// `blobs_path`, held once for every file's [`scan::Link::Blob`].
+    blobs_shared: Arc<Path>,
     commit: &'a str,
     has_blobs: bool,
     listing: Option<&'a BTreeMap<String, ListedFile>>,
@@ -510,8 +523,9 @@ enum Found {
 
 /// A file of the snapshot, found and (when it could be) opened once.
 struct FoundFile {
-    /// For a link: its blob's etag and the file holding the blob's bytes.
-    blob: Option<(String, PathBuf)>,
+    /// For a link: its blob's etag, and the path of the file holding the blob's bytes when
+    /// that is not the blob itself (an entry of the cache's shared store).
+    blob: Option<(String, Option<PathBuf>)>,
     size: u64,
     prefetched: Option<scan::Prefetched>,
     has_values: Option<bool>,
@@ -586,7 +600,7 @@ impl Walk<'_> {
         let commit = self.commit;
         let listed = self.listing.and_then(|l| l.get(&rel));
         let (source, etag, from_link) = match f.blob {
-            Some((etag, source)) => {
+            Some((etag, shared)) => {
                 if let Some(l) = listed
                     && l.etag != etag
                 {
@@ -598,15 +612,30 @@ impl Walk<'_> {
                         ),
                     });
                 }
+                // Made here, on the walk's own thread, not where the blob was examined: the
+                // etag lives until the manifest is written, which this thread builds from the
+                // memory it frees (a million of them).
+                let etag: Arc<str> = etag.into();
+                let source = match shared {
+                    Some(path) => scan::Link::Path(path),
+                    None => scan::Link::Blob {
+                        blobs: Arc::clone(&self.blobs_shared),
+                        etag: Arc::clone(&etag),
+                    },
+                };
                 (source, Some(etag), true)
             }
-            None => (full.to_path_buf(), listed.map(|l| l.etag.clone()), false),
+            None => (
+                scan::Link::Path(full.to_path_buf()),
+                listed.map(|l| Arc::from(l.etag.as_str())),
+                false,
+            ),
         };
         if let Some(l) = listed
             && l.size != f.size
         {
             return Err(Error::HfCache {
-                path: source,
+                path: source.path().into_owned(),
                 reason: format!(
                     "is {} bytes, but the hub's listing of commit {commit} gives {rel:?} {} bytes: the file is truncated or not the published one",
                     f.size, l.size
@@ -685,16 +714,17 @@ impl Walk<'_> {
         let Some(blobs) = self.blobs else {
             return Found::MissingBlob { etag };
         };
+        // The blob's path, for the checks and messages; the entry holds the folder and etag.
+        let source = joined_exactly(self.blobs_path, &etag);
         // Past the kept bytes, a small blob whose checks need only the open file is found by
         // its `fstatat` below `blobs/` and not opened: the pack's read pass, which opens it
         // anyway, checks it (its one open, as for a directory's file).
-        let source = joined_exactly(self.blobs_path, &etag);
         if let Some(rel) = rel
             && let Some(st) =
                 scan::left_to_read_pass(blobs, OsStr::new(&etag), rel, &source, &self.budget)
         {
             return Found::File(Ok(FoundFile {
-                blob: Some((etag, source)),
+                blob: Some((etag, None)),
                 size: st.st_size as u64,
                 prefetched: None,
                 has_values: None,
@@ -710,7 +740,7 @@ impl Walk<'_> {
                     checks.by_path(&format!("{}{rel}", self.check_prefix), false);
                 }
                 Found::File(Ok(FoundFile {
-                    blob: Some((etag, source)),
+                    blob: Some((etag, Some(source))),
                     size,
                     prefetched: None,
                     has_values: None,
@@ -720,7 +750,7 @@ impl Walk<'_> {
             Ok(BlobFile::Open(file, st)) => {
                 let (prefetched, has_values) = self.opened(&file, &st, rel, &source, true, checks);
                 Found::File(Ok(FoundFile {
-                    blob: Some((etag, source)),
+                    blob: Some((etag, None)),
                     size: st.st_size as u64,
                     prefetched,
                     has_values,
@@ -1014,7 +1044,8 @@ mod tests {
         let s = open_snapshot(t.path(), "model", "acme/tiny", "main").unwrap();
         let paths: Vec<&str> = s.entries.iter().map(ScanEntry::path).collect();
         assert_eq!(paths, ["a.txt", "sub", "sub/model.bin"]);
-        assert_eq!(s.etags, [Some(a.clone()), Some(p.clone())]);
+        let etags: Vec<Option<&str>> = s.etags.iter().map(|e| e.as_deref()).collect();
+        assert_eq!(etags, [Some(a.as_str()), Some(p.as_str())]);
         let ScanEntry::File {
             link,
             size,
@@ -1025,7 +1056,12 @@ mod tests {
         else {
             panic!("a file: {:?}", s.entries[0]);
         };
-        assert_eq!(link.as_deref(), Some(repo.join("blobs").join(&a).as_path()));
+        // The blob, by the repository's `blobs/` and its etag (no path held for each file).
+        assert_eq!(
+            link.as_ref().map(|l| l.path().into_owned()),
+            Some(repo.join("blobs").join(&a))
+        );
+        assert!(matches!(link, Some(scan::Link::Blob { .. })), "{link:?}");
         assert_eq!(*size, text.len() as u64);
         assert_eq!(prefetched.as_ref().map(|p| p.bytes()), Some(&text[..]));
         assert_eq!(*has_values, Some(false));

@@ -204,6 +204,13 @@ pub fn pack(
         progress,
     )?;
     drop(stream);
+    // The bytes the scan kept for the read pass are written: let them go before the manifest
+    // is built beside the entries (64 MiB of them).
+    for e in &mut model.entries {
+        if let ScanEntry::File { prefetched, .. } = e {
+            *prefetched = None;
+        }
+    }
     let stream_size = written.stream_size;
     let volumes = written.volumes.clone();
     let chunk_checks = std::mem::take(&mut written.chunk_checks);

@@ -107,7 +107,7 @@ impl Plan {
         let mut etag_of = move |computed: Option<String>| {
             let want = expected.next();
             computed.or(match want {
-                Some(EtagCheck::Expect(e)) => Some(e),
+                Some(EtagCheck::Expect(e)) => Some(e.to_string()),
                 _ => None,
             })
         };
@@ -760,12 +760,12 @@ fn etag_of_patched(
         return Ok(digest(source, path, size, Some(check), false)?.1);
     }
     if let crate::hfcache::EtagCheck::Expect(want) = check
-        && want != sha256
+        && **want != *sha256
     {
         return Err(Error::BlobMismatch {
             repo_path: path.to_string(),
             blob: source.to_path_buf(),
-            etag: want.clone(),
+            etag: want.to_string(),
             actual: sha256.to_string(),
         });
     }

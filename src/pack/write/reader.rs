@@ -128,11 +128,11 @@ fn settle_etag(
         Some(EtagCheck::Compute) => Some(git.unwrap_or_else(|| sha256.to_string())),
         Some(EtagCheck::Expect(want)) => {
             let actual = git.unwrap_or_else(|| sha256.to_string());
-            if &actual != want {
+            if *actual != **want {
                 return Err(Error::BlobMismatch {
                     repo_path: path.to_string(),
                     blob: source.to_path_buf(),
-                    etag: want.clone(),
+                    etag: want.to_string(),
                     actual,
                 });
             }
@@ -556,7 +556,7 @@ pub fn model_entries<'m>(
             StreamEntry::File {
                 path: Cow::Borrowed(path),
                 source: match link {
-                    Some(l) => Source::At(Cow::Borrowed(l)),
+                    Some(l) => Source::At(l.path()),
                     None => Source::Below(root),
                 },
                 size: *size,
