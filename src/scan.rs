@@ -131,12 +131,20 @@ const SNIFF_WHOLE_MAX: u64 = 4096;
 /// of allocator overhead: the files past it are read in the read pass.
 pub(crate) const PREFETCH_TOTAL_MAX: u64 = 64 << 20;
 
-/// What is left of [`PREFETCH_TOTAL_MAX`] in one scan, shared by its threads.
-pub(crate) struct PrefetchBudget(std::sync::atomic::AtomicU64);
+/// What is left of the file content the walks of one pack may keep ([`Prefetched`]), shared by
+/// their threads and by the walks of every repository and directory of a bundle.
+pub struct PrefetchBudget(std::sync::atomic::AtomicU64);
 
 impl PrefetchBudget {
-    pub(crate) fn new(total: u64) -> Self {
+    /// Room for `total` bytes (0: a walk that keeps nothing, and leaves the checks of small
+    /// files to the read pass from its start).
+    pub fn new(total: u64) -> Self {
         PrefetchBudget(std::sync::atomic::AtomicU64::new(total))
+    }
+
+    /// A pack's: [`PREFETCH_TOTAL_MAX`] for the whole bundle.
+    pub fn for_pack() -> Self {
+        PrefetchBudget::new(PREFETCH_TOTAL_MAX)
     }
 
     /// What keeping a file of `len` bytes costs: its bytes and a cache line of allocator
@@ -240,29 +248,32 @@ fn check_relative_name(
 /// entries examined while it is open, then closed before its subdirectories are visited, so
 /// two descriptors are open at most whatever the depth.
 pub fn scan(root: &Path, link_root: &Path) -> Result<Vec<ScanEntry>> {
-    scan_inner(root, link_root, None, 0)
+    scan_inner(root, link_root, None, &PrefetchBudget::new(0))
 }
 
 /// [`scan`], feeding the model checks ([`TreeChecks`]) in the same pass: each regular file is
 /// opened once below its directory's handle while the directory is listed (its `fstat` takes
 /// the place of the scan's `fstatat`) and checked on that handle; links, the receipt directory
 /// and files that cannot be opened are left to the checks' by-path end. The files are opened
-/// as the packer opens them (no link followed, no blocking, regular files only).
+/// as the packer opens them (no link followed, no blocking, regular files only). The bytes of
+/// small files are kept within `budget`, the pack's ([`PrefetchBudget::for_pack`]: one for all
+/// the walks of a bundle).
 pub fn scan_checking(
     root: &Path,
     link_root: &Path,
     checks: &mut TreeChecks,
+    budget: &PrefetchBudget,
 ) -> Result<Vec<ScanEntry>> {
-    scan_inner(root, link_root, Some(checks), PREFETCH_TOTAL_MAX)
+    scan_inner(root, link_root, Some(checks), budget)
 }
 
-/// The walk, keeping at most `budget` bytes of small files' content ([`Prefetched`]) when it
-/// runs the checks.
+/// The walk, keeping small files' content ([`Prefetched`]) within `budget` when it runs the
+/// checks.
 fn scan_inner(
     root: &Path,
     link_root: &Path,
     checks: Option<&mut TreeChecks>,
-    budget: u64,
+    budget: &PrefetchBudget,
 ) -> Result<Vec<ScanEntry>> {
     let meta = std::fs::metadata(root).map_err(|e| Error::io(root, e))?;
     if !meta.is_dir() {
@@ -278,7 +289,7 @@ fn scan_inner(
         collisions: CollisionSet::default(),
         out: Vec::new(),
         checks,
-        budget: PrefetchBudget::new(budget),
+        budget,
     };
     walk.dir("")?;
     let Walk {
@@ -328,7 +339,7 @@ struct Walk<'a> {
     /// The model checks fed by the walk ([`scan_checking`]).
     checks: Option<&'a mut TreeChecks>,
     /// Room left for the content of small files the checks open ([`Prefetched`]).
-    budget: PrefetchBudget,
+    budget: &'a PrefetchBudget,
 }
 
 impl Walk<'_> {
@@ -433,7 +444,7 @@ impl Walk<'_> {
                 name,
                 &full,
                 checks.zip(checked_name),
-                &self.budget,
+                self.budget,
             )),
             FileType::Symlink => {
                 if let (Some(checks), Some(n)) = (checks, checked_name) {
@@ -1103,7 +1114,7 @@ mod tests {
         .unwrap();
 
         let mut checks = TreeChecks::default();
-        let entries = scan_checking(&m, &m, &mut checks).unwrap();
+        let entries = scan_checking(&m, &m, &mut checks, &PrefetchBudget::for_pack()).unwrap();
         // The same entries, but that the checking scan keeps the content of the small files.
         let unread: Vec<ScanEntry> = entries.iter().cloned().map(without_content).collect();
         assert_eq!(unread, scan(&m, &m).unwrap());
@@ -1165,7 +1176,7 @@ mod tests {
         std::fs::copy(values.join("nan-f16.safetensors"), m.join("d/weights")).unwrap();
 
         let mut checks = TreeChecks::default();
-        let mut entries = scan_inner(&m, &m, Some(&mut checks), 0).unwrap();
+        let mut entries = scan_inner(&m, &m, Some(&mut checks), &PrefetchBudget::new(0)).unwrap();
         let mut left = 0;
         for e in &entries {
             if let ScanEntry::File {
@@ -1218,7 +1229,7 @@ mod tests {
                 .collect()
         };
         let mut checks = TreeChecks::default();
-        let within = scan_inner(&m, &m, Some(&mut checks), PREFETCH_TOTAL_MAX).unwrap();
+        let within = scan_inner(&m, &m, Some(&mut checks), &PrefetchBudget::for_pack()).unwrap();
         assert_eq!(sniffed(&entries), sniffed(&within));
         assert!(sniffed(&entries).contains(&("d/weights".into(), false, Some(true))));
     }
@@ -1274,7 +1285,7 @@ mod tests {
         symlink("d/a.txt", m.join("link.txt")).unwrap();
         let scanned = |budget: u64| {
             let mut checks = TreeChecks::default();
-            scan_inner(&m, &m, Some(&mut checks), budget).unwrap()
+            scan_inner(&m, &m, Some(&mut checks), &PrefetchBudget::new(budget)).unwrap()
         };
         let all = scanned(PREFETCH_TOTAL_MAX);
         assert_eq!(

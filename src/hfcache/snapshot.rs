@@ -259,12 +259,13 @@ pub type Checked = std::result::Result<(Vec<Finding>, Vec<String>), (io::ErrorKi
 /// The snapshot is walked through directory handles and each blob opened once, by its name
 /// below the repository's `blobs/` folder held open (no path looked up again a file): the
 /// model checks run on that handle, and the bytes of a small blob are kept for the writer
-/// ([`scan::Prefetched`], within the scan's budget), as the directory scan does.
+/// ([`scan::Prefetched`], within `budget`, the pack's), as the directory scan does.
 pub fn open_snapshot(
     cache: &Path,
     repo_type: &str,
     repo_id: &str,
     revision: &str,
+    budget: &scan::PrefetchBudget,
 ) -> Result<Snapshot> {
     let (repo_folder, commit, dir) = locate_snapshot(cache, repo_type, repo_id, revision)?;
     let blobs = repo_folder.join("blobs");
@@ -303,7 +304,7 @@ pub fn open_snapshot(
         has_blobs,
         listing: listing.as_ref(),
         check_prefix: format!("{folder}/snapshots/{commit}/"),
-        budget: scan::PrefetchBudget::new(scan::PREFETCH_TOTAL_MAX),
+        budget,
         collisions: CollisionSet::default(),
         found: Vec::new(),
         missing_links: Vec::new(),
@@ -499,7 +500,7 @@ struct Walk<'a> {
     /// from the cache root.
     check_prefix: String,
     /// Room left for the bytes of small blobs ([`scan::Prefetched`]).
-    budget: scan::PrefetchBudget,
+    budget: &'a scan::PrefetchBudget,
     collisions: CollisionSet,
     /// Directories and files in walk order.
     found: Vec<WalkedFile>,
@@ -721,7 +722,7 @@ impl Walk<'_> {
         // anyway, checks it (its one open, as for a directory's file).
         if let Some(rel) = rel
             && let Some(st) =
-                scan::left_to_read_pass(blobs, OsStr::new(&etag), rel, &source, &self.budget)
+                scan::left_to_read_pass(blobs, OsStr::new(&etag), rel, &source, self.budget)
         {
             return Found::File(Ok(FoundFile {
                 blob: Some((etag, None)),
@@ -820,7 +821,7 @@ impl Walk<'_> {
             name: &checked,
             through_link,
         };
-        scan::check_open(rel, as_, path, file, st, checks, &self.budget)
+        scan::check_open(rel, as_, path, file, st, checks, self.budget)
     }
 }
 
@@ -970,6 +971,10 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
+    fn for_pack() -> scan::PrefetchBudget {
+        scan::PrefetchBudget::for_pack()
+    }
+
     #[test]
     fn refs_are_read_exactly() {
         let t = tempfile::tempdir().unwrap();
@@ -1041,7 +1046,7 @@ mod tests {
         symlink(format!("../../blobs/{a}"), snap.join("a.txt")).unwrap();
         symlink(format!("../../../blobs/{p}"), snap.join("sub/model.bin")).unwrap();
 
-        let s = open_snapshot(t.path(), "model", "acme/tiny", "main").unwrap();
+        let s = open_snapshot(t.path(), "model", "acme/tiny", "main", &for_pack()).unwrap();
         let paths: Vec<&str> = s.entries.iter().map(ScanEntry::path).collect();
         assert_eq!(paths, ["a.txt", "sub", "sub/model.bin"]);
         let etags: Vec<Option<&str>> = s.etags.iter().map(|e| e.as_deref()).collect();
@@ -1080,7 +1085,7 @@ mod tests {
             .status()
             .unwrap();
         assert!(made.success());
-        let err = open_snapshot(t.path(), "model", "acme/tiny", "main").unwrap_err();
+        let err = open_snapshot(t.path(), "model", "acme/tiny", "main", &for_pack()).unwrap_err();
         assert!(
             err.to_string().starts_with(&format!(
                 "{}: is a FIFO, not a regular file",
@@ -1090,7 +1095,7 @@ mod tests {
         );
         // A missing blob: named, with the file that links to it.
         fs::remove_file(repo.join("blobs").join(&a)).unwrap();
-        let err = open_snapshot(t.path(), "model", "acme/tiny", "main").unwrap_err();
+        let err = open_snapshot(t.path(), "model", "acme/tiny", "main", &for_pack()).unwrap_err();
         assert!(err.to_string().contains("is missing: \"a.txt\""), "{err}");
     }
 
@@ -1128,7 +1133,8 @@ mod tests {
         add("z/notes.txt", b"plain notes\n");
         let fifo = add("z/queue.bin", b"will be a FIFO");
 
-        let s = open_snapshot(t.path(), "model", "acme/many", "main").unwrap();
+        let budget = for_pack();
+        let s = open_snapshot(t.path(), "model", "acme/many", "main", &budget).unwrap();
         let left = |rel: &str| {
             s.entries
                 .iter()
@@ -1150,6 +1156,13 @@ mod tests {
         assert!(!left("z/config.json").0);
         let (findings, _) = s.checked.as_ref().unwrap();
         assert!(findings.is_empty(), "{findings:?}");
+        // The budget is the pack's, not the walk's: a second repository of the same bundle
+        // walked after it finds none left, so its first small blob is left as well.
+        let again = open_snapshot(t.path(), "model", "acme/many", "main", &budget).unwrap();
+        assert!(again.entries.iter().any(|e| matches!(
+            e,
+            ScanEntry::File { path, checks_left: true, prefetched: None, .. } if path == "a/f0000"
+        )));
 
         // A FIFO past the kept bytes: refused by its name, not left to a read that would block.
         let blob = repo.join("blobs").join(&fifo);
@@ -1159,7 +1172,7 @@ mod tests {
             .status()
             .unwrap();
         assert!(made.success());
-        let err = open_snapshot(t.path(), "model", "acme/many", "main").unwrap_err();
+        let err = open_snapshot(t.path(), "model", "acme/many", "main", &for_pack()).unwrap_err();
         assert!(
             err.to_string().starts_with(&format!(
                 "{}: is a FIFO, not a regular file",

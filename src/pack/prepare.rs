@@ -476,8 +476,12 @@ fn open_model(with_dependencies: bool, spec: ModelSpec) -> Result<(Model, Vec<St
                     crate::display::escape(&repo_id)
                 )));
             }
-            // Only what this cache holds, at a revision that resolves with no network.
-            if let Err(e) = hfcache::open_snapshot(&cache_dir, "model", &repo_id, &revision) {
+            // Only what this cache holds, at a revision that resolves with no network. A probe:
+            // it keeps no bytes (and leaves the small files' checks, which the pack's own walk
+            // of the repository runs).
+            let probe = crate::scan::PrefetchBudget::new(0);
+            if let Err(e) = hfcache::open_snapshot(&cache_dir, "model", &repo_id, &revision, &probe)
+            {
                 return Err(Error::NotCached {
                     path: cache_dir.join(hfcache::repo_folder_name("model", &repo_id)),
                     reason: format!(

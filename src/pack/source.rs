@@ -113,8 +113,11 @@ impl Model {
     /// Reads the model `spec` names: the directory scanned by the packer's rules, or the
     /// snapshot read from the cache without trusting its layout.
     pub fn open(spec: &ModelSpec) -> Result<Model> {
+        // The bytes of small files the walks keep for the read pass: one budget for the
+        // bundle, however many repositories and directories it holds.
+        let budget = scan::PrefetchBudget::for_pack();
         match spec {
-            ModelSpec::Dir(dir) => open_dir(dir),
+            ModelSpec::Dir(dir) => open_dir(dir, &budget),
             ModelSpec::HfSnapshot {
                 cache,
                 repo_id,
@@ -125,7 +128,8 @@ impl Model {
                     Some(dir) => std::path::absolute(dir).map_err(|e| Error::io(dir, e))?,
                     None => hfcache::cache_dir_from_env()?,
                 };
-                let mut snapshot = hfcache::open_snapshot(&cache, repo_type, repo_id, revision)?;
+                let mut snapshot =
+                    hfcache::open_snapshot(&cache, repo_type, repo_id, revision, &budget)?;
                 let etags = etag_checks(&mut snapshot).collect();
                 // The model's list is the snapshot's (moved, not copied: one entry a file).
                 Ok(Model {
@@ -147,7 +151,7 @@ impl Model {
                 })
             }
             ModelSpec::HfSnapshots { cache, repos, dir } => {
-                open_snapshots(cache.as_deref(), repos, dir.as_deref())
+                open_snapshots(cache.as_deref(), repos, dir.as_deref(), &budget)
             }
         }
     }
@@ -490,7 +494,12 @@ fn etag_checks(snapshot: &mut Snapshot) -> impl Iterator<Item = EtagCheck> + use
 
 /// Opens several snapshots of one cache as one model: each under its cache folder name, in
 /// bundle order of those names, its entries and etags in order below it.
-fn open_snapshots(cache: Option<&Path>, asks: &[RepoAsk], dir: Option<&Path>) -> Result<Model> {
+fn open_snapshots(
+    cache: Option<&Path>,
+    asks: &[RepoAsk],
+    dir: Option<&Path>,
+    budget: &scan::PrefetchBudget,
+) -> Result<Model> {
     let cache = match cache {
         Some(dir) => std::path::absolute(dir).map_err(|e| Error::io(dir, e))?,
         None => hfcache::cache_dir_from_env()?,
@@ -498,7 +507,7 @@ fn open_snapshots(cache: Option<&Path>, asks: &[RepoAsk], dir: Option<&Path>) ->
     // The directory beside them goes under its own name, among the repositories' folders in
     // bundle order; its files are read below its parent by that name (no link followed).
     let mut beside = match dir {
-        Some(d) => Some(open_dir_beside(d)?),
+        Some(d) => Some(open_dir_beside(d, budget)?),
         None => None,
     };
     let mut asks: Vec<(String, &RepoAsk)> = asks
@@ -537,7 +546,7 @@ fn open_snapshots(cache: Option<&Path>, asks: &[RepoAsk], dir: Option<&Path>) ->
             model.add_dir(name, parent, dm);
         }
         let mut snapshot =
-            hfcache::open_snapshot(&cache, &ask.repo_type, &ask.repo_id, &ask.revision)?;
+            hfcache::open_snapshot(&cache, &ask.repo_type, &ask.repo_id, &ask.revision, budget)?;
         model.entries.push(ScanEntry::Dir {
             path: folder.clone(),
         });
@@ -592,7 +601,7 @@ impl Model {
 
 /// The directory `dir` packed beside repositories: its folder name in the bundle (its own
 /// name), its parent, and its model.
-fn open_dir_beside(dir: &Path) -> Result<(String, PathBuf, Model)> {
+fn open_dir_beside(dir: &Path, budget: &scan::PrefetchBudget) -> Result<(String, PathBuf, Model)> {
     let canon = std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?;
     let name = canon.file_name().and_then(|n| n.to_str()).unwrap_or("");
     if name.is_empty()
@@ -609,7 +618,7 @@ fn open_dir_beside(dir: &Path) -> Result<(String, PathBuf, Model)> {
     }
     let name = name.to_string();
     let parent = canon.parent().unwrap_or(Path::new("/")).to_path_buf();
-    let mut model = open_dir(&canon)?;
+    let mut model = open_dir(&canon, budget)?;
     // Its files are read below the parent, among the repositories' blobs: every check runs
     // here, as for a model checked before the pack.
     model.check_left();
@@ -618,7 +627,7 @@ fn open_dir_beside(dir: &Path) -> Result<(String, PathBuf, Model)> {
 
 /// Scans a model directory. `hf download --local-dir` bookkeeping describes this host's
 /// download and is left out, with a note.
-fn open_dir(dir: &Path) -> Result<Model> {
+fn open_dir(dir: &Path, budget: &scan::PrefetchBudget) -> Result<Model> {
     if let Some(snap) = hfcache::snapshot_from_path(dir) {
         return Err(Error::Usage(format!(
             "{} is a snapshot folder of the Hugging Face cache {}: its files are links into the repository's blobs/, which a directory pack does not follow. Pack the snapshot from the cache instead (its files are then checked against the hub's hashes): in place of {}, pass {}",
@@ -631,7 +640,7 @@ fn open_dir(dir: &Path) -> Result<Model> {
     // The model checks ride on the scan, which opens each file anyway (one open a file, not
     // a second walk opening each file again by path).
     let mut checks = inspect::TreeChecks::default();
-    let mut entries = scan::scan_checking(dir, dir, &mut checks)?;
+    let mut entries = scan::scan_checking(dir, dir, &mut checks, budget)?;
     let checked = checks.finish(dir).map_err(|e| (e.kind(), e.to_string()));
     let mut notes = Vec::new();
     let before = entries.len();
