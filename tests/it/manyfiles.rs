@@ -340,16 +340,7 @@ fn a_snapshots_checks_left_to_the_read_pass_refuse_as_the_walks_do() {
     for (dir, repo) in [("m", "org/m"), ("small", "org/small")] {
         let b = format!("b-{dir}");
         env.ok(&["pack", dir, "-o", &b, "--key", "k.key", "--no-model-checks"]);
-        env.ok(&[
-            "unpack",
-            &b,
-            "--trust",
-            "k.pub",
-            "--hf-cache",
-            "c",
-            "--hf-repo",
-            repo,
-        ]);
+        env.install_in_hf_cache(&b, "c", repo);
     }
     let pack = |repos: &[&str], out: &str, more: &[&str]| {
         let mut args = vec!["pack", "--hf-cache", "c"];

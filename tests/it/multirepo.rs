@@ -49,16 +49,7 @@ fn staging_cache(env: &Env) {
     for (dir, repo) in [("base", "org/base"), ("adapter", "org/adapter")] {
         let b = format!("b-{dir}");
         env.ok(&["pack", dir, "-o", &b, "--key", "k.key", "--no-model-checks"]);
-        env.ok(&[
-            "unpack",
-            &b,
-            "--trust",
-            "k.pub",
-            "--hf-cache",
-            "src",
-            "--hf-repo",
-            repo,
-        ]);
+        env.install_in_hf_cache(&b, "src", repo);
     }
 }
 

@@ -1385,16 +1385,7 @@ fn multi_bundle(env: &Env, files: usize) {
         model(env, dir, files, 256 << 10, seed);
         let b = format!("b-{dir}");
         pack(env, dir, &b, "none", "8M", "1");
-        env.ok(&[
-            "unpack",
-            &b,
-            "--trust",
-            "k.pub",
-            "--hf-cache",
-            "src",
-            "--hf-repo",
-            repo,
-        ]);
+        env.install_in_hf_cache(&b, "src", repo);
     }
     env.ok(&[
         "pack",

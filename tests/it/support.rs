@@ -45,6 +45,21 @@ impl Env {
         out
     }
 
+    /// Installs `bundle` (signed by `k.key`) into the Hugging Face cache `cache` as `repo`,
+    /// laid out as huggingface_hub lays one out (each file a link to its blob); asserts exit 0.
+    pub fn install_in_hf_cache(&self, bundle: &str, cache: &str, repo: &str) -> Output {
+        self.ok(&[
+            "unpack",
+            bundle,
+            "--trust",
+            "k.pub",
+            "--hf-cache",
+            cache,
+            "--hf-repo",
+            repo,
+        ])
+    }
+
     /// Runs airlock and asserts the exit code; returns stderr + stdout as one string.
     pub fn fails(&self, code: i32, args: &[&str]) -> String {
         let out = self.run(args);
