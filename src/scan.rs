@@ -78,14 +78,28 @@ impl Link {
     pub fn path(&self) -> Cow<'_, Path> {
         match self {
             Link::Path(p) => Cow::Borrowed(p),
-            Link::Blob { blobs, etag } => {
-                let mut path = PathBuf::with_capacity(blobs.as_os_str().len() + 1 + etag.len());
-                path.push(blobs);
-                path.push(&**etag);
-                Cow::Owned(path)
-            }
+            Link::Blob { blobs, etag } => Cow::Owned(joined_exactly(blobs, etag)),
         }
     }
+}
+
+/// `dir` joined with `name` in a path of exactly that length (`Path::join` grows its buffer by
+/// doubling; a dataset's files are a million such paths).
+pub(crate) fn joined_exactly(dir: &Path, name: &str) -> PathBuf {
+    let mut path = PathBuf::with_capacity(dir.as_os_str().len() + 1 + name.len());
+    path.push(dir);
+    path.push(name);
+    path
+}
+
+/// The path in the tree of the entry `name` of the directory `rel` (`""`: the top), or `None`
+/// for a name that is not UTF-8 (refused before anything is packed or checked). The directory
+/// scan and a snapshot's walk name entries alike.
+pub(crate) fn child_name(rel: &str, name: &OsStr) -> Option<String> {
+    name.to_str().map(|n| match rel.is_empty() {
+        true => n.to_string(),
+        false => format!("{rel}/{n}"),
+    })
 }
 
 /// The whole content of a small file, read by the scan on the handle it opened the file with
@@ -424,11 +438,7 @@ impl Walk<'_> {
     ) -> Option<Examined> {
         // The name the entry has in the tree (a name that is not UTF-8 is refused later,
         // before anything is checked).
-        let rel_name = match name.to_str() {
-            Some(n) if rel.is_empty() => Some(n.to_string()),
-            Some(n) => Some(format!("{rel}/{n}")),
-            None => None,
-        };
+        let rel_name = child_name(rel, name);
         let checked_name = rel_name.as_deref().filter(|_| checks.is_some());
         if rel.is_empty() && name == RECEIPT_DIR {
             if let (Some(checks), Some(n)) = (checks, checked_name) {

@@ -673,10 +673,7 @@ impl Walk<'_> {
         let full = dir_path.join(name);
         // The file's name in the snapshot (one that is not UTF-8 is refused before anything
         // is packed or checked).
-        let file_rel = name.to_str().map(|n| match rel.is_empty() {
-            true => n.to_string(),
-            false => format!("{rel}/{n}"),
-        });
+        let file_rel = scan::child_name(rel, name);
         let found = match kind {
             FileType::Directory => Found::Dir,
             FileType::Symlink => self.link(dir, name, &full, file_rel.as_deref(), checks),
@@ -716,7 +713,7 @@ impl Walk<'_> {
             return Found::MissingBlob { etag };
         };
         // The blob's path, for the checks and messages; the entry holds the folder and etag.
-        let source = joined_exactly(self.blobs_path, &etag);
+        let source = scan::joined_exactly(self.blobs_path, &etag);
         // Past the kept bytes, a small blob whose checks need only the open file is found by
         // its `fstatat` below `blobs/` and not opened: the pack's read pass, which opens it
         // anyway, checks it (its one open, as for a directory's file).
@@ -823,15 +820,6 @@ impl Walk<'_> {
         };
         scan::check_open(rel, as_, path, file, st, checks, self.budget)
     }
-}
-
-/// `dir` joined with `name` in a path of exactly that length: `Path::join` grows its buffer by
-/// doubling, and a dataset's snapshot holds one such path a file (its blob's) until the pack.
-fn joined_exactly(dir: &Path, name: &str) -> PathBuf {
-    let mut path = PathBuf::with_capacity(dir.as_os_str().len() + 1 + name.len());
-    path.push(dir);
-    path.push(name);
-    path
 }
 
 /// A file type in the cache's words ([`layout::describe`]).
@@ -975,6 +963,41 @@ mod tests {
         scan::PrefetchBudget::for_pack()
     }
 
+    /// A repository `models--acme--NAME` in the cache `cache` as huggingface_hub lays one out:
+    /// `refs/main` naming commit [`COMMIT`], its snapshot folder, and `blobs/`.
+    struct Repo {
+        repo: PathBuf,
+        snap: PathBuf,
+    }
+
+    const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
+
+    impl Repo {
+        fn new(cache: &Path, name: &str) -> Repo {
+            let repo = cache.join(format!("models--acme--{name}"));
+            let snap = repo.join("snapshots").join(COMMIT);
+            fs::create_dir_all(&snap).unwrap();
+            fs::create_dir_all(repo.join("blobs")).unwrap();
+            fs::create_dir_all(repo.join("refs")).unwrap();
+            fs::write(repo.join("refs/main"), COMMIT).unwrap();
+            Repo { repo, snap }
+        }
+
+        /// The file `rel` of the snapshot: `bytes` as a blob named by its git blob id, and a
+        /// link to it in the hub's form. Returns the etag.
+        fn add(&self, rel: &str, bytes: &[u8]) -> String {
+            let mut h = super::super::GitBlobSha1::new(bytes.len() as u64);
+            h.update(bytes);
+            let etag = h.finish();
+            fs::write(self.repo.join("blobs").join(&etag), bytes).unwrap();
+            let link = self.snap.join(rel);
+            fs::create_dir_all(link.parent().unwrap()).unwrap();
+            let ups = "../".repeat(2 + rel.matches('/').count());
+            symlink(format!("{ups}blobs/{etag}"), link).unwrap();
+            etag
+        }
+    }
+
     #[test]
     fn refs_are_read_exactly() {
         let t = tempfile::tempdir().unwrap();
@@ -1024,27 +1047,14 @@ mod tests {
     #[test]
     fn blobs_are_opened_once_checked_on_their_handle_and_small_ones_kept() {
         let t = tempfile::tempdir().unwrap();
-        let c = "0123456789abcdef0123456789abcdef01234567";
-        let repo = t.path().join("models--acme--tiny");
-        let snap = repo.join("snapshots").join(c);
-        fs::create_dir_all(snap.join("sub")).unwrap();
-        fs::create_dir_all(repo.join("blobs")).unwrap();
-        fs::create_dir_all(repo.join("refs")).unwrap();
-        fs::write(repo.join("refs/main"), c).unwrap();
-        let etag = |bytes: &[u8]| {
-            let mut h = super::super::GitBlobSha1::new(bytes.len() as u64);
-            h.update(bytes);
-            h.finish()
-        };
+        let r = Repo::new(t.path(), "tiny");
+        let repo = &r.repo;
         let text = b"hello, cache\n";
         let pointer = b"version https://git-lfs.github.com/spec/v1\n\
             oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n\
             size 4943852032\n";
-        let (a, p) = (etag(text), etag(pointer));
-        fs::write(repo.join("blobs").join(&a), text).unwrap();
-        fs::write(repo.join("blobs").join(&p), pointer).unwrap();
-        symlink(format!("../../blobs/{a}"), snap.join("a.txt")).unwrap();
-        symlink(format!("../../../blobs/{p}"), snap.join("sub/model.bin")).unwrap();
+        let a = r.add("a.txt", text);
+        let p = r.add("sub/model.bin", pointer);
 
         let s = open_snapshot(t.path(), "model", "acme/tiny", "main", &for_pack()).unwrap();
         let paths: Vec<&str> = s.entries.iter().map(ScanEntry::path).collect();
@@ -1106,22 +1116,9 @@ mod tests {
     #[test]
     fn past_the_kept_bytes_small_blobs_are_left_to_the_read_pass() {
         let t = tempfile::tempdir().unwrap();
-        let c = "0123456789abcdef0123456789abcdef01234567";
-        let repo = t.path().join("models--acme--many");
-        let snap = repo.join("snapshots").join(c);
-        fs::create_dir_all(snap.join("a")).unwrap();
-        fs::create_dir_all(snap.join("z")).unwrap();
-        fs::create_dir_all(repo.join("blobs")).unwrap();
-        fs::create_dir_all(repo.join("refs")).unwrap();
-        fs::write(repo.join("refs/main"), c).unwrap();
-        let add = |rel: &str, bytes: &[u8]| {
-            let mut h = super::super::GitBlobSha1::new(bytes.len() as u64);
-            h.update(bytes);
-            let etag = h.finish();
-            fs::write(repo.join("blobs").join(&etag), bytes).unwrap();
-            symlink(format!("../../../blobs/{etag}"), snap.join(rel)).unwrap();
-            etag
-        };
+        let r = Repo::new(t.path(), "many");
+        let repo = &r.repo;
+        let add = |rel: &str, bytes: &[u8]| r.add(rel, bytes);
         // More 64 KiB blobs than the kept bytes hold, walked first.
         let per = scan::PREFETCH_FILE_MAX as usize;
         for i in 0..(scan::PREFETCH_TOTAL_MAX as usize / per + 8) {

@@ -354,7 +354,7 @@ pub(super) fn load_ahead(
         else {
             continue;
         };
-        let through_link = matches!(source, Source::At(_));
+        let through_link = source.through_link();
         let source = source.path(path);
         let loaded = opener.open_stat(&source, path).ok().and_then(|(file, st)| {
             let bytes = (st.st_size as u64 == *size)
@@ -470,6 +470,7 @@ impl StreamEntry<'_> {
                 path: Cow::Borrowed(path),
                 source: match source {
                     Source::At(p) => Source::At(Cow::Borrowed(p)),
+                    Source::Linked(link) => Source::Linked(link),
                     Source::Below(root) => Source::Below(root),
                 },
                 size: *size,
@@ -485,18 +486,28 @@ impl StreamEntry<'_> {
 /// Where a stream file's bytes are on this host.
 #[derive(Clone, Debug)]
 pub enum Source<'a> {
-    /// At this path (a link's target, a blob of a Hugging Face cache, a delta's patch).
+    /// At this path (a delta's patch).
     At(Cow<'a, Path>),
+    /// Where this link of the model leads (a link's target, a blob of a Hugging Face cache):
+    /// a blob's path is made when the file is opened, not each time the stream is walked.
+    Linked(&'a crate::scan::Link),
     /// Below this model directory, at the entry's path in the bundle: the path is made when
     /// the file is opened, not held for every file of the model.
     Below(&'a Path),
 }
 
 impl Source<'_> {
+    /// Whether the file is reached through a link of the model (its checks then resolve the
+    /// link, [`TreeChecks::opened_through_link`]).
+    fn through_link(&self) -> bool {
+        matches!(self, Source::Linked(_))
+    }
+
     /// The path of the file `rel` (its path in the bundle).
     pub fn path(&self, rel: &str) -> Cow<'_, Path> {
         match self {
             Source::At(p) => Cow::Borrowed(p),
+            Source::Linked(link) => link.path(),
             Source::Below(root) => Cow::Owned(root.join(rel)),
         }
     }
@@ -556,7 +567,7 @@ pub fn model_entries<'m>(
             StreamEntry::File {
                 path: Cow::Borrowed(path),
                 source: match link {
-                    Some(l) => Source::At(l.path()),
+                    Some(l) => Source::Linked(l),
                     None => Source::Below(root),
                 },
                 size: *size,
@@ -670,9 +681,7 @@ pub(super) fn read_entries<'s>(
                 // read (and checked) is read below, or fails the pack: checked by path at the
                 // end.
                 if *checks_left && ahead.is_none() {
-                    files
-                        .checks
-                        .by_path(path, matches!(source, Source::Below(_)));
+                    files.checks.by_path(path, !source.through_link());
                 }
                 let at_hand = kept
                     .or(ahead.as_deref())
