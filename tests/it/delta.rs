@@ -447,8 +447,7 @@ fn a_tampered_patch_is_refused_by_verify_and_unpack() {
     ]);
     // Flip a byte inside the first patch's content and re-sign the volume's chunk digest, so
     // only the patch digest can catch it.
-    let m: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(env.path("d2/manifest.json")).unwrap()).unwrap();
+    let m = env.read_json("d2/manifest.json");
     let patched = m["files"]
         .as_array()
         .unwrap()

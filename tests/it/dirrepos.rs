@@ -58,8 +58,7 @@ fn a_directory_beside_a_repository_packs_verifies_and_lands_beside_it() {
         "--key",
         "k.key",
     ]);
-    let m: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(env.path("b/manifest.json")).unwrap()).unwrap();
+    let m = env.read_json("b/manifest.json");
     assert_eq!(m["dir"], serde_json::json!({"path": "mydir"}));
     assert_eq!(m["name"], "mydir+org/a");
     assert_eq!(m["repos"][0]["path"], "models--org--a");

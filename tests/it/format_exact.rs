@@ -152,8 +152,7 @@ fn delta(env: &Env) {
         "--base",
         "b1",
     ]);
-    let m: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(env.path("b2/manifest.json")).unwrap()).unwrap();
+    let m = env.read_json("b2/manifest.json");
     assert_eq!(m["files"][0]["from"]["op"], "copy", "{m}");
     assert_eq!(m["files"][1]["from"]["op"], "xor", "{m}");
     assert_eq!(m["files"][1]["from"]["map"], "bytes", "{m}");
@@ -392,8 +391,7 @@ fn the_safetensors_map_rebuilds_a_file_from_section_16_3_alone() {
         "--base",
         "b1",
     ]);
-    let m: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(env.path("b2/manifest.json")).unwrap()).unwrap();
+    let m = env.read_json("b2/manifest.json");
     let from = &m["files"][0]["from"];
     assert_eq!(from["op"], "xor", "{m}");
     assert_eq!(from["map"], "safetensors", "{m}");

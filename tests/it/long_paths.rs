@@ -93,8 +93,7 @@ fn a_model_with_a_4096_byte_path_packs_verifies_and_unpacks() {
         "{v}"
     );
     env.ok(&["verify", "b", "--deep", "--trust", "k.pub"]);
-    let m: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(env.path("b/manifest.json")).unwrap()).unwrap();
+    let m = env.read_json("b/manifest.json");
     let deep = format!("{}/{file}", dirs.join("/"));
     assert!(
         m["files"]

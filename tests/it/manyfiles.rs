@@ -285,8 +285,7 @@ fn checks_left_to_the_read_pass_refuse_as_the_scans_do() {
         "--no-model-checks",
     ]);
     assert_eq!(code, 0, "{json}");
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(env.path("b/manifest.json")).unwrap()).unwrap();
+    let manifest = env.read_json("b/manifest.json");
     assert_eq!(
         codes_and_paths(&manifest["warnings"]),
         [("z/notes.txt".to_string(), "lfs-pointer".to_string())]
@@ -387,8 +386,7 @@ fn a_snapshots_checks_left_to_the_read_pass_refuse_as_the_walks_do() {
     // Recorded as a warning, where the walk's findings go.
     let (code, out) = json(pack(&["org/m"], "b", &["--no-model-checks"]));
     assert_eq!(code, 0, "{out}");
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(env.path("b/manifest.json")).unwrap()).unwrap();
+    let manifest = env.read_json("b/manifest.json");
     assert_eq!(
         codes_and_paths(&manifest["warnings"]),
         [("z/notes.txt".to_string(), "lfs-pointer".to_string())]

@@ -193,8 +193,7 @@ fn with_dependencies_packs_the_base_from_the_cache_and_both_install_or_neither()
         "--oci-layout",
         "layout",
     ]);
-    let index: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(env.path("layout/index.json")).unwrap()).unwrap();
+    let index = env.read_json("layout/index.json");
     let digest = index["manifests"][0]["digest"].as_str().unwrap();
     let image: serde_json::Value = serde_json::from_slice(
         &std::fs::read(env.path(&format!(
@@ -757,8 +756,7 @@ fn a_model_and_a_dataset_cross_in_one_bundle_each_with_its_type() {
     ]);
     assert_eq!(code, 0, "{j}");
     assert_eq!(j["dependencies_added"], serde_json::json!([]), "{j}");
-    let m: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(env.path("both/manifest.json")).unwrap()).unwrap();
+    let m = env.read_json("both/manifest.json");
     let repos: Vec<(String, String, String, String)> = m["repos"]
         .as_array()
         .unwrap()

@@ -527,8 +527,7 @@ fn pack_checks_the_publishers_signature_and_the_install_keeps_both() {
     assert_eq!(v["oms_publisher"]["signature"], "model.sig");
     assert_eq!(v["oms_publisher"]["method"], "key");
     assert_eq!(v["oms_signature"]["name"], "model.airlock.sig");
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(env.path("b/manifest.json")).unwrap()).unwrap();
+    let manifest = env.read_json("b/manifest.json");
     assert_eq!(manifest["oms"]["publisher"]["signature"], "model.sig");
     env.ok(&["unpack", "b", "--trust", "k.pub", "--dest", "out"]);
     // The site's signature, at its own name, for the nodes.
@@ -686,8 +685,7 @@ fn a_bundle_whose_oms_signature_lists_other_files_than_its_manifest_is_refused()
     resign(&env, "oms.key", "b/model.sig", "hostile.sig", "extra");
     let hostile = std::fs::read(env.path("hostile.sig")).unwrap();
     std::fs::write(env.path("b/model.sig"), &hostile).unwrap();
-    let mut manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(env.path("b/manifest.json")).unwrap()).unwrap();
+    let mut manifest = env.read_json("b/manifest.json");
     manifest["oms"]["signature"]["size"] = hostile.len().into();
     manifest["oms"]["signature"]["sha256"] = sha256_hex(&hostile).into();
     std::fs::write(

@@ -1324,8 +1324,7 @@ fn a_registry_rerun_fetches_only_the_files_a_kept_staging_lacks() {
     assert!(ran.killed, "{}{}", ran.stdout, ran.stderr);
     assert_eq!(work_dirs(&env).len(), 1, "{:?}", work_dirs(&env));
 
-    let m: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(env.path("b/manifest.json")).unwrap()).unwrap();
+    let m = env.read_json("b/manifest.json");
     let digests: Vec<String> = m["files"]
         .as_array()
         .unwrap()

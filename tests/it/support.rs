@@ -45,6 +45,11 @@ impl Env {
         out
     }
 
+    /// The JSON file at `rel` in the temp tree (a bundle's `manifest.json`, a layout's index).
+    pub fn read_json(&self, rel: &str) -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(self.path(rel)).unwrap()).unwrap()
+    }
+
     /// Installs `bundle` (signed by `k.key`) into the Hugging Face cache `cache` as `repo`,
     /// laid out as huggingface_hub lays one out (each file a link to its blob); asserts exit 0.
     pub fn install_in_hf_cache(&self, bundle: &str, cache: &str, repo: &str) -> Output {

@@ -161,8 +161,7 @@ fn what_a_model_file_holds_cannot_write_to_the_terminal() {
         text.contains(&format!("tensor `{HOSTILE_SHOWN}`")),
         "{text}"
     );
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(env.path("b/manifest.json")).unwrap()).unwrap();
+    let manifest = env.read_json("b/manifest.json");
     let recorded: Vec<&str> = manifest["warnings"]
         .as_array()
         .unwrap()

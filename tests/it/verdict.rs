@@ -70,8 +70,7 @@ fn make_version_1(env: &Env, wrong: Option<usize>) {
 fn pack_writes_format_version_2_without_volume_digests() {
     let env = Env::new();
     packed(&env);
-    let m: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(env.path("b/manifest.json")).unwrap()).unwrap();
+    let m = env.read_json("b/manifest.json");
     assert_eq!(m["format_version"], 2);
     for vol in m["volumes"].as_array().unwrap() {
         assert!(vol.get("sha256").is_none(), "{vol}");
