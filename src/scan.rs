@@ -54,7 +54,61 @@ pub enum ScanEntry {
         /// `fstatat` and not opened, so the read pass that reads its bytes anyway is its one
         /// open (`has_values` is `None`).
         checks_left: bool,
+        /// What the scan's `fstatat` saw of the file when it found it without opening it
+        /// ([`Seen`]): the read pass proves by it that the file it reads is that one,
+        /// unchanged.
+        seen: Option<Seen>,
     },
+}
+
+/// What a scan's `fstatat` saw of a file it did not open: a keyed 32-bit digest of its type,
+/// size, inode and modification time (the status [`same_state`] compares). The pack's
+/// read-ahead opens such a file and reads it without an `fstat` first: one `fstat` after the
+/// read, whose digest must be this one, shows the handle is the regular file scanned, unchanged
+/// from the scan to the end of the read (a file found so changes no more than one found open:
+/// past the kept bytes of a million small files, a system call a file fewer). A file that does
+/// not match is read again by the reading thread, which checks it as any other and reports what
+/// changed. The key is drawn once a process: no file's status is made to match another's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seen(std::num::NonZeroU32);
+
+impl Seen {
+    /// What `st` is seen as.
+    pub(crate) fn of(st: &rustix::fs::Stat) -> Seen {
+        static KEY: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        let key = *KEY.get_or_init(|| {
+            let mut key = [0u8; 8];
+            // A fixed key if the system has no randomness to give: still a digest of the
+            // status, only a predictable one.
+            let _ = getrandom::getrandom(&mut key);
+            u64::from_ne_bytes(key)
+        });
+        let mut status = [0u8; 36];
+        // The fields' types differ between targets (`st_mtime_nsec` is signed on some).
+        #[allow(clippy::unnecessary_cast)]
+        let fields = [
+            st.st_ino,
+            st.st_size as u64,
+            st.st_mtime as u64,
+            st.st_mtime_nsec as u64,
+        ];
+        for (at, field) in fields.into_iter().enumerate() {
+            status[at * 8..at * 8 + 8].copy_from_slice(&field.to_le_bytes());
+        }
+        status[32..].copy_from_slice(&st.st_mode.to_le_bytes());
+        let h = xxhash_rust::xxh3::xxh3_64_with_seed(&status, key);
+        let folded = (h as u32) ^ ((h >> 32) as u32);
+        Seen(std::num::NonZeroU32::new(folded).unwrap_or(std::num::NonZeroU32::MIN))
+    }
+
+    /// Whether the open `file` is a regular file of `len` bytes seen as this now.
+    pub(crate) fn still(self, file: &File, len: u64) -> bool {
+        rustix::fs::fstat(file).is_ok_and(|st| {
+            FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+                && st.st_size as u64 == len
+                && Seen::of(&st) == self
+        })
+    }
 }
 
 /// Where a file's bytes are when that is not below the scanned directory at its path.
@@ -330,6 +384,7 @@ type Regular = (
     Option<Prefetched>,
     Option<bool>,
     bool,
+    Option<Seen>,
 );
 
 /// A directory entry examined: its path, its relative path (`None`: not UTF-8) and what it is.
@@ -402,7 +457,7 @@ impl Walk<'_> {
                     self.dir(&rel)?;
                 }
                 Found::File(f) => {
-                    let (link, size, mode, prefetched, has_values, checks_left) = f?;
+                    let (link, size, mode, prefetched, has_values, checks_left, seen) = f?;
                     self.out.push(ScanEntry::File {
                         path: rel,
                         link,
@@ -411,6 +466,7 @@ impl Walk<'_> {
                         prefetched,
                         has_values,
                         checks_left,
+                        seen,
                     });
                 }
                 Found::Other => {
@@ -461,7 +517,15 @@ impl Walk<'_> {
                     checks.by_path(n, false);
                 }
                 Found::File(self.link(dir, name, &full).map(|(target, size, mode)| {
-                    (Some(Link::Path(target)), size, mode, None, None, false)
+                    (
+                        Some(Link::Path(target)),
+                        size,
+                        mode,
+                        None,
+                        None,
+                        false,
+                        None,
+                    )
                 }))
             }
             _ => Found::Other,
@@ -515,7 +579,8 @@ fn regular(
 ) -> Result<Regular> {
     if let Some((checks, rel)) = checks {
         if let Some(st) = left_to_read_pass(dir, name, rel, full, budget) {
-            return Ok((None, st.st_size as u64, st.st_mode, None, None, true));
+            let seen = Some(Seen::of(&st));
+            return Ok((None, st.st_size as u64, st.st_mode, None, None, true, seen));
         }
         match fsio::open_file_at(dir, name) {
             Ok((file, st)) => {
@@ -528,13 +593,17 @@ fn regular(
                     prefetched,
                     has_values,
                     false,
+                    None,
                 ));
             }
             Err(_) => checks.by_path(rel, true),
         }
     }
     rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
-        .map(|st| (None, st.st_size as u64, st.st_mode, None, None, false))
+        .map(|st| {
+            let seen = Some(Seen::of(&st));
+            (None, st.st_size as u64, st.st_mode, None, None, false, seen)
+        })
         .map_err(|e| Error::io(full, e.into()))
 }
 
@@ -835,10 +904,31 @@ impl SourceOpener {
     /// [`SourceOpener::open`], with the file's status from the `fstat` that checked it is a
     /// regular file (so the reader needs no second one).
     pub fn open_stat(&mut self, source: &Path, rel: &str) -> io::Result<(File, rustix::fs::Stat)> {
+        self.open_with(source, rel, open_in_stat)
+    }
+
+    /// [`SourceOpener::open`] without the `fstat` that checks what was opened
+    /// ([`fsio::open_at_unchecked`]): for a file the scan found by its `fstatat`, whose read
+    /// is trusted only once [`Seen::still`] holds after it.
+    pub(crate) fn open_unchecked(&mut self, source: &Path, rel: &str) -> io::Result<File> {
+        self.open_with(source, rel, |fd, name| {
+            utf8_name(name)?;
+            fsio::open_at_unchecked(fd, name).map_err(|e| e.into_cause().into())
+        })
+    }
+
+    /// Opens the file `rel` at `source` with `open`, in the directory handle held when it is
+    /// the file's, else in the file's directory opened by the packer's rules (and held).
+    fn open_with<T>(
+        &mut self,
+        source: &Path,
+        rel: &str,
+        open: impl Fn(&OwnedFd, &OsStr) -> io::Result<T>,
+    ) -> io::Result<T> {
         if let Some((dir, below, fd)) = &self.last
             && let Some(name) = in_held_dir(source, dir, rel, *below)
         {
-            return open_in_stat(fd, name);
+            return open(fd, name);
         }
         let parent = source.parent().unwrap_or(Path::new(""));
         let below = below_model_dir(source, rel);
@@ -846,11 +936,11 @@ impl SourceOpener {
             && *b == below
             && dir == parent
         {
-            return open_in_stat(fd, last_name(source)?);
+            return open(fd, last_name(source)?);
         }
         self.last = None;
         let (fd, last) = open_source_dir(source, rel)?;
-        let opened = open_in_stat(&fd, last)?;
+        let opened = open(&fd, last)?;
         self.last = Some((parent.to_path_buf(), below, fd));
         Ok(opened)
     }
@@ -914,6 +1004,17 @@ fn open_source_dir<'s>(source: &'s Path, rel: &str) -> io::Result<(OwnedFd, &'s 
     Ok((fd, last_name(source)?))
 }
 
+/// Refuses a name that is not UTF-8 (no scanned file has one).
+fn utf8_name(name: &OsStr) -> io::Result<()> {
+    match name.to_str() {
+        Some(_) => Ok(()),
+        None => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a UTF-8 name",
+        )),
+    }
+}
+
 /// Opens the regular file `last` in the directory `fd` for reading, never through a link,
 /// without blocking.
 fn open_in(fd: &OwnedFd, last: &OsStr) -> io::Result<File> {
@@ -922,12 +1023,7 @@ fn open_in(fd: &OwnedFd, last: &OsStr) -> io::Result<File> {
 
 /// [`open_in`], with the file's status.
 fn open_in_stat(fd: &OwnedFd, last: &OsStr) -> io::Result<(File, rustix::fs::Stat)> {
-    if last.to_str().is_none() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a UTF-8 name",
-        ));
-    }
+    utf8_name(last)?;
     let opened = match fsio::open_file_at(fd, last).map_err(fsio::Error::into_cause) {
         Ok(opened) => opened,
         Err(fsio::Cause::Link) => {
@@ -1127,7 +1223,16 @@ mod tests {
         let entries = scan_checking(&m, &m, &mut checks, &PrefetchBudget::for_pack()).unwrap();
         // The same entries, but that the checking scan keeps the content of the small files.
         let unread: Vec<ScanEntry> = entries.iter().cloned().map(without_content).collect();
-        assert_eq!(unread, scan(&m, &m).unwrap());
+        let plain = scan(&m, &m).unwrap();
+        // The plain scan finds every regular file by its `fstatat` (its status seen).
+        assert!(plain.iter().all(|e| match e {
+            ScanEntry::File { link, seen, .. } => seen.is_some() == link.is_none(),
+            ScanEntry::Dir { .. } => true,
+        }));
+        assert_eq!(
+            unread,
+            plain.into_iter().map(without_content).collect::<Vec<_>>()
+        );
         assert!(entries.iter().any(|e| matches!(
             e,
             ScanEntry::File {
@@ -1195,11 +1300,14 @@ mod tests {
                 checks_left,
                 has_values,
                 prefetched,
+                seen,
                 ..
             } = e
             {
                 let plain = leaves_checks_of(path);
                 assert_eq!(*checks_left, plain && *size <= PREFETCH_FILE_MAX, "{path}");
+                // Found by its `fstatat` exactly when not opened.
+                assert_eq!(seen.is_some(), *checks_left, "{path}");
                 assert!(prefetched.is_none(), "{path}");
                 if *checks_left {
                     assert_eq!(*has_values, None, "{path}");
@@ -1209,7 +1317,12 @@ mod tests {
         }
         assert!(left >= 3, "{entries:?}");
         let plain: Vec<ScanEntry> = entries.iter().cloned().map(without_content).collect();
-        assert_eq!(plain, scan(&m, &m).unwrap());
+        let unchecked: Vec<ScanEntry> = scan(&m, &m)
+            .unwrap()
+            .into_iter()
+            .map(without_content)
+            .collect();
+        assert_eq!(plain, unchecked);
 
         let mut more = TreeChecks::default();
         check_left(&m, &mut entries, &mut more);
@@ -1244,6 +1357,7 @@ mod tests {
         assert!(sniffed(&entries).contains(&("d/weights".into(), false, Some(true))));
     }
 
+    /// `e` without what a scan found of its content and status (kept bytes, checks, seen).
     fn without_content(e: ScanEntry) -> ScanEntry {
         match e {
             ScanEntry::File {
@@ -1260,6 +1374,7 @@ mod tests {
                 prefetched: None,
                 has_values: None,
                 checks_left: false,
+                seen: None,
             },
             dir => dir,
         }
@@ -1346,6 +1461,56 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(10));
         std::fs::write(&path, b"9876543210").unwrap();
         assert!(!unchanged(&file, &before));
+    }
+
+    /// A file seen by its `fstatat` is still seen so, through a handle, only when it is the same
+    /// regular file (inode), of the size asked, with the same modification time: not after a
+    /// write that keeps the size, not as a copy with the same size and time, not as a FIFO.
+    #[test]
+    fn a_file_is_still_seen_only_as_the_same_unchanged_regular_file() {
+        use rustix::fs::{Timespec, Timestamps, UTIME_OMIT};
+        let t = tempfile::tempdir().unwrap();
+        let (a, b) = (t.path().join("a"), t.path().join("b"));
+        std::fs::write(&a, b"0123456789").unwrap();
+        let at = |path: &Path, sec: i64| {
+            let when = Timespec {
+                tv_sec: sec,
+                tv_nsec: 5,
+            };
+            let times = Timestamps {
+                last_access: Timespec {
+                    tv_sec: 0,
+                    tv_nsec: UTIME_OMIT,
+                },
+                last_modification: when,
+            };
+            rustix::fs::utimensat(rustix::fs::CWD, path, &times, AtFlags::empty()).unwrap();
+        };
+        at(&a, 1_700_000_000);
+        let seen = Seen::of(&rustix::fs::stat(&a).unwrap());
+        let open = || File::open(&a).unwrap();
+        assert!(seen.still(&open(), 10));
+        assert!(!seen.still(&open(), 9), "another size asked");
+        // Rewritten in place, same size: its time moved.
+        std::fs::write(&a, b"9876543210").unwrap();
+        assert!(!seen.still(&open(), 10));
+        // Its time set back: seen as before (what the check is: status, not content).
+        at(&a, 1_700_000_000);
+        assert!(seen.still(&open(), 10));
+        // A copy of the same size and time is another inode.
+        std::fs::copy(&a, &b).unwrap();
+        at(&b, 1_700_000_000);
+        let copy = rustix::fs::stat(&b).unwrap();
+        assert_eq!(copy.st_mtime, rustix::fs::stat(&a).unwrap().st_mtime);
+        assert!(!seen.still(&File::open(&b).unwrap(), 10));
+        // A FIFO in its place (opened without blocking) is not a regular file.
+        std::fs::remove_file(&a).unwrap();
+        rustix::fs::mknodat(rustix::fs::CWD, &a, FileType::Fifo, 0o644.into(), 0).unwrap();
+        let dir = fsio::open_dir_path(t.path(), fsio::Follow::Never).unwrap();
+        let fifo = fsio::open_at_unchecked(&dir, OsStr::new("a")).unwrap();
+        assert!(read_whole(&fifo, 10).is_none());
+        assert!(!Seen::of(&rustix::fs::fstat(&fifo).unwrap()).still(&fifo, 0));
+        assert!(!seen.still(&fifo, 10));
     }
 
     #[test]

@@ -163,6 +163,18 @@ pub fn open_file_at(dir: &impl AsFd, name: &std::ffi::OsStr) -> Result<(File, ru
         .map_err(|c| Error::new(Op::Open, name, c))
 }
 
+/// Opens `name` (one component) in the directory `dir` for reading, not through a link and
+/// without blocking, but unlike [`open_file_at`] without looking at what it opened: for a
+/// reader that reads a bound it chose and trusts nothing it read until an `fstat` of the
+/// handle after the read shows the regular file it expects (the pack's read-ahead of a file
+/// its scan found by `fstatat`: [`crate::scan::Seen`]). A FIFO or directory opened so fails
+/// its read; a device, which only root makes, gives at most the bound and fails the `fstat`.
+pub fn open_at_unchecked(dir: &impl AsFd, name: &std::ffi::OsStr) -> Result<File> {
+    rustix::fs::openat(dir, name, READ_FLAGS | OFlags::NOFOLLOW, Mode::empty())
+        .map(File::from)
+        .map_err(|e| Error::new(Op::Open, name, below_error(e)))
+}
+
 /// Opens `path` for reading without blocking and checks on the open handle that it is a
 /// regular file. Returns the file and its size.
 pub fn open_regular(path: &Path, follow: Follow) -> Result<(File, u64)> {

@@ -532,6 +532,9 @@ struct FoundFile {
     has_values: Option<bool>,
     /// Its model checks are left to the pack's read pass ([`ScanEntry::File::checks_left`]).
     checks_left: bool,
+    /// What the walk's `fstatat` saw of the blob when it did not open it
+    /// ([`ScanEntry::File::seen`]).
+    seen: Option<scan::Seen>,
 }
 
 impl Walk<'_> {
@@ -652,6 +655,7 @@ impl Walk<'_> {
                 prefetched: f.prefetched,
                 has_values: f.has_values,
                 checks_left: f.checks_left,
+                seen: f.seen,
             },
             etag,
             from_link,
@@ -727,6 +731,7 @@ impl Walk<'_> {
                 prefetched: None,
                 has_values: None,
                 checks_left: true,
+                seen: Some(scan::Seen::of(&st)),
             }));
         }
         match layout::open_blob(self.repo_folder, blobs, &etag) {
@@ -743,6 +748,7 @@ impl Walk<'_> {
                     prefetched: None,
                     has_values: None,
                     checks_left: false,
+                    seen: None,
                 }))
             }
             Ok(BlobFile::Open(file, st)) => {
@@ -753,6 +759,7 @@ impl Walk<'_> {
                     prefetched,
                     has_values,
                     checks_left: false,
+                    seen: None,
                 }))
             }
         }
@@ -777,6 +784,7 @@ impl Walk<'_> {
                     prefetched,
                     has_values,
                     checks_left: false,
+                    seen: None,
                 })
             }
             Err(_) => {
@@ -791,6 +799,7 @@ impl Walk<'_> {
                     prefetched: None,
                     has_values: None,
                     checks_left: false,
+                    seen: None,
                 })
             }
         }
@@ -1158,7 +1167,8 @@ mod tests {
         let again = open_snapshot(t.path(), "model", "acme/many", "main", &budget).unwrap();
         assert!(again.entries.iter().any(|e| matches!(
             e,
-            ScanEntry::File { path, checks_left: true, prefetched: None, .. } if path == "a/f0000"
+            ScanEntry::File { path, checks_left: true, prefetched: None, seen: Some(_), .. }
+                if path == "a/f0000"
         )));
 
         // A FIFO past the kept bytes: refused by its name, not left to a read that would block.

@@ -409,6 +409,7 @@ pub fn plan<'m>(
             etag: None,
             prefetched: None,
             checks_left: false,
+            seen: None,
         });
     }
     let extracted = work.join("delta-base");

@@ -99,30 +99,20 @@ pub fn seal(parts: Parts, key: &dyn Signer, dir: &Path) -> Result<Sealed> {
         values: parts.values,
         oms,
     };
-    // The packer holds itself to the same rules as the reader.
-    manifest
-        .validate()
-        .map_err(|why| Error::Internal(format!("the new manifest {why}")))?;
-    // Serialized straight into the file through both digests (SHA-256 for the trusted
-    // comment, BLAKE2b-512 for the prehashed signature): at a million files the JSON is 175 MB,
-    // which the packer held whole (in a buffer grown by doubling) and then wrote.
+    // The packer holds itself to the same rules as the reader, on a second thread while this
+    // one serializes: at a million files each takes half a second or more, and they are the
+    // end of a pack, which nothing else keeps busy. Nothing is signed unless both succeed
+    // (a failure leaves the unsigned file in the work directory, which goes with the error).
     let path = dir.join(manifest::MANIFEST_NAME);
-    let file = crate::fsio::create_new(&path, 0o644).map_err(|e| Error::io(&path, e.into()))?;
-    let mut out = io::BufWriter::with_capacity(
-        1 << 20,
-        SealWriter {
-            out: file,
-            sha256: Sha256::new(),
-            blake2b: Blake2b512::new(),
-            len: 0,
-        },
-    );
-    manifest
-        .write_to(&mut out)
-        .map_err(|e| Error::io(&path, e))?;
-    let out = out
-        .into_inner()
-        .map_err(|e| Error::io(&path, e.into_error()))?;
+    let (valid, written) = std::thread::scope(|s| {
+        let valid = s.spawn(|| manifest.validate());
+        let written = write_manifest(&manifest, &path);
+        (valid.join(), written)
+    });
+    valid
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        .map_err(|why| Error::Internal(format!("the new manifest {why}")))?;
+    let out = written?;
     if out.len > manifest::MAX_MANIFEST_BYTES {
         // The estimate checked before packing is an upper bound but for the value findings of
         // small files the scan did not open (`pack::may_have_values`), so this is reached only
@@ -160,6 +150,28 @@ pub fn seal(parts: Parts, key: &dyn Signer, dir: &Path) -> Result<Sealed> {
         manifest,
         manifest_sha256,
     })
+}
+
+/// Serializes `manifest` into the new file `path` through both digests (SHA-256 for the
+/// trusted comment, BLAKE2b-512 for the prehashed signature), straight into the file: at a
+/// million files the JSON is 175 MB, which the packer once held whole (in a buffer grown by
+/// doubling) and then wrote. Returns the file, not yet synced, with the digests and length.
+fn write_manifest(manifest: &Manifest, path: &Path) -> Result<SealWriter<std::fs::File>> {
+    let file = crate::fsio::create_new(path, 0o644).map_err(|e| Error::io(path, e.into()))?;
+    let mut out = io::BufWriter::with_capacity(
+        1 << 20,
+        SealWriter {
+            out: file,
+            sha256: Sha256::new(),
+            blake2b: Blake2b512::new(),
+            len: 0,
+        },
+    );
+    manifest
+        .write_to(&mut out)
+        .map_err(|e| Error::io(path, e))?;
+    out.into_inner()
+        .map_err(|e| Error::io(path, e.into_error()))
 }
 
 /// Writes the manifest's bytes on, counting them and feeding both digests.

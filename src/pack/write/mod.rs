@@ -291,6 +291,19 @@ mod tests {
     /// refuses it by name.
     #[test]
     fn files_read_ahead_travel_in_order_with_their_bytes() {
+        read_ahead(false);
+    }
+
+    /// [`files_read_ahead_travel_in_order_with_their_bytes`] for files the scan found by their
+    /// `fstatat` ([`crate::scan::Seen`]): opened and read without an `fstat` first, the same
+    /// bytes travel, and a FIFO or link swapped in since the scan is refused as before, without
+    /// blocking.
+    #[test]
+    fn files_found_by_their_status_are_read_ahead_alike() {
+        read_ahead(true);
+    }
+
+    fn read_ahead(found_by_stat: bool) {
         let t = tempfile::tempdir().unwrap();
         let m = t.path().join("m");
         let mut want: Vec<(String, Vec<u8>)> = Vec::new();
@@ -318,6 +331,8 @@ mod tests {
                 // One file the scan kept: its kept bytes travel, not the file's.
                 prefetched: (path == "d2/f0200").then(|| crate::scan::Prefetched::for_test(bytes)),
                 checks_left: false,
+                seen: found_by_stat
+                    .then(|| crate::scan::Seen::of(&rustix::fs::stat(m.join(path)).unwrap())),
             })
             .collect();
         std::fs::write(m.join("d2/f0200"), b"rewritten since the scan").unwrap();

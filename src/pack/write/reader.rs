@@ -349,6 +349,7 @@ pub(super) fn load_ahead(
             path,
             size,
             checks_left,
+            seen,
             ..
         } = &e
         else {
@@ -356,13 +357,21 @@ pub(super) fn load_ahead(
         };
         let through_link = source.through_link();
         let source = source.path(path);
-        let loaded = opener.open_stat(&source, path).ok().and_then(|(file, st)| {
-            let bytes = (st.st_size as u64 == *size)
-                .then(|| crate::scan::read_whole(&file, *size))
-                .flatten()?;
-            if !crate::scan::unchanged(&file, &st) {
-                return None;
-            }
+        let read = match seen {
+            // Found by the scan's `fstatat`: opened and read unchecked, its one `fstat` after
+            // the read shows it is that regular file, unchanged.
+            Some(seen) => opener.open_unchecked(&source, path).ok().and_then(|file| {
+                let bytes = crate::scan::read_whole(&file, *size)?;
+                seen.still(&file, *size).then_some((file, bytes))
+            }),
+            None => opener.open_stat(&source, path).ok().and_then(|(file, st)| {
+                let bytes = (st.st_size as u64 == *size)
+                    .then(|| crate::scan::read_whole(&file, *size))
+                    .flatten()?;
+                crate::scan::unchanged(&file, &st).then_some((file, bytes))
+            }),
+        };
+        let loaded = read.map(|(file, bytes)| {
             if *checks_left {
                 match through_link {
                     // A Hugging Face snapshot's file, read as its blob.
@@ -370,7 +379,7 @@ pub(super) fn load_ahead(
                     false => checks.opened_read(path, &source, &file, *size, Some(&bytes)),
                 }
             }
-            Some(bytes)
+            bytes
         });
         batch.push(loaded);
         if batch.len() == LOAD_BATCH
@@ -442,6 +451,9 @@ pub enum StreamEntry<'a> {
         prefetched: Option<Prefetched>,
         /// Its model checks are left to this pass ([`ScanEntry::File::checks_left`]).
         checks_left: bool,
+        /// What the scan's `fstatat` saw of it, when the scan did not open it
+        /// ([`ScanEntry::File::seen`]).
+        seen: Option<crate::scan::Seen>,
     },
 }
 
@@ -466,6 +478,7 @@ impl StreamEntry<'_> {
                 etag,
                 prefetched,
                 checks_left,
+                seen,
             } => StreamEntry::File {
                 path: Cow::Borrowed(path),
                 source: match source {
@@ -478,6 +491,7 @@ impl StreamEntry<'_> {
                 etag: *etag,
                 prefetched: prefetched.clone(),
                 checks_left: *checks_left,
+                seen: *seen,
             },
         }
     }
@@ -560,6 +574,7 @@ pub fn model_entries<'m>(
             executable,
             prefetched,
             checks_left,
+            seen,
             ..
         } => {
             let etag = etags.get(file_index);
@@ -575,6 +590,7 @@ pub fn model_entries<'m>(
                 etag,
                 prefetched: prefetched.clone(),
                 checks_left: *checks_left,
+                seen: *seen,
             }
         }
     })
@@ -658,6 +674,7 @@ pub(super) fn read_entries<'s>(
                 etag,
                 prefetched,
                 checks_left,
+                ..
             } => {
                 progress.item(path);
                 let begin = Item::Begin {
