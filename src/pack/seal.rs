@@ -99,19 +99,19 @@ pub fn seal(parts: Parts, key: &dyn Signer, dir: &Path) -> Result<Sealed> {
         values: parts.values,
         oms,
     };
-    // The packer holds itself to the same rules as the reader, on a second thread while this
-    // one serializes: at a million files each takes half a second or more, and they are the
-    // end of a pack, which nothing else keeps busy. Nothing is signed unless both succeed
-    // (a failure leaves the unsigned file in the work directory, which goes with the error).
+    // The packer holds itself to the same rules as the reader, while a second thread
+    // serializes: at a million files each takes half a second or more, and they are the end of
+    // a pack, which nothing else keeps busy. The check, which allocates (a table of every
+    // path), runs on this thread, whose allocator holds what the plan let go of. Nothing is
+    // signed unless both succeed (a failure leaves the unsigned file in the work directory,
+    // which goes with the error).
     let path = dir.join(manifest::MANIFEST_NAME);
     let (valid, written) = std::thread::scope(|s| {
-        let valid = s.spawn(|| manifest.validate());
-        let written = write_manifest(&manifest, &path);
-        (valid.join(), written)
+        let written = s.spawn(|| write_manifest(&manifest, &path));
+        (manifest.validate(), written.join())
     });
-    valid
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-        .map_err(|why| Error::Internal(format!("the new manifest {why}")))?;
+    let written = written.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    valid.map_err(|why| Error::Internal(format!("the new manifest {why}")))?;
     let out = written?;
     if out.len > manifest::MAX_MANIFEST_BYTES {
         // The estimate checked before packing is an upper bound but for the value findings of
