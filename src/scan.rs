@@ -267,17 +267,11 @@ fn refuse(path: &Path, reason: impl Into<String>) -> Error {
     }
 }
 
-/// Checks the name of `full` (under `root`) the way a bundle needs it: UTF-8, a safe relative
-/// path ([`paths::check_relative`]) and no case or normalisation collision with an earlier name.
-/// Returns the `/`-separated relative path.
-pub fn check_name(root: &Path, full: &Path, collisions: &mut CollisionSet) -> Result<String> {
-    let rel = full.strip_prefix(root).unwrap_or(full);
-    check_relative_name(rel.to_str().map(str::to_string), full, collisions)
-}
-
-/// [`check_name`] of the entry at `full` whose relative path the caller has made already
-/// (`None`: a name that is not UTF-8), so the walk parses no path back into components.
-fn check_relative_name(
+/// Checks the relative path `rel` of the entry at `full` (made by the caller from its
+/// directory's and its own name, [`child_name`]: `None` for a name that is not UTF-8) the way a
+/// bundle needs it: UTF-8, a safe relative path ([`paths::check_relative`]) and no case or
+/// normalisation collision with an earlier name. Returns the `/`-separated relative path.
+pub(crate) fn check_relative_name(
     rel: Option<String>,
     full: &Path,
     collisions: &mut CollisionSet,

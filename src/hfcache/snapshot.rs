@@ -564,7 +564,13 @@ impl Walk<'_> {
         }
         drop(entries);
         for (full, what) in found {
-            let rel = scan::check_name(self.dir, &full, &mut self.collisions)?;
+            // Its name below the snapshot folder, made as the directory scan makes it (the
+            // directory's name and the entry's; parsing the full path into components was a
+            // percent of a million-file pack).
+            let child = full
+                .file_name()
+                .and_then(|name| scan::child_name(rel, name));
+            let rel = scan::check_relative_name(child, &full, &mut self.collisions)?;
             match what {
                 Found::Dir => {
                     self.found
