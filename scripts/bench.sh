@@ -729,6 +729,10 @@ values_bench
 # on a loaded machine, and airlock's CPU a file (linearity across counts). Peak RSS of pack
 # from /usr/bin/time. A million files (issue 37 item 2):
 # `scripts/bench.sh --many-files --many-counts "100000 1000000" --many-ops pack --runs 2`.
+# With two counts or more it ends with the linearity table: each op's and its peer's cost a
+# file (wall and CPU) at the smallest and largest count, and their ratio (goal: within 10%).
+# The counts run smallest first, every round of one before the next, so the small tree is
+# not read cold after a large one has pushed it out of the caches.
 # `--many-ops pack-hf` (not in the default) times the same files packed from a Hugging Face
 # cache: a dataset repository `bench/many` written as a download leaves it (each file a blob
 # named by its git blob id, the snapshot's files relative links `../../../blobs/<etag>`,
@@ -841,7 +845,31 @@ for op, peer in (("pack", "tarc"), ("pack-hf", "tarh"), ("check", "sha"), ("unpa
     cpair = st.median(a[r][2] / p[r][2] for r in a if r in p)
     print(f"| {n:,} | {op} | {ma:.2f} | {mp:.2f} | {ma / mp:.2f} | {pair:.2f} | {ca:.2f} | {cp:.2f} | {ca / cp:.2f} ({cpair:.2f}) | {ca / n * 1e6:.1f} | {rss:.0f} |")
 PY
+        cp "$d/res" "$d/res.$n"
     done
+    # Linearity (issue 37 item 2): with two counts or more, the cost a file at the largest
+    # count against the smallest, airlock's and the peer's, by wall and by CPU (medians).
+    # shellcheck disable=SC2086
+    set -- $MANY_COUNTS
+    if [ $# -gt 1 ]; then
+        python3 - "$d" "$ops" $MANY_COUNTS <<'PY'
+import sys, statistics as st
+d, ops, counts = sys.argv[1], sys.argv[2].split(), sorted(int(c) for c in sys.argv[3:])
+def per_file(n, k):
+    rows = [l.split() for l in open(f"{d}/res.{n}") if l.split()[0] == k]
+    return (st.median(float(r[2]) for r in rows) / n * 1e6,
+            st.median(float(r[4]) + float(r[5]) for r in rows) / n * 1e6)
+print()
+print(f"| linearity, {counts[0]:,} to {counts[-1]:,} files | wall us a file | CPU us a file | wall, largest / smallest | CPU, largest / smallest |")
+print("|---|---|---|---|---|")
+for op, peer in (("pack", "tarc"), ("pack-hf", "tarh"), ("check", "sha"), ("unpack", "tarx")):
+    if op not in ops:
+        continue
+    for k in (op, peer):
+        (w0, c0), (w1, c1) = per_file(counts[0], k), per_file(counts[-1], k)
+        print(f"| {k} | {w0:.2f} to {w1:.2f} | {c0:.2f} to {c1:.2f} | {w1 / w0:.3f} | {c1 / c0:.3f} |")
+PY
+    fi
     echo "runs: $runs each; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
 many_bench
