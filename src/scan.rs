@@ -1507,6 +1507,15 @@ mod tests {
         assert!(!seen.still(&fifo, 10));
     }
 
+    /// A million-file model holds a million entries: what the scan adds to one (`Seen`) fits in
+    /// the padding it had, and an entry stays 96 bytes on a 64-bit target.
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn an_entry_stays_96_bytes() {
+        assert_eq!(std::mem::size_of::<ScanEntry>(), 96);
+        assert_eq!(std::mem::size_of::<Option<Seen>>(), 4);
+    }
+
     #[test]
     fn refuses_case_collisions() {
         let t = tempfile::tempdir().unwrap();
