@@ -296,8 +296,8 @@ mod tests {
 
     /// [`files_read_ahead_travel_in_order_with_their_bytes`] for files the scan found by their
     /// `fstatat` ([`crate::scan::Seen`]): opened and read without an `fstat` first, the same
-    /// bytes travel, and a FIFO or link swapped in since the scan is refused as before, without
-    /// blocking.
+    /// bytes travel, and a FIFO, link or directory swapped in since the scan is refused as
+    /// before, without blocking.
     #[test]
     fn files_found_by_their_status_are_read_ahead_alike() {
         read_ahead(true);
@@ -411,6 +411,19 @@ mod tests {
             .to_string();
         assert!(
             err.contains("d1/f0150") && err.contains("symbolic link"),
+            "{err}"
+        );
+        // A directory in its place: opened (found by its status, without a look first), its
+        // read fails, and the reading thread refuses it by name.
+        std::fs::remove_file(m.join("d1/f0150")).unwrap();
+        std::fs::create_dir(m.join("d1/f0150")).unwrap();
+        let out5 = t.path().join("out5");
+        std::fs::create_dir(&out5).unwrap();
+        let err = write(&entries, &out5, &opts, &crate::progress::Silent)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("d1/f0150") && err.contains("no longer a regular file"),
             "{err}"
         );
     }
