@@ -392,11 +392,15 @@ mod tests {
             0,
         )
         .unwrap();
-        let out3 = t.path().join("out3");
-        std::fs::create_dir(&out3).unwrap();
-        let err = write(&entries, &out3, &opts, &crate::progress::Silent)
-            .unwrap_err()
-            .to_string();
+        // The refusal of a write into a new directory `name`, as text.
+        let refusal = |name: &str| {
+            let out = t.path().join(name);
+            std::fs::create_dir(&out).unwrap();
+            write(&entries, &out, &opts, &crate::progress::Silent)
+                .unwrap_err()
+                .to_string()
+        };
+        let err = refusal("out3");
         assert!(
             err.contains("d1/f0150") && err.contains("no longer a regular file"),
             "{err}"
@@ -404,11 +408,7 @@ mod tests {
         std::fs::remove_file(m.join("d1/f0150")).unwrap();
         std::fs::write(t.path().join("host-secret"), b"host secret").unwrap();
         std::os::unix::fs::symlink(t.path().join("host-secret"), m.join("d1/f0150")).unwrap();
-        let out4 = t.path().join("out4");
-        std::fs::create_dir(&out4).unwrap();
-        let err = write(&entries, &out4, &opts, &crate::progress::Silent)
-            .unwrap_err()
-            .to_string();
+        let err = refusal("out4");
         assert!(
             err.contains("d1/f0150") && err.contains("symbolic link"),
             "{err}"
@@ -417,11 +417,7 @@ mod tests {
         // read fails, and the reading thread refuses it by name.
         std::fs::remove_file(m.join("d1/f0150")).unwrap();
         std::fs::create_dir(m.join("d1/f0150")).unwrap();
-        let out5 = t.path().join("out5");
-        std::fs::create_dir(&out5).unwrap();
-        let err = write(&entries, &out5, &opts, &crate::progress::Silent)
-            .unwrap_err()
-            .to_string();
+        let err = refusal("out5");
         assert!(
             err.contains("d1/f0150") && err.contains("no longer a regular file"),
             "{err}"
