@@ -250,17 +250,22 @@ impl From<Seen> for Place {
     }
 }
 
+/// A seed for a hash of names that come from outside (a model, a tree, a manifest), so no
+/// one can choose names that fall together. A fixed seed if the system has no randomness to
+/// give: still correct, only predictable.
+pub(crate) fn hash_seed() -> u64 {
+    let mut seed = [0u8; 8];
+    let _ = getrandom::getrandom(&mut seed);
+    u64::from_ne_bytes(seed)
+}
+
 impl Default for CollisionSet {
     fn default() -> Self {
-        let mut seed = [0u8; 8];
-        // A fixed seed if the system has no randomness to give: still correct, only
-        // predictable.
-        let _ = getrandom::getrandom(&mut seed);
         CollisionSet {
             names: String::new(),
             table: hashbrown::HashTable::new(),
             wide: hashbrown::HashTable::new(),
-            seed: u64::from_ne_bytes(seed),
+            seed: hash_seed(),
             folded: String::new(),
         }
     }
@@ -338,11 +343,9 @@ pub struct NameSet<'a> {
 impl<'a> NameSet<'a> {
     /// An empty set with room for `capacity` names.
     pub fn with_capacity(capacity: usize) -> Self {
-        let mut seed = [0u8; 8];
-        let _ = getrandom::getrandom(&mut seed);
         NameSet {
             table: hashbrown::HashTable::with_capacity(capacity),
-            seed: u64::from_ne_bytes(seed),
+            seed: hash_seed(),
         }
     }
 

@@ -76,13 +76,7 @@ impl Seen {
     /// What `st` is seen as.
     pub(crate) fn of(st: &rustix::fs::Stat) -> Seen {
         static KEY: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-        let key = *KEY.get_or_init(|| {
-            let mut key = [0u8; 8];
-            // A fixed key if the system has no randomness to give: still a digest of the
-            // status, only a predictable one.
-            let _ = getrandom::getrandom(&mut key);
-            u64::from_ne_bytes(key)
-        });
+        let key = *KEY.get_or_init(paths::hash_seed);
         let mut status = [0u8; 36];
         // The fields' types differ between targets (`st_mtime_nsec` is signed on some).
         #[allow(clippy::unnecessary_cast)]
@@ -368,18 +362,51 @@ fn scan_inner(
     Ok(out)
 }
 
-/// A regular file (or a link to one) as the scan found it: where to read it when it is a link
-/// (its target), its size and mode, its bytes when the scan kept them, whether the value scan
-/// reads it when the scan opened it, and whether its model checks are left to the read pass.
-type Regular = (
-    Option<Link>,
-    u64,
-    u32,
-    Option<Prefetched>,
-    Option<bool>,
-    bool,
-    Option<Seen>,
-);
+/// A regular file (or a link to one) as the scan found it: its [`ScanEntry::File`] but for its
+/// path, with its mode.
+struct Regular {
+    link: Option<Link>,
+    size: u64,
+    mode: u32,
+    prefetched: Option<Prefetched>,
+    has_values: Option<bool>,
+    checks_left: bool,
+    seen: Option<Seen>,
+}
+
+impl Regular {
+    /// A file the scan found by its status `st` (link or `fstatat`), not opened.
+    fn by_status(link: Option<Link>, size: u64, mode: u32, seen: Option<Seen>) -> Regular {
+        Regular {
+            link,
+            size,
+            mode,
+            prefetched: None,
+            has_values: None,
+            checks_left: false,
+            seen,
+        }
+    }
+
+    /// A file found by its `fstatat` alone: its status seen ([`Seen`]).
+    fn by_fstatat(st: &rustix::fs::Stat) -> Regular {
+        Regular::by_status(None, st.st_size as u64, st.st_mode, Some(Seen::of(st)))
+    }
+
+    /// The scan's entry for the file at `path`.
+    fn entry(self, path: String) -> ScanEntry {
+        ScanEntry::File {
+            path,
+            link: self.link,
+            size: self.size,
+            executable: self.mode & 0o111 != 0,
+            prefetched: self.prefetched,
+            has_values: self.has_values,
+            checks_left: self.checks_left,
+            seen: self.seen,
+        }
+    }
+}
 
 /// A directory entry examined: its path, its relative path (`None`: not UTF-8) and what it is.
 type Examined = (PathBuf, Option<String>, Found);
@@ -450,19 +477,7 @@ impl Walk<'_> {
                     self.out.push(ScanEntry::Dir { path: rel.clone() });
                     self.dir(&rel)?;
                 }
-                Found::File(f) => {
-                    let (link, size, mode, prefetched, has_values, checks_left, seen) = f?;
-                    self.out.push(ScanEntry::File {
-                        path: rel,
-                        link,
-                        size,
-                        executable: mode & 0o111 != 0,
-                        prefetched,
-                        has_values,
-                        checks_left,
-                        seen,
-                    });
-                }
+                Found::File(f) => self.out.push(f?.entry(rel)),
                 Found::Other => {
                     return Err(refuse(
                         &full,
@@ -511,15 +526,7 @@ impl Walk<'_> {
                     checks.by_path(n, false);
                 }
                 Found::File(self.link(dir, name, &full).map(|(target, size, mode)| {
-                    (
-                        Some(Link::Path(target)),
-                        size,
-                        mode,
-                        None,
-                        None,
-                        false,
-                        None,
-                    )
+                    Regular::by_status(Some(Link::Path(target)), size, mode, None)
                 }))
             }
             _ => Found::Other,
@@ -573,31 +580,26 @@ fn regular(
 ) -> Result<Regular> {
     if let Some((checks, rel)) = checks {
         if let Some(st) = left_to_read_pass(dir, name, rel, full, budget) {
-            let seen = Some(Seen::of(&st));
-            return Ok((None, st.st_size as u64, st.st_mode, None, None, true, seen));
+            return Ok(Regular {
+                checks_left: true,
+                ..Regular::by_fstatat(&st)
+            });
         }
         match fsio::open_file_at(dir, name) {
             Ok((file, st)) => {
                 let (prefetched, has_values) =
                     check_open(rel, CheckedAs::Tree, full, &file, &st, checks, budget);
-                return Ok((
-                    None,
-                    st.st_size as u64,
-                    st.st_mode,
+                return Ok(Regular {
                     prefetched,
                     has_values,
-                    false,
-                    None,
-                ));
+                    ..Regular::by_status(None, st.st_size as u64, st.st_mode, None)
+                });
             }
             Err(_) => checks.by_path(rel, true),
         }
     }
     rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
-        .map(|st| {
-            let seen = Some(Seen::of(&st));
-            (None, st.st_size as u64, st.st_mode, None, None, false, seen)
-        })
+        .map(|st| Regular::by_fstatat(&st))
         .map_err(|e| Error::io(full, e.into()))
 }
 

@@ -974,6 +974,25 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
+    /// The blob `blob` of the model `repo_id` of the cache `cache` made a FIFO: the snapshot's
+    /// walk refuses it by its name, without blocking.
+    fn assert_fifo_refused(cache: &Path, repo_id: &str, blob: &Path) {
+        fs::remove_file(blob).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(blob)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let err = open_snapshot(cache, "model", repo_id, "main", &for_pack()).unwrap_err();
+        assert!(
+            err.to_string().starts_with(&format!(
+                "{}: is a FIFO, not a regular file",
+                blob.display()
+            )),
+            "{err}"
+        );
+    }
+
     fn for_pack() -> scan::PrefetchBudget {
         scan::PrefetchBudget::for_pack()
     }
@@ -1104,20 +1123,7 @@ mod tests {
         );
 
         // A FIFO where the blob was: refused by its name, not opened for reading forever.
-        fs::remove_file(repo.join("blobs").join(&a)).unwrap();
-        let made = std::process::Command::new("mkfifo")
-            .arg(repo.join("blobs").join(&a))
-            .status()
-            .unwrap();
-        assert!(made.success());
-        let err = open_snapshot(t.path(), "model", "acme/tiny", "main", &for_pack()).unwrap_err();
-        assert!(
-            err.to_string().starts_with(&format!(
-                "{}: is a FIFO, not a regular file",
-                repo.join("blobs").join(&a).display()
-            )),
-            "{err}"
-        );
+        assert_fifo_refused(t.path(), "acme/tiny", &repo.join("blobs").join(&a));
         // A missing blob: named, with the file that links to it.
         fs::remove_file(repo.join("blobs").join(&a)).unwrap();
         let err = open_snapshot(t.path(), "model", "acme/tiny", "main", &for_pack()).unwrap_err();
@@ -1178,21 +1184,7 @@ mod tests {
         )));
 
         // A FIFO past the kept bytes: refused by its name, not left to a read that would block.
-        let blob = repo.join("blobs").join(&fifo);
-        fs::remove_file(&blob).unwrap();
-        let made = std::process::Command::new("mkfifo")
-            .arg(&blob)
-            .status()
-            .unwrap();
-        assert!(made.success());
-        let err = open_snapshot(t.path(), "model", "acme/many", "main", &for_pack()).unwrap_err();
-        assert!(
-            err.to_string().starts_with(&format!(
-                "{}: is a FIFO, not a regular file",
-                blob.display()
-            )),
-            "{err}"
-        );
+        assert_fifo_refused(t.path(), "acme/many", &repo.join("blobs").join(&fifo));
     }
 
     #[test]
